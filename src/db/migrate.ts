@@ -1,0 +1,54 @@
+// Applies the project's committed graphile-migrate migrations and graphile-worker's own schema.
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Logger as GraphileLogger } from "@graphile/logger";
+import { migrate as gmMigrate } from "graphile-migrate";
+import { makeWorkerUtils } from "graphile-worker";
+import type pg from "pg";
+
+export const projectRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+export const migrationsFolder = join(projectRoot, "migrations");
+
+interface Logger {
+  info(obj: object, msg?: string): void;
+}
+
+/** Hash of the newest committed migration, read from its `--! Hash:` header. */
+export function latestMigrationHash(): string | null {
+  const dir = join(migrationsFolder, "committed");
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith(".sql"))
+    .sort();
+  const last = files.at(-1);
+  if (!last) return null;
+  const m = /^--! Hash: (\S+)$/m.exec(readFileSync(join(dir, last), "utf8"));
+  return m?.[1] ?? null;
+}
+
+/** True when the database has applied every committed migration. */
+export async function migrationsCurrent(client: pg.Pool | pg.PoolClient): Promise<boolean> {
+  const want = latestMigrationHash();
+  const { rows } = await client.query<{ hash: string }>(
+    `select hash from graphile_migrate.migrations order by date desc, filename desc limit 1`,
+  );
+  return rows[0]?.hash === want;
+}
+
+/**
+ * Brings `connectionString` up to date: graphile-worker's schema first (the project's SQL grants on
+ * it), then the committed migrations. Safe to run concurrently; graphile-migrate takes a lock.
+ */
+export async function migrateDatabase(connectionString: string, log?: Logger): Promise<void> {
+  const utils = await makeWorkerUtils({ connectionString });
+  try {
+    await utils.migrate();
+  } finally {
+    await utils.release();
+  }
+  // graphile-migrate's default logger prints to stdout; route its info lines to ours, drop the rest.
+  const logger = new GraphileLogger(() => (level, message) => {
+    if (level === "info") log?.info({ event: "db.migrate" }, message);
+  });
+  await gmMigrate({ connectionString, migrationsFolder, logger });
+}

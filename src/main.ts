@@ -1,0 +1,106 @@
+// Entry point for `npm start`. With no database configured it runs on an embedded PostgreSQL whose
+// data folder is .data/pg (kept across restarts); with no CRM webhook configured it runs in sandbox
+// mode against the built-in Bitrix24 emulator.
+import { join } from "node:path";
+import { serve } from "@hono/node-server";
+import pg from "pg";
+import { ConfigError, loadConfig } from "./config/env.js";
+import { startEmbedded } from "./db/embedded.js";
+import { migrateDatabase, projectRoot } from "./db/migrate.js";
+import { redactUrl } from "./db/url.js";
+import { createApp } from "./http/app.js";
+import { createLogger } from "./observability/logger.js";
+import { startRunner } from "./worker/runner.js";
+
+async function main(): Promise<void> {
+  let config: ReturnType<typeof loadConfig>;
+  try {
+    config = loadConfig();
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      console.error(e.message);
+      process.exit(78); // EX_CONFIG
+    }
+    throw e;
+  }
+  const log = createLogger({ level: config.env.LOG_LEVEL, environment: config.env.SERVICE_ENVIRONMENT });
+  const stops: Array<() => Promise<void>> = [];
+
+  let databaseUrl = config.secrets.BITRIX_SYNC_DATABASE_URL;
+  if (databaseUrl === undefined) {
+    const dir = join(projectRoot, ".data", "pg");
+    log.info(
+      { event: "db.embedded.starting" },
+      "no BITRIX_SYNC_DATABASE_URL: starting embedded PostgreSQL in .data/pg",
+    );
+    const srv = await startEmbedded({ dir, persistent: true });
+    databaseUrl = srv.url;
+    stops.unshift(() => srv.stop());
+  }
+  log.info({ event: "db.target", database: redactUrl(databaseUrl) }, "database selected");
+
+  if (config.env.BITRIX_SYNC_MIGRATE_ON_START) await migrateDatabase(databaseUrl, log);
+
+  const pool = new pg.Pool({
+    connectionString: databaseUrl,
+    max: config.env.BITRIX_SYNC_DB_POOL_SIZE,
+    application_name: "bitrix-sync",
+  });
+  pool.on("error", (err) =>
+    log.warn({ event: "db.pool.error", code: (err as { code?: string }).code }, "idle client error"),
+  );
+  stops.unshift(() => pool.end());
+
+  if (config.sandbox) {
+    log.warn(
+      { event: "sandbox.mode" },
+      "SANDBOX MODE: no BITRIX_SYNC_CRM_REST_WEBHOOK_URL configured; CRM calls go to the built-in Bitrix24 emulator on loopback, never to a real portal",
+    );
+  }
+
+  if (config.processing) {
+    const runner = await startRunner({ pool, log });
+    stops.unshift(() => runner.stop());
+  } else {
+    log.warn(
+      { event: "sync.paused" },
+      "BITRIX_SYNC_ENABLED=false: workers claim nothing; pending rows are kept",
+    );
+  }
+
+  const app = createApp({ pool, log });
+  const server = serve({ fetch: app.fetch, port: config.env.PORT, hostname: config.env.HOST }, (info) =>
+    log.info({ event: "http.listening", port: info.port }, "HTTP listener ready"),
+  );
+  stops.unshift(
+    () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+      }),
+  );
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ event: "shutdown.begin", signal }, "stopping");
+    const timer = setTimeout(() => {
+      log.error({ event: "shutdown.timeout" }, "shutdown took too long; exiting");
+      process.exit(1);
+    }, 30_000);
+    timer.unref();
+    for (const stop of stops) {
+      try {
+        await stop();
+      } catch (e) {
+        log.warn({ event: "shutdown.step_failed", errorName: (e as Error).name }, "a shutdown step failed");
+      }
+    }
+    log.info({ event: "shutdown.done" }, "stopped");
+    process.exit(0);
+  };
+  process.on("SIGINT", () => void shutdown("SIGINT"));
+  process.on("SIGTERM", () => void shutdown("SIGTERM"));
+}
+
+await main();
