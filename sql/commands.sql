@@ -1,0 +1,367 @@
+-- CRM commands (§7.2, §8, §9): issued by a workflow step, claimed by the pump under a lease,
+-- marked in_flight (the durable "send started" marker) before the HTTP batch leaves, and completed
+-- per sub-result. A write with no reply becomes uncertain and is never resent blindly.
+
+create or replace function bitrix_sync._is_write_command(p_command_type text) returns boolean
+language sql immutable parallel safe as $$
+  select p_command_type in ('contact.add', 'contact.update', 'alert.add', 'alert.update')
+$$;
+comment on function bitrix_sync._is_write_command(text) is
+  'Commands that change the CRM: a lost reply to one of these is uncertain, not retryable.';
+
+create or replace function bitrix_sync._wake_workflow(p_workflow_id uuid) returns void
+language plpgsql as $$
+begin
+  -- A command reached an outcome the workflow must look at: waiting_crm -> running (crm_replied).
+  update bitrix_sync.workflow_instances
+     set state = 'running', next_attempt_at = now()
+   where id = p_workflow_id and state = 'waiting_crm';
+  if found then
+    perform pg_notify('bitrix_sync_workflows', '');
+  end if;
+end $$;
+comment on function bitrix_sync._wake_workflow(uuid) is
+  'waiting_crm -> running for the workflow owning a command that succeeded, failed for good or became uncertain.';
+
+create or replace function bitrix_sync.issue_command(
+  p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text
+) returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_wf bitrix_sync.workflow_instances;
+  v_cmd bitrix_sync.crm_commands;
+begin
+  select * into v_wf from bitrix_sync.workflow_instances where id = p_workflow_id for update;
+  if not found or v_wf.state <> 'running' or v_wf.lease_token is distinct from p_lease_token then
+    perform bitrix_sync._refuse_stale('workflow', p_workflow_id::text);
+  end if;
+  insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id)
+  values (p_workflow_id, p_command_type, coalesce(p_params, '{}'::jsonb), v_wf.revision, v_wf.correlation_id)
+  returning * into v_cmd;
+  perform bitrix_sync.fire_workflow_event(p_workflow_id, p_lease_token, 'await_crm',
+                                          jsonb_build_object('current_step', p_step));
+  perform pg_notify('bitrix_sync_commands', '');
+  return v_cmd;
+end $$;
+comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text) is
+  'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm at step p_step. The unique index allows one active command per workflow.';
+
+create or replace function bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_cmd bitrix_sync.crm_commands;
+begin
+  if p_command_type not like 'alert.%' then
+    raise exception 'alert commands must be alert.* types, got %', p_command_type
+      using errcode = 'BS004', hint = 'Contact commands belong to a workflow: use issue_command().';
+  end if;
+  insert into bitrix_sync.crm_commands (alert_id, command_type, params)
+  values (p_alert_id, p_command_type, coalesce(p_params, '{}'::jsonb))
+  returning * into v_cmd;
+  perform pg_notify('bitrix_sync_commands', '');
+  return v_cmd;
+end $$;
+comment on function bitrix_sync.issue_alert_command(bigint, text, jsonb) is
+  'Queues a smart-process command for a business alert; independent of workflow steps (§7.1).';
+
+create or replace function bitrix_sync.claim_commands(
+  p_worker text, p_limit integer default 20, p_lease interval default interval '60 seconds'
+) returns setof bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row record;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
+    raise exception 'claim needs 1..1000 rows and a positive lease'
+      using errcode = 'BS004', hint = 'Check the batch.size and lease.ttl_sec settings.';
+  end if;
+
+  -- A holder that died with a request out: a write may have landed (uncertain), a read is retried.
+  for v_row in
+    select c.id, c.command_type, c.workflow_id from bitrix_sync.crm_commands c
+     where c.status = 'in_flight' and c.locked_until < now()
+     for update skip locked
+  loop
+    if bitrix_sync._is_write_command(v_row.command_type) then
+      update bitrix_sync.crm_commands
+         set status = 'uncertain', lease_token = null, locked_by = null, locked_until = null,
+             last_error_code = 'lease_expired_in_flight'
+       where id = v_row.id;
+      if v_row.workflow_id is not null then
+        perform bitrix_sync._wake_workflow(v_row.workflow_id);
+      end if;
+    else
+      update bitrix_sync.crm_commands
+         set status = 'retry_wait', next_attempt_at = now(), lease_token = null, locked_by = null,
+             locked_until = null, last_error_code = 'lease_expired_in_flight'
+       where id = v_row.id;
+    end if;
+  end loop;
+
+  -- retry_wait -> pending (due), then claim pending and expired leased rows.
+  update bitrix_sync.crm_commands c set status = 'pending'
+   where c.id in (select d.id from bitrix_sync.crm_commands d
+                   where d.status = 'retry_wait' and d.next_attempt_at <= now()
+                   for update skip locked);
+
+  return query
+  with due as (
+    select c.id, c.next_attempt_at as sort_at from bitrix_sync.crm_commands c
+     where c.status = 'pending' and c.next_attempt_at <= now()
+     order by c.next_attempt_at, c.id
+     limit p_limit
+     for update skip locked
+  ), expired as (
+    select c.id, c.locked_until as sort_at from bitrix_sync.crm_commands c
+     where c.status = 'leased' and c.locked_until < now()
+     limit p_limit
+     for update skip locked
+  ), picked as (
+    select id from (select * from due union all select * from expired) x order by sort_at limit p_limit
+  )
+  update bitrix_sync.crm_commands c
+     set status = 'leased', lease_token = gen_random_uuid(), locked_by = left(p_worker, 128),
+         locked_until = now() + p_lease
+    from picked
+   where c.id = picked.id
+  returning c.*;
+end $$;
+comment on function bitrix_sync.claim_commands(text, integer, interval) is
+  'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait.';
+
+create or replace function bitrix_sync.send_commands(
+  p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_horizon interval default interval '24 hours'
+) returns setof bigint
+language plpgsql as $$
+begin
+  if coalesce(array_length(p_ids, 1), 0) <> coalesce(array_length(p_lease_tokens, 1), 0) then
+    raise exception 'send_commands needs one lease token per command id'
+      using errcode = 'BS004', hint = 'Pass the ids and tokens returned by claim_commands(), in the same order.';
+  end if;
+  return query
+  update bitrix_sync.crm_commands c
+     set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
+         deadline_at = case when c.attempt_count = 0 and c.limit_hits = 0 then now() + p_horizon else c.deadline_at end
+    from unnest(p_ids, p_lease_tokens) as t(id, token)
+   where c.id = t.id and c.status = 'leased' and c.lease_token = t.token
+  returning c.id;
+end $$;
+comment on function bitrix_sync.send_commands(bigint[], uuid[], uuid, interval) is
+  'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The retry horizon starts at the first send.';
+
+create or replace function bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  update bitrix_sync.crm_commands
+     set status = 'succeeded', response = p_response, completed_at = now(), last_error_code = null,
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status = 'in_flight' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.complete_command(bigint, uuid, jsonb) is
+  'in_flight -> succeeded with a safe response projection, and wakes the workflow. Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync.release_command(p_id bigint, p_lease_token uuid)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  update bitrix_sync.crm_commands
+     set status = 'pending', lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.release_command(bigint, uuid) is
+  'leased -> pending without sending (no limiter token, method blocked, shutdown). Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync._dead_letter_command_row(
+  p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text
+) returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  update bitrix_sync.crm_commands
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
+         last_http_status = p_http_status, last_bitrix_error = left(p_bitrix_error, 64),
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_row.id
+  returning * into v_row;
+  insert into bitrix_sync.technical_dead_letters
+    (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error,
+     attempt_count, first_attempt_at, deadline_at, correlation_id)
+  values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type, p_error_code,
+          p_http_status, left(p_bitrix_error, 64), v_row.attempt_count - v_row.limit_hits,
+          v_row.deadline_at - interval '24 hours', v_row.deadline_at, v_row.correlation_id);
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands, text, integer, text) is
+  'Internal: moves a held command to dead_letter, writes the technical DLQ row and wakes its workflow.';
+
+create or replace function bitrix_sync.retry_command(
+  p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean default true,
+  p_http_status integer default null, p_bitrix_error text default null
+) returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  select * into v_row from bitrix_sync.crm_commands
+   where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  -- 24 h horizon from the first attempt (§9): past it the command goes to the technical DLQ.
+  if now() + greatest(p_delay, interval '0') > v_row.deadline_at then
+    return bitrix_sync._dead_letter_command_row(v_row, 'retry_horizon_exceeded', p_http_status, p_bitrix_error);
+  end if;
+  update bitrix_sync.crm_commands c
+     set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'),
+         last_error_code = p_error_code, last_http_status = p_http_status,
+         last_bitrix_error = left(p_bitrix_error, 64),
+         -- QUERY_LIMIT_EXCEEDED is refused before execution: it is not an attempt (§9).
+         limit_hits = c.limit_hits + case when p_spends_attempt then 0 else 1 end,
+         lease_token = null, locked_by = null, locked_until = null
+   where c.id = p_id
+  returning * into v_row;
+  return v_row;
+end $$;
+comment on function bitrix_sync.retry_command(bigint, uuid, text, interval, boolean, integer, text) is
+  'leased|in_flight -> retry_wait after p_delay. p_spends_attempt = false for rate-limit refusals (counted in limit_hits). Past the 24 h horizon it dead-letters instead. Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  update bitrix_sync.crm_commands
+     set status = 'uncertain', last_error_code = p_error_code,
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status = 'in_flight' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.mark_command_uncertain(bigint, uuid, text) is
+  'in_flight -> uncertain: the request left and no reply came. The workflow recovers by searching, never by resending. Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync.dead_letter_command(
+  p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer default null,
+  p_bitrix_error text default null
+) returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  select * into v_row from bitrix_sync.crm_commands
+   where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  return bitrix_sync._dead_letter_command_row(v_row, p_error_code, p_http_status, p_bitrix_error);
+end $$;
+comment on function bitrix_sync.dead_letter_command(bigint, uuid, text, integer, text) is
+  'leased|in_flight -> dead_letter with a technical DLQ row (permanent failure). Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync._workflow_holder(p_command_id bigint, p_workflow_token uuid)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  select c.* into v_row from bitrix_sync.crm_commands c
+    join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+   where c.id = p_command_id and w.state = 'running' and w.lease_token = p_workflow_token
+   for update of c;
+  if not found then
+    perform bitrix_sync._refuse_stale('workflow of command', p_command_id::text);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync._workflow_holder(bigint, uuid) is
+  'Internal: the command, locked, when the caller holds its workflow''s lease; otherwise BS001.';
+
+create or replace function bitrix_sync.begin_command_reconcile(p_id bigint, p_workflow_token uuid)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  v_row := bitrix_sync._workflow_holder(p_id, p_workflow_token);
+  update bitrix_sync.crm_commands set status = 'reconcile' where id = p_id returning * into v_row;
+  return v_row;
+end $$;
+comment on function bitrix_sync.begin_command_reconcile(bigint, uuid) is
+  'uncertain -> reconcile: the workflow (holding its lease) starts the recovery search for an unanswered write.';
+
+create or replace function bitrix_sync.resolve_command_reconcile(
+  p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb default null,
+  p_error_code text default null
+) returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  v_row := bitrix_sync._workflow_holder(p_id, p_workflow_token);
+  if v_row.status <> 'reconcile' then
+    raise exception 'command % is %, not reconcile', p_id, v_row.status
+      using errcode = 'BS002', hint = 'Call begin_command_reconcile() first.';
+  end if;
+  case p_outcome
+    when 'succeeded' then
+      update bitrix_sync.crm_commands
+         set status = 'succeeded', response = p_response, completed_at = now(), last_error_code = null
+       where id = p_id returning * into v_row;
+    when 'retry' then
+      -- The search proved the write did not land: sending it again cannot duplicate anything.
+      perform bitrix_sync._check_code(coalesce(p_error_code, 'reconciled_not_applied'));
+      update bitrix_sync.crm_commands
+         set status = 'retry_wait', next_attempt_at = now(),
+             last_error_code = coalesce(p_error_code, 'reconciled_not_applied')
+       where id = p_id returning * into v_row;
+    when 'dead_letter' then
+      perform bitrix_sync._check_code(p_error_code);
+      update bitrix_sync.crm_commands set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code
+       where id = p_id returning * into v_row;
+      insert into bitrix_sync.technical_dead_letters
+        (source, source_id, workflow_id, command_id, operation, error_code, attempt_count, deadline_at, correlation_id)
+      values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type, p_error_code,
+              v_row.attempt_count - v_row.limit_hits, v_row.deadline_at, v_row.correlation_id);
+    else
+      raise exception 'reconcile outcome must be succeeded, retry or dead_letter, got %', p_outcome
+        using errcode = 'BS004', hint = 'See §7.2: reconcile -> succeeded | retry_wait | dead_letter.';
+  end case;
+  return v_row;
+end $$;
+comment on function bitrix_sync.resolve_command_reconcile(bigint, uuid, text, jsonb, text) is
+  'reconcile -> succeeded (the search found the write applied), retry_wait (proved not applied) or dead_letter. Fenced by the workflow lease.';

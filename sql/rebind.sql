@@ -1,0 +1,70 @@
+-- Audited rebind request (§5.4): an admin asks to move a user's link to another Contact. The
+-- procedure records the request and starts a contact.rebind workflow; the mapping itself changes
+-- only when the workflow has updated both Contacts.
+
+create or replace function bitrix_sync.request_bitrix_contact_rebind(
+  user_id uuid, target_b24_id text, reason text, operator_id text
+) returns uuid
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_current bitrix_sync.entity_external_mapping;
+  v_other bitrix_sync.entity_external_mapping;
+  v_request_id uuid;
+  v_workflow_id uuid;
+  v_user_id constant uuid := request_bitrix_contact_rebind.user_id;
+  v_target constant text := btrim(request_bitrix_contact_rebind.target_b24_id);
+begin
+  if v_user_id is null or v_target is null or v_target !~ '^[1-9][0-9]{0,17}$' then
+    raise exception 'target_b24_id must be a Bitrix24 Contact ID (digits only) and user_id is required'
+      using errcode = 'BS004', hint = 'Example: select bitrix_sync.request_bitrix_contact_rebind(''<user uuid>'', ''12345'', ''duplicate merged by CRM team'', ''ops:ivanov'');';
+  end if;
+  if reason is null or length(btrim(reason)) < 3 or operator_id is null or length(btrim(operator_id)) = 0 then
+    raise exception 'a reason (3 to 500 characters) and an operator_id are required for the audit'
+      using errcode = 'BS004', hint = 'Say why the link is wrong and who you are.';
+  end if;
+  if not exists (select 1 from han_app.user_identity u where u.id = v_user_id and u.record_status = 'active') then
+    raise exception 'user % does not exist or is not active', v_user_id
+      using errcode = 'BS005', hint = 'Only active users are linked to Contacts.';
+  end if;
+
+  -- 1. lock the user's current active mapping (there may be none).
+  select * into v_current from bitrix_sync.entity_external_mapping m
+   where m.entity_type = 'user' and m.entity_id = v_user_id and m.status = 'active'
+   for update;
+  if found and v_current.external_id = v_target then
+    raise exception 'user % is already linked to Contact %', v_user_id, v_target
+      using errcode = 'BS006', hint = 'Nothing to do.';
+  end if;
+  -- 2. the target must not be actively linked to another user.
+  select * into v_other from bitrix_sync.entity_external_mapping m
+   where m.external_entity_type = 'contact' and m.external_id = v_target and m.status = 'active'
+   for update;
+  if found then
+    raise exception 'Contact % is actively linked to another user', v_target
+      using errcode = 'BS006',
+            hint = 'Resolve that user''s link first (deactivate or rebind it); a Contact cannot serve two active users.';
+  end if;
+  if exists (select 1 from bitrix_sync.rebind_requests r
+              where r.user_id = v_user_id and r.status in ('requested', 'in_progress')) then
+    raise exception 'a rebind of user % is already in progress', v_user_id
+      using errcode = 'BS007', hint = 'Wait for it to finish (bitrix_sync.status views), then ask again.';
+  end if;
+  if exists (select 1 from bitrix_sync.workflow_instances w
+              where w.user_id = v_user_id and w.state not in ('succeeded', 'failed', 'cancelled')) then
+    raise exception 'user % has a sync workflow running', v_user_id
+      using errcode = 'BS007', hint = 'Retry when it has finished; a user has one workflow at a time.';
+  end if;
+
+  -- 3. the request and its workflow; the mapping is untouched (4).
+  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, contact_id, step_data)
+  values ('contact.rebind', 'contact.rebind', v_user_id, v_target,
+          jsonb_build_object('previous_contact_id', v_current.external_id, 'target_contact_id', v_target))
+  returning id into v_workflow_id;
+  insert into bitrix_sync.rebind_requests (user_id, previous_contact_id, target_contact_id, reason, operator_id, workflow_id)
+  values (v_user_id, v_current.external_id, v_target, btrim(reason), btrim(operator_id), v_workflow_id)
+  returning id into v_request_id;
+  perform pg_notify('bitrix_sync_workflows', '');
+  return v_request_id;
+end $$;
+comment on function bitrix_sync.request_bitrix_contact_rebind(uuid, text, text, text) is
+  'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user, records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';

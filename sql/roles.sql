@@ -1,0 +1,17 @@
+-- Roles (§13, DESIGN.md): created NOLOGIN if absent; deployment grants LOGIN and passwords.
+-- Roles are cluster-wide, so this is safe to run in every database of the cluster.
+do $$
+begin
+  if not exists (select 1 from pg_roles where rolname = 'bitrix_sync_user') then
+    create role bitrix_sync_user nologin;
+  end if;
+  if not exists (select 1 from pg_roles where rolname = 'bitrix_sync_admin') then
+    create role bitrix_sync_admin nologin;
+  end if;
+  if not exists (select 1 from pg_roles where rolname = 'han_app_user') then
+    create role han_app_user nologin;
+  end if;
+end $$;
+comment on role bitrix_sync_user is 'bitrix-sync runtime: its own schema, queue processing, CRM-master profile columns. No DDL.';
+comment on role bitrix_sync_admin is 'Operators: request_bitrix_contact_rebind(), settings functions and status views only.';
+comment on role han_app_user is 'The HAN App: writes identity and profile; sync_queue rows appear through the trigger.';

@@ -1,0 +1,51 @@
+-- Status views (§14): counts and ages only, never PII, Contact/user IDs or raw errors. Readable by
+-- bitrix_sync_admin and used by GET /internal/sync/v1/status.
+
+create or replace view bitrix_sync.status_queue as
+select q.status, count(*)::bigint as count,
+       extract(epoch from now() - min(q.created_at))::bigint as oldest_age_sec
+  from han_app.sync_queue q
+ group by q.status;
+comment on view bitrix_sync.status_queue is 'han_app.sync_queue depth and oldest age by status.';
+
+create or replace view bitrix_sync.status_workflows as
+select w.workflow_type, w.state, count(*)::bigint as count,
+       extract(epoch from now() - min(w.created_at))::bigint as oldest_age_sec
+  from bitrix_sync.workflow_instances w
+ where w.state not in ('succeeded', 'failed', 'cancelled')
+ group by w.workflow_type, w.state;
+comment on view bitrix_sync.status_workflows is 'Active workflows by type and state, with the oldest age.';
+
+create or replace view bitrix_sync.status_commands as
+select c.command_type, c.status, count(*)::bigint as count,
+       extract(epoch from now() - min(c.created_at))::bigint as oldest_age_sec
+  from bitrix_sync.crm_commands c
+ where c.status not in ('succeeded')
+ group by c.command_type, c.status;
+comment on view bitrix_sync.status_commands is 'Unfinished and dead-lettered CRM commands by type and status.';
+
+create or replace view bitrix_sync.status_webhooks as
+select w.receiver, w.status, count(*)::bigint as count,
+       extract(epoch from now() - min(w.received_at))::bigint as oldest_age_sec
+  from bitrix_sync.webhook_inbox w
+ where w.status not in ('processed')
+ group by w.receiver, w.status;
+comment on view bitrix_sync.status_webhooks is 'Unprocessed webhook inbox rows by receiver and status (webhook lag).';
+
+create or replace view bitrix_sync.status_dead_letters as
+select d.source, d.operation, d.error_code, count(*)::bigint as count,
+       extract(epoch from now() - min(d.created_at))::bigint as oldest_age_sec
+  from bitrix_sync.technical_dead_letters d
+ where d.resolved_at is null
+ group by d.source, d.operation, d.error_code;
+comment on view bitrix_sync.status_dead_letters is 'Open technical dead letters by source, operation and safe code.';
+
+create or replace view bitrix_sync.status_alerts as
+select a.alert_type, a.severity, count(*)::bigint as open_count,
+       count(*) filter (where a.first_occurred_at < now() - make_interval(hours =>
+         coalesce((select (v.settings_values ->> 'alerts.sla_hours')::integer
+                     from bitrix_sync.settings_versions v where v.status = 'active'), 24)))::bigint as sla_overdue
+  from bitrix_sync.business_alerts a
+ where a.status = 'open'
+ group by a.alert_type, a.severity;
+comment on view bitrix_sync.status_alerts is 'Open business alerts by type and severity, with how many are past the SLA.';

@@ -1,0 +1,147 @@
+-- Workflows (§7.1): one active workflow per user; persisted transitions by event name, fenced by
+-- the lease token of the worker stepping the workflow.
+
+create or replace function bitrix_sync.start_or_join_workflow(
+  p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text
+) returns table (workflow_id uuid, action text)
+language plpgsql as $$
+declare
+  v_row bitrix_sync.workflow_instances;
+begin
+  select * into v_row from bitrix_sync.workflow_instances w
+   where w.user_id = p_user_id and w.state not in ('succeeded', 'failed', 'cancelled')
+   for update;
+  if found then
+    -- Same intent with the same desired content: nothing new to converge to.
+    if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
+      return query select v_row.id, 'unchanged'::text;
+      return;
+    end if;
+    update bitrix_sync.workflow_instances w
+       set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
+           content_hash = p_content_hash,
+           -- A workflow parked in waiting_manual may now be fixable by the newer intent.
+           next_attempt_at = least(w.next_attempt_at, now())
+     where w.id = v_row.id;
+    return query select v_row.id, 'joined'::text;
+    return;
+  end if;
+  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
+  values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash)
+  returning * into v_row;
+  perform pg_notify('bitrix_sync_workflows', '');
+  return query select v_row.id, 'started'::text;
+end $$;
+comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text) is
+  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step); equal intent and content hash changes nothing.';
+
+create or replace function bitrix_sync.claim_workflows(
+  p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
+) returns setof bitrix_sync.workflow_instances
+language plpgsql as $$
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
+    raise exception 'claim needs 1..1000 rows and a positive lease'
+      using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
+  end if;
+  return query
+  with picked as (
+    select w.id from bitrix_sync.workflow_instances w
+     where w.state in ('created', 'running', 'waiting_retry')
+       and w.next_attempt_at <= now()
+       and (w.lease_token is null or w.locked_until < now())
+     order by w.next_attempt_at, w.created_at
+     limit p_limit
+     for update skip locked
+  )
+  update bitrix_sync.workflow_instances w
+     set state = 'running',
+         lease_token = gen_random_uuid(),
+         locked_by = left(p_worker, 128),
+         locked_until = now() + p_lease,
+         attempt_count = w.attempt_count + 1
+    from picked
+   where w.id = picked.id
+  returning w.*;
+end $$;
+comment on function bitrix_sync.claim_workflows(text, integer, interval) is
+  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due).';
+
+create or replace function bitrix_sync.fire_workflow_event(
+  p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb default '{}'::jsonb
+) returns bitrix_sync.workflow_instances
+language plpgsql as $$
+declare
+  v_row bitrix_sync.workflow_instances;
+  v_to text;
+  v_bad text;
+begin
+  select * into v_row from bitrix_sync.workflow_instances where id = p_id for update;
+  if not found then
+    raise exception 'workflow % does not exist', p_id
+      using errcode = 'BS005', hint = 'Check the workflow id.';
+  end if;
+  if v_row.lease_token is distinct from p_lease_token then
+    perform bitrix_sync._refuse_stale('workflow', p_id::text);
+  end if;
+  select e.to_state into v_to from bitrix_sync.state_edges e
+   where e.machine = 'workflow' and e.from_state = v_row.state and e.event = p_event;
+  if v_to is null then
+    raise exception 'workflow event % is not allowed in state %', p_event, v_row.state
+      using errcode = 'BS002', hint = 'docs/state-machines.md lists the events of each state.';
+  end if;
+  select string_agg(k, ', ') into v_bad from jsonb_object_keys(coalesce(p_changes, '{}'::jsonb)) k
+   where k not in ('current_step', 'step_data', 'contact_id', 'outcome', 'last_error_code', 'next_attempt_at',
+                   'processed_revision');
+  if v_bad is not null then
+    raise exception 'workflow event cannot change %', v_bad
+      using errcode = 'BS004', hint = 'Allowed: current_step, step_data, contact_id, outcome, last_error_code, next_attempt_at, processed_revision.';
+  end if;
+  if p_changes ? 'last_error_code' and p_changes ->> 'last_error_code' is not null then
+    perform bitrix_sync._check_code(p_changes ->> 'last_error_code');
+  end if;
+  if p_changes ? 'outcome' and p_changes ->> 'outcome' is not null then
+    perform bitrix_sync._check_code(p_changes ->> 'outcome');
+  end if;
+
+  update bitrix_sync.workflow_instances w
+     set state = v_to,
+         current_step = coalesce(p_changes ->> 'current_step', w.current_step),
+         step_data = case when p_changes ? 'step_data' then p_changes -> 'step_data' else w.step_data end,
+         contact_id = case when p_changes ? 'contact_id' then p_changes ->> 'contact_id' else w.contact_id end,
+         outcome = case when p_changes ? 'outcome' then p_changes ->> 'outcome' else w.outcome end,
+         last_error_code = case when p_changes ? 'last_error_code' then p_changes ->> 'last_error_code' else w.last_error_code end,
+         next_attempt_at = coalesce((p_changes ->> 'next_attempt_at')::timestamptz,
+                                    case when v_to = 'running' then w.next_attempt_at else now() end),
+         processed_revision = coalesce((p_changes ->> 'processed_revision')::integer, w.processed_revision),
+         -- The lease belongs to a worker stepping a running workflow; any other state releases it.
+         lease_token = case when v_to = 'running' then w.lease_token end,
+         locked_by = case when v_to = 'running' then w.locked_by end,
+         locked_until = case when v_to = 'running' then w.locked_until end,
+         finished_at = case when v_to in ('succeeded', 'failed', 'cancelled') then now() end
+   where w.id = p_id
+  returning * into v_row;
+  if v_to in ('waiting_retry', 'running') then
+    perform pg_notify('bitrix_sync_workflows', '');
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.fire_workflow_event(uuid, uuid, text, jsonb) is
+  'Moves a workflow along the edge named p_event from its current state (bitrix_sync.state_edges), applying the allowed changes. The caller must present the current lease token (null when none is held); stale holders get BS001, illegal events BS002.';
+
+create or replace function bitrix_sync.extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval)
+returns bitrix_sync.workflow_instances
+language plpgsql as $$
+declare
+  v_row bitrix_sync.workflow_instances;
+begin
+  update bitrix_sync.workflow_instances set locked_until = now() + p_lease
+   where id = p_id and state = 'running' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('workflow', p_id::text);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.extend_workflow_lease(uuid, uuid, interval) is
+  'Extends the lease of a running workflow. Refuses a stale token (BS001).';
