@@ -1,5 +1,6 @@
 // Applies the project's committed graphile-migrate migrations and graphile-worker's own schema.
 import { readdirSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Logger as GraphileLogger } from "@graphile/logger";
@@ -12,6 +13,12 @@ export const migrationsFolder = join(projectRoot, "migrations");
 
 interface Logger {
   info(obj: object, msg?: string): void;
+}
+
+const require = createRequire(import.meta.url);
+function releaseMigratePools(): void {
+  const pgReal = require("graphile-migrate/dist/pgReal") as { clearAllPools?: () => void };
+  pgReal.clearAllPools?.();
 }
 
 /** Hash of the newest committed migration, read from its `--! Hash:` header. */
@@ -50,5 +57,11 @@ export async function migrateDatabase(connectionString: string, log?: Logger): P
   const logger = new GraphileLogger(() => (level, message) => {
     if (level === "info") log?.info({ event: "db.migrate" }, message);
   });
-  await gmMigrate({ connectionString, migrationsFolder, logger });
+  try {
+    await gmMigrate({ connectionString, migrationsFolder, logger });
+  } finally {
+    // graphile-migrate keeps its pool open a moment after use and exits the process if that idle
+    // pool sees an error (e.g. the database being dropped or renamed). Close it now.
+    releaseMigratePools();
+  }
 }

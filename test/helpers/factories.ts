@@ -1,0 +1,87 @@
+// Row factories with defaults for integration tests.
+import { randomInt, randomUUID } from "node:crypto";
+import type pg from "pg";
+
+type Queryable = pg.Pool | pg.PoolClient | pg.Client;
+
+/** A valid Russian E.164 phone, different on each call. */
+export function randomPhone(): string {
+  return `+79${String(randomInt(0, 1_000_000_000)).padStart(9, "0")}`;
+}
+
+export interface UserRow {
+  id: string;
+  phone: string;
+}
+
+/** Inserts a user_identity and its client_profile (both active unless told otherwise). */
+export async function makeUser(
+  db: Queryable,
+  opts: { phone?: string | null; status?: string; profile?: boolean; fullName?: string } = {},
+): Promise<UserRow> {
+  const id = randomUUID();
+  const phone = opts.phone === undefined ? randomPhone() : opts.phone;
+  await db.query("insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, $3)", [
+    id,
+    phone,
+    opts.status ?? "active",
+  ]);
+  if (opts.profile !== false) {
+    await db.query(
+      "insert into han_app.client_profile (user_id, full_name, record_status) values ($1, $2, $3)",
+      [id, opts.fullName ?? "Test User", opts.status ?? "active"],
+    );
+  }
+  return { id, phone: phone ?? "" };
+}
+
+export interface QueueRow {
+  id: string;
+  task_type: string;
+  entity_id: string;
+  dedup_key: string;
+  status: string;
+  payload_json: Record<string, unknown>;
+  lease_token: string | null;
+  attempt_count: number;
+  cancel_reason: string | null;
+  created_at: Date;
+}
+
+/** The queue rows of one user, oldest first. */
+export async function queueRows(db: Queryable, userId: string): Promise<QueueRow[]> {
+  const { rows } = await db.query<QueueRow>(
+    "select * from han_app.sync_queue where entity_id = $1 order by created_at, task_type",
+    [userId],
+  );
+  return rows;
+}
+
+/** Runs `fn` inside BEGIN/COMMIT on one client. */
+export async function inTx<T>(db: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  const c = await db.connect();
+  try {
+    await c.query("begin");
+    const out = await fn(c);
+    await c.query("commit");
+    return out;
+  } catch (e) {
+    await c.query("rollback").catch(() => undefined);
+    throw e;
+  } finally {
+    c.release();
+  }
+}
+
+/** Asserts a promise rejects with a PostgreSQL error of the given SQLSTATE and returns it. */
+export async function pgError(
+  p: Promise<unknown>,
+): Promise<{ code: string; message: string; hint?: string }> {
+  try {
+    await p;
+  } catch (e) {
+    const err = e as { code?: string; message: string; hint?: string };
+    return { code: err.code ?? "", message: err.message, hint: err.hint };
+  }
+  throw new Error("expected a database error, got success");
+}

@@ -1,0 +1,210 @@
+// han_app.enqueue_contact_sync() (§6.2): every decision of the trigger, against real PostgreSQL.
+import test from "ava";
+import pg from "pg";
+import { inTx, makeUser, queueRows } from "../helpers/factories.js";
+import { createTestDb, type TestDb } from "../helpers/testdb.js";
+
+let db: TestDb;
+test.before(async () => {
+  db = await createTestDb();
+});
+test.after.always(async () => {
+  await db?.drop();
+});
+
+test("inserting an active identity and profile records one coalesced contact.map_or_create", async (t) => {
+  const u = await makeUser(db.pool);
+  const rows = await queueRows(db.pool, u.id);
+  t.is(rows.length, 1);
+  const [row] = rows;
+  t.is(row?.task_type, "contact.map_or_create");
+  t.is(row?.status, "pending");
+  t.is(row?.dedup_key, `contact.map_or_create:user:${u.id}`);
+  // The profile insert coalesced into the identity's intent; the payload is the newest reason.
+  t.deepEqual(Object.keys(row?.payload_json ?? {}).sort(), [
+    "reason",
+    "schema_version",
+    "source_updated_at",
+    "user_id",
+  ]);
+  t.is(row?.payload_json.user_id, u.id);
+  t.is(row?.payload_json.schema_version, 1);
+  t.is(row?.payload_json.reason, "profile_created");
+  t.regex(String(row?.payload_json.source_updated_at), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
+});
+
+test("the payload carries no PII: no phone, name or email", async (t) => {
+  const u = await makeUser(db.pool, { fullName: "Ivan Petrov" });
+  const [row] = await queueRows(db.pool, u.id);
+  const text = JSON.stringify(row?.payload_json);
+  t.false(text.includes(u.phone));
+  t.false(text.includes("Ivan"));
+});
+
+test("an inactive insert records nothing", async (t) => {
+  const u = await makeUser(db.pool, { status: "inactive" });
+  t.deepEqual(await queueRows(db.pool, u.id), []);
+});
+
+test("a phone change records contact.update", async (t) => {
+  const u = await makeUser(db.pool);
+  await db.pool.query("update han_app.user_identity set phone_number = '+79990001122' where id = $1", [u.id]);
+  const rows = await queueRows(db.pool, u.id);
+  t.deepEqual(
+    rows.map((r) => [r.task_type, r.payload_json.reason]),
+    [
+      ["contact.map_or_create", "profile_created"],
+      ["contact.update", "identity_phone_changed"],
+    ],
+  );
+});
+
+test("a phone update to the same value (IS NOT DISTINCT FROM) records nothing", async (t) => {
+  const u = await makeUser(db.pool);
+  await db.pool.query(
+    "update han_app.user_identity set phone_number = phone_number, updated_at = now() where id = $1",
+    [u.id],
+  );
+  await db.pool.query("update han_app.client_profile set record_status = record_status where user_id = $1", [
+    u.id,
+  ]);
+  t.is((await queueRows(db.pool, u.id)).length, 1);
+});
+
+test("changes of CRM-master fields and foreign_phone alone record nothing", async (t) => {
+  const u = await makeUser(db.pool);
+  await db.pool.query(
+    `update han_app.client_profile
+        set full_name = 'Other', citizenship = 'RU', email = 'a@b.c', foreign_phone = '+1555', source_updated_at = now()
+      where user_id = $1`,
+    [u.id],
+  );
+  t.is((await queueRows(db.pool, u.id)).length, 1);
+});
+
+test("leaving active records contact.deactivate; for identity and for profile", async (t) => {
+  const a = await makeUser(db.pool);
+  await db.pool.query("update han_app.user_identity set record_status = 'deleted' where id = $1", [a.id]);
+  const b = await makeUser(db.pool);
+  await db.pool.query("update han_app.client_profile set record_status = 'inactive' where user_id = $1", [
+    b.id,
+  ]);
+  const ra = await queueRows(db.pool, a.id);
+  const rb = await queueRows(db.pool, b.id);
+  t.deepEqual(
+    ra.filter((r) => r.task_type === "contact.deactivate").map((r) => r.payload_json.reason),
+    ["identity_deactivated"],
+  );
+  t.deepEqual(
+    rb.filter((r) => r.task_type === "contact.deactivate").map((r) => [r.entity_id, r.payload_json.reason]),
+    [[b.id, "profile_deactivated"]],
+  );
+});
+
+test("inactive -> deleted is not a deactivation again; a phone change of an inactive user records nothing", async (t) => {
+  const u = await makeUser(db.pool, { status: "inactive" });
+  await db.pool.query("update han_app.user_identity set record_status = 'deleted' where id = $1", [u.id]);
+  await db.pool.query("update han_app.user_identity set phone_number = '+79990002233' where id = $1", [u.id]);
+  t.deepEqual(await queueRows(db.pool, u.id), []);
+});
+
+test("returning to active records (or coalesces into) contact.map_or_create", async (t) => {
+  const u = await makeUser(db.pool);
+  await db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [u.id]);
+  await db.pool.query("update han_app.user_identity set record_status = 'active' where id = $1", [u.id]);
+  const rows = await queueRows(db.pool, u.id);
+  const maps = rows.filter((r) => r.task_type === "contact.map_or_create");
+  t.is(maps.length, 1, "the pending map_or_create absorbed the reactivation");
+  t.is(maps[0]?.payload_json.reason, "identity_reactivated");
+  t.is(rows.filter((r) => r.task_type === "contact.deactivate").length, 1);
+});
+
+test("a finished intent does not block a new one (partial unique dedup)", async (t) => {
+  const u = await makeUser(db.pool);
+  await db.pool.query(
+    "update han_app.sync_queue set status = 'cancelled', cancel_reason = 'test', completed_at = now() where entity_id = $1",
+    [u.id],
+  );
+  await db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [u.id]);
+  await db.pool.query("update han_app.user_identity set record_status = 'active' where id = $1", [u.id]);
+  const maps = (await queueRows(db.pool, u.id)).filter((r) => r.task_type === "contact.map_or_create");
+  t.deepEqual(
+    maps.map((r) => r.status),
+    ["cancelled", "pending"],
+  );
+});
+
+test("entity_id is always user_identity.id, also for profile events", async (t) => {
+  const u = await makeUser(db.pool, { profile: false });
+  const { rows } = await db.pool.query<{ id: string }>(
+    "insert into han_app.client_profile (user_id, record_status) values ($1, 'active') returning id",
+    [u.id],
+  );
+  await db.pool.query("update han_app.client_profile set record_status = 'deleted' where id = $1", [
+    rows[0]?.id,
+  ]);
+  const all = await queueRows(db.pool, u.id);
+  t.true(all.length >= 2);
+  t.true(all.every((r) => r.entity_id === u.id));
+  const { rows: other } = await db.pool.query("select 1 from han_app.sync_queue where entity_id = $1", [
+    rows[0]?.id,
+  ]);
+  t.is(other.length, 0);
+});
+
+test("a rolled-back business update leaves no queue row", async (t) => {
+  const c = await db.pool.connect();
+  let id = "";
+  try {
+    await c.query("begin");
+    id = (await makeUser(c)).id;
+    t.is((await queueRows(c, id)).length, 1, "visible inside the transaction");
+    await c.query("rollback");
+  } finally {
+    c.release();
+  }
+  t.deepEqual(await queueRows(db.pool, id), []);
+});
+
+test("SET LOCAL han.sync_suppress = 'true' records nothing, and does not leak into the next transaction", async (t) => {
+  // One connection, reused like a pooled one.
+  const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  try {
+    const u = await makeUser(db.pool);
+    await inTx(pool, async (c) => {
+      await c.query("set local han.sync_suppress = 'true'");
+      await c.query("update han_app.user_identity set phone_number = '+79990003344' where id = $1", [u.id]);
+    });
+    t.is((await queueRows(db.pool, u.id)).filter((r) => r.task_type === "contact.update").length, 0);
+
+    const c = await pool.connect();
+    try {
+      const { rows } = await c.query<{ v: string | null }>(
+        "select current_setting('han.sync_suppress', true) as v",
+      );
+      t.not(rows[0]?.v, "true", "the setting ended with its transaction");
+      await c.query("update han_app.user_identity set phone_number = '+79990004455' where id = $1", [u.id]);
+    } finally {
+      c.release();
+    }
+    t.is((await queueRows(db.pool, u.id)).filter((r) => r.task_type === "contact.update").length, 1);
+  } finally {
+    await pool.end();
+  }
+});
+
+test("the trigger NOTIFYs bitrix_sync_queue without naming the user", async (t) => {
+  const listener = new pg.Client({ connectionString: db.url });
+  await listener.connect();
+  try {
+    const got: string[] = [];
+    listener.on("notification", (n) => got.push(`${n.channel}:${n.payload ?? ""}`));
+    await listener.query("listen bitrix_sync_queue");
+    const u = await makeUser(db.pool);
+    for (let i = 0; i < 50 && got.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+    t.true(got.length >= 1);
+    t.true(got.every((g) => g.startsWith("bitrix_sync_queue:contact.") && !g.includes(u.id)));
+  } finally {
+    await listener.end();
+  }
+});

@@ -1,0 +1,140 @@
+// Hot settings (§12.3): typed validation, activation of validated versions only, rollback, audit.
+import test from "ava";
+import { pgError } from "../helpers/factories.js";
+import { createTestDb, type TestDb } from "../helpers/testdb.js";
+
+let db: TestDb;
+test.before(async () => {
+  db = await createTestDb();
+});
+test.after.always(async () => {
+  await db?.drop();
+});
+
+async function active(): Promise<Record<string, unknown>> {
+  const { rows } = await db.pool.query<{ s: Record<string, unknown> }>(
+    "select bitrix_sync.active_settings() as s",
+  );
+  return rows[0]?.s ?? {};
+}
+
+async function propose(changes: object, actor = "ops:test"): Promise<number> {
+  const { rows } = await db.pool.query<{ v: number }>("select bitrix_sync.propose_settings($1, $2) as v", [
+    JSON.stringify(changes),
+    actor,
+  ]);
+  return rows[0]?.v ?? -1;
+}
+
+async function validate(version: number): Promise<string[]> {
+  const { rows } = await db.pool.query<{ e: string[] }>(
+    "select bitrix_sync.validate_settings_version($1) as e",
+    [version],
+  );
+  return rows[0]?.e ?? [];
+}
+
+test.serial("a fresh database runs on the catalogue defaults as version 1", async (t) => {
+  const s = await active();
+  t.is(s._version, 1);
+  t.is(s["batch.size"], 20);
+  t.is(s["limiter.refill_per_sec"], 2);
+  t.is(s["limiter.max_in_flight"], 2);
+  t.is(s["retry.horizon_sec"], 86400);
+  t.is(s["reconcile.opened_filter"], "Y");
+  t.is(s["alerts.entity_type_id"], null);
+});
+
+test.serial("invalid values are rejected with reasons and can never be activated", async (t) => {
+  const bad = [
+    [{ "batch.size": 0 }, /batch\.size: must be at least 1/],
+    [{ "batch.size": 51 }, /batch\.size: must be at most 50/],
+    [{ "batch.size": 2.5 }, /batch\.size: must be a whole number/],
+    [{ "limiter.max_in_flight": 0 }, /limiter\.max_in_flight: must be at least 1/],
+    [{ "limiter.refill_per_sec": 0 }, /limiter\.refill_per_sec: must be at least/],
+    [{ "reconcile.contacts_interval_sec": -5 }, /reconcile\.contacts_interval_sec: must be at least/],
+    [{ "batch.size": "20" }, /batch\.size: must be a number/],
+    [{ "reconcile.opened_filter": "yes" }, /reconcile\.opened_filter: must be one of/],
+    [{ "no.such_key": 1 }, /no\.such_key: unknown setting/],
+    [{ "retry.base_ms": 500000, "retry.max_ms": 1000 }, /retry\.base_ms: must not exceed retry\.max_ms/],
+  ] as const;
+  for (const [changes, reason] of bad) {
+    const v = await propose(changes);
+    const errors = await validate(v);
+    t.true(
+      errors.some((e) => reason.test(e)),
+      `${JSON.stringify(changes)} -> ${JSON.stringify(errors)}`,
+    );
+    const err = await pgError(
+      db.pool.query("select bitrix_sync.activate_settings_version($1, 'ops:test')", [v]),
+    );
+    t.is(err.code, "BS008");
+    t.regex(err.message, /only a validated version can be activated/);
+    t.regex(err.hint ?? "", /validation_errors/);
+  }
+  t.is((await active())._version, 1, "nothing was half-applied");
+});
+
+test.serial("a draft must be validated before activation", async (t) => {
+  const v = await propose({ "batch.size": 30 });
+  const err = await pgError(
+    db.pool.query("select bitrix_sync.activate_settings_version($1, 'ops:test')", [v]),
+  );
+  t.is(err.code, "BS008");
+  t.regex(err.hint ?? "", /validate_settings_version/);
+});
+
+test.serial(
+  "a validated version activates, records who and when, and NOTIFYs; rollback restores an earlier one",
+  async (t) => {
+    const v2 = await propose({ "batch.size": 25, "limiter.burst": 10 }, "ops:anna");
+    t.deepEqual(await validate(v2), []);
+    const c = await db.pool.connect();
+    const notes: string[] = [];
+    c.on("notification", (n) => notes.push(n.payload ?? ""));
+    await c.query("listen bitrix_sync_settings");
+    try {
+      await db.pool.query("select bitrix_sync.activate_settings_version($1, 'ops:anna')", [v2]);
+      for (let i = 0; i < 50 && notes.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      t.deepEqual(notes, [String(v2)]);
+    } finally {
+      c.release();
+    }
+    let s = await active();
+    t.is(s._version, v2);
+    t.is(s["batch.size"], 25);
+    const audit = await db.pool.query(
+      "select status, created_by, activated_by, activated_at is not null as stamped from bitrix_sync.settings_versions where version = any($1) order by version",
+      [[1, v2]],
+    );
+    t.deepEqual(audit.rows, [
+      { status: "superseded", created_by: "migration", activated_by: "migration", stamped: true },
+      { status: "active", created_by: "ops:anna", activated_by: "ops:anna", stamped: true },
+    ]);
+
+    const { rows } = await db.pool.query<{ version: number; rollback_of: number }>(
+      "select * from bitrix_sync.rollback_settings(1, 'ops:boris')",
+    );
+    t.is(rows[0]?.rollback_of, 1);
+    s = await active();
+    t.is(s["batch.size"], 20);
+    t.is(s._version, rows[0]?.version);
+    const superseded = await db.pool.query(
+      "select status from bitrix_sync.settings_versions where version = $1",
+      [v2],
+    );
+    t.is(superseded.rows[0].status, "superseded");
+
+    const never = await pgError(db.pool.query("select bitrix_sync.rollback_settings(2, 'ops:boris')"));
+    t.is(never.code, "BS008", "a rejected or draft version is no rollback target");
+  },
+);
+
+test.serial("settings history cannot be deleted or edited around the guard", async (t) => {
+  const del = await pgError(db.pool.query("delete from bitrix_sync.settings_versions where version = 1"));
+  t.is(del.code, "BS003");
+  const skip = await pgError(
+    db.pool.query("update bitrix_sync.settings_versions set status = 'active' where status = 'rejected'"),
+  );
+  t.is(skip.code, "BS002");
+});
