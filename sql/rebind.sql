@@ -8,7 +8,6 @@ create or replace function bitrix_sync.request_bitrix_contact_rebind(
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_current bitrix_sync.entity_external_mapping;
-  v_other bitrix_sync.entity_external_mapping;
   v_request_id uuid;
   v_workflow_id uuid;
   v_user_id constant uuid := request_bitrix_contact_rebind.user_id;
@@ -36,7 +35,7 @@ begin
       using errcode = 'BS006', hint = 'Nothing to do.';
   end if;
   -- 2. the target must not be actively linked to another user.
-  select * into v_other from bitrix_sync.entity_external_mapping m
+  perform 1 from bitrix_sync.entity_external_mapping m
    where m.external_entity_type = 'contact' and m.external_id = v_target and m.status = 'active'
    for update;
   if found then

@@ -1,5 +1,5 @@
 --! Previous: sha1:86331a199dd3b973a91ff3c5548f07f00eff4b06
---! Hash: sha1:ce0bb89e477f57d287325b1367ff51742263de5c
+--! Hash: sha1:707e17fd08e6bca8137b86fb15831c5f7b5ff713
 --! Message: expand
 
 -- Expand (§6.1, §6.3 steps 1-5, §6.4, §7, §12.3, §13, §17): reshape han_app.sync_queue to the
@@ -1066,29 +1066,41 @@ language plpgsql as $$
 declare
   v_row bitrix_sync.workflow_instances;
 begin
-  select * into v_row from bitrix_sync.workflow_instances w
-   where w.user_id = p_user_id and w.state not in ('succeeded', 'failed', 'cancelled')
-   for update;
-  if found then
-    -- Same intent with the same desired content: nothing new to converge to.
-    if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
-      return query select v_row.id, 'unchanged'::text;
+  for v_try in 1..3 loop
+    select * into v_row from bitrix_sync.workflow_instances w
+     where w.user_id = p_user_id and w.state not in ('succeeded', 'failed', 'cancelled')
+     for update;
+    if found then
+      -- Same intent with the same desired content: nothing new to converge to.
+      if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
+        return query select v_row.id, 'unchanged'::text;
+        return;
+      end if;
+      update bitrix_sync.workflow_instances w
+         set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
+             content_hash = p_content_hash,
+             -- A workflow parked in waiting_manual may now be fixable by the newer intent.
+             next_attempt_at = least(w.next_attempt_at, now())
+       where w.id = v_row.id;
+      return query select v_row.id, 'joined'::text;
       return;
     end if;
-    update bitrix_sync.workflow_instances w
-       set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
-           content_hash = p_content_hash,
-           -- A workflow parked in waiting_manual may now be fixable by the newer intent.
-           next_attempt_at = least(w.next_attempt_at, now())
-     where w.id = v_row.id;
-    return query select v_row.id, 'joined'::text;
+    begin
+      insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
+      values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash)
+      returning * into v_row;
+    exception when unique_violation then
+      -- Two intents of one user claimed at once: the other call started the workflow first and has
+      -- committed by now (the index waited for it), so look again and join it.
+      if v_try = 3 then
+        raise;
+      end if;
+      continue;
+    end;
+    perform pg_notify('bitrix_sync_workflows', '');
+    return query select v_row.id, 'started'::text;
     return;
-  end if;
-  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
-  values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash)
-  returning * into v_row;
-  perform pg_notify('bitrix_sync_workflows', '');
-  return query select v_row.id, 'started'::text;
+  end loop;
 end $$;
 comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text) is
   'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step); equal intent and content hash changes nothing.';
@@ -1793,7 +1805,6 @@ create or replace function bitrix_sync.request_bitrix_contact_rebind(
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_current bitrix_sync.entity_external_mapping;
-  v_other bitrix_sync.entity_external_mapping;
   v_request_id uuid;
   v_workflow_id uuid;
   v_user_id constant uuid := request_bitrix_contact_rebind.user_id;
@@ -1821,7 +1832,7 @@ begin
       using errcode = 'BS006', hint = 'Nothing to do.';
   end if;
   -- 2. the target must not be actively linked to another user.
-  select * into v_other from bitrix_sync.entity_external_mapping m
+  perform 1 from bitrix_sync.entity_external_mapping m
    where m.external_entity_type = 'contact' and m.external_id = v_target and m.status = 'active'
    for update;
   if found then

@@ -1,5 +1,5 @@
---! Previous: sha1:ce0bb89e477f57d287325b1367ff51742263de5c
---! Hash: sha1:1fe5d852e23fd510f6abfb200bffa8e06aad6e3f
+--! Previous: sha1:707e17fd08e6bca8137b86fb15831c5f7b5ff713
+--! Hash: sha1:1c4e88f61350255d4ecb3a45829fb27b27adbdb3
 --! Message: contract
 
 -- Contract (§6.3 step 6): the App no longer stores the Contact link. The expand migration copied
