@@ -8,29 +8,41 @@ language plpgsql as $$
 declare
   v_row bitrix_sync.workflow_instances;
 begin
-  select * into v_row from bitrix_sync.workflow_instances w
-   where w.user_id = p_user_id and w.state not in ('succeeded', 'failed', 'cancelled')
-   for update;
-  if found then
-    -- Same intent with the same desired content: nothing new to converge to.
-    if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
-      return query select v_row.id, 'unchanged'::text;
+  for v_try in 1..3 loop
+    select * into v_row from bitrix_sync.workflow_instances w
+     where w.user_id = p_user_id and w.state not in ('succeeded', 'failed', 'cancelled')
+     for update;
+    if found then
+      -- Same intent with the same desired content: nothing new to converge to.
+      if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
+        return query select v_row.id, 'unchanged'::text;
+        return;
+      end if;
+      update bitrix_sync.workflow_instances w
+         set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
+             content_hash = p_content_hash,
+             -- A workflow parked in waiting_manual may now be fixable by the newer intent.
+             next_attempt_at = least(w.next_attempt_at, now())
+       where w.id = v_row.id;
+      return query select v_row.id, 'joined'::text;
       return;
     end if;
-    update bitrix_sync.workflow_instances w
-       set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
-           content_hash = p_content_hash,
-           -- A workflow parked in waiting_manual may now be fixable by the newer intent.
-           next_attempt_at = least(w.next_attempt_at, now())
-     where w.id = v_row.id;
-    return query select v_row.id, 'joined'::text;
+    begin
+      insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
+      values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash)
+      returning * into v_row;
+    exception when unique_violation then
+      -- Two intents of one user claimed at once: the other call started the workflow first and has
+      -- committed by now (the index waited for it), so look again and join it.
+      if v_try = 3 then
+        raise;
+      end if;
+      continue;
+    end;
+    perform pg_notify('bitrix_sync_workflows', '');
+    return query select v_row.id, 'started'::text;
     return;
-  end if;
-  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
-  values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash)
-  returning * into v_row;
-  perform pg_notify('bitrix_sync_workflows', '');
-  return query select v_row.id, 'started'::text;
+  end loop;
 end $$;
 comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text) is
   'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step); equal intent and content hash changes nothing.';
