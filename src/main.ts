@@ -10,6 +10,7 @@ import { migrateDatabase, projectRoot } from "./db/migrate.js";
 import { redactUrl } from "./db/url.js";
 import { createApp } from "./http/app.js";
 import { createLogger } from "./observability/logger.js";
+import { receiverConfig } from "./receiver/config.js";
 import { startRunner } from "./worker/runner.js";
 
 async function main(): Promise<void> {
@@ -68,7 +69,7 @@ async function main(): Promise<void> {
     );
   }
 
-  const app = createApp({ pool, log });
+  const app = createApp({ pool, log, receiver: receiverConfig(config) });
   const server = serve({ fetch: app.fetch, port: config.env.PORT, hostname: config.env.HOST }, (info) =>
     log.info({ event: "http.listening", port: info.port }, "HTTP listener ready"),
   );

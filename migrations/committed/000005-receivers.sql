@@ -1,5 +1,5 @@
---! Previous: sha1:1c4e88f61350255d4ecb3a45829fb27b27adbdb3
---! Hash: sha1:80ddcf2e68d9b7e5eea57d1f332692f6ad089bb0
+--! Previous: sha1:2f6a367e58f003e368c6e043069d2440a213d3e7
+--! Hash: sha1:c9c1b6763af5a8451a6d25b79121ba09aa72bb08
 --! Message: receivers
 
 -- Receivers (§10.1, docs/receivers.md): accept_webhook(), the single statement a robot webhook

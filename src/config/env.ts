@@ -80,6 +80,13 @@ export const SANDBOX_FIELDS = {
   citizenship: "UF_CRM_1768493029",
 } as const;
 
+/**
+ * Portal identity the sandbox uses when none is configured: robot webhooks sent by the emulator
+ * carry these as `auth[domain]` and `auth[member_id]` (§10.1). `.test` is a reserved TLD.
+ */
+export const SANDBOX_PORTAL_HOST = "sandbox-portal.bitrix24.test";
+export const SANDBOX_MEMBER_ID = "sandbox0000000000000000000000000";
+
 /** Parses and cross-checks the environment. Throws ConfigError listing every problem. */
 export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
   const parsed = EnvSchema.safeParse(rawEnv);

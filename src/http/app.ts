@@ -4,10 +4,14 @@ import { Hono } from "hono";
 import type pg from "pg";
 import { migrationsCurrent } from "../db/migrate.js";
 import type { Logger } from "../observability/logger.js";
+import type { ReceiverConfig } from "../receiver/config.js";
+import { RECEIVER_BASE_PATH, receiverRoutes } from "../receiver/routes.js";
 
 export interface AppDeps {
   pool: pg.Pool;
   log: Logger;
+  /** Robot webhook receivers (§10.1); absent: they answer 503 receiver_not_configured. */
+  receiver?: ReceiverConfig;
 }
 
 /** Readiness checks; each returns a safe reason when it fails. */
@@ -31,6 +35,8 @@ export function createApp(deps: AppDeps): Hono {
     if (problems.length > 0) return c.json({ status: "not_ready", problems }, 503);
     return c.json({ status: "ready" });
   });
+
+  app.route(RECEIVER_BASE_PATH, receiverRoutes({ pool: deps.pool, log: deps.log, config: deps.receiver }));
 
   app.notFound((c) => c.json({ error: "not_found" }, 404));
   app.onError((err, c) => {

@@ -1,0 +1,57 @@
+// What the robot webhook receivers (§10.1) need from the configuration: the tokens of each receiver
+// (the current one and, during a rotation overlap, the previous one), the portal identity a robot
+// must present, and the request bounds.
+import { type Config, SANDBOX_MEMBER_ID, SANDBOX_PORTAL_HOST } from "../config/env.js";
+
+/** The two receivers; also the value of webhook_inbox.receiver. */
+export type ReceiverName = "contact" | "alert";
+export const RECEIVERS: readonly ReceiverName[] = ["contact", "alert"];
+
+export interface ReceiverTokens {
+  current?: string;
+  /** Still accepted while a rotation overlaps; absent outside a rotation. */
+  previous?: string;
+}
+
+/** Receiver configuration. A receiver without a current token answers 503 and accepts nothing. */
+export interface ReceiverConfig {
+  tokens: Record<ReceiverName, ReceiverTokens>;
+  /** Expected `auth[domain]`; undefined means the receivers answer 503. */
+  portalHost?: string;
+  /** Expected `auth[member_id]`; undefined means the receivers answer 503. */
+  memberId?: string;
+  /** Largest accepted body in bytes (413 above). */
+  maxBodyBytes: number;
+  /** Largest accepted query string in bytes, without the `?` (414 above). */
+  maxQueryBytes: number;
+}
+
+/** A robot body is about 300 bytes; 8 KiB leaves room for long portal host names. */
+export const DEFAULT_MAX_BODY_BYTES = 8 * 1024;
+/** `token` (a 64-character hex secret, or a longer one) plus `ID`. */
+export const DEFAULT_MAX_QUERY_BYTES = 1024;
+
+/**
+ * Derives the receiver configuration from the validated service configuration. In sandbox mode a
+ * missing portal identity falls back to the sandbox's (SANDBOX_PORTAL_HOST, SANDBOX_MEMBER_ID);
+ * tokens never have a default.
+ */
+export function receiverConfig(config: Config): ReceiverConfig {
+  const s = config.secrets;
+  return {
+    tokens: {
+      contact: {
+        current: s.BITRIX_SYNC_CONTACT_RECEIVER_TOKEN,
+        previous: s.BITRIX_SYNC_CONTACT_RECEIVER_TOKEN_PREVIOUS,
+      },
+      alert: {
+        current: s.BITRIX_SYNC_ALERT_RECEIVER_TOKEN,
+        previous: s.BITRIX_SYNC_ALERT_RECEIVER_TOKEN_PREVIOUS,
+      },
+    },
+    portalHost: config.env.BITRIX_SYNC_PORTAL_HOST ?? (config.sandbox ? SANDBOX_PORTAL_HOST : undefined),
+    memberId: config.env.BITRIX_SYNC_PORTAL_MEMBER_ID ?? (config.sandbox ? SANDBOX_MEMBER_ID : undefined),
+    maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+    maxQueryBytes: DEFAULT_MAX_QUERY_BYTES,
+  };
+}

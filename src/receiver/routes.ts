@@ -1,0 +1,203 @@
+// The robot webhook receivers (§10.1): POST /bitrix/sync/webhook/contact and .../alert. Thin: the
+// checks run in a fixed order (docs/receivers.md), then one SQL statement records the event and the
+// reply is 200. No business work happens here.
+//
+// Nothing from the request's query string or body is ever logged, put in a reply or a label: log
+// lines carry the route, the receiver, the status and a safe reason code.
+import { isIP } from "node:net";
+import type { HttpBindings } from "@hono/node-server";
+import type { Context, MiddlewareHandler } from "hono";
+import { Hono } from "hono";
+import type pg from "pg";
+import type { Logger } from "../observability/logger.js";
+import { RECEIVERS, type ReceiverConfig } from "./config.js";
+import { checkToken, type PortalIdentity, parseRobotEvent, type RejectReason, rawQuery } from "./contract.js";
+import { secretMatcher } from "./token.js";
+
+/** Where the receivers are mounted; the log `route` field is this plus the receiver name. */
+export const RECEIVER_BASE_PATH = "/bitrix/sync/webhook";
+
+export interface ReceiverDeps {
+  pool: pg.Pool;
+  log: Logger;
+  /** Undefined: both receivers answer 503 receiver_not_configured. */
+  config?: ReceiverConfig;
+}
+
+type Env = {
+  Bindings: Partial<HttpBindings> | undefined;
+  Variables: { body: Uint8Array; query: string };
+};
+
+/** Outcome codes of a refused request: the only request-derived thing that is logged. */
+type Reason =
+  | RejectReason
+  | "alert_entity_type_unset"
+  | "body_too_large"
+  | "body_unreadable"
+  | "database_unavailable"
+  | "entity_type"
+  | "method_not_allowed"
+  | "not_configured"
+  | "query_too_large"
+  | "unsupported_media_type";
+
+const ERROR_BODY = {
+  400: "bad_request",
+  403: "forbidden",
+  405: "method_not_allowed",
+  413: "payload_too_large",
+  414: "uri_too_long",
+  415: "unsupported_media_type",
+  503: "unavailable",
+} as const;
+
+const NO_STORE = { "cache-control": "no-store" };
+
+/** The peer address of the TCP connection (never X-Forwarded-For), IPv4-mapped IPv6 unwrapped. */
+export function peerAddress(bindings: Partial<HttpBindings> | undefined): string | null {
+  const raw = bindings?.incoming?.socket?.remoteAddress;
+  if (typeof raw !== "string") return null;
+  const addr = raw.startsWith("::ffff:") && isIP(raw.slice(7)) === 4 ? raw.slice(7) : raw;
+  return isIP(addr) === 0 ? null : addr;
+}
+
+const FORM = "application/x-www-form-urlencoded";
+
+/** `application/x-www-form-urlencoded`, optionally with `charset=utf-8`; nothing else. */
+export function isFormContentType(header: string | undefined): boolean {
+  if (header === undefined) return false;
+  const [type, ...params] = header.split(";");
+  if (type?.trim().toLowerCase() !== FORM) return false;
+  for (const p of params) {
+    const [k, v, extra] = p.split("=");
+    if (extra !== undefined || k?.trim().toLowerCase() !== "charset") return false;
+    if (
+      v
+        ?.trim()
+        .replace(/^"(.*)"$/, "$1")
+        .toLowerCase() !== "utf-8"
+    )
+      return false;
+  }
+  return true;
+}
+
+async function readBounded(req: Request, limit: number): Promise<Uint8Array | "too_large"> {
+  const length = req.headers.get("content-length");
+  if (length !== null) {
+    // Node's HTTP parser holds the body to this length, so the buffered fast path is bounded too.
+    if (!/^\d{1,12}$/.test(length) || Number(length) > limit) return "too_large";
+    return new Uint8Array(await req.arrayBuffer());
+  }
+  if (req.body === null) return new Uint8Array(0);
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel().catch(() => undefined);
+      return "too_large";
+    }
+    chunks.push(value);
+  }
+  if (chunks.length === 1) return chunks[0] as Uint8Array;
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const ch of chunks) {
+    out.set(ch, at);
+    at += ch.byteLength;
+  }
+  return out;
+}
+
+/** The receiver routes, to be mounted with `app.route(RECEIVER_BASE_PATH, receiverRoutes(deps))`. */
+export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
+  const app = new Hono<Env>();
+  const cfg = deps.config;
+  const portal: PortalIdentity | undefined =
+    cfg?.portalHost !== undefined && cfg.memberId !== undefined
+      ? { host: cfg.portalHost.toLowerCase(), memberId: secretMatcher([cfg.memberId]) }
+      : undefined;
+
+  for (const receiver of RECEIVERS) {
+    const route = `${RECEIVER_BASE_PATH}/${receiver}`;
+    const tokens = cfg?.tokens[receiver];
+    // No current token means the receiver is off: never accept without a token.
+    const matcher = tokens?.current ? secretMatcher([tokens.current, tokens.previous]) : undefined;
+
+    const reply = (c: Context<Env>, status: keyof typeof ERROR_BODY, reason: Reason, error?: string) => {
+      const fields = { event: "receiver.rejected", route, receiver, status, reason };
+      if (status === 503) deps.log.error(fields, "receiver request refused");
+      else deps.log.warn(fields, "receiver request refused");
+      const headers: Record<string, string> = { ...NO_STORE };
+      if (status === 405) headers.allow = "POST";
+      return c.json({ error: error ?? ERROR_BODY[status] }, status, headers);
+    };
+
+    // 1. method, 2. configured, 3. content type, 4. sizes: before anything is read or compared.
+    const gate: MiddlewareHandler<Env> = async (c, next) => {
+      if (c.req.method !== "POST") return reply(c, 405, "method_not_allowed");
+      if (matcher === undefined || portal === undefined) {
+        return reply(c, 503, "not_configured", "receiver_not_configured");
+      }
+      if (!isFormContentType(c.req.header("content-type"))) return reply(c, 415, "unsupported_media_type");
+      const query = rawQuery(c.req.url);
+      if (Buffer.byteLength(query) > (cfg?.maxQueryBytes ?? 0)) return reply(c, 414, "query_too_large");
+      let body: Uint8Array | "too_large";
+      try {
+        body = await readBounded(c.req.raw, cfg?.maxBodyBytes ?? 0);
+      } catch {
+        return reply(c, 400, "body_unreadable");
+      }
+      if (body === "too_large") return reply(c, 413, "body_too_large");
+      c.set("query", query);
+      c.set("body", body);
+      await next();
+    };
+
+    // 5. the token (403).
+    const token: MiddlewareHandler<Env> = async (c, next) => {
+      const refused = checkToken(c.get("query"), matcher as NonNullable<typeof matcher>);
+      if (refused) return reply(c, refused.status, refused.reason);
+      await next();
+    };
+
+    app.all(`/${receiver}`, gate, token, async (c) => {
+      // 6. the form and the document (400), 7. the portal identity (403).
+      const ev = parseRobotEvent(receiver, c.get("query"), c.get("body"), portal as PortalIdentity);
+      if (!ev.ok) return reply(c, ev.status, ev.reason);
+      // 8. the entity type against settings (SQL) and the durable insert, one statement.
+      let inboxId: string | undefined;
+      try {
+        const { rows } = await deps.pool.query<{ id: string }>({
+          name: "bitrix_sync.accept_webhook",
+          text: "select bitrix_sync.accept_webhook($1, $2, $3, $4) as id",
+          values: [receiver, ev.entityTypeId, ev.entityId, peerAddress(c.env)],
+        });
+        inboxId = rows[0]?.id;
+      } catch (e) {
+        // Only the SQLSTATE: the message or detail of a database error may quote the parameters.
+        const code = (e as { code?: unknown }).code;
+        if (code === "BS020") return reply(c, 400, "entity_type");
+        if (code === "BS021") return reply(c, 503, "alert_entity_type_unset", "receiver_not_configured");
+        deps.log.error(
+          {
+            event: "receiver.insert_failed",
+            route,
+            receiver,
+            sqlstate: typeof code === "string" ? code : undefined,
+          },
+          "could not record the webhook",
+        );
+        return reply(c, 503, "database_unavailable");
+      }
+      deps.log.debug({ event: "receiver.accepted", route, receiver, inboxId }, "webhook recorded");
+      return c.json({ status: "accepted" }, 200, NO_STORE);
+    });
+  }
+  return app;
+}
