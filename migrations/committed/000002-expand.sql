@@ -1,5 +1,5 @@
 --! Previous: sha1:86331a199dd3b973a91ff3c5548f07f00eff4b06
---! Hash: sha1:707e17fd08e6bca8137b86fb15831c5f7b5ff713
+--! Hash: sha1:52b653f3d4352be34baaf03c91038e633a0d936e
 --! Message: expand
 
 -- Expand (§6.1, §6.3 steps 1-5, §6.4, §7, §12.3, §13, §17): reshape han_app.sync_queue to the
@@ -1409,6 +1409,20 @@ end $$;
 comment on function bitrix_sync.release_command(bigint, uuid) is
   'leased -> pending without sending (no limiter token, method blocked, shutdown). Refuses stale tokens (BS001).';
 
+create or replace function bitrix_sync._check_bitrix_error(p_error text) returns void
+language plpgsql immutable as $$
+begin
+  -- Bitrix24 error codes are identifiers (QUERY_LIMIT_EXCEEDED, ERROR_CORE, expired_token); the
+  -- error_description next to them may quote field values, so only the identifier is kept (§9).
+  if p_error is not null and p_error !~ '^[A-Za-z][A-Za-z0-9_]{0,63}$' then
+    raise exception 'bitrix error must be the Bitrix24 error code (an identifier of at most 64 characters)'
+      using errcode = 'BS004',
+            hint = 'Pass the reply''s "error" field, e.g. QUERY_LIMIT_EXCEEDED, never error_description or raw text.';
+  end if;
+end $$;
+comment on function bitrix_sync._check_bitrix_error(text) is
+  'Refuses anything but a Bitrix24 error code identifier (null allowed), so raw reply text never reaches crm_commands or technical_dead_letters. SQLSTATE BS004.';
+
 create or replace function bitrix_sync._dead_letter_command_row(
   p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text
 ) returns bitrix_sync.crm_commands
@@ -1445,6 +1459,7 @@ declare
   v_row bitrix_sync.crm_commands;
 begin
   perform bitrix_sync._check_code(p_error_code);
+  perform bitrix_sync._check_bitrix_error(p_bitrix_error);
   select * into v_row from bitrix_sync.crm_commands
    where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
    for update;
@@ -1501,6 +1516,7 @@ declare
   v_row bitrix_sync.crm_commands;
 begin
   perform bitrix_sync._check_code(p_error_code);
+  perform bitrix_sync._check_bitrix_error(p_bitrix_error);
   select * into v_row from bitrix_sync.crm_commands
    where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
    for update;

@@ -1,5 +1,5 @@
---! Previous: sha1:707e17fd08e6bca8137b86fb15831c5f7b5ff713
---! Hash: sha1:1c4e88f61350255d4ecb3a45829fb27b27adbdb3
+--! Previous: sha1:52b653f3d4352be34baaf03c91038e633a0d936e
+--! Hash: sha1:dad0e4f39cf749605209d06187ce29095828b1cc
 --! Message: contract
 
 -- Contract (§6.3 step 6): the App no longer stores the Contact link. The expand migration copied

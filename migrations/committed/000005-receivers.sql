@@ -1,5 +1,5 @@
---! Previous: sha1:2f6a367e58f003e368c6e043069d2440a213d3e7
---! Hash: sha1:c9c1b6763af5a8451a6d25b79121ba09aa72bb08
+--! Previous: sha1:dad0e4f39cf749605209d06187ce29095828b1cc
+--! Hash: sha1:18ffc6f401a2d63fad3331e10589baef62f2b95c
 --! Message: receivers
 
 -- Receivers (§10.1, docs/receivers.md): accept_webhook(), the single statement a robot webhook
