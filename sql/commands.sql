@@ -381,3 +381,26 @@ begin
 end $$;
 comment on function bitrix_sync.resolve_command_reconcile(bigint, uuid, text, jsonb, text) is
   'reconcile -> succeeded (the search found the write applied), retry_wait (proved not applied) or dead_letter. Fenced by the workflow lease.';
+
+create or replace function bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  update bitrix_sync.crm_commands
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.reject_command(bigint, uuid, text) is
+  'leased|in_flight -> dead_letter for a business failure (invalid phone, unknown citizenship): no technical DLQ row; the workflow wakes, parks in waiting_manual and raises a business alert (§9). Refuses stale tokens (BS001).';

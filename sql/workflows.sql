@@ -27,6 +27,16 @@ begin
       return query select v_row.id, 'joined'::text;
       return;
     end if;
+    -- The user's last workflow already converged to exactly this content: a semantically equal intent.
+    if p_content_hash is not null and exists (
+         select 1 from bitrix_sync.workflow_instances w
+          where w.id = (select l.id from bitrix_sync.workflow_instances l
+                         where l.user_id = p_user_id order by l.created_at desc limit 1)
+            and w.state = 'succeeded' and w.intent_type = p_intent_type
+            and w.content_hash = p_content_hash) then
+      return query select null::uuid, 'unchanged'::text;
+      return;
+    end if;
     begin
       insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
       values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash)
@@ -45,7 +55,7 @@ begin
   end loop;
 end $$;
 comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text) is
-  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step); equal intent and content hash changes nothing.';
+  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged).';
 
 create or replace function bitrix_sync.claim_workflows(
   p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'

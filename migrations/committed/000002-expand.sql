@@ -1,5 +1,5 @@
 --! Previous: sha1:86331a199dd3b973a91ff3c5548f07f00eff4b06
---! Hash: sha1:52b653f3d4352be34baaf03c91038e633a0d936e
+--! Hash: sha1:b63fcd805a1e69ed71335fa9bf410f228719f8e9
 --! Message: expand
 
 -- Expand (§6.1, §6.3 steps 1-5, §6.4, §7, §12.3, §13, §17): reshape han_app.sync_queue to the
@@ -1085,6 +1085,16 @@ begin
       return query select v_row.id, 'joined'::text;
       return;
     end if;
+    -- The user's last workflow already converged to exactly this content: a semantically equal intent.
+    if p_content_hash is not null and exists (
+         select 1 from bitrix_sync.workflow_instances w
+          where w.id = (select l.id from bitrix_sync.workflow_instances l
+                         where l.user_id = p_user_id order by l.created_at desc limit 1)
+            and w.state = 'succeeded' and w.intent_type = p_intent_type
+            and w.content_hash = p_content_hash) then
+      return query select null::uuid, 'unchanged'::text;
+      return;
+    end if;
     begin
       insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
       values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash)
@@ -1103,7 +1113,7 @@ begin
   end loop;
 end $$;
 comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text) is
-  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step); equal intent and content hash changes nothing.';
+  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged).';
 
 create or replace function bitrix_sync.claim_workflows(
   p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
@@ -1600,6 +1610,29 @@ begin
 end $$;
 comment on function bitrix_sync.resolve_command_reconcile(bigint, uuid, text, jsonb, text) is
   'reconcile -> succeeded (the search found the write applied), retry_wait (proved not applied) or dead_letter. Fenced by the workflow lease.';
+
+create or replace function bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  update bitrix_sync.crm_commands
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.reject_command(bigint, uuid, text) is
+  'leased|in_flight -> dead_letter for a business failure (invalid phone, unknown citizenship): no technical DLQ row; the workflow wakes, parks in waiting_manual and raises a business alert (§9). Refuses stale tokens (BS001).';
 -- <<< sql/commands.sql
 -- >>> sql/webhooks.sql (included)
 -- Webhook inbox (§7.3, §10.1): the receiver records an event durably and answers; processing

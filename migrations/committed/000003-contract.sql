@@ -1,5 +1,5 @@
---! Previous: sha1:52b653f3d4352be34baaf03c91038e633a0d936e
---! Hash: sha1:dad0e4f39cf749605209d06187ce29095828b1cc
+--! Previous: sha1:b63fcd805a1e69ed71335fa9bf410f228719f8e9
+--! Hash: sha1:67f1490dd03acf0f0dd436c4fb1c912af5e7dfcb
 --! Message: contract
 
 -- Contract (§6.3 step 6): the App no longer stores the Contact link. The expand migration copied
