@@ -1,0 +1,411 @@
+// Batching (§2.5, §8): one command is one sub-request of a Bitrix24 `batch`; commands of different
+// workflows share a batch; every sub-result is parsed and classified on its own from `result` /
+// `result_error` (empty maps arrive as `[]`). A batch is sent once: if it fails as a whole, each
+// command gets its own verdict (a write that may have been applied is uncertain) and the caller
+// decides per command; nothing here re-sends it.
+
+import {
+  buildRequest,
+  type CatalogueContext,
+  CommandDataError,
+  type CommandResults,
+  type CommandType,
+  type CrmCommand,
+  isWrite,
+  parseResult,
+} from "./catalogue.js";
+import { type Classification, classify } from "./classify.js";
+import type { CrmClient, HttpResult } from "./client.js";
+import type { CrmLimiter, LimiterPermit, OperatingSample } from "./limiter.js";
+import { toPhpQuery } from "./php-query.js";
+
+/** What happened to one command. `sent` is false when it never left (bad data, blocked method). */
+export type CommandOutcome<T extends CommandType = CommandType> =
+  | { key: string; type: T; ok: true; result: CommandResults[T] }
+  | { key: string; type: T; ok: false; sent: boolean; failure: Classification };
+
+/** Hot settings (§12.3): batch.size (1..50, default 20) and batch.max_wait_ms (default 200). */
+export interface BatchSettings {
+  size: number;
+  maxWaitMs: number;
+}
+
+export const DEFAULT_BATCH_SETTINGS: BatchSettings = { size: 20, maxWaitMs: 200 };
+/** The portal refuses more than 50 sub-requests (reference §3). */
+export const MAX_BATCH_SIZE = 50;
+
+/** Minimal structured logger (pino fits). Only safe fields are ever passed. */
+export interface CrmLog {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+}
+
+/** What a batch needs: the HTTP client, the limiter, field names, and optionally a logger. */
+export interface CrmDeps {
+  client: CrmClient;
+  limiter: CrmLimiter;
+  catalogue: CatalogueContext;
+  log?: CrmLog;
+  now?: () => number;
+}
+
+const KEY = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
+
+function asMap(v: unknown): Record<string, unknown> {
+  // PHP serialises an empty map as [] and a map keyed 0..n-1 as a list (reference §3).
+  if (Array.isArray(v)) return Object.fromEntries(v.map((x, i) => [String(i), x]));
+  if (v !== null && typeof v === "object") return v as Record<string, unknown>;
+  return {};
+}
+
+function num(v: unknown): number | undefined {
+  return typeof v === "number" && Number.isFinite(v) ? v : undefined;
+}
+
+function operatingOf(method: string, time: unknown): OperatingSample | null {
+  if (time === null || typeof time !== "object") return null;
+  const t = time as Record<string, unknown>;
+  const operating = num(t.operating);
+  if (operating === undefined) return null;
+  const reset = num(t.operating_reset_at);
+  return { method, operating, resetAt: reset === undefined ? null : reset * 1000 };
+}
+
+/** The batch envelope's inner maps, or null when the reply is not a batch success. */
+function batchMaps(http: HttpResult): {
+  result: Record<string, unknown>;
+  error: Record<string, unknown>;
+  total: Record<string, unknown>;
+  next: Record<string, unknown>;
+  time: Record<string, unknown>;
+} | null {
+  if (http.type !== "reply" || http.status !== 200) return null;
+  const body = http.body;
+  if (body === null || typeof body !== "object" || Array.isArray(body)) return null;
+  const inner = (body as Record<string, unknown>).result;
+  if (inner === null || typeof inner !== "object" || Array.isArray(inner)) return null;
+  const r = inner as Record<string, unknown>;
+  if (!("result" in r) && !("result_error" in r)) return null;
+  return {
+    result: asMap(r.result),
+    error: asMap(r.result_error),
+    total: asMap(r.result_total),
+    next: asMap(r.result_next),
+    time: asMap(r.result_time),
+  };
+}
+
+interface Prepared {
+  index: number;
+  key: string;
+  cmd: CrmCommand;
+  method: string;
+  line: string;
+}
+
+/**
+ * Sends up to 50 commands as one `batch` (halt=0) under one limiter permit and returns one outcome
+ * per command, in input order. Pass `permit` when the caller already holds one (the Batcher does);
+ * otherwise one is acquired here. Limit signals from the reply are reported to the limiter.
+ */
+export async function executeBatch(
+  deps: CrmDeps,
+  commands: readonly CrmCommand[],
+  opts: { permit?: LimiterPermit; signal?: AbortSignal } = {},
+): Promise<CommandOutcome[]> {
+  if (commands.length > MAX_BATCH_SIZE)
+    throw new RangeError(`a batch holds at most ${MAX_BATCH_SIZE} commands`);
+  const now = deps.now ?? Date.now;
+  const outcomes: CommandOutcome[] = new Array(commands.length);
+  const keys = new Set<string>();
+  const toSend: Prepared[] = [];
+  let blocked: Map<string, number> | null = null;
+
+  for (const [index, cmd] of commands.entries()) {
+    const key = cmd.key ?? `c${index}`;
+    if (!KEY.test(key) || keys.has(key)) throw new RangeError("batch keys must be unique identifiers");
+    keys.add(key);
+    let req: ReturnType<typeof buildRequest>;
+    try {
+      req = buildRequest(cmd, deps.catalogue);
+    } catch (e) {
+      if (!(e instanceof CommandDataError)) throw e;
+      outcomes[index] = {
+        key,
+        type: cmd.type,
+        ok: false,
+        sent: false,
+        failure: classify({ type: "invalid_data", code: e.code }, { write: isWrite(cmd.type) }),
+      };
+      continue;
+    }
+    blocked ??= await deps.limiter.blockedMethods();
+    const until = blocked.get(req.method);
+    if (until !== undefined && until > now()) {
+      // OPERATION_TIME_LIMIT holds back only this method (§9); the rest of the batch goes.
+      outcomes[index] = {
+        key,
+        type: cmd.type,
+        ok: false,
+        sent: false,
+        failure: classify(
+          { type: "command_error", entry: { error: "OPERATION_TIME_LIMIT", error_description: "" } },
+          { write: isWrite(cmd.type), now: now(), operatingResetAt: until },
+        ),
+      };
+      continue;
+    }
+    toSend.push({ index, key, cmd, method: req.method, line: `${req.method}?${toPhpQuery(req.params)}` });
+  }
+
+  if (toSend.length === 0) {
+    await opts.permit?.release();
+    return outcomes;
+  }
+
+  const permit = opts.permit ?? (await deps.limiter.acquire(opts.signal ? { signal: opts.signal } : {}));
+  let http: HttpResult;
+  try {
+    http = await deps.client.call(
+      "batch",
+      { halt: 0, cmd: Object.fromEntries(toSend.map((p) => [p.key, p.line])) },
+      opts.signal ? { signal: opts.signal } : {},
+    );
+  } finally {
+    await permit.release();
+  }
+
+  const maps = batchMaps(http);
+  let lowerRate = false;
+  if (!maps) {
+    // The batch failed as a whole: the same transport outcome, judged per command.
+    const outcome =
+      http.type === "reply"
+        ? ({ type: "reply", status: http.status, body: http.body } as const)
+        : http.type === "malformed"
+          ? ({ type: "malformed", status: http.status } as const)
+          : ({ type: "network", sent: http.sent, code: http.code } as const);
+    for (const p of toSend) {
+      const failure = classify(outcome, { write: isWrite(p.cmd.type), now: now() });
+      lowerRate ||= failure.lowerRate === true;
+      outcomes[p.index] = { key: p.key, type: p.cmd.type, ok: false, sent: true, failure };
+    }
+  } else {
+    const samples = new Map<string, OperatingSample>();
+    for (const p of toSend) {
+      const s = operatingOf(p.method, maps.time[p.key]);
+      if (s && (samples.get(p.method)?.operating ?? -1) < s.operating) samples.set(p.method, s);
+    }
+    const blocks = new Map<string, number>();
+    for (const p of toSend) {
+      const write = isWrite(p.cmd.type);
+      if (p.key in maps.error) {
+        const failure = classify(
+          { type: "command_error", entry: maps.error[p.key] },
+          { write, now: now(), ...resetOf(samples.get(p.method)) },
+        );
+        if (failure.blockMethodUntil !== undefined) {
+          blocks.set(p.method, Math.max(blocks.get(p.method) ?? 0, failure.blockMethodUntil));
+        }
+        lowerRate ||= failure.lowerRate === true;
+        outcomes[p.index] = { key: p.key, type: p.cmd.type, ok: false, sent: true, failure };
+      } else if (p.key in maps.result) {
+        const meta: { total?: number; next?: number } = {};
+        const total = num(maps.total[p.key]);
+        const next = num(maps.next[p.key]);
+        if (total !== undefined) meta.total = total;
+        if (next !== undefined) meta.next = next;
+        const parsed = parseResult(p.cmd.type, maps.result[p.key], deps.catalogue, meta);
+        outcomes[p.index] =
+          parsed === null
+            ? {
+                key: p.key,
+                type: p.cmd.type,
+                ok: false,
+                sent: true,
+                failure: classify({ type: "malformed", status: 200 }, { write, now: now() }),
+              }
+            : ({ key: p.key, type: p.cmd.type, ok: true, result: parsed } as CommandOutcome);
+      } else {
+        outcomes[p.index] = {
+          key: p.key,
+          type: p.cmd.type,
+          ok: false,
+          sent: true,
+          failure: classify({ type: "missing" }, { write, now: now() }),
+        };
+      }
+    }
+    if (samples.size > 0) await deps.limiter.noteOperating([...samples.values()]);
+    for (const [method, until] of blocks) {
+      const end = await deps.limiter.noteMethodBlocked(method, until);
+      for (const p of toSend) {
+        const o = outcomes[p.index];
+        if (p.method === method && o && !o.ok && o.failure.code === "operation_time_limit") {
+          o.failure.blockMethodUntil = end;
+          o.failure.retryAfterMs = Math.max(0, end - now());
+        }
+      }
+    }
+  }
+  if (lowerRate) await deps.limiter.noteRateLimited();
+
+  deps.log?.info(
+    {
+      event: "crm.batch",
+      size: toSend.length,
+      status: http.type === "reply" || http.type === "malformed" ? http.status : 0,
+      transport: http.type,
+      elapsedMs: http.elapsedMs,
+      ok: toSend.filter((p) => outcomes[p.index]?.ok).length,
+      failed: summarise(toSend.map((p) => outcomes[p.index])),
+    },
+    "CRM batch sent",
+  );
+  return outcomes;
+}
+
+function resetOf(s: OperatingSample | undefined): { operatingResetAt?: number } {
+  return s?.resetAt != null ? { operatingResetAt: s.resetAt } : {};
+}
+
+/** Counts failures by safe code, for the log line (no keys, no data). */
+function summarise(list: Array<CommandOutcome | undefined>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const o of list) if (o && !o.ok) out[o.failure.code] = (out[o.failure.code] ?? 0) + 1;
+  return out;
+}
+
+interface Pending {
+  cmd: CrmCommand;
+  at: number;
+  resolve(o: CommandOutcome): void;
+  reject(e: unknown): void;
+}
+
+/** Accumulates commands and flushes a batch at the configured size or after the configured wait. */
+export interface Batcher {
+  /** Queues one command; resolves with its own outcome. */
+  submit<T extends CommandType>(cmd: Extract<CrmCommand, { type: T }>): Promise<CommandOutcome<T>>;
+  /** Commands waiting to be sent. */
+  pending(): number;
+  /** Sends everything queued and waits for every batch in flight. */
+  drain(): Promise<void>;
+  /** Drains, then refuses new commands. */
+  close(): Promise<void>;
+}
+
+/**
+ * A Batcher over executeBatch. A permit is taken before commands are picked, so while it waits for
+ * the limiter the batch keeps filling; batches run concurrently up to the limiter's in-flight cap.
+ */
+export function createBatcher(
+  deps: CrmDeps,
+  settings: BatchSettings | (() => BatchSettings) = DEFAULT_BATCH_SETTINGS,
+): Batcher {
+  const read = () => {
+    const s = typeof settings === "function" ? settings() : settings;
+    return {
+      size: Math.min(Math.max(1, Math.floor(s.size)), MAX_BATCH_SIZE),
+      maxWaitMs: Math.max(0, s.maxWaitMs),
+    };
+  };
+  const now = deps.now ?? Date.now;
+  const queue: Pending[] = [];
+  const inflight = new Set<Promise<void>>();
+  let running: Promise<void> | null = null;
+  let wake: (() => void) | null = null;
+  let closed = false;
+  let draining = false;
+  let keySeq = 0;
+
+  function nudge() {
+    wake?.();
+    wake = null;
+  }
+
+  async function loop(): Promise<void> {
+    while (queue.length > 0) {
+      const { size, maxWaitMs } = read();
+      const oldest = queue[0] as Pending;
+      const wait = oldest.at + maxWaitMs - now();
+      if (queue.length < size && wait > 0 && !draining) {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, wait);
+          wake = () => {
+            clearTimeout(t);
+            resolve();
+          };
+        });
+        continue;
+      }
+      const permit = await deps.limiter.acquire();
+      const take = queue.splice(0, read().size);
+      if (take.length === 0) {
+        await permit.release();
+        continue;
+      }
+      const p = executeBatch(
+        deps,
+        take.map((t) => t.cmd),
+        { permit },
+      ).then(
+        (outs) => {
+          take.forEach((t, i) => {
+            t.resolve(outs[i] as CommandOutcome);
+          });
+        },
+        (e: unknown) => {
+          for (const t of take) t.reject(e);
+        },
+      );
+      inflight.add(p);
+      void p.finally(() => inflight.delete(p));
+    }
+  }
+
+  function kick() {
+    if (running) {
+      if (queue.length >= read().size) nudge();
+      return;
+    }
+    running = loop().finally(() => {
+      running = null;
+      if (queue.length > 0) kick();
+    });
+  }
+
+  return {
+    submit(cmd) {
+      if (closed) return Promise.reject(new Error("batcher is closed"));
+      // Keys only need to be unique inside one batch; the batcher's own sequence guarantees that and
+      // carries no data, so a caller's key is replaced.
+      const keyed = { ...cmd, key: `k${(keySeq++).toString(36)}` } as CrmCommand;
+      return new Promise((resolve, reject) => {
+        queue.push({ cmd: keyed, at: now(), resolve: resolve as (o: CommandOutcome) => void, reject });
+        kick();
+      });
+    },
+    pending() {
+      return queue.length;
+    },
+    async drain() {
+      draining = true;
+      try {
+        nudge();
+        while (running || inflight.size > 0 || queue.length > 0) {
+          if (!running && queue.length > 0) kick();
+          nudge();
+          await Promise.all([running, ...inflight]);
+        }
+      } finally {
+        draining = false;
+      }
+    },
+    async close() {
+      await this.drain();
+      closed = true;
+    },
+  };
+}

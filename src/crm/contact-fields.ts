@@ -1,0 +1,258 @@
+// Contact field rules (§3.3): phones only as +7XXXXXXXXXX and never repaired, the email pick rule,
+// multifield updates that reuse existing IDs (reference §5: an item without ID is appended, so
+// re-sending a phone without its ID duplicates it), the registration flag's wire form, and the
+// citizenship dictionary with a TTL cache that refreshes once on an unknown enum ID.
+
+/** Russian E.164 exactly: `+7` and ten digits. Anything else is a business error, never repaired. */
+export const RU_PHONE = /^\+7\d{10}$/;
+
+/** True when `s` is a phone the service may send or search for. */
+export function isValidRuPhone(s: unknown): s is string {
+  return typeof s === "string" && RU_PHONE.test(s);
+}
+
+// Deliberately plain: one @, no spaces, a dot in the domain, labels not empty. The CRM stores
+// whatever a manager typed; this only keeps obvious junk out of the App.
+const EMAIL = /^[^\s@]+@[^\s@.]+(\.[^\s@.]+)+$/;
+
+/** True when `s` is syntactically an email address (and at most 254 characters). */
+export function isValidEmail(s: unknown): s is string {
+  return typeof s === "string" && s.length <= 254 && EMAIL.test(s);
+}
+
+/** One entry of a Contact multifield (PHONE, EMAIL) as read back, with the portal's entry ID. */
+export interface MultiValue {
+  id: number | null;
+  valueType: string;
+  value: string;
+}
+
+/** §3.3: the first valid address whose VALUE_TYPE is WORK, else the first valid one, else null. */
+export function pickEmail(entries: readonly MultiValue[]): string | null {
+  const valid = entries.filter((e) => isValidEmail(e.value.trim()));
+  const work = valid.find((e) => e.valueType.toUpperCase() === "WORK");
+  return (work ?? valid[0])?.value.trim() ?? null;
+}
+
+/** A multifield entry as crm.contact.update expects it: with ID to overwrite, without to append. */
+export interface PhoneChange {
+  ID?: string;
+  VALUE: string;
+  VALUE_TYPE: string;
+}
+
+/**
+ * The PHONE entries to send so that the Contact carries `desired`, or null when it already does.
+ * Overwrites the entry holding `previous` (the App's old number) by its ID; appends only when the
+ * Contact has neither number. Other numbers a manager added are left alone.
+ */
+export function planPhoneUpdate(
+  existing: readonly MultiValue[],
+  desired: string,
+  previous?: string | null,
+): PhoneChange[] | null {
+  if (!isValidRuPhone(desired)) throw new RangeError("desired phone is not +7XXXXXXXXXX");
+  if (existing.some((e) => e.value === desired)) return null;
+  const old = previous ? existing.find((e) => e.value === previous && e.id !== null) : undefined;
+  if (old) return [{ ID: String(old.id), VALUE: desired, VALUE_TYPE: old.valueType || "MOBILE" }];
+  return [{ VALUE: desired, VALUE_TYPE: "MOBILE" }];
+}
+
+/**
+ * The registration flag as written through crm.contact.add/update. A boolean user field is stored
+ * as 1/0; the universal list filter also wants 1/0 (reference §6, §9). Kept in one place so a portal
+ * contract test can change it without touching workflow logic (§10.2).
+ */
+export function encodeRegistered(active: boolean): 1 | 0 {
+  return active ? 1 : 0;
+}
+
+/** Reads a boolean user field in any of the forms the portal uses (1/0, "Y"/"N", true/false). */
+export function decodeRegistered(v: unknown): boolean | null {
+  if (v === true || v === 1 || v === "1" || v === "Y" || v === "y") return true;
+  if (v === false || v === 0 || v === "0" || v === "N" || v === "n") return false;
+  return null;
+}
+
+function parseMulti(v: unknown): MultiValue[] {
+  if (!Array.isArray(v)) return [];
+  const out: MultiValue[] = [];
+  for (const e of v) {
+    if (e === null || typeof e !== "object") continue;
+    const r = e as Record<string, unknown>;
+    const value = r.VALUE ?? r.value;
+    if (typeof value !== "string") continue;
+    const rawId = r.ID ?? r.id;
+    const id = rawId === undefined || rawId === null || rawId === "" ? null : Number(rawId);
+    const valueType = r.VALUE_TYPE ?? r.valueType;
+    out.push({
+      id: id !== null && Number.isInteger(id) ? id : null,
+      valueType: typeof valueType === "string" ? valueType : "",
+      value,
+    });
+  }
+  return out;
+}
+
+/** The physical (UF_CRM_<digits>) names of the integration's three Contact fields. */
+export interface ContactFieldNames {
+  userId: string;
+  registered: string;
+  citizenship: string;
+}
+
+/** A Contact as the workflows need it: the CRM-master fields plus the integration's own. */
+export interface ContactRecord {
+  id: number;
+  name: string | null;
+  phones: MultiValue[];
+  emails: MultiValue[];
+  /** App user UUID written by the integration, or null. */
+  userId: string | null;
+  registered: boolean | null;
+  /** Enumeration element ID of the citizenship list, or null when empty. */
+  citizenshipEnumId: string | null;
+  /** Portal timestamps exactly as received (ISO 8601 with offset). */
+  createdAt: string | null;
+  updatedAt: string | null;
+}
+
+function text(v: unknown): string | null {
+  if (typeof v === "number") return String(v);
+  if (typeof v !== "string") return null;
+  return v === "" ? null : v;
+}
+
+/**
+ * Parses one row of crm.contact.list / crm.contact.get (legacy UPPER_CASE names). Returns null when
+ * the row has no usable ID, so a malformed reply is classified rather than crashing.
+ */
+export function parseLegacyContact(row: unknown, names: ContactFieldNames): ContactRecord | null {
+  if (row === null || typeof row !== "object" || Array.isArray(row)) return null;
+  const r = row as Record<string, unknown>;
+  const id = Number(r.ID);
+  if (!Number.isInteger(id) || id <= 0) return null;
+  const citizenship = r[names.citizenship];
+  return {
+    id,
+    name: text(r.NAME),
+    phones: parseMulti(r.PHONE),
+    emails: parseMulti(r.EMAIL),
+    userId: text(r[names.userId]),
+    registered: decodeRegistered(r[names.registered]),
+    citizenshipEnumId: Array.isArray(citizenship) ? text(citizenship[0]) : text(citizenship),
+    createdAt: text(r.DATE_CREATE),
+    updatedAt: text(r.DATE_MODIFY),
+  };
+}
+
+/** One element of the citizenship enumeration. */
+export interface CitizenshipItem {
+  /** Element ID as the portal writes it into the Contact field. */
+  id: string;
+  /** Display value: what the App shows and stores. */
+  value: string;
+  xmlId: string | null;
+  sort: number | null;
+}
+
+/** Result of resolving an enum ID. `loadedAt` goes into the sync snapshot (§3.3). */
+export type CitizenshipLookup =
+  | { found: true; item: CitizenshipItem; loadedAt: number }
+  | { found: false; loadedAt: number };
+
+export interface CitizenshipDictionary {
+  /** Resolves an enum ID; an unknown ID triggers one refresh before it is reported unknown. */
+  resolve(id: string): Promise<CitizenshipLookup>;
+  /** The element whose display value equals `value` (after trimming), for the initial create. */
+  findByValue(value: string): Promise<CitizenshipItem | null>;
+  /** Forgets the cache; the next call loads again. */
+  invalidate(): void;
+}
+
+export interface CitizenshipDictionaryOptions {
+  /** Loads the list from the CRM (the `citizenship.list` command). */
+  load: () => Promise<CitizenshipItem[]>;
+  /** Cache lifetime (setting citizenship.cache_ttl_sec, default 3600 s). */
+  ttlMs: number;
+  /**
+   * An unknown ID refreshes the list at most this often, so a Contact with a bad value cannot make
+   * every read reload the dictionary. Default 30 s.
+   */
+  minRefreshIntervalMs?: number;
+  now?: () => number;
+}
+
+/** A TTL-cached citizenship dictionary. Concurrent loads share one request. */
+export function createCitizenshipDictionary(opts: CitizenshipDictionaryOptions): CitizenshipDictionary {
+  const now = opts.now ?? Date.now;
+  const minRefresh = opts.minRefreshIntervalMs ?? 30_000;
+  interface Cache {
+    byId: Map<string, CitizenshipItem>;
+    items: CitizenshipItem[];
+    loadedAt: number;
+  }
+  let cache: Cache | null = null;
+  let loading: Promise<Cache> | null = null;
+
+  function load(): Promise<Cache> {
+    loading ??= opts
+      .load()
+      .then((items) => {
+        const c: Cache = { byId: new Map(items.map((i) => [i.id, i])), items, loadedAt: now() };
+        cache = c;
+        return c;
+      })
+      .finally(() => {
+        loading = null;
+      });
+    return loading;
+  }
+
+  async function fresh(): Promise<Cache> {
+    if (cache && now() - cache.loadedAt < opts.ttlMs) return cache;
+    return await load();
+  }
+
+  return {
+    async resolve(id) {
+      let c = await fresh();
+      let item = c.byId.get(id);
+      if (!item && now() - c.loadedAt >= minRefresh) {
+        c = await load();
+        item = c.byId.get(id);
+      }
+      return item ? { found: true, item, loadedAt: c.loadedAt } : { found: false, loadedAt: c.loadedAt };
+    },
+    async findByValue(value) {
+      const c = await fresh();
+      const v = value.trim();
+      return c.items.find((i) => i.value.trim() === v) ?? null;
+    },
+    invalidate() {
+      cache = null;
+    },
+  };
+}
+
+/** Parses crm.contact.userfield.list's answer for one enumeration field into dictionary items. */
+export function parseCitizenshipList(result: unknown, fieldName: string): CitizenshipItem[] | null {
+  if (!Array.isArray(result)) return null;
+  const field = result.find(
+    (f) => f !== null && typeof f === "object" && (f as Record<string, unknown>).FIELD_NAME === fieldName,
+  ) as Record<string, unknown> | undefined;
+  if (!field) return null;
+  const list = field.LIST;
+  if (!Array.isArray(list)) return [];
+  const out: CitizenshipItem[] = [];
+  for (const e of list) {
+    if (e === null || typeof e !== "object") continue;
+    const r = e as Record<string, unknown>;
+    const id = text(r.ID);
+    const value = typeof r.VALUE === "string" ? r.VALUE : null;
+    if (id === null || value === null) continue;
+    const sort = Number(r.SORT);
+    out.push({ id, value, xmlId: text(r.XML_ID), sort: Number.isFinite(sort) ? sort : null });
+  }
+  return out;
+}

@@ -1,0 +1,312 @@
+// Rate limiting towards the portal (§8, §9). The portal's budget is per portal and source IP, so
+// every replica draws from one token bucket kept in PostgreSQL (sql/limiter.sql), together with a
+// cap on HTTP requests in flight whose slots expire on their own when a holder dies. A request is
+// sent only with a token and a slot; a slow request holds its slot, not the bucket, so another can
+// go while a token and a slot are free. After QUERY_LIMIT_EXCEEDED the rate is cut and then climbs
+// back linearly; OPERATION_TIME_LIMIT blocks only its method until the portal's reset time.
+//
+// createMemoryLimiter implements the same rules in process: it is allowed only with one replica
+// (§8) and is what unit tests and benchmarks without a database use.
+import type pg from "pg";
+
+/** Hot settings (§12.3): limiter.refill_per_sec, limiter.burst, limiter.max_in_flight. */
+export interface LimiterSettings {
+  refillPerSec: number;
+  burst: number;
+  maxInFlight: number;
+}
+
+export const DEFAULT_LIMITER_SETTINGS: LimiterSettings = { refillPerSec: 2, burst: 5, maxInFlight: 2 };
+
+/** How the rate reacts to the portal's limit: multiplicative cut, linear recovery. */
+export interface AdaptiveSettings {
+  /** Factor applied to the rate on QUERY_LIMIT_EXCEEDED (default 0.5). */
+  decrease: number;
+  /** The rate never goes below base × minFactor (default 0.1). */
+  minFactor: number;
+  /** The factor climbs back by this much per second (default 0.05: from 0.5 to 1 in 10 s). */
+  recoveryPerSec: number;
+  /** No request for this long after a refusal; further refusals inside it do not cut again (default 1000). */
+  cooldownMs: number;
+}
+
+export const DEFAULT_ADAPTIVE: AdaptiveSettings = {
+  decrease: 0.5,
+  minFactor: 0.1,
+  recoveryPerSec: 0.05,
+  cooldownMs: 1000,
+};
+
+/** Permission to send one HTTP request. Release it when the reply (or the failure) is in. */
+export interface LimiterPermit {
+  release(): Promise<void>;
+}
+
+/** One method's operating time as a reply reported it. */
+export interface OperatingSample {
+  method: string;
+  /** `time.operating`, seconds. */
+  operating: number;
+  /** `time.operating_reset_at` as epoch ms, when present. */
+  resetAt: number | null;
+}
+
+/** What /internal/sync/v1/status may show about the limiter (§14). */
+export interface LimiterState {
+  tokens: number;
+  /** Current requests per second after any cut. */
+  rate: number;
+  rateFactor: number;
+  inFlight: number;
+  throttledUntil: number | null;
+  blockedMethods: Array<{ method: string; until: number }>;
+}
+
+/** The limiter every CRM request goes through. */
+export interface CrmLimiter {
+  /** Waits for a token and an in-flight slot. Rejects only if `signal` aborts. */
+  acquire(opts?: { signal?: AbortSignal }): Promise<LimiterPermit>;
+  /** The portal answered QUERY_LIMIT_EXCEEDED (or another limit refusal): cut the rate. */
+  noteRateLimited(): Promise<void>;
+  /** OPERATION_TIME_LIMIT for `method`: block it until `until` (epoch ms). Returns the effective end. */
+  noteMethodBlocked(method: string, until: number): Promise<number>;
+  /** Records operating times from replies (the next block uses the latest reset time). */
+  noteOperating(samples: readonly OperatingSample[]): Promise<void>;
+  /** Methods blocked right now, with the end of each block (epoch ms). */
+  blockedMethods(): Promise<Map<string, number>>;
+  state(): Promise<LimiterState>;
+}
+
+type SettingsSource = LimiterSettings | (() => LimiterSettings);
+
+function read(s: SettingsSource): LimiterSettings {
+  return typeof s === "function" ? s() : s;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+export interface PgLimiterOptions {
+  pool: pg.Pool;
+  /** Bucket name: one per portal and credential, e.g. the portal host. */
+  bucket: string;
+  /** Who holds slots (host:pid); shown in crm_inflight_slots for diagnosis. */
+  holder: string;
+  settings: SettingsSource;
+  /** A slot frees itself this long after it was taken; must exceed the HTTP timeout. */
+  slotTtlMs: number;
+  adaptive?: Partial<AdaptiveSettings>;
+  /** Upper bound of one wait between polls, ms (default 250). */
+  maxPollMs?: number;
+}
+
+/** The PostgreSQL limiter shared by every replica (sql/limiter.sql). */
+export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
+  const adaptive = { ...DEFAULT_ADAPTIVE, ...opts.adaptive };
+  const maxPoll = opts.maxPollMs ?? 250;
+  const { pool, bucket } = opts;
+
+  return {
+    async acquire(a = {}) {
+      for (;;) {
+        a.signal?.throwIfAborted();
+        const s = read(opts.settings);
+        const { rows } = await pool.query<{ granted: boolean; slot_id: string | null; wait_ms: number }>(
+          `select granted, slot_id, wait_ms
+             from bitrix_sync.acquire_crm_request($1, $2, $3, $4, $5, $6, $7)`,
+          [
+            bucket,
+            opts.holder,
+            s.refillPerSec,
+            s.burst,
+            s.maxInFlight,
+            opts.slotTtlMs,
+            adaptive.recoveryPerSec,
+          ],
+        );
+        const r = rows[0];
+        if (r?.granted && r.slot_id) {
+          const slot = r.slot_id;
+          let released = false;
+          return {
+            async release() {
+              if (released) return;
+              released = true;
+              await pool.query("select bitrix_sync.release_crm_request($1)", [slot]);
+            },
+          };
+        }
+        // A little jitter so replicas polling the same bucket do not stay in lockstep.
+        const wait = Math.min(Math.max(r?.wait_ms ?? maxPoll, 5), maxPoll) + Math.floor(Math.random() * 5);
+        await sleep(wait, a.signal);
+      }
+    },
+    async noteRateLimited() {
+      await pool.query("select bitrix_sync.note_rate_limited($1, $2, $3, $4, $5)", [
+        bucket,
+        adaptive.decrease,
+        adaptive.minFactor,
+        adaptive.cooldownMs,
+        adaptive.recoveryPerSec,
+      ]);
+    },
+    async noteMethodBlocked(method, until) {
+      const { rows } = await pool.query<{ until: Date }>(
+        "select bitrix_sync.note_method_blocked($1, $2, $3) as until",
+        [bucket, method, new Date(until)],
+      );
+      return rows[0]?.until.getTime() ?? until;
+    },
+    async noteOperating(samples) {
+      if (samples.length === 0) return;
+      await pool.query("select bitrix_sync.note_crm_operating($1, $2, $3, $4)", [
+        bucket,
+        samples.map((s) => s.method),
+        samples.map((s) => s.operating),
+        samples.map((s) => (s.resetAt === null ? null : new Date(s.resetAt))),
+      ]);
+    },
+    async blockedMethods() {
+      const { rows } = await pool.query<{ method: string; blocked_until: Date }>(
+        "select method, blocked_until from bitrix_sync.blocked_crm_methods($1)",
+        [bucket],
+      );
+      return new Map(rows.map((r) => [r.method, r.blocked_until.getTime()]));
+    },
+    async state() {
+      const s = read(opts.settings);
+      const { rows } = await pool.query<{
+        tokens: number;
+        rate_factor: number;
+        in_flight: number;
+        throttled_until: Date | null;
+      }>("select tokens, rate_factor, in_flight, throttled_until from bitrix_sync.crm_limiter_state($1)", [
+        bucket,
+      ]);
+      const r = rows[0];
+      const blocked = await this.blockedMethods();
+      const factor = r?.rate_factor ?? 1;
+      return {
+        tokens: r?.tokens ?? s.burst,
+        rate: s.refillPerSec * factor,
+        rateFactor: factor,
+        inFlight: r?.in_flight ?? 0,
+        throttledUntil: r?.throttled_until?.getTime() ?? null,
+        blockedMethods: [...blocked].map(([method, until]) => ({ method, until })),
+      };
+    },
+  };
+}
+
+export interface MemoryLimiterOptions {
+  settings: SettingsSource;
+  adaptive?: Partial<AdaptiveSettings>;
+  now?: () => number;
+  maxPollMs?: number;
+}
+
+/** The same limiter in process memory: one replica only (§8). */
+export function createMemoryLimiter(opts: MemoryLimiterOptions): CrmLimiter {
+  const adaptive = { ...DEFAULT_ADAPTIVE, ...opts.adaptive };
+  const now = opts.now ?? Date.now;
+  const maxPoll = opts.maxPollMs ?? 250;
+  let tokens = read(opts.settings).burst;
+  let refilledAt = now();
+  let factor = 1;
+  let factorAt = now();
+  let throttledUntil = 0;
+  let inFlight = 0;
+  const blocks = new Map<string, number>();
+  const resets = new Map<string, number>();
+
+  function advance(): { rate: number; s: LimiterSettings } {
+    const s = read(opts.settings);
+    const t = now();
+    factor = Math.min(1, factor + (adaptive.recoveryPerSec * (t - factorAt)) / 1000);
+    factorAt = t;
+    const rate = s.refillPerSec * factor;
+    tokens = Math.min(s.burst, tokens + (rate * Math.max(0, t - refilledAt)) / 1000);
+    refilledAt = t;
+    return { rate, s };
+  }
+
+  function tryAcquire(): number | null {
+    const { rate, s } = advance();
+    const t = now();
+    if (throttledUntil > t) return throttledUntil - t;
+    if (inFlight >= s.maxInFlight) return 20;
+    if (tokens < 1) return Math.ceil(((1 - tokens) / rate) * 1000);
+    tokens -= 1;
+    inFlight++;
+    return null;
+  }
+
+  return {
+    async acquire(a = {}) {
+      for (;;) {
+        a.signal?.throwIfAborted();
+        const wait = tryAcquire();
+        if (wait === null) {
+          let released = false;
+          return {
+            async release() {
+              if (released) return;
+              released = true;
+              inFlight--;
+            },
+          };
+        }
+        await sleep(Math.min(Math.max(wait, 1), maxPoll), a.signal);
+      }
+    },
+    async noteRateLimited() {
+      advance();
+      const t = now();
+      if (throttledUntil > t) return;
+      factor = Math.max(adaptive.minFactor, factor * adaptive.decrease);
+      tokens = 0;
+      throttledUntil = t + adaptive.cooldownMs;
+    },
+    async noteMethodBlocked(method, until) {
+      const t = now();
+      const reset = resets.get(method);
+      const end = Math.max(until, blocks.get(method) ?? 0, reset !== undefined && reset > t ? reset : 0);
+      blocks.set(method, end);
+      return end;
+    },
+    async noteOperating(samples) {
+      for (const s of samples) if (s.resetAt !== null) resets.set(s.method, s.resetAt);
+    },
+    async blockedMethods() {
+      const t = now();
+      return new Map([...blocks].filter(([, until]) => until > t));
+    },
+    async state() {
+      const { rate } = advance();
+      const t = now();
+      return {
+        tokens,
+        rate,
+        rateFactor: factor,
+        inFlight,
+        throttledUntil: throttledUntil > t ? throttledUntil : null,
+        blockedMethods: [...blocks].filter(([, u]) => u > t).map(([method, until]) => ({ method, until })),
+      };
+    },
+  };
+}

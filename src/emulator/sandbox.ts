@@ -1,0 +1,56 @@
+// Sandbox mode (DESIGN.md "Local and test defaults"): with no CRM webhook configured, `npm start`
+// talks to the emulator on loopback instead of a portal. With a webhook configured this only checks
+// the URL against the portal host (§12.2, §16) so a bad value stops the service at startup.
+import { randomBytes } from "node:crypto";
+import type { Config } from "../config/env.js";
+import { parseWebhookUrl } from "../crm/client.js";
+import { type Emulator, startEmulator } from "./server.js";
+
+interface Log {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+}
+
+/** Where CRM calls go. `webhookUrl` is a secret: never log it. */
+export interface CrmEndpoint {
+  webhookUrl: string;
+  portalHost: string;
+  sandbox: boolean;
+  /** The emulator, in sandbox mode. */
+  emulator: Emulator | null;
+  close(): Promise<void>;
+}
+
+/** Starts the emulator in sandbox mode, or validates the configured webhook URL. */
+export async function startCrmEndpoint(opts: { config: Config; log: Log }): Promise<CrmEndpoint> {
+  const { config, log } = opts;
+  if (!config.sandbox) {
+    const webhookUrl = config.secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL as string;
+    const portalHost = config.env.BITRIX_SYNC_PORTAL_HOST as string;
+    parseWebhookUrl(webhookUrl, portalHost);
+    return { webhookUrl, portalHost, sandbox: false, emulator: null, close: async () => undefined };
+  }
+  const emulator = await startSandbox({ fields: config.fields });
+  log.warn(
+    { event: "sandbox.emulator", portalHost: emulator.host },
+    "sandbox Bitrix24 emulator listening on loopback; no data leaves this machine",
+  );
+  return {
+    webhookUrl: emulator.url,
+    portalHost: emulator.host,
+    sandbox: true,
+    emulator,
+    close: () => emulator.close(),
+  };
+}
+
+/** Starts the emulator as the sandbox portal: loopback, random webhook secret, real limits. */
+export async function startSandbox(opts: {
+  fields: { userId: string; registered: string; citizenship: string };
+}): Promise<Emulator> {
+  return await startEmulator({
+    fields: opts.fields,
+    secret: randomBytes(16).toString("hex"),
+    rate: { drainPerSec: 2, threshold: 50 },
+  });
+}
