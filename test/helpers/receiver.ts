@@ -49,12 +49,9 @@ export function captureLogger(level = "debug"): { log: Logger; text: () => strin
   return { log, text: () => chunks.join("") };
 }
 
-export function makeApp(
-  pool: pg.Pool,
-  log: Logger,
-  receiver: ReceiverConfig | undefined = receiverConfigFor(),
-) {
-  return createApp({ pool, log, receiver });
+/** The service's app with the receivers configured as given (`null`: not configured at all). */
+export function makeApp(pool: pg.Pool, log: Logger, receiver: ReceiverConfig | null = receiverConfigFor()) {
+  return createApp({ pool, log, receiver: receiver ?? undefined });
 }
 
 /** The robot's form fields in the order it sends them, keys unencoded. */
