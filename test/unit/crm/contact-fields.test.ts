@@ -1,0 +1,257 @@
+import test from "ava";
+import fc from "fast-check";
+import {
+  type CitizenshipItem,
+  createCitizenshipDictionary,
+  decodeRegistered,
+  encodeRegistered,
+  isValidEmail,
+  isValidRuPhone,
+  type MultiValue,
+  parseCitizenshipList,
+  parseLegacyContact,
+  pickEmail,
+  planPhoneUpdate,
+} from "../../../src/crm/contact-fields.js";
+
+test("phones: only +7 and ten digits are valid; nothing is repaired", (t) => {
+  t.true(isValidRuPhone("+79991234567"));
+  for (const bad of [
+    "89991234567",
+    "79991234567",
+    "+7 999 123 45 67",
+    "+7(999)1234567",
+    "+7-999-123-45-67",
+    "+7999123456",
+    "+799912345678",
+    "+19991234567",
+    " +79991234567",
+    "+79991234567 ",
+    "",
+    null,
+    12345,
+  ]) {
+    t.false(isValidRuPhone(bad), String(bad));
+  }
+});
+
+test("phones: any +7 followed by exactly ten digits passes, any other length fails", (t) => {
+  t.notThrows(() =>
+    fc.assert(
+      fc.property(
+        fc.stringMatching(/^\d{0,14}$/),
+        (digits) => isValidRuPhone(`+7${digits}`) === (digits.length === 10),
+      ),
+    ),
+  );
+});
+
+const m = (value: string, valueType = "WORK", id: number | null = 1): MultiValue => ({
+  id,
+  valueType,
+  value,
+});
+
+test("email pick: the first valid WORK address wins over an earlier HOME one", (t) => {
+  t.is(
+    pickEmail([m("home@example.com", "HOME"), m("not an email", "WORK"), m("work@example.com", "WORK")]),
+    "work@example.com",
+  );
+});
+
+test("email pick: without a valid WORK address, the first valid one", (t) => {
+  t.is(
+    pickEmail([m("broken@", "WORK"), m("first@example.org", "OTHER"), m("second@example.org", "HOME")]),
+    "first@example.org",
+  );
+});
+
+test("email pick: nothing valid gives null (the App field is cleared)", (t) => {
+  t.is(pickEmail([m("a b@c.d"), m("@example.com"), m("x@localhost")]), null);
+  t.is(pickEmail([]), null);
+});
+
+test("email syntax", (t) => {
+  t.true(isValidEmail("ivan.petrov+crm@mail.example.ru"));
+  t.false(isValidEmail("ivan@example"));
+  t.false(isValidEmail("ivan@@example.com"));
+  t.false(isValidEmail(`${"a".repeat(250)}@example.com`));
+});
+
+test("phone update: the number already on the Contact means nothing to send", (t) => {
+  t.is(planPhoneUpdate([m("+79990000001", "MOBILE", 11)], "+79990000001"), null);
+});
+
+test("phone update: the old App number is overwritten by its entry ID, never appended", (t) => {
+  const plan = planPhoneUpdate(
+    [m("+79990000009", "WORK", 10), m("+79990000001", "MOBILE", 11)],
+    "+79990000002",
+    "+79990000001",
+  );
+  t.deepEqual(plan, [{ ID: "11", VALUE: "+79990000002", VALUE_TYPE: "MOBILE" }]);
+});
+
+test("phone update: with neither number present it appends one entry and keeps the others", (t) => {
+  t.deepEqual(planPhoneUpdate([m("+79990000009", "WORK", 10)], "+79990000002", "+79990000001"), [
+    { VALUE: "+79990000002", VALUE_TYPE: "MOBILE" },
+  ]);
+});
+
+test("phone update refuses a phone that is not +7XXXXXXXXXX", (t) => {
+  t.throws(() => planPhoneUpdate([], "8 999 000 00 02"), { instanceOf: RangeError });
+});
+
+test("registration flag: written as 1/0, read in every form the portal uses", (t) => {
+  t.is(encodeRegistered(true), 1);
+  t.is(encodeRegistered(false), 0);
+  for (const v of [1, "1", "Y", true]) t.true(decodeRegistered(v));
+  for (const v of [0, "0", "N", false]) t.false(decodeRegistered(v));
+  for (const v of [null, undefined, "", "maybe"]) t.is(decodeRegistered(v), null);
+});
+
+const NAMES = { userId: "UF_CRM_1", registered: "UF_CRM_2", citizenship: "UF_CRM_3" };
+
+test("legacy Contact rows parse into records; a row without an ID is refused", (t) => {
+  const rec = parseLegacyContact(
+    {
+      ID: "42",
+      NAME: "Ivan",
+      PHONE: [{ ID: "7", VALUE_TYPE: "MOBILE", VALUE: "+79991234567", TYPE_ID: "PHONE" }],
+      EMAIL: [{ ID: "8", VALUE_TYPE: "WORK", VALUE: "ivan@example.com", TYPE_ID: "EMAIL" }],
+      UF_CRM_1: "0b7e7dbd-4fcb-4b38-8d56-1f7c0d1f6b0e",
+      UF_CRM_2: "1",
+      UF_CRM_3: "45",
+      DATE_CREATE: "2024-08-15T10:38:21+03:00",
+      DATE_MODIFY: "2024-08-16T10:38:21+03:00",
+    },
+    NAMES,
+  );
+  t.deepEqual(rec, {
+    id: 42,
+    name: "Ivan",
+    phones: [{ id: 7, valueType: "MOBILE", value: "+79991234567" }],
+    emails: [{ id: 8, valueType: "WORK", value: "ivan@example.com" }],
+    userId: "0b7e7dbd-4fcb-4b38-8d56-1f7c0d1f6b0e",
+    registered: true,
+    citizenshipEnumId: "45",
+    createdAt: "2024-08-15T10:38:21+03:00",
+    updatedAt: "2024-08-16T10:38:21+03:00",
+  });
+  const empty = parseLegacyContact(
+    { ID: "5", NAME: "", UF_CRM_1: null, UF_CRM_2: null, UF_CRM_3: "" },
+    NAMES,
+  );
+  t.like(empty, {
+    id: 5,
+    name: null,
+    phones: [],
+    emails: [],
+    userId: null,
+    registered: null,
+    citizenshipEnumId: null,
+  });
+  t.is(parseLegacyContact({ NAME: "no id" }, NAMES), null);
+  t.is(parseLegacyContact([], NAMES), null);
+});
+
+test("citizenship list parses the enumeration of the named field only", (t) => {
+  const result = [
+    { FIELD_NAME: "UF_CRM_9", USER_TYPE_ID: "string" },
+    {
+      FIELD_NAME: "UF_CRM_3",
+      USER_TYPE_ID: "enumeration",
+      LIST: [
+        { ID: "45", SORT: "10", VALUE: "Россия", DEF: "N", XML_ID: "RU" },
+        { ID: "46", SORT: "20", VALUE: "Казахстан", DEF: "N", XML_ID: "KZ" },
+      ],
+    },
+  ];
+  t.deepEqual(parseCitizenshipList(result, "UF_CRM_3"), [
+    { id: "45", value: "Россия", xmlId: "RU", sort: 10 },
+    { id: "46", value: "Казахстан", xmlId: "KZ", sort: 20 },
+  ]);
+  t.is(parseCitizenshipList(result, "UF_CRM_404"), null);
+  t.is(parseCitizenshipList({}, "UF_CRM_3"), null);
+});
+
+function fakeClock(start = 1_000_000) {
+  let t = start;
+  return { now: () => t, advance: (ms: number) => void (t += ms) };
+}
+
+test("citizenship dictionary: cached for its TTL, reloaded after it", async (t) => {
+  const clock = fakeClock();
+  let loads = 0;
+  const items: CitizenshipItem[] = [{ id: "45", value: "Россия", xmlId: "RU", sort: 10 }];
+  const dict = createCitizenshipDictionary({
+    ttlMs: 60_000,
+    now: clock.now,
+    load: async () => (loads++, items),
+  });
+  t.like(await dict.resolve("45"), { found: true, item: { value: "Россия" } });
+  clock.advance(59_000);
+  await dict.resolve("45");
+  t.is(loads, 1);
+  clock.advance(2_000);
+  await dict.resolve("45");
+  t.is(loads, 2);
+});
+
+test("citizenship dictionary: an unknown ID refreshes once, then is reported unknown (never empty)", async (t) => {
+  const clock = fakeClock();
+  let list: CitizenshipItem[] = [{ id: "45", value: "Россия", xmlId: null, sort: null }];
+  let loads = 0;
+  const dict = createCitizenshipDictionary({
+    ttlMs: 3_600_000,
+    minRefreshIntervalMs: 30_000,
+    now: clock.now,
+    load: async () => (loads++, list),
+  });
+  await dict.resolve("45");
+  clock.advance(31_000);
+  // A portal admin added an element after our load: the refresh finds it.
+  list = [...list, { id: "50", value: "Армения", xmlId: null, sort: null }];
+  t.like(await dict.resolve("50"), { found: true, item: { value: "Армения" } });
+  t.is(loads, 2);
+  clock.advance(31_000);
+  const unknown = await dict.resolve("999");
+  t.false(unknown.found);
+  t.is(loads, 3, "one refresh for the unknown ID");
+  const again = await dict.resolve("999");
+  t.false(again.found);
+  t.is(loads, 3, "no second refresh inside the minimum interval");
+});
+
+test("citizenship dictionary: concurrent lookups share one load; findByValue trims", async (t) => {
+  let loads = 0;
+  const dict = createCitizenshipDictionary({
+    ttlMs: 60_000,
+    load: async () => {
+      loads++;
+      await new Promise((r) => setTimeout(r, 20));
+      return [{ id: "46", value: "Казахстан ", xmlId: null, sort: null }];
+    },
+  });
+  const [a, b, c] = await Promise.all([
+    dict.resolve("46"),
+    dict.resolve("46"),
+    dict.findByValue(" Казахстан"),
+  ]);
+  t.true(a.found && b.found);
+  t.is(c?.id, "46");
+  t.is(loads, 1);
+});
+
+test("citizenship dictionary: a failed load is not cached", async (t) => {
+  let fail = true;
+  const dict = createCitizenshipDictionary({
+    ttlMs: 60_000,
+    load: async () => {
+      if (fail) throw new Error("CRM down");
+      return [{ id: "45", value: "Россия", xmlId: null, sort: null }];
+    },
+  });
+  await t.throwsAsync(() => dict.resolve("45"), { message: "CRM down" });
+  fail = false;
+  t.true((await dict.resolve("45")).found);
+});
