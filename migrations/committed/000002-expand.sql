@@ -1,5 +1,5 @@
 --! Previous: sha1:86331a199dd3b973a91ff3c5548f07f00eff4b06
---! Hash: sha1:b63fcd805a1e69ed71335fa9bf410f228719f8e9
+--! Hash: sha1:beda85216c627d86fa3be183567b34de690f4e5e
 --! Message: expand
 
 -- Expand (§6.1, §6.3 steps 1-5, §6.4, §7, §12.3, §13, §17): reshape han_app.sync_queue to the
@@ -1687,16 +1687,23 @@ begin
      for update skip locked
   loop
     exit when v_claimed >= p_limit;
+    -- Another claimer that has an event of this entity in flight holds this lock until it commits.
+    -- Skipping instead of waiting on its uncommitted index entry avoids a lock cycle between two
+    -- claimers that picked events of the same two entities in crossed order (a deadlock error).
+    continue when not pg_try_advisory_xact_lock(hashtext('bitrix_sync.webhook_inbox'),
+                                                hashtext(v_cand.receiver || ':' || v_cand.entity_id));
     begin
+      -- The status test skips candidates this loop has just coalesced into an earlier one.
       update bitrix_sync.webhook_inbox
          set status = 'processing', lease_token = gen_random_uuid(), locked_by = left(p_worker, 128),
              locked_until = now() + p_lease, attempt_count = attempt_count + 1, status_at = now()
-       where id = v_cand.id
+       where id = v_cand.id and status = v_cand.status
       returning * into v_row;
     exception when unique_violation then
       -- Another event of this entity is being processed: leave this one for later.
       continue;
     end;
+    continue when not found;
     -- The other pending events of the entity are covered by this one read.
     update bitrix_sync.webhook_inbox o
        set status = 'coalesced', coalesced_into = v_row.id, status_at = now()

@@ -1,5 +1,5 @@
---! Previous: sha1:b63fcd805a1e69ed71335fa9bf410f228719f8e9
---! Hash: sha1:67f1490dd03acf0f0dd436c4fb1c912af5e7dfcb
+--! Previous: sha1:beda85216c627d86fa3be183567b34de690f4e5e
+--! Hash: sha1:7bc7412a4d0bbb26699b83c72b20518f8a009723
 --! Message: contract
 
 -- Contract (§6.3 step 6): the App no longer stores the Contact link. The expand migration copied

@@ -1,5 +1,5 @@
---! Previous: sha1:dad0e4f39cf749605209d06187ce29095828b1cc
---! Hash: sha1:18ffc6f401a2d63fad3331e10589baef62f2b95c
+--! Previous: sha1:7bc7412a4d0bbb26699b83c72b20518f8a009723
+--! Hash: sha1:2c89b6b815861ea0e18a4aa9151c945b215983c8
 --! Message: receivers
 
 -- Receivers (§10.1, docs/receivers.md): accept_webhook(), the single statement a robot webhook
