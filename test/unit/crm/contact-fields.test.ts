@@ -176,7 +176,12 @@ test("citizenship list parses the enumeration of the named field only", (t) => {
 
 function fakeClock(start = 1_000_000) {
   let t = start;
-  return { now: () => t, advance: (ms: number) => void (t += ms) };
+  return {
+    now: () => t,
+    advance: (ms: number) => {
+      t += ms;
+    },
+  };
 }
 
 test("citizenship dictionary: cached for its TTL, reloaded after it", async (t) => {
@@ -186,7 +191,10 @@ test("citizenship dictionary: cached for its TTL, reloaded after it", async (t) 
   const dict = createCitizenshipDictionary({
     ttlMs: 60_000,
     now: clock.now,
-    load: async () => (loads++, items),
+    load: async () => {
+      loads++;
+      return items;
+    },
   });
   t.like(await dict.resolve("45"), { found: true, item: { value: "Россия" } });
   clock.advance(59_000);
@@ -205,7 +213,10 @@ test("citizenship dictionary: an unknown ID refreshes once, then is reported unk
     ttlMs: 3_600_000,
     minRefreshIntervalMs: 30_000,
     now: clock.now,
-    load: async () => (loads++, list),
+    load: async () => {
+      loads++;
+      return list;
+    },
   });
   await dict.resolve("45");
   clock.advance(31_000);
