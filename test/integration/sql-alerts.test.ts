@@ -154,21 +154,21 @@ test("after finish_business_alert a new case opens a new alert linked to the pre
   t.like(await get(first.id), { status: "resolved", occurrence_count: 1 });
 });
 
-test("record_alert_item stores the smart-process item and stage and marks the row synced", async (t) => {
+test("record_alert_item stores the smart-process item and stage", async (t) => {
   const a = await raise(db.pool, "duplicate_contacts", fingerprint());
   const out = await one<Alert>(
     db.pool,
     "select * from bitrix_sync.record_alert_item($1, 9001, 'DT1038_7:NEW')",
     [a.id],
   );
-  t.like(out, { item_id: "9001", stage_id: "DT1038_7:NEW", crm_sync_status: "synced" });
+  t.like(out, { item_id: "9001", stage_id: "DT1038_7:NEW" });
   // Nulls keep what is known: a later get may bring only the stage.
   const later = await one<Alert>(
     db.pool,
     "select * from bitrix_sync.record_alert_item($1, null, 'DT1038_7:PREPARATION')",
     [a.id],
   );
-  t.like(later, { item_id: "9001", stage_id: "DT1038_7:PREPARATION", crm_sync_status: "synced" });
+  t.like(later, { item_id: "9001", stage_id: "DT1038_7:PREPARATION" });
   await rejectsWith(t, db.pool.query("select bitrix_sync.record_alert_item(-1, 1, 'X')"), "BS005");
 });
 
