@@ -1,0 +1,113 @@
+// docs/state-machines.md must draw exactly the edges of bitrix_sync.state_edges (the list the guard
+// triggers enforce) and say who moves a row out of every non-final state, so the doc cannot drift.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import test from "ava";
+import { createTestDb, type TestDb } from "../helpers/testdb.js";
+
+let db: TestDb;
+test.before(async () => {
+  db = await createTestDb();
+});
+test.after.always(async () => {
+  await db?.drop();
+});
+
+const DOC = join(import.meta.dirname, "..", "..", "docs", "state-machines.md");
+
+interface Section {
+  machine: string;
+  edges: string[];
+  /** States named in the first column of the section's "who moves it out" table. */
+  described: Set<string>;
+}
+
+/** `machine from --event--> to`, one string per edge, so a failing diff reads like the diagram. */
+const edgeKey = (machine: string, from: string, to: string, event: string) =>
+  `${machine}: ${from} --${event}--> ${to}`;
+
+function parseDoc(text: string): Section[] {
+  const sections: Section[] = [];
+  const blocks = [...text.matchAll(/```mermaid\n([\s\S]*?)```/g)];
+  for (const [i, block] of blocks.entries()) {
+    const body = block[1] ?? "";
+    const machine = /^\s*%% machine: (\w+)\s*$/m.exec(body)?.[1];
+    if (!machine) throw new Error(`mermaid block ${i + 1} has no "%% machine: <name>" line`);
+    const edges: string[] = [];
+    for (const line of body.split("\n")) {
+      if (line.includes("[*]")) continue;
+      const m = /^\s*(\w+)\s*-->\s*(\w+)\s*:\s*(\w+)\s*$/.exec(line);
+      if (m) edges.push(edgeKey(machine, m[1] ?? "", m[2] ?? "", m[3] ?? ""));
+      else if (line.includes("-->")) throw new Error(`${machine}: cannot parse edge line "${line.trim()}"`);
+    }
+    // The section's text runs from this diagram to the next heading.
+    const start = (block.index ?? 0) + block[0].length;
+    const next = text.indexOf("\n## ", start);
+    const rest = text.slice(start, next === -1 ? undefined : next);
+    const described = new Set<string>();
+    for (const row of rest.split("\n").filter((l) => l.startsWith("| `"))) {
+      const firstCell = row.split("|")[1] ?? "";
+      for (const s of firstCell.matchAll(/`(\w+)`/g)) described.add(s[1] ?? "");
+    }
+    sections.push({ machine, edges, described });
+  }
+  return sections;
+}
+
+test("docs/state-machines.md draws exactly the edges of bitrix_sync.state_edges", async (t) => {
+  const sections = parseDoc(readFileSync(DOC, "utf8"));
+  const documented = sections.flatMap((s) => s.edges);
+  t.deepEqual(
+    documented.filter((e, i) => documented.indexOf(e) !== i),
+    [],
+    "an edge is drawn twice",
+  );
+
+  const { rows } = await db.pool.query<{
+    machine: string;
+    from_state: string;
+    to_state: string;
+    event: string;
+  }>("select machine, from_state, to_state, event from bitrix_sync.state_edges");
+  t.true(rows.length > 0);
+  const inDb = rows.map((r) => edgeKey(r.machine, r.from_state, r.to_state, r.event));
+  t.deepEqual(
+    inDb.filter((e) => !documented.includes(e)).sort(),
+    [],
+    "edges of bitrix_sync.state_edges missing from the doc",
+  );
+  t.deepEqual(
+    documented.filter((e) => !inDb.includes(e)).sort(),
+    [],
+    "edges in the doc that bitrix_sync.state_edges does not have",
+  );
+  t.deepEqual([...documented].sort(), [...inDb].sort());
+
+  const machines = [...new Set(rows.map((r) => r.machine))].sort();
+  t.deepEqual(sections.map((s) => s.machine).sort(), machines, "one diagram per machine");
+});
+
+test("docs/state-machines.md says who moves a row out of every state that has an exit", async (t) => {
+  const sections = parseDoc(readFileSync(DOC, "utf8"));
+  const { rows } = await db.pool.query<{ machine: string; from_state: string }>(
+    "select distinct machine, from_state from bitrix_sync.state_edges",
+  );
+  const missing = rows
+    .filter((r) => !sections.find((s) => s.machine === r.machine)?.described.has(r.from_state))
+    .map((r) => `${r.machine}: ${r.from_state}`)
+    .sort();
+  t.deepEqual(missing, []);
+});
+
+test("the doc parser rejects a diagram without a machine and an edge without an event", (t) => {
+  t.throws(() => parseDoc("```mermaid\nstateDiagram-v2\n  a --> b : go\n```\n"), {
+    message: /no "%% machine/,
+  });
+  t.throws(() => parseDoc("```mermaid\nstateDiagram-v2\n  %% machine: m\n  a --> b\n```\n"), {
+    message: /cannot parse edge/,
+  });
+  t.deepEqual(
+    parseDoc("```mermaid\nstateDiagram-v2\n  %% machine: m\n  [*] --> a\n  a --> b : go\n```\n")[0]?.edges,
+    ["m: a --go--> b"],
+  );
+});
