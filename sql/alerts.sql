@@ -54,7 +54,7 @@ declare
   v_row bitrix_sync.business_alerts;
 begin
   update bitrix_sync.business_alerts
-     set item_id = coalesce(p_item_id, item_id), stage_id = coalesce(p_stage_id, stage_id), crm_sync_status = 'synced'
+     set item_id = coalesce(p_item_id, item_id), stage_id = coalesce(p_stage_id, stage_id)
    where id = p_alert_id
   returning * into v_row;
   if not found then
@@ -63,7 +63,7 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.record_alert_item(bigint, bigint, text) is
-  'Records the smart-process item and stage after a successful add/update/get; marks the row synced.';
+  'Records the smart-process item and stage after a successful add/update/get. crm_sync_status is left alone: a newer occurrence may already have set it back to pending.';
 
 create or replace function bitrix_sync.finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text default null)
 returns bitrix_sync.business_alerts

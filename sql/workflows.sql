@@ -21,7 +21,9 @@ begin
       update bitrix_sync.workflow_instances w
          set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
              content_hash = p_content_hash,
-             -- A workflow parked in waiting_manual may now be fixable by the newer intent.
+             -- A workflow parked in waiting_manual may now be fixable by the newer intent
+             -- (manual_resume); a waiting_retry one is due at once.
+             state = case when w.state = 'waiting_manual' then 'running' else w.state end,
              next_attempt_at = least(w.next_attempt_at, now())
        where w.id = v_row.id;
       return query select v_row.id, 'joined'::text;

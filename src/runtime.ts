@@ -1,0 +1,149 @@
+// The process-wide pieces graphile-worker tasks need (pool, CRM client, limiter, dictionary,
+// settings). main.ts builds them once and registers them here; a task run by the graphile-worker
+// CLI, where main.ts is not involved, builds them from the environment on first use.
+import { hostname } from "node:os";
+import pg from "pg";
+import { type Config, loadConfig } from "./config/env.js";
+import {
+  type Crm,
+  type CrmDeps,
+  type CrmSettings,
+  createCrm,
+  createPortalLimiter,
+  crmSettingsFrom,
+} from "./crm/index.js";
+import { createLogger, type Logger } from "./observability/logger.js";
+import { createSettingsCache, engineKeys, type SettingsCache } from "./settings-cache.js";
+import { alertCrmSettingsFrom } from "./workflows/alert-sync.js";
+import type { EngineDeps, EngineSettings } from "./workflows/engine.js";
+
+export interface Runtime {
+  config: Config;
+  log: Logger;
+  pool: pg.Pool;
+  databaseUrl: string;
+  settings: SettingsCache;
+  crm: Crm;
+  crmDeps: CrmDeps;
+  engine: EngineDeps;
+  /** Aborted when the process begins to shut down: tasks stop claiming work. */
+  stopping: AbortSignal;
+  close(): Promise<void>;
+}
+
+export interface RuntimeInput {
+  config: Config;
+  log: Logger;
+  pool: pg.Pool;
+  databaseUrl: string;
+  crmEndpoint: { webhookUrl: string; portalHost: string };
+  stopping: AbortSignal;
+}
+
+export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
+  const { config, log, pool } = input;
+  const settings = await createSettingsCache(pool);
+  const crmSettings = (): CrmSettings => crmSettingsFrom(settings.get());
+  const timeoutMs = config.env.BITRIX_SYNC_HTTP_TIMEOUT_SEC * 1000;
+  const limiter = createPortalLimiter(pool, input.crmEndpoint.portalHost, timeoutMs, crmSettings);
+  const crm = createCrm({
+    webhookUrl: input.crmEndpoint.webhookUrl,
+    portalHost: input.crmEndpoint.portalHost,
+    timeoutMs,
+    fields: {
+      userId: config.fields.userId,
+      registered: config.fields.registered,
+      citizenship: config.fields.citizenship,
+    },
+    limiter,
+    settings: crmSettings,
+    log,
+  });
+  const crmDeps: CrmDeps = {
+    client: crm.client,
+    limiter: crm.limiter,
+    catalogue: {
+      fields: {
+        userId: config.fields.userId,
+        registered: config.fields.registered,
+        citizenship: config.fields.citizenship,
+      },
+    },
+    log,
+  };
+  const engineSettings = (): EngineSettings => {
+    const s = settings.get();
+    const c = crmSettings();
+    const e = engineKeys(s);
+    return {
+      claimSize: e.claimSize,
+      leaseSec: e.leaseSec,
+      batchSize: c.batch.size,
+      batchMaxWaitMs: c.batch.maxWaitMs,
+      retry: c.retry,
+    };
+  };
+  const engine: EngineDeps = {
+    pool,
+    log,
+    crm: crmDeps,
+    dictionary: crm.citizenship,
+    settings: engineSettings,
+    workerId: `${hostname()}:${process.pid}`,
+  };
+  return {
+    ...input,
+    settings,
+    crm,
+    crmDeps,
+    engine,
+    async close() {
+      settings.stop();
+      await crm.close();
+    },
+  };
+}
+
+let registered: Promise<Runtime> | null = null;
+
+/** main.ts (and tests) register the runtime they built. */
+export function registerRuntime(r: Runtime | null): void {
+  registered = r ? Promise.resolve(r) : null;
+}
+
+/** The runtime for a task: the registered one, or one built from the environment (CLI use). */
+export function runtime(): Promise<Runtime> {
+  registered ??= (async () => {
+    const config = loadConfig();
+    if (config.sandbox) {
+      throw new Error(
+        "the graphile-worker CLI needs BITRIX_SYNC_CRM_REST_WEBHOOK_URL: sandbox mode runs only under npm start",
+      );
+    }
+    const databaseUrl = config.secrets.BITRIX_SYNC_DATABASE_URL;
+    if (!databaseUrl) throw new Error("BITRIX_SYNC_DATABASE_URL is required");
+    const log = createLogger({ level: config.env.LOG_LEVEL, environment: config.env.SERVICE_ENVIRONMENT });
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: config.env.BITRIX_SYNC_DB_POOL_SIZE });
+    return await buildRuntime({
+      config,
+      log,
+      pool,
+      databaseUrl,
+      crmEndpoint: {
+        webhookUrl: config.secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL as string,
+        portalHost: config.env.BITRIX_SYNC_PORTAL_HOST as string,
+      },
+      stopping: new AbortController().signal,
+    });
+  })();
+  return registered;
+}
+
+/** Settings for the sync loop, read fresh each time. */
+export function loopSettings(r: Runtime) {
+  return {
+    pollMs: () => engineKeys(r.settings.get()).pollMs,
+    pumps: () => crmSettingsFrom(r.settings.get()).limiter.maxInFlight,
+    alerts: () => alertCrmSettingsFrom(r.settings.get()),
+  };
+}

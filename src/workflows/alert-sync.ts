@@ -1,0 +1,133 @@
+// Mirrors business alerts into the Bitrix24 smart process (§11): an alert whose row changed
+// (crm_sync_status = pending) gets an alert.add (no item yet) or alert.update command. Entity type,
+// category, stages, fields and responsible come from settings; until alerts.entity_type_id is set,
+// alerts stay pending in the database (visible in bitrix_sync.status_alerts).
+import type pg from "pg";
+import type { AlertFieldValue } from "../crm/catalogue.js";
+
+export interface AlertCrmSettings {
+  entityTypeId: number | null;
+  categoryId: number | null;
+  responsibleId: number | null;
+  stages: { new: string | null; inProgress: string | null; resolved: string | null; closed: string | null };
+  /** Logical field -> smart-process field name (ufCrm<type>_...). */
+  fields: Record<string, string>;
+}
+
+export function alertCrmSettingsFrom(active: Record<string, unknown>): AlertCrmSettings {
+  const n = (k: string) => (typeof active[k] === "number" ? (active[k] as number) : null);
+  const t = (k: string) => (typeof active[k] === "string" ? (active[k] as string) : null);
+  const f = active["alerts.fields"];
+  const fields: Record<string, string> = {};
+  if (f && typeof f === "object" && !Array.isArray(f)) {
+    for (const [k, v] of Object.entries(f))
+      if (typeof v === "string" && /^ufCrm\d*_\w+$/.test(v)) fields[k] = v;
+  }
+  return {
+    entityTypeId: n("alerts.entity_type_id"),
+    categoryId: n("alerts.category_id"),
+    responsibleId: n("alerts.responsible_id"),
+    stages: {
+      new: t("alerts.stage_new"),
+      inProgress: t("alerts.stage_in_progress"),
+      resolved: t("alerts.stage_resolved"),
+      closed: t("alerts.stage_closed_without_resolution"),
+    },
+    fields,
+  };
+}
+
+interface AlertRow {
+  id: string;
+  alert_number: string;
+  alert_type: string;
+  severity: string;
+  fingerprint: string;
+  user_id: string | null;
+  current_contact_id: string | null;
+  selected_contact_id: string | null;
+  candidate_contact_ids: string[];
+  details: Record<string, unknown>;
+  status: string;
+  item_id: string | null;
+  occurrence_count: number;
+  first_occurred_at: Date;
+  last_occurred_at: Date;
+  previous_number: string | null;
+  correlation_id: string | null;
+}
+
+/** The item fields for one alert: title, stage, category, responsible and the mapped UF fields. */
+export function alertItemFields(a: AlertRow, s: AlertCrmSettings): Record<string, AlertFieldValue> {
+  const out: Record<string, AlertFieldValue> = { title: `Sync conflict #${a.alert_number}: ${a.alert_type}` };
+  const stage = a.status === "resolved" ? s.stages.resolved : a.item_id === null ? s.stages.new : null;
+  if (stage) out.stageId = stage;
+  if (a.item_id === null && s.categoryId !== null) out.categoryId = s.categoryId;
+  if (a.item_id === null && s.responsibleId !== null) out.assignedById = s.responsibleId;
+  const values: Record<string, AlertFieldValue> = {
+    alert_number: Number(a.alert_number),
+    fingerprint: a.fingerprint,
+    type: a.alert_type,
+    severity: a.severity,
+    user_id: a.user_id,
+    current_contact_id: a.current_contact_id,
+    selected_contact_id: a.selected_contact_id,
+    candidate_contact_ids: a.candidate_contact_ids.join(","),
+    details: JSON.stringify(a.details),
+    occurrence_count: a.occurrence_count,
+    first_occurred_at: a.first_occurred_at.toISOString(),
+    last_occurred_at: a.last_occurred_at.toISOString(),
+    previous_alert_number: a.previous_number === null ? null : Number(a.previous_number),
+    correlation_id: a.correlation_id,
+  };
+  for (const [logical, field] of Object.entries(s.fields)) {
+    if (logical in values) out[field] = values[logical] ?? null;
+  }
+  return out;
+}
+
+/** Issues add/update commands for alerts that changed. Returns how many were issued. */
+export async function runAlertSync(pool: pg.Pool, s: AlertCrmSettings, limit = 20): Promise<number> {
+  if (s.entityTypeId === null) return 0;
+  const c = await pool.connect();
+  try {
+    await c.query("begin");
+    const { rows } = await c.query<AlertRow>(
+      `select a.id, a.alert_number, a.alert_type, a.severity, a.fingerprint, a.user_id, a.current_contact_id,
+              a.selected_contact_id, a.candidate_contact_ids, a.details, a.status, a.item_id, a.occurrence_count,
+              a.first_occurred_at, a.last_occurred_at, p.alert_number as previous_number, a.correlation_id
+         from bitrix_sync.business_alerts a
+         left join bitrix_sync.business_alerts p on p.id = a.previous_alert_id
+        where a.crm_sync_status = 'pending'
+          and not exists (select 1 from bitrix_sync.crm_commands c
+                           where c.alert_id = a.id and c.status in ('pending', 'leased', 'in_flight', 'retry_wait'))
+        order by a.id
+        limit $1
+        for update of a skip locked`,
+      [limit],
+    );
+    for (const a of rows) {
+      const fields = alertItemFields(a, s);
+      const params =
+        a.item_id === null
+          ? { entityTypeId: s.entityTypeId, fields }
+          : { entityTypeId: s.entityTypeId, id: Number(a.item_id), fields };
+      await c.query("select bitrix_sync.issue_alert_command($1, $2, $3)", [
+        a.id,
+        a.item_id === null ? "alert.add" : "alert.update",
+        JSON.stringify(params),
+      ]);
+      // Handed to the CRM; a newer occurrence sets it back to pending and is sent after this one.
+      await c.query("update bitrix_sync.business_alerts set crm_sync_status = 'synced' where id = $1", [
+        a.id,
+      ]);
+    }
+    await c.query("commit");
+    return rows.length;
+  } catch (e) {
+    await c.query("rollback").catch(() => undefined);
+    throw e;
+  } finally {
+    c.release();
+  }
+}

@@ -1,0 +1,245 @@
+// What the workflows read from and write to the App's tables. Reads are always of the current
+// state (§6.2: the queue payload is not a snapshot). CRM-master writes happen in one transaction
+// with han.sync_suppress set, so they never echo back as App->CRM intents (§3.1, §5.5).
+import type pg from "pg";
+import type { CitizenshipDictionary, ContactRecord } from "../crm/contact-fields.js";
+import { isValidRuPhone, pickEmail } from "../crm/contact-fields.js";
+import { sha256, stableHash } from "./hash.js";
+
+export type Db = pg.PoolClient | pg.Pool | pg.Client;
+
+export interface AppUser {
+  id: string;
+  phone: string | null;
+  identityStatus: string;
+  profileStatus: string | null;
+  fullName: string | null;
+  email: string | null;
+  citizenship: string | null;
+}
+
+/** The user's identity and profile, or null when the identity does not exist. */
+export async function loadAppUser(db: Db, userId: string): Promise<AppUser | null> {
+  const { rows } = await db.query<{
+    id: string;
+    phone_number: string | null;
+    identity_status: string;
+    profile_status: string | null;
+    full_name: string | null;
+    email: string | null;
+    citizenship: string | null;
+  }>(
+    `select u.id, u.phone_number, u.record_status as identity_status, p.record_status as profile_status,
+            p.full_name, p.email, p.citizenship
+       from han_app.user_identity u
+       left join han_app.client_profile p on p.user_id = u.id
+      where u.id = $1`,
+    [userId],
+  );
+  const r = rows[0];
+  if (!r) return null;
+  return {
+    id: r.id,
+    phone: r.phone_number,
+    identityStatus: r.identity_status,
+    profileStatus: r.profile_status,
+    fullName: r.full_name,
+    email: r.email,
+    citizenship: r.citizenship,
+  };
+}
+
+/** Identity and profile both active: the user may be linked to a Contact (§5.1 "eligible"). */
+export function isEligible(u: AppUser | null): u is AppUser {
+  return u !== null && u.identityStatus === "active" && u.profileStatus === "active";
+}
+
+export function hasValidPhone(u: AppUser): boolean {
+  return isValidRuPhone(u.phone);
+}
+
+/**
+ * SHA-256 of the App-master content an intent wants in the CRM. Equal hashes mean semantically equal
+ * intents (DESIGN.md, adopted guarantees). Only App-master fields count: phone and status.
+ */
+export function desiredContentHash(intent: string, u: AppUser | null): string {
+  if (!u) return stableHash({ intent, missing: true });
+  const active = u.identityStatus === "active" && u.profileStatus === "active";
+  return stableHash({ intent, active, phone: intent === "contact.deactivate" ? null : u.phone });
+}
+
+export interface Snapshot {
+  contactId: string;
+  userId: string;
+  phoneHash: string | null;
+  crmUpdatedAt: Date | null;
+  lastAppliedSource: string | null;
+}
+
+export async function loadSnapshot(db: Db, contactId: string): Promise<Snapshot | null> {
+  const { rows } = await db.query<{
+    contact_id: string;
+    user_id: string;
+    phone_hash: string | null;
+    crm_updated_at: Date | null;
+    last_applied_source: string | null;
+  }>(
+    "select contact_id, user_id, phone_hash, crm_updated_at, last_applied_source from bitrix_sync.contact_snapshots where contact_id = $1",
+    [contactId],
+  );
+  const r = rows[0];
+  return r
+    ? {
+        contactId: r.contact_id,
+        userId: r.user_id,
+        phoneHash: r.phone_hash,
+        crmUpdatedAt: r.crm_updated_at,
+        lastAppliedSource: r.last_applied_source,
+      }
+    : null;
+}
+
+/** Records what bitrix-sync wrote into a newly created Contact (§5.1 step 9: app_create). */
+export async function snapshotCreated(
+  db: Db,
+  contactId: string,
+  userId: string,
+  written: {
+    nameHash: string | null;
+    emailHash: string | null;
+    phoneHash: string | null;
+    citizenshipEnumId: string | null;
+  },
+): Promise<void> {
+  await db.query(
+    `insert into bitrix_sync.contact_snapshots
+       (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, registered,
+        last_applied_source, last_applied_at, stale, stale_reason)
+     values ($1, $2, $3, $4, $5, $6, true, 'app_create', now(), false, null)
+     on conflict (contact_id) do update
+       set user_id = excluded.user_id, name_hash = excluded.name_hash, email_hash = excluded.email_hash,
+           phone_hash = excluded.phone_hash, citizenship_enum_id = excluded.citizenship_enum_id,
+           registered = true, last_applied_source = 'app_create', last_applied_at = now(), stale = false,
+           stale_reason = null`,
+    [contactId, userId, written.nameHash, written.emailHash, written.phoneHash, written.citizenshipEnumId],
+  );
+}
+
+/** Notes the phone bitrix-sync last wrote (so the next change overwrites that entry, not another). */
+export async function snapshotPhone(
+  db: Db,
+  contactId: string,
+  userId: string,
+  phoneHash: string,
+): Promise<void> {
+  await db.query(
+    `insert into bitrix_sync.contact_snapshots (contact_id, user_id, phone_hash) values ($1, $2, $3)
+     on conflict (contact_id) do update set phone_hash = excluded.phone_hash, user_id = excluded.user_id`,
+    [contactId, userId, phoneHash],
+  );
+}
+
+/** Marks the App's copy as possibly behind the CRM without clearing it (§5.5 Contact not found). */
+export async function markSnapshotStale(
+  db: Db,
+  contactId: string,
+  userId: string,
+  reason: string,
+): Promise<void> {
+  await db.query(
+    `insert into bitrix_sync.contact_snapshots (contact_id, user_id, stale, stale_reason) values ($1, $2, true, $3)
+     on conflict (contact_id) do update set stale = true, stale_reason = excluded.stale_reason`,
+    [contactId, userId, reason],
+  );
+}
+
+export type ApplySource = "webhook" | "reconciliation" | "app_create";
+
+export type ApplyResult =
+  | { applied: true; stale: false }
+  /** The Contact read is older than what the App already holds: nothing changed (§5.5). */
+  | { applied: false; stale: true }
+  | { applied: false; stale: false; reason: "unknown_citizenship"; enumId: string };
+
+/**
+ * Writes the Contact's CRM-master fields into the App profile in the caller's transaction, with
+ * han.sync_suppress set so no App->CRM intent is recorded, and updates the snapshot. `full_name` is
+ * NAME only; citizenship is the dictionary's display value; email follows the pick rule; a value
+ * absent in the CRM clears the App field. An older read than the snapshot changes nothing.
+ */
+export async function applyCrmMaster(
+  tx: pg.PoolClient,
+  userId: string,
+  contact: ContactRecord,
+  source: ApplySource,
+  dictionary: CitizenshipDictionary,
+  opts: { webhookReceivedAt?: Date | null } = {},
+): Promise<ApplyResult> {
+  const contactId = String(contact.id);
+  const crmUpdatedAt = contact.updatedAt ? new Date(contact.updatedAt) : null;
+  const { rows } = await tx.query<{ crm_updated_at: Date | null }>(
+    "select crm_updated_at from bitrix_sync.contact_snapshots where contact_id = $1 for update",
+    [contactId],
+  );
+  const known = rows[0]?.crm_updated_at ?? null;
+  if (known && crmUpdatedAt && crmUpdatedAt.getTime() < known.getTime()) {
+    return { applied: false, stale: true };
+  }
+  let citizenship: string | null = null;
+  let loadedAt: number | null = null;
+  if (contact.citizenshipEnumId) {
+    const found = await dictionary.resolve(contact.citizenshipEnumId);
+    loadedAt = found.loadedAt;
+    if (!found.found) {
+      return {
+        applied: false,
+        stale: false,
+        reason: "unknown_citizenship",
+        enumId: contact.citizenshipEnumId,
+      };
+    }
+    citizenship = found.item.value;
+  }
+  const name = contact.name?.trim() ? contact.name.trim() : null;
+  const email = pickEmail(contact.emails);
+
+  await tx.query("set local han.sync_suppress = 'true'");
+  await tx.query(
+    `update han_app.client_profile
+        set full_name = $2, citizenship = $3, email = $4, source_updated_at = coalesce($5, now())
+      where user_id = $1`,
+    [userId, name, citizenship, email, crmUpdatedAt],
+  );
+  await tx.query(
+    `insert into bitrix_sync.contact_snapshots
+       (contact_id, user_id, name_hash, email_hash, citizenship_enum_id, citizenship_dictionary_loaded_at,
+        registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at,
+        last_webhook_received_at, stale, stale_reason)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), $11, false, null)
+     on conflict (contact_id) do update
+       set user_id = excluded.user_id, name_hash = excluded.name_hash, email_hash = excluded.email_hash,
+           citizenship_enum_id = excluded.citizenship_enum_id,
+           citizenship_dictionary_loaded_at = coalesce(excluded.citizenship_dictionary_loaded_at,
+                                                       bitrix_sync.contact_snapshots.citizenship_dictionary_loaded_at),
+           registered = excluded.registered, crm_created_at = excluded.crm_created_at,
+           crm_updated_at = excluded.crm_updated_at, last_applied_source = excluded.last_applied_source,
+           last_applied_at = now(),
+           last_webhook_received_at = coalesce(excluded.last_webhook_received_at,
+                                               bitrix_sync.contact_snapshots.last_webhook_received_at),
+           stale = false, stale_reason = null`,
+    [
+      contactId,
+      userId,
+      sha256(name),
+      sha256(email),
+      contact.citizenshipEnumId,
+      loadedAt === null ? null : new Date(loadedAt),
+      contact.registered,
+      contact.createdAt ? new Date(contact.createdAt) : null,
+      crmUpdatedAt,
+      source,
+      opts.webhookReceivedAt ?? null,
+    ],
+  );
+  return { applied: true, stale: false };
+}

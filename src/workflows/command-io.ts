@@ -1,0 +1,224 @@
+// Turning persisted commands into CRM calls and CRM results into persisted facts. The database
+// holds only safe parameters (IDs, flags); values with PII (phone, name, email) are read from the
+// App at send time ("hydration") and never stored. A result is reduced to a safe projection in the
+// completion transaction; a read of purpose "apply" writes CRM-master fields into the App there.
+import type pg from "pg";
+import type { CommandResults, CommandType, CrmCommand } from "../crm/catalogue.js";
+import type { CitizenshipDictionary, ContactRecord } from "../crm/contact-fields.js";
+import { isValidRuPhone } from "../crm/contact-fields.js";
+import { applyCrmMaster, type Db, isEligible, loadAppUser, snapshotPhone } from "./app-data.js";
+import { sha256 } from "./hash.js";
+import type { CommandRow } from "./types.js";
+
+/** A command the pump can send, plus what its handler needs to know about what was sent. */
+export interface Hydrated {
+  cmd: CrmCommand;
+  memo: {
+    phoneHash?: string | null;
+    nameHash?: string | null;
+    emailHash?: string | null;
+    citizenshipEnumId?: string | null;
+  };
+}
+
+/** Hydration refused: a business failure (waiting_manual + alert) or a broken command (DLQ). */
+export interface HydrateFailure {
+  kind: "business" | "permanent";
+  code: "invalid_phone" | "user_not_eligible" | "invalid_params";
+}
+
+export class BusinessFailure extends Error {
+  override name = "BusinessFailure";
+  constructor(readonly code: "unknown_citizenship" | "invalid_phone") {
+    super(`business failure: ${code}`);
+  }
+}
+
+function ids(v: unknown): number[] {
+  return Array.isArray(v) ? v.map(Number).filter((n) => Number.isInteger(n) && n > 0) : [];
+}
+
+async function workflowUser(db: Db, row: CommandRow): Promise<string | null> {
+  if (!row.workflow_id) return null;
+  const { rows } = await db.query<{ user_id: string }>(
+    "select user_id from bitrix_sync.workflow_instances where id = $1",
+    [row.workflow_id],
+  );
+  return rows[0]?.user_id ?? null;
+}
+
+/** Builds the CRM call of a persisted command from its safe parameters and the App's current data. */
+export async function hydrate(
+  db: Db,
+  row: CommandRow,
+  dictionary: CitizenshipDictionary,
+): Promise<{ ok: true; value: Hydrated } | { ok: false; failure: HydrateFailure }> {
+  const p = row.params;
+  const type = row.command_type as CommandType;
+  const key = `c${row.id}`;
+  switch (type) {
+    case "contact.find_by_phone":
+    case "contact.add":
+    case "contact.update": {
+      const userId = await workflowUser(db, row);
+      const user = userId ? await loadAppUser(db, userId) : null;
+      if (!user) return { ok: false, failure: { kind: "permanent", code: "invalid_params" } };
+      const needsPhone = type !== "contact.update" || p.phone !== undefined;
+      if (needsPhone && !isValidRuPhone(user.phone)) {
+        return { ok: false, failure: { kind: "business", code: "invalid_phone" } };
+      }
+      const phone = user.phone as string;
+      if (type === "contact.find_by_phone") {
+        return {
+          ok: true,
+          value: { cmd: { type, key, params: { phones: [phone] } }, memo: { phoneHash: sha256(phone) } },
+        };
+      }
+      if (type === "contact.add") {
+        if (!isEligible(user)) return { ok: false, failure: { kind: "business", code: "user_not_eligible" } };
+        const name = user.fullName?.trim() || null;
+        const email = user.email?.trim() || null;
+        const cit = user.citizenship ? await dictionary.findByValue(user.citizenship) : null;
+        return {
+          ok: true,
+          value: {
+            cmd: {
+              type,
+              key,
+              params: {
+                phone,
+                userId: user.id,
+                registered: true,
+                name,
+                email,
+                citizenshipEnumId: cit?.id ?? null,
+              },
+            },
+            memo: {
+              phoneHash: sha256(phone),
+              nameHash: sha256(name),
+              emailHash: sha256(email),
+              citizenshipEnumId: cit?.id ?? null,
+            },
+          },
+        };
+      }
+      const contactId = Number(p.contact_id);
+      if (!Number.isInteger(contactId) || contactId <= 0) {
+        return { ok: false, failure: { kind: "permanent", code: "invalid_params" } };
+      }
+      const params: Extract<CrmCommand, { type: "contact.update" }>["params"] = { id: contactId };
+      if (p.set_user === "self") params.userId = user.id;
+      if (p.set_user === "clear") params.userId = null;
+      if (typeof p.registered === "boolean") params.registered = p.registered;
+      const memo: Hydrated["memo"] = {};
+      const ph = p.phone as { entry_id?: number; append?: boolean } | undefined;
+      if (ph) {
+        params.phones = [
+          ph.entry_id
+            ? { ID: String(ph.entry_id), VALUE: phone, VALUE_TYPE: "MOBILE" }
+            : { VALUE: phone, VALUE_TYPE: "MOBILE" },
+        ];
+        memo.phoneHash = sha256(phone);
+      }
+      return { ok: true, value: { cmd: { type, key, params }, memo } };
+    }
+    case "contact.read":
+      return { ok: true, value: { cmd: { type, key, params: { ids: ids(p.ids) } }, memo: {} } };
+    case "alert.add":
+    case "alert.update":
+    case "alert.get":
+    case "alert.list":
+    case "citizenship.list":
+    case "contact.list_changed":
+      // Parameters of these are safe as stored (masked alert fields, IDs, timestamps).
+      return { ok: true, value: { cmd: { type, key, params: p } as CrmCommand, memo: {} } };
+    default:
+      return { ok: false, failure: { kind: "permanent", code: "invalid_params" } };
+  }
+}
+
+function contactSummary(c: ContactRecord) {
+  return {
+    id: c.id,
+    user_id: c.userId,
+    registered: c.registered,
+    created_at: c.createdAt,
+    updated_at: c.updatedAt,
+  };
+}
+
+export interface HandlerContext {
+  dictionary: CitizenshipDictionary;
+}
+
+/**
+ * The safe projection of a successful result, computed in the completion transaction. Side effects
+ * happen here too: CRM-master fields into the App (read, purpose apply), the phone hash of what was
+ * written (update), the smart-process item of an alert.
+ */
+export async function projectResult(
+  tx: pg.PoolClient,
+  row: CommandRow,
+  result: CommandResults[CommandType],
+  memo: Hydrated["memo"],
+  ctx: HandlerContext,
+): Promise<Record<string, unknown>> {
+  switch (row.command_type) {
+    case "contact.find_by_phone":
+      return { contact_ids: (result as CommandResults["contact.find_by_phone"]).contactIds };
+    case "contact.add":
+      return {
+        contact_id: (result as CommandResults["contact.add"]).contactId,
+        written: {
+          phone_hash: memo.phoneHash ?? null,
+          name_hash: memo.nameHash ?? null,
+          email_hash: memo.emailHash ?? null,
+          citizenship_enum_id: memo.citizenshipEnumId ?? null,
+        },
+      };
+    case "contact.update": {
+      const userId = await workflowUser(tx, row);
+      if (memo.phoneHash && userId)
+        await snapshotPhone(tx, String(row.params.contact_id), userId, memo.phoneHash);
+      return { updated: true, phone_hash: memo.phoneHash ?? null };
+    }
+    case "contact.read": {
+      const contacts = (result as CommandResults["contact.read"]).contacts;
+      const purpose = row.params.purpose;
+      if (purpose === "phones") {
+        return {
+          contacts: contacts.map((c) => ({
+            ...contactSummary(c),
+            phones: c.phones.map((e) => ({ id: e.id, hash: sha256(e.value.trim()) })),
+          })),
+        };
+      }
+      if (purpose === "apply") {
+        const userId = await workflowUser(tx, row);
+        const c = contacts[0];
+        if (!c || !userId) return { found: false };
+        if (c.userId !== userId) return { found: true, user_id_matches: false, registered: c.registered };
+        const applied = await applyCrmMaster(tx, userId, c, "app_create", ctx.dictionary);
+        if (!applied.applied && !applied.stale) throw new BusinessFailure("unknown_citizenship");
+        return { found: true, user_id_matches: true, registered: c.registered, applied: applied.applied };
+      }
+      return { contacts: contacts.map(contactSummary) };
+    }
+    case "alert.add":
+    case "alert.update":
+    case "alert.get": {
+      const item = (result as CommandResults["alert.add"]).item;
+      if (row.alert_id) {
+        await tx.query("select bitrix_sync.record_alert_item($1, $2, $3)", [
+          row.alert_id,
+          item.id,
+          item.stageId,
+        ]);
+      }
+      return { item_id: item.id, stage_id: item.stageId };
+    }
+    default:
+      return {};
+  }
+}

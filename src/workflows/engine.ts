@@ -1,0 +1,370 @@
+// The App->CRM engine (DESIGN.md flow): intake turns sync_queue intents into workflows, the stepper
+// advances workflows one persisted step at a time, and the pump sends the commands of all workflows
+// in Bitrix24 batches through the shared limiter. Each function does one round and returns how much
+// it did; src/workflows/loop.ts repeats them on NOTIFY and on a fallback poll.
+import { randomUUID } from "node:crypto";
+import type pg from "pg";
+import { nextRetry, type RetrySettings } from "../crm/backoff.js";
+import { type CommandOutcome, type CrmDeps, executeBatch } from "../crm/batch.js";
+import type { CommandType } from "../crm/catalogue.js";
+import { isWrite } from "../crm/catalogue.js";
+import type { CitizenshipDictionary } from "../crm/contact-fields.js";
+import type { Logger } from "../observability/logger.js";
+import { desiredContentHash, loadAppUser } from "./app-data.js";
+import { BusinessFailure, type Hydrated, hydrate, projectResult } from "./command-io.js";
+import { Step } from "./planner.js";
+import type { CommandRow, WorkflowRow } from "./types.js";
+
+export interface EngineSettings {
+  claimSize: number;
+  leaseSec: number;
+  batchSize: number;
+  batchMaxWaitMs: number;
+  retry: RetrySettings;
+}
+
+export interface EngineDeps {
+  pool: pg.Pool;
+  log: Logger;
+  crm: CrmDeps;
+  dictionary: CitizenshipDictionary;
+  settings: () => EngineSettings;
+  workerId: string;
+}
+
+async function tx<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  const c = await pool.connect();
+  try {
+    await c.query("begin");
+    const out = await fn(c);
+    await c.query("commit");
+    return out;
+  } catch (e) {
+    await c.query("rollback").catch(() => undefined);
+    throw e;
+  } finally {
+    c.release();
+  }
+}
+
+function sqlstate(e: unknown): string | undefined {
+  return typeof e === "object" && e !== null && "code" in e
+    ? String((e as { code: unknown }).code)
+    : undefined;
+}
+
+/** The error's SQLSTATE or class name: safe to log (messages may quote data). */
+function safeError(e: unknown): { sqlstate?: string; errorName: string } {
+  const s = sqlstate(e);
+  return { ...(s ? { sqlstate: s } : {}), errorName: e instanceof Error ? e.name : typeof e };
+}
+
+// ---- intake ----------------------------------------------------------------------------------
+
+interface QueueRow {
+  id: string;
+  task_type: string;
+  entity_id: string;
+  lease_token: string;
+  attempt_count: number;
+  created_at: Date;
+}
+
+/** Claims due intents and starts or joins the user's workflow for each. Returns rows handled. */
+export async function runIntake(deps: EngineDeps): Promise<number> {
+  const s = deps.settings();
+  const { rows } = await deps.pool.query<QueueRow>(
+    "select id, task_type, entity_id, lease_token, attempt_count, created_at from bitrix_sync.claim_sync_tasks($1, $2, make_interval(secs => $3))",
+    [deps.workerId, s.claimSize, s.leaseSec],
+  );
+  for (const row of rows) {
+    try {
+      await tx(deps.pool, async (c) => {
+        const user = await loadAppUser(c, row.entity_id);
+        const hash = desiredContentHash(row.task_type, user);
+        await c.query("select * from bitrix_sync.start_or_join_workflow($1, $2, $3, $4)", [
+          row.entity_id,
+          row.task_type,
+          row.id,
+          hash,
+        ]);
+        await c.query("select bitrix_sync.complete_sync_task($1, $2)", [row.id, row.lease_token]);
+      });
+    } catch (e) {
+      if (sqlstate(e) === "BS001") continue; // a newer intent took the row back; it will be claimed again
+      deps.log.warn({ event: "intake.failed", ...safeError(e) }, "intent not taken; will retry");
+      const d = nextRetry(
+        { attempt: row.attempt_count, firstAttemptAt: row.created_at.getTime(), now: Date.now() },
+        s.retry,
+      );
+      await deps.pool
+        .query(
+          d.retry
+            ? "select bitrix_sync.retry_sync_task($1, $2, 'intake_failed', make_interval(secs => $3))"
+            : "select bitrix_sync.dead_letter_sync_task($1, $2, 'retry_horizon_exceeded')",
+          d.retry ? [row.id, row.lease_token, d.delayMs / 1000] : [row.id, row.lease_token],
+        )
+        .catch(() => undefined);
+    }
+  }
+  return rows.length;
+}
+
+// ---- workflow steps ------------------------------------------------------------------------
+
+/** Claims runnable workflows and runs one step of each. Returns workflows stepped. */
+export async function runWorkflows(deps: EngineDeps): Promise<number> {
+  const s = deps.settings();
+  const { rows } = await deps.pool.query<WorkflowRow>(
+    "select * from bitrix_sync.claim_workflows($1, $2, make_interval(secs => $3))",
+    [deps.workerId, s.claimSize, s.leaseSec],
+  );
+  for (const wf of rows) {
+    try {
+      await tx(deps.pool, (c) => new Step(c, wf).run());
+    } catch (e) {
+      if (sqlstate(e) === "BS001") continue; // lease lost: the new holder carries on
+      deps.log.warn(
+        {
+          event: "workflow.step_failed",
+          workflowId: wf.id,
+          workflowType: wf.workflow_type,
+          step: wf.current_step,
+          ...safeError(e),
+        },
+        "workflow step failed; scheduled for retry",
+      );
+      const d = nextRetry(
+        { attempt: wf.attempt_count, firstAttemptAt: wf.created_at.getTime(), now: Date.now() },
+        s.retry,
+      );
+      await deps.pool
+        .query("select bitrix_sync.fire_workflow_event($1, $2, $3, $4)", [
+          wf.id,
+          wf.lease_token,
+          d.retry ? "schedule_retry" : "fail",
+          JSON.stringify(
+            d.retry
+              ? { last_error_code: "step_failed", next_attempt_at: new Date(d.retryAt).toISOString() }
+              : { last_error_code: "retry_horizon_exceeded", outcome: "failed" },
+          ),
+        ])
+        .catch(() => undefined);
+    }
+  }
+  return rows.length;
+}
+
+// ---- the pump --------------------------------------------------------------------------------
+
+/** Due commands waiting, and how long the oldest has waited (ms). */
+async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number }> {
+  const { rows } = await pool.query<{ due: number; oldest_ms: number | null }>(
+    `select count(*)::int as due,
+            (extract(epoch from now() - min(greatest(created_at, next_attempt_at))) * 1000)::float8 as oldest_ms
+       from bitrix_sync.crm_commands
+      where (status = 'pending' and next_attempt_at <= now()) or (status = 'retry_wait' and next_attempt_at <= now())`,
+  );
+  return { due: rows[0]?.due ?? 0, oldestMs: rows[0]?.oldest_ms ?? 0 };
+}
+
+export type PumpResult = { sent: number; waitMs: number };
+
+/**
+ * One batch: waits (at most batch.max_wait_ms from the oldest due command) for the batch to fill,
+ * claims up to batch.size commands, hydrates them, takes a limiter permit, commits the send marker,
+ * sends one Bitrix24 batch and settles every command on its own. Returns commands sent, or how long
+ * to wait before the next look when there was nothing to do.
+ */
+export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<PumpResult> {
+  const s = deps.settings();
+  const b = await backlog(deps.pool);
+  if (b.due === 0) return { sent: 0, waitMs: Number.POSITIVE_INFINITY };
+  if (b.due < s.batchSize && b.oldestMs < s.batchMaxWaitMs) {
+    return { sent: 0, waitMs: Math.max(1, s.batchMaxWaitMs - b.oldestMs) };
+  }
+  const { rows } = await deps.pool.query<CommandRow>(
+    "select * from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3))",
+    [deps.workerId, s.batchSize, s.leaseSec],
+  );
+  if (rows.length === 0) return { sent: 0, waitMs: 50 };
+
+  // Hydrate first (it may load the citizenship dictionary, which takes its own permit).
+  const ready: Array<{ row: CommandRow; h: Hydrated }> = [];
+  for (const row of rows) {
+    try {
+      const r = await hydrate(deps.pool, row, deps.dictionary);
+      if (r.ok) ready.push({ row, h: r.value });
+      else if (r.failure.kind === "business") await settleQuietly(deps, row, "reject", r.failure.code);
+      else await settleQuietly(deps, row, "dead_letter", r.failure.code);
+    } catch (e) {
+      deps.log.warn(
+        { event: "pump.hydrate_failed", commandId: row.id, ...safeError(e) },
+        "command not prepared",
+      );
+      await deps.pool
+        .query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token])
+        .catch(() => undefined);
+    }
+  }
+  if (ready.length === 0) return { sent: 0, waitMs: 0 };
+
+  let permit: Awaited<ReturnType<CrmDeps["limiter"]["acquire"]>>;
+  try {
+    const wait = AbortSignal.timeout(Math.max(1000, (s.leaseSec * 1000) / 2));
+    permit = await deps.crm.limiter.acquire({ signal: signal ? AbortSignal.any([signal, wait]) : wait });
+  } catch {
+    for (const { row } of ready) {
+      await deps.pool
+        .query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token])
+        .catch(() => undefined);
+    }
+    return { sent: 0, waitMs: 100 };
+  }
+
+  // The durable "send started" marker, committed before any byte leaves (§7.2, adopted guarantees).
+  const batchId = randomUUID();
+  let marked: Set<string>;
+  try {
+    const res = await deps.pool.query<{ send_commands: string }>(
+      "select bitrix_sync.send_commands($1::bigint[], $2::uuid[], $3, make_interval(secs => $4))",
+      [ready.map((r) => r.row.id), ready.map((r) => r.row.lease_token), batchId, s.retry.horizonSec],
+    );
+    marked = new Set(res.rows.map((r) => String(r.send_commands)));
+  } catch (e) {
+    await permit.release();
+    throw e;
+  }
+  const sending = ready.filter((r) => marked.has(String(r.row.id)));
+  if (sending.length === 0) {
+    await permit.release();
+    return { sent: 0, waitMs: 0 };
+  }
+  const outcomes = await executeBatch(
+    deps.crm,
+    sending.map((r) => r.h.cmd),
+    { permit, ...(signal ? { signal } : {}) },
+  );
+  for (const [i, { row, h }] of sending.entries()) {
+    const o = outcomes[i];
+    if (o) await settle(deps, row, h, o);
+  }
+  return { sent: sending.length, waitMs: 0 };
+}
+
+async function settleQuietly(deps: EngineDeps, row: CommandRow, how: "reject" | "dead_letter", code: string) {
+  const fn = how === "reject" ? "reject_command($1, $2, $3)" : "dead_letter_command($1, $2, $3)";
+  await deps.pool.query(`select bitrix_sync.${fn}`, [row.id, row.lease_token, code]).catch((e) => {
+    if (sqlstate(e) !== "BS001") throw e;
+  });
+}
+
+/** Settles one command from its outcome: exactly one SQL transition per classification kind (§9). */
+async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: CommandOutcome): Promise<void> {
+  const s = deps.settings();
+  const write = isWrite(row.command_type as CommandType);
+  try {
+    if (o.ok) {
+      try {
+        await tx(deps.pool, async (c) => {
+          const projection = await projectResult(c, row, o.result, h.memo, { dictionary: deps.dictionary });
+          await c.query("select bitrix_sync.complete_command($1, $2, $3)", [
+            row.id,
+            row.lease_token,
+            JSON.stringify(projection),
+          ]);
+        });
+      } catch (e) {
+        if (e instanceof BusinessFailure) {
+          await deps.pool.query("select bitrix_sync.reject_command($1, $2, $3)", [
+            row.id,
+            row.lease_token,
+            e.code,
+          ]);
+          return;
+        }
+        throw e;
+      }
+      return;
+    }
+    const f = o.failure;
+    const attemptsSpent = row.attempt_count - row.limit_hits + (f.spendsAttempt ? 1 : 0);
+    switch (f.kind) {
+      case "transient": {
+        const d = nextRetry(
+          {
+            attempt: Math.max(0, attemptsSpent - 1),
+            firstAttemptAt: row.deadline_at.getTime() - s.retry.horizonSec * 1000,
+            now: Date.now(),
+            ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
+          },
+          s.retry,
+        );
+        await deps.pool.query(
+          "select bitrix_sync.retry_command($1, $2, $3, make_interval(secs => $4), $5, $6, $7)",
+          [
+            row.id,
+            row.lease_token,
+            f.code,
+            d.retry ? d.delayMs / 1000 : s.retry.horizonSec + 1,
+            f.spendsAttempt,
+            f.httpStatus ?? null,
+            f.bitrixError ?? null,
+          ],
+        );
+        return;
+      }
+      case "uncertain":
+        await deps.pool.query("select bitrix_sync.mark_command_uncertain($1, $2, $3)", [
+          row.id,
+          row.lease_token,
+          f.code,
+        ]);
+        await alertFailed(deps, row, f.code);
+        return;
+      case "permanent":
+        await deps.pool.query("select bitrix_sync.dead_letter_command($1, $2, $3, $4, $5)", [
+          row.id,
+          row.lease_token,
+          f.code,
+          f.httpStatus ?? null,
+          f.bitrixError ?? null,
+        ]);
+        await alertFailed(deps, row, f.code);
+        return;
+      case "business":
+        await deps.pool.query("select bitrix_sync.reject_command($1, $2, $3)", [
+          row.id,
+          row.lease_token,
+          f.code,
+        ]);
+        await alertFailed(deps, row, f.code);
+        return;
+    }
+  } catch (e) {
+    if (sqlstate(e) === "BS001") return; // our lease ended: the new holder settles it
+    deps.log.warn(
+      { event: "pump.settle_failed", commandId: row.id, write, ...safeError(e) },
+      "command result not recorded",
+    );
+    // Leave it in_flight: lease expiry turns a write into uncertain and a read into a retry.
+  }
+}
+
+/**
+ * An alert command that will not complete: the alert is marked failed (visible in status), or, when
+ * its item was deleted in the CRM, remote_missing (§10.3). Contact commands are left to their workflow.
+ */
+async function alertFailed(deps: EngineDeps, row: CommandRow, code: string): Promise<void> {
+  if (!row.alert_id) return;
+  if (code === "not_found" && row.command_type !== "alert.add") {
+    await deps.pool.query(
+      "select bitrix_sync.finish_business_alert($1, 'remote_missing') where exists (select 1 from bitrix_sync.business_alerts where id = $1 and status = 'open')",
+      [row.alert_id],
+    );
+    return;
+  }
+  await deps.pool.query("update bitrix_sync.business_alerts set crm_sync_status = 'failed' where id = $1", [
+    row.alert_id,
+  ]);
+}

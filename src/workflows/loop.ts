@@ -1,0 +1,137 @@
+// The long-running sync loop behind the sync_loop task: intake, workflow steps, alert mirroring and
+// the CRM pump, each repeated while there is work and otherwise woken by NOTIFY, with a fallback
+// poll (worker.poll_interval_ms, at most 5 s) so a lost NOTIFY costs seconds. It stops starting new
+// rounds at its time budget or when `signal` aborts, and returns when the rounds in progress end.
+import pg from "pg";
+import { type AlertCrmSettings, runAlertSync } from "./alert-sync.js";
+import { type EngineDeps, runIntake, runPump, runWorkflows } from "./engine.js";
+
+export interface LoopOptions {
+  /** Stop starting new rounds after this long (the task's run budget). */
+  budgetMs: number;
+  signal?: AbortSignal;
+  pollMs: () => number;
+  pumps: () => number;
+  alerts: () => AlertCrmSettings;
+  connectionString: string;
+}
+
+const CHANNELS = {
+  bitrix_sync_queue: "intake",
+  bitrix_sync_workflows: "workflows",
+  bitrix_sync_commands: "pump",
+} as const;
+type Lane = (typeof CHANNELS)[keyof typeof CHANNELS];
+
+class Waker {
+  private waiters = new Map<Lane, Array<() => void>>();
+  wake(lane: Lane): void {
+    const list = this.waiters.get(lane) ?? [];
+    this.waiters.set(lane, []);
+    for (const w of list) w();
+  }
+  wakeAll(): void {
+    for (const lane of this.waiters.keys()) this.wake(lane);
+  }
+  wait(lane: Lane, ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const t = setTimeout(done, Math.max(1, ms));
+      const list = this.waiters.get(lane) ?? [];
+      list.push(done);
+      this.waiters.set(lane, list);
+      function done() {
+        clearTimeout(t);
+        resolve();
+      }
+    });
+  }
+}
+
+export async function runSyncLoop(deps: EngineDeps, opts: LoopOptions): Promise<void> {
+  const deadline = Date.now() + opts.budgetMs;
+  const waker = new Waker();
+  const active = () => Date.now() < deadline && !opts.signal?.aborted;
+  const onAbort = () => waker.wakeAll();
+  opts.signal?.addEventListener("abort", onAbort, { once: true });
+
+  const listener = new pg.Client({
+    connectionString: opts.connectionString,
+    application_name: "bitrix-sync-listen",
+  });
+  let listening = false;
+  try {
+    await listener.connect();
+    listener.on("notification", (n) => {
+      const lane = CHANNELS[n.channel as keyof typeof CHANNELS];
+      if (lane) waker.wake(lane);
+      // A finished command or a new workflow also means work for the next stage.
+      if (lane === "intake") waker.wake("workflows");
+    });
+    listener.on("error", () => undefined); // the fallback poll keeps things moving
+    for (const ch of Object.keys(CHANNELS)) await listener.query(`listen ${ch}`);
+    listening = true;
+  } catch (e) {
+    deps.log.warn(
+      { event: "loop.listen_failed", errorName: (e as Error).name },
+      "LISTEN unavailable; polling only",
+    );
+  }
+
+  const lane = async (name: Lane, round: () => Promise<number>) => {
+    while (active()) {
+      let waitMs = opts.pollMs();
+      try {
+        const n = await round();
+        if (n > 0) continue;
+        if (n < 0) waitMs = Math.min(waitMs, -n);
+      } catch (e) {
+        deps.log.warn(
+          {
+            event: "loop.round_failed",
+            lane: name,
+            errorName: (e as Error).name,
+            sqlstate: (e as { code?: string }).code,
+          },
+          "sync round failed; backing off",
+        );
+        waitMs = Math.min(waitMs, 1000);
+      }
+      if (!active()) break;
+      await waker.wait(name, waitMs);
+    }
+  };
+
+  const pumpLane = () =>
+    lane("pump", async () => {
+      const r = await runPump(deps, opts.signal);
+      if (r.sent > 0) {
+        waker.wake("workflows");
+        return r.sent;
+      }
+      // Negative: "nothing now, look again in this many ms" (a batch filling up).
+      return Number.isFinite(r.waitMs) ? -Math.max(1, r.waitMs) : 0;
+    });
+
+  const lanes = [
+    lane("intake", async () => {
+      const n = await runIntake(deps);
+      if (n > 0) waker.wake("workflows");
+      return n;
+    }),
+    lane("workflows", async () => {
+      const n = await runWorkflows(deps);
+      const a = await runAlertSync(deps.pool, opts.alerts());
+      if (n + a > 0) waker.wake("pump");
+      return n;
+    }),
+  ];
+  // Several pumps so a slow request does not hold up the next while a token and a slot are free.
+  for (let i = 0; i < Math.max(1, opts.pumps()); i++) lanes.push(pumpLane());
+  try {
+    await Promise.all(lanes);
+  } finally {
+    opts.signal?.removeEventListener("abort", onAbort);
+    if (listening) await listener.end().catch(() => undefined);
+    else await listener.end().catch(() => undefined);
+  }
+}

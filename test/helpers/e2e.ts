@@ -1,0 +1,156 @@
+// End-to-end rig: a cloned test database, the Bitrix24 emulator over loopback HTTP, the real
+// runtime (CRM client, PostgreSQL limiter) and a real graphile-worker runner with tasks/ and crontab.
+import { Writable } from "node:stream";
+import { makeWorkerUtils } from "graphile-worker";
+import { loadConfig, SANDBOX_FIELDS } from "../../src/config/env.js";
+import { type Emulator, type EmulatorOptions, startEmulator } from "../../src/emulator/server.js";
+import { createLogger } from "../../src/observability/logger.js";
+import { buildRuntime, type Runtime, registerRuntime } from "../../src/runtime.js";
+import { startRunner } from "../../src/worker/runner.js";
+import { createTestDb, type TestDb } from "./testdb.js";
+
+export interface Rig {
+  db: TestDb;
+  emulator: Emulator;
+  runtime: Runtime;
+  /** Every log line written, for PII/secret greps. */
+  logs: string[];
+  /** Starts the real graphile-worker runner and the sync loop. */
+  startWorker(): Promise<void>;
+  /** Stops the runner (as SIGTERM would). */
+  stopWorker(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export const TEST_MEMBER_ID = "test-member-0001";
+export const TEST_CONTACT_TOKEN = "contact-token-5f0b3c1e9a7d4b2c8e6f";
+export const TEST_ALERT_TOKEN = "alert-token-8d2e4a6c0b9f1e3d5c7a";
+
+/** Activates a settings version with `changes` over the defaults (the real validated path). */
+export async function setSettings(db: TestDb, changes: Record<string, unknown>): Promise<void> {
+  const { rows } = await db.pool.query<{ v: number }>(
+    "select bitrix_sync.propose_settings($1, 'test') as v",
+    [JSON.stringify(changes)],
+  );
+  const v = rows[0]?.v;
+  const { rows: errs } = await db.pool.query<{ e: string[] }>(
+    "select bitrix_sync.validate_settings_version($1) as e",
+    [v],
+  );
+  if ((errs[0]?.e ?? []).length > 0) throw new Error(`invalid test settings: ${JSON.stringify(errs[0]?.e)}`);
+  await db.pool.query("select bitrix_sync.activate_settings_version($1, 'test')", [v]);
+}
+
+export async function startRig(
+  opts: { emulator?: Partial<EmulatorOptions>; settings?: Record<string, unknown> } = {},
+): Promise<Rig> {
+  const db = await createTestDb();
+  await setSettings(db, {
+    "worker.poll_interval_ms": 500,
+    "batch.max_wait_ms": 50,
+    "limiter.burst": 10,
+    "limiter.refill_per_sec": 20,
+    "lease.ttl_sec": 10,
+    "retry.base_ms": 50,
+    "retry.max_ms": 500,
+    ...opts.settings,
+  });
+  const emulator = await startEmulator({ fields: SANDBOX_FIELDS, ...opts.emulator });
+  const logs: string[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      logs.push(String(chunk));
+      cb();
+    },
+  });
+  const log = createLogger({ level: "debug", destination: sink });
+  const config = loadConfig({
+    SECRETS_SOURCE: "env",
+    BITRIX_SYNC_ENABLED: "true",
+    BITRIX_SYNC_CRM_REST_WEBHOOK_URL: emulator.url,
+    BITRIX_SYNC_PORTAL_HOST: emulator.host,
+    BITRIX_SYNC_PORTAL_MEMBER_ID: TEST_MEMBER_ID,
+    BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: TEST_CONTACT_TOKEN,
+    BITRIX_SYNC_ALERT_RECEIVER_TOKEN: TEST_ALERT_TOKEN,
+    BITRIX_SYNC_CONTACT_USER_ID_FIELD: SANDBOX_FIELDS.userId,
+    BITRIX_SYNC_CONTACT_REGISTERED_FIELD: SANDBOX_FIELDS.registered,
+    BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: SANDBOX_FIELDS.citizenship,
+    BITRIX_SYNC_HTTP_TIMEOUT_SEC: "2",
+  });
+  let stopping = new AbortController();
+  const runtime = await buildRuntime({
+    config,
+    log,
+    pool: db.pool,
+    databaseUrl: db.url,
+    crmEndpoint: { webhookUrl: emulator.url, portalHost: emulator.host },
+    stopping: stopping.signal,
+  });
+  registerRuntime(runtime);
+  let runner: Awaited<ReturnType<typeof startRunner>> | null = null;
+  const rig: Rig = {
+    db,
+    emulator,
+    runtime,
+    logs,
+    async startWorker() {
+      if (runner) return;
+      stopping = new AbortController();
+      runtime.stopping = stopping.signal;
+      runner = await startRunner({ pool: db.pool, log, concurrency: 4 });
+      const utils = await makeWorkerUtils({ pgPool: db.pool });
+      try {
+        await utils.addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" });
+      } finally {
+        await utils.release();
+      }
+    },
+    async stopWorker() {
+      stopping.abort();
+      const r = runner;
+      runner = null;
+      await r?.stop();
+    },
+    async close() {
+      await rig.stopWorker().catch(() => undefined);
+      registerRuntime(null);
+      await runtime.close().catch(() => undefined);
+      await emulator.close().catch(() => undefined);
+      await db.drop();
+    },
+  };
+  return rig;
+}
+
+/** Polls `probe` until it returns a truthy value or `timeoutMs` passes. */
+export async function waitFor<T>(
+  probe: () => Promise<T>,
+  timeoutMs = 15_000,
+  what = "condition",
+): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Waits until the user's newest workflow has finished; returns it. */
+export async function finishedWorkflow(rig: Rig, userId: string, timeoutMs = 15_000) {
+  return await waitFor(
+    async () => {
+      const { rows } = await rig.db.pool.query(
+        `select * from bitrix_sync.workflow_instances w where user_id = $1
+            and not exists (select 1 from han_app.sync_queue q where q.entity_id = $1 and q.status in ('pending','leased','retry_wait'))
+          order by created_at desc limit 1`,
+        [userId],
+      );
+      const w = rows[0];
+      return w && ["succeeded", "failed", "waiting_manual"].includes(w.state) ? w : null;
+    },
+    timeoutMs,
+    `workflow of ${userId}`,
+  );
+}
