@@ -19,7 +19,10 @@ import type { CrmClient, HttpResult } from "./client.js";
 import type { CrmLimiter, LimiterPermit, OperatingSample } from "./limiter.js";
 import { toPhpQuery } from "./php-query.js";
 
-/** What happened to one command. `sent` is false when it never left (bad data, blocked method). */
+/**
+ * What happened to one command. `sent` is false when its bytes certainly never left: bad data, a
+ * blocked method, or a connection that failed before the request was written.
+ */
 export type CommandOutcome<T extends CommandType = CommandType> =
   | { key: string; type: T; ok: true; result: CommandResults[T] }
   | { key: string; type: T; ok: false; sent: boolean; failure: Classification };
@@ -186,10 +189,11 @@ export async function executeBatch(
         : http.type === "malformed"
           ? ({ type: "malformed", status: http.status } as const)
           : ({ type: "network", sent: http.sent, code: http.code } as const);
+    const sent = http.type !== "network" || http.sent;
     for (const p of toSend) {
       const failure = classify(outcome, { write: isWrite(p.cmd.type), now: now() });
       lowerRate ||= failure.lowerRate === true;
-      outcomes[p.index] = { key: p.key, type: p.cmd.type, ok: false, sent: true, failure };
+      outcomes[p.index] = { key: p.key, type: p.cmd.type, ok: false, sent, failure };
     }
   } else {
     const samples = new Map<string, OperatingSample>();
