@@ -11,7 +11,7 @@ import { createCrmClient } from "../../../src/crm/client.js";
 import { planPhoneUpdate } from "../../../src/crm/contact-fields.js";
 import { createCrm, crmSettingsFrom } from "../../../src/crm/index.js";
 import { createMemoryLimiter } from "../../../src/crm/limiter.js";
-import { type Emulator, startEmulator } from "../../../src/emulator/server.js";
+import { startEmulator } from "../../../src/emulator/server.js";
 import { createLogger } from "../../../src/observability/logger.js";
 
 const F = SANDBOX_FIELDS;
