@@ -1,6 +1,6 @@
 // docs/state-machines.md must draw exactly the edges of bitrix_sync.state_edges (the list the guard
 // triggers enforce) and say who moves a row out of every non-final state, so the doc cannot drift.
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -110,4 +110,26 @@ test("the doc parser rejects a diagram without a machine and an edge without an 
     parseDoc("```mermaid\nstateDiagram-v2\n  %% machine: m\n  [*] --> a\n  a --> b : go\n```\n")[0]?.edges,
     ["m: a --go--> b"],
   );
+});
+
+test("docs/errors.md has a row for every BS SQLSTATE raised in sql/ and migrations/src", (t) => {
+  const root = join(import.meta.dirname, "..", "..");
+  const raised = new Set<string>();
+  for (const dir of ["sql", join("migrations", "src")]) {
+    for (const f of readdirSync(join(root, dir)).filter((n) => n.endsWith(".sql"))) {
+      for (const m of readFileSync(join(root, dir, f), "utf8").matchAll(/errcode\s*=\s*'(BS\d{3})'/g)) {
+        raised.add(m[1] ?? "");
+      }
+    }
+  }
+  t.true(raised.has("BS001"), "the scan found the codes");
+  const rows = [
+    ...readFileSync(join(root, "docs", "errors.md"), "utf8").matchAll(/^\| `(BS\d{3})` \|/gm),
+  ].map((m) => m[1] ?? "");
+  t.deepEqual(
+    rows.filter((c, i) => rows.indexOf(c) !== i),
+    [],
+    "a code documented twice",
+  );
+  t.deepEqual([...raised].filter((c) => !rows.includes(c)).sort(), [], "raised but not in docs/errors.md");
 });
