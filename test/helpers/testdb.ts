@@ -100,7 +100,9 @@ export async function createTestDb(): Promise<TestDb> {
   await withAdmin((c) => c.query(`create database ${name} template ${template}`));
   const url = withDatabase(serverUrl(), name);
   const pool = new pg.Pool({ connectionString: url, max: 10 });
-  pool.on("error", () => undefined); // a dropped idle connection must not crash the test process
+  // A dropped connection must not crash the test process.
+  pool.on("error", () => undefined);
+  pool.on("connect", (client) => client.on("error", () => undefined));
   return {
     url,
     name,
