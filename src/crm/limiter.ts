@@ -83,10 +83,18 @@ function read(s: SettingsSource): LimiterSettings {
   return typeof s === "function" ? s() : s;
 }
 
+function aborted(): Error {
+  return Object.assign(new Error("waiting for the CRM limiter was aborted"), { name: "AbortError" });
+}
+
+function checkAbort(signal?: AbortSignal): void {
+  if (signal?.aborted) throw aborted();
+}
+
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) {
-      reject(signal.reason);
+      reject(aborted());
       return;
     }
     const t = setTimeout(() => {
@@ -95,7 +103,7 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     }, ms);
     const onAbort = () => {
       clearTimeout(t);
-      reject(signal?.reason);
+      reject(aborted());
     };
     signal?.addEventListener("abort", onAbort, { once: true });
   });
@@ -124,7 +132,7 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
   return {
     async acquire(a = {}) {
       for (;;) {
-        a.signal?.throwIfAborted();
+        checkAbort(a.signal);
         const s = read(opts.settings);
         const { rows } = await pool.query<{ granted: boolean; slot_id: string | null; wait_ms: number }>(
           `select granted, slot_id, wait_ms
@@ -259,7 +267,7 @@ export function createMemoryLimiter(opts: MemoryLimiterOptions): CrmLimiter {
   return {
     async acquire(a = {}) {
       for (;;) {
-        a.signal?.throwIfAborted();
+        checkAbort(a.signal);
         const wait = tryAcquire();
         if (wait === null) {
           let released = false;
