@@ -71,7 +71,11 @@ const cases: Case[] = [
   ].map((ct) => ({
     name: `content type ${ct ?? "(none)"} is unsupported`,
     url: contactUrl,
-    init: { method: "POST", headers: ct === undefined ? {} : { "content-type": ct }, body: contactForm() },
+    init: {
+      method: "POST",
+      headers: (ct === undefined ? {} : { "content-type": ct }) as Record<string, string>,
+      body: contactForm(),
+    },
     status: 415,
     error: "unsupported_media_type",
   })),
