@@ -83,7 +83,11 @@ export interface Emulator {
   readonly log: RequestLogEntry[];
   readonly bucket: LeakyBucket;
   readonly operating: OperatingMeter;
-  /** Queues a fault for the next matching request; `method` filters (HTTP method, or REST method for command_error). */
+  /**
+   * Queues a fault for the next matching request. `method` filters: the REST method of the request,
+   * or of any command inside a batch (the whole batch then gets the fault); for command_error, the
+   * command's method.
+   */
   failNext(fault: Fault | FaultShorthand, opts?: { method?: string; times?: number }): void;
   /** Latency for every request from now on. */
   setLatency(ms: number): void;
@@ -319,6 +323,17 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     return Buffer.concat(chunks).toString("utf8");
   }
 
+  /** REST methods named by a batch's cmd lines, so a request fault can target "the batch carrying X". */
+  function batchMethods(params: Record<string, unknown>): string[] {
+    const cmd = params.cmd;
+    if (cmd === null || typeof cmd !== "object") return [];
+    return Object.values(cmd as Record<string, unknown>).map((line) => {
+      const l = String(line);
+      const q = l.indexOf("?");
+      return (q < 0 ? l : l.slice(0, q)).replace(/\.json$/, "");
+    });
+  }
+
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const at = Date.now();
     const url = new URL(req.url ?? "/", "http://emulator.invalid");
@@ -348,21 +363,6 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     if (!bucket.tryAdd()) {
       return send(503, { error: "QUERY_LIMIT_EXCEEDED", error_description: "Too many requests" });
     }
-    const fault = takeFault(
-      (q) => q.fault.kind !== "command_error" && (q.method === undefined || q.method === method),
-    );
-    if (fault) entry.fault = fault.kind;
-    const delay = latencyMs + (fault?.kind === "latency" ? fault.ms : 0);
-    if (delay > 0) await new Promise((r) => setTimeout(r, delay));
-    if (fault?.kind === "reset_before_execute") {
-      entry.finishedAt = Date.now();
-      req.socket.destroy();
-      return;
-    }
-    if (fault?.kind === "http_error") {
-      return send(fault.status, { error: fault.error, error_description: fault.description });
-    }
-
     let params: Record<string, unknown> = parsePhpQuery(url.search.slice(1));
     const type = String(req.headers["content-type"] ?? "").toLowerCase();
     if (raw.trim() !== "") {
@@ -378,6 +378,25 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
       } else {
         params = { ...params, ...parsePhpQuery(raw) };
       }
+    }
+
+    const fault = takeFault(
+      (q) =>
+        q.fault.kind !== "command_error" &&
+        (q.method === undefined ||
+          q.method === method ||
+          (method === "batch" && batchMethods(params).includes(q.method))),
+    );
+    if (fault) entry.fault = fault.kind;
+    const delay = latencyMs + (fault?.kind === "latency" ? fault.ms : 0);
+    if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+    if (fault?.kind === "reset_before_execute") {
+      entry.finishedAt = Date.now();
+      req.socket.destroy();
+      return;
+    }
+    if (fault?.kind === "http_error") {
+      return send(fault.status, { error: fault.error, error_description: fault.description });
     }
 
     let status: number;
