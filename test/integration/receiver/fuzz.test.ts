@@ -299,7 +299,7 @@ const mutation: fc.Arbitrary<Mutation> = fc.oneof(
 
 const mutatedReq: fc.Arbitrary<Req> = fc
   .tuple(validReq, fc.array(mutation, { minLength: 1, maxLength: 2 }))
-  .map(([r, ms]) => ms.reduce((acc, m) => m(acc), { ...r, valid: false }));
+  .map(([r, ms]) => ms.reduce<Req>((acc, m) => m(acc), { ...r, valid: false }));
 
 /** Junk from the ground up: any method, content type, query and body. */
 const randomReq: fc.Arbitrary<Req> = fc.record({
