@@ -97,7 +97,8 @@ export class Step {
 
   private async lastCommand(): Promise<CommandRow | null> {
     const { rows } = await this.tx.query<CommandRow>(
-      "select * from bitrix_sync.crm_commands where workflow_id = $1 and alert_id is null order by id desc limit 1",
+      // The most recently changed command: after a recovery search, the re-sent create is newer than the search.
+      "select * from bitrix_sync.crm_commands where workflow_id = $1 and alert_id is null order by updated_at desc, id desc limit 1",
       [this.wf.id],
     );
     return rows[0] ?? null;
@@ -422,6 +423,7 @@ export class Step {
     if (last.status === "succeeded") {
       const r = this.response(last);
       const contactId = Number(r.contact_id);
+      if (!Number.isSafeInteger(contactId) || contactId <= 0) return await this.fail("malformed_result");
       const w = (r.written as Record<string, string | null> | undefined) ?? {};
       await this.openMapping(contactId);
       await snapshotCreated(this.tx, String(contactId), this.wf.user_id, {

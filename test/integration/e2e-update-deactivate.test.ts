@@ -1,0 +1,176 @@
+// contact.update (§5.2) and contact.deactivate (§5.3) end to end, happy and not-found paths.
+import test from "ava";
+import { SANDBOX_FIELDS } from "../../src/config/env.js";
+import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
+import { makeUser, randomPhone } from "../helpers/factories.js";
+
+let rig: Rig;
+test.before(async () => {
+  rig = await startRig();
+  await rig.startWorker();
+});
+test.after.always(async () => {
+  await rig?.close();
+});
+
+const F = SANDBOX_FIELDS;
+
+async function linked(phone?: string) {
+  const u = await makeUser(rig.db.pool, phone ? { phone } : {});
+  await finishedWorkflow(rig, u.id);
+  const { rows } = await rig.db.pool.query<{ external_id: string }>(
+    "select external_id from bitrix_sync.entity_external_mapping where entity_id = $1 and status = 'active'",
+    [u.id],
+  );
+  const contact = rig.emulator.store.contacts.get(Number(rows[0]?.external_id));
+  if (!contact) throw new Error("no Contact linked");
+  return { u, contact };
+}
+
+async function newestWorkflow(userId: string, type: string) {
+  return await waitFor(async () => {
+    const { rows } = await rig.db.pool.query(
+      "select * from bitrix_sync.workflow_instances where user_id = $1 and intent_type = $2 and state in ('succeeded','failed','waiting_manual') order by created_at desc limit 1",
+      [userId, type],
+    );
+    return rows[0];
+  });
+}
+
+test.serial(
+  "a phone change overwrites the number bitrix-sync wrote, by entry ID; other numbers stay",
+  async (t) => {
+    const { u, contact } = await linked();
+    const managerNumber = { id: 9_000_001, valueType: "WORK", value: "+74950000000" };
+    contact.phones.push(managerNumber);
+    const ownEntry = contact.phones[0]?.id;
+    const next = randomPhone();
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, next]);
+    const wf = await newestWorkflow(u.id, "contact.update");
+    t.is(wf.outcome, "updated");
+    t.deepEqual(
+      contact.phones.map((p) => [p.id, p.value]),
+      [
+        [ownEntry, next],
+        [managerNumber.id, managerNumber.value],
+      ],
+      "overwritten in place, nothing appended",
+    );
+  },
+);
+
+test.serial("a phone already on the Contact changes nothing there", async (t) => {
+  const { u, contact } = await linked();
+  const extra = randomPhone();
+  contact.phones.push({ id: 9_000_002, valueType: "MOBILE", value: extra });
+  await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, extra]);
+  const wf = await newestWorkflow(u.id, "contact.update");
+  t.is(wf.outcome, "no_change");
+  t.is(contact.phones.length, 2);
+});
+
+test.serial(
+  "update of a Contact deleted in the CRM: mapping broken, snapshot kept and stale, alert",
+  async (t) => {
+    const { u, contact } = await linked();
+    rig.emulator.store.contacts.delete(contact.id);
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+      u.id,
+      randomPhone(),
+    ]);
+    const wf = await newestWorkflow(u.id, "contact.update");
+    t.is(wf.outcome, "contact_missing");
+    const m = await rig.db.pool.query(
+      "select status, close_reason from bitrix_sync.entity_external_mapping where entity_id = $1",
+      [u.id],
+    );
+    t.deepEqual(m.rows, [{ status: "broken", close_reason: "contact_not_found" }]);
+    const s = await rig.db.pool.query(
+      "select stale, stale_reason from bitrix_sync.contact_snapshots where contact_id = $1",
+      [String(contact.id)],
+    );
+    t.deepEqual(s.rows, [{ stale: true, stale_reason: "contact_not_found" }]);
+    const a = await rig.db.pool.query(
+      "select alert_type from bitrix_sync.business_alerts where user_id = $1",
+      [u.id],
+    );
+    t.deepEqual(
+      a.rows.map((r) => r.alert_type),
+      ["contact_not_found"],
+    );
+  },
+);
+
+test.serial("update without a mapping becomes map_or_create", async (t) => {
+  const u = await makeUser(rig.db.pool, { phone: "bad" });
+  const first = await finishedWorkflow(rig, u.id);
+  t.is(first.state, "waiting_manual");
+  const phone = randomPhone();
+  const c = rig.emulator.store.createContact({ phones: [{ value: phone }] });
+  await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, phone]);
+  const wf = await finishedWorkflow(rig, u.id);
+  t.is(wf.state, "succeeded");
+  t.is(c.uf[F.userId], u.id);
+});
+
+test.serial("deactivate sets the flag inactive and closes the mapping; the Contact stays", async (t) => {
+  const { u, contact } = await linked();
+  await rig.db.pool.query("update han_app.client_profile set record_status = 'inactive' where user_id = $1", [
+    u.id,
+  ]);
+  const wf = await newestWorkflow(u.id, "contact.deactivate");
+  t.is(wf.outcome, "deactivated");
+  t.is(contact.uf[F.registered], 0);
+  t.true(rig.emulator.store.contacts.has(contact.id));
+  const m = await rig.db.pool.query(
+    "select status, close_reason from bitrix_sync.entity_external_mapping where entity_id = $1",
+    [u.id],
+  );
+  t.deepEqual(m.rows, [{ status: "closed", close_reason: "deactivated" }]);
+});
+
+test.serial("deactivate of a Contact already gone: mapping closed as broken, alert", async (t) => {
+  const { u, contact } = await linked();
+  rig.emulator.store.contacts.delete(contact.id);
+  await rig.db.pool.query("update han_app.user_identity set record_status = 'deleted' where id = $1", [u.id]);
+  const wf = await newestWorkflow(u.id, "contact.deactivate");
+  t.is(wf.outcome, "contact_missing");
+  const m = await rig.db.pool.query(
+    "select status from bitrix_sync.entity_external_mapping where entity_id = $1",
+    [u.id],
+  );
+  t.deepEqual(m.rows, [{ status: "broken" }]);
+});
+
+test.serial(
+  "reactivation links the user again: the Contact carrying the user_id is restored, not duplicated",
+  async (t) => {
+    const { u, contact } = await linked();
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [
+      u.id,
+    ]);
+    await newestWorkflow(u.id, "contact.deactivate");
+    const before = rig.emulator.store.contacts.size;
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'active' where id = $1", [
+      u.id,
+    ]);
+    const wf = await finishedWorkflow(rig, u.id);
+    t.is(wf.outcome, "restored");
+    t.is(rig.emulator.store.contacts.size, before);
+    t.is(contact.uf[F.registered], 1);
+  },
+);
+
+test.serial("applying CRM-master fields enqueues no App->CRM work", async (t) => {
+  const { u } = await linked();
+  const q = await rig.db.pool.query(
+    "select count(*)::int as n from han_app.sync_queue where entity_id = $1",
+    [u.id],
+  );
+  const p = await rig.db.pool.query(
+    "select source_updated_at from han_app.client_profile where user_id = $1",
+    [u.id],
+  );
+  t.is(q.rows[0].n, 1, "only the original intent");
+  t.truthy(p.rows[0]);
+});
