@@ -34,6 +34,29 @@ export class BusinessFailure extends Error {
   }
 }
 
+/** Thrown when hydration would wait on a dictionary load; the command is released and retried. */
+export class NotReady extends Error {
+  override name = "NotReady";
+}
+
+/**
+ * The pump hydrates while holding a limiter permit; a dictionary load needs a permit of its own.
+ * Waiting briefly, then giving up (the load goes on in the background), rules out a deadlock when
+ * every in-flight slot is held by a pump waiting for the dictionary.
+ */
+async function withinMs<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new NotReady("citizenship dictionary is loading")), ms);
+  });
+  p.catch(() => undefined);
+  try {
+    return await Promise.race([p, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 function ids(v: unknown): number[] {
   return Array.isArray(v) ? v.map(Number).filter((n) => Number.isInteger(n) && n > 0) : [];
 }
@@ -78,7 +101,7 @@ export async function hydrate(
         if (!isEligible(user)) return { ok: false, failure: { kind: "business", code: "user_not_eligible" } };
         const name = user.fullName?.trim() || null;
         const email = user.email?.trim() || null;
-        const cit = user.citizenship ? await dictionary.findByValue(user.citizenship) : null;
+        const cit = user.citizenship ? await withinMs(dictionary.findByValue(user.citizenship), 2_000) : null;
         return {
           ok: true,
           value: {

@@ -11,7 +11,7 @@ import { isWrite } from "../crm/catalogue.js";
 import type { CitizenshipDictionary } from "../crm/contact-fields.js";
 import type { Logger } from "../observability/logger.js";
 import { desiredContentHash, loadAppUser } from "./app-data.js";
-import { BusinessFailure, type Hydrated, hydrate, projectResult } from "./command-io.js";
+import { BusinessFailure, type Hydrated, hydrate, NotReady, projectResult } from "./command-io.js";
 import { Step } from "./planner.js";
 import type { CommandRow, WorkflowRow } from "./types.js";
 
@@ -158,14 +158,15 @@ export async function runWorkflows(deps: EngineDeps): Promise<number> {
 // ---- the pump --------------------------------------------------------------------------------
 
 /** Due commands waiting, and how long the oldest has waited (ms). */
-async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number }> {
-  const { rows } = await pool.query<{ due: number; oldest_ms: number | null }>(
+async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number; adds: number }> {
+  const { rows } = await pool.query<{ due: number; oldest_ms: number | null; adds: number }>(
     `select count(*)::int as due,
+            count(*) filter (where command_type = 'contact.add')::int as adds,
             (extract(epoch from now() - min(greatest(created_at, next_attempt_at))) * 1000)::float8 as oldest_ms
        from bitrix_sync.crm_commands
-      where (status = 'pending' and next_attempt_at <= now()) or (status = 'retry_wait' and next_attempt_at <= now())`,
+      where status in ('pending', 'retry_wait') and next_attempt_at <= now()`,
   );
-  return { due: rows[0]?.due ?? 0, oldestMs: rows[0]?.oldest_ms ?? 0 };
+  return { due: rows[0]?.due ?? 0, oldestMs: rows[0]?.oldest_ms ?? 0, adds: rows[0]?.adds ?? 0 };
 }
 
 export type PumpResult = { sent: number; waitMs: number };
@@ -183,13 +184,32 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
   if (b.due < s.batchSize && b.oldestMs < s.batchMaxWaitMs) {
     return { sent: 0, waitMs: Math.max(1, s.batchMaxWaitMs - b.oldestMs) };
   }
-  const { rows } = await deps.pool.query<CommandRow>(
-    "select * from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3))",
-    [deps.workerId, s.batchSize, s.leaseSec],
-  );
-  if (rows.length === 0) return { sent: 0, waitMs: 50 };
+  // Warm the citizenship dictionary outside any permit (a create's hydration may need it).
+  if (b.adds > 0) await deps.dictionary.findByValue("").catch(() => undefined);
 
-  // Hydrate first (it may load the citizenship dictionary, which takes its own permit).
+  // Take the permit first: while it waits for a token the batch keeps filling.
+  let permit: Awaited<ReturnType<CrmDeps["limiter"]["acquire"]>>;
+  try {
+    const wait = AbortSignal.timeout(Math.max(1000, (s.leaseSec * 1000) / 2));
+    permit = await deps.crm.limiter.acquire({ signal: signal ? AbortSignal.any([signal, wait]) : wait });
+  } catch {
+    return { sent: 0, waitMs: 100 };
+  }
+  let rows: CommandRow[];
+  try {
+    ({ rows } = await deps.pool.query<CommandRow>(
+      "select * from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3))",
+      [deps.workerId, s.batchSize, s.leaseSec],
+    ));
+  } catch (e) {
+    await permit.release();
+    throw e;
+  }
+  if (rows.length === 0) {
+    await permit.release();
+    return { sent: 0, waitMs: 50 };
+  }
+
   const ready: Array<{ row: CommandRow; h: Hydrated }> = [];
   for (const row of rows) {
     try {
@@ -198,28 +218,15 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
       else if (r.failure.kind === "business") await settleQuietly(deps, row, "reject", r.failure.code);
       else await settleQuietly(deps, row, "dead_letter", r.failure.code);
     } catch (e) {
-      deps.log.warn(
-        { event: "pump.hydrate_failed", commandId: row.id, ...safeError(e) },
-        "command not prepared",
-      );
-      await deps.pool
-        .query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token])
-        .catch(() => undefined);
+      if (!(e instanceof NotReady)) {
+        deps.log.warn({ event: "pump.hydrate_failed", commandId: row.id, ...safeError(e) }, "command not prepared");
+      }
+      await deps.pool.query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token]).catch(() => undefined);
     }
   }
-  if (ready.length === 0) return { sent: 0, waitMs: 0 };
-
-  let permit: Awaited<ReturnType<CrmDeps["limiter"]["acquire"]>>;
-  try {
-    const wait = AbortSignal.timeout(Math.max(1000, (s.leaseSec * 1000) / 2));
-    permit = await deps.crm.limiter.acquire({ signal: signal ? AbortSignal.any([signal, wait]) : wait });
-  } catch {
-    for (const { row } of ready) {
-      await deps.pool
-        .query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token])
-        .catch(() => undefined);
-    }
-    return { sent: 0, waitMs: 100 };
+  if (ready.length === 0) {
+    await permit.release();
+    return { sent: 0, waitMs: 0 };
   }
 
   // The durable "send started" marker, committed before any byte leaves (§7.2, adopted guarantees).
