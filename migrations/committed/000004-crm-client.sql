@@ -1,5 +1,5 @@
 --! Previous: sha1:146cde837f7ca2494a3a99cd2bab0b1291bde0c2
---! Hash: sha1:a885df92d01d484bf41948974151f5e2760b8e17
+--! Hash: sha1:a1a72888c65696f1bd4c9fe2f399ca2382e6722d
 --! Message: crm-client
 
 -- CRM client (§8, §9): the rate limiter every replica shares. A token bucket per portal/credential,
@@ -85,7 +85,7 @@ create or replace function bitrix_sync.acquire_crm_request(
   p_slot_ttl_ms integer,
   p_recovery_per_sec double precision default 0.05
 ) returns table (granted boolean, slot_id uuid, wait_ms integer, tokens double precision,
-                 rate double precision, in_flight integer)
+                 rate double precision, in_flight integer, decided_at timestamptz)
 language plpgsql as $$
 #variable_conflict use_column
 declare
@@ -147,10 +147,10 @@ begin
          rate_changed_at = v_now, updated_at = v_now
    where b.bucket = p_bucket;
 
-  return query select v_slot is not null, v_slot, coalesce(v_wait, 0), v_tokens, v_rate, v_in_flight;
+  return query select v_slot is not null, v_slot, coalesce(v_wait, 0), v_tokens, v_rate, v_in_flight, v_now;
 end $$;
 comment on function bitrix_sync.acquire_crm_request(text, text, double precision, integer, integer, integer, double precision) is
-  'Takes one token and one in-flight slot for an HTTP request to the portal, or says how long to wait (wait_ms). Shared by every replica (§8).';
+  'Takes one token and one in-flight slot for an HTTP request to the portal, or says how long to wait (wait_ms). decided_at is the server time of the decision. Shared by every replica (§8).';
 
 create or replace function bitrix_sync.release_crm_request(p_slot_id uuid) returns boolean
 language plpgsql as $$

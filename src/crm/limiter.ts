@@ -39,6 +39,8 @@ export const DEFAULT_ADAPTIVE: AdaptiveSettings = {
 
 /** Permission to send one HTTP request. Release it when the reply (or the failure) is in. */
 export interface LimiterPermit {
+  /** When the token was granted, by the limiter's clock (epoch ms). */
+  readonly grantedAt: number;
   release(): Promise<void>;
 }
 
@@ -134,8 +136,13 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
       for (;;) {
         checkAbort(a.signal);
         const s = read(opts.settings);
-        const { rows } = await pool.query<{ granted: boolean; slot_id: string | null; wait_ms: number }>(
-          `select granted, slot_id, wait_ms
+        const { rows } = await pool.query<{
+          granted: boolean;
+          slot_id: string | null;
+          wait_ms: number;
+          decided_at: Date;
+        }>(
+          `select granted, slot_id, wait_ms, decided_at
              from bitrix_sync.acquire_crm_request($1, $2, $3, $4, $5, $6, $7)`,
           [
             bucket,
@@ -152,6 +159,7 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
           const slot = r.slot_id;
           let released = false;
           return {
+            grantedAt: r.decided_at.getTime(),
             async release() {
               if (released) return;
               released = true;
@@ -272,6 +280,7 @@ export function createMemoryLimiter(opts: MemoryLimiterOptions): CrmLimiter {
         if (wait === null) {
           let released = false;
           return {
+            grantedAt: now(),
             async release() {
               if (released) return;
               released = true;

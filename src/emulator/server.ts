@@ -69,6 +69,11 @@ export interface EmulatorOptions {
   /** Latency added to every request. */
   latencyMs?: number;
   utcOffsetMinutes?: number;
+  /**
+   * The portal's clock for its limits and record times (default Date.now). Tests pass a controlled
+   * clock to make the leaky bucket and operating windows deterministic.
+   */
+  now?: () => number;
 }
 
 /** A running emulator. */
@@ -157,17 +162,22 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
   const user = opts.user ?? 1;
   const secret = opts.secret ?? randomBytes(12).toString("hex");
   const offset = opts.utcOffsetMinutes ?? 180;
+  const clock = opts.now ?? Date.now;
   const store = new PortalStore({
     fields: opts.fields,
     utcOffsetMinutes: offset,
+    now: clock,
     ...(opts.smartProcesses ? { smartProcesses: opts.smartProcesses } : {}),
   });
-  const bucket = new LeakyBucket(opts.rate?.drainPerSec ?? 2, opts.rate?.threshold ?? 50);
-  const operating = new OperatingMeter({
-    limitSec: opts.operating?.limitSec ?? 480,
-    windowMs: opts.operating?.windowMs ?? 600_000,
-    bucketMs: opts.operating?.bucketMs ?? 60_000,
-  });
+  const bucket = new LeakyBucket(opts.rate?.drainPerSec ?? 2, opts.rate?.threshold ?? 50, clock);
+  const operating = new OperatingMeter(
+    {
+      limitSec: opts.operating?.limitSec ?? 480,
+      windowMs: opts.operating?.windowMs ?? 600_000,
+      bucketMs: opts.operating?.bucketMs ?? 60_000,
+    },
+    clock,
+  );
   const cost = opts.operating?.costSec ?? 0.01;
   const costOf = (method: string) => (typeof cost === "number" ? cost : (cost[method] ?? 0.01));
   const log: RequestLogEntry[] = [];

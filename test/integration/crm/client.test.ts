@@ -246,8 +246,8 @@ test("whole-batch 503 QUERY_LIMIT_EXCEEDED: every command transient, no attempt 
 });
 
 test("timeout after the write was committed: the write is uncertain, the read transient; nothing is re-sent", async (t) => {
-  const { emu, deps } = await setup({ timeoutMs: 300 });
-  emu.failNext({ kind: "timeout_after_commit", holdMs: 2000 });
+  const { emu, deps } = await setup({ timeoutMs: 1500 });
+  emu.failNext({ kind: "timeout_after_commit", holdMs: 10_000 });
   const out = await executeBatch(deps, [
     { type: "contact.add", params: { phone: "+79991234567", userId: UID, registered: true } },
     { type: "contact.find_by_phone", params: { phones: ["+79991234567"] } },
@@ -255,8 +255,8 @@ test("timeout after the write was committed: the write is uncertain, the read tr
   t.like(out[0], { ok: false, sent: true, failure: { kind: "uncertain", code: "timeout_no_reply" } });
   t.like(out[1], { ok: false, sent: true, failure: { kind: "transient", code: "timeout_no_reply" } });
   t.is(emu.store.contacts.size, 1, "the Contact exists: a blind retry would duplicate it");
-  await new Promise((r) => setTimeout(r, 100));
   t.is(emu.log.length, 1, "the batch was sent exactly once");
+  t.is(emu.log[0]?.status, 0, "and it was never answered");
 });
 
 test("malformed JSON: uncertain for a sent write, transient for a read, never a crash", async (t) => {
@@ -346,7 +346,7 @@ test("a 302 from a renamed portal is a permanent config error and is not followe
 
 test("the batcher flushes at the configured size and after the configured wait; workflows share batches", async (t) => {
   const { emu, deps } = await setup();
-  const batcher = createBatcher(deps, { size: 20, maxWaitMs: 400 });
+  const batcher = createBatcher(deps, { size: 20, maxWaitMs: 1000 });
   const phones = Array.from({ length: 45 }, (_, i) => `+7999${String(i).padStart(7, "0")}`);
   const started = Date.now();
   const outs = await Promise.all(
@@ -357,7 +357,7 @@ test("the batcher flushes at the configured size and after the configured wait; 
     emu.log.map((l) => l.batchSize),
     [20, 20, 5],
   );
-  t.true((emu.log[2]?.at ?? 0) - started >= 390, "the partial batch waited for max wait");
+  t.true((emu.log[2]?.at ?? 0) - started >= 990, "the partial batch waited for max wait");
   t.true(
     (emu.log[1]?.at ?? Infinity) < (emu.log[2]?.at ?? 0),
     "full batches went before it, without waiting",
@@ -384,7 +384,7 @@ test("the batcher's drain sends a partial batch at once", async (t) => {
   t.is(batcher.pending(), 1);
   const t0 = Date.now();
   await batcher.drain();
-  t.true(Date.now() - t0 < 2000);
+  t.true(Date.now() - t0 < 5000, "well before the 10 s max wait");
   t.true((await p).ok);
   t.is(emu.log.length, 1);
 });
