@@ -10,21 +10,30 @@ const Payload = z.object({ budget_ms: z.number().int().min(1000).max(600_000).op
 
 /** Stop starting new rounds after this long; the cron entry and the re-enqueue keep one running. */
 const DEFAULT_BUDGET_MS = 55_000;
+const HANDOVER_MS = 3_000;
 
 const task: Task = async (payload, helpers) => {
   const p = Payload.parse(payload ?? {});
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
   const signal = AbortSignal.any([r.stopping, helpers.abortSignal ?? new AbortController().signal]);
-  await runSyncLoop(r.engine, {
-    budgetMs: p.budget_ms ?? DEFAULT_BUDGET_MS,
-    signal,
-    connectionString: r.databaseUrl,
-    ...loopSettings(r),
-  });
-  if (!signal.aborted) {
-    // Hand over to a fresh job at once; job_key keeps at most one waiting successor.
-    await helpers.addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" });
+  const budgetMs = p.budget_ms ?? DEFAULT_BUDGET_MS;
+  // Hand over shortly before the budget ends, so the successor is listening before this run stops
+  // (an overlap is safe: every claim is SKIP LOCKED). job_key keeps at most one waiting successor.
+  const handover = setTimeout(
+    () => {
+      if (!signal.aborted) {
+        helpers
+          .addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" })
+          .catch(() => undefined);
+      }
+    },
+    Math.max(0, budgetMs - HANDOVER_MS),
+  );
+  try {
+    await runSyncLoop(r.engine, { budgetMs, signal, connectionString: r.databaseUrl, ...loopSettings(r) });
+  } finally {
+    clearTimeout(handover);
   }
 };
 

@@ -219,9 +219,14 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
       else await settleQuietly(deps, row, "dead_letter", r.failure.code);
     } catch (e) {
       if (!(e instanceof NotReady)) {
-        deps.log.warn({ event: "pump.hydrate_failed", commandId: row.id, ...safeError(e) }, "command not prepared");
+        deps.log.warn(
+          { event: "pump.hydrate_failed", commandId: row.id, ...safeError(e) },
+          "command not prepared",
+        );
       }
-      await deps.pool.query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token]).catch(() => undefined);
+      await deps.pool
+        .query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token])
+        .catch(() => undefined);
     }
   }
   if (ready.length === 0) {

@@ -5,6 +5,7 @@
 import pg from "pg";
 import { type AlertCrmSettings, runAlertSync } from "./alert-sync.js";
 import { type EngineDeps, runIntake, runPump, runWorkflows } from "./engine.js";
+import { processAlertWebhooks, processContactWebhooks } from "./inbound.js";
 
 export interface LoopOptions {
   /** Stop starting new rounds after this long (the task's run budget). */
@@ -20,20 +21,28 @@ const CHANNELS = {
   bitrix_sync_queue: "intake",
   bitrix_sync_workflows: "workflows",
   bitrix_sync_commands: "pump",
+  bitrix_sync_webhooks: "webhooks",
 } as const;
 type Lane = (typeof CHANNELS)[keyof typeof CHANNELS];
 
+/**
+ * Per-lane wake-ups. A wake that arrives while the lane is busy is remembered, so the lane's next
+ * wait returns at once: a NOTIFY landing between a round's claim and its wait is never lost.
+ */
 class Waker {
   private waiters = new Map<Lane, Array<() => void>>();
+  private pending = new Set<Lane>();
   wake(lane: Lane): void {
     const list = this.waiters.get(lane) ?? [];
     this.waiters.set(lane, []);
+    if (list.length === 0) this.pending.add(lane);
     for (const w of list) w();
   }
   wakeAll(): void {
-    for (const lane of this.waiters.keys()) this.wake(lane);
+    for (const lane of Object.values(CHANNELS)) this.wake(lane);
   }
   wait(lane: Lane, ms: number): Promise<void> {
+    if (this.pending.delete(lane)) return Promise.resolve();
     return new Promise((resolve) => {
       const t = setTimeout(done, Math.max(1, ms));
       const list = this.waiters.get(lane) ?? [];
@@ -117,6 +126,12 @@ export async function runSyncLoop(deps: EngineDeps, opts: LoopOptions): Promise<
       const n = await runIntake(deps);
       if (n > 0) waker.wake("workflows");
       return n;
+    }),
+    // The receivers do not NOTIFY (it serialises their commits); the inbox is polled.
+    lane("webhooks", async () => {
+      const n = await processContactWebhooks(deps);
+      const a = await processAlertWebhooks(deps, opts.alerts());
+      return n + a;
     }),
     lane("workflows", async () => {
       const n = await runWorkflows(deps);
