@@ -1,6 +1,6 @@
 // The robot webhook receivers (§10.1): POST /bitrix/sync/webhook/contact and .../alert. Thin: the
-// checks run in a fixed order (docs/receivers.md), then one SQL statement records the event and the
-// reply is 200. No business work happens here.
+// checks run in a fixed order (docs/receivers.md), then SQL records the event durably and the reply
+// is 200. No business work happens here.
 //
 // Nothing from the request's query string or body is ever logged, put in a reply or a label: log
 // lines carry the route, the receiver, the status and a safe reason code.
@@ -12,6 +12,7 @@ import type pg from "pg";
 import type { Logger } from "../observability/logger.js";
 import { RECEIVERS, type ReceiverConfig } from "./config.js";
 import { checkToken, type PortalIdentity, parseRobotEvent, type RejectReason, rawQuery } from "./contract.js";
+import { InboxWriter, type InboxWriterOptions } from "./inbox.js";
 import { secretMatcher } from "./token.js";
 
 /** Where the receivers are mounted; the log `route` field is this plus the receiver name. */
@@ -22,6 +23,8 @@ export interface ReceiverDeps {
   log: Logger;
   /** Undefined: both receivers answer 503 receiver_not_configured. */
   config?: ReceiverConfig;
+  /** Grouping of inbox writes (defaults: up to 200 events per call, 2 calls in flight). */
+  inbox?: InboxWriterOptions;
 }
 
 type Env = {
@@ -118,6 +121,7 @@ async function readBounded(req: Request, limit: number): Promise<Uint8Array | "t
 export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
   const app = new Hono<Env>();
   const cfg = deps.config;
+  const inbox = new InboxWriter(deps.pool, deps.inbox);
   const portal: PortalIdentity | undefined =
     cfg?.portalHost !== undefined && cfg.memberId !== undefined
       ? { host: cfg.portalHost.toLowerCase(), memberId: secretMatcher([cfg.memberId]) }
@@ -170,20 +174,24 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
       // 6. the form and the document (400), 7. the portal identity (403).
       const ev = parseRobotEvent(receiver, c.get("query"), c.get("body"), portal as PortalIdentity);
       if (!ev.ok) return reply(c, ev.status, ev.reason);
-      // 8. the entity type against settings (SQL) and the durable insert, one statement.
-      let inboxId: string | undefined;
+      // 8. the entity type against settings and the durable insert, in SQL (grouped with the
+      // requests that arrived together: one round trip and one commit).
+      let inboxId: string;
       try {
-        const { rows } = await deps.pool.query<{ id: string }>({
-          name: "bitrix_sync.accept_webhook",
-          text: "select bitrix_sync.accept_webhook($1, $2, $3, $4) as id",
-          values: [receiver, ev.entityTypeId, ev.entityId, peerAddress(c.env)],
+        const out = await inbox.write({
+          receiver,
+          entityTypeId: ev.entityTypeId,
+          entityId: ev.entityId,
+          sourceIp: peerAddress(c.env),
         });
-        inboxId = rows[0]?.id;
+        if (!out.accepted) {
+          if (out.refusal === "entity_type") return reply(c, 400, "entity_type");
+          return reply(c, 503, "alert_entity_type_unset", "receiver_not_configured");
+        }
+        inboxId = out.inboxId;
       } catch (e) {
         // Only the SQLSTATE: the message or detail of a database error may quote the parameters.
         const code = (e as { code?: unknown }).code;
-        if (code === "BS020") return reply(c, 400, "entity_type");
-        if (code === "BS021") return reply(c, 503, "alert_entity_type_unset", "receiver_not_configured");
         deps.log.error(
           {
             event: "receiver.insert_failed",

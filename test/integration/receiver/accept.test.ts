@@ -1,6 +1,7 @@
 // The exact robot request of §10.1 is accepted: one webhook_inbox row with the receiver, entity
 // type and ID, and the peer address; a 200 with a tiny JSON body. Token rotation overlap included.
 import test from "ava";
+import pg from "pg";
 import {
   ALERT_ENTITY_TYPE_ID,
   captureLogger,
@@ -217,4 +218,61 @@ test.serial("an accepted request logs the route and the inbox id, never the toke
   t.false(logs.toLowerCase().includes(PORTAL_HOST));
   t.false(logs.includes("CONTACT_"));
   t.false(logs.includes("attacker.example"));
+});
+
+test.serial(
+  "requests arriving together share a write; a refused one does not affect the others",
+  async (t) => {
+    const app = makeApp(db.pool, captured.log);
+    const before = await inboxCount(db.pool);
+    const kinds = Array.from({ length: 60 }, (_, i) =>
+      i % 6 === 0 ? "alert_wrong" : i % 6 === 1 ? "alert" : "contact",
+    );
+    const replies = await Promise.all(
+      kinds.map((k, i) => {
+        const id = String(5000 + i);
+        if (k === "contact")
+          return app.request(robotUrl("contact", id), robotInit(encodeForm(robotFields("contact", id))));
+        const type = k === "alert" ? ALERT_ENTITY_TYPE_ID : ALERT_ENTITY_TYPE_ID + 7;
+        return app.request(robotUrl("alert", id), robotInit(encodeForm(robotFields("alert", id, type))));
+      }),
+    );
+    t.deepEqual(
+      replies.map((r) => r.status),
+      kinds.map((k) => (k === "alert_wrong" ? 400 : 200)),
+    );
+    t.is(await inboxCount(db.pool), before + kinds.filter((k) => k !== "alert_wrong").length);
+    const { rows } = await db.pool.query<{ n: number }>(
+      "select count(*)::int as n from bitrix_sync.webhook_inbox where entity_type_id = $1",
+      [ALERT_ENTITY_TYPE_ID + 7],
+    );
+    t.is(rows[0]?.n, 0);
+  },
+);
+
+test.serial("when the database fails, every request of the group gets 503 and no row", async (t) => {
+  const { log, text } = captureLogger();
+  const broken = new pg.Pool({
+    connectionString: db.url,
+    max: 2,
+    options: "-c default_transaction_read_only=on",
+  });
+  try {
+    const app = makeApp(broken, log);
+    const before = await inboxCount(db.pool);
+    const replies = await Promise.all(
+      ["7001", "7002", "7003"].map((id) =>
+        app.request(robotUrl("contact", id), robotInit(encodeForm(robotFields("contact", id)))),
+      ),
+    );
+    for (const r of replies) {
+      t.is(r.status, 503);
+      t.deepEqual(await r.json(), { error: "unavailable" });
+    }
+    t.is(await inboxCount(db.pool), before);
+    t.true(text().includes('"sqlstate":"25006"'), "the log carries the SQLSTATE only");
+    t.false(text().includes("7001"));
+  } finally {
+    await broken.end();
+  }
 });

@@ -1,0 +1,104 @@
+// accept_webhooks() / accept_webhook(): the receivers' SQL entry points (sql/receiver.sql).
+import test from "ava";
+import { ALERT_ENTITY_TYPE_ID, inboxCount, setAlertEntityType } from "../../helpers/receiver.js";
+import { createTestDb, type TestDb, withTx } from "../../helpers/testdb.js";
+
+let db: TestDb;
+test.before(async () => {
+  db = await createTestDb();
+  await setAlertEntityType(db.pool, ALERT_ENTITY_TYPE_ID);
+});
+test.after.always(async () => {
+  await db?.drop();
+});
+
+test.serial("accept_webhooks records accepted events and reports refusals per event", async (t) => {
+  const before = await inboxCount(db.pool);
+  const { rows } = await db.pool.query(
+    `select ord, inbox_id is not null as written, refusal
+       from bitrix_sync.accept_webhooks($1, $2, $3, $4) order by ord`,
+    [
+      ["contact", "alert", "alert", "contact"],
+      [3, ALERT_ENTITY_TYPE_ID, 99, 1038],
+      ["1", "2", "3", "4"],
+      ["10.0.0.1", null, "::1", null],
+    ],
+  );
+  t.deepEqual(rows, [
+    { ord: 1, written: true, refusal: null },
+    { ord: 2, written: true, refusal: null },
+    { ord: 3, written: false, refusal: "entity_type" },
+    { ord: 4, written: false, refusal: "entity_type" },
+  ]);
+  t.is(await inboxCount(db.pool), before + 2);
+  const ips = await db.pool.query<{ ip: string | null }>(
+    "select host(source_ip) as ip from bitrix_sync.webhook_inbox order by id desc limit 2",
+  );
+  t.deepEqual(
+    ips.rows.map((r) => r.ip),
+    [null, "10.0.0.1"],
+  );
+});
+
+test.serial(
+  "accept_webhook raises BS020 for another entity type and BS021 without alerts.entity_type_id",
+  async (t) => {
+    await withTx(db.pool, async (c) => {
+      const e = await t.throwsAsync(c.query("select bitrix_sync.accept_webhook('contact', 4, '1', null)"));
+      t.is((e as { code?: string }).code, "BS020");
+    });
+    await setAlertEntityType(db.pool, null);
+    try {
+      await withTx(db.pool, async (c) => {
+        const e = await t.throwsAsync(
+          c.query(`select bitrix_sync.accept_webhook('alert', ${ALERT_ENTITY_TYPE_ID}, '1')`),
+        );
+        t.is((e as { code?: string }).code, "BS021");
+      });
+    } finally {
+      await setAlertEntityType(db.pool, ALERT_ENTITY_TYPE_ID);
+    }
+    const { rows } = await db.pool.query<{ id: string }>(
+      "select bitrix_sync.accept_webhook('contact', 3, '77') as id",
+    );
+    t.truthy(rows[0]?.id);
+  },
+);
+
+test.serial("bad calls fail whole: unknown receiver BS022, arrays of different lengths BS004", async (t) => {
+  const before = await inboxCount(db.pool);
+  const e1 = await t.throwsAsync(
+    db.pool.query("select * from bitrix_sync.accept_webhooks($1, $2, $3, $4)", [
+      ["contact", "deal"],
+      [3, 2],
+      ["1", "2"],
+      [null, null],
+    ]),
+  );
+  t.is((e1 as { code?: string }).code, "BS022");
+  const e2 = await t.throwsAsync(
+    db.pool.query("select * from bitrix_sync.accept_webhooks($1, $2, $3, $4)", [
+      ["contact"],
+      [3, 3],
+      ["1"],
+      [null],
+    ]),
+  );
+  t.is((e2 as { code?: string }).code, "BS004");
+  t.is(await inboxCount(db.pool), before, "the accepted event of the failed call was rolled back");
+});
+
+test.serial("only bitrix_sync_user (not public) may execute the receiver functions", async (t) => {
+  const { rows } = await db.pool.query<{ fn: string; user_ok: boolean; public_ok: boolean }>(
+    `select p.oid::regprocedure::text as fn,
+            has_function_privilege('bitrix_sync_user', p.oid, 'execute') as user_ok,
+            exists (select 1 from aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+                     where a.grantee = 0 and a.privilege_type = 'EXECUTE') as public_ok
+       from pg_proc p where p.proname in ('accept_webhook', 'accept_webhooks') order by 1`,
+  );
+  t.is(rows.length, 2);
+  for (const r of rows) {
+    t.true(r.user_ok, r.fn);
+    t.false(r.public_ok, r.fn);
+  }
+});
