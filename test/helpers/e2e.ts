@@ -124,7 +124,7 @@ export async function startRig(
 
 /** Polls `probe` until it returns a truthy value or `timeoutMs` passes. */
 export async function waitFor<T>(
-  probe: () => Promise<T>,
+  probe: () => Promise<T | null | undefined | false>,
   timeoutMs = 15_000,
   what = "condition",
 ): Promise<T> {
