@@ -1,5 +1,5 @@
 --! Previous: sha1:86331a199dd3b973a91ff3c5548f07f00eff4b06
---! Hash: sha1:beda85216c627d86fa3be183567b34de690f4e5e
+--! Hash: sha1:5900daeff5ef887fd92a392e8d092449c6ad3711
 --! Message: expand
 
 -- Expand (§6.1, §6.3 steps 1-5, §6.4, §7, §12.3, §13, §17): reshape han_app.sync_queue to the
@@ -1079,7 +1079,9 @@ begin
       update bitrix_sync.workflow_instances w
          set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
              content_hash = p_content_hash,
-             -- A workflow parked in waiting_manual may now be fixable by the newer intent.
+             -- A workflow parked in waiting_manual may now be fixable by the newer intent
+             -- (manual_resume); a waiting_retry one is due at once.
+             state = case when w.state = 'waiting_manual' then 'running' else w.state end,
              next_attempt_at = least(w.next_attempt_at, now())
        where w.id = v_row.id;
       return query select v_row.id, 'joined'::text;
@@ -1978,7 +1980,7 @@ declare
   v_row bitrix_sync.business_alerts;
 begin
   update bitrix_sync.business_alerts
-     set item_id = coalesce(p_item_id, item_id), stage_id = coalesce(p_stage_id, stage_id), crm_sync_status = 'synced'
+     set item_id = coalesce(p_item_id, item_id), stage_id = coalesce(p_stage_id, stage_id)
    where id = p_alert_id
   returning * into v_row;
   if not found then
@@ -1987,7 +1989,7 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.record_alert_item(bigint, bigint, text) is
-  'Records the smart-process item and stage after a successful add/update/get; marks the row synced.';
+  'Records the smart-process item and stage after a successful add/update/get. crm_sync_status is left alone: a newer occurrence may already have set it back to pending.';
 
 create or replace function bitrix_sync.finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text default null)
 returns bitrix_sync.business_alerts

@@ -1,5 +1,5 @@
---! Previous: sha1:beda85216c627d86fa3be183567b34de690f4e5e
---! Hash: sha1:7bc7412a4d0bbb26699b83c72b20518f8a009723
+--! Previous: sha1:5900daeff5ef887fd92a392e8d092449c6ad3711
+--! Hash: sha1:146cde837f7ca2494a3a99cd2bab0b1291bde0c2
 --! Message: contract
 
 -- Contract (§6.3 step 6): the App no longer stores the Contact link. The expand migration copied

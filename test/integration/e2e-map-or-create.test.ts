@@ -209,7 +209,7 @@ test.serial(
       uf: { [F.userId]: gone.id, [F.registered]: 1 },
     });
     await rig.db.pool.query("select bitrix_sync.open_mapping($1, $2, null)", [gone.id, String(c.id)]);
-      await rig.db.pool.query("update han_app.user_identity set record_status = 'deleted' where id = $1", [
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'deleted' where id = $1", [
       gone.id,
     ]);
     await finishedWorkflow(rig, gone.id);
