@@ -1,0 +1,47 @@
+import test from "ava";
+import { loadConfig, SANDBOX_MEMBER_ID, SANDBOX_PORTAL_HOST } from "../../../src/config/env.js";
+import { receiverConfig } from "../../../src/receiver/config.js";
+
+const base = { SECRETS_SOURCE: "env" } as NodeJS.ProcessEnv;
+
+test("sandbox: the portal identity defaults to the sandbox's, tokens have no default", (t) => {
+  const rc = receiverConfig(loadConfig({ ...base }));
+  t.is(rc.portalHost, SANDBOX_PORTAL_HOST);
+  t.is(rc.memberId, SANDBOX_MEMBER_ID);
+  t.deepEqual(rc.tokens, {
+    contact: { current: undefined, previous: undefined },
+    alert: { current: undefined, previous: undefined },
+  });
+});
+
+test("configured tokens, previous tokens and portal identity are passed through", (t) => {
+  const rc = receiverConfig(
+    loadConfig({
+      ...base,
+      BITRIX_SYNC_CRM_REST_WEBHOOK_URL: "https://portal.example/rest/1/x/",
+      BITRIX_SYNC_PORTAL_HOST: "portal.example",
+      BITRIX_SYNC_PORTAL_MEMBER_ID: "abc",
+      BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: "c1",
+      BITRIX_SYNC_CONTACT_RECEIVER_TOKEN_PREVIOUS: "c0",
+      BITRIX_SYNC_ALERT_RECEIVER_TOKEN: "a1",
+    }),
+  );
+  t.deepEqual(rc.tokens, {
+    contact: { current: "c1", previous: "c0" },
+    alert: { current: "a1", previous: undefined },
+  });
+  t.is(rc.portalHost, "portal.example");
+  t.is(rc.memberId, "abc");
+  t.is(rc.maxBodyBytes, 8192);
+});
+
+test("outside the sandbox a missing member id stays missing (the receivers then answer 503)", (t) => {
+  const rc = receiverConfig(
+    loadConfig({
+      ...base,
+      BITRIX_SYNC_CRM_REST_WEBHOOK_URL: "https://portal.example/rest/1/x/",
+      BITRIX_SYNC_PORTAL_HOST: "portal.example",
+    }),
+  );
+  t.is(rc.memberId, undefined);
+});
