@@ -132,7 +132,7 @@ test.before(async () => {
   await new Promise<void>((resolve) => {
     app = serve({ fetch: service.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve());
   });
-  const upstreamPort = (app?.address() as AddressInfo).port;
+  const upstreamPort = ((app as ServerType).address() as AddressInfo).port;
   open = { port: await freePort(), name: "open" };
   closed = { port: await freePort(), name: "closed" };
   await startNginx(
