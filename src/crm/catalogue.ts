@@ -58,8 +58,18 @@ export interface CommandParams {
     citizenshipEnumId?: string | null;
   };
   "contact.find_by_phone": { phones: string[] };
-  /** `updatedSince`: ISO 8601 with an offset (watermark minus overlap); `afterId`: keyset cursor. */
-  "contact.list_changed": { updatedSince: string; afterId?: number };
+  /**
+   * `updatedSince`: ISO 8601 with an offset (watermark minus overlap). Paging either by keyset
+   * (`afterId`, no COUNT) or by offset (`start`, a multiple of 50: the reply carries `total`, so the
+   * remaining pages can go out together in one batch). `opened`: the value sent for the open flag
+   * (setting reconcile.opened_filter; the reference documents Y/N for system booleans).
+   */
+  "contact.list_changed": {
+    updatedSince: string;
+    afterId?: number;
+    start?: number;
+    opened?: "Y" | "N" | "1" | "0";
+  };
   "contact.read": { ids: number[] };
   /**
    * Only App-master and integration fields (§3.1). `phones` comes from planPhoneUpdate, so existing
@@ -92,8 +102,11 @@ export interface CommandResults {
   "contact.add": { contactId: number };
   /** At most 20 IDs, as the portal answers (the oldest matches when more exist). */
   "contact.find_by_phone": { contactIds: number[] };
-  /** `complete` is false when a full page came back: ask again with afterId = lastId. */
-  "contact.list_changed": { ids: number[]; lastId: number | null; complete: boolean };
+  /**
+   * `complete` is false when a full page came back: ask again with afterId = lastId (keyset) or the
+   * next offset. `total` is the number of matches, present with offset paging only.
+   */
+  "contact.list_changed": { ids: number[]; lastId: number | null; complete: boolean; total: number | null };
   "contact.read": { contacts: ContactRecord[] };
   "contact.update": { updated: true };
 }
@@ -307,22 +320,33 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
       if (p.afterId !== undefined && !(Number.isInteger(p.afterId) && p.afterId >= 0)) {
         throw new CommandDataError("invalid_params", "afterId must be a non-negative integer");
       }
+      if (
+        p.start !== undefined &&
+        !(Number.isInteger(p.start) && p.start >= 0 && p.start % PAGE_SIZE === 0)
+      ) {
+        throw new CommandDataError("invalid_params", "start must be a non-negative multiple of 50");
+      }
+      if (p.opened !== undefined && !["Y", "N", "1", "0"].includes(p.opened)) {
+        throw new CommandDataError("invalid_params", "opened must be Y, N, 1 or 0");
+      }
       // §10.2 with two reference corrections: a boolean UF filters as 1 (not Y), a system boolean
-      // such as `opened` as Y (1 is undocumented). Keyset paging with start=-1 skips the COUNT.
+      // such as `opened` as Y (1 is undocumented; the value is a checked setting). Keyset paging with
+      // start=-1 skips the COUNT; offset paging returns `total` so the other pages can be batched.
+      const filter: ParamObject = {
+        ">=updatedTime": p.updatedSince.replace(/Z$/, "+00:00"),
+        opened: p.opened ?? "Y",
+        [toRestFieldName(ctx.fields.registered)]: 1,
+      };
+      if (p.start === undefined) filter[">id"] = p.afterId ?? 0;
       return {
         entityTypeId: CONTACT_ENTITY_TYPE_ID,
         select: ["id"],
-        filter: {
-          ">=updatedTime": p.updatedSince.replace(/Z$/, "+00:00"),
-          opened: "Y",
-          [toRestFieldName(ctx.fields.registered)]: 1,
-          ">id": p.afterId ?? 0,
-        },
+        filter,
         order: { id: "ASC" },
-        start: -1,
+        start: p.start ?? -1,
       };
     },
-    parse: (r) => {
+    parse: (r, _ctx, meta) => {
       const items = record(r)?.items;
       if (!Array.isArray(items)) return null;
       const list = items.map((i) => intOrNull(record(i)?.id));
@@ -332,6 +356,7 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
         ids: idsOut,
         lastId: idsOut.length > 0 ? Math.max(...idsOut) : null,
         complete: idsOut.length < PAGE_SIZE,
+        total: meta.total ?? null,
       };
     },
   },

@@ -91,9 +91,9 @@ export interface Emulator {
   /**
    * Queues a fault for the next matching request. `method` filters: the REST method of the request,
    * or of any command inside a batch (the whole batch then gets the fault); for command_error, the
-   * command's method.
+   * command's method. `skip` lets that many matches through first (e.g. fail the second page only).
    */
-  failNext(fault: Fault | FaultShorthand, opts?: { method?: string; times?: number }): void;
+  failNext(fault: Fault | FaultShorthand, opts?: { method?: string; times?: number; skip?: number }): void;
   /** Latency for every request from now on. */
   setLatency(ms: number): void;
   /** The webhook is deleted in the portal: every call answers 401. */
@@ -106,6 +106,8 @@ interface QueuedFault {
   fault: Fault;
   method?: string;
   times: number;
+  /** Matching requests (or commands) to let through before the fault applies. */
+  skip: number;
 }
 
 const MAX_BATCH = 50;
@@ -190,6 +192,10 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     const idx = faults.findIndex(pred);
     if (idx < 0) return undefined;
     const q = faults[idx] as QueuedFault;
+    if (q.skip > 0) {
+      q.skip--;
+      return undefined;
+    }
     q.times--;
     if (q.times <= 0) faults.splice(idx, 1);
     return q.fault;
@@ -486,6 +492,7 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
         fault: expand(f),
         ...(o.method !== undefined ? { method: o.method } : {}),
         times: o.times ?? 1,
+        skip: o.skip ?? 0,
       });
     },
     setLatency(ms) {

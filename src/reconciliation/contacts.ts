@@ -1,0 +1,275 @@
+// Incremental Contact reconciliation (§10.2): the safety net for lost webhooks. crm.item.list finds
+// the Contacts changed since the watermark (minus an overlap that re-reads the boundary) with the
+// open flag and the registration flag set, selecting ids only; the active mapped ones are read by ID
+// and applied like a webhook. Pages are computed from `total` and fetched together in batches, so
+// 10 000 changed Contacts cost about ten HTTP requests. The watermark moves only after a whole run
+// succeeded. Each run counts Contacts the App was behind on without a webhook having repaired them;
+// a spike raises the ops alert of §10.2.
+import type pg from "pg";
+import { executeBatch } from "../crm/batch.js";
+import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
+import type { ContactRecord } from "../crm/contact-fields.js";
+import type { EngineDeps } from "../workflows/engine.js";
+import { activeMappings, applyContact, type ContactOutcome } from "../workflows/inbound.js";
+
+/** Sub-requests per HTTP batch (the portal's maximum). */
+const BATCH_MAX = 50;
+
+export interface ReconcileSettings {
+  intervalSec: number;
+  overlapSec: number;
+  opened: "Y" | "N" | "1" | "0";
+  spikeThreshold: number;
+  spikeRatio: number;
+}
+
+export function reconcileSettingsFrom(s: Record<string, unknown>): ReconcileSettings {
+  const n = (k: string, d: number) => (typeof s[k] === "number" ? (s[k] as number) : d);
+  const opened = s["reconcile.opened_filter"];
+  return {
+    intervalSec: n("reconcile.contacts_interval_sec", 900),
+    overlapSec: n("reconcile.overlap_sec", 120),
+    opened: opened === "N" || opened === "1" || opened === "0" ? opened : "Y",
+    spikeThreshold: n("reconcile.recovered_spike_threshold", 20),
+    spikeRatio: n("reconcile.recovered_spike_ratio", 0.2),
+  };
+}
+
+export interface ReconcileReport {
+  ran: boolean;
+  status: "succeeded" | "failed" | "skipped";
+  scanned: number;
+  mapped: number;
+  updated: number;
+  recovered: number;
+  requests: number;
+  spike: boolean;
+  errorCode?: string;
+  outcomes: Partial<Record<ContactOutcome | "unchanged", number>>;
+}
+
+class RunFailed extends Error {
+  constructor(readonly code: string) {
+    super(`reconciliation run failed: ${code}`);
+  }
+}
+
+async function send(deps: EngineDeps, commands: CrmCommand[], counter: { requests: number }) {
+  const out = [];
+  for (let i = 0; i < commands.length; i += BATCH_MAX) {
+    counter.requests++;
+    const res = await executeBatch(deps.crm, commands.slice(i, i + BATCH_MAX));
+    for (const o of res) {
+      if (!o.ok) throw new RunFailed(o.failure.code);
+      out.push(o);
+    }
+  }
+  return out;
+}
+
+/** Every changed Contact ID since `since`, page 1 first, then the other pages together. */
+async function changedIds(
+  deps: EngineDeps,
+  since: string,
+  opened: ReconcileSettings["opened"],
+  counter: { requests: number },
+) {
+  const list = (start: number): CrmCommand => ({
+    type: "contact.list_changed",
+    params: { updatedSince: since, start, opened },
+  });
+  const [first] = await send(deps, [list(0)], counter);
+  const r0 = (first as { result: { ids: number[]; total: number | null } }).result;
+  const ids = new Set(r0.ids);
+  const total = r0.total ?? r0.ids.length;
+  const rest: CrmCommand[] = [];
+  for (let start = PAGE_SIZE; start < total; start += PAGE_SIZE) rest.push(list(start));
+  for (const o of await send(deps, rest, counter)) {
+    for (const id of (o as { result: { ids: number[] } }).result.ids) ids.add(id);
+  }
+  if (ids.size < total) {
+    // Offsets shift when a Contact leaves the filter during the scan; walk by keyset to be sure
+    // nothing at a page boundary was skipped.
+    let afterId = 0;
+    for (;;) {
+      const [o] = await send(
+        deps,
+        [{ type: "contact.list_changed", params: { updatedSince: since, afterId, opened } }],
+        counter,
+      );
+      const r = (o as { result: { ids: number[]; lastId: number | null; complete: boolean } }).result;
+      for (const id of r.ids) ids.add(id);
+      if (r.complete || r.lastId === null) break;
+      afterId = r.lastId;
+    }
+  }
+  return [...ids];
+}
+
+async function tx<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  const c = await pool.connect();
+  try {
+    await c.query("begin");
+    const out = await fn(c);
+    await c.query("commit");
+    return out;
+  } catch (e) {
+    await c.query("rollback").catch(() => undefined);
+    throw e;
+  } finally {
+    c.release();
+  }
+}
+
+/**
+ * One reconciliation run, unless the last one started less than the interval ago (`force` skips
+ * that check). Only one run at a time: a second caller finds the cursor locked and skips.
+ */
+export async function reconcileContacts(
+  deps: EngineDeps,
+  s: ReconcileSettings,
+  opts: { force?: boolean } = {},
+): Promise<ReconcileReport> {
+  const report: ReconcileReport = {
+    ran: false,
+    status: "skipped",
+    scanned: 0,
+    mapped: 0,
+    updated: 0,
+    recovered: 0,
+    requests: 0,
+    spike: false,
+    outcomes: {},
+  };
+  // Claim the run: the cursor row is the lock; the run's start time becomes the next watermark.
+  const claim = await tx(deps.pool, async (c) => {
+    await c.query(
+      "insert into bitrix_sync.reconciliation_cursors (job_type) values ('contacts') on conflict do nothing",
+    );
+    const { rows } = await c.query<{
+      watermark: Date | null;
+      started: Date;
+      due: boolean;
+      cutover: Date | null;
+      baseline: number | null;
+    }>(
+      `select r.watermark, now() as started,
+              (r.last_run_status is distinct from 'running' or r.last_run_started_at < now() - interval '10 minutes')
+                and ($1 or r.last_run_started_at is null or r.last_run_started_at <= now() - make_interval(secs => $2)) as due,
+              (select cutover_watermark from bitrix_sync.cutover) as cutover,
+              r.recovered_baseline::float8 as baseline
+         from bitrix_sync.reconciliation_cursors r where job_type = 'contacts' for update skip locked`,
+      [opts.force === true, s.intervalSec],
+    );
+    const r = rows[0];
+    if (!r || !r.due) return null;
+    await c.query(
+      "update bitrix_sync.reconciliation_cursors set last_run_started_at = now(), last_run_status = 'running', overlap = make_interval(secs => $1) where job_type = 'contacts'",
+      [s.overlapSec],
+    );
+    return r;
+  });
+  if (!claim) return report;
+  report.ran = true;
+  const from = claim.watermark ?? claim.cutover ?? new Date(claim.started.getTime() - s.intervalSec * 1000);
+  const since = toPortalTimestamp(new Date(from.getTime() - s.overlapSec * 1000));
+  const counter = { requests: 0 };
+  try {
+    const ids = await changedIds(deps, since, s.opened, counter);
+    report.scanned = ids.length;
+    const mappings = await activeMappings(deps.pool, ids);
+    const mapped = ids.filter((id) => mappings.has(id));
+    report.mapped = mapped.length;
+    const reads: CrmCommand[] = [];
+    for (let i = 0; i < mapped.length; i += PAGE_SIZE)
+      reads.push({ type: "contact.read", params: { ids: mapped.slice(i, i + PAGE_SIZE) } });
+    const contacts = new Map<number, ContactRecord>();
+    for (const o of await send(deps, reads, counter)) {
+      for (const c of (o as { result: { contacts: ContactRecord[] } }).result.contacts) contacts.set(c.id, c);
+    }
+    // What the App held before: the CRM timestamp and the hashes of the CRM-master values.
+    const snapshotOf = async (ids: number[]) => {
+      const { rows } = await deps.pool.query<{ contact_id: string; crm_updated_at: Date | null; h: string }>(
+        `select contact_id, crm_updated_at,
+                concat_ws('|', name_hash, email_hash, citizenship_enum_id, stale::text) as h
+           from bitrix_sync.contact_snapshots where contact_id = any($1)`,
+        [ids.map(String)],
+      );
+      return new Map(rows.map((r) => [Number(r.contact_id), r]));
+    };
+    const before = await snapshotOf(mapped);
+    const applied: number[] = [];
+    for (const id of mapped) {
+      const m = mappings.get(id);
+      const contact = contacts.get(id);
+      if (!m) continue;
+      const was = before.get(id)?.crm_updated_at ?? null;
+      const crmAt = contact?.updatedAt ? new Date(contact.updatedAt) : null;
+      // Strictly older only: the portal's timestamps have one-second resolution.
+      if (contact && was && crmAt && crmAt.getTime() < was.getTime()) {
+        report.outcomes.stale = (report.outcomes.stale ?? 0) + 1;
+        continue;
+      }
+      const outcome = await tx(deps.pool, (c) => applyContact(c, deps, m, contact, "reconciliation"));
+      report.outcomes[outcome] = (report.outcomes[outcome] ?? 0) + 1;
+      if (outcome === "applied") applied.push(id);
+    }
+    // Updated = the App's CRM-master values changed; each such Contact had been missed by webhooks.
+    const after = await snapshotOf(applied);
+    for (const id of applied) {
+      if (before.get(id)?.h !== after.get(id)?.h) {
+        report.updated++;
+        report.recovered++;
+      } else {
+        report.outcomes.unchanged = (report.outcomes.unchanged ?? 0) + 1;
+        report.outcomes.applied = (report.outcomes.applied ?? 1) - 1;
+      }
+    }
+    report.requests = counter.requests;
+    const baseline = claim.baseline ?? report.recovered;
+    report.spike =
+      report.recovered >= s.spikeThreshold &&
+      (report.recovered > 2 * baseline ||
+        (report.mapped > 0 && report.recovered / report.mapped > s.spikeRatio));
+    await deps.pool.query(
+      `update bitrix_sync.reconciliation_cursors
+          set watermark = $1, last_success_at = now(), last_run_status = 'succeeded', last_error_code = null,
+              last_scanned = $2, last_updated = $3, last_recovered = $4::integer,
+              recovered_baseline = coalesce(recovered_baseline * 0.8 + $4::numeric * 0.2, $4::numeric)
+        where job_type = 'contacts'`,
+      [claim.started, report.scanned, report.updated, report.recovered],
+    );
+    report.status = "succeeded";
+    deps.log.info(
+      {
+        event: "reconciliation.contacts",
+        scanned: report.scanned,
+        mapped: report.mapped,
+        updated: report.updated,
+        recovered: report.recovered,
+        requests: report.requests,
+      },
+      "Contact reconciliation run finished",
+    );
+    if (report.spike) {
+      deps.log.error(
+        { event: "reconciliation.recovered_spike", recovered: report.recovered, baseline },
+        "reconciliation recovered many Contacts without a webhook: webhooks may be lost (check the nginx source-IP rejections, docs/operations.md)",
+      );
+    }
+  } catch (e) {
+    report.status = "failed";
+    report.requests = counter.requests;
+    report.errorCode = e instanceof RunFailed ? e.code : "run_failed";
+    // The watermark stays: the next run reads the same window again.
+    await deps.pool.query(
+      "update bitrix_sync.reconciliation_cursors set last_run_status = 'failed', last_error_code = $1 where job_type = 'contacts'",
+      [report.errorCode],
+    );
+    deps.log.warn(
+      { event: "reconciliation.failed", code: report.errorCode },
+      "Contact reconciliation run failed; watermark kept",
+    );
+  }
+  return report;
+}

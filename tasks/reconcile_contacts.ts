@@ -1,0 +1,21 @@
+// graphile-worker task (crontab, every minute): runs the incremental Contact reconciliation when
+// reconcile.contacts_interval_sec has passed since the last run (§10.2). Payload `{force: true}`
+// runs it now (operators: graphile_worker.add_job('reconcile_contacts', '{"force":true}')).
+import type { Task } from "graphile-worker";
+import { z } from "zod";
+import { reconcileContacts, reconcileSettingsFrom } from "../src/reconciliation/contacts.js";
+import { runtime } from "../src/runtime.js";
+
+const Payload = z.object({ force: z.boolean().optional() }).passthrough();
+
+const task: Task = async (payload) => {
+  const p = Payload.parse(payload ?? {});
+  const r = await runtime();
+  if (!r.config.processing || r.stopping.aborted) return;
+  const report = await reconcileContacts(r.engine, reconcileSettingsFrom(r.settings.get()), {
+    force: p.force === true,
+  });
+  if (report.status === "failed") throw new Error(`reconciliation failed: ${report.errorCode}`);
+};
+
+export default task;
