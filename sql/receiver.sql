@@ -5,12 +5,12 @@
 -- arrive together as one call (one round trip and one commit for all of them) and answers each
 -- only after that commit; a refused event gets a refusal code and leaves no row.
 --
--- It inserts directly rather than through record_webhook() because that one also sends a NOTIFY:
--- PostgreSQL serialises the commits of notifying transactions (one global lock held across the WAL
--- flush), which measured 545 accepted requests/s against 2 600/s without it (pgbench, 16 clients,
--- 2 cores). The inbox is polled anyway (§8: LISTEN/NOTIFY is only a wake-up optimisation). For the
--- same reason no graphile-worker job is added per request (add_job notifies too, and a job_key
--- makes every request update one row: 262/s): see docs/receivers.md, "Processing hook".
+-- Why grouped: PostgreSQL serialises the commits of transactions that NOTIFY (one global lock held
+-- across the WAL flush). One row per transaction through record_webhook() (insert + NOTIFY)
+-- measured 545 accepted requests/s against 2 600/s for a plain insert (pgbench, 16 clients, 2
+-- cores); an add_job with a job_key per request, 262/s. So the wake-up for the sync loop's LISTEN
+-- (bitrix_sync_webhooks, as record_webhook sends it) is sent once per call and receiver, whatever
+-- the number of rows. The loop's fallback poll covers a lost wake-up (§8).
 --
 -- Refusal codes (accept_webhooks) and errors (accept_webhook, for psql): entity_type / BS020 the
 -- entity type is not the receiver's (the HTTP layer answers 400), alert_entity_type_unset / BS021
@@ -57,6 +57,13 @@ begin
     end if;
     return next;
   end loop;
+  -- One wake-up per call and receiver (not per row, see above) for the sync loop's LISTEN.
+  if exists (select 1 from unnest(p_receivers) r where r = 'contact') then
+    perform pg_notify('bitrix_sync_webhooks', 'contact');
+  end if;
+  if exists (select 1 from unnest(p_receivers) r where r = 'alert') then
+    perform pg_notify('bitrix_sync_webhooks', 'alert');
+  end if;
 end $$;
 comment on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[]) is
   'Receiver entry point (§10.1): for each event (parallel arrays), checks the entity type against the receiver (3 for contact, alerts.entity_type_id for alert) and inserts an inbox row; returns per event its 1-based ord and the inbox id, or a refusal (entity_type, alert_entity_type_unset) and no row.';

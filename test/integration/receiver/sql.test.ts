@@ -102,3 +102,25 @@ test.serial("only bitrix_sync_user (not public) may execute the receiver functio
     t.false(r.public_ok, r.fn);
   }
 });
+
+test.serial("accept_webhooks wakes the sync loop once per receiver and call, not once per row", async (t) => {
+  const listener = await db.pool.connect();
+  const seen: string[] = [];
+  listener.on("notification", (n) => {
+    if (n.channel === "bitrix_sync_webhooks") seen.push(n.payload ?? "");
+  });
+  try {
+    await listener.query("listen bitrix_sync_webhooks");
+    await db.pool.query("select * from bitrix_sync.accept_webhooks($1, $2, $3, $4)", [
+      ["contact", "contact", "alert", "contact"],
+      [3, 3, ALERT_ENTITY_TYPE_ID, 3],
+      ["11", "12", "13", "14"],
+      [null, null, null, null],
+    ]);
+    await new Promise((r) => setTimeout(r, 200));
+    t.deepEqual(seen.sort(), ["alert", "contact"]);
+  } finally {
+    await listener.query("unlisten *");
+    listener.release();
+  }
+});
