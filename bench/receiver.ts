@@ -7,12 +7,13 @@
 // this process with valid robot requests for a rotating set of Contacts. Afterwards the number of
 // inbox rows must equal the number of 200 replies.
 //
-// Knobs: BENCH_REQUESTS (default 60000), BENCH_CONNECTIONS (32), BENCH_POOL (10), BENCH_PROFILE_DIR
+// Knobs: BENCH_REQUESTS (default 60000), BENCH_CONNECTIONS (32), BENCH_POOL (10), BENCH_IN_FLIGHT
+// (grouped inbox calls in flight, default 2), BENCH_PROFILE_DIR
 // (write a V8 CPU profile of the server there).
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
-import { cpus, tmpdir } from "node:os";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -43,6 +44,7 @@ async function serveMode(): Promise<void> {
       memberId: process.env.BENCH_MEMBER,
       maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
       maxQueryBytes: DEFAULT_MAX_QUERY_BYTES,
+      inbox: process.env.BENCH_IN_FLIGHT ? { maxInFlight: Number(process.env.BENCH_IN_FLIGHT) } : undefined,
     },
   });
   const server = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, (info) => {
@@ -73,6 +75,8 @@ async function mainMode(): Promise<number> {
   const amount = Number(process.env.BENCH_REQUESTS ?? 60_000);
   const connections = Number(process.env.BENCH_CONNECTIONS ?? 32);
   const poolSize = Number(process.env.BENCH_POOL ?? 10);
+  // Other processes on the machine shift the figures; the 1-minute load average says how much.
+  const loadBefore = (loadavg()[0] ?? 0).toFixed(1);
 
   let serverUrl = process.env.TEST_DATABASE_URL;
   let stopEmbedded: (() => Promise<void>) | undefined;
@@ -133,7 +137,8 @@ async function mainMode(): Promise<number> {
     const perSec = rows / r.duration;
     const consistent = rows === r["2xx"] && r.non2xx === 0 && r.errors === 0;
     console.log(
-      `receiver bench: ${amount} requests, ${connections} connections, pool ${poolSize}, ${cpus().length} CPUs, ` +
+      `receiver bench: ${amount} requests, ${connections} connections, pool ${poolSize}, ` +
+        `${process.env.BENCH_IN_FLIGHT ?? 2} inbox calls in flight, ${cpus().length} CPUs, load before ${loadBefore}, ` +
         `synchronous_commit=${settings.rows[0]?.s}, fsync=${settings.rows[0]?.f}`,
     );
     console.log(`  durable inserts/s: ${perSec.toFixed(0)} (goal >= 3000)`);

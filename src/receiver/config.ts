@@ -2,6 +2,7 @@
 // (the current one and, during a rotation overlap, the previous one), the portal identity a robot
 // must present, and the request bounds.
 import { type Config, SANDBOX_MEMBER_ID, SANDBOX_PORTAL_HOST } from "../config/env.js";
+import type { InboxWriterOptions } from "./inbox.js";
 
 /** The two receivers; also the value of webhook_inbox.receiver. */
 export type ReceiverName = "contact" | "alert";
@@ -24,6 +25,8 @@ export interface ReceiverConfig {
   maxBodyBytes: number;
   /** Largest accepted query string in bytes, without the `?` (414 above). */
   maxQueryBytes: number;
+  /** Grouping of inbox writes (defaults: up to 200 events per call, 2 calls in flight). */
+  inbox?: InboxWriterOptions;
 }
 
 /** A robot body is about 300 bytes; 8 KiB leaves room for long portal host names. */

@@ -12,7 +12,7 @@ import type pg from "pg";
 import type { Logger } from "../observability/logger.js";
 import { RECEIVERS, type ReceiverConfig } from "./config.js";
 import { checkToken, type PortalIdentity, parseRobotEvent, type RejectReason, rawQuery } from "./contract.js";
-import { InboxWriter, type InboxWriterOptions } from "./inbox.js";
+import { InboxWriter } from "./inbox.js";
 import { secretMatcher } from "./token.js";
 
 /** Where the receivers are mounted; the log `route` field is this plus the receiver name. */
@@ -23,8 +23,6 @@ export interface ReceiverDeps {
   log: Logger;
   /** Undefined: both receivers answer 503 receiver_not_configured. */
   config?: ReceiverConfig;
-  /** Grouping of inbox writes (defaults: up to 200 events per call, 2 calls in flight). */
-  inbox?: InboxWriterOptions;
 }
 
 type Env = {
@@ -121,7 +119,7 @@ async function readBounded(req: Request, limit: number): Promise<Uint8Array | "t
 export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
   const app = new Hono<Env>();
   const cfg = deps.config;
-  const inbox = new InboxWriter(deps.pool, deps.inbox);
+  const inbox = new InboxWriter(deps.pool, cfg?.inbox);
   const portal: PortalIdentity | undefined =
     cfg?.portalHost !== undefined && cfg.memberId !== undefined
       ? { host: cfg.portalHost.toLowerCase(), memberId: secretMatcher([cfg.memberId]) }
