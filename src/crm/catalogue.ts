@@ -356,7 +356,9 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
         ids: idsOut,
         lastId: idsOut.length > 0 ? Math.max(...idsOut) : null,
         complete: idsOut.length < PAGE_SIZE,
-        total: meta.total ?? null,
+        // With start=-1 the portal skips the COUNT and answers total 0 (reference §6): a total
+        // smaller than the rows returned is "not counted", not a count.
+        total: meta.total !== undefined && meta.total >= idsOut.length ? meta.total : null,
       };
     },
   },

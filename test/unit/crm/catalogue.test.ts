@@ -191,11 +191,47 @@ test("list_changed: §10.2 filter with the REST field name, keyset paging, start
     ids: full.items.map((i) => i.id),
     lastId: 170,
     complete: false,
+    total: null,
   });
   t.deepEqual(parseResult("contact.list_changed", { items: [{ id: 5 }] }, CTX), {
     ids: [5],
     lastId: 5,
     complete: true,
+    total: null,
+  });
+});
+
+test("list_changed: offset paging carries total; the open-flag value is the checked setting", (t) => {
+  const r = buildRequest(
+    {
+      type: "contact.list_changed",
+      params: { updatedSince: "2026-08-05T09:00:00+03:00", start: 100, opened: "N" },
+    },
+    CTX,
+  );
+  t.deepEqual(r.params, {
+    entityTypeId: 3,
+    select: ["id"],
+    filter: { ">=updatedTime": "2026-08-05T09:00:00+03:00", opened: "N", ufCrm_1778692456: 1 },
+    order: { id: "ASC" },
+    start: 100,
+  });
+  for (const bad of [{ start: 30 }, { start: -50 }, { opened: "yes" }]) {
+    t.throws(
+      () =>
+        buildRequest(
+          // biome-ignore lint/suspicious/noExplicitAny: deliberately invalid parameters
+          { type: "contact.list_changed", params: { updatedSince: "2026-08-05T09:00:00Z", ...(bad as any) } },
+          CTX,
+        ),
+      { instanceOf: CommandDataError },
+    );
+  }
+  t.deepEqual(parseResult("contact.list_changed", { items: [{ id: 7 }] }, CTX, { total: 1 }), {
+    ids: [7],
+    lastId: 7,
+    complete: true,
+    total: 1,
   });
 });
 
