@@ -67,7 +67,14 @@ async function main(): Promise<void> {
 
   // Aborted first on SIGTERM: the sync loop stops claiming and lets in-flight work finish.
   const stopping = new AbortController();
-  const runtime = await buildRuntime({ config, log, pool, databaseUrl, crmEndpoint, stopping: stopping.signal });
+  const runtime = await buildRuntime({
+    config,
+    log,
+    pool,
+    databaseUrl,
+    crmEndpoint,
+    stopping: stopping.signal,
+  });
   registerRuntime(runtime);
   stops.unshift(() => runtime.close());
 

@@ -1,5 +1,5 @@
 --! Previous: sha1:86331a199dd3b973a91ff3c5548f07f00eff4b06
---! Hash: sha1:5900daeff5ef887fd92a392e8d092449c6ad3711
+--! Hash: sha1:02c44e5bf46c386eff4649de914adbb71d6f421a
 --! Message: expand
 
 -- Expand (§6.1, §6.3 steps 1-5, §6.4, §7, §12.3, §13, §17): reshape han_app.sync_queue to the
@@ -297,7 +297,7 @@ comment on table bitrix_sync.crm_commands is
 comment on column bitrix_sync.crm_commands.params is 'Safe request parameters: IDs, flags, field choices. Values with PII (phone, email, name) are read from the App at send time, not stored.';
 comment on column bitrix_sync.crm_commands.status is 'pending | leased | in_flight | succeeded | retry_wait | uncertain | reconcile | dead_letter (§7.2).';
 comment on column bitrix_sync.crm_commands.revision is 'Workflow revision this command serves.';
-comment on column bitrix_sync.crm_commands.attempt_count is 'Sends that count against the retry budget. QUERY_LIMIT_EXCEEDED does not count (limit_hits does).';
+comment on column bitrix_sync.crm_commands.attempt_count is 'Sends so far, rate-limit refusals included; the attempts that count against the retry budget are attempt_count - limit_hits.';
 comment on column bitrix_sync.crm_commands.limit_hits is 'Times the portal refused the call for rate (QUERY_LIMIT_EXCEEDED).';
 comment on column bitrix_sync.crm_commands.deadline_at is 'Retry horizon, 24 h after the first attempt (§9).';
 comment on column bitrix_sync.crm_commands.batch_id is 'The HTTP batch the command was last sent in.';
@@ -701,7 +701,7 @@ begin
           hint = 'Close or supersede the row through its bitrix_sync function instead.';
 end $$;
 comment on function bitrix_sync.tg__forbid_delete() is
-  'BEFORE DELETE guard for history tables (mapping, settings versions, rebind requests, alerts). SQLSTATE BS003.';
+  'BEFORE DELETE guard for history tables (mapping, settings versions, rebind requests). SQLSTATE BS003.';
 
 -- Guards and updated_at stamps, one per table. drop/create keeps this file re-runnable.
 drop trigger if exists _100_guard_status on han_app.sync_queue;

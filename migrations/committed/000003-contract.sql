@@ -1,5 +1,5 @@
---! Previous: sha1:5900daeff5ef887fd92a392e8d092449c6ad3711
---! Hash: sha1:146cde837f7ca2494a3a99cd2bab0b1291bde0c2
+--! Previous: sha1:02c44e5bf46c386eff4649de914adbb71d6f421a
+--! Hash: sha1:a7154c1db7720f2947bea8a0c68001af742de87b
 --! Message: contract
 
 -- Contract (§6.3 step 6): the App no longer stores the Contact link. The expand migration copied

@@ -1,5 +1,5 @@
---! Previous: sha1:146cde837f7ca2494a3a99cd2bab0b1291bde0c2
---! Hash: sha1:a1a72888c65696f1bd4c9fe2f399ca2382e6722d
+--! Previous: sha1:a7154c1db7720f2947bea8a0c68001af742de87b
+--! Hash: sha1:ca2e9184960c032034028b49ef19a59ba39f506d
 --! Message: crm-client
 
 -- CRM client (§8, §9): the rate limiter every replica shares. A token bucket per portal/credential,

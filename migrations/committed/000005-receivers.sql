@@ -1,5 +1,5 @@
---! Previous: sha1:a1a72888c65696f1bd4c9fe2f399ca2382e6722d
---! Hash: sha1:e0b0e6a8903c221cd6d494f6dbd6fc32109d9779
+--! Previous: sha1:ca2e9184960c032034028b49ef19a59ba39f506d
+--! Hash: sha1:6471c37688cbe423bfc514374e17c22c57641179
 --! Message: receivers
 
 -- Receivers (§10.1, docs/receivers.md): accept_webhook(), the single statement a robot webhook

@@ -275,7 +275,7 @@ comment on table bitrix_sync.crm_commands is
 comment on column bitrix_sync.crm_commands.params is 'Safe request parameters: IDs, flags, field choices. Values with PII (phone, email, name) are read from the App at send time, not stored.';
 comment on column bitrix_sync.crm_commands.status is 'pending | leased | in_flight | succeeded | retry_wait | uncertain | reconcile | dead_letter (§7.2).';
 comment on column bitrix_sync.crm_commands.revision is 'Workflow revision this command serves.';
-comment on column bitrix_sync.crm_commands.attempt_count is 'Sends that count against the retry budget. QUERY_LIMIT_EXCEEDED does not count (limit_hits does).';
+comment on column bitrix_sync.crm_commands.attempt_count is 'Sends so far, rate-limit refusals included; the attempts that count against the retry budget are attempt_count - limit_hits.';
 comment on column bitrix_sync.crm_commands.limit_hits is 'Times the portal refused the call for rate (QUERY_LIMIT_EXCEEDED).';
 comment on column bitrix_sync.crm_commands.deadline_at is 'Retry horizon, 24 h after the first attempt (§9).';
 comment on column bitrix_sync.crm_commands.batch_id is 'The HTTP batch the command was last sent in.';

@@ -162,7 +162,7 @@ export async function reconcileContacts(
       [opts.force === true, s.intervalSec],
     );
     const r = rows[0];
-    if (!r || !r.due) return null;
+    if (!r?.due) return null;
     await c.query(
       "update bitrix_sync.reconciliation_cursors set last_run_started_at = now(), last_run_status = 'running', overlap = make_interval(secs => $1) where job_type = 'contacts'",
       [s.overlapSec],

@@ -161,7 +161,7 @@ export async function processContactWebhooks(deps: EngineDeps, limit = 50): Prom
   const [o] = await executeBatch(deps.crm, [
     { type: "contact.read", params: { ids: mapped.map((r) => Number(r.entity_id)) } },
   ]);
-  if (!o || !o.ok) {
+  if (!o?.ok) {
     const f = o && !o.ok ? o.failure : null;
     await retryRows(deps, mapped, f?.code ?? "batch_result_missing", f?.kind === "permanent");
     return rows.length;

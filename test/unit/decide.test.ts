@@ -6,7 +6,12 @@ const OTHER = "22222222-2222-4222-8222-222222222222";
 const GONE = "33333333-3333-4333-8333-333333333333";
 
 const none: Holdings = { mappedTo: new Map(), activeUsers: new Set([ME, OTHER]) };
-const c = (id: number, createdAt: string | null, userId: string | null = null, registered: boolean | null = null): Candidate => ({
+const c = (
+  id: number,
+  createdAt: string | null,
+  userId: string | null = null,
+  registered: boolean | null = null,
+): Candidate => ({
   id,
   createdAt,
   userId,
@@ -35,13 +40,23 @@ test("В1.2: one Contact of another active user (by field or by mapping) -> crea
 });
 
 test("В2.1: several Contacts, newest free -> take the newest and report the others", (t) => {
-  const d = decide(ME, [c(7, "2026-01-01T10:00:00Z"), c(9, "2026-01-02T10:00:00Z"), c(8, "2026-01-01T10:00:00Z")], none);
+  const d = decide(
+    ME,
+    [c(7, "2026-01-01T10:00:00Z"), c(9, "2026-01-02T10:00:00Z"), c(8, "2026-01-01T10:00:00Z")],
+    none,
+  );
   t.deepEqual(d, { kind: "take", branch: "B2.1", contactId: 9, previousUserId: null, others: [8, 7] });
 });
 
 test("В2.2: several Contacts, newest held by another active user -> create + alert with every candidate", (t) => {
   const d = decide(ME, [c(7, "2026-01-01T10:00:00Z"), c(9, "2026-01-02T10:00:00Z", OTHER)], none);
-  t.deepEqual(d, { kind: "create", branch: "B2.2", conflictContactId: 9, conflictUserId: OTHER, candidates: [9, 7] });
+  t.deepEqual(d, {
+    kind: "create",
+    branch: "B2.2",
+    conflictContactId: 9,
+    conflictUserId: OTHER,
+    candidates: [9, 7],
+  });
 });
 
 test("newest: CREATED_TIME first, numeric ID breaks ties (offsets respected)", (t) => {
@@ -55,11 +70,14 @@ test("newest: CREATED_TIME first, numeric ID breaks ties (offsets respected)", (
 });
 
 test("a candidate already carrying this user restores the mapping without a create; flag fixed only if it differs", (t) => {
-  t.deepEqual(decide(ME, [c(4, "2026-01-02T00:00:00Z", OTHER), c(3, "2026-01-01T00:00:00Z", ME, true)], none), {
-    kind: "restore",
-    contactId: 3,
-    fixFlag: false,
-  });
+  t.deepEqual(
+    decide(ME, [c(4, "2026-01-02T00:00:00Z", OTHER), c(3, "2026-01-01T00:00:00Z", ME, true)], none),
+    {
+      kind: "restore",
+      contactId: 3,
+      fixFlag: false,
+    },
+  );
   t.like(decide(ME, [c(3, null, ME, false)], none), { kind: "restore", fixFlag: true });
   t.like(decide(ME, [c(3, null, ME, null)], none), { kind: "restore", fixFlag: true });
 });
