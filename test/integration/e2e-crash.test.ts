@@ -29,31 +29,72 @@ test.after.always(async () => {
   await db?.drop();
 });
 
-/** Moments to kill the process at, each observable for at least the emulator's latency. */
-const KILL_POINTS: Array<{ name: string; sql: string }> = [
+type Held = { release(): Promise<void> };
+
+/** Holds a lock in its own transaction until released: a way to stop the service at a chosen point. */
+async function hold(sql: string, params: unknown[] = []): Promise<Held> {
+  const c = await db.pool.connect();
+  await c.query("begin");
+  await c.query(sql, params);
+  return {
+    async release() {
+      await c.query("rollback").catch(() => undefined);
+      c.release();
+    },
+  };
+}
+
+const byUser = (type: string, status: string) =>
+  `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+    where w.user_id = $1 and c.command_type = '${type}' and c.status in (${status})`;
+
+interface KillPoint {
+  name: string;
+  /** Taken before the user is created, to stall the service at this point. */
+  before?: () => Promise<Held>;
+  /** Once this query finds a row, `during` takes its lock. */
+  arm?: string;
+  during?: (userId: string) => Promise<Held>;
+  /** The service is at the point when this returns true. */
+  at: (userId: string) => Promise<boolean>;
+}
+
+const exists = async (sql: string, userId: string) => (await db.pool.query(sql, [userId])).rows.length > 0;
+
+/** Each point is held open deliberately, so the kill lands exactly there, whatever the load. */
+const KILL_POINTS: KillPoint[] = [
   {
-    name: "intent claimed by intake",
-    sql: "select 1 from han_app.sync_queue where entity_id = $1 and status = 'leased'",
+    name: "intent claimed by intake, workflow not yet started",
+    // Inserting a workflow waits for this lock; the claim itself does not.
+    before: () => hold("lock table bitrix_sync.workflow_instances in share mode"),
+    at: (u) => exists("select 1 from han_app.sync_queue where entity_id = $1 and status = 'leased'", u),
   },
   {
     name: "phone search in flight",
-    sql: `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
-           where w.user_id = $1 and c.command_type = 'contact.find_by_phone' and c.status = 'in_flight'`,
+    at: (u) => exists(byUser("contact.find_by_phone", "'in_flight'"), u),
   },
   {
     name: "create issued, not yet sent",
-    sql: `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
-           where w.user_id = $1 and c.command_type = 'contact.add' and c.status in ('pending', 'leased')`,
+    // Once the search is out, the limiter's bucket row is held: the create cannot get a permit.
+    arm: byUser("contact.find_by_phone", "'in_flight'"),
+    during: () => hold("select * from bitrix_sync.crm_rate_buckets for update"),
+    at: (u) => exists(byUser("contact.add", "'pending', 'leased'"), u),
   },
   {
     name: "create in flight (send marker committed, request out)",
-    sql: `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
-           where w.user_id = $1 and c.command_type = 'contact.add' and c.status = 'in_flight'`,
+    at: (u) => exists(byUser("contact.add", "'in_flight'"), u),
   },
   {
-    name: "create answered, workflow not yet finished",
-    sql: `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
-           where w.user_id = $1 and c.command_type = 'contact.add' and c.status = 'succeeded' and w.state <> 'succeeded'`,
+    name: "the portal created the Contact, the local commit has not happened",
+    // The workflow row is held: completing the create waits to wake it, after the reply is in.
+    arm: byUser("contact.add", "'in_flight'"),
+    during: (u) => hold("select 1 from bitrix_sync.workflow_instances where user_id = $1 for update", [u]),
+    at: async (u) => {
+      const c = [...emulator.store.contacts.values()].find((x) => x.uf[SANDBOX_FIELDS.userId] === u);
+      if (!c) return false;
+      await new Promise((r) => setTimeout(r, 300)); // the reply reaches the service, which then waits
+      return exists(byUser("contact.add", "'in_flight'"), u);
+    },
   },
 ];
 
@@ -62,24 +103,29 @@ test.serial(
   async (t) => {
     const env = serviceEnv(db.url, { url: emulator.url, host: emulator.host });
     const users: string[] = [];
-    const observed: string[] = [];
     for (const point of KILL_POINTS) {
       const svc = startService(env);
-      const u = await makeUser(db.pool, { phone: randomPhone() });
-      users.push(u.id);
-      const seen = await waitFor(
-        async () => (await db.pool.query(point.sql, [u.id])).rows.length > 0,
-        15_000,
-        point.name,
-      ).catch(() => false);
-      svc.child.kill("SIGKILL");
-      await svc.exited;
-      if (seen) observed.push(point.name);
+      const held: Held[] = [];
+      try {
+        if (point.before) held.push(await point.before());
+        const u = await makeUser(db.pool, { phone: randomPhone() });
+        users.push(u.id);
+        if (point.arm && point.during) {
+          const arm = point.arm;
+          await waitFor(() => exists(arm, u.id), 20_000, `arming ${point.name}`);
+          held.push(await point.during(u.id));
+        }
+        await waitFor(() => point.at(u.id), 20_000, point.name);
+      } finally {
+        svc.child.kill("SIGKILL");
+        await svc.exited;
+        for (const h of held) await h.release();
+      }
     }
     // Restart once more and let everything finish.
     const svc = startService(env);
     try {
-      for (const id of users) {
+      for (const [i, id] of users.entries()) {
         const wf = await waitFor(
           async () => {
             const { rows } = await db.pool.query(
@@ -90,16 +136,35 @@ test.serial(
           },
           60_000,
           `workflow of ${id}`,
-        );
+        ).catch(async (e) => {
+          const w = await db.pool.query(
+            "select state, current_step, step_data, last_error_code, lease_token is not null as leased, locked_until, next_attempt_at from bitrix_sync.workflow_instances where user_id = $1",
+            [id],
+          );
+          const c = await db.pool.query(
+            "select c.id, c.command_type, c.status, c.last_error_code, c.locked_until, c.next_attempt_at from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id where w.user_id = $1 order by c.id",
+            [id],
+          );
+          const q = await db.pool.query(
+            "select status, locked_until from han_app.sync_queue where entity_id = $1",
+            [id],
+          );
+          t.log("STUCK", i, JSON.stringify({ w: w.rows, c: c.rows, q: q.rows, now: new Date() }));
+          t.log(
+            svc.output
+              .join("")
+              .split("\n")
+              .filter((l) => l.includes("warn") || l.includes("error"))
+              .slice(-8)
+              .join("\n"),
+          );
+          throw e;
+        });
         t.truthy(wf);
         const contacts = [...emulator.store.contacts.values()].filter(
           (c) => c.uf[SANDBOX_FIELDS.userId] === id,
         );
-        t.is(
-          contacts.length,
-          1,
-          `exactly one Contact for the user killed at "${KILL_POINTS[users.indexOf(id)]?.name}"`,
-        );
+        t.is(contacts.length, 1, `exactly one Contact for the user killed at "${KILL_POINTS[i]?.name}"`);
         const m = await db.pool.query(
           "select external_id from bitrix_sync.entity_external_mapping where entity_id = $1 and status = 'active'",
           [id],
@@ -111,11 +176,8 @@ test.serial(
         [users],
       );
       t.is(q.rows[0].n, 0, "no intent lost or left behind");
-      t.true(
-        observed.includes("create in flight (send marker committed, request out)"),
-        `observed: ${observed.join(", ")}`,
-      );
-      t.true(observed.length >= 4, `kill points observed: ${observed.join(", ")}`);
+      const adds = emulator.log.flatMap((e) => e.commands).filter((m) => m === "crm.contact.add").length;
+      t.is(adds, users.length, "one create sent per user: never a second, blind one");
     } finally {
       svc.child.kill("SIGTERM");
       await svc.exited;
@@ -162,6 +224,37 @@ test.serial(
     } finally {
       again.child.kill("SIGTERM");
       await again.exited;
+    }
+  },
+);
+
+test.serial(
+  "BITRIX_SYNC_ENABLED=false: the service runs but claims nothing, and every pending row is kept",
+  async (t) => {
+    const env = serviceEnv(
+      db.url,
+      { url: emulator.url, host: emulator.host },
+      { BITRIX_SYNC_ENABLED: "false" },
+    );
+    const svc = startService(env);
+    try {
+      await waitFor(async () => svc.output.join("").includes("http.listening"), 20_000, "service start");
+      t.true(svc.output.join("").includes('"event":"sync.paused"'));
+      const u = await makeUser(db.pool, { phone: randomPhone() });
+      await new Promise((r) => setTimeout(r, 2500));
+      const q = await db.pool.query("select status from han_app.sync_queue where entity_id = $1", [u.id]);
+      t.deepEqual(
+        q.rows.map((r) => r.status),
+        ["pending"],
+      );
+      const w = await db.pool.query(
+        "select count(*)::int as n from bitrix_sync.workflow_instances where user_id = $1",
+        [u.id],
+      );
+      t.is(w.rows[0].n, 0);
+    } finally {
+      svc.child.kill("SIGTERM");
+      await svc.exited;
     }
   },
 );
