@@ -9,6 +9,7 @@ import type pg from "pg";
 import { executeBatch } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
+import { inTransaction } from "../db/tx.js";
 import type { EngineDeps } from "../workflows/engine.js";
 import { activeMappings, applyContact, type ContactOutcome } from "../workflows/inbound.js";
 
@@ -106,21 +107,6 @@ async function changedIds(
   return [...ids];
 }
 
-async function tx<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-  const c = await pool.connect();
-  try {
-    await c.query("begin");
-    const out = await fn(c);
-    await c.query("commit");
-    return out;
-  } catch (e) {
-    await c.query("rollback").catch(() => undefined);
-    throw e;
-  } finally {
-    c.release();
-  }
-}
-
 /**
  * One reconciliation run, unless the last one started less than the interval ago (`force` skips
  * that check). Only one run at a time: a second caller finds the cursor locked and skips.
@@ -142,7 +128,7 @@ export async function reconcileContacts(
     outcomes: {},
   };
   // Claim the run: the cursor row is the lock; the run's start time becomes the next watermark.
-  const claim = await tx(deps.pool, async (c) => {
+  const claim = await inTransaction(deps.pool, async (c) => {
     await c.query(
       "insert into bitrix_sync.reconciliation_cursors (job_type) values ('contacts') on conflict do nothing",
     );
@@ -210,7 +196,9 @@ export async function reconcileContacts(
         report.outcomes.stale = (report.outcomes.stale ?? 0) + 1;
         continue;
       }
-      const outcome = await tx(deps.pool, (c) => applyContact(c, deps, m, contact, "reconciliation"));
+      const outcome = await inTransaction(deps.pool, (c) =>
+        applyContact(c, deps, m, contact, "reconciliation"),
+      );
       report.outcomes[outcome] = (report.outcomes[outcome] ?? 0) + 1;
       if (outcome === "applied") applied.push(id);
     }

@@ -9,6 +9,7 @@ import { type CommandOutcome, type CrmDeps, executeBatch } from "../crm/batch.js
 import type { CommandType } from "../crm/catalogue.js";
 import { isWrite } from "../crm/catalogue.js";
 import type { CitizenshipDictionary } from "../crm/contact-fields.js";
+import { inTransaction } from "../db/tx.js";
 import type { Logger } from "../observability/logger.js";
 import { desiredContentHash, loadAppUser } from "./app-data.js";
 import { BusinessFailure, type Hydrated, hydrate, NotReady, projectResult } from "./command-io.js";
@@ -30,21 +31,6 @@ export interface EngineDeps {
   dictionary: CitizenshipDictionary;
   settings: () => EngineSettings;
   workerId: string;
-}
-
-async function tx<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-  const c = await pool.connect();
-  try {
-    await c.query("begin");
-    const out = await fn(c);
-    await c.query("commit");
-    return out;
-  } catch (e) {
-    await c.query("rollback").catch(() => undefined);
-    throw e;
-  } finally {
-    c.release();
-  }
 }
 
 function sqlstate(e: unknown): string | undefined {
@@ -79,7 +65,7 @@ export async function runIntake(deps: EngineDeps): Promise<number> {
   );
   for (const row of rows) {
     try {
-      await tx(deps.pool, async (c) => {
+      await inTransaction(deps.pool, async (c) => {
         const user = await loadAppUser(c, row.entity_id);
         const hash = desiredContentHash(row.task_type, user);
         await c.query("select * from bitrix_sync.start_or_join_workflow($1, $2, $3, $4)", [
@@ -121,7 +107,7 @@ export async function runWorkflows(deps: EngineDeps): Promise<number> {
   );
   for (const wf of rows) {
     try {
-      await tx(deps.pool, (c) => new Step(c, wf).run());
+      await inTransaction(deps.pool, (c) => new Step(c, wf).run());
     } catch (e) {
       if (sqlstate(e) === "BS001") continue; // lease lost: the new holder carries on
       deps.log.warn(
@@ -280,7 +266,7 @@ async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: Command
   try {
     if (o.ok) {
       try {
-        await tx(deps.pool, async (c) => {
+        await inTransaction(deps.pool, async (c) => {
           const projection = await projectResult(c, row, o.result, h.memo, { dictionary: deps.dictionary });
           await c.query("select bitrix_sync.complete_command($1, $2, $3)", [
             row.id,

@@ -6,25 +6,11 @@ import { nextRetry } from "../crm/backoff.js";
 import { executeBatch } from "../crm/batch.js";
 import type { AlertItem } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
+import { inTransaction } from "../db/tx.js";
 import type { AlertCrmSettings } from "./alert-sync.js";
 import { raiseAlert } from "./alerts.js";
 import { type ApplySource, applyCrmMaster, markSnapshotStale } from "./app-data.js";
 import type { EngineDeps } from "./engine.js";
-
-async function tx<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-  const c = await pool.connect();
-  try {
-    await c.query("begin");
-    const out = await fn(c);
-    await c.query("commit");
-    return out;
-  } catch (e) {
-    await c.query("rollback").catch(() => undefined);
-    throw e;
-  } finally {
-    c.release();
-  }
-}
 
 /** What happened to one Contact read by ID. Low-cardinality: used as outcome codes and labels. */
 export type ContactOutcome =
@@ -170,7 +156,7 @@ export async function processContactWebhooks(deps: EngineDeps, limit = 50): Prom
   for (const r of mapped) {
     const m = mappings.get(Number(r.entity_id)) as MappedContact;
     try {
-      const outcome = await tx(deps.pool, async (c) => {
+      const outcome = await inTransaction(deps.pool, async (c) => {
         const out = await applyContact(c, deps, m, byId.get(m.contactId), "webhook", r.received_at);
         await c.query("select bitrix_sync.complete_webhook($1, $2, $3)", [r.id, r.lease_token, out]);
         return out;

@@ -1,6 +1,7 @@
 // Row factories with defaults for integration tests.
 import { randomInt, randomUUID } from "node:crypto";
 import type pg from "pg";
+import { inTransaction } from "../../src/db/tx.js";
 
 type Queryable = pg.Pool | pg.PoolClient | pg.Client;
 
@@ -58,20 +59,7 @@ export async function queueRows(db: Queryable, userId: string): Promise<QueueRow
 }
 
 /** Runs `fn` inside BEGIN/COMMIT on one client. */
-export async function inTx<T>(db: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-  const c = await db.connect();
-  try {
-    await c.query("begin");
-    const out = await fn(c);
-    await c.query("commit");
-    return out;
-  } catch (e) {
-    await c.query("rollback").catch(() => undefined);
-    throw e;
-  } finally {
-    c.release();
-  }
-}
+export const inTx = inTransaction;
 
 /** Asserts a promise rejects with a PostgreSQL error of the given SQLSTATE and returns it. */
 export async function pgError(
