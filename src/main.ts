@@ -93,7 +93,20 @@ async function main(): Promise<void> {
     );
   }
 
-  const app = createApp({ pool, log, receiver: receiverConfig(config) });
+  const app = createApp({
+    pool,
+    log,
+    receiver: receiverConfig(config),
+    status: {
+      config,
+      health: runtime.health,
+      limiter: runtime.crm.limiter,
+      settingsVersion: () => {
+        const v = runtime.settings.get()._version;
+        return typeof v === "number" ? v : null;
+      },
+    },
+  });
   const server = serve({ fetch: app.fetch, port: config.env.PORT, hostname: config.env.HOST }, (info) =>
     log.info({ event: "http.listening", port: info.port }, "HTTP listener ready"),
   );

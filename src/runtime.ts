@@ -12,6 +12,7 @@ import {
   createPortalLimiter,
   crmSettingsFrom,
 } from "./crm/index.js";
+import { HealthState, observedClient } from "./observability/health.js";
 import { createLogger, type Logger } from "./observability/logger.js";
 import { createSettingsCache, engineKeys, type SettingsCache } from "./settings-cache.js";
 import { alertCrmSettingsFrom } from "./workflows/alert-sync.js";
@@ -26,6 +27,7 @@ export interface Runtime {
   crm: Crm;
   crmDeps: CrmDeps;
   engine: EngineDeps;
+  health: HealthState;
   /** Aborted when the process begins to shut down: tasks stop claiming work. */
   stopping: AbortSignal;
   close(): Promise<void>;
@@ -59,8 +61,10 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
     settings: crmSettings,
     log,
   });
+  const health = new HealthState();
   const crmDeps: CrmDeps = {
-    client: crm.client,
+    // Every call the engine makes is recorded for readiness and status (§14).
+    client: observedClient(crm.client, health),
     limiter: crm.limiter,
     catalogue: {
       fields: {
@@ -90,6 +94,7 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
     dictionary: crm.citizenship,
     settings: engineSettings,
     workerId: `${hostname()}:${process.pid}`,
+    health,
   };
   return {
     ...input,
@@ -97,6 +102,7 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
     crm,
     crmDeps,
     engine,
+    health,
     async close() {
       settings.stop();
       await crm.close();

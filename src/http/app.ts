@@ -1,28 +1,21 @@
-// The one HTTP listener (DESIGN.md): health, and later the receivers, status and metrics. Thin:
+// The one HTTP listener (DESIGN.md): health, the receivers, internal status and metrics. Thin:
 // handlers call src/ and SQL; errors are generic JSON with no ids or stack.
 import { Hono } from "hono";
 import type pg from "pg";
-import { migrationsCurrent } from "../db/migrate.js";
 import type { Logger } from "../observability/logger.js";
+import { collectDatabaseGauges, registry } from "../observability/metrics.js";
 import type { ReceiverConfig } from "../receiver/config.js";
 import { RECEIVER_BASE_PATH, receiverRoutes } from "../receiver/routes.js";
+import { secretMatcher } from "../receiver/token.js";
+import { readiness, type StatusSource, statusDocument } from "./status.js";
 
 export interface AppDeps {
   pool: pg.Pool;
   log: Logger;
   /** Robot webhook receivers (§10.1); absent: they answer 503 receiver_not_configured. */
   receiver?: ReceiverConfig;
-}
-
-/** Readiness checks; each returns a safe reason when it fails. */
-async function readinessProblems(deps: AppDeps): Promise<string[]> {
-  const problems: string[] = [];
-  try {
-    if (!(await migrationsCurrent(deps.pool))) problems.push("migrations_pending");
-  } catch {
-    problems.push("database_unreachable");
-  }
-  return problems;
+  /** The running service (readiness matrix, status, metrics); absent: database checks only. */
+  status?: StatusSource;
 }
 
 export function createApp(deps: AppDeps): Hono {
@@ -30,10 +23,25 @@ export function createApp(deps: AppDeps): Hono {
 
   app.get("/health/live", (c) => c.json({ status: "live" }));
 
+  // §14: not_ready answers 503; degraded (a CRM outage shorter than a credential problem) 200.
   app.get("/health/ready", async (c) => {
-    const problems = await readinessProblems(deps);
-    if (problems.length > 0) return c.json({ status: "not_ready", problems }, 503);
-    return c.json({ status: "ready" });
+    const r = await readiness(deps.pool, deps.status);
+    return c.json(r, r.status === "not_ready" ? 503 : 200);
+  });
+
+  // Internal only: the public nginx exposes the receivers and nothing else (deploy/nginx).
+  const serviceToken = deps.status?.config.secrets.BITRIX_SYNC_SERVICE_TOKEN;
+  const serviceTokenOk = secretMatcher([serviceToken]);
+  app.get("/internal/sync/v1/status", async (c) => {
+    if (!deps.status || !serviceToken) return c.json({ error: "status_not_configured" }, 503);
+    const m = /^Bearer (\S+)$/.exec(c.req.header("authorization") ?? "");
+    if (!m?.[1] || !serviceTokenOk(m[1])) return c.json({ error: "unauthorized" }, 401);
+    return c.json(await statusDocument(deps.pool, deps.status));
+  });
+
+  app.get("/metrics", async (c) => {
+    await collectDatabaseGauges(deps.pool).catch(() => undefined);
+    return c.text(await registry.metrics(), 200, { "content-type": registry.contentType });
   });
 
   app.route(RECEIVER_BASE_PATH, receiverRoutes({ pool: deps.pool, log: deps.log, config: deps.receiver }));

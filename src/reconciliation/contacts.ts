@@ -10,6 +10,7 @@ import { executeBatch } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
+import { reconciliationRecovered, reconciliationRuns } from "../observability/metrics.js";
 import type { EngineDeps } from "../workflows/engine.js";
 import { activeMappings, applyContact, type ContactOutcome } from "../workflows/inbound.js";
 
@@ -228,6 +229,8 @@ export async function reconcileContacts(
       [claim.started, report.scanned, report.updated, report.recovered],
     );
     report.status = "succeeded";
+    reconciliationRuns.inc({ status: "succeeded" });
+    reconciliationRecovered.inc(report.recovered);
     deps.log.info(
       {
         event: "reconciliation.contacts",
@@ -247,6 +250,7 @@ export async function reconcileContacts(
     }
   } catch (e) {
     report.status = "failed";
+    reconciliationRuns.inc({ status: "failed" });
     report.requests = counter.requests;
     report.errorCode = e instanceof RunFailed ? e.code : "run_failed";
     // The watermark stays: the next run reads the same window again.

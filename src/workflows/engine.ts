@@ -10,7 +10,9 @@ import type { CommandType } from "../crm/catalogue.js";
 import { isWrite } from "../crm/catalogue.js";
 import type { CitizenshipDictionary } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
+import type { HealthState } from "../observability/health.js";
 import type { Logger } from "../observability/logger.js";
+import { batchSize, commandOutcomes } from "../observability/metrics.js";
 import { desiredContentHash, loadAppUser } from "./app-data.js";
 import { BusinessFailure, type Hydrated, hydrate, NotReady, projectResult } from "./command-io.js";
 import { Step } from "./planner.js";
@@ -31,6 +33,8 @@ export interface EngineDeps {
   dictionary: CitizenshipDictionary;
   settings: () => EngineSettings;
   workerId: string;
+  /** Heartbeat and CRM health for readiness (§14); optional in tests. */
+  health?: HealthState;
 }
 
 function sqlstate(e: unknown): string | undefined {
@@ -240,6 +244,7 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
     await permit.release();
     return { sent: 0, waitMs: 0 };
   }
+  batchSize.observe(sending.length);
   const outcomes = await executeBatch(
     deps.crm,
     sending.map((r) => r.h.cmd),
@@ -263,6 +268,11 @@ async function settleQuietly(deps: EngineDeps, row: CommandRow, how: "reject" | 
 async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: CommandOutcome): Promise<void> {
   const s = deps.settings();
   const write = isWrite(row.command_type as CommandType);
+  commandOutcomes.inc({
+    command_type: row.command_type,
+    kind: o.ok ? "ok" : o.failure.kind,
+    code: o.ok ? "ok" : o.failure.code,
+  });
   try {
     if (o.ok) {
       try {

@@ -7,6 +7,7 @@ import { executeBatch } from "../crm/batch.js";
 import type { AlertItem } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
+import { webhookOutcomes } from "../observability/metrics.js";
 import type { AlertCrmSettings } from "./alert-sync.js";
 import { raiseAlert } from "./alerts.js";
 import { type ApplySource, applyCrmMaster, markSnapshotStale } from "./app-data.js";
@@ -138,6 +139,7 @@ export async function processContactWebhooks(deps: EngineDeps, limit = 50): Prom
       r.id,
       r.lease_token,
     ]);
+    webhookOutcomes.inc({ receiver: "contact", outcome: "unknown_mapping" });
     deps.log.info(
       { event: "webhook.processed", receiver: "contact", outcome: "unknown_mapping" },
       "webhook for an unmapped Contact",
@@ -161,6 +163,7 @@ export async function processContactWebhooks(deps: EngineDeps, limit = 50): Prom
         await c.query("select bitrix_sync.complete_webhook($1, $2, $3)", [r.id, r.lease_token, out]);
         return out;
       });
+      webhookOutcomes.inc({ receiver: "contact", outcome });
       deps.log.info({ event: "webhook.processed", receiver: "contact", outcome }, "webhook processed");
     } catch (e) {
       deps.log.warn(

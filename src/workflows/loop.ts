@@ -88,6 +88,7 @@ export async function runSyncLoop(deps: EngineDeps, opts: LoopOptions): Promise<
 
   const lane = async (name: Lane, round: () => Promise<number>) => {
     while (active()) {
+      deps.health?.beat();
       let waitMs = opts.pollMs();
       try {
         const n = await round();
