@@ -12,8 +12,15 @@ import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
 import { reconciliationRecovered, reconciliationRuns } from "../observability/metrics.js";
 import type { EngineDeps } from "../workflows/engine.js";
-import { activeMappings, applyContact, type ContactOutcome } from "../workflows/inbound.js";
+import {
+  activeMappings,
+  applyContact,
+  type ContactOutcome,
+  type MappedContact,
+} from "../workflows/inbound.js";
 
+/** Contacts applied per transaction. */
+const APPLY_CHUNK = 200;
 /** Sub-requests per HTTP batch (the portal's maximum). */
 const BATCH_MAX = 50;
 
@@ -186,22 +193,39 @@ export async function reconcileContacts(
     };
     const before = await snapshotOf(mapped);
     const applied: number[] = [];
-    for (const id of mapped) {
-      const m = mappings.get(id);
+    // Applied in chunks, one transaction each: a commit per Contact would dominate a large run.
+    const todo = mapped.filter((id) => {
       const contact = contacts.get(id);
-      if (!m) continue;
       const was = before.get(id)?.crm_updated_at ?? null;
       const crmAt = contact?.updatedAt ? new Date(contact.updatedAt) : null;
       // Strictly older only: the portal's timestamps have one-second resolution.
-      if (contact && was && crmAt && crmAt.getTime() < was.getTime()) {
-        report.outcomes.stale = (report.outcomes.stale ?? 0) + 1;
-        continue;
+      const stale =
+        contact !== undefined && was !== null && crmAt !== null && crmAt.getTime() < was.getTime();
+      if (stale) report.outcomes.stale = (report.outcomes.stale ?? 0) + 1;
+      return !stale && mappings.has(id);
+    });
+    for (let i = 0; i < todo.length; i += APPLY_CHUNK) {
+      const chunk = todo.slice(i, i + APPLY_CHUNK);
+      const outcomes = await inTransaction(deps.pool, async (c) => {
+        const out: Array<[number, ContactOutcome]> = [];
+        for (const id of chunk) {
+          out.push([
+            id,
+            await applyContact(
+              c,
+              deps,
+              mappings.get(id) as MappedContact,
+              contacts.get(id),
+              "reconciliation",
+            ),
+          ]);
+        }
+        return out;
+      });
+      for (const [id, outcome] of outcomes) {
+        report.outcomes[outcome] = (report.outcomes[outcome] ?? 0) + 1;
+        if (outcome === "applied") applied.push(id);
       }
-      const outcome = await inTransaction(deps.pool, (c) =>
-        applyContact(c, deps, m, contact, "reconciliation"),
-      );
-      report.outcomes[outcome] = (report.outcomes[outcome] ?? 0) + 1;
-      if (outcome === "applied") applied.push(id);
     }
     // Updated = the App's CRM-master values changed; each such Contact had been missed by webhooks.
     const after = await snapshotOf(applied);
