@@ -28,6 +28,13 @@ export const webhookOutcomes = new Counter({
   registers: [registry],
 });
 
+export const webhookRequests = new Counter({
+  name: "bitrix_sync_webhook_requests_total",
+  help: "Robot webhook requests by receiver and result: accepted, or the safe reason of the refusal (no IP, no token).",
+  labelNames: ["receiver", "result"] as const,
+  registers: [registry],
+});
+
 export const reconciliationRuns = new Counter({
   name: "bitrix_sync_reconciliation_runs_total",
   help: "Contact reconciliation runs by status.",

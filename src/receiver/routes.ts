@@ -10,6 +10,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono";
 import type pg from "pg";
 import type { Logger } from "../observability/logger.js";
+import { webhookRequests } from "../observability/metrics.js";
 import { RECEIVERS, type ReceiverConfig } from "./config.js";
 import { checkToken, type PortalIdentity, parseRobotEvent, type RejectReason, rawQuery } from "./contract.js";
 import { InboxWriter } from "./inbox.js";
@@ -133,6 +134,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
 
     const reply = (c: Context<Env>, status: keyof typeof ERROR_BODY, reason: Reason, error?: string) => {
       const fields = { event: "receiver.rejected", route, receiver, status, reason };
+      webhookRequests.inc({ receiver, result: reason });
       if (status === 503) deps.log.error(fields, "receiver request refused");
       else deps.log.warn(fields, "receiver request refused");
       const headers: Record<string, string> = { ...NO_STORE };
@@ -201,6 +203,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
         );
         return reply(c, 503, "database_unavailable");
       }
+      webhookRequests.inc({ receiver, result: "accepted" });
       deps.log.debug({ event: "receiver.accepted", route, receiver, inboxId }, "webhook recorded");
       return c.json({ status: "accepted" }, 200, NO_STORE);
     });
