@@ -62,12 +62,13 @@ export async function runSyncLoop(deps: EngineDeps, opts: LoopOptions): Promise<
   const active = () => Date.now() < deadline && !opts.signal?.aborted;
   const onAbort = () => waker.wakeAll();
   opts.signal?.addEventListener("abort", onAbort, { once: true });
+  // At the end of the budget, lanes waiting for work stop at once (the successor is taking over).
+  const budgetEnd = setTimeout(onAbort, opts.budgetMs);
 
   const listener = new pg.Client({
     connectionString: opts.connectionString,
     application_name: "bitrix-sync-listen",
   });
-  let listening = false;
   try {
     await listener.connect();
     listener.on("notification", (n) => {
@@ -78,7 +79,6 @@ export async function runSyncLoop(deps: EngineDeps, opts: LoopOptions): Promise<
     });
     listener.on("error", () => undefined); // the fallback poll keeps things moving
     for (const ch of Object.keys(CHANNELS)) await listener.query(`listen ${ch}`);
-    listening = true;
   } catch (e) {
     deps.log.warn(
       { event: "loop.listen_failed", errorName: (e as Error).name },
@@ -146,8 +146,8 @@ export async function runSyncLoop(deps: EngineDeps, opts: LoopOptions): Promise<
   try {
     await Promise.all(lanes);
   } finally {
+    clearTimeout(budgetEnd);
     opts.signal?.removeEventListener("abort", onAbort);
-    if (listening) await listener.end().catch(() => undefined);
-    else await listener.end().catch(() => undefined);
+    await listener.end().catch(() => undefined);
   }
 }

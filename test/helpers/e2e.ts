@@ -15,8 +15,8 @@ export interface Rig {
   runtime: Runtime;
   /** Every log line written, for PII/secret greps. */
   logs: string[];
-  /** Starts the real graphile-worker runner and the sync loop. */
-  startWorker(): Promise<void>;
+  /** Starts the real graphile-worker runner and the sync loop (payload: e.g. a short budget_ms). */
+  startWorker(loopPayload?: Record<string, unknown>): Promise<void>;
   /** Stops the runner (as SIGTERM would). */
   stopWorker(): Promise<void>;
   close(): Promise<void>;
@@ -93,14 +93,14 @@ export async function startRig(
     emulator,
     runtime,
     logs,
-    async startWorker() {
+    async startWorker(loopPayload = {}) {
       if (runner) return;
       stopping = new AbortController();
       runtime.stopping = stopping.signal;
       runner = await startRunner({ pool: db.pool, log, concurrency: 4 });
       const utils = await makeWorkerUtils({ pgPool: db.pool });
       try {
-        await utils.addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" });
+        await utils.addJob("sync_loop", loopPayload, { jobKey: "sync_loop", jobKeyMode: "replace" });
       } finally {
         await utils.release();
       }
