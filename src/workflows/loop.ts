@@ -56,7 +56,23 @@ class Waker {
   }
 }
 
+let running = 0;
+
+/** Sync loops running in this process right now (the sync_loop task keeps it at one). */
+export function runningLoops(): number {
+  return running;
+}
+
 export async function runSyncLoop(deps: EngineDeps, opts: LoopOptions): Promise<void> {
+  running++;
+  try {
+    await runLoop(deps, opts);
+  } finally {
+    running--;
+  }
+}
+
+async function runLoop(deps: EngineDeps, opts: LoopOptions): Promise<void> {
   const deadline = Date.now() + opts.budgetMs;
   const waker = new Waker();
   const active = () => Date.now() < deadline && !opts.signal?.aborted;
