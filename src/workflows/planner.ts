@@ -78,7 +78,28 @@ export class Step {
   }
 
   private async succeed(outcome: string): Promise<void> {
+    if (await this.newerIntent()) return await this.restartPass();
     await this.event("succeed", { outcome, processed_revision: this.sd.pass ?? this.wf.revision });
+  }
+
+  /**
+   * A newer intent joined while this pass ran a write (a restart happens only between reads): the
+   * pass must not finish the workflow, or that intent would be lost. Nothing may be left unresolved.
+   */
+  private async newerIntent(): Promise<boolean> {
+    if ((this.sd.pass ?? 0) >= this.wf.revision) return false;
+    const { rows } = await this.tx.query(
+      "select 1 from bitrix_sync.crm_commands where workflow_id = $1 and status in ('uncertain', 'reconcile') limit 1",
+      [this.wf.id],
+    );
+    return rows.length === 0;
+  }
+
+  private async restartPass(): Promise<void> {
+    this.sd = { pass: this.wf.revision, as: this.wf.intent_type };
+    this.wf.current_step = "start";
+    await this.saveStepData("start");
+    return await this.start();
   }
 
   private async manual(code: string): Promise<void> {
@@ -86,6 +107,8 @@ export class Step {
   }
 
   private async fail(code: string): Promise<void> {
+    // A newer intent gets its own pass; a failure that repeats then fails that pass too.
+    if (await this.newerIntent()) return await this.restartPass();
     await this.event("fail", { last_error_code: code, outcome: "failed" });
   }
 

@@ -174,3 +174,44 @@ test.serial("applying CRM-master fields enqueues no App->CRM work", async (t) =>
   t.is(q.rows[0].n, 1, "only the original intent");
   t.truthy(p.rows[0]);
 });
+
+test.serial(
+  "a deactivation arriving while the create is in flight is not lost: the workflow converges to it",
+  async (t) => {
+    rig.emulator.setLatency(600);
+    try {
+      const u = await makeUser(rig.db.pool, { phone: randomPhone() });
+      await waitFor(async () => {
+        const { rows } = await rig.db.pool.query(
+          `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+          where w.user_id = $1 and c.command_type = 'contact.add' and c.status = 'in_flight'`,
+          [u.id],
+        );
+        return rows.length > 0;
+      });
+      await rig.db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [
+        u.id,
+      ]);
+      const wf = await waitFor(async () => {
+        const { rows } = await rig.db.pool.query(
+          `select * from bitrix_sync.workflow_instances where user_id = $1 and state = 'succeeded'
+            and not exists (select 1 from han_app.sync_queue q where q.entity_id = $1 and q.status <> 'processed')
+          order by created_at desc limit 1`,
+          [u.id],
+        );
+        return rows[0];
+      }, 20_000);
+      t.is(wf.processed_revision, wf.revision, "the result confirms the newest revision");
+      t.is(wf.outcome, "deactivated");
+      const contact = [...rig.emulator.store.contacts.values()].find((c) => c.uf[F.userId] === u.id);
+      t.is(contact?.uf[F.registered], 0);
+      const m = await rig.db.pool.query(
+        "select status, close_reason from bitrix_sync.entity_external_mapping where entity_id = $1",
+        [u.id],
+      );
+      t.deepEqual(m.rows, [{ status: "closed", close_reason: "deactivated" }]);
+    } finally {
+      rig.emulator.setLatency(0);
+    }
+  },
+);
