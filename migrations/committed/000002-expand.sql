@@ -1,5 +1,5 @@
 --! Previous: sha1:86331a199dd3b973a91ff3c5548f07f00eff4b06
---! Hash: sha1:02c44e5bf46c386eff4649de914adbb71d6f421a
+--! Hash: sha1:05ca5978b0b71bf6c1f3ebf4fac1566df7643c83
 --! Message: expand
 
 -- Expand (§6.1, §6.3 steps 1-5, §6.4, §7, §12.3, §13, §17): reshape han_app.sync_queue to the
@@ -2384,6 +2384,33 @@ begin
     grant usage, select on all sequences in schema graphile_worker to bitrix_sync_user;
     grant execute on all functions in schema graphile_worker to bitrix_sync_user;
   end if;
+end $$;
+-- Readiness compares the applied migrations with the committed ones (§14).
+do $$
+begin
+  if exists (select 1 from pg_namespace where nspname = 'graphile_migrate') then
+    grant usage on schema graphile_migrate to bitrix_sync_user;
+    grant select on graphile_migrate.migrations to bitrix_sync_user;
+  end if;
+end $$;
+-- graphile-worker enables row-level security on its private tables without policies, which leaves
+-- them to their owner. The runtime role is not the owner (the migration role is), so it gets an
+-- explicit policy on each: the grants above decide what it may do.
+do $$
+declare
+  v_table text;
+begin
+  for v_table in
+    select c.relname from pg_class c
+     where c.relnamespace = to_regnamespace('graphile_worker') and c.relkind = 'r' and c.relrowsecurity
+  loop
+    if not exists (select 1 from pg_policies p
+                    where p.schemaname = 'graphile_worker' and p.tablename = v_table
+                      and p.policyname = 'bitrix_sync_user_all') then
+      execute format('create policy bitrix_sync_user_all on graphile_worker.%I for all to bitrix_sync_user using (true) with check (true)',
+                     v_table);
+    end if;
+  end loop;
 end $$;
 
 -- bitrix_sync_admin: the audited procedures and the status views, nothing else. The procedures are

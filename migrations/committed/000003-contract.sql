@@ -1,5 +1,5 @@
---! Previous: sha1:02c44e5bf46c386eff4649de914adbb71d6f421a
---! Hash: sha1:a7154c1db7720f2947bea8a0c68001af742de87b
+--! Previous: sha1:05ca5978b0b71bf6c1f3ebf4fac1566df7643c83
+--! Hash: sha1:53fdac3b2c00f57ea21864cc90b3ff3a8e67a61e
 --! Message: contract
 
 -- Contract (§6.3 step 6): the App no longer stores the Contact link. The expand migration copied

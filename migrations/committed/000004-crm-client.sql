@@ -1,5 +1,5 @@
---! Previous: sha1:a7154c1db7720f2947bea8a0c68001af742de87b
---! Hash: sha1:ca2e9184960c032034028b49ef19a59ba39f506d
+--! Previous: sha1:53fdac3b2c00f57ea21864cc90b3ff3a8e67a61e
+--! Hash: sha1:6f1c3e2754fdd964de2a7fe93266657d39976624
 --! Message: crm-client
 
 -- CRM client (§8, §9): the rate limiter every replica shares. A token bucket per portal/credential,

@@ -1,5 +1,5 @@
---! Previous: sha1:ca2e9184960c032034028b49ef19a59ba39f506d
---! Hash: sha1:6471c37688cbe423bfc514374e17c22c57641179
+--! Previous: sha1:6f1c3e2754fdd964de2a7fe93266657d39976624
+--! Hash: sha1:c7f5f742a426a013b044275009abb5d27f8bb223
 --! Message: receivers
 
 -- Receivers (§10.1, docs/receivers.md): accept_webhook(), the single statement a robot webhook

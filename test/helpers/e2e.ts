@@ -1,7 +1,9 @@
 // End-to-end rig: a cloned test database, the Bitrix24 emulator over loopback HTTP, the real
 // runtime (CRM client, PostgreSQL limiter) and a real graphile-worker runner with tasks/ and crontab.
+import { randomBytes } from "node:crypto";
 import { Writable } from "node:stream";
 import { makeWorkerUtils } from "graphile-worker";
+import pg from "pg";
 import { loadConfig, SANDBOX_FIELDS } from "../../src/config/env.js";
 import { type Emulator, type EmulatorOptions, startEmulator } from "../../src/emulator/server.js";
 import { createLogger } from "../../src/observability/logger.js";
@@ -42,7 +44,12 @@ export async function setSettings(db: TestDb, changes: Record<string, unknown>):
 }
 
 export async function startRig(
-  opts: { emulator?: Partial<EmulatorOptions>; settings?: Record<string, unknown> } = {},
+  opts: {
+    emulator?: Partial<EmulatorOptions>;
+    settings?: Record<string, unknown>;
+    /** Run the service as bitrix_sync_user (least privilege, §13) instead of the superuser. */
+    asRuntimeRole?: boolean;
+  } = {},
 ): Promise<Rig> {
   const db = await createTestDb();
   await setSettings(db, {
@@ -78,11 +85,25 @@ export async function startRig(
     BITRIX_SYNC_HTTP_TIMEOUT_SEC: "2",
   });
   let stopping = new AbortController();
+  let servicePool = db.pool;
+  let serviceUrl = db.url;
+  if (opts.asRuntimeRole) {
+    // Roles are cluster-wide; deployment grants LOGIN, the migrations create them NOLOGIN.
+    const password = randomBytes(12).toString("hex");
+    await db.pool.query(`alter role bitrix_sync_user login password '${password}'`);
+    const u = new URL(db.url);
+    u.username = "bitrix_sync_user";
+    u.password = password;
+    serviceUrl = u.toString();
+    servicePool = new pg.Pool({ connectionString: serviceUrl, max: 10 });
+    servicePool.on("error", () => undefined);
+    servicePool.on("connect", (client) => client.on("error", () => undefined));
+  }
   const runtime = await buildRuntime({
     config,
     log,
-    pool: db.pool,
-    databaseUrl: db.url,
+    pool: servicePool,
+    databaseUrl: serviceUrl,
     crmEndpoint: { webhookUrl: emulator.url, portalHost: emulator.host },
     stopping: stopping.signal,
   });
@@ -97,8 +118,8 @@ export async function startRig(
       if (runner) return;
       stopping = new AbortController();
       runtime.stopping = stopping.signal;
-      runner = await startRunner({ pool: db.pool, log, concurrency: 4 });
-      const utils = await makeWorkerUtils({ pgPool: db.pool });
+      runner = await startRunner({ pool: servicePool, log, concurrency: 4 });
+      const utils = await makeWorkerUtils({ pgPool: servicePool });
       try {
         await utils.addJob("sync_loop", loopPayload, { jobKey: "sync_loop", jobKeyMode: "replace" });
       } finally {
@@ -116,6 +137,7 @@ export async function startRig(
       registerRuntime(null);
       await runtime.close().catch(() => undefined);
       await emulator.close().catch(() => undefined);
+      if (servicePool !== db.pool) await servicePool.end().catch(() => undefined);
       await db.drop();
     },
   };

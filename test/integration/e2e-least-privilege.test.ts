@@ -1,0 +1,108 @@
+// The whole App->CRM path and the CRM->App path run as bitrix_sync_user, the runtime role of §13:
+// the grants are enough for the service, not just narrow enough for the negative tests.
+import test from "ava";
+import { SANDBOX_FIELDS } from "../../src/config/env.js";
+import { createApp } from "../../src/http/app.js";
+import { receiverConfig } from "../../src/receiver/config.js";
+import { reconcileContacts, reconcileSettingsFrom } from "../../src/reconciliation/contacts.js";
+import {
+  finishedWorkflow,
+  type Rig,
+  startRig,
+  TEST_CONTACT_TOKEN,
+  TEST_MEMBER_ID,
+  waitFor,
+} from "../helpers/e2e.js";
+import { makeUser, randomPhone } from "../helpers/factories.js";
+
+let rig: Rig;
+test.before(async () => {
+  rig = await startRig({ asRuntimeRole: true });
+  await rig.startWorker();
+});
+test.after.always(async () => {
+  await rig?.close();
+});
+
+test.serial("the service's own connections run as bitrix_sync_user", async (t) => {
+  const { rows } = await rig.runtime.pool.query<{ u: string }>("select current_user as u");
+  t.is(rows[0]?.u, "bitrix_sync_user");
+});
+
+test.serial("create, update, deactivate and reconciliation work under the runtime role", async (t) => {
+  const u = await makeUser(rig.db.pool, { phone: randomPhone() });
+  const wf = await finishedWorkflow(rig, u.id);
+  t.is(wf.state, "succeeded");
+  const contact = [...rig.emulator.store.contacts.values()].find((c) => c.uf[SANDBOX_FIELDS.userId] === u.id);
+  t.truthy(contact);
+  if (!contact) return;
+  contact.name = "Role Test";
+  rig.emulator.store.touch(contact);
+  const r = await reconcileContacts(rig.runtime.engine, reconcileSettingsFrom(rig.runtime.settings.get()), {
+    force: true,
+  });
+  t.is(r.status, "succeeded");
+  const p = await rig.db.pool.query("select full_name from han_app.client_profile where user_id = $1", [
+    u.id,
+  ]);
+  t.is(p.rows[0].full_name, "Role Test");
+  await rig.db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [
+    u.id,
+  ]);
+  const done = await finishedWorkflow(rig, u.id);
+  t.is(done.outcome, "deactivated");
+  t.is(contact.uf[SANDBOX_FIELDS.registered], 0);
+});
+
+test.serial("the receivers and inbox processing work under the runtime role", async (t) => {
+  const u = await makeUser(rig.db.pool, { phone: randomPhone() });
+  await finishedWorkflow(rig, u.id);
+  const contact = [...rig.emulator.store.contacts.values()].find((c) => c.uf[SANDBOX_FIELDS.userId] === u.id);
+  if (!contact) throw new Error("not linked");
+  contact.name = "Via Robot";
+  rig.emulator.store.touch(contact);
+  const app = createApp({
+    pool: rig.runtime.pool,
+    log: rig.runtime.log,
+    receiver: receiverConfig(rig.runtime.config),
+  });
+  const body = new URLSearchParams([
+    ["document_id[0]", "crm"],
+    ["document_id[1]", "CCrmDocumentContact"],
+    ["document_id[2]", `CONTACT_${contact.id}`],
+    ["auth[domain]", rig.emulator.host],
+    ["auth[member_id]", TEST_MEMBER_ID],
+  ]);
+  const res = await app.request(`/bitrix/sync/webhook/contact?token=${TEST_CONTACT_TOKEN}&ID=${contact.id}`, {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: body.toString(),
+  });
+  t.is(res.status, 200);
+  const p = await waitFor(async () => {
+    const { rows } = await rig.db.pool.query(
+      "select full_name from han_app.client_profile where user_id = $1",
+      [u.id],
+    );
+    return rows[0]?.full_name === "Via Robot" ? rows[0] : null;
+  });
+  t.is(p.full_name, "Via Robot");
+});
+
+test.serial("readiness can check migrations and grants under the runtime role", async (t) => {
+  const app = createApp({
+    pool: rig.runtime.pool,
+    log: rig.runtime.log,
+    status: {
+      config: rig.runtime.config,
+      health: rig.runtime.health,
+      limiter: rig.runtime.crm.limiter,
+      settingsVersion: () => 1,
+    },
+  });
+  await rig.db.pool.query("select * from bitrix_sync.perform_cutover('test')");
+  const res = await app.request("/health/ready");
+  const body = (await res.json()) as { status: string; problems: string[] };
+  t.deepEqual(body, { status: "ready", problems: [] });
+  t.is(res.status, 200);
+});
