@@ -1,5 +1,5 @@
 --! Previous: sha1:86331a199dd3b973a91ff3c5548f07f00eff4b06
---! Hash: sha1:05ca5978b0b71bf6c1f3ebf4fac1566df7643c83
+--! Hash: sha1:bd3d09d485b5153ad419f086afcc29f9119687f1
 --! Message: expand
 
 -- Expand (§6.1, §6.3 steps 1-5, §6.4, §7, §12.3, §13, §17): reshape han_app.sync_queue to the
@@ -244,7 +244,7 @@ comment on table bitrix_sync.business_alerts is
   'Business conflicts (§11), mirrored into the Bitrix24 smart process. One open alert per (alert_type, fingerprint); a repeat bumps occurrence_count; after a terminal stage a new case opens a new alert linked to the previous one.';
 comment on column bitrix_sync.business_alerts.alert_number is 'Internal sequence number shown in the smart-process item.';
 comment on column bitrix_sync.business_alerts.fingerprint is 'SHA-256 hex of the conflict identity (type + stable ids); not a label, not shown.';
-comment on column bitrix_sync.business_alerts.details is 'Masked details only (§15: at most the first two and last two readable characters).';
+comment on column bitrix_sync.business_alerts.details is 'Safe details only: codes and counts (§15); never values read from the App or the CRM.';
 comment on column bitrix_sync.business_alerts.status is 'open | resolved | closed | remote_missing (item deleted in the CRM).';
 comment on column bitrix_sync.business_alerts.item_id is 'Bitrix24 smart-process item ID once created.';
 comment on column bitrix_sync.business_alerts.stage_id is 'Last known smart-process stage.';
@@ -565,8 +565,7 @@ drop table han_app.entity_external_mapping;
 -- Functions, triggers, views, grants (current state lives in sql/)
 ------------------------------------------------------------------------------------------------
 -- >>> sql/common.sql (included)
--- Shared helpers of schema bitrix_sync: updated_at maintenance and the raise helper for refused
--- transitions. Error codes: docs/errors.md.
+-- Shared helper of schema bitrix_sync: updated_at maintenance.
 
 create or replace function bitrix_sync.tg__set_updated_at() returns trigger
 language plpgsql as $$
@@ -576,18 +575,6 @@ begin
 end $$;
 comment on function bitrix_sync.tg__set_updated_at() is
   'BEFORE UPDATE trigger: stamps updated_at with the transaction time.';
-
-create or replace function bitrix_sync._mask(p_value text) returns text
-language sql immutable parallel safe as $$
-  -- §15: at most the first two and the last two readable characters survive.
-  select case
-           when p_value is null then null
-           when length(p_value) <= 4 then repeat('*', length(p_value))
-           else left(p_value, 2) || repeat('*', least(length(p_value) - 4, 8)) || right(p_value, 2)
-         end
-$$;
-comment on function bitrix_sync._mask(text) is
-  'Masks a value for alert details: first two and last two characters, the rest as *. Short values are fully masked.';
 -- <<< sql/common.sql
 -- >>> sql/state_machines.sql (included)
 -- State machines (§6.1, §7.1, §7.2, §7.3, §6.3): the legal edges as data, and one guard trigger per

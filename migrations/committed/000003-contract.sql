@@ -1,5 +1,5 @@
---! Previous: sha1:05ca5978b0b71bf6c1f3ebf4fac1566df7643c83
---! Hash: sha1:53fdac3b2c00f57ea21864cc90b3ff3a8e67a61e
+--! Previous: sha1:bd3d09d485b5153ad419f086afcc29f9119687f1
+--! Hash: sha1:f79aa82461aafa826eea6691b110354b81a7684e
 --! Message: contract
 
 -- Contract (§6.3 step 6): the App no longer stores the Contact link. The expand migration copied

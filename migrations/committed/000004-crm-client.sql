@@ -1,5 +1,5 @@
---! Previous: sha1:53fdac3b2c00f57ea21864cc90b3ff3a8e67a61e
---! Hash: sha1:6f1c3e2754fdd964de2a7fe93266657d39976624
+--! Previous: sha1:f79aa82461aafa826eea6691b110354b81a7684e
+--! Hash: sha1:4926c7721d89b0a3a8feb25eec1e7b7e4dfae0cc
 --! Message: crm-client
 
 -- CRM client (§8, §9): the rate limiter every replica shares. A token bucket per portal/credential,

@@ -1,5 +1,5 @@
---! Previous: sha1:6f1c3e2754fdd964de2a7fe93266657d39976624
---! Hash: sha1:c7f5f742a426a013b044275009abb5d27f8bb223
+--! Previous: sha1:4926c7721d89b0a3a8feb25eec1e7b7e4dfae0cc
+--! Hash: sha1:40ffb67ff81fe79669cf62a46fd733fedc43a9ac
 --! Message: receivers
 
 -- Receivers (§10.1, docs/receivers.md): accept_webhook(), the single statement a robot webhook

@@ -222,7 +222,7 @@ comment on table bitrix_sync.business_alerts is
   'Business conflicts (§11), mirrored into the Bitrix24 smart process. One open alert per (alert_type, fingerprint); a repeat bumps occurrence_count; after a terminal stage a new case opens a new alert linked to the previous one.';
 comment on column bitrix_sync.business_alerts.alert_number is 'Internal sequence number shown in the smart-process item.';
 comment on column bitrix_sync.business_alerts.fingerprint is 'SHA-256 hex of the conflict identity (type + stable ids); not a label, not shown.';
-comment on column bitrix_sync.business_alerts.details is 'Masked details only (§15: at most the first two and last two readable characters).';
+comment on column bitrix_sync.business_alerts.details is 'Safe details only: codes and counts (§15); never values read from the App or the CRM.';
 comment on column bitrix_sync.business_alerts.status is 'open | resolved | closed | remote_missing (item deleted in the CRM).';
 comment on column bitrix_sync.business_alerts.item_id is 'Bitrix24 smart-process item ID once created.';
 comment on column bitrix_sync.business_alerts.stage_id is 'Last known smart-process stage.';

@@ -27,21 +27,13 @@ const SEVERITY: Record<AlertType, "low" | "medium" | "high"> = {
   user_id_mismatch: "high",
 };
 
-/** §15: at most the first two and the last two readable characters. */
-export function mask(value: string | null | undefined): string | null {
-  if (value === null || value === undefined) return null;
-  const v = value.trim();
-  if (v.length <= 4) return "*".repeat(v.length);
-  return `${v.slice(0, 2)}${"*".repeat(Math.min(v.length - 4, 8))}${v.slice(-2)}`;
-}
-
 export interface AlertInput {
   type: AlertType;
   userId: string | null;
   currentContactId?: number | string | null;
   selectedContactId?: number | string | null;
   candidates?: ReadonlyArray<number | string>;
-  /** Already-safe details (codes, counts, masked values). */
+  /** Safe details only: codes and counts, never values from the App or the CRM. */
   details?: Record<string, string | number | boolean | null>;
   correlationId?: string | null;
 }
