@@ -1,7 +1,6 @@
 // Row factories with defaults for integration tests.
 import { randomInt, randomUUID } from "node:crypto";
 import type pg from "pg";
-import { inTransaction } from "../../src/db/tx.js";
 
 type Queryable = pg.Pool | pg.PoolClient | pg.Client;
 
@@ -57,9 +56,6 @@ export async function queueRows(db: Queryable, userId: string): Promise<QueueRow
   );
   return rows;
 }
-
-/** Runs `fn` inside BEGIN/COMMIT on one client. */
-export const inTx = inTransaction;
 
 /** Asserts a promise rejects with a PostgreSQL error of the given SQLSTATE and returns it. */
 export async function pgError(

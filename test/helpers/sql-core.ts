@@ -3,6 +3,7 @@
 // walking every edge, and a log of the state changes a table went through.
 import type { ExecutionContext } from "ava";
 import type pg from "pg";
+import { inTransaction } from "../../src/db/tx.js";
 
 export type Queryable = pg.Pool | pg.PoolClient | pg.Client;
 
@@ -54,20 +55,7 @@ export async function session(pool: pg.Pool): Promise<Session> {
 }
 
 /** Runs `fn` inside BEGIN / COMMIT on one client (ROLLBACK when it throws). */
-export async function inTx<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-  const c = await pool.connect();
-  try {
-    await c.query("begin");
-    const out = await fn(c);
-    await c.query("commit");
-    return out;
-  } catch (e) {
-    await c.query("rollback").catch(() => undefined);
-    throw e;
-  } finally {
-    c.release();
-  }
-}
+export const inTx = inTransaction;
 
 /**
  * Sets columns of one row with the guard and stamp triggers off (session_replication_role =

@@ -1,7 +1,8 @@
 // han_app.enqueue_contact_sync() (§6.2): every decision of the trigger, against real PostgreSQL.
 import test from "ava";
 import pg from "pg";
-import { inTx, makeUser, queueRows } from "../helpers/factories.js";
+import { inTransaction } from "../../src/db/tx.js";
+import { makeUser, queueRows } from "../helpers/factories.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -171,7 +172,7 @@ test("SET LOCAL han.sync_suppress = 'true' records nothing, and does not leak in
   const pool = new pg.Pool({ connectionString: db.url, max: 1 });
   try {
     const u = await makeUser(db.pool);
-    await inTx(pool, async (c) => {
+    await inTransaction(pool, async (c) => {
       await c.query("set local han.sync_suppress = 'true'");
       await c.query("update han_app.user_identity set phone_number = '+79990003344' where id = $1", [u.id]);
     });
