@@ -13,6 +13,8 @@ import type { CommandRow } from "./types.js";
 /** A command the pump can send, plus what its handler needs to know about what was sent. */
 export interface Hydrated {
   cmd: CrmCommand;
+  /** The user of the command's workflow (null for alert commands). */
+  userId: string | null;
   memo: {
     phoneHash?: string | null;
     nameHash?: string | null;
@@ -61,19 +63,11 @@ function ids(v: unknown): number[] {
   return Array.isArray(v) ? v.map(Number).filter((n) => Number.isInteger(n) && n > 0) : [];
 }
 
-async function workflowUser(db: Db, row: CommandRow): Promise<string | null> {
-  if (!row.workflow_id) return null;
-  const { rows } = await db.query<{ user_id: string }>(
-    "select user_id from bitrix_sync.workflow_instances where id = $1",
-    [row.workflow_id],
-  );
-  return rows[0]?.user_id ?? null;
-}
-
 /** Builds the CRM call of a persisted command from its safe parameters and the App's current data. */
 export async function hydrate(
   db: Db,
   row: CommandRow,
+  userId: string | null,
   dictionary: CitizenshipDictionary,
 ): Promise<{ ok: true; value: Hydrated } | { ok: false; failure: HydrateFailure }> {
   const p = row.params;
@@ -83,7 +77,6 @@ export async function hydrate(
     case "contact.find_by_phone":
     case "contact.add":
     case "contact.update": {
-      const userId = await workflowUser(db, row);
       const user = userId ? await loadAppUser(db, userId) : null;
       if (!user) return { ok: false, failure: { kind: "permanent", code: "invalid_params" } };
       const needsPhone = type !== "contact.update" || p.phone !== undefined;
@@ -94,7 +87,11 @@ export async function hydrate(
       if (type === "contact.find_by_phone") {
         return {
           ok: true,
-          value: { cmd: { type, key, params: { phones: [phone] } }, memo: { phoneHash: sha256(phone) } },
+          value: {
+            userId,
+            cmd: { type, key, params: { phones: [phone] } },
+            memo: { phoneHash: sha256(phone) },
+          },
         };
       }
       if (type === "contact.add") {
@@ -105,6 +102,7 @@ export async function hydrate(
         return {
           ok: true,
           value: {
+            userId,
             cmd: {
               type,
               key,
@@ -144,10 +142,10 @@ export async function hydrate(
         ];
         memo.phoneHash = sha256(phone);
       }
-      return { ok: true, value: { cmd: { type, key, params }, memo } };
+      return { ok: true, value: { userId, cmd: { type, key, params }, memo } };
     }
     case "contact.read":
-      return { ok: true, value: { cmd: { type, key, params: { ids: ids(p.ids) } }, memo: {} } };
+      return { ok: true, value: { userId, cmd: { type, key, params: { ids: ids(p.ids) } }, memo: {} } };
     case "alert.add":
     case "alert.update":
     case "alert.get":
@@ -155,7 +153,7 @@ export async function hydrate(
     case "citizenship.list":
     case "contact.list_changed":
       // Parameters of these are safe as stored (masked alert fields, IDs, timestamps).
-      return { ok: true, value: { cmd: { type, key, params: p } as CrmCommand, memo: {} } };
+      return { ok: true, value: { userId, cmd: { type, key, params: p } as CrmCommand, memo: {} } };
     default:
       return { ok: false, failure: { kind: "permanent", code: "invalid_params" } };
   }
@@ -184,9 +182,10 @@ export async function projectResult(
   tx: pg.PoolClient,
   row: CommandRow,
   result: CommandResults[CommandType],
-  memo: Hydrated["memo"],
+  h: Hydrated,
   ctx: HandlerContext,
 ): Promise<Record<string, unknown>> {
+  const memo = h.memo;
   switch (row.command_type) {
     case "contact.find_by_phone":
       return { contact_ids: (result as CommandResults["contact.find_by_phone"]).contactIds };
@@ -200,12 +199,10 @@ export async function projectResult(
           citizenship_enum_id: memo.citizenshipEnumId ?? null,
         },
       };
-    case "contact.update": {
-      const userId = await workflowUser(tx, row);
-      if (memo.phoneHash && userId)
-        await snapshotPhone(tx, String(row.params.contact_id), userId, memo.phoneHash);
+    case "contact.update":
+      if (memo.phoneHash && h.userId)
+        await snapshotPhone(tx, String(row.params.contact_id), h.userId, memo.phoneHash);
       return { updated: true, phone_hash: memo.phoneHash ?? null };
-    }
     case "contact.read": {
       const contacts = (result as CommandResults["contact.read"]).contacts;
       const purpose = row.params.purpose;
@@ -218,7 +215,7 @@ export async function projectResult(
         };
       }
       if (purpose === "apply") {
-        const userId = await workflowUser(tx, row);
+        const userId = h.userId;
         const c = contacts[0];
         if (!c || !userId) return { found: false };
         if (c.userId !== userId) return { found: true, user_id_matches: false, registered: c.registered };

@@ -187,10 +187,13 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
   } catch {
     return { sent: 0, waitMs: 100 };
   }
-  let rows: CommandRow[];
+  // Claimed together with each command's user (the workflow's), for hydration and the result.
+  let rows: Array<CommandRow & { owner_user_id: string | null }>;
   try {
-    ({ rows } = await deps.pool.query<CommandRow>(
-      "select * from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3))",
+    ({ rows } = await deps.pool.query<CommandRow & { owner_user_id: string | null }>(
+      `select c.*, w.user_id as owner_user_id
+         from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3)) c
+         left join bitrix_sync.workflow_instances w on w.id = c.workflow_id`,
       [deps.workerId, s.batchSize, s.leaseSec],
     ));
   } catch (e) {
@@ -205,7 +208,7 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
   const ready: Array<{ row: CommandRow; h: Hydrated }> = [];
   for (const row of rows) {
     try {
-      const r = await hydrate(deps.pool, row, deps.dictionary);
+      const r = await hydrate(deps.pool, row, row.owner_user_id, deps.dictionary);
       if (r.ok) ready.push({ row, h: r.value });
       else if (r.failure.kind === "business") await settleQuietly(deps, row, "reject", r.failure.code);
       else await settleQuietly(deps, row, "dead_letter", r.failure.code);
@@ -277,7 +280,7 @@ async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: Command
     if (o.ok) {
       try {
         await inTransaction(deps.pool, async (c) => {
-          const projection = await projectResult(c, row, o.result, h.memo, { dictionary: deps.dictionary });
+          const projection = await projectResult(c, row, o.result, h, { dictionary: deps.dictionary });
           await c.query("select bitrix_sync.complete_command($1, $2, $3)", [
             row.id,
             row.lease_token,
