@@ -28,6 +28,23 @@ export const TEST_MEMBER_ID = "test-member-0001";
 export const TEST_CONTACT_TOKEN = "contact-token-5f0b3c1e9a7d4b2c8e6f";
 export const TEST_ALERT_TOKEN = "alert-token-8d2e4a6c0b9f1e3d5c7a";
 
+/** The service's environment in tests: sync enabled against the emulator, secrets from env. */
+export function testServiceEnv(crm: { url: string; host: string }): Record<string, string> {
+  return {
+    SECRETS_SOURCE: "env",
+    BITRIX_SYNC_ENABLED: "true",
+    BITRIX_SYNC_CRM_REST_WEBHOOK_URL: crm.url,
+    BITRIX_SYNC_PORTAL_HOST: crm.host,
+    BITRIX_SYNC_PORTAL_MEMBER_ID: TEST_MEMBER_ID,
+    BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: TEST_CONTACT_TOKEN,
+    BITRIX_SYNC_ALERT_RECEIVER_TOKEN: TEST_ALERT_TOKEN,
+    BITRIX_SYNC_CONTACT_USER_ID_FIELD: SANDBOX_FIELDS.userId,
+    BITRIX_SYNC_CONTACT_REGISTERED_FIELD: SANDBOX_FIELDS.registered,
+    BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: SANDBOX_FIELDS.citizenship,
+    BITRIX_SYNC_HTTP_TIMEOUT_SEC: "2",
+  };
+}
+
 /** Activates a settings version with `changes` over the defaults (the real validated path). */
 export async function setSettings(db: TestDb, changes: Record<string, unknown>): Promise<void> {
   const { rows } = await db.pool.query<{ v: number }>(
@@ -71,19 +88,7 @@ export async function startRig(
     },
   });
   const log = createLogger({ level: "debug", destination: sink });
-  const config = loadConfig({
-    SECRETS_SOURCE: "env",
-    BITRIX_SYNC_ENABLED: "true",
-    BITRIX_SYNC_CRM_REST_WEBHOOK_URL: emulator.url,
-    BITRIX_SYNC_PORTAL_HOST: emulator.host,
-    BITRIX_SYNC_PORTAL_MEMBER_ID: TEST_MEMBER_ID,
-    BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: TEST_CONTACT_TOKEN,
-    BITRIX_SYNC_ALERT_RECEIVER_TOKEN: TEST_ALERT_TOKEN,
-    BITRIX_SYNC_CONTACT_USER_ID_FIELD: SANDBOX_FIELDS.userId,
-    BITRIX_SYNC_CONTACT_REGISTERED_FIELD: SANDBOX_FIELDS.registered,
-    BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: SANDBOX_FIELDS.citizenship,
-    BITRIX_SYNC_HTTP_TIMEOUT_SEC: "2",
-  });
+  const config = loadConfig(testServiceEnv(emulator));
   let stopping = new AbortController();
   let servicePool = db.pool;
   let serviceUrl = db.url;

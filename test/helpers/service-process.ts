@@ -1,9 +1,8 @@
 // Runs the real service (src/main.ts) as a child process against a test database and the emulator,
 // so tests can SIGKILL or SIGTERM it like an orchestrator would.
 import { type ChildProcess, spawn } from "node:child_process";
-import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { projectRoot } from "../../src/db/migrate.js";
-import { TEST_ALERT_TOKEN, TEST_CONTACT_TOKEN, TEST_MEMBER_ID } from "./e2e.js";
+import { testServiceEnv } from "./e2e.js";
 
 export interface ServiceProcess {
   child: ChildProcess;
@@ -19,18 +18,8 @@ export function serviceEnv(
   return {
     PATH: process.env.PATH ?? "",
     HOME: process.env.HOME ?? "/tmp",
-    SECRETS_SOURCE: "env",
-    BITRIX_SYNC_ENABLED: "true",
+    ...testServiceEnv(crm),
     BITRIX_SYNC_DATABASE_URL: databaseUrl,
-    BITRIX_SYNC_CRM_REST_WEBHOOK_URL: crm.url,
-    BITRIX_SYNC_PORTAL_HOST: crm.host,
-    BITRIX_SYNC_PORTAL_MEMBER_ID: TEST_MEMBER_ID,
-    BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: TEST_CONTACT_TOKEN,
-    BITRIX_SYNC_ALERT_RECEIVER_TOKEN: TEST_ALERT_TOKEN,
-    BITRIX_SYNC_CONTACT_USER_ID_FIELD: SANDBOX_FIELDS.userId,
-    BITRIX_SYNC_CONTACT_REGISTERED_FIELD: SANDBOX_FIELDS.registered,
-    BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: SANDBOX_FIELDS.citizenship,
-    BITRIX_SYNC_HTTP_TIMEOUT_SEC: "2",
     BITRIX_SYNC_MIGRATE_ON_START: "false",
     PORT: "0",
     HOST: "127.0.0.1",
