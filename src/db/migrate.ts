@@ -23,6 +23,14 @@ function releaseMigratePools(): void {
 
 /** Hash of the newest committed migration, read from its `--! Hash:` header. */
 export function latestMigrationHash(): string | null {
+  // The committed files do not change while the process runs; readiness asks on every probe.
+  if (latestHash === undefined) latestHash = readLatestHash();
+  return latestHash;
+}
+
+let latestHash: string | null | undefined;
+
+function readLatestHash(): string | null {
   const dir = join(migrationsFolder, "committed");
   const files = readdirSync(dir)
     .filter((f) => f.endsWith(".sql"))
