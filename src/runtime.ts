@@ -45,7 +45,9 @@ export interface RuntimeInput {
 export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
   const { config, log, pool } = input;
   const settings = await createSettingsCache(pool);
-  const crmSettings = (): CrmSettings => crmSettingsFrom(settings.get());
+  // Parsed once per settings version (the cache hands out the same object until a refresh changes
+  // it): these are read on every command and every limiter call.
+  const crmSettings = perVersion(settings, crmSettingsFrom);
   const timeoutMs = config.env.BITRIX_SYNC_HTTP_TIMEOUT_SEC * 1000;
   const limiter = createPortalLimiter(pool, input.crmEndpoint.portalHost, timeoutMs, crmSettings);
   const crm = createCrm({
@@ -75,9 +77,8 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
     },
     log,
   };
-  const engineSettings = (): EngineSettings => {
-    const s = settings.get();
-    const c = crmSettings();
+  const engineSettings = perVersion(settings, (s): EngineSettings => {
+    const c = crmSettingsFrom(s);
     const e = engineKeys(s);
     return {
       claimSize: e.claimSize,
@@ -86,7 +87,7 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
       batchMaxWaitMs: c.batch.maxWaitMs,
       retry: c.retry,
     };
-  };
+  });
   const engine: EngineDeps = {
     pool,
     log,
@@ -107,6 +108,20 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
       settings.stop();
       await crm.close();
     },
+  };
+}
+
+/** `derive(settings.get())`, recomputed only when the cached settings object changes. */
+function perVersion<T>(settings: SettingsCache, derive: (s: Record<string, unknown>) => T): () => T {
+  let source: Record<string, unknown> | null = null;
+  let value: T;
+  return () => {
+    const s = settings.get();
+    if (s !== source) {
+      value = derive(s);
+      source = s;
+    }
+    return value;
   };
 }
 

@@ -19,7 +19,9 @@ export async function createSettingsCache(
     const { rows } = await pool.query<{ s: Record<string, unknown> }>(
       "select bitrix_sync.active_settings() as s",
     );
-    current = rows[0]?.s ?? current;
+    const next = rows[0]?.s;
+    // Keep the same object while the version is the same: consumers derive from it once per version.
+    if (next && next._version !== current._version) current = next;
   };
   await refresh();
   const timer = setInterval(() => {
