@@ -1,40 +1,45 @@
-// graphile-migrate 1.4.1 has no `--!include`, so migrations are written in migrations/src/ with lines
-// `-- #include sql/<file>.sql` and this script expands them into migrations/committed/ with the
-// `--! Previous` / `--! Hash` chain graphile-migrate verifies. Committed files that already exist
-// must not change (they may be deployed): the script refuses unless --rewrite is given, which is
-// only for migrations that never left a development machine.
+// `npm run db:build` and `npm run db:check` (docs/migrations.md).
 //
-//   node --import tsx scripts/build-migrations.ts          write new committed files
-//   node --import tsx scripts/build-migrations.ts --check  exit 1 if committed/ is out of date
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+//   db:build  verifies migrations/committed/ (hash chain, frozen sources) and writes the migrations
+//             of migrations/src/ that have no committed file yet, expanded with today's sql/.
+//             It never rewrites a committed file.
+//   db:check  the same verification, and fails when a migration is not built yet or a sql/ file
+//             differs from what the newest migration including it applied.
+//
+// Both exit 1 with one line per problem, naming the file and what to do.
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { migrationsFolder } from "../src/db/migrate.js";
-import { expandMigrations } from "../src/db/migration-source.js";
+import { projectRoot } from "../src/db/migrate.js";
+import { planMigrations } from "../src/db/migration-source.js";
 
 const check = process.argv.includes("--check");
-const rewrite = process.argv.includes("--rewrite");
-const committedDir = join(migrationsFolder, "committed");
-let problems = 0;
-for (const m of expandMigrations()) {
-  const target = join(committedDir, m.filename);
-  const existing = existsSync(target) ? readFileSync(target, "utf8") : null;
-  if (existing === m.text) continue;
-  if (check) {
-    console.error(`${m.filename}: committed file differs from migrations/src (run npm run db:build)`);
-    problems++;
-  } else if (existing !== null && !rewrite) {
-    console.error(`${m.filename}: committed already; refusing to change it. Add a new migration instead.`);
-    problems++;
-  } else {
-    writeFileSync(target, m.text);
-    console.log(`wrote ${m.filename}`);
+const rootArg = process.argv.indexOf("--root");
+const root = rootArg > 0 ? (process.argv[rootArg + 1] ?? projectRoot) : projectRoot;
+
+const plan = planMigrations(root);
+// A broken chain or an edited source is reported before anything is written.
+const chainProblems = plan.problems.filter((p) => p.file.startsWith("migrations/"));
+const driftProblems = plan.problems.filter((p) => !p.file.startsWith("migrations/"));
+let failed = chainProblems.length > 0;
+for (const p of chainProblems) console.error(`${p.file}: ${p.message}`);
+
+if (check) {
+  for (const m of plan.pending) {
+    console.error(`migrations/src/${m.filename}: not built yet; run npm run db:build`);
+    failed = true;
   }
-}
-const known = new Set(expandMigrations().map((m) => m.filename));
-for (const f of readdirSync(committedDir).filter((f) => f.endsWith(".sql"))) {
-  if (!known.has(f)) {
-    console.error(`${f}: committed file without a source in migrations/src`);
-    problems++;
+  for (const p of driftProblems) console.error(`${p.file}: ${p.message}`);
+  if (driftProblems.length > 0) failed = true;
+} else if (!failed) {
+  for (const m of plan.pending) {
+    writeFileSync(join(root, "migrations", "committed", m.filename), m.text);
+    console.log(`wrote migrations/committed/${m.filename}`);
   }
+  // Building applied the pending includes; what is left is a sql/ change no migration carries.
+  const after = planMigrations(root);
+  for (const p of after.problems) console.error(`${p.file}: ${p.message}`);
+  if (after.problems.length > 0) failed = true;
+  if (plan.pending.length === 0 && !failed)
+    console.log("nothing to build: migrations/committed is up to date");
 }
-process.exitCode = problems > 0 ? 1 : 0;
+process.exitCode = failed ? 1 : 0;

@@ -24,43 +24,8 @@ grant select on han_app.sync_queue to bitrix_sync_user;
 grant update (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code,
               last_error_at, completed_at, cancel_reason, updated_at)
   on han_app.sync_queue to bitrix_sync_user;
--- graphile-worker's schema, when present (the service migrates it before this file runs).
-do $$
-begin
-  if exists (select 1 from pg_namespace where nspname = 'graphile_worker') then
-    grant usage on schema graphile_worker to bitrix_sync_user;
-    grant select, insert, update, delete on all tables in schema graphile_worker to bitrix_sync_user;
-    grant usage, select on all sequences in schema graphile_worker to bitrix_sync_user;
-    grant execute on all functions in schema graphile_worker to bitrix_sync_user;
-  end if;
-end $$;
--- Readiness compares the applied migrations with the committed ones (§14).
-do $$
-begin
-  if exists (select 1 from pg_namespace where nspname = 'graphile_migrate') then
-    grant usage on schema graphile_migrate to bitrix_sync_user;
-    grant select on graphile_migrate.migrations to bitrix_sync_user;
-  end if;
-end $$;
--- graphile-worker enables row-level security on its private tables without policies, which leaves
--- them to their owner. The runtime role is not the owner (the migration role is), so it gets an
--- explicit policy on each: the grants above decide what it may do.
-do $$
-declare
-  v_table text;
-begin
-  for v_table in
-    select c.relname from pg_class c
-     where c.relnamespace = to_regnamespace('graphile_worker') and c.relkind = 'r' and c.relrowsecurity
-  loop
-    if not exists (select 1 from pg_policies p
-                    where p.schemaname = 'graphile_worker' and p.tablename = v_table
-                      and p.policyname = 'bitrix_sync_user_all') then
-      execute format('create policy bitrix_sync_user_all on graphile_worker.%I for all to bitrix_sync_user using (true) with check (true)',
-                     v_table);
-    end if;
-  end loop;
-end $$;
+-- graphile-worker's and graphile-migrate's schemas: sql/worker_grants.sql, applied after every
+-- migration run so a graphile-worker upgrade never leaves the runtime role without rights.
 
 -- bitrix_sync_admin: the audited procedures and the status views, nothing else. The procedures are
 -- security definer, so no table grant is needed for them.

@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import { Logger as GraphileLogger } from "@graphile/logger";
 import { migrate as gmMigrate } from "graphile-migrate";
 import { makeWorkerUtils } from "graphile-worker";
-import type pg from "pg";
+import pg from "pg";
 
 export const projectRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const migrationsFolder = join(projectRoot, "migrations");
@@ -50,9 +50,14 @@ export async function migrationsCurrent(client: pg.Pool | pg.PoolClient): Promis
   return rows[0]?.hash === want;
 }
 
+/** sql/worker_grants.sql: the runtime role's rights on graphile-worker's and graphile-migrate's schemas. */
+export const WORKER_GRANTS_FILE = join(projectRoot, "sql", "worker_grants.sql");
+
 /**
- * Brings `connectionString` up to date: graphile-worker's schema first (the project's SQL grants on
- * it), then the committed migrations. Safe to run concurrently; graphile-migrate takes a lock.
+ * Brings `connectionString` up to date: graphile-worker's schema first, then the committed
+ * migrations, then the runtime role's rights on graphile-worker's tables again (sql/worker_grants.sql:
+ * a graphile-worker upgrade may have added tables). The same steps as the graphile-migrate CLI with
+ * the project's .gmrc. Safe to run concurrently; graphile-migrate takes a lock.
  */
 export async function migrateDatabase(connectionString: string, log?: Logger): Promise<void> {
   const utils = await makeWorkerUtils({ connectionString });
@@ -71,5 +76,12 @@ export async function migrateDatabase(connectionString: string, log?: Logger): P
     // graphile-migrate keeps its pool open a moment after use and exits the process if that idle
     // pool sees an error (e.g. the database being dropped or renamed). Close it now.
     releaseMigratePools();
+  }
+  const c = new pg.Client({ connectionString });
+  await c.connect();
+  try {
+    await c.query(readFileSync(WORKER_GRANTS_FILE, "utf8"));
+  } finally {
+    await c.end();
   }
 }

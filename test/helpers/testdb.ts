@@ -114,6 +114,19 @@ export async function createTestDb(): Promise<TestDb> {
   };
 }
 
+/** An empty database (no migrations), for tests of the migrators themselves. */
+export async function createEmptyDb(): Promise<{ url: string; name: string; drop(): Promise<void> }> {
+  const name = `bs_e_${randomBytes(6).toString("hex")}`;
+  await withAdmin((c) => c.query(`create database ${name}`));
+  return {
+    url: withDatabase(serverUrl(), name),
+    name,
+    drop: async () => {
+      await withAdmin((c) => c.query(`drop database if exists ${name} with (force)`));
+    },
+  };
+}
+
 /** Runs `fn` in a transaction that is always rolled back. */
 export async function withTx<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
   const c = await pool.connect();

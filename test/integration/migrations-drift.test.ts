@@ -1,0 +1,82 @@
+// The database and the repository cannot drift apart silently (docs/migrations.md): a database
+// migrated from migrations/committed/ has exactly the definitions today's sql/ files give, and
+// graphile-migrate's own CLI (with the project's .gmrc) builds the same database as the service.
+import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import test from "ava";
+import pg from "pg";
+import { migrateDatabase, projectRoot } from "../../src/db/migrate.js";
+import { sqlApplyOrder } from "../../src/db/migration-source.js";
+import { withDatabase } from "../../src/db/url.js";
+import { catalogPicture } from "../helpers/catalog.js";
+import { createEmptyDb, createTestDb, serverUrl } from "../helpers/testdb.js";
+
+const run = promisify(execFile);
+
+function samePicture(
+  t: import("ava").ExecutionContext,
+  a: Record<string, unknown[]>,
+  b: Record<string, unknown[]>,
+) {
+  for (const k of Object.keys(a)) t.deepEqual(b[k], a[k], `${k} differ`);
+}
+
+test("re-applying today's sql/ files on a database migrated from committed/ changes no definition", async (t) => {
+  const db = await createTestDb();
+  t.teardown(() => db.drop());
+  const migrated = await catalogPicture(db.pool);
+  t.true((migrated.functions ?? []).length > 50);
+  for (const rel of sqlApplyOrder()) {
+    await db.pool.query(readFileSync(join(projectRoot, rel), "utf8"));
+  }
+  samePicture(t, migrated, await catalogPicture(db.pool));
+});
+
+test("graphile-migrate's CLI with .gmrc builds the service's database, and `status` then reports it current", async (t) => {
+  const empty = await createEmptyDb();
+  t.teardown(() => empty.drop());
+  const env = {
+    ...process.env,
+    DATABASE_URL: empty.url,
+    SHADOW_DATABASE_URL: withDatabase(serverUrl(), `${empty.name}_shadow`),
+  };
+  const cli = join(projectRoot, "node_modules", "graphile-migrate", "dist", "cli.js");
+  await run(process.execPath, [cli, "migrate"], { cwd: projectRoot, env });
+  const status = await run(process.execPath, [cli, "status"], { cwd: projectRoot, env });
+  t.regex(status.stdout, /Up to date/);
+
+  const viaCli = new pg.Client({ connectionString: empty.url });
+  await viaCli.connect();
+  t.teardown(() => viaCli.end());
+  const reference = await createTestDb();
+  t.teardown(() => reference.drop());
+  samePicture(t, await catalogPicture(reference.pool), await catalogPicture(viaCli));
+
+  // A graphile-worker upgrade adds a table (with row-level security, as graphile-worker does):
+  // `migrate --forceActions` gives the runtime role its rights on it although no migration is due.
+  await viaCli.query(
+    "create table graphile_worker._private_upgrade_probe (id int); alter table graphile_worker._private_upgrade_probe enable row level security",
+  );
+  await run(process.execPath, [cli, "migrate", "--forceActions"], { cwd: projectRoot, env });
+  const { rows } = await viaCli.query<{ can: boolean; policy: boolean }>(
+    `select has_table_privilege('bitrix_sync_user', 'graphile_worker._private_upgrade_probe', 'select, insert, update, delete') as can,
+            exists (select 1 from pg_policies where tablename = '_private_upgrade_probe' and 'bitrix_sync_user' = any(roles)) as policy`,
+  );
+  t.deepEqual(rows[0], { can: true, policy: true });
+});
+
+test("the service's migrator reapplies the runtime role's rights on graphile-worker's tables on every run", async (t) => {
+  const db = await createTestDb();
+  t.teardown(() => db.drop());
+  await db.pool.query(
+    "create table graphile_worker._private_upgrade_probe (id int); alter table graphile_worker._private_upgrade_probe enable row level security",
+  );
+  await migrateDatabase(db.url);
+  const { rows } = await db.pool.query<{ can: boolean; policy: boolean }>(
+    `select has_table_privilege('bitrix_sync_user', 'graphile_worker._private_upgrade_probe', 'select, insert, update, delete') as can,
+            exists (select 1 from pg_policies where tablename = '_private_upgrade_probe' and 'bitrix_sync_user' = any(roles)) as policy`,
+  );
+  t.deepEqual(rows[0], { can: true, policy: true });
+});

@@ -1,0 +1,155 @@
+// The migration builder as a DBA meets it after a release (docs/migrations.md): committed
+// migrations are frozen, a sql/ change ships in a new migration, and db:check names what is wrong.
+import { execFile } from "node:child_process";
+import {
+  appendFileSync,
+  cpSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import test from "ava";
+import { projectRoot } from "../../../src/db/migrate.js";
+import { planMigrations } from "../../../src/db/migration-source.js";
+
+const run = promisify(execFile);
+
+/** A copy of migrations/ and sql/ to play the DBA in; removed after the test. */
+function sandboxTree(t: { teardown(fn: () => void): void }): string {
+  const root = mkdtempSync(join(tmpdir(), "bitrix-sync-migrations-"));
+  cpSync(join(projectRoot, "migrations"), join(root, "migrations"), { recursive: true });
+  cpSync(join(projectRoot, "sql"), join(root, "sql"), { recursive: true });
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  return root;
+}
+
+function committedFiles(root: string): Map<string, string> {
+  const dir = join(root, "migrations", "committed");
+  return new Map(readdirSync(dir).map((f) => [f, readFileSync(join(dir, f), "utf8")]));
+}
+
+function nextNumber(root: string): string {
+  const last = [...committedFiles(root).keys()].sort().at(-1) ?? "000000";
+  return String(Number(last.slice(0, 6)) + 1).padStart(6, "0");
+}
+
+/** Runs the real script (npm run db:build / db:check) on `root`. */
+async function builder(root: string, ...args: string[]): Promise<{ code: number; out: string }> {
+  try {
+    const r = await run(
+      process.execPath,
+      ["--import", "tsx", join(projectRoot, "scripts", "build-migrations.ts"), "--root", root, ...args],
+      { cwd: projectRoot },
+    );
+    return { code: 0, out: r.stdout + r.stderr };
+  } catch (e) {
+    const x = e as { code: number; stdout: string; stderr: string };
+    return { code: x.code, out: x.stdout + x.stderr };
+  }
+}
+
+test("the project's own migrations: a valid chain, nothing pending, no sql/ drift", (t) => {
+  const plan = planMigrations();
+  t.deepEqual(plan.problems, []);
+  t.deepEqual(plan.pending, []);
+  t.true(plan.committed.length >= 6);
+});
+
+test("a sql/ change after a release: db:check names the file until a new migration includes it; building writes only that migration", async (t) => {
+  const root = sandboxTree(t);
+  const before = committedFiles(root);
+  appendFileSync(join(root, "sql", "alerts.sql"), "\n-- a later change\n");
+
+  const check1 = await builder(root, "--check");
+  t.is(check1.code, 1);
+  t.regex(check1.out, /sql\/alerts\.sql: differs from what migration 000002-expand\.sql applied/);
+  t.regex(check1.out, /-- #include sql\/alerts\.sql/);
+  // Building alone cannot fix it and rewrites nothing.
+  const build1 = await builder(root);
+  t.is(build1.code, 1);
+  t.deepEqual(committedFiles(root), before);
+
+  const name = `${nextNumber(root)}-later-change.sql`;
+  writeFileSync(join(root, "migrations", "src", name), "-- later change\n-- #include sql/alerts.sql\n");
+  const check2 = await builder(root, "--check");
+  t.is(check2.code, 1);
+  t.regex(check2.out, new RegExp(`migrations/src/${name}: not built yet`));
+
+  const build2 = await builder(root);
+  t.is(build2.code, 0, build2.out);
+  const after = committedFiles(root);
+  t.deepEqual([...after.keys()].sort(), [...before.keys(), name].sort());
+  for (const [f, text] of before) t.is(after.get(f), text, `${f} must not change`);
+  t.true(after.get(name)?.includes("-- a later change"));
+  // The new file continues graphile-migrate's chain from the last committed hash.
+  const plan = planMigrations(root);
+  t.deepEqual(plan.problems, []);
+  t.is(plan.committed.at(-1)?.previous, plan.committed.at(-2)?.hash);
+  t.is((await builder(root, "--check")).code, 0);
+});
+
+test("an edited committed migration breaks the hash chain and is reported, not rebuilt", async (t) => {
+  const root = sandboxTree(t);
+  const file = join(root, "migrations", "committed", "000003-contract.sql");
+  writeFileSync(file, readFileSync(file, "utf8").replace("drop index if exists", "drop index  if exists"));
+  const plan = planMigrations(root);
+  t.true(
+    plan.problems.some(
+      (p) => p.file === "migrations/committed/000003-contract.sql" && /Hash does not match/.test(p.message),
+    ),
+  );
+  const r = await builder(root);
+  t.is(r.code, 1);
+  t.regex(r.out, /000003-contract\.sql: --! Hash does not match the body/);
+});
+
+test("a removed or renumbered committed migration breaks the Previous link", (t) => {
+  const root = sandboxTree(t);
+  rmSync(join(root, "migrations", "committed", "000004-crm-client.sql"));
+  rmSync(join(root, "migrations", "src", "000004-crm-client.sql"));
+  const plan = planMigrations(root);
+  t.true(
+    plan.problems.some(
+      (p) => p.file === "migrations/committed/000005-receivers.sql" && /chain is broken/.test(p.message),
+    ),
+  );
+});
+
+test("the source of a committed migration is frozen too", (t) => {
+  const root = sandboxTree(t);
+  appendFileSync(join(root, "migrations", "src", "000003-contract.sql"), "\nselect 1;\n");
+  const plan = planMigrations(root);
+  t.true(
+    plan.problems.some(
+      (p) =>
+        p.file === "migrations/src/000003-contract.sql" &&
+        /differs from the committed migration/.test(p.message),
+    ),
+  );
+});
+
+test("a new migration numbered before the last committed one is refused", (t) => {
+  const root = sandboxTree(t);
+  writeFileSync(join(root, "migrations", "src", "000004-sneaky.sql"), "select 1;\n");
+  const plan = planMigrations(root);
+  t.true(
+    plan.problems.some(
+      (p) => p.file === "migrations/src/000004-sneaky.sql" && /numbered before/.test(p.message),
+    ),
+  );
+  t.deepEqual(plan.pending, []);
+});
+
+test("a sql/ file no migration includes is reported: no database would have it", (t) => {
+  const root = sandboxTree(t);
+  writeFileSync(join(root, "sql", "orphan.sql"), "select 1;\n");
+  const plan = planMigrations(root);
+  t.true(
+    plan.problems.some((p) => p.file === "sql/orphan.sql" && /no migration includes it/.test(p.message)),
+  );
+});
