@@ -63,6 +63,14 @@ const task: Task = async (payload, helpers) => {
     } else if (successor === mine) {
       successor = null;
     }
+    // The hand-over job can be taken by a job that returned at once because this loop (or its
+    // successor) still had time; if nothing runs after this loop now, enqueue the successor here,
+    // or the next loop would wait for the cron minute.
+    if (current === null && !signal.aborted) {
+      await helpers
+        .addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" })
+        .catch(() => undefined);
+    }
   }
 };
 
