@@ -15,6 +15,18 @@ test.after.always(async () => {
 const F = SANDBOX_FIELDS;
 
 test.serial(
+  "the citizenship dictionary's CRM calls are recorded for readiness, like the engine's",
+  async (t) => {
+    // Before the worker starts nothing else has called the CRM.
+    t.is(rig.runtime.health.lastCrmSuccessAt, null);
+    const before = rig.emulator.log.length;
+    t.like(await rig.runtime.engine.dictionary.resolve("45"), { found: true });
+    t.is(rig.emulator.log.length, before + 1, "one batch, through the limiter like any other");
+    t.not(rig.runtime.health.lastCrmSuccessAt, null);
+  },
+);
+
+test.serial(
   "the portal commits a create and the reply times out: exactly one Contact, mapped after recovery",
   async (t) => {
     await rig.startWorker();
