@@ -101,10 +101,7 @@ async function main(): Promise<void> {
       config,
       health: runtime.health,
       limiter: runtime.crm.limiter,
-      settingsVersion: () => {
-        const v = runtime.settings.get()._version;
-        return typeof v === "number" ? v : null;
-      },
+      settings: runtime.settings,
     },
   });
   const server = serve({ fetch: app.fetch, port: config.env.PORT, hostname: config.env.HOST }, (info) =>

@@ -4,19 +4,11 @@
 import { hostname } from "node:os";
 import pg from "pg";
 import { type Config, loadConfig } from "./config/env.js";
-import {
-  type Crm,
-  type CrmDeps,
-  type CrmSettings,
-  createCrm,
-  createPortalLimiter,
-  crmSettingsFrom,
-} from "./crm/index.js";
+import { type Crm, type CrmDeps, createCrm, createPortalLimiter } from "./crm/index.js";
 import { HealthState, observedClient } from "./observability/health.js";
 import { createLogger, type Logger } from "./observability/logger.js";
-import { createSettingsCache, engineKeys, type SettingsCache } from "./settings-cache.js";
-import { alertCrmSettingsFrom } from "./workflows/alert-sync.js";
-import type { EngineDeps, EngineSettings } from "./workflows/engine.js";
+import { createSettingsCache, type SettingsCache } from "./settings-cache.js";
+import type { EngineDeps } from "./workflows/engine.js";
 
 export interface Runtime {
   config: Config;
@@ -44,12 +36,10 @@ export interface RuntimeInput {
 
 export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
   const { config, log, pool } = input;
-  const settings = await createSettingsCache(pool);
-  // Parsed once per settings version (the cache hands out the same object until a refresh changes
-  // it): these are read on every command and every limiter call.
-  const crmSettings = perVersion(settings, crmSettingsFrom);
+  const settings = await createSettingsCache(pool, { log });
   const timeoutMs = config.env.BITRIX_SYNC_HTTP_TIMEOUT_SEC * 1000;
-  const limiter = createPortalLimiter(pool, input.crmEndpoint.portalHost, timeoutMs, crmSettings);
+  const limiter = createPortalLimiter(pool, input.crmEndpoint.portalHost, timeoutMs, settings.get);
+  const health = new HealthState();
   const crm = createCrm({
     webhookUrl: input.crmEndpoint.webhookUrl,
     portalHost: input.crmEndpoint.portalHost,
@@ -60,40 +50,19 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
       citizenship: config.fields.citizenship,
     },
     limiter,
-    settings: crmSettings,
+    settings: settings.get,
+    // Every call, the engine's and the citizenship dictionary's, is recorded for readiness and
+    // status (§14).
+    observe: (client) => observedClient(client, health),
     log,
   });
-  const health = new HealthState();
-  const crmDeps: CrmDeps = {
-    // Every call the engine makes is recorded for readiness and status (§14).
-    client: observedClient(crm.client, health),
-    limiter: crm.limiter,
-    catalogue: {
-      fields: {
-        userId: config.fields.userId,
-        registered: config.fields.registered,
-        citizenship: config.fields.citizenship,
-      },
-    },
-    log,
-  };
-  const engineSettings = perVersion(settings, (s): EngineSettings => {
-    const c = crmSettingsFrom(s);
-    const e = engineKeys(s);
-    return {
-      claimSize: e.claimSize,
-      leaseSec: e.leaseSec,
-      batchSize: c.batch.size,
-      batchMaxWaitMs: c.batch.maxWaitMs,
-      retry: c.retry,
-    };
-  });
+  const crmDeps = crm.deps;
   const engine: EngineDeps = {
     pool,
     log,
     crm: crmDeps,
     dictionary: crm.citizenship,
-    settings: engineSettings,
+    settings: settings.get,
     workerId: `${hostname()}:${process.pid}`,
     health,
   };
@@ -108,20 +77,6 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
       settings.stop();
       await crm.close();
     },
-  };
-}
-
-/** `derive(settings.get())`, recomputed only when the cached settings object changes. */
-function perVersion<T>(settings: SettingsCache, derive: (s: Record<string, unknown>) => T): () => T {
-  let source: Record<string, unknown> | null = null;
-  let value: T;
-  return () => {
-    const s = settings.get();
-    if (s !== source) {
-      value = derive(s);
-      source = s;
-    }
-    return value;
   };
 }
 
@@ -158,13 +113,4 @@ export function runtime(): Promise<Runtime> {
     });
   })();
   return registered;
-}
-
-/** Settings for the sync loop, read fresh each time. */
-export function loopSettings(r: Runtime) {
-  return {
-    pollMs: () => engineKeys(r.settings.get()).pollMs,
-    pumps: () => crmSettingsFrom(r.settings.get()).limiter.maxInFlight,
-    alerts: () => alertCrmSettingsFrom(r.settings.get()),
-  };
 }

@@ -1,27 +1,71 @@
 // The active settings version (§12.3), cached in the process and re-read every few seconds, so a
-// newly activated version applies without a restart. Reads never block a hot path.
+// newly activated version applies without a restart. Each version is parsed once, by the one schema
+// (settings-schema.ts); every consumer reads the typed result. Reads never block a hot path.
 import type pg from "pg";
+import type { Logger } from "./observability/logger.js";
+import { parseSettings, type Settings } from "./settings-schema.js";
+
+/** The active version does not parse: the service keeps running on the last one that did. */
+export interface SettingsProblem {
+  code: "settings_unparsable";
+  /** The version that was refused. */
+  version: number | null;
+}
 
 export interface SettingsCache {
-  /** The last active settings object read (catalogue defaults filled in, plus _version). */
-  get(): Record<string, unknown>;
+  /**
+   * The settings of the newest version that parsed, e.g. `get().batch.size`. The same object until
+   * another version takes effect, so a consumer may derive from it once per version.
+   */
+  get(): Settings;
+  /** The version `get()` returns (settings_versions.version). */
+  version(): number | null;
+  /** Set while the active version does not parse; cleared when a later version does. */
+  problem(): SettingsProblem | null;
   /** Reads now. */
   refresh(): Promise<void>;
   stop(): void;
 }
 
+/** The first read found settings the service cannot use; nothing to fall back to. */
+export class SettingsError extends Error {
+  override name = "SettingsError";
+}
+
 export async function createSettingsCache(
   pool: pg.Pool,
-  opts: { intervalMs?: number } = {},
+  opts: { log?: Pick<Logger, "error">; intervalMs?: number } = {},
 ): Promise<SettingsCache> {
-  let current: Record<string, unknown> = {};
+  let current: { version: number | null; settings: Settings } | null = null;
+  let problem: SettingsProblem | null = null;
   const refresh = async () => {
-    const { rows } = await pool.query<{ s: Record<string, unknown> }>(
-      "select bitrix_sync.active_settings() as s",
+    const { rows } = await pool.query<{ s: unknown }>("select bitrix_sync.active_settings() as s");
+    const raw = rows[0]?.s as { _version?: unknown } | undefined;
+    const seen = typeof raw?._version === "number" ? raw._version : null;
+    // One parse per version: the version in use, or the refused one, is not parsed again.
+    if (current && seen === current.version) return;
+    if (problem && seen === problem.version) return;
+    const parsed = parseSettings(raw);
+    if (parsed.ok) {
+      current = { version: parsed.version, settings: parsed.settings };
+      problem = null;
+      return;
+    }
+    if (!current) {
+      throw new SettingsError(
+        `settings version ${parsed.version} does not parse: ${parsed.errors.join("; ")}`,
+      );
+    }
+    problem = { code: "settings_unparsable", version: parsed.version };
+    opts.log?.error(
+      {
+        event: "settings.unparsable",
+        version: parsed.version,
+        inUse: current.version,
+        errors: parsed.errors,
+      },
+      "the active settings version does not parse; keeping the previous one",
     );
-    const next = rows[0]?.s;
-    // Keep the same object while the version is the same: consumers derive from it once per version.
-    if (next && next._version !== current._version) current = next;
   };
   await refresh();
   const timer = setInterval(() => {
@@ -29,22 +73,10 @@ export async function createSettingsCache(
   }, opts.intervalMs ?? 5_000);
   timer.unref();
   return {
-    get: () => current,
+    get: () => (current as NonNullable<typeof current>).settings,
+    version: () => current?.version ?? null,
+    problem: () => problem,
     refresh,
     stop: () => clearInterval(timer),
-  };
-}
-
-function num(s: Record<string, unknown>, key: string, dflt: number): number {
-  const v = s[key];
-  return typeof v === "number" && Number.isFinite(v) ? v : dflt;
-}
-
-/** Typed accessors for the engine's own keys (the CRM client parses its keys itself). */
-export function engineKeys(s: Record<string, unknown>) {
-  return {
-    claimSize: num(s, "claim.size", 50),
-    leaseSec: num(s, "lease.ttl_sec", 60),
-    pollMs: Math.min(5_000, num(s, "worker.poll_interval_ms", 2_000)),
   };
 }

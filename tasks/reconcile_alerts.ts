@@ -3,7 +3,7 @@
 import type { Task } from "graphile-worker";
 import { z } from "zod";
 import { reconcileAlerts } from "../src/reconciliation/alerts.js";
-import { loopSettings, runtime } from "../src/runtime.js";
+import { runtime } from "../src/runtime.js";
 
 const Payload = z.object({ force: z.boolean().optional() }).passthrough();
 
@@ -11,12 +11,8 @@ const task: Task = async (payload) => {
   const p = Payload.parse(payload ?? {});
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
-  const s = r.settings.get();
-  const interval =
-    typeof s["alerts.reconcile_interval_sec"] === "number"
-      ? (s["alerts.reconcile_interval_sec"] as number)
-      : 3600;
-  await reconcileAlerts(r.engine, loopSettings(r).alerts(), interval, { force: p.force === true });
+  const { alerts } = r.settings.get();
+  await reconcileAlerts(r.engine, alerts, alerts.reconcileIntervalSec, { force: p.force === true });
 };
 
 export default task;

@@ -3,7 +3,7 @@
 // minute if the process that ran it died.
 import type { Task } from "graphile-worker";
 import { z } from "zod";
-import { loopSettings, runtime } from "../src/runtime.js";
+import { runtime } from "../src/runtime.js";
 import { runSyncLoop } from "../src/workflows/loop.js";
 
 const Payload = z.object({ budget_ms: z.number().int().min(1000).max(600_000).optional() }).passthrough();
@@ -48,7 +48,6 @@ const task: Task = async (payload, helpers) => {
     budgetMs,
     signal,
     connectionString: r.databaseUrl,
-    ...loopSettings(r),
   });
   const mine: Run = { endsAt: Date.now() + budgetMs };
   if (current) successor = mine;

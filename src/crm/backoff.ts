@@ -11,8 +11,6 @@ export interface RetrySettings {
   horizonSec: number;
 }
 
-export const DEFAULT_RETRY_SETTINGS: RetrySettings = { baseMs: 1_000, maxMs: 300_000, horizonSec: 86_400 };
-
 export interface RetryInput {
   /** Attempts already spent that count (limit refusals do not); 0 before the first retry. */
   attempt: number;
@@ -41,7 +39,7 @@ export function backoffCeilingMs(attempt: number, s: RetrySettings): number {
  * Full jitter: a uniform delay in [0, min(max, base * 2^attempt)]. A positive `retryAfterMs` wins.
  * Returns `retry: false` when the next attempt would fall after firstAttemptAt + horizon.
  */
-export function nextRetry(input: RetryInput, s: RetrySettings = DEFAULT_RETRY_SETTINGS): RetryDecision {
+export function nextRetry(input: RetryInput, s: RetrySettings): RetryDecision {
   const deadline = input.firstAttemptAt + s.horizonSec * 1000;
   const random = input.random ?? Math.random;
   const delayMs =

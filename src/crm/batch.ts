@@ -27,13 +27,6 @@ export type CommandOutcome<T extends CommandType = CommandType> =
   | { key: string; type: T; ok: true; result: CommandResults[T] }
   | { key: string; type: T; ok: false; sent: boolean; failure: Classification };
 
-/** Hot settings (§12.3): batch.size (1..50, default 20) and batch.max_wait_ms (default 200). */
-export interface BatchSettings {
-  size: number;
-  maxWaitMs: number;
-}
-
-export const DEFAULT_BATCH_SETTINGS: BatchSettings = { size: 20, maxWaitMs: 200 };
 /** The portal refuses more than 50 sub-requests (reference §3). */
 export const MAX_BATCH_SIZE = 50;
 
@@ -109,7 +102,7 @@ interface Prepared {
 
 /**
  * Sends up to 50 commands as one `batch` (halt=0) under one limiter permit and returns one outcome
- * per command, in input order. Pass `permit` when the caller already holds one (the Batcher does);
+ * per command, in input order. Pass `permit` when the caller already holds one (the pump does);
  * otherwise one is acquired here. Limit signals from the reply are reported to the limiter.
  */
 export async function executeBatch(
@@ -279,137 +272,4 @@ function summarise(list: Array<CommandOutcome | undefined>): Record<string, numb
   const out: Record<string, number> = {};
   for (const o of list) if (o && !o.ok) out[o.failure.code] = (out[o.failure.code] ?? 0) + 1;
   return out;
-}
-
-interface Pending {
-  cmd: CrmCommand;
-  at: number;
-  resolve(o: CommandOutcome): void;
-  reject(e: unknown): void;
-}
-
-/** Accumulates commands and flushes a batch at the configured size or after the configured wait. */
-export interface Batcher {
-  /** Queues one command; resolves with its own outcome. */
-  submit<T extends CommandType>(cmd: Extract<CrmCommand, { type: T }>): Promise<CommandOutcome<T>>;
-  /** Commands waiting to be sent. */
-  pending(): number;
-  /** Sends everything queued and waits for every batch in flight. */
-  drain(): Promise<void>;
-  /** Drains, then refuses new commands. */
-  close(): Promise<void>;
-}
-
-/**
- * A Batcher over executeBatch. A permit is taken before commands are picked, so while it waits for
- * the limiter the batch keeps filling; batches run concurrently up to the limiter's in-flight cap.
- */
-export function createBatcher(
-  deps: CrmDeps,
-  settings: BatchSettings | (() => BatchSettings) = DEFAULT_BATCH_SETTINGS,
-): Batcher {
-  const read = () => {
-    const s = typeof settings === "function" ? settings() : settings;
-    return {
-      size: Math.min(Math.max(1, Math.floor(s.size)), MAX_BATCH_SIZE),
-      maxWaitMs: Math.max(0, s.maxWaitMs),
-    };
-  };
-  const now = deps.now ?? Date.now;
-  const queue: Pending[] = [];
-  const inflight = new Set<Promise<void>>();
-  let running: Promise<void> | null = null;
-  let wake: (() => void) | null = null;
-  let closed = false;
-  let draining = false;
-  let keySeq = 0;
-
-  function nudge() {
-    wake?.();
-    wake = null;
-  }
-
-  async function loop(): Promise<void> {
-    while (queue.length > 0) {
-      const { size, maxWaitMs } = read();
-      const oldest = queue[0] as Pending;
-      const wait = oldest.at + maxWaitMs - now();
-      if (queue.length < size && wait > 0 && !draining) {
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, wait);
-          wake = () => {
-            clearTimeout(t);
-            resolve();
-          };
-        });
-        continue;
-      }
-      const permit = await deps.limiter.acquire();
-      const take = queue.splice(0, read().size);
-      if (take.length === 0) {
-        await permit.release();
-        continue;
-      }
-      const p = executeBatch(
-        deps,
-        take.map((t) => t.cmd),
-        { permit },
-      ).then(
-        (outs) => {
-          take.forEach((t, i) => {
-            t.resolve(outs[i] as CommandOutcome);
-          });
-        },
-        (e: unknown) => {
-          for (const t of take) t.reject(e);
-        },
-      );
-      inflight.add(p);
-      void p.finally(() => inflight.delete(p));
-    }
-  }
-
-  function kick() {
-    if (running) {
-      if (queue.length >= read().size) nudge();
-      return;
-    }
-    running = loop().finally(() => {
-      running = null;
-      if (queue.length > 0) kick();
-    });
-  }
-
-  return {
-    submit(cmd) {
-      if (closed) return Promise.reject(new Error("batcher is closed"));
-      // Keys only need to be unique inside one batch; the batcher's own sequence guarantees that and
-      // carries no data, so a caller's key is replaced.
-      const keyed = { ...cmd, key: `k${(keySeq++).toString(36)}` } as CrmCommand;
-      return new Promise((resolve, reject) => {
-        queue.push({ cmd: keyed, at: now(), resolve: resolve as (o: CommandOutcome) => void, reject });
-        kick();
-      });
-    },
-    pending() {
-      return queue.length;
-    },
-    async drain() {
-      draining = true;
-      try {
-        nudge();
-        while (running || inflight.size > 0 || queue.length > 0) {
-          if (!running && queue.length > 0) kick();
-          nudge();
-          await Promise.all([running, ...inflight]);
-        }
-      } finally {
-        draining = false;
-      }
-    },
-    async close() {
-      await this.drain();
-      closed = true;
-    },
-  };
 }

@@ -1,6 +1,6 @@
-// The one place where a CRM reply, a transport failure, a data problem or a SQLSTATE becomes a
-// failure kind (§9). Callers switch exhaustively on `kind`; `code` is a fixed snake_case word that is
-// safe for logs, the database and metric labels. Raw descriptions never leave this module.
+// The one place where a CRM reply, a transport failure or a data problem becomes a failure kind
+// (§9). Callers switch exhaustively on `kind`; `code` is a fixed snake_case word that is safe for
+// logs, the database and metric labels. Raw descriptions never leave this module.
 //
 // Reference facts this encodes (../shared/reference/bitrix24-rest.md):
 // - QUERY_LIMIT_EXCEEDED and OVERLOAD_LIMIT both come as 503: split by code, not by status.
@@ -22,10 +22,6 @@ export const FAILURE_CODES = [
   "connection_lost",
   "credential_rejected",
   "crm_rejected",
-  "db_conflict",
-  "db_error",
-  "db_invariant_violated",
-  "db_unavailable",
   "dns_failure",
   "insufficient_scope",
   "invalid_argument",
@@ -50,7 +46,7 @@ export const FAILURE_CODES = [
 ] as const;
 export type FailureCode = (typeof FAILURE_CODES)[number];
 
-/** The classifier's verdict on one command (or one database call). */
+/** The classifier's verdict on one command. */
 export interface Classification {
   kind: FailureKind;
   code: FailureCode;
@@ -81,9 +77,7 @@ export type CrmOutcome =
   /** A batch answered 200 but said nothing about this command. */
   | { type: "missing" }
   /** Our own validation refused the data before any call (§3.3). */
-  | { type: "invalid_data"; code: "invalid_phone" | "unknown_citizenship" | "invalid_params" }
-  /** A PostgreSQL error: its SQLSTATE, or a Node socket error code. */
-  | { type: "db_error"; sqlstate?: string };
+  | { type: "invalid_data"; code: "invalid_phone" | "unknown_citizenship" | "invalid_params" };
 
 export interface ClassifyContext {
   /** A create or update: a request that may have been applied is then `uncertain`, not `transient`. */
@@ -243,19 +237,6 @@ function network(sent: boolean, code: string | undefined, ctx: ClassifyContext):
   return afterSend("connection_lost", ctx);
 }
 
-function database(sqlstate: string | undefined): Classification {
-  const s = sqlstate ?? "";
-  if (!/^[0-9A-Z]{5}$/.test(s)) return verdict("transient", "db_unavailable"); // socket-level error
-  if (s.startsWith("08") || s.startsWith("53") || s === "57P01" || s === "57P02" || s === "57P03") {
-    return verdict("transient", "db_unavailable");
-  }
-  if (s === "40001" || s === "40P01" || s === "55P03" || s === "57014") {
-    return verdict("transient", "db_conflict");
-  }
-  if (s.startsWith("23") || s.startsWith("BS")) return verdict("permanent", "db_invariant_violated");
-  return verdict("permanent", "db_error");
-}
-
 /** Classifies one outcome for one command (§9). Pure: no I/O, no clock unless `ctx.now` is absent. */
 export function classify(outcome: CrmOutcome, ctx: ClassifyContext): Classification {
   switch (outcome.type) {
@@ -273,8 +254,6 @@ export function classify(outcome: CrmOutcome, ctx: ClassifyContext): Classificat
       // Bad parameters are our bug, not the user's data: dead-letter them for a developer.
       if (outcome.code === "invalid_params") return verdict("permanent", "invalid_argument");
       return verdict("business", outcome.code);
-    case "db_error":
-      return database(outcome.sqlstate);
     case "command_error":
     case "reply": {
       const status = outcome.type === "reply" ? outcome.status : undefined;

@@ -1,18 +1,18 @@
 // The CRM client's public surface: what the workflow engine and the tasks call. One object per
-// process holds the HTTP client, the shared limiter, a batcher and the citizenship dictionary.
+// process holds the HTTP client, the shared limiter and the citizenship dictionary.
 import { hostname } from "node:os";
 import type pg from "pg";
-import { type Batcher, type CommandOutcome, type CrmLog, createBatcher, executeBatch } from "./batch.js";
-import type { CommandParams, CommandType, CrmCommand } from "./catalogue.js";
+import type { Settings } from "../settings-schema.js";
+import { type CrmDeps, type CrmLog, executeBatch } from "./batch.js";
 import { type CrmClient, createCrmClient } from "./client.js";
 import {
   type CitizenshipDictionary,
+  type CitizenshipItem,
   type ContactFieldNames,
   createCitizenshipDictionary,
 } from "./contact-fields.js";
 import { type CrmLimiter, createPgLimiter } from "./limiter.js";
 import { CrmError } from "./redact.js";
-import type { CrmSettings } from "./settings.js";
 
 export * from "./backoff.js";
 export * from "./batch.js";
@@ -22,7 +22,6 @@ export * from "./client.js";
 export * from "./contact-fields.js";
 export * from "./limiter.js";
 export * from "./redact.js";
-export * from "./settings.js";
 
 export interface CrmOptions {
   /** The webhook URL (a secret) and the approved portal host. */
@@ -33,61 +32,58 @@ export interface CrmOptions {
   /** Physical UF_CRM_<digits> names of the Contact fields (config.fields). */
   fields: ContactFieldNames;
   limiter: CrmLimiter;
-  /** Current hot settings; called on every flush, so a new settings version applies at once. */
-  settings: () => CrmSettings;
+  /** The current hot settings (the settings cache's `get`). */
+  settings: () => Settings;
+  /** Wraps the HTTP client once, e.g. to record every call's outcome for readiness. */
+  observe?: (client: CrmClient) => CrmClient;
   log?: CrmLog;
 }
 
 /** The CRM client as the rest of the service uses it. */
 export interface Crm {
+  /** The HTTP client, already wrapped by `observe`. */
   readonly client: CrmClient;
   readonly limiter: CrmLimiter;
-  readonly batcher: Batcher;
+  /** What executeBatch needs: this client, the limiter and the field names. */
+  readonly deps: CrmDeps;
   readonly citizenship: CitizenshipDictionary;
-  /** Queues one command into the shared batcher; resolves with its own outcome. */
-  run<T extends CommandType>(type: T, params: CommandParams[T]): Promise<CommandOutcome<T>>;
-  /** Sends up to 50 already-claimed commands as one batch, now (the crm_pump path). */
-  sendBatch(commands: readonly CrmCommand[], opts?: { signal?: AbortSignal }): Promise<CommandOutcome[]>;
-  /** Drains the batcher and closes connections. */
+  /** Closes connections. */
   close(): Promise<void>;
 }
 
 /** Builds the CRM client. Throws CrmConfigError when the URL breaks §12.2/§16. */
 export function createCrm(opts: CrmOptions): Crm {
-  const client = createCrmClient({
+  const raw = createCrmClient({
     webhookUrl: opts.webhookUrl,
     portalHost: opts.portalHost,
     timeoutMs: opts.timeoutMs,
   });
-  const deps = {
+  const client = opts.observe ? opts.observe(raw) : raw;
+  const deps: CrmDeps = {
     client,
     limiter: opts.limiter,
     catalogue: { fields: opts.fields },
     ...(opts.log ? { log: opts.log } : {}),
   };
-  const batcher = createBatcher(deps, () => opts.settings().batch);
-  const run = <T extends CommandType>(type: T, params: CommandParams[T]) =>
-    batcher.submit({ type, params } as Extract<CrmCommand, { type: T }>) as Promise<CommandOutcome<T>>;
   const citizenship = createCitizenshipDictionary({
-    ttlMs: opts.settings().citizenshipTtlMs,
-    load: async () => {
-      const o = await run("citizenship.list", {});
-      if (!o.ok) throw new CrmError(o.failure);
-      return o.result.items;
-    },
+    ttlMs: opts.settings().citizenship.cacheTtlSec * 1000,
+    load: () => loadCitizenship(deps),
   });
   return {
     client,
     limiter: opts.limiter,
-    batcher,
+    deps,
     citizenship,
-    run,
-    sendBatch: (commands, o = {}) => executeBatch(deps, commands, o),
-    async close() {
-      await batcher.close();
-      await client.close();
-    },
+    close: () => client.close(),
   };
+}
+
+/** The citizenship dictionary (§3.3): one batch of one command, under a limiter permit like any other. */
+export async function loadCitizenship(deps: CrmDeps): Promise<CitizenshipItem[]> {
+  const [o] = await executeBatch(deps, [{ type: "citizenship.list", params: {} }]);
+  if (!o) throw new Error("citizenship.list returned no outcome");
+  if (!o.ok) throw new CrmError(o.failure);
+  return (o.result as { items: CitizenshipItem[] }).items;
 }
 
 /** The PostgreSQL limiter for one portal, with a slot lifetime derived from the HTTP timeout. */
@@ -95,7 +91,7 @@ export function createPortalLimiter(
   pool: pg.Pool,
   portalHost: string,
   timeoutMs: number,
-  settings: () => CrmSettings,
+  settings: () => Settings,
 ) {
   return createPgLimiter({
     pool,

@@ -4,19 +4,11 @@
 // sent only with a token and a slot; a slow request holds its slot, not the bucket, so another can
 // go while a token and a slot are free. After QUERY_LIMIT_EXCEEDED the rate is cut and then climbs
 // back linearly; OPERATION_TIME_LIMIT blocks only its method until the portal's reset time.
-//
-// createMemoryLimiter implements the same rules in process: it is allowed only with one replica
-// (§8) and is what unit tests and benchmarks without a database use.
 import type pg from "pg";
+import type { Settings } from "../settings-schema.js";
 
-/** Hot settings (§12.3): limiter.refill_per_sec, limiter.burst, limiter.max_in_flight. */
-export interface LimiterSettings {
-  refillPerSec: number;
-  burst: number;
-  maxInFlight: number;
-}
-
-export const DEFAULT_LIMITER_SETTINGS: LimiterSettings = { refillPerSec: 2, burst: 5, maxInFlight: 2 };
+/** The `limiter` group of the hot settings (§12.3): limiter.refill_per_sec, burst, max_in_flight. */
+export type LimiterSettings = Settings["limiter"];
 
 /** How the rate reacts to the portal's limit: multiplicative cut, linear recovery. */
 export interface AdaptiveSettings {
@@ -79,7 +71,8 @@ export interface CrmLimiter {
   state(): Promise<LimiterState>;
 }
 
-type SettingsSource = LimiterSettings | (() => LimiterSettings);
+/** Fixed settings, or a function read on every call (a new settings version applies at once). */
+export type SettingsSource = LimiterSettings | (() => LimiterSettings);
 
 function read(s: SettingsSource): LimiterSettings {
   return typeof s === "function" ? s() : s;
@@ -224,105 +217,6 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         inFlight: r?.in_flight ?? 0,
         throttledUntil: r?.throttled_until?.getTime() ?? null,
         blockedMethods: [...blocked].map(([method, until]) => ({ method, until })),
-      };
-    },
-  };
-}
-
-export interface MemoryLimiterOptions {
-  settings: SettingsSource;
-  adaptive?: Partial<AdaptiveSettings>;
-  now?: () => number;
-  maxPollMs?: number;
-}
-
-/** The same limiter in process memory: one replica only (§8). */
-export function createMemoryLimiter(opts: MemoryLimiterOptions): CrmLimiter {
-  const adaptive = { ...DEFAULT_ADAPTIVE, ...opts.adaptive };
-  const now = opts.now ?? Date.now;
-  const maxPoll = opts.maxPollMs ?? 250;
-  let tokens = read(opts.settings).burst;
-  let refilledAt = now();
-  let factor = 1;
-  let factorAt = now();
-  let throttledUntil = 0;
-  let inFlight = 0;
-  const blocks = new Map<string, number>();
-  const resets = new Map<string, number>();
-
-  function advance(): { rate: number; s: LimiterSettings } {
-    const s = read(opts.settings);
-    const t = now();
-    factor = Math.min(1, factor + (adaptive.recoveryPerSec * (t - factorAt)) / 1000);
-    factorAt = t;
-    const rate = s.refillPerSec * factor;
-    tokens = Math.min(s.burst, tokens + (rate * Math.max(0, t - refilledAt)) / 1000);
-    refilledAt = t;
-    return { rate, s };
-  }
-
-  function tryAcquire(): number | null {
-    const { rate, s } = advance();
-    const t = now();
-    if (throttledUntil > t) return throttledUntil - t;
-    if (inFlight >= s.maxInFlight) return 20;
-    if (tokens < 1) return Math.ceil(((1 - tokens) / rate) * 1000);
-    tokens -= 1;
-    inFlight++;
-    return null;
-  }
-
-  return {
-    async acquire(a = {}) {
-      for (;;) {
-        checkAbort(a.signal);
-        const wait = tryAcquire();
-        if (wait === null) {
-          let released = false;
-          return {
-            grantedAt: now(),
-            async release() {
-              if (released) return;
-              released = true;
-              inFlight--;
-            },
-          };
-        }
-        await sleep(Math.min(Math.max(wait, 1), maxPoll), a.signal);
-      }
-    },
-    async noteRateLimited() {
-      advance();
-      const t = now();
-      if (throttledUntil > t) return;
-      factor = Math.max(adaptive.minFactor, factor * adaptive.decrease);
-      tokens = 0;
-      throttledUntil = t + adaptive.cooldownMs;
-    },
-    async noteMethodBlocked(method, until) {
-      const t = now();
-      const reset = resets.get(method);
-      const end = Math.max(until, blocks.get(method) ?? 0, reset !== undefined && reset > t ? reset : 0);
-      blocks.set(method, end);
-      return end;
-    },
-    async noteOperating(samples) {
-      for (const s of samples) if (s.resetAt !== null) resets.set(s.method, s.resetAt);
-    },
-    async blockedMethods() {
-      const t = now();
-      return new Map([...blocks].filter(([, until]) => until > t));
-    },
-    async state() {
-      const { rate } = advance();
-      const t = now();
-      return {
-        tokens,
-        rate,
-        rateFactor: factor,
-        inFlight,
-        throttledUntil: throttledUntil > t ? throttledUntil : null,
-        blockedMethods: [...blocks].filter(([, u]) => u > t).map(([method, until]) => ({ method, until })),
       };
     },
   };

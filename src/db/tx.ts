@@ -1,6 +1,9 @@
 import type pg from "pg";
 
-/** Runs `fn` in BEGIN/COMMIT on one pooled client; rolls back and rethrows on error. */
+/**
+ * Runs `fn` in BEGIN/COMMIT on one pooled client: commits when it returns, rolls back and rethrows
+ * when it throws.
+ */
 export async function inTransaction<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
   const c = await pool.connect();
   try {

@@ -5,13 +5,15 @@ import type { Config } from "../config/env.js";
 import type { CrmLimiter } from "../crm/limiter.js";
 import { migrationsCurrent } from "../db/migrate.js";
 import type { HealthState } from "../observability/health.js";
+import type { SettingsCache } from "../settings-cache.js";
 
 /** What the HTTP layer may ask the running service about itself. */
 export interface StatusSource {
   config: Config;
   health: HealthState;
   limiter: CrmLimiter;
-  settingsVersion: () => number | null;
+  /** The settings version in use, and a problem while the active one does not parse. */
+  settings: Pick<SettingsCache, "version" | "problem">;
 }
 
 /** A CRM without a success for this long while failures arrive is "degraded", not "not ready". */
@@ -62,6 +64,9 @@ export async function readiness(pool: pg.Pool, src?: StatusSource): Promise<Read
     const lastOk = h.lastCrmSuccessAt ?? h.startedAt;
     if (h.lastCrmFailure && h.lastCrmFailure.at > lastOk && now - lastOk > CRM_STALE_MS)
       degraded.push("crm_stale");
+    // The service runs on the previous version: working, but not as the operator asked.
+    const settings = src.settings.problem();
+    if (settings) degraded.push(settings.code);
   }
   if (fatal.length > 0) return { status: "not_ready", problems: [...fatal, ...degraded] };
   if (degraded.length > 0) return { status: "degraded", problems: degraded };
@@ -115,7 +120,8 @@ export async function statusDocument(pool: pg.Pool, src: StatusSource) {
     mode: src.config.env.BITRIX_SYNC_MODE,
     sandbox: src.config.sandbox,
     processing: src.config.processing,
-    settings_version: src.settingsVersion(),
+    settings_version: src.settings.version(),
+    settings_refused_version: src.settings.problem()?.version ?? null,
     readiness: await readiness(pool, src),
     queue: queue.rows,
     workflows: workflows.rows,

@@ -1,12 +1,12 @@
 // Alert reconciliation (§10.3): every open alert with a smart-process item is polled (default
 // hourly) in batches; a terminal stage closes it, a deleted item makes it remote_missing.
-import type { AlertCrmSettings } from "../workflows/alert-sync.js";
+import type { AlertSettings } from "../workflows/alert-sync.js";
 import type { EngineDeps } from "../workflows/engine.js";
 import { refreshAlertItems } from "../workflows/inbound.js";
 
 export async function reconcileAlerts(
   deps: EngineDeps,
-  s: AlertCrmSettings,
+  s: AlertSettings,
   intervalSec: number,
   opts: { force?: boolean } = {},
 ): Promise<{ ran: boolean; polled: number; changed: number }> {

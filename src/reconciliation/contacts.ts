@@ -5,12 +5,12 @@
 // 10 000 changed Contacts cost about ten HTTP requests. The watermark moves only after a whole run
 // succeeded. Each run counts Contacts the App was behind on without a webhook having repaired them;
 // a spike raises the ops alert of §10.2.
-import type pg from "pg";
 import { executeBatch } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
 import { reconciliationRecovered, reconciliationRuns } from "../observability/metrics.js";
+import type { Settings } from "../settings-schema.js";
 import type { EngineDeps } from "../workflows/engine.js";
 import {
   activeMappings,
@@ -24,25 +24,8 @@ const APPLY_CHUNK = 200;
 /** Sub-requests per HTTP batch (the portal's maximum). */
 const BATCH_MAX = 50;
 
-export interface ReconcileSettings {
-  intervalSec: number;
-  overlapSec: number;
-  opened: "Y" | "N" | "1" | "0";
-  spikeThreshold: number;
-  spikeRatio: number;
-}
-
-export function reconcileSettingsFrom(s: Record<string, unknown>): ReconcileSettings {
-  const n = (k: string, d: number) => (typeof s[k] === "number" ? (s[k] as number) : d);
-  const opened = s["reconcile.opened_filter"];
-  return {
-    intervalSec: n("reconcile.contacts_interval_sec", 900),
-    overlapSec: n("reconcile.overlap_sec", 120),
-    opened: opened === "N" || opened === "1" || opened === "0" ? opened : "Y",
-    spikeThreshold: n("reconcile.recovered_spike_threshold", 20),
-    spikeRatio: n("reconcile.recovered_spike_ratio", 0.2),
-  };
-}
+/** The `reconcile` group of the hot settings (reconcile.*). */
+export type ReconcileSettings = Settings["reconcile"];
 
 export interface ReconcileReport {
   ran: boolean;
@@ -80,7 +63,7 @@ async function send(deps: EngineDeps, commands: CrmCommand[], counter: { request
 async function changedIds(
   deps: EngineDeps,
   since: string,
-  opened: ReconcileSettings["opened"],
+  opened: ReconcileSettings["openedFilter"],
   counter: { requests: number },
 ) {
   const list = (start: number): CrmCommand => ({
@@ -153,7 +136,7 @@ export async function reconcileContacts(
               (select cutover_watermark from bitrix_sync.cutover) as cutover,
               r.recovered_baseline::float8 as baseline
          from bitrix_sync.reconciliation_cursors r where job_type = 'contacts' for update skip locked`,
-      [opts.force === true, s.intervalSec],
+      [opts.force === true, s.contactsIntervalSec],
     );
     const r = rows[0];
     if (!r?.due) return null;
@@ -165,11 +148,12 @@ export async function reconcileContacts(
   });
   if (!claim) return report;
   report.ran = true;
-  const from = claim.watermark ?? claim.cutover ?? new Date(claim.started.getTime() - s.intervalSec * 1000);
+  const from =
+    claim.watermark ?? claim.cutover ?? new Date(claim.started.getTime() - s.contactsIntervalSec * 1000);
   const since = toPortalTimestamp(new Date(from.getTime() - s.overlapSec * 1000));
   const counter = { requests: 0 };
   try {
-    const ids = await changedIds(deps, since, s.opened, counter);
+    const ids = await changedIds(deps, since, s.openedFilter, counter);
     report.scanned = ids.length;
     const mappings = await activeMappings(deps.pool, ids);
     const mapped = ids.filter((id) => mappings.has(id));
@@ -241,9 +225,9 @@ export async function reconcileContacts(
     report.requests = counter.requests;
     const baseline = claim.baseline ?? report.recovered;
     report.spike =
-      report.recovered >= s.spikeThreshold &&
+      report.recovered >= s.recoveredSpikeThreshold &&
       (report.recovered > 2 * baseline ||
-        (report.mapped > 0 && report.recovered / report.mapped > s.spikeRatio));
+        (report.mapped > 0 && report.recovered / report.mapped > s.recoveredSpikeRatio));
     await deps.pool.query(
       `update bitrix_sync.reconciliation_cursors
           set watermark = $1, last_success_at = now(), last_run_status = 'succeeded', last_error_code = null,

@@ -4,37 +4,16 @@
 // alerts stay pending in the database (visible in bitrix_sync.status_alerts).
 import type pg from "pg";
 import type { AlertFieldValue } from "../crm/catalogue.js";
+import type { Settings } from "../settings-schema.js";
 
-export interface AlertCrmSettings {
-  entityTypeId: number | null;
-  categoryId: number | null;
-  responsibleId: number | null;
-  stages: { new: string | null; inProgress: string | null; resolved: string | null; closed: string | null };
-  /** Logical field -> smart-process field name (ufCrm<type>_...). */
-  fields: Record<string, string>;
-}
+/** The `alerts` group of the hot settings (alerts.*). */
+export type AlertSettings = Settings["alerts"];
 
-export function alertCrmSettingsFrom(active: Record<string, unknown>): AlertCrmSettings {
-  const n = (k: string) => (typeof active[k] === "number" ? (active[k] as number) : null);
-  const t = (k: string) => (typeof active[k] === "string" ? (active[k] as string) : null);
-  const f = active["alerts.fields"];
-  const fields: Record<string, string> = {};
-  if (f && typeof f === "object" && !Array.isArray(f)) {
-    for (const [k, v] of Object.entries(f))
-      if (typeof v === "string" && /^ufCrm\d*_\w+$/.test(v)) fields[k] = v;
-  }
-  return {
-    entityTypeId: n("alerts.entity_type_id"),
-    categoryId: n("alerts.category_id"),
-    responsibleId: n("alerts.responsible_id"),
-    stages: {
-      new: t("alerts.stage_new"),
-      inProgress: t("alerts.stage_in_progress"),
-      resolved: t("alerts.stage_resolved"),
-      closed: t("alerts.stage_closed_without_resolution"),
-    },
-    fields,
-  };
+/** Usable entries of alerts.fields: logical name -> a smart-process field name (ufCrm<type>_...). */
+function fieldNames(fields: AlertSettings["fields"]): Array<[string, string]> {
+  return Object.entries(fields).filter(
+    (e): e is [string, string] => typeof e[1] === "string" && /^ufCrm\d*_\w+$/.test(e[1]),
+  );
 }
 
 interface AlertRow {
@@ -58,9 +37,9 @@ interface AlertRow {
 }
 
 /** The item fields for one alert: title, stage, category, responsible and the mapped UF fields. */
-export function alertItemFields(a: AlertRow, s: AlertCrmSettings): Record<string, AlertFieldValue> {
+export function alertItemFields(a: AlertRow, s: AlertSettings): Record<string, AlertFieldValue> {
   const out: Record<string, AlertFieldValue> = { title: `Sync conflict #${a.alert_number}: ${a.alert_type}` };
-  const stage = a.status === "resolved" ? s.stages.resolved : a.item_id === null ? s.stages.new : null;
+  const stage = a.status === "resolved" ? s.stageResolved : a.item_id === null ? s.stageNew : null;
   if (stage) out.stageId = stage;
   if (a.item_id === null && s.categoryId !== null) out.categoryId = s.categoryId;
   if (a.item_id === null && s.responsibleId !== null) out.assignedById = s.responsibleId;
@@ -80,14 +59,14 @@ export function alertItemFields(a: AlertRow, s: AlertCrmSettings): Record<string
     previous_alert_number: a.previous_number === null ? null : Number(a.previous_number),
     correlation_id: a.correlation_id,
   };
-  for (const [logical, field] of Object.entries(s.fields)) {
+  for (const [logical, field] of fieldNames(s.fields)) {
     if (logical in values) out[field] = values[logical] ?? null;
   }
   return out;
 }
 
 /** Issues add/update commands for alerts that changed. Returns how many were issued. */
-export async function runAlertSync(pool: pg.Pool, s: AlertCrmSettings, limit = 20): Promise<number> {
+export async function runAlertSync(pool: pg.Pool, s: AlertSettings, limit = 20): Promise<number> {
   if (s.entityTypeId === null) return 0;
   const c = await pool.connect();
   try {

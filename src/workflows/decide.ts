@@ -1,4 +1,4 @@
-// The branch decision of contact.map_or_create (§4, §5.1 steps 5-6, В0–В2), as a pure function so
+// The branch decision of contact.map_or_create (§4, §5.1 steps 5-6, B0–B2), as a pure function so
 // every branch is unit-tested without a database or a portal.
 
 /** A candidate Contact found by phone, as read back (no PII: IDs, flags, times). */
@@ -7,7 +7,7 @@ export interface Candidate {
   /** The user_id field of the Contact, or null. */
   userId: string | null;
   registered: boolean | null;
-  /** CREATED_TIME as the portal sent it (ISO 8601 with offset), or null. */
+  /** The Contact's creation time (DATE_CREATE, the spec's CREATED_TIME), ISO 8601 with offset, or null. */
   createdAt: string | null;
 }
 
@@ -22,19 +22,19 @@ export interface Holdings {
 export type Decision =
   /** §4 / step 5: the Contact already carries this user: restore the mapping, no create. */
   | { kind: "restore"; contactId: number; fixFlag: boolean }
-  /** В1.1, В2.1 and the takeover of a Contact held by an inactive/deleted user. */
+  /** B1.1, B2.1 and the takeover of a Contact held by an inactive/deleted user. */
   | {
       kind: "take";
       branch: "B1.1" | "B2.1";
       contactId: number;
       /** The inactive user whose link is taken over, if any. */
       previousUserId: string | null;
-      /** Other candidates (В2.1: alert about duplicates). */
+      /** Other candidates (B2.1: alert about duplicates). */
       others: number[];
     }
-  /** В0: nothing found. */
+  /** B0: nothing found. */
   | { kind: "create"; branch: "B0" }
-  /** В1.2 / В2.2: the chosen Contact belongs to another active user: a new Contact and an alert. */
+  /** B1.2 / B2.2: the chosen Contact belongs to another active user: a new Contact and an alert. */
   | {
       kind: "create";
       branch: "B1.2" | "B2.2";
@@ -48,7 +48,7 @@ function createdMs(c: Candidate): number {
   return Number.isNaN(t) ? Number.NEGATIVE_INFINITY : t;
 }
 
-/** Newest first: CREATED_TIME descending, then the numeric ID descending as the tie-breaker. */
+/** Newest first: createdAt descending, then the numeric ID descending as the tie-breaker. */
 export function newestFirst(cs: readonly Candidate[]): Candidate[] {
   return [...cs].sort((a, b) => createdMs(b) - createdMs(a) || b.id - a.id);
 }

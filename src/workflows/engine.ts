@@ -4,7 +4,7 @@
 // it did; src/workflows/loop.ts repeats them on NOTIFY and on a fallback poll.
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
-import { nextRetry, type RetrySettings } from "../crm/backoff.js";
+import { nextRetry } from "../crm/backoff.js";
 import { type CommandOutcome, type CrmDeps, executeBatch } from "../crm/batch.js";
 import type { CommandType } from "../crm/catalogue.js";
 import { isWrite } from "../crm/catalogue.js";
@@ -13,25 +13,19 @@ import { inTransaction } from "../db/tx.js";
 import type { HealthState } from "../observability/health.js";
 import type { Logger } from "../observability/logger.js";
 import { batchSize, commandOutcomes } from "../observability/metrics.js";
+import type { Settings } from "../settings-schema.js";
 import { desiredContentHash, loadAppUser } from "./app-data.js";
 import { BusinessFailure, type Hydrated, hydrate, NotReady, projectResult } from "./command-io.js";
 import { Step } from "./planner.js";
 import type { CommandRow, WorkflowRow } from "./types.js";
-
-export interface EngineSettings {
-  claimSize: number;
-  leaseSec: number;
-  batchSize: number;
-  batchMaxWaitMs: number;
-  retry: RetrySettings;
-}
 
 export interface EngineDeps {
   pool: pg.Pool;
   log: Logger;
   crm: CrmDeps;
   dictionary: CitizenshipDictionary;
-  settings: () => EngineSettings;
+  /** The hot settings in force (the settings cache's `get`). */
+  settings: () => Settings;
   workerId: string;
   /** Heartbeat and CRM health for readiness (§14); optional in tests. */
   health?: HealthState;
@@ -65,7 +59,7 @@ export async function runIntake(deps: EngineDeps): Promise<number> {
   const s = deps.settings();
   const { rows } = await deps.pool.query<QueueRow>(
     "select id, task_type, entity_id, lease_token, attempt_count, created_at from bitrix_sync.claim_sync_tasks($1, $2, make_interval(secs => $3))",
-    [deps.workerId, s.claimSize, s.leaseSec],
+    [deps.workerId, s.claim.size, s.lease.ttlSec],
   );
   for (const row of rows) {
     try {
@@ -107,7 +101,7 @@ export async function runWorkflows(deps: EngineDeps): Promise<number> {
   const s = deps.settings();
   const { rows } = await deps.pool.query<WorkflowRow>(
     "select * from bitrix_sync.claim_workflows($1, $2, make_interval(secs => $3))",
-    [deps.workerId, s.claimSize, s.leaseSec],
+    [deps.workerId, s.claim.size, s.lease.ttlSec],
   );
   for (const wf of rows) {
     try {
@@ -173,8 +167,8 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
   const s = deps.settings();
   const b = await backlog(deps.pool);
   if (b.due === 0) return { sent: 0, waitMs: Number.POSITIVE_INFINITY };
-  if (b.due < s.batchSize && b.oldestMs < s.batchMaxWaitMs) {
-    return { sent: 0, waitMs: Math.max(1, s.batchMaxWaitMs - b.oldestMs) };
+  if (b.due < s.batch.size && b.oldestMs < s.batch.maxWaitMs) {
+    return { sent: 0, waitMs: Math.max(1, s.batch.maxWaitMs - b.oldestMs) };
   }
   // Warm the citizenship dictionary outside any permit (a create's hydration may need it).
   if (b.adds > 0) await deps.dictionary.findByValue("").catch(() => undefined);
@@ -182,7 +176,7 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
   // Take the permit first: while it waits for a token the batch keeps filling.
   let permit: Awaited<ReturnType<CrmDeps["limiter"]["acquire"]>>;
   try {
-    const wait = AbortSignal.timeout(Math.max(1000, (s.leaseSec * 1000) / 2));
+    const wait = AbortSignal.timeout(Math.max(1000, (s.lease.ttlSec * 1000) / 2));
     permit = await deps.crm.limiter.acquire({ signal: signal ? AbortSignal.any([signal, wait]) : wait });
   } catch {
     return { sent: 0, waitMs: 100 };
@@ -194,7 +188,7 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
       `select c.*, w.user_id as owner_user_id
          from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3)) c
          left join bitrix_sync.workflow_instances w on w.id = c.workflow_id`,
-      [deps.workerId, s.batchSize, s.leaseSec],
+      [deps.workerId, s.batch.size, s.lease.ttlSec],
     ));
   } catch (e) {
     await permit.release();

@@ -8,7 +8,7 @@ import type { AlertItem } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
 import { webhookOutcomes } from "../observability/metrics.js";
-import type { AlertCrmSettings } from "./alert-sync.js";
+import type { AlertSettings } from "./alert-sync.js";
 import { raiseAlert } from "./alerts.js";
 import { type ApplySource, applyCrmMaster, markSnapshotStale } from "./app-data.js";
 import type { EngineDeps } from "./engine.js";
@@ -125,7 +125,7 @@ export async function processContactWebhooks(deps: EngineDeps, limit = 50): Prom
   const s = deps.settings();
   const { rows } = await deps.pool.query<InboxRow>(
     "select id, receiver, entity_id, lease_token, attempt_count, received_at from bitrix_sync.claim_webhooks($1, $2, make_interval(secs => $3), 'contact')",
-    [deps.workerId, limit, s.leaseSec],
+    [deps.workerId, limit, s.lease.ttlSec],
   );
   if (rows.length === 0) return 0;
   const mappings = await activeMappings(
@@ -182,7 +182,7 @@ export async function processContactWebhooks(deps: EngineDeps, limit = 50): Prom
  */
 export async function refreshAlertItems(
   deps: EngineDeps,
-  s: AlertCrmSettings,
+  s: AlertSettings,
   itemIds: number[],
 ): Promise<number> {
   if (s.entityTypeId === null || itemIds.length === 0) return 0;
@@ -217,10 +217,13 @@ export async function refreshAlertItems(
         "the smart-process item of an open alert was deleted",
       );
       changed++;
-    } else if (it.stageId && (it.stageId === s.stages.resolved || it.stageId === s.stages.closed)) {
+    } else if (
+      it.stageId &&
+      (it.stageId === s.stageResolved || it.stageId === s.stageClosedWithoutResolution)
+    ) {
       await deps.pool.query("select bitrix_sync.finish_business_alert($1, $2, $3)", [
         a.id,
-        it.stageId === s.stages.resolved ? "resolved" : "closed",
+        it.stageId === s.stageResolved ? "resolved" : "closed",
         it.stageId,
       ]);
       changed++;
@@ -232,15 +235,11 @@ export async function refreshAlertItems(
 }
 
 /** One round of the alert receiver's inbox. Returns rows handled. */
-export async function processAlertWebhooks(
-  deps: EngineDeps,
-  s: AlertCrmSettings,
-  limit = 50,
-): Promise<number> {
+export async function processAlertWebhooks(deps: EngineDeps, s: AlertSettings, limit = 50): Promise<number> {
   const settings = deps.settings();
   const { rows } = await deps.pool.query<InboxRow>(
     "select id, receiver, entity_id, lease_token, attempt_count, received_at from bitrix_sync.claim_webhooks($1, $2, make_interval(secs => $3), 'alert')",
-    [deps.workerId, limit, settings.leaseSec],
+    [deps.workerId, limit, settings.lease.ttlSec],
   );
   if (rows.length === 0) return 0;
   try {

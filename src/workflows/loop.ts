@@ -3,7 +3,7 @@
 // poll (worker.poll_interval_ms, at most 5 s) so a lost NOTIFY costs seconds. It stops starting new
 // rounds at its time budget or when `signal` aborts, and returns when the rounds in progress end.
 import pg from "pg";
-import { type AlertCrmSettings, runAlertSync } from "./alert-sync.js";
+import { runAlertSync } from "./alert-sync.js";
 import { type EngineDeps, runIntake, runPump, runWorkflows } from "./engine.js";
 import { processAlertWebhooks, processContactWebhooks } from "./inbound.js";
 
@@ -11,9 +11,6 @@ export interface LoopOptions {
   /** Stop starting new rounds after this long (the task's run budget). */
   budgetMs: number;
   signal?: AbortSignal;
-  pollMs: () => number;
-  pumps: () => number;
-  alerts: () => AlertCrmSettings;
   connectionString: string;
 }
 
@@ -105,7 +102,7 @@ async function runLoop(deps: EngineDeps, opts: LoopOptions): Promise<void> {
   const lane = async (name: Lane, round: () => Promise<number>) => {
     while (active()) {
       deps.health?.beat();
-      let waitMs = opts.pollMs();
+      let waitMs = deps.settings().worker.pollIntervalMs;
       try {
         const n = await round();
         if (n > 0) continue;
@@ -144,21 +141,22 @@ async function runLoop(deps: EngineDeps, opts: LoopOptions): Promise<void> {
       if (n > 0) waker.wake("workflows");
       return n;
     }),
-    // The receivers do not NOTIFY (it serialises their commits); the inbox is polled.
+    // Woken by the receivers' NOTIFY, one per call however many requests it grouped
+    // (sql/receiver.sql); the fallback poll covers a lost one.
     lane("webhooks", async () => {
       const n = await processContactWebhooks(deps);
-      const a = await processAlertWebhooks(deps, opts.alerts());
+      const a = await processAlertWebhooks(deps, deps.settings().alerts);
       return n + a;
     }),
     lane("workflows", async () => {
       const n = await runWorkflows(deps);
-      const a = await runAlertSync(deps.pool, opts.alerts());
+      const a = await runAlertSync(deps.pool, deps.settings().alerts);
       if (n + a > 0) waker.wake("pump");
       return n;
     }),
   ];
   // Several pumps so a slow request does not hold up the next while a token and a slot are free.
-  for (let i = 0; i < Math.max(1, opts.pumps()); i++) lanes.push(pumpLane());
+  for (let i = 0; i < deps.settings().limiter.maxInFlight; i++) lanes.push(pumpLane());
   try {
     await Promise.all(lanes);
   } finally {

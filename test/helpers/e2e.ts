@@ -9,6 +9,7 @@ import { type Emulator, type EmulatorOptions, startEmulator } from "../../src/em
 import { createLogger } from "../../src/observability/logger.js";
 import { buildRuntime, type Runtime, registerRuntime } from "../../src/runtime.js";
 import { startRunner } from "../../src/worker/runner.js";
+import { setSettings } from "./settings.js";
 import { createTestDb, type TestDb } from "./testdb.js";
 
 export interface Rig {
@@ -43,21 +44,6 @@ export function testServiceEnv(crm: { url: string; host: string }): Record<strin
     BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: SANDBOX_FIELDS.citizenship,
     BITRIX_SYNC_HTTP_TIMEOUT_SEC: "2",
   };
-}
-
-/** Activates a settings version with `changes` over the defaults (the real validated path). */
-export async function setSettings(db: TestDb, changes: Record<string, unknown>): Promise<void> {
-  const { rows } = await db.pool.query<{ v: number }>(
-    "select bitrix_sync.propose_settings($1, 'test') as v",
-    [JSON.stringify(changes)],
-  );
-  const v = rows[0]?.v;
-  const { rows: errs } = await db.pool.query<{ e: string[] }>(
-    "select bitrix_sync.validate_settings_version($1) as e",
-    [v],
-  );
-  if ((errs[0]?.e ?? []).length > 0) throw new Error(`invalid test settings: ${JSON.stringify(errs[0]?.e)}`);
-  await db.pool.query("select bitrix_sync.activate_settings_version($1, 'test')", [v]);
 }
 
 export async function startRig(

@@ -56,16 +56,3 @@ export async function queueRows(db: Queryable, userId: string): Promise<QueueRow
   );
   return rows;
 }
-
-/** Asserts a promise rejects with a PostgreSQL error of the given SQLSTATE and returns it. */
-export async function pgError(
-  p: Promise<unknown>,
-): Promise<{ code: string; message: string; hint?: string }> {
-  try {
-    await p;
-  } catch (e) {
-    const err = e as { code?: string; message: string; hint?: string };
-    return { code: err.code ?? "", message: err.message, hint: err.hint };
-  }
-  throw new Error("expected a database error, got success");
-}

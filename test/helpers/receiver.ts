@@ -12,6 +12,7 @@ import {
   type ReceiverName,
 } from "../../src/receiver/config.js";
 import { DOCUMENT_TYPES } from "../../src/receiver/contract.js";
+import { setSettings } from "./settings.js";
 
 export const TOKENS = {
   contact: "tok-contact-current-7c1e9a4b2f6d8e0a3c5b7d9f1e3a5c7b",
@@ -90,11 +91,5 @@ export async function inboxCount(pool: pg.Pool): Promise<number> {
 
 /** Activates a settings version with alerts.entity_type_id set (or cleared with null). */
 export async function setAlertEntityType(pool: pg.Pool, id: number | null): Promise<void> {
-  const { rows } = await pool.query<{ v: number }>(
-    "select bitrix_sync.propose_settings(jsonb_build_object('alerts.entity_type_id', $1::int), 'test', null) as v",
-    [id],
-  );
-  const v = rows[0]?.v;
-  await pool.query("select bitrix_sync.validate_settings_version($1)", [v]);
-  await pool.query("select bitrix_sync.activate_settings_version($1, 'test')", [v]);
+  await setSettings({ pool }, { "alerts.entity_type_id": id });
 }

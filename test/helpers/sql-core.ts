@@ -1,6 +1,6 @@
 // Small helpers for the integration tests of the SQL core (workflows, commands, webhooks, alerts):
-// SQLSTATE assertions, explicit transactions on one client, putting a row into a given state without
-// walking every edge, and a log of the state changes a table went through.
+// the one PostgreSQL error assertion, explicit transactions on one client, putting a row into a
+// given state without walking every edge, and a log of the state changes a table went through.
 import type { ExecutionContext } from "ava";
 import type pg from "pg";
 import { inTransaction } from "../../src/db/tx.js";
@@ -16,10 +16,18 @@ export interface PgError {
   constraint?: string;
 }
 
-/** Asserts that `p` rejects with SQLSTATE `code` and returns the error. */
-export async function rejectsWith(t: ExecutionContext, p: Promise<unknown>, code: string): Promise<PgError> {
+/**
+ * The one assertion for a PostgreSQL error: `p` rejects with SQLSTATE `code`. Returns the error, so
+ * the test can look at its message, HINT or constraint. `note` names the case in a loop.
+ */
+export async function rejectsWith(
+  t: ExecutionContext,
+  p: Promise<unknown>,
+  code: string,
+  note?: string,
+): Promise<PgError> {
   const err = (await t.throwsAsync(p)) as unknown as PgError | undefined;
-  t.is(err?.code, code, err?.message);
+  t.is(err?.code, code, note ? `${note}: ${err?.message}` : err?.message);
   return err ?? { code: "", message: "" };
 }
 
@@ -54,9 +62,6 @@ export async function session(pool: pg.Pool): Promise<Session> {
   };
 }
 
-/** Runs `fn` inside BEGIN / COMMIT on one client (ROLLBACK when it throws). */
-export const inTx = inTransaction;
-
 /**
  * Sets columns of one row with the guard and stamp triggers off (session_replication_role =
  * replica, superuser only). Tests use it to start from a state without walking every edge to it;
@@ -70,7 +75,7 @@ export async function forceRow(
 ): Promise<void> {
   const cols = Object.keys(values);
   const set = cols.map((col, i) => `${col} = $${i + 2}`).join(", ");
-  await inTx(pool, async (c) => {
+  await inTransaction(pool, async (c) => {
     await c.query("set local session_replication_role = replica");
     const { rowCount } = await c.query(`update ${table} set ${set} where id = $1`, [
       id,

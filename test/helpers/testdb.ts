@@ -127,8 +127,11 @@ export async function createEmptyDb(): Promise<{ url: string; name: string; drop
   };
 }
 
-/** Runs `fn` in a transaction that is always rolled back. */
-export async function withTx<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+/**
+ * Runs `fn` in a transaction that is always rolled back, so it leaves nothing behind. For work that
+ * must be committed use `inTransaction` (src/db/tx.ts).
+ */
+export async function inRolledBackTx<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
   const c = await pool.connect();
   try {
     await c.query("begin");

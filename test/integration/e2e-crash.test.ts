@@ -4,9 +4,10 @@
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { type Emulator, startEmulator } from "../../src/emulator/server.js";
-import { setSettings, waitFor } from "../helpers/e2e.js";
+import { waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 import { serviceEnv, startService } from "../helpers/service-process.js";
+import { setSettings } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;

@@ -4,7 +4,7 @@ import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { createApp } from "../../src/http/app.js";
 import { receiverConfig } from "../../src/receiver/config.js";
-import { reconcileContacts, reconcileSettingsFrom } from "../../src/reconciliation/contacts.js";
+import { reconcileContacts } from "../../src/reconciliation/contacts.js";
 import {
   finishedWorkflow,
   type Rig,
@@ -38,7 +38,7 @@ test.serial("create, update, deactivate and reconciliation work under the runtim
   if (!contact) return;
   contact.name = "Role Test";
   rig.emulator.store.touch(contact);
-  const r = await reconcileContacts(rig.runtime.engine, reconcileSettingsFrom(rig.runtime.settings.get()), {
+  const r = await reconcileContacts(rig.runtime.engine, rig.runtime.settings.get().reconcile, {
     force: true,
   });
   t.is(r.status, "succeeded");
@@ -97,7 +97,7 @@ test.serial("readiness can check migrations and grants under the runtime role", 
       config: rig.runtime.config,
       health: rig.runtime.health,
       limiter: rig.runtime.crm.limiter,
-      settingsVersion: () => 1,
+      settings: rig.runtime.settings,
     },
   });
   await rig.db.pool.query("select * from bitrix_sync.perform_cutover('test')");

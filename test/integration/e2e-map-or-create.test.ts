@@ -33,7 +33,7 @@ async function alerts(userId: string) {
 }
 
 test.serial(
-  "В0: no Contact with the phone -> one Contact created with phone, user_id and the active flag",
+  "B0: no Contact with the phone -> one Contact created with phone, user_id and the active flag",
   async (t) => {
     const u = await makeUser(rig.db.pool, { fullName: "Anna" });
     const wf = await finishedWorkflow(rig, u.id);
@@ -63,7 +63,7 @@ test.serial(
 );
 
 test.serial(
-  "В1.1: one free Contact -> user_id and flag written into it, mapping created, CRM-master fields applied",
+  "B1.1: one free Contact -> user_id and flag written into it, mapping created, CRM-master fields applied",
   async (t) => {
     const phone = randomPhone();
     const existing = rig.emulator.store.createContact({
@@ -102,7 +102,7 @@ test.serial(
 );
 
 test.serial(
-  "В1.2: the one Contact belongs to another active user -> a new Contact and a business alert",
+  "B1.2: the one Contact belongs to another active user -> a new Contact and a business alert",
   async (t) => {
     const phone = randomPhone();
     const other = await makeUser(rig.db.pool, { phone: randomPhone() });
@@ -128,7 +128,7 @@ test.serial(
 );
 
 test.serial(
-  "В2.1: several Contacts, the newest is free -> it is chosen (CREATED_TIME, then ID) and duplicates are reported",
+  "B2.1: several Contacts, the newest is free -> it is chosen (createdAt, then ID) and duplicates are reported",
   async (t) => {
     const phone = randomPhone();
     const base = Date.now() - 3_600_000;
@@ -157,7 +157,7 @@ test.serial(
 );
 
 test.serial(
-  "В2.2: several Contacts, the newest belongs to another active user -> new Contact, alert lists every candidate",
+  "B2.2: several Contacts, the newest belongs to another active user -> new Contact, alert lists every candidate",
   async (t) => {
     const phone = randomPhone();
     const other = await makeUser(rig.db.pool, { phone: randomPhone() });

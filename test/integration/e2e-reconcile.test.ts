@@ -2,7 +2,7 @@
 // moves only after a whole successful run, a spike of recoveries raises the ops alert, no echo.
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import { reconcileContacts, reconcileSettingsFrom } from "../../src/reconciliation/contacts.js";
+import { reconcileContacts } from "../../src/reconciliation/contacts.js";
 import { finishedWorkflow, type Rig, startRig } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 
@@ -16,7 +16,7 @@ test.after.always(async () => {
   await rig?.close();
 });
 
-const settings = () => ({ ...reconcileSettingsFrom(rig.runtime.settings.get()), spikeThreshold: 3 });
+const settings = () => ({ ...rig.runtime.settings.get().reconcile, recoveredSpikeThreshold: 3 });
 
 async function linkedUsers(n: number) {
   const out = [];

@@ -7,7 +7,6 @@ import { receiverConfig } from "../../src/receiver/config.js";
 import {
   finishedWorkflow,
   type Rig,
-  setSettings,
   startRig,
   TEST_ALERT_TOKEN,
   TEST_CONTACT_TOKEN,
@@ -15,6 +14,7 @@ import {
   waitFor,
 } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
+import { setSettings } from "../helpers/settings.js";
 
 let rig: Rig;
 let app: ReturnType<typeof createApp>;

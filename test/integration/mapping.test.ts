@@ -1,6 +1,7 @@
 // The canonical mapping (§4, §6.3): one active link per user and per Contact, history kept.
 import test from "ava";
-import { makeUser, pgError } from "../helpers/factories.js";
+import { makeUser } from "../helpers/factories.js";
+import { rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -23,19 +24,18 @@ test("one active mapping per user and per Contact, enforced both ways", async (t
   const a = await makeUser(db.pool);
   const b = await makeUser(db.pool);
   await open(a.id, "1001");
-  const sameUser = await pgError(open(a.id, "1002"));
-  t.is(sameUser.code, "BS006");
+  const sameUser = await rejectsWith(t, open(a.id, "1002"), "BS006");
   t.regex(sameUser.hint ?? "", /close_mapping|rebind/);
-  const sameContact = await pgError(open(b.id, "1001"));
-  t.is(sameContact.code, "BS006");
+  await rejectsWith(t, open(b.id, "1001"), "BS006");
   // The constraint holds for raw inserts too, not only through the function.
-  const raw = await pgError(
+  await rejectsWith(
+    t,
     db.pool.query(
       "insert into bitrix_sync.entity_external_mapping (entity_id, external_id) values ($1, '1001')",
       [b.id],
     ),
+    "23505",
   );
-  t.is(raw.code, "23505");
 });
 
 test("closing keeps the history row and frees both sides; closed rows are final and never deleted", async (t) => {
@@ -54,37 +54,41 @@ test("closing keeps the history row and frees both sides; closed rows are final 
     { entity_id: b.id, external_id: "2001", status: "active", close_reason: null, closed: false },
     { entity_id: a.id, external_id: "2002", status: "active", close_reason: null, closed: false },
   ]);
-  const reopen = await pgError(
+  await rejectsWith(
+    t,
     db.pool.query(
       "update bitrix_sync.entity_external_mapping set status = 'active', closed_at = null, close_reason = null where id = $1",
       [m.id],
     ),
+    "BS002",
   );
-  t.is(reopen.code, "BS002");
-  const del = await pgError(
+  await rejectsWith(
+    t,
     db.pool.query("delete from bitrix_sync.entity_external_mapping where id = $1", [m.id]),
+    "BS003",
   );
-  t.is(del.code, "BS003");
-  const twice = await pgError(db.pool.query("select bitrix_sync.close_mapping($1, 'again', null)", [m.id]));
-  t.is(twice.code, "BS002");
+  await rejectsWith(t, db.pool.query("select bitrix_sync.close_mapping($1, 'again', null)", [m.id]), "BS002");
 });
 
 test("an active row has no closed_at; a closed or broken row documents when and why", async (t) => {
   const a = await makeUser(db.pool);
-  const bad1 = await pgError(
+  await rejectsWith(
+    t,
     db.pool.query(
       "insert into bitrix_sync.entity_external_mapping (entity_id, external_id, closed_at) values ($1, '3001', now())",
       [a.id],
     ),
+    "23514",
   );
-  t.is(bad1.code, "23514");
-  const bad2 = await pgError(
+  await rejectsWith(
+    t,
     db.pool.query(
       "insert into bitrix_sync.entity_external_mapping (entity_id, external_id, status, closed_at) values ($1, '3002', 'broken', now())",
       [a.id],
     ),
+    "23514",
+    "broken without a reason",
   );
-  t.is(bad2.code, "23514", "broken without a reason");
   const m = await open(a.id, "3003");
   await db.pool.query("select bitrix_sync.close_mapping($1, 'contact_not_found', null, true)", [m.id]);
   const { rows } = await db.pool.query(

@@ -1,7 +1,8 @@
 // Least privilege (§13, DESIGN.md): each role can do its job and nothing else.
 import test from "ava";
 import type pg from "pg";
-import { makeUser, pgError } from "../helpers/factories.js";
+import { makeUser } from "../helpers/factories.js";
+import { rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -46,8 +47,12 @@ test("bitrix_sync_user writes CRM-master profile fields but not the phone or any
     "delete from han_app.client_profile where user_id = $1",
     "insert into han_app.user_identity (id) values ($1)",
   ]) {
-    const err = await pgError(asRole("bitrix_sync_user", (c) => c.query(sql, [u.id])));
-    t.is(err.code, DENIED, sql);
+    await rejectsWith(
+      t,
+      asRole("bitrix_sync_user", (c) => c.query(sql, [u.id])),
+      DENIED,
+      sql,
+    );
   }
 });
 
@@ -58,18 +63,21 @@ test("bitrix_sync_user processes the queue through the lease functions", async (
     t.true(rows.length >= 1);
     await c.query("select bitrix_sync.complete_sync_task($1, $2)", [rows[0].id, rows[0].lease_token]);
   });
-  const err = await pgError(
+  await rejectsWith(
+    t,
     asRole("bitrix_sync_user", (c) => c.query("update han_app.sync_queue set task_type = 'contact.update'")),
+    DENIED,
+    "only the lease columns of sync_queue are writable",
   );
-  t.is(err.code, DENIED, "only the lease columns of sync_queue are writable");
-  const ins = await pgError(
+  await rejectsWith(
+    t,
     asRole("bitrix_sync_user", (c) =>
       c.query(
         "insert into han_app.sync_queue (task_type, entity_type, entity_id, dedup_key) values ('contact.update','user',gen_random_uuid(),'x')",
       ),
     ),
+    DENIED,
   );
-  t.is(ins.code, DENIED);
 });
 
 test("bitrix_sync_user cannot run DDL", async (t) => {
@@ -82,8 +90,12 @@ test("bitrix_sync_user cannot run DDL", async (t) => {
     "alter table han_app.sync_queue drop column payload_json",
     "create or replace function bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid) returns han_app.sync_queue language sql as 'select null::han_app.sync_queue'",
   ]) {
-    const err = await pgError(asRole("bitrix_sync_user", (c) => c.query(sql)));
-    t.is(err.code, DENIED, sql);
+    await rejectsWith(
+      t,
+      asRole("bitrix_sync_user", (c) => c.query(sql)),
+      DENIED,
+      sql,
+    );
   }
 });
 
@@ -99,8 +111,12 @@ test("bitrix_sync_admin cannot write mapping rows; it may request a rebind and r
     "select * from bitrix_sync.claim_sync_tasks('admin', 1)",
     "update bitrix_sync.settings_versions set status = 'active'",
   ]) {
-    const err = await pgError(asRole("bitrix_sync_admin", (c) => c.query(sql)));
-    t.is(err.code, DENIED, sql);
+    await rejectsWith(
+      t,
+      asRole("bitrix_sync_admin", (c) => c.query(sql)),
+      DENIED,
+      sql,
+    );
   }
   await asRole("bitrix_sync_admin", async (c) => {
     const { rows } = await c.query<{ id: string }>(
@@ -122,8 +138,12 @@ test("han_app_user cannot read bitrix_sync tables; its writes still enqueue thro
     "select bitrix_sync.active_settings()",
     "insert into han_app.sync_queue (task_type, entity_type, entity_id, dedup_key) values ('contact.update','user',gen_random_uuid(),'x')",
   ]) {
-    const err = await pgError(asRole("han_app_user", (c) => c.query(sql)));
-    t.is(err.code, DENIED, sql);
+    await rejectsWith(
+      t,
+      asRole("han_app_user", (c) => c.query(sql)),
+      DENIED,
+      sql,
+    );
   }
   await asRole("han_app_user", async (c) => {
     const u = await makeUser(c);

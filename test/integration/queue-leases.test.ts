@@ -1,7 +1,8 @@
 // Leases on han_app.sync_queue (§6.1): SKIP LOCKED claims, lease expiry and reclaim, fencing.
 import test from "ava";
 import pg from "pg";
-import { makeUser, pgError } from "../helpers/factories.js";
+import { makeUser } from "../helpers/factories.js";
+import { rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -80,10 +81,11 @@ test.serial("each claim issues a new lease token; complete only under the curren
   t.is(first?.entity_id, u.id);
   t.is(first?.locked_by, "w1");
   t.is(first?.attempt_count, 1);
-  const wrong = await pgError(
+  const wrong = await rejectsWith(
+    t,
     db.pool.query("select bitrix_sync.complete_sync_task($1, gen_random_uuid())", [first?.id]),
+    "BS001",
   );
-  t.is(wrong.code, "BS001");
   t.truthy(wrong.hint);
   await db.pool.query("select bitrix_sync.complete_sync_task($1, $2)", [first?.id, first?.lease_token]);
   const { rows } = await db.pool.query(
@@ -118,8 +120,12 @@ test.serial(
       "extend_sync_task_lease($1, $2, '1 minute')",
       "release_sync_task($1, $2)",
     ]) {
-      const err = await pgError(db.pool.query(`select bitrix_sync.${fn}`, [held?.id, held?.lease_token]));
-      t.is(err.code, "BS001", fn);
+      const err = await rejectsWith(
+        t,
+        db.pool.query(`select bitrix_sync.${fn}`, [held?.id, held?.lease_token]),
+        "BS001",
+        fn,
+      );
       t.regex(err.message, /not held under this lease token/);
     }
     await db.pool.query("select bitrix_sync.complete_sync_task($1, $2)", [re?.id, re?.lease_token]);
@@ -135,10 +141,11 @@ test.serial("a newer intent for a leased row takes it back to pending and fences
     held?.id,
   ]);
   t.is(rows[0].status, "pending");
-  const err = await pgError(
+  await rejectsWith(
+    t,
     db.pool.query("select bitrix_sync.complete_sync_task($1, $2)", [held?.id, held?.lease_token]),
+    "BS001",
   );
-  t.is(err.code, "BS001");
   await db.pool.query(
     "update han_app.sync_queue set status='cancelled', cancel_reason='test', completed_at=now() where entity_id = $1 and status = 'pending'",
     [u.id],
@@ -161,13 +168,15 @@ test.serial(
     );
     const [again] = await claim(db.pool, "w", 10);
     t.is(again?.id, held?.id);
-    const raw = await pgError(
+    await rejectsWith(
+      t,
       db.pool.query("select bitrix_sync.dead_letter_sync_task($1, $2, 'Phone +79991234567 rejected')", [
         again?.id,
         again?.lease_token,
       ]),
+      "BS004",
+      "raw text is refused as an error code",
     );
-    t.is(raw.code, "BS004", "raw text is refused as an error code");
     await db.pool.query("select bitrix_sync.dead_letter_sync_task($1, $2, 'invariant_broken')", [
       again?.id,
       again?.lease_token,
@@ -189,19 +198,23 @@ test.serial(
 
 test.serial("a hand-written UPDATE that skips an edge is refused by the guard trigger", async (t) => {
   const u = await makeUser(db.pool);
-  const err = await pgError(
+  const err = await rejectsWith(
+    t,
     db.pool.query(
       "update han_app.sync_queue set status = 'processed', completed_at = now() where entity_id = $1",
       [u.id],
     ),
+    "BS002",
   );
-  t.is(err.code, "BS002");
   t.regex(err.message, /illegal sync_queue transition pending -> processed/);
   t.truthy(err.hint);
 });
 
 test.serial("claim refuses nonsensical limits with a hint", async (t) => {
-  const err = await pgError(db.pool.query("select * from bitrix_sync.claim_sync_tasks('w', 0)"));
-  t.is(err.code, "BS004");
+  const err = await rejectsWith(
+    t,
+    db.pool.query("select * from bitrix_sync.claim_sync_tasks('w', 0)"),
+    "BS004",
+  );
   t.truthy(err.hint);
 });

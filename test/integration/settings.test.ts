@@ -1,6 +1,6 @@
 // Hot settings (§12.3): typed validation, activation of validated versions only, rollback, audit.
 import test from "ava";
-import { pgError } from "../helpers/factories.js";
+import { rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -65,10 +65,11 @@ test.serial("invalid values are rejected with reasons and can never be activated
       errors.some((e) => reason.test(e)),
       `${JSON.stringify(changes)} -> ${JSON.stringify(errors)}`,
     );
-    const err = await pgError(
+    const err = await rejectsWith(
+      t,
       db.pool.query("select bitrix_sync.activate_settings_version($1, 'ops:test')", [v]),
+      "BS008",
     );
-    t.is(err.code, "BS008");
     t.regex(err.message, /only a validated version can be activated/);
     t.regex(err.hint ?? "", /validation_errors/);
   }
@@ -77,10 +78,11 @@ test.serial("invalid values are rejected with reasons and can never be activated
 
 test.serial("a draft must be validated before activation", async (t) => {
   const v = await propose({ "batch.size": 30 });
-  const err = await pgError(
+  const err = await rejectsWith(
+    t,
     db.pool.query("select bitrix_sync.activate_settings_version($1, 'ops:test')", [v]),
+    "BS008",
   );
-  t.is(err.code, "BS008");
   t.regex(err.hint ?? "", /validate_settings_version/);
 });
 
@@ -125,16 +127,20 @@ test.serial(
     );
     t.is(superseded.rows[0].status, "superseded");
 
-    const never = await pgError(db.pool.query("select bitrix_sync.rollback_settings(2, 'ops:boris')"));
-    t.is(never.code, "BS008", "a rejected or draft version is no rollback target");
+    await rejectsWith(
+      t,
+      db.pool.query("select bitrix_sync.rollback_settings(2, 'ops:boris')"),
+      "BS008",
+      "a rejected or draft version is no rollback target",
+    );
   },
 );
 
 test.serial("settings history cannot be deleted or edited around the guard", async (t) => {
-  const del = await pgError(db.pool.query("delete from bitrix_sync.settings_versions where version = 1"));
-  t.is(del.code, "BS003");
-  const skip = await pgError(
+  await rejectsWith(t, db.pool.query("delete from bitrix_sync.settings_versions where version = 1"), "BS003");
+  await rejectsWith(
+    t,
     db.pool.query("update bitrix_sync.settings_versions set status = 'active' where status = 'rejected'"),
+    "BS002",
   );
-  t.is(skip.code, "BS002");
 });

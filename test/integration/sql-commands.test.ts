@@ -5,6 +5,16 @@
 import { randomUUID } from "node:crypto";
 import test from "ava";
 import type pg from "pg";
+import {
+  type CommandRow,
+  heldCommand,
+  inFlightCommand,
+  leasedCommand,
+  pendingCommand,
+  runningWorkflow,
+  uncertainCommand,
+  type WorkflowRow,
+} from "../helpers/builders.js";
 import { forceRow, logTransitions, one, pathOf, rejectsWith, session } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -16,41 +26,6 @@ test.before(async () => {
 test.after.always(async () => {
   await db?.drop();
 });
-
-interface Command {
-  id: string;
-  workflow_id: string | null;
-  alert_id: string | null;
-  command_type: string;
-  params: Record<string, unknown>;
-  status: string;
-  revision: number;
-  attempt_count: number;
-  limit_hits: number;
-  next_attempt_at: Date;
-  deadline_at: Date;
-  lease_token: string | null;
-  locked_by: string | null;
-  locked_until: Date | null;
-  batch_id: string | null;
-  correlation_id: string | null;
-  sent_at: Date | null;
-  response: Record<string, unknown> | null;
-  last_error_code: string | null;
-  last_http_status: number | null;
-  last_bitrix_error: string | null;
-  completed_at: Date | null;
-}
-
-interface Workflow {
-  id: string;
-  state: string;
-  current_step: string;
-  revision: number;
-  correlation_id: string;
-  lease_token: string | null;
-  next_attempt_at: Date;
-}
 
 interface DeadLetter {
   source: string;
@@ -67,38 +42,11 @@ interface DeadLetter {
   correlation_id: string | null;
 }
 
-/** A workflow running under a lease, as a claim leaves it. */
-async function runningWorkflow(): Promise<{ id: string; token: string }> {
-  const { workflow_id: id } = await one<{ workflow_id: string }>(
-    db.pool,
-    "select * from bitrix_sync.start_or_join_workflow($1, 'contact.map_or_create', $2, null)",
-    [randomUUID(), randomUUID()],
+async function claim(q: pg.Pool | pg.PoolClient, worker: string, limit = 1000): Promise<CommandRow[]> {
+  const { rows } = await q.query<CommandRow>(
+    "select * from bitrix_sync.claim_commands($1, $2, '60 seconds')",
+    [worker, limit],
   );
-  const token = randomUUID();
-  await forceRow(db.pool, "bitrix_sync.workflow_instances", id, {
-    state: "running",
-    lease_token: token,
-    locked_by: "wf-worker",
-    locked_until: new Date(Date.now() + 600_000),
-  });
-  return { id, token };
-}
-
-function issue(wf: { id: string; token: string | null }, type = "contact.read", step = "read_contact") {
-  return one<Command>(db.pool, "select * from bitrix_sync.issue_command($1, $2, $3, $4, $5)", [
-    wf.id,
-    wf.token,
-    type,
-    JSON.stringify({ contact_id: "42" }),
-    step,
-  ]);
-}
-
-async function claim(q: pg.Pool | pg.PoolClient, worker: string, limit = 1000): Promise<Command[]> {
-  const { rows } = await q.query<Command>("select * from bitrix_sync.claim_commands($1, $2, '60 seconds')", [
-    worker,
-    limit,
-  ]);
   return rows;
 }
 
@@ -111,9 +59,9 @@ async function send(ids: string[], tokens: (string | null)[], batch = randomUUID
 }
 
 const get = (id: string) =>
-  one<Command>(db.pool, "select * from bitrix_sync.crm_commands where id = $1", [id]);
+  one<CommandRow>(db.pool, "select * from bitrix_sync.crm_commands where id = $1", [id]);
 const workflow = (id: string) =>
-  one<Workflow>(db.pool, "select * from bitrix_sync.workflow_instances where id = $1", [id]);
+  one<WorkflowRow>(db.pool, "select * from bitrix_sync.workflow_instances where id = $1", [id]);
 const deadLetters = async (commandId: string) =>
   (
     await db.pool.query<DeadLetter>(
@@ -122,34 +70,13 @@ const deadLetters = async (commandId: string) =>
     )
   ).rows;
 
-/**
- * A new command of a new workflow put straight into `status` under a fresh token (no claim, so
- * tests that use it can run concurrently). in_flight rows count one send.
- */
-async function held(
-  status: "leased" | "in_flight",
-  type = "contact.read",
-): Promise<{ cmd: Command; token: string; wf: { id: string; token: string } }> {
-  const wf = await runningWorkflow();
-  const cmd = await issue(wf, type);
-  const token = randomUUID();
-  await forceRow(db.pool, "bitrix_sync.crm_commands", cmd.id, {
-    status,
-    lease_token: token,
-    locked_by: "pump",
-    locked_until: new Date(Date.now() + 60_000),
-    ...(status === "in_flight" ? { attempt_count: 1, sent_at: new Date() } : {}),
-  });
-  return { cmd: await get(cmd.id), token, wf };
-}
-
 // ---------------------------------------------------------------------------------------------
 // issue_command
 // ---------------------------------------------------------------------------------------------
 
 test("issue_command inserts a pending command and moves the workflow running -> waiting_crm", async (t) => {
-  const wf = await runningWorkflow();
-  const cmd = await issue(wf, "contact.find_by_phone", "find_by_phone");
+  const wf = await runningWorkflow(db.pool);
+  const cmd = await pendingCommand(db.pool, wf, { type: "contact.find_by_phone", step: "find_by_phone" });
   const w = await workflow(wf.id);
   t.like(cmd, {
     workflow_id: wf.id,
@@ -165,12 +92,12 @@ test("issue_command inserts a pending command and moves the workflow running -> 
 });
 
 test("issue_command refuses a stale workflow token or a workflow that is not running (BS001)", async (t) => {
-  const wf = await runningWorkflow();
-  await rejectsWith(t, issue({ id: wf.id, token: randomUUID() }), "BS001");
-  await rejectsWith(t, issue({ id: randomUUID(), token: wf.token }), "BS001");
-  await issue(wf);
+  const wf = await runningWorkflow(db.pool);
+  await rejectsWith(t, pendingCommand(db.pool, { id: wf.id, token: randomUUID() }), "BS001");
+  await rejectsWith(t, pendingCommand(db.pool, { id: randomUUID(), token: wf.token }), "BS001");
+  await pendingCommand(db.pool, wf);
   // waiting_crm now: the step was persisted and the lease released.
-  await rejectsWith(t, issue(wf), "BS001");
+  await rejectsWith(t, pendingCommand(db.pool, wf), "BS001");
   const { rows } = await db.pool.query("select 1 from bitrix_sync.crm_commands where workflow_id = $1", [
     wf.id,
   ]);
@@ -178,15 +105,15 @@ test("issue_command refuses a stale workflow token or a workflow that is not run
 });
 
 test("a command type outside the closed catalogue is refused by the CHECK", async (t) => {
-  const wf = await runningWorkflow();
-  const err = await rejectsWith(t, issue(wf, "crm.contact.delete"), "23514");
+  const wf = await runningWorkflow(db.pool);
+  const err = await rejectsWith(t, pendingCommand(db.pool, wf, { type: "crm.contact.delete" }), "23514");
   t.is(err.constraint, "crm_commands_command_type_check");
   t.is((await workflow(wf.id)).state, "running");
 });
 
 test("a second active command for the same workflow is refused by the unique index", async (t) => {
-  const wf = await runningWorkflow();
-  const first = await issue(wf);
+  const wf = await runningWorkflow(db.pool);
+  const first = await pendingCommand(db.pool, wf);
   // The workflow runs again (woken without the first command finishing) under a new lease.
   const token = randomUUID();
   await forceRow(db.pool, "bitrix_sync.workflow_instances", wf.id, {
@@ -194,7 +121,11 @@ test("a second active command for the same workflow is refused by the unique ind
     lease_token: token,
     locked_until: new Date(Date.now() + 60_000),
   });
-  const err = await rejectsWith(t, issue({ id: wf.id, token }, "contact.update"), "23505");
+  const err = await rejectsWith(
+    t,
+    pendingCommand(db.pool, { id: wf.id, token }, { type: "contact.update" }),
+    "23505",
+  );
   t.is(err.constraint, "crm_commands_one_active_per_workflow_uq");
   t.is((await workflow(wf.id)).state, "running", "the failed step moved nothing");
 
@@ -203,7 +134,9 @@ test("a second active command for the same workflow is refused by the unique ind
     status: "succeeded",
     completed_at: new Date(),
   });
-  t.like(await issue({ id: wf.id, token }, "contact.update"), { status: "pending" });
+  t.like(await pendingCommand(db.pool, { id: wf.id, token }, { type: "contact.update" }), {
+    status: "pending",
+  });
 });
 
 test("alert commands are independent of workflows and only alert.* types", async (t) => {
@@ -212,7 +145,7 @@ test("alert commands are independent of workflows and only alert.* types", async
     "select * from bitrix_sync.raise_business_alert('phone_conflict', 'high', $1, $2)",
     [randomUUID().replaceAll("-", "").padEnd(64, "a"), randomUUID()],
   );
-  const a = await one<Command>(
+  const a = await one<CommandRow>(
     db.pool,
     "select * from bitrix_sync.issue_alert_command($1, 'alert.add', '{}')",
     [alert.id],
@@ -230,8 +163,8 @@ test("alert commands are independent of workflows and only alert.* types", async
 // ---------------------------------------------------------------------------------------------
 
 test.serial("claim_commands leases due pending commands with new tokens", async (t) => {
-  const wf = await runningWorkflow();
-  const cmd = await issue(wf);
+  const wf = await runningWorkflow(db.pool);
+  const cmd = await pendingCommand(db.pool, wf);
   const mine = (await claim(db.pool, "pump-1")).find((c) => c.id === cmd.id);
   t.like(mine, { status: "leased", locked_by: "pump-1", attempt_count: 0 });
   t.truthy(mine?.lease_token);
@@ -243,7 +176,7 @@ test.serial("claim_commands leases due pending commands with new tokens", async 
 
 test.serial("two connections claiming at once never get the same command", async (t) => {
   const ids: string[] = [];
-  for (let i = 0; i < 10; i++) ids.push((await issue(await runningWorkflow())).id);
+  for (let i = 0; i < 10; i++) ids.push((await pendingCommand(db.pool, await runningWorkflow(db.pool))).id);
 
   const a = await session(db.pool);
   const b = await session(db.pool);
@@ -266,7 +199,7 @@ test.serial("two connections claiming at once never get the same command", async
   }
 
   for (let round = 0; round < 20; round++) {
-    for (let i = 0; i < 6; i++) await issue(await runningWorkflow());
+    for (let i = 0; i < 6; i++) await pendingCommand(db.pool, await runningWorkflow(db.pool));
     const [x, y] = await Promise.all([claim(db.pool, "x", 3), claim(db.pool, "y", 3)]);
     const xs = x.map((c) => c.id);
     t.deepEqual(
@@ -279,7 +212,7 @@ test.serial("two connections claiming at once never get the same command", async
 });
 
 test.serial("a due retry_wait command becomes claimable; one not yet due does not", async (t) => {
-  const { cmd, token } = await held("in_flight");
+  const { cmd, token } = await inFlightCommand(db.pool);
   await one(db.pool, "select * from bitrix_sync.retry_command($1, $2, 'crm_timeout', '1 hour')", [
     cmd.id,
     token,
@@ -300,7 +233,7 @@ test.serial("a due retry_wait command becomes claimable; one not yet due does no
 test.serial(
   "an expired leased command is reclaimed with a new token; the old holder cannot send",
   async (t) => {
-    const cmd = await issue(await runningWorkflow());
+    const cmd = await pendingCommand(db.pool, await runningWorkflow(db.pool));
     const first = (await claim(db.pool, "old")).find((c) => c.id === cmd.id);
     await db.pool.query(
       "update bitrix_sync.crm_commands set locked_until = now() - interval '1 second' where id = $1",
@@ -315,8 +248,8 @@ test.serial(
 );
 
 test.serial("an expired in_flight write becomes uncertain and wakes its workflow", async (t) => {
-  const wf = await runningWorkflow();
-  const cmd = await issue(wf, "contact.add", "create_contact");
+  const wf = await runningWorkflow(db.pool);
+  const cmd = await pendingCommand(db.pool, wf, { type: "contact.add", step: "create_contact" });
   const mine = (await claim(db.pool, "pump")).find((c) => c.id === cmd.id);
   await send([cmd.id], [mine?.lease_token ?? null]);
   t.is((await workflow(wf.id)).state, "waiting_crm");
@@ -349,8 +282,8 @@ test.serial("an expired in_flight write becomes uncertain and wakes its workflow
 });
 
 test.serial("an expired in_flight read goes to retry_wait and is due again at once", async (t) => {
-  const wf = await runningWorkflow();
-  const cmd = await issue(wf, "contact.read");
+  const wf = await runningWorkflow(db.pool);
+  const cmd = await pendingCommand(db.pool, wf, { type: "contact.read" });
   const mine = (await claim(db.pool, "pump")).find((c) => c.id === cmd.id);
   await send([cmd.id], [mine?.lease_token ?? null]);
   await db.pool.query(
@@ -379,8 +312,8 @@ test.serial("an expired in_flight read goes to retry_wait and is due again at on
 });
 
 test.serial("a stale holder is refused by every command function (BS001)", async (t) => {
-  const wf = await runningWorkflow();
-  const cmd = await issue(wf, "contact.update");
+  const wf = await runningWorkflow(db.pool);
+  const cmd = await pendingCommand(db.pool, wf, { type: "contact.update" });
   const old = (await claim(db.pool, "old")).find((c) => c.id === cmd.id)?.lease_token ?? null;
   await db.pool.query(
     "update bitrix_sync.crm_commands set locked_until = now() - interval '1 second' where id = $1",
@@ -438,9 +371,9 @@ test.serial("a stale holder is refused by every command function (BS001)", async
 // ---------------------------------------------------------------------------------------------
 
 test("send_commands marks in_flight only the commands still held under their tokens", async (t) => {
-  const a = await held("leased");
-  const b = await held("leased");
-  const c = await held("leased");
+  const a = await leasedCommand(db.pool);
+  const b = await leasedCommand(db.pool);
+  const c = await leasedCommand(db.pool);
   const batch = randomUUID();
   const sent = await send([a.cmd.id, b.cmd.id, c.cmd.id], [a.token, randomUUID(), c.token], batch);
   t.deepEqual([...sent].sort(), [a.cmd.id, c.cmd.id].sort());
@@ -461,9 +394,9 @@ test("send_commands marks in_flight only the commands still held under their tok
 });
 
 test("complete_command stores the reply and wakes the workflow waiting_crm -> running", async (t) => {
-  const { cmd, token, wf } = await held("in_flight", "contact.add");
+  const { cmd, token, wf } = await inFlightCommand(db.pool, { type: "contact.add" });
   t.is((await workflow(wf.id)).state, "waiting_crm");
-  const done = await one<Command>(db.pool, "select * from bitrix_sync.complete_command($1, $2, $3)", [
+  const done = await one<CommandRow>(db.pool, "select * from bitrix_sync.complete_command($1, $2, $3)", [
     cmd.id,
     token,
     JSON.stringify({ contact_id: "1001" }),
@@ -489,7 +422,7 @@ test("complete_command stores the reply and wakes the workflow waiting_crm -> ru
 });
 
 test("complete_command refuses a command that was never sent (BS001)", async (t) => {
-  const { cmd, token } = await held("leased");
+  const { cmd, token } = await leasedCommand(db.pool);
   await rejectsWith(
     t,
     db.pool.query("select bitrix_sync.complete_command($1, $2, '{}')", [cmd.id, token]),
@@ -499,8 +432,8 @@ test("complete_command refuses a command that was never sent (BS001)", async (t)
 });
 
 test("release_command puts a leased command back to pending without sending it", async (t) => {
-  const { cmd, token } = await held("leased");
-  const out = await one<Command>(db.pool, "select * from bitrix_sync.release_command($1, $2)", [
+  const { cmd, token } = await leasedCommand(db.pool);
+  const out = await one<CommandRow>(db.pool, "select * from bitrix_sync.release_command($1, $2)", [
     cmd.id,
     token,
   ]);
@@ -512,7 +445,7 @@ test("release_command puts a leased command back to pending without sending it",
     attempt_count: 0,
   });
   // A sent command cannot be released: the request may have landed.
-  const f = await held("in_flight");
+  const f = await inFlightCommand(db.pool);
   await rejectsWith(
     t,
     db.pool.query("select bitrix_sync.release_command($1, $2)", [f.cmd.id, f.token]),
@@ -526,9 +459,9 @@ test("release_command puts a leased command back to pending without sending it",
 // ---------------------------------------------------------------------------------------------
 
 test("retry_command spends an attempt on a failure but only counts a rate-limit refusal", async (t) => {
-  const { cmd, token, wf } = await held("leased");
+  const { cmd, token, wf } = await leasedCommand(db.pool);
   t.deepEqual(await send([cmd.id], [token]), [cmd.id]);
-  const r1 = await one<Command & { wait_ok: boolean }>(
+  const r1 = await one<CommandRow & { wait_ok: boolean }>(
     db.pool,
     `select c.*, c.next_attempt_at between now() + interval '29 seconds' and now() + interval '31 seconds' as wait_ok
        from bitrix_sync.retry_command($1, $2, 'crm_http_503', '30 seconds', true, 503, 'INTERNAL_SERVER_ERROR') c`,
@@ -554,7 +487,7 @@ test("retry_command spends an attempt on a failure but only counts a rate-limit 
     locked_until: new Date(Date.now() + 60_000),
   });
   t.deepEqual(await send([cmd.id], [token]), [cmd.id]);
-  const r2 = await one<Command>(
+  const r2 = await one<CommandRow>(
     db.pool,
     "select * from bitrix_sync.retry_command($1, $2, 'crm_query_limit_exceeded', '2 seconds', false, 503, 'QUERY_LIMIT_EXCEEDED')",
     [cmd.id, token],
@@ -569,13 +502,13 @@ test("retry_command spends an attempt on a failure but only counts a rate-limit 
 });
 
 test("retry_command past the 24 h horizon dead-letters with retry_horizon_exceeded", async (t) => {
-  const { cmd, token, wf } = await held("in_flight", "contact.update");
+  const { cmd, token, wf } = await inFlightCommand(db.pool, { type: "contact.update" });
   // The first send was 23 h 59 min ago: a 5 minute back-off would cross the horizon.
   await db.pool.query(
     "update bitrix_sync.crm_commands set deadline_at = now() + interval '1 minute' where id = $1",
     [cmd.id],
   );
-  const out = await one<Command>(
+  const out = await one<CommandRow>(
     db.pool,
     "select * from bitrix_sync.retry_command($1, $2, 'crm_timeout', '5 minutes', true, 504, 'GATEWAY_TIMEOUT')",
     [cmd.id, token],
@@ -599,7 +532,7 @@ test("retry_command past the 24 h horizon dead-letters with retry_horizon_exceed
   t.is((await workflow(wf.id)).state, "running", "the workflow is woken to handle the failure");
 
   // Within the horizon the same call just waits.
-  const ok = await held("in_flight");
+  const ok = await inFlightCommand(db.pool);
   t.like(
     await one(db.pool, "select * from bitrix_sync.retry_command($1, $2, 'crm_timeout', '5 minutes')", [
       ok.cmd.id,
@@ -610,8 +543,8 @@ test("retry_command past the 24 h horizon dead-letters with retry_horizon_exceed
 });
 
 test("mark_command_uncertain: in_flight -> uncertain, and the workflow wakes", async (t) => {
-  const { cmd, token, wf } = await held("in_flight", "contact.add");
-  const out = await one<Command>(
+  const { cmd, token, wf } = await inFlightCommand(db.pool, { type: "contact.add" });
+  const out = await one<CommandRow>(
     db.pool,
     "select * from bitrix_sync.mark_command_uncertain($1, $2, 'crm_read_timeout')",
     [cmd.id, token],
@@ -624,7 +557,7 @@ test("mark_command_uncertain: in_flight -> uncertain, and the workflow wakes", a
   });
   t.is((await workflow(wf.id)).state, "running");
 
-  const leased = await held("leased");
+  const leased = await leasedCommand(db.pool);
   await rejectsWith(
     t,
     db.pool.query("select bitrix_sync.mark_command_uncertain($1, $2, 'crm_read_timeout')", [
@@ -634,7 +567,7 @@ test("mark_command_uncertain: in_flight -> uncertain, and the workflow wakes", a
     "BS001",
     // Not sent yet: nothing can have landed, so it is not uncertain.
   );
-  const raw = await held("in_flight");
+  const raw = await inFlightCommand(db.pool);
   await rejectsWith(
     t,
     db.pool.query("select bitrix_sync.mark_command_uncertain($1, $2, 'socket hang up at 10.1.2.3')", [
@@ -648,8 +581,8 @@ test("mark_command_uncertain: in_flight -> uncertain, and the workflow wakes", a
 
 test("dead_letter_command writes a technical dead letter with the safe code only", async (t) => {
   for (const status of ["leased", "in_flight"] as const) {
-    const { cmd, token, wf } = await held(status, "contact.add");
-    const out = await one<Command>(
+    const { cmd, token, wf } = await heldCommand(db.pool, status, { type: "contact.add" });
+    const out = await one<CommandRow>(
       db.pool,
       "select * from bitrix_sync.dead_letter_command($1, $2, 'crm_invalid_field', 400, 'ERROR_CORE')",
       [cmd.id, token],
@@ -675,7 +608,7 @@ test("dead_letter_command writes a technical dead letter with the safe code only
 });
 
 test("dead_letter_command refuses raw error text and writes nothing (BS004)", async (t) => {
-  const { cmd, token } = await held("in_flight", "contact.add");
+  const { cmd, token } = await inFlightCommand(db.pool, { type: "contact.add" });
   await rejectsWith(
     t,
     db.pool.query("select bitrix_sync.dead_letter_command($1, $2, 'Field PHONE: +79991234567 is invalid')", [
@@ -708,24 +641,8 @@ test("dead_letter_command refuses raw error text and writes nothing (BS004)", as
 // reconcile (fenced by the workflow lease)
 // ---------------------------------------------------------------------------------------------
 
-/** An uncertain write whose workflow was woken and claimed again under `token`. */
-async function uncertain(): Promise<{ cmd: Command; wf: { id: string; token: string } }> {
-  const { cmd, token, wf } = await held("in_flight", "contact.add");
-  await one(db.pool, "select * from bitrix_sync.mark_command_uncertain($1, $2, 'crm_read_timeout')", [
-    cmd.id,
-    token,
-  ]);
-  const wfToken = randomUUID();
-  await forceRow(db.pool, "bitrix_sync.workflow_instances", wf.id, {
-    lease_token: wfToken,
-    locked_by: "wf-worker",
-    locked_until: new Date(Date.now() + 60_000),
-  });
-  return { cmd, wf: { id: wf.id, token: wfToken } };
-}
-
 const begin = (id: string, token: string | null) =>
-  one<Command>(db.pool, "select * from bitrix_sync.begin_command_reconcile($1, $2)", [id, token]);
+  one<CommandRow>(db.pool, "select * from bitrix_sync.begin_command_reconcile($1, $2)", [id, token]);
 const resolve = (
   id: string,
   token: string | null,
@@ -733,7 +650,7 @@ const resolve = (
   response: unknown = null,
   code: string | null = null,
 ) =>
-  one<Command>(db.pool, "select * from bitrix_sync.resolve_command_reconcile($1, $2, $3, $4, $5)", [
+  one<CommandRow>(db.pool, "select * from bitrix_sync.resolve_command_reconcile($1, $2, $3, $4, $5)", [
     id,
     token,
     outcome,
@@ -742,7 +659,7 @@ const resolve = (
   ]);
 
 test("reconcile -> succeeded when the search finds the write applied", async (t) => {
-  const { cmd, wf } = await uncertain();
+  const { cmd, wf } = await uncertainCommand(db.pool);
   t.like(await begin(cmd.id, wf.token), { status: "reconcile" });
   const out = await resolve(cmd.id, wf.token, "succeeded", { contact_id: "77" });
   t.like(out, { status: "succeeded", last_error_code: null });
@@ -757,7 +674,7 @@ test("reconcile -> succeeded when the search finds the write applied", async (t)
 });
 
 test("reconcile -> retry_wait when the search proves the write did not land", async (t) => {
-  const { cmd, wf } = await uncertain();
+  const { cmd, wf } = await uncertainCommand(db.pool);
   await begin(cmd.id, wf.token);
   const out = await resolve(cmd.id, wf.token, "retry");
   t.like(out, { status: "retry_wait", last_error_code: "reconciled_not_applied" });
@@ -765,7 +682,7 @@ test("reconcile -> retry_wait when the search proves the write did not land", as
 });
 
 test("reconcile -> dead_letter writes a technical dead letter", async (t) => {
-  const { cmd, wf } = await uncertain();
+  const { cmd, wf } = await uncertainCommand(db.pool);
   await begin(cmd.id, wf.token);
   await rejectsWith(t, resolve(cmd.id, wf.token, "dead_letter", null, "Search failed: HTTP 403"), "BS004");
   const out = await resolve(cmd.id, wf.token, "dead_letter", null, "crm_permission_denied");
@@ -777,7 +694,7 @@ test("reconcile -> dead_letter writes a technical dead letter", async (t) => {
 });
 
 test("reconcile is fenced by the workflow lease and follows the edges", async (t) => {
-  const { cmd, wf } = await uncertain();
+  const { cmd, wf } = await uncertainCommand(db.pool);
   await rejectsWith(t, begin(cmd.id, randomUUID()), "BS001");
   await rejectsWith(t, begin(cmd.id, null), "BS001");
   await rejectsWith(t, resolve(cmd.id, wf.token, "succeeded"), "BS002" /* not begun */);
@@ -792,7 +709,7 @@ test("reconcile is fenced by the workflow lease and follows the edges", async (t
   t.like(await resolve(cmd.id, next, "succeeded"), { status: "succeeded" });
 
   // Only an uncertain command can enter reconcile (the guard trigger refuses the rest).
-  const other = await held("in_flight");
+  const other = await inFlightCommand(db.pool);
   const token = randomUUID();
   await forceRow(db.pool, "bitrix_sync.workflow_instances", other.wf.id, {
     state: "running",
@@ -826,7 +743,7 @@ test("_check_code accepts safe codes and refuses raw text (BS004)", async (t) =>
 });
 
 test("a hand-written UPDATE that skips a command edge is refused (BS002)", async (t) => {
-  const { cmd } = await held("in_flight", "contact.add");
+  const { cmd } = await inFlightCommand(db.pool, { type: "contact.add" });
   for (const to of ["pending", "leased", "reconcile"]) {
     await rejectsWith(
       t,
@@ -834,7 +751,7 @@ test("a hand-written UPDATE that skips a command edge is refused (BS002)", async
       "BS002",
     );
   }
-  const pending = await issue(await runningWorkflow());
+  const pending = await pendingCommand(db.pool, await runningWorkflow(db.pool));
   await rejectsWith(
     t,
     db.pool.query("update bitrix_sync.crm_commands set status = 'in_flight' where id = $1", [pending.id]),

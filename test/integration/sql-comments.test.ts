@@ -1,7 +1,8 @@
 // STYLE.md: every table, view, function and trigger of the project carries a COMMENT ON, so a DBA
 // with psql (\d+, \df+) reads what an object is for. This lists whatever is missing one.
 import test from "ava";
-import { inTx, type Queryable } from "../helpers/sql-core.js";
+import { inTransaction } from "../../src/db/tx.js";
+import type { Queryable } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -85,7 +86,7 @@ test("every trigger on tables of han_app and bitrix_sync has a comment", async (
 test("an object added without a comment is reported", async (t) => {
   // Inside a transaction that is rolled back, so the other tests never see these objects.
   await t.throwsAsync(
-    inTx(db.pool, async (c) => {
+    inTransaction(db.pool, async (c) => {
       await c.query("create table bitrix_sync.test_uncommented (id int)");
       await c.query("create function bitrix_sync.test_uncommented() returns int language sql as 'select 1'");
       await c.query(`create trigger _999_test_uncommented before insert on bitrix_sync.test_uncommented

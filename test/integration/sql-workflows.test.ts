@@ -3,7 +3,9 @@
 // Tests that claim are serial: a claim takes every runnable workflow of this file's database.
 import { randomUUID } from "node:crypto";
 import test from "ava";
-import { forceRow, inTx, one, type Queryable, rejectsWith, session } from "../helpers/sql-core.js";
+import { inTransaction } from "../../src/db/tx.js";
+import { createdWorkflow, runningWorkflow, type WorkflowRow, workflowIn } from "../helpers/builders.js";
+import { one, type Queryable, rejectsWith, session } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -13,29 +15,6 @@ test.before(async () => {
 test.after.always(async () => {
   await db?.drop();
 });
-
-interface Workflow {
-  id: string;
-  workflow_type: string;
-  intent_type: string;
-  user_id: string;
-  state: string;
-  current_step: string;
-  step_data: Record<string, unknown>;
-  contact_id: string | null;
-  source_task_id: string | null;
-  revision: number;
-  processed_revision: number;
-  content_hash: string | null;
-  attempt_count: number;
-  next_attempt_at: Date;
-  lease_token: string | null;
-  locked_by: string | null;
-  locked_until: Date | null;
-  outcome: string | null;
-  last_error_code: string | null;
-  finished_at: Date | null;
-}
 
 const TERMINAL = ["succeeded", "failed", "cancelled"];
 const hash = (s: string) => s.padEnd(64, "0");
@@ -55,12 +34,17 @@ async function start(
   ]);
 }
 
-async function get(id: string): Promise<Workflow> {
-  return one<Workflow>(db.pool, "select * from bitrix_sync.workflow_instances where id = $1", [id]);
+async function get(id: string): Promise<WorkflowRow> {
+  return one<WorkflowRow>(db.pool, "select * from bitrix_sync.workflow_instances where id = $1", [id]);
 }
 
-async function claim(q: Queryable, worker: string, limit = 1000, lease = "60 seconds"): Promise<Workflow[]> {
-  const { rows } = await q.query<Workflow>(
+async function claim(
+  q: Queryable,
+  worker: string,
+  limit = 1000,
+  lease = "60 seconds",
+): Promise<WorkflowRow[]> {
+  const { rows } = await q.query<WorkflowRow>(
     "select * from bitrix_sync.claim_workflows($1, $2, $3::interval)",
     [worker, limit, lease],
   );
@@ -68,7 +52,7 @@ async function claim(q: Queryable, worker: string, limit = 1000, lease = "60 sec
 }
 
 function fire(id: string, token: string | null, event: string, changes: Record<string, unknown> = {}) {
-  return one<Workflow>(db.pool, "select * from bitrix_sync.fire_workflow_event($1, $2, $3, $4)", [
+  return one<WorkflowRow>(db.pool, "select * from bitrix_sync.fire_workflow_event($1, $2, $3, $4)", [
     id,
     token,
     event,
@@ -76,10 +60,10 @@ function fire(id: string, token: string | null, event: string, changes: Record<s
   ]);
 }
 
-/** A new workflow for a new user, claimed: running under a lease. */
-async function running(): Promise<Workflow> {
-  const { workflow_id } = await start(db.pool, randomUUID());
-  const mine = (await claim(db.pool, "w-setup")).find((w) => w.id === workflow_id);
+/** A new workflow claimed by claim_workflows (which takes every runnable one: serial tests only). */
+async function claimedWorkflow(): Promise<WorkflowRow> {
+  const { id } = await createdWorkflow(db.pool);
+  const mine = (await claim(db.pool, "w-setup")).find((w) => w.id === id);
   if (!mine) throw new Error("setup: the new workflow was not claimed");
   return mine;
 }
@@ -203,7 +187,7 @@ test("concurrent start_or_join_workflow calls for one user converge on one workf
       a.done();
       b.done();
     }
-    const { rows } = await db.pool.query<Workflow>(
+    const { rows } = await db.pool.query<WorkflowRow>(
       "select * from bitrix_sync.workflow_instances where user_id = $1",
       [userId],
     );
@@ -213,7 +197,7 @@ test("concurrent start_or_join_workflow calls for one user converge on one workf
 });
 
 test.serial("claim moves created -> running under a new lease and counts the attempt", async (t) => {
-  const { workflow_id } = await start(db.pool, randomUUID());
+  const { id: workflow_id } = await createdWorkflow(db.pool);
   const claimed = (await claim(db.pool, "worker-1", 1000, "30 seconds")).find((w) => w.id === workflow_id);
   t.truthy(claimed);
   t.like(claimed, { state: "running", locked_by: "worker-1", attempt_count: 1 });
@@ -235,7 +219,7 @@ test.serial("claim_workflows refuses a zero limit or a non-positive lease (BS004
 
 test.serial("two connections claiming at once never get the same workflow", async (t) => {
   const ids: string[] = [];
-  for (let i = 0; i < 12; i++) ids.push((await start(db.pool, randomUUID())).workflow_id);
+  for (let i = 0; i < 12; i++) ids.push((await createdWorkflow(db.pool)).id);
 
   // Explicit steps: a holds its claim uncommitted; b claims meanwhile and must skip a's rows.
   const a = await session(db.pool);
@@ -261,7 +245,7 @@ test.serial("two connections claiming at once never get the same workflow", asyn
   // Racing: many rounds of two claims at the same time.
   for (let round = 0; round < 20; round++) {
     const fresh: string[] = [];
-    for (let i = 0; i < 6; i++) fresh.push((await start(db.pool, randomUUID())).workflow_id);
+    for (let i = 0; i < 6; i++) fresh.push((await createdWorkflow(db.pool)).id);
     const [x, y] = await Promise.all([claim(db.pool, "x", 3), claim(db.pool, "y", 3)]);
     const xs = x.map((w) => w.id);
     const ys = y.map((w) => w.id);
@@ -276,7 +260,7 @@ test.serial("two connections claiming at once never get the same workflow", asyn
 });
 
 test.serial("a due waiting_retry workflow is claimed back to running; one not yet due is not", async (t) => {
-  const w = await running();
+  const w = await claimedWorkflow();
   const parked = await fire(w.id, w.lease_token, "schedule_retry", {
     next_attempt_at: new Date(Date.now() + 3_600_000).toISOString(),
     last_error_code: "crm_timeout",
@@ -299,9 +283,9 @@ test.serial("a due waiting_retry workflow is claimed back to running; one not ye
 });
 
 test.serial("waiting_crm and waiting_manual workflows are not claimed", async (t) => {
-  const w1 = await running();
+  const w1 = await claimedWorkflow();
   await fire(w1.id, w1.lease_token, "await_crm");
-  const w2 = await running();
+  const w2 = await claimedWorkflow();
   await fire(w2.id, w2.lease_token, "need_manual", { last_error_code: "invalid_phone" });
   const claimed = (await claim(db.pool, "w")).map((w) => w.id);
   t.false(claimed.includes(w1.id));
@@ -311,7 +295,7 @@ test.serial("waiting_crm and waiting_manual workflows are not claimed", async (t
 test.serial(
   "an expired lease is reclaimed with a new token and the old holder is refused (BS001)",
   async (t) => {
-    const w = await running();
+    const w = await claimedWorkflow();
     await db.pool.query(
       "update bitrix_sync.workflow_instances set locked_until = now() - interval '1 second' where id = $1",
       [w.id],
@@ -342,15 +326,8 @@ test("every legal workflow event moves the workflow along its edge", async (t) =
   );
   t.true(edges.length >= 17);
   for (const e of edges) {
-    const { workflow_id: id } = await start(db.pool, randomUUID());
     // Only running workflows hold a lease (claim_workflows gives it); waiting ones have none.
-    const token = e.from_state === "running" ? randomUUID() : null;
-    await forceRow(db.pool, "bitrix_sync.workflow_instances", id, {
-      state: e.from_state,
-      lease_token: token,
-      locked_by: token ? "w" : null,
-      locked_until: token ? new Date(Date.now() + 60_000) : null,
-    });
+    const { id, token } = await workflowIn(db.pool, e.from_state);
     const out = await fire(id, token, e.event, { current_step: `after_${e.event}` });
     const label = `${e.from_state} --${e.event}--> ${e.to_state}`;
     t.is(out.state, e.to_state, label);
@@ -367,14 +344,7 @@ test("every legal workflow event moves the workflow along its edge", async (t) =
 });
 
 test("fire_workflow_event applies the allowed changes", async (t) => {
-  const { workflow_id: id } = await start(db.pool, randomUUID());
-  const token = randomUUID();
-  await forceRow(db.pool, "bitrix_sync.workflow_instances", id, {
-    state: "running",
-    lease_token: token,
-    locked_by: "w",
-    locked_until: new Date(Date.now() + 60_000),
-  });
+  const { id, token } = await runningWorkflow(db.pool);
   const out = await fire(id, token, "succeed", {
     current_step: "write_back",
     step_data: { candidates: ["11", "12"] },
@@ -408,14 +378,7 @@ test("an event that is not an edge of the current state raises BS002", async (t)
     ["running", "no_such_event"],
   ];
   for (const [state, event] of cases) {
-    const { workflow_id: id } = await start(db.pool, randomUUID());
-    const token = state === "running" ? randomUUID() : null;
-    await forceRow(db.pool, "bitrix_sync.workflow_instances", id, {
-      state,
-      lease_token: token,
-      locked_until: token ? new Date(Date.now() + 60_000) : null,
-      finished_at: TERMINAL.includes(state) ? new Date() : null,
-    });
+    const { id, token } = await workflowIn(db.pool, state);
     const err = await rejectsWith(t, fire(id, token, event), "BS002");
     t.true(err.message.includes(event), err.message);
     t.is((await get(id)).state, state, `${state} + ${event} changed nothing`);
@@ -423,19 +386,12 @@ test("an event that is not an edge of the current state raises BS002", async (t)
 });
 
 test("a stale or missing lease token raises BS001 and changes nothing", async (t) => {
-  const { workflow_id: id } = await start(db.pool, randomUUID());
-  const token = randomUUID();
-  await forceRow(db.pool, "bitrix_sync.workflow_instances", id, {
-    state: "running",
-    lease_token: token,
-    locked_by: "w",
-    locked_until: new Date(Date.now() + 60_000),
-  });
+  const { id, token } = await runningWorkflow(db.pool);
   await rejectsWith(t, fire(id, randomUUID(), "succeed"), "BS001");
   await rejectsWith(t, fire(id, null, "succeed"), "BS001");
   // A created workflow holds no lease: presenting one is stale too.
-  const other = await start(db.pool, randomUUID());
-  await rejectsWith(t, fire(other.workflow_id, randomUUID(), "start"), "BS001");
+  const other = await createdWorkflow(db.pool);
+  await rejectsWith(t, fire(other.id, randomUUID(), "start"), "BS001");
   t.like(await get(id), { state: "running", lease_token: token });
 });
 
@@ -444,7 +400,7 @@ test("an unknown workflow id raises BS005", async (t) => {
 });
 
 test("changes outside the allowed keys, or raw error text, raise BS004 and change nothing", async (t) => {
-  const { workflow_id: id } = await start(db.pool, randomUUID());
+  const { id } = await createdWorkflow(db.pool);
   for (const changes of [
     { state: "succeeded" },
     { lease_token: randomUUID() },
@@ -459,7 +415,7 @@ test("changes outside the allowed keys, or raw error text, raise BS004 and chang
 });
 
 test("a hand-written UPDATE that skips an edge is refused by the guard trigger (BS002)", async (t) => {
-  const { workflow_id: id } = await start(db.pool, randomUUID());
+  const { id } = await createdWorkflow(db.pool);
   const update = (state: string, extra = "") =>
     db.pool.query(`update bitrix_sync.workflow_instances set state = $2${extra} where id = $1`, [id, state]);
 
@@ -480,12 +436,12 @@ test("a hand-written UPDATE that skips an edge is refused by the guard trigger (
 });
 
 test("a transaction that fails leaves the workflow as it was", async (t) => {
-  const w = await start(db.pool, randomUUID());
+  const w = await createdWorkflow(db.pool);
   await t.throwsAsync(
-    inTx(db.pool, async (c) => {
-      await c.query("select bitrix_sync.fire_workflow_event($1, null, 'start', '{}')", [w.workflow_id]);
+    inTransaction(db.pool, async (c) => {
+      await c.query("select bitrix_sync.fire_workflow_event($1, null, 'start', '{}')", [w.id]);
       throw new Error("worker crashed before commit");
     }),
   );
-  t.is((await get(w.workflow_id)).state, "created");
+  t.is((await get(w.id)).state, "created");
 });

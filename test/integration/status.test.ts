@@ -2,12 +2,12 @@
 import { Writable } from "node:stream";
 import test from "ava";
 import { loadConfig } from "../../src/config/env.js";
-import { createMemoryLimiter } from "../../src/crm/limiter.js";
 import { createApp } from "../../src/http/app.js";
 import { CRM_STALE_MS, type StatusSource, WORKER_STALL_MS } from "../../src/http/status.js";
 import { HealthState } from "../../src/observability/health.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { makeUser } from "../helpers/factories.js";
+import { createMemoryLimiter } from "../helpers/memory-limiter.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -28,7 +28,7 @@ function source(env: Record<string, string>, health = new HealthState()): Status
     config,
     health,
     limiter: createMemoryLimiter({ settings: { refillPerSec: 2, burst: 5, maxInFlight: 2 } }),
-    settingsVersion: () => 1,
+    settings: { version: () => 1, problem: () => null },
   };
 }
 

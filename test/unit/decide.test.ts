@@ -18,11 +18,11 @@ const c = (
   registered,
 });
 
-test("В0: no candidates -> create", (t) => {
+test("B0: no candidates -> create", (t) => {
   t.deepEqual(decide(ME, [], none), { kind: "create", branch: "B0" });
 });
 
-test("В1.1: one free Contact -> take it", (t) => {
+test("B1.1: one free Contact -> take it", (t) => {
   t.deepEqual(decide(ME, [c(5, "2026-01-01T00:00:00+03:00")], none), {
     kind: "take",
     branch: "B1.1",
@@ -32,14 +32,14 @@ test("В1.1: one free Contact -> take it", (t) => {
   });
 });
 
-test("В1.2: one Contact of another active user (by field or by mapping) -> create + conflict", (t) => {
+test("B1.2: one Contact of another active user (by field or by mapping) -> create + conflict", (t) => {
   const byField = decide(ME, [c(5, null, OTHER)], none);
   t.like(byField, { kind: "create", branch: "B1.2", conflictContactId: 5, conflictUserId: OTHER });
   const byMapping = decide(ME, [c(5, null)], { ...none, mappedTo: new Map([[5, OTHER]]) });
   t.like(byMapping, { kind: "create", branch: "B1.2", conflictUserId: OTHER });
 });
 
-test("В2.1: several Contacts, newest free -> take the newest and report the others", (t) => {
+test("B2.1: several Contacts, newest free -> take the newest and report the others", (t) => {
   const d = decide(
     ME,
     [c(7, "2026-01-01T10:00:00Z"), c(9, "2026-01-02T10:00:00Z"), c(8, "2026-01-01T10:00:00Z")],
@@ -48,7 +48,7 @@ test("В2.1: several Contacts, newest free -> take the newest and report the oth
   t.deepEqual(d, { kind: "take", branch: "B2.1", contactId: 9, previousUserId: null, others: [8, 7] });
 });
 
-test("В2.2: several Contacts, newest held by another active user -> create + alert with every candidate", (t) => {
+test("B2.2: several Contacts, newest held by another active user -> create + alert with every candidate", (t) => {
   const d = decide(ME, [c(7, "2026-01-01T10:00:00Z"), c(9, "2026-01-02T10:00:00Z", OTHER)], none);
   t.deepEqual(d, {
     kind: "create",

@@ -5,14 +5,15 @@ import { createServer } from "node:http";
 import { Writable } from "node:stream";
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../../src/config/env.js";
-import { type CrmDeps, createBatcher, executeBatch } from "../../../src/crm/batch.js";
+import { type CrmDeps, executeBatch } from "../../../src/crm/batch.js";
 import type { CrmCommand } from "../../../src/crm/catalogue.js";
 import { createCrmClient } from "../../../src/crm/client.js";
 import { planPhoneUpdate } from "../../../src/crm/contact-fields.js";
-import { createCrm, crmSettingsFrom } from "../../../src/crm/index.js";
-import { createMemoryLimiter } from "../../../src/crm/limiter.js";
+import { createCrm } from "../../../src/crm/index.js";
 import { startEmulator } from "../../../src/emulator/server.js";
 import { createLogger } from "../../../src/observability/logger.js";
+import { createMemoryLimiter } from "../../helpers/memory-limiter.js";
+import { testSettings } from "../../helpers/settings.js";
 
 const F = SANDBOX_FIELDS;
 const UID = "0b7e7dbd-4fcb-4b38-8d56-1f7c0d1f6b0e";
@@ -344,51 +345,6 @@ test("a 302 from a renamed portal is a permanent config error and is not followe
   t.is(followed, 0);
 });
 
-test("the batcher flushes at the configured size and after the configured wait; workflows share batches", async (t) => {
-  const { emu, deps } = await setup();
-  const batcher = createBatcher(deps, { size: 20, maxWaitMs: 1000 });
-  const phones = Array.from({ length: 45 }, (_, i) => `+7999${String(i).padStart(7, "0")}`);
-  const started = Date.now();
-  const outs = await Promise.all(
-    phones.map((p) => batcher.submit({ type: "contact.find_by_phone", params: { phones: [p] } })),
-  );
-  t.true(outs.every((o) => o.ok));
-  t.deepEqual(
-    emu.log.map((l) => l.batchSize),
-    [20, 20, 5],
-  );
-  t.true((emu.log[2]?.at ?? 0) - started >= 990, "the partial batch waited for max wait");
-  t.true(
-    (emu.log[1]?.at ?? Infinity) < (emu.log[2]?.at ?? 0),
-    "full batches went before it, without waiting",
-  );
-  emu.log.length = 0;
-  // Two "workflows" submitting at once end up in one batch.
-  const [a, b] = await Promise.all([
-    batcher.submit({ type: "citizenship.list", params: {} }),
-    batcher.submit({ type: "contact.find_by_phone", params: { phones: ["+79990000001"] } }),
-  ]);
-  t.true(a.ok && b.ok);
-  t.deepEqual(
-    emu.log.map((l) => l.batchSize),
-    [2],
-  );
-  await batcher.close();
-  await t.throwsAsync(() => batcher.submit({ type: "citizenship.list", params: {} }));
-});
-
-test("the batcher's drain sends a partial batch at once", async (t) => {
-  const { emu, deps } = await setup();
-  const batcher = createBatcher(deps, { size: 20, maxWaitMs: 10_000 });
-  const p = batcher.submit({ type: "citizenship.list", params: {} });
-  t.is(batcher.pending(), 1);
-  const t0 = Date.now();
-  await batcher.drain();
-  t.true(Date.now() - t0 < 5000, "well before the 10 s max wait");
-  t.true((await p).ok);
-  t.is(emu.log.length, 1);
-});
-
 test("the webhook secret and PII never reach logs, errors or outcomes", async (t) => {
   const { emu, deps, lines } = await setup({ timeoutMs: 300 });
   const phone = "+79997776655";
@@ -424,7 +380,7 @@ test("the webhook secret and PII never reach logs, errors or outcomes", async (t
     timeoutMs: 300,
     fields: F,
     limiter: deps.limiter,
-    settings: () => crmSettingsFrom({ "batch.max_wait_ms": 1 }),
+    settings: () => testSettings(),
     ...(deps.log ? { log: deps.log } : {}),
   });
   open.push(crm);

@@ -4,9 +4,9 @@ import test from "ava";
 import { loadConfig } from "../../../src/config/env.js";
 import { executeBatch } from "../../../src/crm/batch.js";
 import { createCrmClient } from "../../../src/crm/client.js";
-import { createMemoryLimiter } from "../../../src/crm/limiter.js";
 import { CrmConfigError } from "../../../src/crm/redact.js";
 import { startCrmEndpoint } from "../../../src/emulator/sandbox.js";
+import { createMemoryLimiter } from "../../helpers/memory-limiter.js";
 
 function capture() {
   const lines: Array<{ obj: object; msg?: string | undefined }> = [];

@@ -1,7 +1,7 @@
 // accept_webhooks() / accept_webhook(): the receivers' SQL entry points (sql/receiver.sql).
 import test from "ava";
 import { ALERT_ENTITY_TYPE_ID, inboxCount, setAlertEntityType } from "../../helpers/receiver.js";
-import { createTestDb, type TestDb, withTx } from "../../helpers/testdb.js";
+import { createTestDb, inRolledBackTx, type TestDb } from "../../helpers/testdb.js";
 
 let db: TestDb;
 test.before(async () => {
@@ -43,13 +43,13 @@ test.serial("accept_webhooks records accepted events and reports refusals per ev
 test.serial(
   "accept_webhook raises BS020 for another entity type and BS021 without alerts.entity_type_id",
   async (t) => {
-    await withTx(db.pool, async (c) => {
+    await inRolledBackTx(db.pool, async (c) => {
       const e = await t.throwsAsync(c.query("select bitrix_sync.accept_webhook('contact', 4, '1', null)"));
       t.is((e as { code?: string }).code, "BS020");
     });
     await setAlertEntityType(db.pool, null);
     try {
-      await withTx(db.pool, async (c) => {
+      await inRolledBackTx(db.pool, async (c) => {
         const e = await t.throwsAsync(
           c.query(`select bitrix_sync.accept_webhook('alert', ${ALERT_ENTITY_TYPE_ID}, '1')`),
         );

@@ -1,13 +1,10 @@
 import test from "ava";
 import fc from "fast-check";
-import {
-  backoffCeilingMs,
-  DEFAULT_RETRY_SETTINGS,
-  nextRetry,
-  type RetrySettings,
-} from "../../../src/crm/backoff.js";
+import { backoffCeilingMs, nextRetry, type RetrySettings } from "../../../src/crm/backoff.js";
+import { testSettings } from "../../helpers/settings.js";
 
-const S: RetrySettings = { baseMs: 1000, maxMs: 300_000, horizonSec: 86_400 };
+/** The catalogue's defaults (§9): base 1 s, cap 5 min, horizon 24 h. */
+const S: RetrySettings = testSettings().retry;
 const T0 = 1_800_000_000_000;
 
 test("the ceiling doubles from the base and stops at the cap", (t) => {
@@ -79,8 +76,4 @@ test("the horizon: a retry that would land after first attempt + 24 h is refused
 test("the horizon is exactly inclusive at its deadline", (t) => {
   const d = nextRetry({ attempt: 0, firstAttemptAt: T0, now: T0 + 86_400_000, random: () => 0 }, S);
   t.true(d.retry);
-});
-
-test("defaults are the §9 values", (t) => {
-  t.deepEqual(DEFAULT_RETRY_SETTINGS, { baseMs: 1000, maxMs: 300_000, horizonSec: 86_400 });
 });

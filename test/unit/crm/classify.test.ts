@@ -181,27 +181,6 @@ const ROWS: Row[] = [
     kind: "transient",
     code: "malformed_reply",
   },
-  {
-    name: "PostgreSQL unavailable (57P03): transient",
-    outcome: { type: "db_error", sqlstate: "57P03" },
-    ctx: READ,
-    kind: "transient",
-    code: "db_unavailable",
-  },
-  {
-    name: "PostgreSQL socket error without SQLSTATE: transient",
-    outcome: { type: "db_error" },
-    ctx: READ,
-    kind: "transient",
-    code: "db_unavailable",
-  },
-  {
-    name: "serialization failure (40001): transient",
-    outcome: { type: "db_error", sqlstate: "40001" },
-    ctx: READ,
-    kind: "transient",
-    code: "db_conflict",
-  },
   // uncertain
   {
     name: "write sent, no reply before the deadline: uncertain",
@@ -384,20 +363,6 @@ const ROWS: Row[] = [
     ctx: READ,
     kind: "permanent",
     code: "crm_rejected",
-  },
-  {
-    name: "unique violation (23505): broken DB invariant",
-    outcome: { type: "db_error", sqlstate: "23505" },
-    ctx: READ,
-    kind: "permanent",
-    code: "db_invariant_violated",
-  },
-  {
-    name: "project SQLSTATE BS001: broken DB invariant",
-    outcome: { type: "db_error", sqlstate: "BS001" },
-    ctx: READ,
-    kind: "permanent",
-    code: "db_invariant_violated",
   },
   {
     name: "bad parameters built by our code: permanent",

@@ -1,7 +1,6 @@
 import test from "ava";
 import { isLoopbackHost, parseWebhookUrl } from "../../../src/crm/client.js";
 import { CrmConfigError, CrmError, maskPii, scrubSecrets } from "../../../src/crm/redact.js";
-import { crmSettingsFrom, DEFAULT_CRM_SETTINGS } from "../../../src/crm/settings.js";
 
 const SECRET = "k3yAbCdEf0123456";
 
@@ -81,30 +80,4 @@ test("PII is masked to its first two and last two characters", (t) => {
 test("scrubSecrets removes a secret in plain and URL-encoded form", (t) => {
   const s = "a/b+c==";
   t.is(scrubSecrets(`x ${s} y ${encodeURIComponent(s)} z`, [s]), "x [redacted] y [redacted] z");
-});
-
-test("settings: defaults from §8/§9/§12.3, overrides applied, junk falls back", (t) => {
-  t.deepEqual(DEFAULT_CRM_SETTINGS, {
-    batch: { size: 20, maxWaitMs: 200 },
-    limiter: { refillPerSec: 2, burst: 5, maxInFlight: 2 },
-    retry: { baseMs: 1000, maxMs: 300_000, horizonSec: 86_400 },
-    citizenshipTtlMs: 3_600_000,
-  });
-  const s = crmSettingsFrom({
-    "batch.size": 50,
-    "batch.max_wait_ms": 10,
-    "limiter.refill_per_sec": 5,
-    "limiter.burst": "8",
-    "limiter.max_in_flight": 3,
-    "retry.horizon_sec": 3600,
-    "citizenship.cache_ttl_sec": 60,
-    "unrelated.key": true,
-  });
-  t.deepEqual(s.batch, { size: 50, maxWaitMs: 10 });
-  t.deepEqual(s.limiter, { refillPerSec: 5, burst: 8, maxInFlight: 3 });
-  t.is(s.retry.horizonSec, 3600);
-  t.is(s.citizenshipTtlMs, 60_000);
-  t.is(crmSettingsFrom({ "batch.size": 51 }).batch.size, 20);
-  t.is(crmSettingsFrom({ "batch.size": "many" }).batch.size, 20);
-  t.deepEqual(crmSettingsFrom(null), DEFAULT_CRM_SETTINGS);
 });

@@ -1,0 +1,98 @@
+// The hot settings (§12.3) as the service reads them: one zod schema of the whole active settings
+// object. The catalogue (bitrix_sync.settings, sql/settings.sql) owns the keys, types, bounds and
+// defaults; this schema repeats the types and bounds so a value outside them can never reach a
+// consumer, and has no defaults of its own: bitrix_sync.active_settings() fills every key from the
+// catalogue. test/integration/settings-schema.test.ts keeps the two equal.
+//
+// A catalogue key `group.snake_name` is `settings.group.camelName` here: "batch.max_wait_ms" is
+// `s.batch.maxWaitMs`, "alerts.stage_closed_without_resolution" is `s.alerts.stageClosedWithoutResolution`.
+import { z } from "zod";
+
+/** A whole number in [min, max]; the catalogue's `integer` type. */
+const int = (min: number, max?: number) =>
+  max === undefined ? z.number().int().min(min) : z.number().int().min(min).max(max);
+/** Any number in [min, max]; the catalogue's `number` type. */
+const num = (min: number, max: number) => z.number().min(min).max(max);
+/** A non-empty string; the catalogue's `text` type. */
+const text = () => z.string().min(1);
+/** A JSON object; the catalogue's `json` type. */
+const json = () => z.record(z.string(), z.unknown());
+
+export const SettingsSchema = z.object({
+  alerts: z.object({
+    categoryId: int(0).nullable(),
+    entityTypeId: int(128).nullable(),
+    /** Logical alert field -> smart-process field name (ufCrm<type>_...). */
+    fields: json(),
+    reconcileIntervalSec: int(60, 86_400),
+    responsibleId: int(1).nullable(),
+    slaHours: int(1, 720),
+    stageClosedWithoutResolution: text().nullable(),
+    stageInProgress: text().nullable(),
+    stageNew: text().nullable(),
+    stageResolved: text().nullable(),
+  }),
+  batch: z.object({ maxWaitMs: int(1, 60_000), size: int(1, 50) }),
+  citizenship: z.object({ cacheTtlSec: int(10, 604_800) }),
+  claim: z.object({ size: int(1, 1000) }),
+  lease: z.object({ ttlSec: int(5, 3600) }),
+  limiter: z.object({ burst: int(1, 250), maxInFlight: int(1, 50), refillPerSec: num(0.01, 50) }),
+  reconcile: z.object({
+    contactsIntervalSec: int(60, 86_400),
+    openedFilter: z.enum(["Y", "N", "1", "0"]),
+    overlapSec: int(0, 3600),
+    recoveredSpikeRatio: num(0, 1),
+    recoveredSpikeThreshold: int(1, 100_000),
+  }),
+  retry: z
+    .object({ baseMs: int(10, 600_000), horizonSec: int(60, 604_800), maxMs: int(100, 86_400_000) })
+    // The catalogue's cross-field rule (_settings_errors).
+    .refine((r) => r.baseMs <= r.maxMs, { path: ["baseMs"], message: "must not exceed retry.max_ms" }),
+  worker: z.object({ pollIntervalMs: int(100, 5000) }),
+});
+
+/** The active settings, typed: read a key as `s.group.camelName` (e.g. `s.batch.size`). */
+export type Settings = z.infer<typeof SettingsSchema>;
+
+/** "batch.max_wait_ms" -> ["batch", "maxWaitMs"]. */
+export function settingPath(key: string): string[] {
+  return key.split(".").map((part) => part.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()));
+}
+
+/** ["batch", "maxWaitMs"] -> "batch.max_wait_ms" (the catalogue's key). */
+export function settingKey(path: readonly PropertyKey[]): string {
+  return path.map((p) => String(p).replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)).join(".");
+}
+
+export type ParsedSettings =
+  | { ok: true; version: number | null; settings: Settings }
+  | { ok: false; version: number | null; errors: string[] };
+
+/**
+ * Parses what bitrix_sync.active_settings() returns (catalogue keys plus `_version`). Keys the
+ * schema does not know are ignored, so a catalogue that gained a key ahead of this code still
+ * parses; a missing key or a value outside the schema fails. Errors name catalogue keys and say
+ * what is wrong, never the value.
+ */
+export function parseSettings(active: unknown): ParsedSettings {
+  const flat = active !== null && typeof active === "object" && !Array.isArray(active) ? active : {};
+  const { _version: v, ...values } = flat as Record<string, unknown>;
+  const version = typeof v === "number" ? v : null;
+  // Every group present, so a missing key is reported under its own name rather than its group's.
+  const nested: Record<string, Record<string, unknown>> = Object.fromEntries(
+    Object.keys(SettingsSchema.shape).map((g) => [g, {}]),
+  );
+  for (const [key, value] of Object.entries(values)) {
+    const [group, name, ...rest] = settingPath(key);
+    if (group === undefined || name === undefined || rest.length > 0) continue;
+    nested[group] ??= {};
+    nested[group][name] = value;
+  }
+  const r = SettingsSchema.safeParse(nested);
+  if (r.success) return { ok: true, version, settings: r.data };
+  return {
+    ok: false,
+    version,
+    errors: r.error.issues.map((i) => `${settingKey(i.path) || "settings"}: ${i.message}`),
+  };
+}

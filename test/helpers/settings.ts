@@ -1,0 +1,35 @@
+// Settings in tests. With a database: activate a version through the real validated path. Without
+// one: the catalogue's defaults (what active_settings() returns on a fresh database;
+// test/integration/settings-schema.test.ts keeps the file equal to it) with a test's changes, parsed
+// by the service's own schema.
+import { readFileSync } from "node:fs";
+import type pg from "pg";
+import { parseSettings, type Settings } from "../../src/settings-schema.js";
+
+/** active_settings() of a freshly migrated database, without `_version`. */
+export const CATALOGUE_DEFAULTS: Readonly<Record<string, unknown>> = JSON.parse(
+  readFileSync(new URL("./catalogue-defaults.json", import.meta.url), "utf8"),
+);
+
+/** The typed settings for the defaults with `changes` (catalogue keys, e.g. "batch.size") applied. */
+export function testSettings(changes: Record<string, unknown> = {}): Settings {
+  const parsed = parseSettings({ ...CATALOGUE_DEFAULTS, ...changes, _version: 1 });
+  if (!parsed.ok) throw new Error(`test settings do not parse: ${parsed.errors.join("; ")}`);
+  return parsed.settings;
+}
+
+/** Activates a settings version with `changes` over the active one (propose, validate, activate). */
+export async function setSettings(db: { pool: pg.Pool }, changes: Record<string, unknown>): Promise<number> {
+  const { rows } = await db.pool.query<{ v: number }>(
+    "select bitrix_sync.propose_settings($1, 'test') as v",
+    [JSON.stringify(changes)],
+  );
+  const v = rows[0]?.v as number;
+  const { rows: errs } = await db.pool.query<{ e: string[] }>(
+    "select bitrix_sync.validate_settings_version($1) as e",
+    [v],
+  );
+  if ((errs[0]?.e ?? []).length > 0) throw new Error(`invalid test settings: ${JSON.stringify(errs[0]?.e)}`);
+  await db.pool.query("select bitrix_sync.activate_settings_version($1, 'test')", [v]);
+  return v;
+}

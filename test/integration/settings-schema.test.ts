@@ -1,0 +1,134 @@
+// Drift between the settings catalogue (bitrix_sync.settings, the owner of keys, types, bounds and
+// defaults) and the service's one schema (src/settings-schema.ts): a catalogue change without the
+// schema change, or the other way round, fails here.
+import test from "ava";
+import { z } from "zod";
+import { parseSettings, SettingsSchema, settingKey } from "../../src/settings-schema.js";
+import { CATALOGUE_DEFAULTS } from "../helpers/settings.js";
+import { createTestDb, type TestDb } from "../helpers/testdb.js";
+
+let db: TestDb;
+test.before(async () => {
+  db = await createTestDb();
+});
+test.after.always(async () => {
+  await db?.drop();
+});
+
+/** A catalogue row as the schema describes it. */
+interface Described {
+  key: string;
+  value_type: string;
+  min_value: number | null;
+  max_value: number | null;
+  allowed_values: string[] | null;
+  nullable: boolean;
+}
+
+const bound = (v: number | null | undefined) =>
+  v === null || v === undefined || !Number.isFinite(v) || Math.abs(v) >= Number.MAX_SAFE_INTEGER ? null : v;
+
+/** Reads type, bounds, allowed values and nullability back out of one leaf of the schema. */
+function describe(key: string, leaf: z.ZodType): Described {
+  const nullable = leaf instanceof z.ZodNullable;
+  const inner = (nullable ? (leaf as z.ZodNullable<z.ZodType>).unwrap() : leaf) as z.ZodType;
+  const base = { key, nullable, min_value: null, max_value: null, allowed_values: null };
+  if (inner instanceof z.ZodNumber) {
+    return {
+      ...base,
+      value_type: inner.isInt ? "integer" : "number",
+      min_value: bound(inner.minValue),
+      max_value: bound(inner.maxValue),
+    };
+  }
+  // The catalogue's text type means a non-empty string (_settings_errors).
+  if (inner instanceof z.ZodString && inner.minLength === 1) return { ...base, value_type: "text" };
+  if (inner instanceof z.ZodEnum) {
+    return { ...base, value_type: "enum", allowed_values: (inner.options as string[]).map(String).sort() };
+  }
+  if (inner instanceof z.ZodRecord) return { ...base, value_type: "json" };
+  throw new Error(`${key}: a schema type the catalogue has no name for`);
+}
+
+function schemaRows(): Described[] {
+  const out: Described[] = [];
+  for (const [group, g] of Object.entries(SettingsSchema.shape)) {
+    for (const [name, leaf] of Object.entries((g as z.ZodObject).shape)) {
+      out.push(describe(settingKey([group, name]), leaf as z.ZodType));
+    }
+  }
+  return out.sort((a, b) => a.key.localeCompare(b.key));
+}
+
+async function catalogueRows(): Promise<Described[]> {
+  const { rows } = await db.pool.query<{
+    key: string;
+    value_type: string;
+    min_value: string | null;
+    max_value: string | null;
+    allowed_values: unknown[] | null;
+    nullable: boolean;
+  }>("select key, value_type, min_value, max_value, allowed_values, nullable from bitrix_sync.settings");
+  return rows
+    .map((r) => ({
+      key: r.key,
+      value_type: r.value_type,
+      min_value: r.min_value === null ? null : Number(r.min_value),
+      max_value: r.max_value === null ? null : Number(r.max_value),
+      // Their order carries no meaning (zod's enum lists numeric-looking values first).
+      allowed_values: r.allowed_values === null ? null : r.allowed_values.map(String).sort(),
+      nullable: r.nullable,
+    }))
+    .sort((a, b) => a.key.localeCompare(b.key));
+}
+
+test("the schema's keys are exactly the catalogue's rows", async (t) => {
+  const { rows } = await db.pool.query<{ key: string }>("select key from bitrix_sync.settings order by key");
+  t.deepEqual(
+    schemaRows().map((r) => r.key),
+    rows.map((r) => r.key).sort((a, b) => a.localeCompare(b)),
+  );
+});
+
+test("each key's type, bounds, allowed values and nullability in the schema equal its catalogue row", async (t) => {
+  const catalogue = new Map((await catalogueRows()).map((r) => [r.key, r]));
+  for (const row of schemaRows()) t.deepEqual(row, catalogue.get(row.key), row.key);
+});
+
+test("active_settings() of a fresh database parses, and the test fixture equals it", async (t) => {
+  const { rows } = await db.pool.query<{ s: Record<string, unknown> }>(
+    "select bitrix_sync.active_settings() as s",
+  );
+  const active = rows[0]?.s ?? {};
+  const parsed = parseSettings(active);
+  t.true(parsed.ok, parsed.ok ? "" : parsed.errors.join("; "));
+  t.is(parsed.version, 1);
+  const { _version, ...values } = active;
+  t.deepEqual(CATALOGUE_DEFAULTS, values, "test/helpers/catalogue-defaults.json is out of date");
+});
+
+test("the schema accepts exactly what the database's validation accepts, at and around every bound", async (t) => {
+  const probes: Array<[string, unknown]> = [];
+  for (const row of await catalogueRows()) {
+    const k = row.key;
+    probes.push([k, null], [k, "text"], [k, true], [k, {}], [k, [1]]);
+    if (row.value_type === "integer" || row.value_type === "number") {
+      const step = row.value_type === "integer" ? 1 : 0.001;
+      if (row.min_value !== null) probes.push([k, row.min_value], [k, row.min_value - step]);
+      if (row.max_value !== null) probes.push([k, row.max_value], [k, row.max_value + step]);
+      probes.push([k, (row.min_value ?? 0) + 0.5]);
+    }
+    if (row.value_type === "text") probes.push([k, ""], [k, "STAGE:1"]);
+    for (const v of row.allowed_values ?? []) probes.push([k, v]);
+  }
+  probes.push(["retry.base_ms", 300_000], ["retry.base_ms", 300_001]);
+  for (const [key, value] of probes) {
+    const changes = { [key]: value };
+    const { rows } = await db.pool.query<{ e: string[] }>("select bitrix_sync._settings_errors($1) as e", [
+      JSON.stringify(changes),
+    ]);
+    const sqlAccepts = (rows[0]?.e ?? []).length === 0;
+    const tsAccepts = parseSettings({ ...CATALOGUE_DEFAULTS, ...changes }).ok;
+    t.is(tsAccepts, sqlAccepts, `${key} = ${JSON.stringify(value)}: SQL ${JSON.stringify(rows[0]?.e)}`);
+  }
+});
