@@ -4,6 +4,7 @@
 // or finishes the workflow. Every decision is persisted before anything else happens.
 import type pg from "pg";
 import { MAX_PHONES_PER_SEARCH } from "../crm/catalogue.js";
+import { planPhoneUpdate } from "../crm/contact-fields.js";
 import { raiseAlert } from "./alerts.js";
 import {
   type AppUser,
@@ -574,18 +575,19 @@ export class Step {
       return await this.succeed("user_id_mismatch");
     }
     const user = await loadAppUser(this.tx, this.wf.user_id);
-    if (!user || !hasValidPhone(user)) return await this.start();
-    const desired = sha256(user.phone);
-    const phones = (c.phones as Array<{ id: number | null; hash: string }> | undefined) ?? [];
+    const desired = user && hasValidPhone(user) ? sha256(user.phone) : null;
+    if (desired === null) return await this.start();
+    const phones = (c.phones as Array<{ id: number | null; type?: string; hash: string }> | undefined) ?? [];
     const params: Record<string, unknown> = { contact_id: c.id };
-    if (!phones.some((p) => p.hash === desired)) {
-      // Overwrite the entry holding the number we wrote last; append only when it is gone.
-      const snap = await loadSnapshot(this.tx, String(c.id));
-      const old = snap?.phoneHash
-        ? phones.find((p) => p.hash === snap.phoneHash && p.id !== null)
-        : undefined;
-      params.phone = old ? { entry_id: old.id } : { append: true };
-    }
+    // The phone rule on hashes: no number is stored; hydration writes the App's number at send time.
+    const snap = await loadSnapshot(this.tx, String(c.id));
+    const plan = planPhoneUpdate(
+      phones.map((p) => ({ id: p.id, valueType: p.type ?? "", value: p.hash })),
+      desired,
+      snap?.phoneHash,
+    );
+    if (plan)
+      params.phone = "entryId" in plan ? { entry_id: plan.entryId, value_type: plan.valueType } : plan;
     if (c.registered !== true) params.registered = true;
     if (Object.keys(params).length === 1) return await this.succeed("no_change");
     return await this.issue("contact.update", params, "update_contact");
