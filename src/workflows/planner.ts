@@ -71,11 +71,12 @@ export class Step {
   }
 
   private async saveStepData(step?: string): Promise<void> {
-    await this.tx.query(
-      `update bitrix_sync.workflow_instances set step_data = $2, current_step = coalesce($3, current_step)
-        where id = $1 and lease_token = $4`,
-      [this.wf.id, JSON.stringify(this.sd), step ?? null, this.wf.lease_token],
-    );
+    await this.tx.query("select bitrix_sync.save_workflow_step($1, $2, $3, $4)", [
+      this.wf.id,
+      this.wf.lease_token,
+      JSON.stringify(this.sd),
+      step ?? null,
+    ]);
   }
 
   private async succeed(outcome: string): Promise<void> {
@@ -668,10 +669,11 @@ export class Step {
   }
 
   private async failRebind(code: string): Promise<void> {
-    await this.tx.query(
-      "update bitrix_sync.rebind_requests set status = 'failed', failure_code = $2, completed_at = now() where workflow_id = $1 and status in ('requested', 'in_progress')",
-      [this.wf.id, code],
-    );
+    await this.tx.query("select bitrix_sync.fail_rebind_request($1, $2, $3)", [
+      this.wf.id,
+      this.wf.lease_token,
+      code,
+    ]);
     return await this.fail(code);
   }
 
@@ -679,10 +681,7 @@ export class Step {
     const req = await this.rebindRequest();
     if (!req) return await this.fail("rebind_request_missing");
     if (!isEligible(user)) return await this.failRebind("user_not_eligible");
-    await this.tx.query(
-      "update bitrix_sync.rebind_requests set status = 'in_progress' where id = $1 and status = 'requested'",
-      [req.id],
-    );
+    await this.tx.query("select bitrix_sync.start_rebind_request($1, $2)", [this.wf.id, this.wf.lease_token]);
     const ids = [
       Number(req.target_contact_id),
       ...(req.previous_contact_id ? [Number(req.previous_contact_id)] : []),
@@ -730,28 +729,9 @@ export class Step {
     return await this.afterWrite(last, () => this.finishRebind());
   }
 
-  /** Both Contacts updated: move the link in one transaction, finish the request, resolve alerts. */
+  /** Both Contacts updated: move the link, finish the request and resolve the alerts in one call. */
   private async finishRebind(): Promise<void> {
-    const req = await this.rebindRequest();
-    const current = await this.activeMapping();
-    if (current)
-      await this.tx.query("select bitrix_sync.close_mapping($1, 'rebound', $2)", [current.id, this.wf.id]);
-    await this.tx.query("select bitrix_sync.open_mapping($1, $2, $3)", [
-      this.wf.user_id,
-      String(this.sd.contact),
-      this.wf.id,
-    ]);
-    await this.tx.query(
-      "update bitrix_sync.rebind_requests set status = 'succeeded', completed_at = now() where id = $1",
-      [req?.id],
-    );
-    // Conflicts of this user are resolved only now that the mapping changed (§11).
-    await this.tx.query(
-      `update bitrix_sync.business_alerts set status = 'resolved', closed_at = now(), crm_sync_status = 'pending'
-        where user_id = $1 and status = 'open'
-          and alert_type in ('contact_bound_to_other_user', 'duplicate_contacts', 'user_id_mismatch', 'contact_not_found')`,
-      [this.wf.user_id],
-    );
+    await this.tx.query("select bitrix_sync.complete_rebind($1, $2)", [this.wf.id, this.wf.lease_token]);
     return await this.succeed("rebound");
   }
 }
