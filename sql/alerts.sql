@@ -87,3 +87,63 @@ begin
 end $$;
 comment on function bitrix_sync.finish_business_alert(bigint, text, text) is
   'open -> resolved | closed (terminal stage seen) | remote_missing (item deleted in the CRM).';
+
+create or replace function bitrix_sync.mark_alert_mirrored(p_alert_id bigint)
+returns bitrix_sync.business_alerts
+language plpgsql as $$
+declare
+  v_row bitrix_sync.business_alerts;
+begin
+  update bitrix_sync.business_alerts set crm_sync_status = 'synced'
+   where id = p_alert_id and crm_sync_status = 'pending'
+  returning * into v_row;
+  if found then
+    return v_row;
+  end if;
+  select * into v_row from bitrix_sync.business_alerts where id = p_alert_id;
+  if not found then
+    raise exception 'business alert % does not exist', p_alert_id using errcode = 'BS005', hint = 'Check the alert id.';
+  end if;
+  raise exception 'business alert % is %, not pending: nothing to mirror', p_alert_id, v_row.crm_sync_status
+    using errcode = 'BS002', hint = 'Only an alert whose change is pending is handed to the CRM; issue its command first.';
+end $$;
+comment on function bitrix_sync.mark_alert_mirrored(bigint) is
+  'crm_sync_status pending -> synced once the alert''s add/update command is issued. A newer occurrence sets it back to pending. Refuses an alert that is not pending (BS002).';
+
+create or replace function bitrix_sync.mark_alert_mirror_failed(p_alert_id bigint)
+returns bitrix_sync.business_alerts
+language plpgsql as $$
+declare
+  v_row bitrix_sync.business_alerts;
+begin
+  -- Only a mirror in progress can fail. A pending alert has a newer change still to send, whose
+  -- command supersedes the one that failed, so it stays pending.
+  update bitrix_sync.business_alerts set crm_sync_status = 'failed'
+   where id = p_alert_id and crm_sync_status = 'synced'
+  returning * into v_row;
+  if found then
+    return v_row;
+  end if;
+  select * into v_row from bitrix_sync.business_alerts where id = p_alert_id;
+  if not found then
+    raise exception 'business alert % does not exist', p_alert_id using errcode = 'BS005', hint = 'Check the alert id.';
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.mark_alert_mirror_failed(bigint) is
+  'crm_sync_status synced -> failed when the alert''s command failed for good (visible in status). A pending alert keeps its newer change queued; a failed one stays failed.';
+
+create or replace function bitrix_sync._resolve_conflict_alerts(p_user_id uuid) returns integer
+language plpgsql as $$
+declare
+  v_count integer;
+begin
+  update bitrix_sync.business_alerts
+     set status = 'resolved', closed_at = now(), crm_sync_status = 'pending'
+   where user_id = p_user_id and status = 'open'
+     and alert_type in ('contact_bound_to_other_user', 'duplicate_contacts', 'user_id_mismatch', 'contact_not_found');
+  get diagnostics v_count = row_count;
+  return v_count;
+end $$;
+comment on function bitrix_sync._resolve_conflict_alerts(uuid) is
+  'Internal (complete_rebind): open -> resolved for the user''s link conflicts (bound to another user, duplicates, user_id mismatch, Contact not found); the smart-process items are updated again (crm_sync_status pending). Returns how many.';

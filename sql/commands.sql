@@ -130,9 +130,11 @@ end $$;
 comment on function bitrix_sync.claim_commands(text, integer, interval) is
   'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait.';
 
-create or replace function bitrix_sync.send_commands(
-  p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_horizon interval default interval '24 hours'
-) returns setof bigint
+-- The horizon used to be passed in by the pump; it is read from the settings here now.
+drop function if exists bitrix_sync.send_commands(bigint[], uuid[], uuid, interval);
+
+create or replace function bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid)
+returns setof bigint
 language plpgsql as $$
 begin
   if coalesce(array_length(p_ids, 1), 0) <> coalesce(array_length(p_lease_tokens, 1), 0) then
@@ -142,13 +144,14 @@ begin
   return query
   update bitrix_sync.crm_commands c
      set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
-         deadline_at = case when c.attempt_count = 0 and c.limit_hits = 0 then now() + p_horizon else c.deadline_at end
+         first_sent_at = coalesce(c.first_sent_at, now()),
+         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now()))
     from unnest(p_ids, p_lease_tokens) as t(id, token)
    where c.id = t.id and c.status = 'leased' and c.lease_token = t.token
   returning c.id;
 end $$;
-comment on function bitrix_sync.send_commands(bigint[], uuid[], uuid, interval) is
-  'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The retry horizon starts at the first send.';
+comment on function bitrix_sync.send_commands(bigint[], uuid[], uuid) is
+  'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The first send stamps first_sent_at, where the retry horizon starts.';
 
 create or replace function bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb)
 returns bitrix_sync.crm_commands
@@ -204,16 +207,27 @@ end $$;
 comment on function bitrix_sync._check_bitrix_error(text) is
   'Refuses anything but a Bitrix24 error code identifier (null allowed), so raw reply text never reaches crm_commands or technical_dead_letters. SQLSTATE BS004.';
 
+create or replace function bitrix_sync._command_first_attempt(p_row bitrix_sync.crm_commands)
+returns timestamptz
+language sql stable as $$
+  -- A command refused before it was ever sent has only its creation to count from.
+  select coalesce(p_row.first_sent_at, p_row.created_at)
+$$;
+comment on function bitrix_sync._command_first_attempt(bitrix_sync.crm_commands) is
+  'Internal: where a command''s retry horizon starts: its first send, or its creation if it was never sent.';
+
 create or replace function bitrix_sync._dead_letter_command_row(
   p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text
 ) returns bitrix_sync.crm_commands
 language plpgsql as $$
 declare
   v_row bitrix_sync.crm_commands;
+  v_first timestamptz := bitrix_sync._command_first_attempt(p_row);
 begin
   update bitrix_sync.crm_commands
      set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
          last_http_status = p_http_status, last_bitrix_error = left(p_bitrix_error, 64),
+         deadline_at = bitrix_sync._retry_deadline(v_first),
          lease_token = null, locked_by = null, locked_until = null
    where id = p_row.id
   returning * into v_row;
@@ -222,14 +236,14 @@ begin
      attempt_count, first_attempt_at, deadline_at, correlation_id)
   values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type, p_error_code,
           p_http_status, left(p_bitrix_error, 64), v_row.attempt_count - v_row.limit_hits,
-          v_row.deadline_at - interval '24 hours', v_row.deadline_at, v_row.correlation_id);
+          v_first, v_row.deadline_at, v_row.correlation_id);
   if v_row.workflow_id is not null then
     perform bitrix_sync._wake_workflow(v_row.workflow_id);
   end if;
   return v_row;
 end $$;
 comment on function bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands, text, integer, text) is
-  'Internal: moves a held command to dead_letter, writes the technical DLQ row and wakes its workflow.';
+  'Internal: moves a held command to dead_letter, writes the technical DLQ row (first attempt and horizon) and wakes its workflow.';
 
 create or replace function bitrix_sync.retry_command(
   p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean default true,
@@ -238,6 +252,7 @@ create or replace function bitrix_sync.retry_command(
 language plpgsql as $$
 declare
   v_row bitrix_sync.crm_commands;
+  v_deadline timestamptz;
 begin
   perform bitrix_sync._check_code(p_error_code);
   perform bitrix_sync._check_bitrix_error(p_bitrix_error);
@@ -247,14 +262,15 @@ begin
   if not found then
     perform bitrix_sync._refuse_stale('command', p_id::text);
   end if;
-  -- 24 h horizon from the first attempt (§9): past it the command goes to the technical DLQ.
-  if now() + greatest(p_delay, interval '0') > v_row.deadline_at then
+  -- The horizon from the first attempt (§9): past it the command goes to the technical DLQ.
+  v_deadline := bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row));
+  if now() + greatest(p_delay, interval '0') > v_deadline then
     return bitrix_sync._dead_letter_command_row(v_row, 'retry_horizon_exceeded', p_http_status, p_bitrix_error);
   end if;
   update bitrix_sync.crm_commands c
      set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'),
          last_error_code = p_error_code, last_http_status = p_http_status,
-         last_bitrix_error = left(p_bitrix_error, 64),
+         last_bitrix_error = left(p_bitrix_error, 64), deadline_at = v_deadline,
          -- QUERY_LIMIT_EXCEEDED is refused before execution: it is not an attempt (§9).
          limit_hits = c.limit_hits + case when p_spends_attempt then 0 else 1 end,
          lease_token = null, locked_by = null, locked_until = null
@@ -263,7 +279,7 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.retry_command(bigint, uuid, text, interval, boolean, integer, text) is
-  'leased|in_flight -> retry_wait after p_delay. p_spends_attempt = false for rate-limit refusals (counted in limit_hits). Past the 24 h horizon it dead-letters instead. Refuses stale tokens (BS001).';
+  'leased|in_flight -> retry_wait after p_delay. p_spends_attempt = false for rate-limit refusals (counted in limit_hits). When the retry would fall past the horizon (first send + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead; the returned status says which. Refuses stale tokens (BS001).';
 
 create or replace function bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.crm_commands
@@ -370,9 +386,11 @@ begin
       update bitrix_sync.crm_commands set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code
        where id = p_id returning * into v_row;
       insert into bitrix_sync.technical_dead_letters
-        (source, source_id, workflow_id, command_id, operation, error_code, attempt_count, deadline_at, correlation_id)
+        (source, source_id, workflow_id, command_id, operation, error_code, attempt_count, first_attempt_at,
+         deadline_at, correlation_id)
       values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type, p_error_code,
-              v_row.attempt_count - v_row.limit_hits, v_row.deadline_at, v_row.correlation_id);
+              v_row.attempt_count - v_row.limit_hits, bitrix_sync._command_first_attempt(v_row),
+              bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)), v_row.correlation_id);
     else
       raise exception 'reconcile outcome must be succeeded, retry or dead_letter, got %', p_outcome
         using errcode = 'BS004', hint = 'See §7.2: reconcile -> succeeded | retry_wait | dead_letter.';

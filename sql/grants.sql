@@ -36,6 +36,8 @@ grant execute on function bitrix_sync.validate_settings_version(integer) to bitr
 grant execute on function bitrix_sync.activate_settings_version(integer, text) to bitrix_sync_admin;
 grant execute on function bitrix_sync.rollback_settings(integer, text, text) to bitrix_sync_admin;
 grant execute on function bitrix_sync.active_settings() to bitrix_sync_admin;
+-- status_alerts reads alerts.sla_hours through it; a view's caller needs EXECUTE on its functions.
+grant execute on function bitrix_sync._active_setting(text) to bitrix_sync_admin;
 grant select on bitrix_sync.status_queue, bitrix_sync.status_workflows, bitrix_sync.status_commands,
   bitrix_sync.status_webhooks, bitrix_sync.status_dead_letters, bitrix_sync.status_alerts,
   bitrix_sync.settings, bitrix_sync.settings_versions, bitrix_sync.state_edges to bitrix_sync_admin;

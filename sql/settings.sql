@@ -22,6 +22,7 @@ values
   ('limiter.max_in_flight', 'integer', '2', 1, 50, null, false, 'HTTP requests to the portal in flight at once, all replicas together (§8).'),
   ('limiter.refill_per_sec', 'number', '2', 0.01, 50, null, false, 'Token bucket refill rate, requests per second (§8: 2 until the plan is confirmed).'),
   ('reconcile.contacts_interval_sec', 'integer', '900', 60, 86400, null, false, 'Incremental Contact reconciliation interval (§10.2: 15 min).'),
+  ('reconcile.lease_sec', 'integer', '600', 60, 86400, null, false, 'A reconciliation run still marked running after this long is taken to have died: the next claim starts a new run.'),
   ('reconcile.opened_filter', 'enum', '"Y"', null, null, '["Y", "N", "1", "0"]', false, 'Value sent for the opened filter of crm.item.list; the reference documents Y/N for system booleans.'),
   ('reconcile.overlap_sec', 'integer', '120', 0, 3600, null, false, 'Overlap re-read below the watermark.'),
   ('reconcile.recovered_spike_ratio', 'number', '0.2', 0, 1, null, false, 'Ops alert when recovered-without-webhook / changed exceeds this share.'),
@@ -227,6 +228,25 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync.active_settings() is
   'The active version''s values with catalogue defaults filled in, plus _version. What workers read and cache.';
+
+create or replace function bitrix_sync._active_setting(p_key text) returns jsonb
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_value jsonb;
+begin
+  select coalesce(v.settings_values -> s.key, s.default_value, 'null'::jsonb) into v_value
+    from bitrix_sync.settings s
+    left join bitrix_sync.settings_versions v on v.status = 'active'
+   where s.key = p_key;
+  if not found then
+    -- A typo here would silently disable whatever rule reads the setting.
+    raise exception 'setting % is not in the catalogue', p_key
+      using errcode = 'BS004', hint = 'The keys are the rows of bitrix_sync.settings.';
+  end if;
+  return v_value;
+end $$;
+comment on function bitrix_sync._active_setting(text) is
+  'One key of the active settings version, the catalogue default filled in (JSON null when unset and nullable). What SQL rules read; an unknown key raises BS004.';
 
 -- A fresh database starts from the catalogue defaults as version 1.
 do $$

@@ -43,8 +43,7 @@ comment on view bitrix_sync.status_dead_letters is 'Open technical dead letters 
 create or replace view bitrix_sync.status_alerts as
 select a.alert_type, a.severity, count(*)::bigint as open_count,
        count(*) filter (where a.first_occurred_at < now() - make_interval(hours =>
-         coalesce((select (v.settings_values ->> 'alerts.sla_hours')::integer
-                     from bitrix_sync.settings_versions v where v.status = 'active'), 24)))::bigint as sla_overdue
+         (select (bitrix_sync._active_setting('alerts.sla_hours') #>> '{}')::integer)))::bigint as sla_overdue
   from bitrix_sync.business_alerts a
  where a.status = 'open'
  group by a.alert_type, a.severity;

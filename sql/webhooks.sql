@@ -3,6 +3,8 @@
 -- one CRM read covers them. The partial unique index below is the guarantee that one entity is
 -- never processed by two workers at once.
 
+-- Built with the table in 000002; every later include finds it and skips it.
+-- squawk-ignore require-concurrent-index-creation
 create unique index if not exists webhook_inbox_one_processing_per_entity_uq
   on bitrix_sync.webhook_inbox (receiver, entity_id) where status = 'processing';
 comment on index bitrix_sync.webhook_inbox_one_processing_per_entity_uq is
@@ -105,6 +107,30 @@ end $$;
 comment on function bitrix_sync.complete_webhook(bigint, uuid, text) is
   'processing -> processed with a safe outcome code; the events coalesced into it are processed too. Refuses stale tokens (BS001).';
 
+create or replace function bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text)
+returns bitrix_sync.webhook_inbox
+language plpgsql as $$
+declare
+  v_row bitrix_sync.webhook_inbox;
+begin
+  update bitrix_sync.webhook_inbox
+     set status = 'dead_letter', last_error_code = p_error_code, status_at = now(),
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_row.id
+  returning * into v_row;
+  update bitrix_sync.webhook_inbox
+     set status = 'processed', outcome = 'coalesced_into_dead_letter', processed_at = now(), status_at = now()
+   where coalesced_into = p_row.id and status = 'coalesced';
+  -- An event is first attempted when it arrives: the receiver wakes the processor at once.
+  insert into bitrix_sync.technical_dead_letters
+    (source, source_id, operation, error_code, attempt_count, first_attempt_at, deadline_at)
+  values ('webhook', v_row.id::text, 'webhook.' || v_row.receiver, p_error_code, v_row.attempt_count,
+          v_row.received_at, bitrix_sync._retry_deadline(v_row.received_at));
+  return v_row;
+end $$;
+comment on function bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox, text) is
+  'Internal: moves a held event to dead_letter with its coalesced events and writes the technical DLQ row (first attempt = received_at).';
+
 create or replace function bitrix_sync.retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval)
 returns bitrix_sync.webhook_inbox
 language plpgsql as $$
@@ -112,19 +138,25 @@ declare
   v_row bitrix_sync.webhook_inbox;
 begin
   perform bitrix_sync._check_code(p_error_code);
+  select * into v_row from bitrix_sync.webhook_inbox
+   where id = p_id and status = 'processing' and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('webhook', p_id::text);
+  end if;
+  if now() + greatest(p_delay, interval '0') > bitrix_sync._retry_deadline(v_row.received_at) then
+    return bitrix_sync._dead_letter_webhook_row(v_row, 'retry_horizon_exceeded');
+  end if;
   update bitrix_sync.webhook_inbox
      set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'),
          last_error_code = p_error_code, status_at = now(),
          lease_token = null, locked_by = null, locked_until = null
-   where id = p_id and status = 'processing' and lease_token = p_lease_token
+   where id = p_id
   returning * into v_row;
-  if not found then
-    perform bitrix_sync._refuse_stale('webhook', p_id::text);
-  end if;
   return v_row;
 end $$;
 comment on function bitrix_sync.retry_webhook(bigint, uuid, text, interval) is
-  'processing -> retry_wait. Coalesced events stay attached and finish with it. Refuses stale tokens (BS001).';
+  'processing -> retry_wait; coalesced events stay attached and finish with it. When the retry would fall past the horizon (received_at + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead; the returned status says which. Refuses stale tokens (BS001).';
 
 create or replace function bitrix_sync.dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.webhook_inbox
@@ -133,20 +165,13 @@ declare
   v_row bitrix_sync.webhook_inbox;
 begin
   perform bitrix_sync._check_code(p_error_code);
-  update bitrix_sync.webhook_inbox
-     set status = 'dead_letter', last_error_code = p_error_code, status_at = now(),
-         lease_token = null, locked_by = null, locked_until = null
+  select * into v_row from bitrix_sync.webhook_inbox
    where id = p_id and status = 'processing' and lease_token = p_lease_token
-  returning * into v_row;
+   for update;
   if not found then
     perform bitrix_sync._refuse_stale('webhook', p_id::text);
   end if;
-  update bitrix_sync.webhook_inbox
-     set status = 'processed', outcome = 'coalesced_into_dead_letter', processed_at = now(), status_at = now()
-   where coalesced_into = p_id and status = 'coalesced';
-  insert into bitrix_sync.technical_dead_letters (source, source_id, operation, error_code, attempt_count, first_attempt_at)
-  values ('webhook', v_row.id::text, 'webhook.' || v_row.receiver, p_error_code, v_row.attempt_count, v_row.received_at);
-  return v_row;
+  return bitrix_sync._dead_letter_webhook_row(v_row, p_error_code);
 end $$;
 comment on function bitrix_sync.dead_letter_webhook(bigint, uuid, text) is
   'processing -> dead_letter with a technical DLQ row. Reconciliation still repairs the Contact later. Refuses stale tokens (BS001).';

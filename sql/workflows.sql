@@ -169,3 +169,76 @@ begin
 end $$;
 comment on function bitrix_sync.extend_workflow_lease(uuid, uuid, interval) is
   'Extends the lease of a running workflow. Refuses a stale token (BS001).';
+
+create or replace function bitrix_sync._held_workflow(p_id uuid, p_lease_token uuid)
+returns bitrix_sync.workflow_instances
+language plpgsql as $$
+declare
+  v_row bitrix_sync.workflow_instances;
+begin
+  select * into v_row from bitrix_sync.workflow_instances
+   where id = p_id and state = 'running' and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('workflow', p_id::text);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync._held_workflow(uuid, uuid) is
+  'Internal: the running workflow, locked, when the caller presents its current lease token; otherwise BS001.';
+
+create or replace function bitrix_sync.save_workflow_step(
+  p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text default null
+) returns bitrix_sync.workflow_instances
+language plpgsql as $$
+declare
+  v_row bitrix_sync.workflow_instances;
+begin
+  if p_step_data is null or jsonb_typeof(p_step_data) <> 'object' then
+    raise exception 'step data must be a JSON object'
+      using errcode = 'BS004', hint = 'Pass the workflow''s safe step state (IDs, flags, counts), e.g. ''{"pass": 1}''.';
+  end if;
+  if p_current_step is not null and p_current_step !~ '^[a-z][a-z0-9_]{0,63}$' then
+    raise exception 'a step name is a snake_case identifier of at most 64 characters'
+      using errcode = 'BS004', hint = 'Pass the planner''s step name, e.g. find_by_phone.';
+  end if;
+  v_row := bitrix_sync._held_workflow(p_id, p_lease_token);
+  update bitrix_sync.workflow_instances
+     set step_data = p_step_data, current_step = coalesce(p_current_step, current_step)
+   where id = p_id
+  returning * into v_row;
+  return v_row;
+end $$;
+comment on function bitrix_sync.save_workflow_step(uuid, uuid, jsonb, text) is
+  'Persists the step state (and, when given, the step name) of a running workflow without a state change. Fenced by the workflow''s lease token (BS001).';
+
+create or replace function bitrix_sync.schedule_workflow_retry(
+  p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval
+) returns bitrix_sync.workflow_instances
+language plpgsql as $$
+declare
+  v_row bitrix_sync.workflow_instances;
+  v_deadline timestamptz;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  v_row := bitrix_sync._held_workflow(p_id, p_lease_token);
+  -- A workflow is first attempted when it is created: intake starts it at once.
+  v_deadline := bitrix_sync._retry_deadline(v_row.created_at);
+  if now() + greatest(p_delay, interval '0') > v_deadline then
+    v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'fail',
+               jsonb_build_object('last_error_code', 'retry_horizon_exceeded', 'outcome', 'failed'));
+    insert into bitrix_sync.technical_dead_letters
+      (source, source_id, workflow_id, operation, error_code, attempt_count, first_attempt_at, deadline_at,
+       correlation_id)
+    values ('workflow', v_row.id::text, v_row.id, v_row.workflow_type, 'retry_horizon_exceeded',
+            v_row.attempt_count, v_row.created_at, v_deadline, v_row.correlation_id);
+  else
+    v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'schedule_retry',
+               jsonb_build_object('last_error_code', p_error_code,
+                                  'next_attempt_at', now() + greatest(p_delay, interval '0')));
+  end if;
+  update bitrix_sync.workflow_instances set deadline_at = v_deadline where id = p_id returning * into v_row;
+  return v_row;
+end $$;
+comment on function bitrix_sync.schedule_workflow_retry(uuid, uuid, text, interval) is
+  'A step failed: running -> waiting_retry (schedule_retry) due after p_delay; when that falls past the horizon (created_at + retry.horizon_sec) -> failed with retry_horizon_exceeded and a technical DLQ row instead. The returned state says which. Fenced by the lease token (BS001).';

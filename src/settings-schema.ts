@@ -39,6 +39,7 @@ export const SettingsSchema = z.object({
   limiter: z.object({ burst: int(1, 250), maxInFlight: int(1, 50), refillPerSec: num(0.01, 50) }),
   reconcile: z.object({
     contactsIntervalSec: int(60, 86_400),
+    leaseSec: int(60, 86_400),
     openedFilter: z.enum(["Y", "N", "1", "0"]),
     overlapSec: int(0, 3600),
     recoveredSpikeRatio: num(0, 1),

@@ -41,21 +41,34 @@ export interface PhoneChange {
   VALUE_TYPE: string;
 }
 
+/** Which PHONE entry to write: one overwritten by its ID (keeping its type), or a new one appended. */
+export type PhonePlan = { entryId: number; valueType: string } | { append: true };
+
 /**
- * The PHONE entries to send so that the Contact carries `desired`, or null when it already does.
- * Overwrites the entry holding `previous` (the App's old number) by its ID; appends only when the
- * Contact has neither number. Other numbers a manager added are left alone.
+ * The phone rule (§3.3, reference §5): what to write so that the Contact carries `desired`, or null
+ * when it already does. Overwrites the entry holding `previous` (the number bitrix-sync wrote last)
+ * by its ID and keeps that entry's VALUE_TYPE; appends only when the Contact has neither number.
+ * Other numbers a manager added are left alone. Values are compared exactly as given, so the
+ * workflow, which may store no phone number, passes SHA-256 hashes for the entries, `desired` and
+ * `previous` alike; the number itself is filled in at send time by `phoneChange`.
  */
 export function planPhoneUpdate(
   existing: readonly MultiValue[],
   desired: string,
   previous?: string | null,
-): PhoneChange[] | null {
-  if (!isValidRuPhone(desired)) throw new RangeError("desired phone is not +7XXXXXXXXXX");
+): PhonePlan | null {
   if (existing.some((e) => e.value === desired)) return null;
   const old = previous ? existing.find((e) => e.value === previous && e.id !== null) : undefined;
-  if (old) return [{ ID: String(old.id), VALUE: desired, VALUE_TYPE: old.valueType || "MOBILE" }];
-  return [{ VALUE: desired, VALUE_TYPE: "MOBILE" }];
+  if (old && old.id !== null) return { entryId: old.id, valueType: old.valueType || "MOBILE" };
+  return { append: true };
+}
+
+/** The PHONE entry crm.contact.update gets for a plan and the App's number; a new entry is MOBILE. */
+export function phoneChange(plan: PhonePlan, phone: string): PhoneChange {
+  if (!isValidRuPhone(phone)) throw new RangeError("phone is not +7XXXXXXXXXX");
+  return "entryId" in plan
+    ? { ID: String(plan.entryId), VALUE: phone, VALUE_TYPE: plan.valueType }
+    : { VALUE: phone, VALUE_TYPE: "MOBILE" };
 }
 
 /**

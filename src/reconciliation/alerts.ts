@@ -10,16 +10,15 @@ export async function reconcileAlerts(
   intervalSec: number,
   opts: { force?: boolean } = {},
 ): Promise<{ ran: boolean; polled: number; changed: number }> {
-  const { rows: cur } = await deps.pool.query<{ due: boolean }>(
-    `insert into bitrix_sync.reconciliation_cursors (job_type, last_run_started_at, last_run_status)
-     values ('alerts', now(), 'running')
-     on conflict (job_type) do update set last_run_started_at = now(), last_run_status = 'running'
-       where $1 or bitrix_sync.reconciliation_cursors.last_run_started_at is null
-          or bitrix_sync.reconciliation_cursors.last_run_started_at <= now() - make_interval(secs => $2)
-     returning true as due`,
-    [opts.force === true, intervalSec],
+  // Until the smart process is configured there is nothing to poll, and no run to record.
+  if (s.entityTypeId === null) return { ran: false, polled: 0, changed: 0 };
+  // The cursor row is the run's lock (sql/reconciliation.sql), as for Contacts.
+  const { rows: cur } = await deps.pool.query<{ lease_token: string }>(
+    "select lease_token from bitrix_sync.claim_reconciliation_cursor('alerts', make_interval(secs => $1), $2)",
+    [intervalSec, opts.force === true],
   );
-  if (!cur[0]?.due || s.entityTypeId === null) return { ran: false, polled: 0, changed: 0 };
+  const token = cur[0]?.lease_token;
+  if (!token) return { ran: false, polled: 0, changed: 0 };
   const { rows } = await deps.pool.query<{ item_id: string }>(
     "select item_id from bitrix_sync.business_alerts where status = 'open' and item_id is not null order by item_id",
   );
@@ -29,19 +28,18 @@ export async function reconcileAlerts(
       s,
       rows.map((r) => Number(r.item_id)),
     );
-    await deps.pool.query(
-      `update bitrix_sync.reconciliation_cursors
-          set last_run_status = 'succeeded', last_success_at = now(), watermark = last_run_started_at,
-              last_scanned = $1, last_updated = $2, last_error_code = null
-        where job_type = 'alerts'`,
-      [rows.length, changed],
-    );
+    await deps.pool.query("select bitrix_sync.finish_reconciliation_run('alerts', $1, $2, $3)", [
+      token,
+      rows.length,
+      changed,
+    ]);
     return { ran: true, polled: rows.length, changed };
   } catch (e) {
-    await deps.pool.query(
-      "update bitrix_sync.reconciliation_cursors set last_run_status = 'failed', last_error_code = $1 where job_type = 'alerts'",
-      [String((e as { code?: string }).code ?? "run_failed").slice(0, 64)],
-    );
+    const err = e as { code?: unknown; kind?: unknown };
+    if (err.code === "BS001") throw e; // the lease was taken over: the cursor is the new run's
+    // Classifier codes are safe; anything else (a SQLSTATE, a socket error) is recorded as run_failed.
+    const code = typeof err.kind === "string" && typeof err.code === "string" ? err.code : "run_failed";
+    await deps.pool.query("select bitrix_sync.fail_reconciliation_run('alerts', $1, $2)", [token, code]);
     throw e;
   }
 }

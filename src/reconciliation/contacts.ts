@@ -118,34 +118,23 @@ export async function reconcileContacts(
     spike: false,
     outcomes: {},
   };
-  // Claim the run: the cursor row is the lock; the run's start time becomes the next watermark.
-  const claim = await inTransaction(deps.pool, async (c) => {
-    await c.query(
-      "insert into bitrix_sync.reconciliation_cursors (job_type) values ('contacts') on conflict do nothing",
-    );
-    const { rows } = await c.query<{
-      watermark: Date | null;
-      started: Date;
-      due: boolean;
-      cutover: Date | null;
-      baseline: number | null;
-    }>(
-      `select r.watermark, now() as started,
-              (r.last_run_status is distinct from 'running' or r.last_run_started_at < now() - interval '10 minutes')
-                and ($1 or r.last_run_started_at is null or r.last_run_started_at <= now() - make_interval(secs => $2)) as due,
-              (select cutover_watermark from bitrix_sync.cutover) as cutover,
-              r.recovered_baseline::float8 as baseline
-         from bitrix_sync.reconciliation_cursors r where job_type = 'contacts' for update skip locked`,
-      [opts.force === true, s.contactsIntervalSec],
-    );
-    const r = rows[0];
-    if (!r?.due) return null;
-    await c.query(
-      "update bitrix_sync.reconciliation_cursors set last_run_started_at = now(), last_run_status = 'running', overlap = make_interval(secs => $1) where job_type = 'contacts'",
-      [s.overlapSec],
-    );
-    return r;
-  });
+  // Claim the run (sql/reconciliation.sql): the cursor row is the lock, a run that died is taken over
+  // after reconcile.lease_sec, and the run's start time becomes the next watermark.
+  const { rows: claimed } = await deps.pool.query<{
+    lease_token: string;
+    watermark: Date | null;
+    started: Date;
+    cutover: Date | null;
+    baseline: number | null;
+  }>(
+    `select r.lease_token, r.watermark, r.last_run_started_at as started,
+            (select cutover_watermark from bitrix_sync.cutover) as cutover,
+            r.recovered_baseline::float8 as baseline
+       from bitrix_sync.claim_reconciliation_cursor('contacts', make_interval(secs => $1), $2,
+                                                     make_interval(secs => $3)) r`,
+    [s.contactsIntervalSec, opts.force === true, s.overlapSec],
+  );
+  const claim = claimed[0];
   if (!claim) return report;
   report.ran = true;
   const from =
@@ -228,14 +217,12 @@ export async function reconcileContacts(
       report.recovered >= s.recoveredSpikeThreshold &&
       (report.recovered > 2 * baseline ||
         (report.mapped > 0 && report.recovered / report.mapped > s.recoveredSpikeRatio));
-    await deps.pool.query(
-      `update bitrix_sync.reconciliation_cursors
-          set watermark = $1, last_success_at = now(), last_run_status = 'succeeded', last_error_code = null,
-              last_scanned = $2, last_updated = $3, last_recovered = $4::integer,
-              recovered_baseline = coalesce(recovered_baseline * 0.8 + $4::numeric * 0.2, $4::numeric)
-        where job_type = 'contacts'`,
-      [claim.started, report.scanned, report.updated, report.recovered],
-    );
+    await deps.pool.query("select bitrix_sync.finish_reconciliation_run('contacts', $1, $2, $3, $4)", [
+      claim.lease_token,
+      report.scanned,
+      report.updated,
+      report.recovered,
+    ]);
     report.status = "succeeded";
     reconciliationRuns.inc({ status: "succeeded" });
     reconciliationRecovered.inc(report.recovered);
@@ -260,12 +247,20 @@ export async function reconcileContacts(
     report.status = "failed";
     reconciliationRuns.inc({ status: "failed" });
     report.requests = counter.requests;
-    report.errorCode = e instanceof RunFailed ? e.code : "run_failed";
-    // The watermark stays: the next run reads the same window again.
-    await deps.pool.query(
-      "update bitrix_sync.reconciliation_cursors set last_run_status = 'failed', last_error_code = $1 where job_type = 'contacts'",
-      [report.errorCode],
-    );
+    const leaseLost = (e as { code?: unknown }).code === "BS001";
+    report.errorCode = e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : "run_failed";
+    // The watermark stays: the next run reads the same window again. A run whose lease was taken
+    // over leaves the cursor to the run that holds it now.
+    if (!leaseLost) {
+      await deps.pool
+        .query("select bitrix_sync.fail_reconciliation_run('contacts', $1, $2)", [
+          claim.lease_token,
+          report.errorCode,
+        ])
+        .catch((err) => {
+          if ((err as { code?: unknown }).code !== "BS001") throw err;
+        });
+    }
     deps.log.warn(
       { event: "reconciliation.failed", code: report.errorCode },
       "Contact reconciliation run failed; watermark kept",

@@ -97,9 +97,7 @@ export async function runAlertSync(pool: pg.Pool, s: AlertSettings, limit = 20):
         JSON.stringify(params),
       ]);
       // Handed to the CRM; a newer occurrence sets it back to pending and is sent after this one.
-      await c.query("update bitrix_sync.business_alerts set crm_sync_status = 'synced' where id = $1", [
-        a.id,
-      ]);
+      await c.query("select bitrix_sync.mark_alert_mirrored($1)", [a.id]);
     }
     await c.query("commit");
     return rows.length;

@@ -111,18 +111,14 @@ export async function snapshotCreated(
     citizenshipEnumId: string | null;
   },
 ): Promise<void> {
-  await db.query(
-    `insert into bitrix_sync.contact_snapshots
-       (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, registered,
-        last_applied_source, last_applied_at, stale, stale_reason)
-     values ($1, $2, $3, $4, $5, $6, true, 'app_create', now(), false, null)
-     on conflict (contact_id) do update
-       set user_id = excluded.user_id, name_hash = excluded.name_hash, email_hash = excluded.email_hash,
-           phone_hash = excluded.phone_hash, citizenship_enum_id = excluded.citizenship_enum_id,
-           registered = true, last_applied_source = 'app_create', last_applied_at = now(), stale = false,
-           stale_reason = null`,
-    [contactId, userId, written.nameHash, written.emailHash, written.phoneHash, written.citizenshipEnumId],
-  );
+  await db.query("select bitrix_sync.record_contact_created($1, $2, $3, $4, $5, $6)", [
+    contactId,
+    userId,
+    written.nameHash,
+    written.emailHash,
+    written.phoneHash,
+    written.citizenshipEnumId,
+  ]);
 }
 
 /** Notes the phone bitrix-sync last wrote (so the next change overwrites that entry, not another). */
@@ -132,11 +128,7 @@ export async function snapshotPhone(
   userId: string,
   phoneHash: string,
 ): Promise<void> {
-  await db.query(
-    `insert into bitrix_sync.contact_snapshots (contact_id, user_id, phone_hash) values ($1, $2, $3)
-     on conflict (contact_id) do update set phone_hash = excluded.phone_hash, user_id = excluded.user_id`,
-    [contactId, userId, phoneHash],
-  );
+  await db.query("select bitrix_sync.record_contact_phone($1, $2, $3)", [contactId, userId, phoneHash]);
 }
 
 /** Marks the App's copy as possibly behind the CRM without clearing it (§5.5 Contact not found). */
@@ -146,11 +138,7 @@ export async function markSnapshotStale(
   userId: string,
   reason: string,
 ): Promise<void> {
-  await db.query(
-    `insert into bitrix_sync.contact_snapshots (contact_id, user_id, stale, stale_reason) values ($1, $2, true, $3)
-     on conflict (contact_id) do update set stale = true, stale_reason = excluded.stale_reason`,
-    [contactId, userId, reason],
-  );
+  await db.query("select bitrix_sync.mark_contact_snapshot_stale($1, $2, $3)", [contactId, userId, reason]);
 }
 
 export type ApplySource = "webhook" | "reconciliation" | "app_create";
@@ -162,8 +150,9 @@ export type ApplyResult =
   | { applied: false; stale: false; reason: "unknown_citizenship"; enumId: string };
 
 /**
- * Writes the Contact's CRM-master fields into the App profile in the caller's transaction, with
- * han.sync_suppress set so no App->CRM intent is recorded, and updates the snapshot. `full_name` is
+ * Writes the Contact's CRM-master fields into the App profile in the caller's transaction through
+ * bitrix_sync.apply_crm_master_fields (han.sync_suppress set, so no App->CRM intent is recorded),
+ * which also updates the snapshot. `full_name` is
  * NAME only; citizenship is the dictionary's display value; email follows the pick rule; a value
  * absent in the CRM clears the App field. An older read than the snapshot changes nothing.
  */
@@ -203,33 +192,14 @@ export async function applyCrmMaster(
   const name = contact.name?.trim() ? contact.name.trim() : null;
   const email = pickEmail(contact.emails);
 
-  await tx.query("set local han.sync_suppress = 'true'");
   await tx.query(
-    `update han_app.client_profile
-        set full_name = $2, citizenship = $3, email = $4, source_updated_at = coalesce($5, now())
-      where user_id = $1`,
-    [userId, name, citizenship, email, crmUpdatedAt],
-  );
-  await tx.query(
-    `insert into bitrix_sync.contact_snapshots
-       (contact_id, user_id, name_hash, email_hash, citizenship_enum_id, citizenship_dictionary_loaded_at,
-        registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at,
-        last_webhook_received_at, stale, stale_reason)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), $11, false, null)
-     on conflict (contact_id) do update
-       set user_id = excluded.user_id, name_hash = excluded.name_hash, email_hash = excluded.email_hash,
-           citizenship_enum_id = excluded.citizenship_enum_id,
-           citizenship_dictionary_loaded_at = coalesce(excluded.citizenship_dictionary_loaded_at,
-                                                       bitrix_sync.contact_snapshots.citizenship_dictionary_loaded_at),
-           registered = excluded.registered, crm_created_at = excluded.crm_created_at,
-           crm_updated_at = excluded.crm_updated_at, last_applied_source = excluded.last_applied_source,
-           last_applied_at = now(),
-           last_webhook_received_at = coalesce(excluded.last_webhook_received_at,
-                                               bitrix_sync.contact_snapshots.last_webhook_received_at),
-           stale = false, stale_reason = null`,
+    "select bitrix_sync.apply_crm_master_fields($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
     [
-      contactId,
       userId,
+      contactId,
+      name,
+      citizenship,
+      email,
       sha256(name),
       sha256(email),
       contact.citizenshipEnumId,

@@ -5,7 +5,7 @@
 import type pg from "pg";
 import type { CommandResults, CommandType, CrmCommand } from "../crm/catalogue.js";
 import type { CitizenshipDictionary, ContactRecord } from "../crm/contact-fields.js";
-import { isValidRuPhone } from "../crm/contact-fields.js";
+import { isValidRuPhone, type PhonePlan, phoneChange } from "../crm/contact-fields.js";
 import { applyCrmMaster, type Db, isEligible, loadAppUser, snapshotPhone } from "./app-data.js";
 import { sha256 } from "./hash.js";
 import type { CommandRow } from "./types.js";
@@ -133,13 +133,13 @@ export async function hydrate(
       if (p.set_user === "clear") params.userId = null;
       if (typeof p.registered === "boolean") params.registered = p.registered;
       const memo: Hydrated["memo"] = {};
-      const ph = p.phone as { entry_id?: number; append?: boolean } | undefined;
+      const ph = p.phone as { entry_id?: number; value_type?: string; append?: boolean } | undefined;
       if (ph) {
-        params.phones = [
-          ph.entry_id
-            ? { ID: String(ph.entry_id), VALUE: phone, VALUE_TYPE: "MOBILE" }
-            : { VALUE: phone, VALUE_TYPE: "MOBILE" },
-        ];
+        // The planner chose the entry (planPhoneUpdate on hashes); the number is the App's, read now.
+        const plan: PhonePlan = ph.entry_id
+          ? { entryId: ph.entry_id, valueType: ph.value_type || "MOBILE" }
+          : { append: true };
+        params.phones = [phoneChange(plan, phone)];
         memo.phoneHash = sha256(phone);
       }
       return { ok: true, value: { userId, cmd: { type, key, params }, memo } };
@@ -210,7 +210,8 @@ export async function projectResult(
         return {
           contacts: contacts.map((c) => ({
             ...contactSummary(c),
-            phones: c.phones.map((e) => ({ id: e.id, hash: sha256(e.value.trim()) })),
+            // The entry type is kept so an overwrite does not change it; the number only as a hash.
+            phones: c.phones.map((e) => ({ id: e.id, type: e.valueType, hash: sha256(e.value.trim()) })),
           })),
         };
       }

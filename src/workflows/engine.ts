@@ -4,7 +4,7 @@
 // it did; src/workflows/loop.ts repeats them on NOTIFY and on a fallback poll.
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
-import { nextRetry } from "../crm/backoff.js";
+import { retryDelayMs } from "../crm/backoff.js";
 import { type CommandOutcome, type CrmDeps, executeBatch } from "../crm/batch.js";
 import type { CommandType } from "../crm/catalogue.js";
 import { isWrite } from "../crm/catalogue.js";
@@ -51,14 +51,13 @@ interface QueueRow {
   entity_id: string;
   lease_token: string;
   attempt_count: number;
-  created_at: Date;
 }
 
 /** Claims due intents and starts or joins the user's workflow for each. Returns rows handled. */
 export async function runIntake(deps: EngineDeps): Promise<number> {
   const s = deps.settings();
   const { rows } = await deps.pool.query<QueueRow>(
-    "select id, task_type, entity_id, lease_token, attempt_count, created_at from bitrix_sync.claim_sync_tasks($1, $2, make_interval(secs => $3))",
+    "select id, task_type, entity_id, lease_token, attempt_count from bitrix_sync.claim_sync_tasks($1, $2, make_interval(secs => $3))",
     [deps.workerId, s.claim.size, s.lease.ttlSec],
   );
   for (const row of rows) {
@@ -77,18 +76,19 @@ export async function runIntake(deps: EngineDeps): Promise<number> {
     } catch (e) {
       if (sqlstate(e) === "BS001") continue; // a newer intent took the row back; it will be claimed again
       deps.log.warn({ event: "intake.failed", ...safeError(e) }, "intent not taken; will retry");
-      const d = nextRetry(
-        { attempt: row.attempt_count, firstAttemptAt: row.created_at.getTime(), now: Date.now() },
-        s.retry,
-      );
-      await deps.pool
-        .query(
-          d.retry
-            ? "select bitrix_sync.retry_sync_task($1, $2, 'intake_failed', make_interval(secs => $3))"
-            : "select bitrix_sync.dead_letter_sync_task($1, $2, 'retry_horizon_exceeded')",
-          d.retry ? [row.id, row.lease_token, d.delayMs / 1000] : [row.id, row.lease_token],
+      // SQL dead-letters the intent instead when the retry would pass the horizon.
+      const r = await deps.pool
+        .query<{ status: string }>(
+          "select status from bitrix_sync.retry_sync_task($1, $2, 'intake_failed', make_interval(secs => $3))",
+          [row.id, row.lease_token, retryDelayMs(row.attempt_count, s.retry) / 1000],
         )
-        .catch(() => undefined);
+        .catch(() => null);
+      if (r?.rows[0]?.status === "dead_letter") {
+        deps.log.error(
+          { event: "intake.dead_letter", code: "retry_horizon_exceeded" },
+          "intent given up after the retry horizon",
+        );
+      }
     }
   }
   return rows.length;
@@ -118,22 +118,18 @@ export async function runWorkflows(deps: EngineDeps): Promise<number> {
         },
         "workflow step failed; scheduled for retry",
       );
-      const d = nextRetry(
-        { attempt: wf.attempt_count, firstAttemptAt: wf.created_at.getTime(), now: Date.now() },
-        s.retry,
-      );
-      await deps.pool
-        .query("select bitrix_sync.fire_workflow_event($1, $2, $3, $4)", [
-          wf.id,
-          wf.lease_token,
-          d.retry ? "schedule_retry" : "fail",
-          JSON.stringify(
-            d.retry
-              ? { last_error_code: "step_failed", next_attempt_at: new Date(d.retryAt).toISOString() }
-              : { last_error_code: "retry_horizon_exceeded", outcome: "failed" },
-          ),
-        ])
-        .catch(() => undefined);
+      const r = await deps.pool
+        .query<{ state: string }>(
+          "select state from bitrix_sync.schedule_workflow_retry($1, $2, 'step_failed', make_interval(secs => $3))",
+          [wf.id, wf.lease_token, retryDelayMs(wf.attempt_count, s.retry) / 1000],
+        )
+        .catch(() => null);
+      if (r?.rows[0]?.state === "failed") {
+        deps.log.error(
+          { event: "workflow.dead_letter", workflowId: wf.id, code: "retry_horizon_exceeded" },
+          "workflow failed after the retry horizon",
+        );
+      }
     }
   }
   return rows.length;
@@ -228,8 +224,8 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
   let marked: Set<string>;
   try {
     const res = await deps.pool.query<{ send_commands: string }>(
-      "select bitrix_sync.send_commands($1::bigint[], $2::uuid[], $3, make_interval(secs => $4))",
-      [ready.map((r) => r.row.id), ready.map((r) => r.row.lease_token), batchId, s.retry.horizonSec],
+      "select bitrix_sync.send_commands($1::bigint[], $2::uuid[], $3)",
+      [ready.map((r) => r.row.id), ready.map((r) => r.row.lease_token), batchId],
     );
     marked = new Set(res.rows.map((r) => String(r.send_commands)));
   } catch (e) {
@@ -298,27 +294,31 @@ async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: Command
     const attemptsSpent = row.attempt_count - row.limit_hits + (f.spendsAttempt ? 1 : 0);
     switch (f.kind) {
       case "transient": {
-        const d = nextRetry(
-          {
-            attempt: Math.max(0, attemptsSpent - 1),
-            firstAttemptAt: row.deadline_at.getTime() - s.retry.horizonSec * 1000,
-            now: Date.now(),
-            ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
-          },
-          s.retry,
-        );
-        await deps.pool.query(
-          "select bitrix_sync.retry_command($1, $2, $3, make_interval(secs => $4), $5, $6, $7)",
+        // retry_command dead-letters instead when the retry would pass the horizon (sql/retry.sql).
+        const r = await deps.pool.query<{ status: string }>(
+          "select status from bitrix_sync.retry_command($1, $2, $3, make_interval(secs => $4), $5, $6, $7)",
           [
             row.id,
             row.lease_token,
             f.code,
-            d.retry ? d.delayMs / 1000 : s.retry.horizonSec + 1,
+            retryDelayMs(Math.max(0, attemptsSpent - 1), s.retry, f.retryAfterMs) / 1000,
             f.spendsAttempt,
             f.httpStatus ?? null,
             f.bitrixError ?? null,
           ],
         );
+        if (r.rows[0]?.status === "dead_letter") {
+          deps.log.error(
+            {
+              event: "pump.dead_letter",
+              commandId: row.id,
+              commandType: row.command_type,
+              code: "retry_horizon_exceeded",
+            },
+            "command given up after the retry horizon",
+          );
+          await alertFailed(deps, row, "retry_horizon_exceeded");
+        }
         return;
       }
       case "uncertain":
@@ -371,7 +371,5 @@ async function alertFailed(deps: EngineDeps, row: CommandRow, code: string): Pro
     );
     return;
   }
-  await deps.pool.query("update bitrix_sync.business_alerts set crm_sync_status = 'failed' where id = $1", [
-    row.alert_id,
-  ]);
+  await deps.pool.query("select bitrix_sync.mark_alert_mirror_failed($1)", [row.alert_id]);
 }

@@ -2,7 +2,7 @@
 // applies a Contact read by ID (also used by reconciliation). The CRM source timestamp decides:
 // a late or out-of-order event changes nothing.
 import type pg from "pg";
-import { nextRetry } from "../crm/backoff.js";
+import { retryDelayMs } from "../crm/backoff.js";
 import { executeBatch } from "../crm/batch.js";
 import type { AlertItem } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
@@ -91,6 +91,7 @@ interface InboxRow {
   received_at: Date;
 }
 
+/** Retries (or, for a permanent failure, dead-letters) claimed events; SQL gives up past the horizon. */
 async function retryRows(
   deps: EngineDeps,
   rows: InboxRow[],
@@ -99,23 +100,23 @@ async function retryRows(
 ): Promise<void> {
   const s = deps.settings();
   for (const r of rows) {
-    const d = nextRetry(
-      { attempt: r.attempt_count - 1, firstAttemptAt: r.received_at.getTime(), now: Date.now() },
-      s.retry,
-    );
-    if (permanent || !d.retry) {
+    if (permanent) {
       await deps.pool.query("select bitrix_sync.dead_letter_webhook($1, $2, $3)", [
         r.id,
         r.lease_token,
-        permanent ? code : "retry_horizon_exceeded",
-      ]);
-    } else {
-      await deps.pool.query("select bitrix_sync.retry_webhook($1, $2, $3, make_interval(secs => $4))", [
-        r.id,
-        r.lease_token,
         code,
-        d.delayMs / 1000,
       ]);
+      continue;
+    }
+    const { rows: out } = await deps.pool.query<{ status: string }>(
+      "select status from bitrix_sync.retry_webhook($1, $2, $3, make_interval(secs => $4))",
+      [r.id, r.lease_token, code, retryDelayMs(r.attempt_count - 1, s.retry) / 1000],
+    );
+    if (out[0]?.status === "dead_letter") {
+      deps.log.error(
+        { event: "webhook.dead_letter", receiver: r.receiver, code: "retry_horizon_exceeded" },
+        "webhook given up after the retry horizon",
+      );
     }
   }
 }

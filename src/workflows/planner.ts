@@ -4,6 +4,7 @@
 // or finishes the workflow. Every decision is persisted before anything else happens.
 import type pg from "pg";
 import { MAX_PHONES_PER_SEARCH } from "../crm/catalogue.js";
+import { planPhoneUpdate } from "../crm/contact-fields.js";
 import { raiseAlert } from "./alerts.js";
 import {
   type AppUser,
@@ -70,11 +71,12 @@ export class Step {
   }
 
   private async saveStepData(step?: string): Promise<void> {
-    await this.tx.query(
-      `update bitrix_sync.workflow_instances set step_data = $2, current_step = coalesce($3, current_step)
-        where id = $1 and lease_token = $4`,
-      [this.wf.id, JSON.stringify(this.sd), step ?? null, this.wf.lease_token],
-    );
+    await this.tx.query("select bitrix_sync.save_workflow_step($1, $2, $3, $4)", [
+      this.wf.id,
+      this.wf.lease_token,
+      JSON.stringify(this.sd),
+      step ?? null,
+    ]);
   }
 
   private async succeed(outcome: string): Promise<void> {
@@ -574,18 +576,19 @@ export class Step {
       return await this.succeed("user_id_mismatch");
     }
     const user = await loadAppUser(this.tx, this.wf.user_id);
-    if (!user || !hasValidPhone(user)) return await this.start();
-    const desired = sha256(user.phone);
-    const phones = (c.phones as Array<{ id: number | null; hash: string }> | undefined) ?? [];
+    const desired = user && hasValidPhone(user) ? sha256(user.phone) : null;
+    if (desired === null) return await this.start();
+    const phones = (c.phones as Array<{ id: number | null; type?: string; hash: string }> | undefined) ?? [];
     const params: Record<string, unknown> = { contact_id: c.id };
-    if (!phones.some((p) => p.hash === desired)) {
-      // Overwrite the entry holding the number we wrote last; append only when it is gone.
-      const snap = await loadSnapshot(this.tx, String(c.id));
-      const old = snap?.phoneHash
-        ? phones.find((p) => p.hash === snap.phoneHash && p.id !== null)
-        : undefined;
-      params.phone = old ? { entry_id: old.id } : { append: true };
-    }
+    // The phone rule on hashes: no number is stored; hydration writes the App's number at send time.
+    const snap = await loadSnapshot(this.tx, String(c.id));
+    const plan = planPhoneUpdate(
+      phones.map((p) => ({ id: p.id, valueType: p.type ?? "", value: p.hash })),
+      desired,
+      snap?.phoneHash,
+    );
+    if (plan)
+      params.phone = "entryId" in plan ? { entry_id: plan.entryId, value_type: plan.valueType } : plan;
     if (c.registered !== true) params.registered = true;
     if (Object.keys(params).length === 1) return await this.succeed("no_change");
     return await this.issue("contact.update", params, "update_contact");
@@ -666,10 +669,11 @@ export class Step {
   }
 
   private async failRebind(code: string): Promise<void> {
-    await this.tx.query(
-      "update bitrix_sync.rebind_requests set status = 'failed', failure_code = $2, completed_at = now() where workflow_id = $1 and status in ('requested', 'in_progress')",
-      [this.wf.id, code],
-    );
+    await this.tx.query("select bitrix_sync.fail_rebind_request($1, $2, $3)", [
+      this.wf.id,
+      this.wf.lease_token,
+      code,
+    ]);
     return await this.fail(code);
   }
 
@@ -677,10 +681,7 @@ export class Step {
     const req = await this.rebindRequest();
     if (!req) return await this.fail("rebind_request_missing");
     if (!isEligible(user)) return await this.failRebind("user_not_eligible");
-    await this.tx.query(
-      "update bitrix_sync.rebind_requests set status = 'in_progress' where id = $1 and status = 'requested'",
-      [req.id],
-    );
+    await this.tx.query("select bitrix_sync.start_rebind_request($1, $2)", [this.wf.id, this.wf.lease_token]);
     const ids = [
       Number(req.target_contact_id),
       ...(req.previous_contact_id ? [Number(req.previous_contact_id)] : []),
@@ -728,28 +729,9 @@ export class Step {
     return await this.afterWrite(last, () => this.finishRebind());
   }
 
-  /** Both Contacts updated: move the link in one transaction, finish the request, resolve alerts. */
+  /** Both Contacts updated: move the link, finish the request and resolve the alerts in one call. */
   private async finishRebind(): Promise<void> {
-    const req = await this.rebindRequest();
-    const current = await this.activeMapping();
-    if (current)
-      await this.tx.query("select bitrix_sync.close_mapping($1, 'rebound', $2)", [current.id, this.wf.id]);
-    await this.tx.query("select bitrix_sync.open_mapping($1, $2, $3)", [
-      this.wf.user_id,
-      String(this.sd.contact),
-      this.wf.id,
-    ]);
-    await this.tx.query(
-      "update bitrix_sync.rebind_requests set status = 'succeeded', completed_at = now() where id = $1",
-      [req?.id],
-    );
-    // Conflicts of this user are resolved only now that the mapping changed (§11).
-    await this.tx.query(
-      `update bitrix_sync.business_alerts set status = 'resolved', closed_at = now(), crm_sync_status = 'pending'
-        where user_id = $1 and status = 'open'
-          and alert_type in ('contact_bound_to_other_user', 'duplicate_contacts', 'user_id_mismatch', 'contact_not_found')`,
-      [this.wf.user_id],
-    );
+    await this.tx.query("select bitrix_sync.complete_rebind($1, $2)", [this.wf.id, this.wf.lease_token]);
     return await this.succeed("rebound");
   }
 }

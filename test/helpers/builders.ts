@@ -44,6 +44,7 @@ export interface CommandRow {
   limit_hits: number;
   next_attempt_at: Date;
   deadline_at: Date;
+  first_sent_at: Date | null;
   lease_token: string | null;
   locked_by: string | null;
   locked_until: Date | null;
@@ -151,7 +152,7 @@ export async function heldCommand(
     lease_token: token,
     locked_by: "pump",
     locked_until: inAMinute(),
-    ...(status === "in_flight" ? { attempt_count: 1, sent_at: new Date() } : {}),
+    ...(status === "in_flight" ? { attempt_count: 1, sent_at: new Date(), first_sent_at: new Date() } : {}),
   });
   const row = await one<CommandRow>(pool, "select * from bitrix_sync.crm_commands where id = $1", [cmd.id]);
   return { cmd: row, token, wf };

@@ -33,3 +33,24 @@ export async function setSettings(db: { pool: pg.Pool }, changes: Record<string,
   await db.pool.query("select bitrix_sync.activate_settings_version($1, 'test')", [v]);
   return v;
 }
+
+/**
+ * Runs a test step under other hot settings: a real validated version is activated, and the one
+ * active before is restored afterwards (rollback_settings), so the change never outlives the step.
+ * Concurrent tests of the same database see it too: call it from serial tests only.
+ */
+export async function withSettings<T>(
+  pool: pg.Pool,
+  changes: Record<string, unknown>,
+  fn: () => Promise<T>,
+): Promise<T> {
+  const { rows: before } = await pool.query<{ version: number }>(
+    "select version from bitrix_sync.settings_versions where status = 'active'",
+  );
+  await setSettings({ pool }, changes);
+  try {
+    return await fn();
+  } finally {
+    await pool.query("select bitrix_sync.rollback_settings($1, 'test')", [before[0]?.version]);
+  }
+}

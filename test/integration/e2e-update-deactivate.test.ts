@@ -59,6 +59,33 @@ test.serial(
   },
 );
 
+test.serial(
+  "a phone change keeps the type of the entry it overwrites: a WORK entry stays WORK, no duplicate",
+  async (t) => {
+    const { u, contact } = await linked();
+    // A manager filed the number bitrix-sync wrote as a work phone.
+    const own = contact.phones[0];
+    if (!own) throw new Error("the created Contact has no phone");
+    own.valueType = "WORK";
+    const next = randomPhone();
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, next]);
+    const wf = await newestWorkflow(u.id, "contact.update");
+    t.is(wf.outcome, "updated");
+    t.deepEqual(
+      contact.phones.map((p) => [p.id, p.value, p.valueType]),
+      [[own.id, next, "WORK"]],
+      "the same entry, the new number, its type kept",
+    );
+    // The command stored the entry and its type, never the number.
+    const { rows } = await rig.db.pool.query(
+      `select c.params from bitrix_sync.crm_commands c where c.workflow_id = $1 and c.command_type = 'contact.update'`,
+      [wf.id],
+    );
+    t.deepEqual(rows[0]?.params, { contact_id: contact.id, phone: { entry_id: own.id, value_type: "WORK" } });
+    t.false(JSON.stringify(rows).includes(next.slice(2)), "no phone digits in the stored parameters");
+  },
+);
+
 test.serial("a phone already on the Contact changes nothing there", async (t) => {
   const { u, contact } = await linked();
   const extra = randomPhone();

@@ -196,6 +196,51 @@ test.serial(
   },
 );
 
+test.serial(
+  "retry_sync_task past the retry horizon dead-letters the intent itself, counted from its arrival",
+  async (t) => {
+    await makeUser(db.pool);
+    const [held] = await claim(db.pool, "w", 1);
+    // The intent arrived 23 h 59 min 30 s ago: a one-minute back-off would land past the 24 h horizon.
+    const arrived = new Date(Date.now() - 86_400_000 + 30_000);
+    await db.pool.query("update han_app.sync_queue set created_at = $2 where id = $1", [held?.id, arrived]);
+    const { rows: out } = await db.pool.query(
+      "select status, last_error_code, lease_token, completed_at is not null as done from bitrix_sync.retry_sync_task($1, $2, 'intake_failed', '1 minute')",
+      [held?.id, held?.lease_token],
+    );
+    t.deepEqual(out, [
+      { status: "dead_letter", last_error_code: "retry_horizon_exceeded", lease_token: null, done: true },
+    ]);
+    const { rows: dl } = await db.pool.query(
+      "select source, operation, error_code, attempt_count, first_attempt_at, deadline_at from bitrix_sync.technical_dead_letters where source_id = $1",
+      [held?.id],
+    );
+    t.deepEqual(dl, [
+      {
+        source: "sync_queue",
+        operation: "contact.map_or_create",
+        error_code: "retry_horizon_exceeded",
+        attempt_count: 1,
+        first_attempt_at: arrived,
+        deadline_at: new Date(arrived.getTime() + 86_400_000),
+      },
+    ]);
+
+    // Inside the horizon the same call parks the intent for later.
+    await makeUser(db.pool);
+    const [fresh] = await claim(db.pool, "w", 1);
+    const { rows: wait } = await db.pool.query(
+      "select status from bitrix_sync.retry_sync_task($1, $2, 'intake_failed', '1 minute')",
+      [fresh?.id, fresh?.lease_token],
+    );
+    t.deepEqual(wait, [{ status: "retry_wait" }]);
+    await db.pool.query(
+      "update han_app.sync_queue set status = 'cancelled', cancel_reason = 'test', completed_at = now() where id = $1",
+      [fresh?.id],
+    );
+  },
+);
+
 test.serial("a hand-written UPDATE that skips an edge is refused by the guard trigger", async (t) => {
   const u = await makeUser(db.pool);
   const err = await rejectsWith(

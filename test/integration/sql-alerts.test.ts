@@ -211,3 +211,30 @@ test("raise_business_alert refuses an unsafe type (BS004) and a fingerprint that
   await rejectsWith(t, raise(db.pool, "duplicate_contacts", "ivanov@example.com"), "23514");
   await rejectsWith(t, raise(db.pool, "duplicate_contacts", fingerprint(), { severity: "urgent" }), "23514");
 });
+
+const mirrored = (id: string) =>
+  one<Alert>(db.pool, "select * from bitrix_sync.mark_alert_mirrored($1)", [id]);
+const mirrorFailed = (id: string) =>
+  one<Alert>(db.pool, "select * from bitrix_sync.mark_alert_mirror_failed($1)", [id]);
+
+test("mark_alert_mirrored: pending -> synced once its command is issued; only a pending alert", async (t) => {
+  const a = await raise(db.pool, "duplicate_contacts", fingerprint());
+  t.like(await mirrored(a.id), { crm_sync_status: "synced", status: "open" });
+  const err = await rejectsWith(t, mirrored(a.id), "BS002");
+  t.truthy(err.hint);
+  // A newer occurrence makes it pending again, and it is mirrored again.
+  await raise(db.pool, "duplicate_contacts", a.fingerprint);
+  t.like(await mirrored(a.id), { crm_sync_status: "synced", occurrence_count: 2 });
+  await rejectsWith(t, mirrored("999999999"), "BS005");
+});
+
+test("mark_alert_mirror_failed: synced -> failed; a pending newer change stays pending", async (t) => {
+  const a = await raise(db.pool, "duplicate_contacts", fingerprint());
+  t.like(await mirrorFailed(a.id), { crm_sync_status: "pending" }, "a newer change is still to be sent");
+  await mirrored(a.id);
+  t.like(await mirrorFailed(a.id), { crm_sync_status: "failed" });
+  t.like(await mirrorFailed(a.id), { crm_sync_status: "failed" }, "failing twice changes nothing");
+  // The next occurrence queues the alert for the CRM again.
+  t.like(await raise(db.pool, "duplicate_contacts", a.fingerprint), { crm_sync_status: "pending" });
+  await rejectsWith(t, mirrorFailed("999999999"), "BS005");
+});

@@ -1,6 +1,6 @@
 // CRM commands (§7.2, §8, §9): issued by a workflow step, claimed under a lease, marked in_flight
 // before the batch leaves, then completed, retried, made uncertain or dead-lettered under the same
-// token. Time is simulated by moving deadline_at / locked_until / next_attempt_at, never by sleeping.
+// token. Time is simulated by moving first_sent_at / locked_until / next_attempt_at, never by sleeping.
 // Tests that call claim_commands() are serial: a claim takes every due command of this database.
 import { randomUUID } from "node:crypto";
 import test from "ava";
@@ -15,6 +15,7 @@ import {
   uncertainCommand,
   type WorkflowRow,
 } from "../helpers/builders.js";
+import { withSettings } from "../helpers/settings.js";
 import { forceRow, logTransitions, one, pathOf, rejectsWith, session } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -386,7 +387,8 @@ test("send_commands marks in_flight only the commands still held under their tok
     [a.cmd.id],
   );
   t.true(horizon.ok, "the 24 h horizon starts at the first send");
-  t.like(await get(b.cmd.id), { status: "leased", sent_at: null, attempt_count: 0 });
+  t.deepEqual(ra.first_sent_at, ra.sent_at, "the first send is stamped");
+  t.like(await get(b.cmd.id), { status: "leased", sent_at: null, first_sent_at: null, attempt_count: 0 });
 
   // Already in flight: a second send of the same ids marks nothing.
   t.deepEqual(await send([a.cmd.id], [a.token]), []);
@@ -504,10 +506,8 @@ test("retry_command spends an attempt on a failure but only counts a rate-limit 
 test("retry_command past the 24 h horizon dead-letters with retry_horizon_exceeded", async (t) => {
   const { cmd, token, wf } = await inFlightCommand(db.pool, { type: "contact.update" });
   // The first send was 23 h 59 min ago: a 5 minute back-off would cross the horizon.
-  await db.pool.query(
-    "update bitrix_sync.crm_commands set deadline_at = now() + interval '1 minute' where id = $1",
-    [cmd.id],
-  );
+  const firstSent = new Date(Date.now() - 86_400_000 + 60_000);
+  await forceRow(db.pool, "bitrix_sync.crm_commands", cmd.id, { first_sent_at: firstSent });
   const out = await one<CommandRow>(
     db.pool,
     "select * from bitrix_sync.retry_command($1, $2, 'crm_timeout', '5 minutes', true, 504, 'GATEWAY_TIMEOUT')",
@@ -528,6 +528,8 @@ test("retry_command past the 24 h horizon dead-letters with retry_horizon_exceed
     attempt_count: 1,
     correlation_id: cmd.correlation_id,
   });
+  t.deepEqual(dl[0]?.first_attempt_at, firstSent, "the horizon counts from the first send");
+  t.deepEqual(dl[0]?.deadline_at, new Date(firstSent.getTime() + 86_400_000));
   t.deepEqual(dl[0]?.deadline_at, out.deadline_at);
   t.is((await workflow(wf.id)).state, "running", "the workflow is woken to handle the failure");
 
@@ -540,6 +542,38 @@ test("retry_command past the 24 h horizon dead-letters with retry_horizon_exceed
     ]),
     { status: "retry_wait" },
   );
+});
+
+test.serial("retry_command reads the horizon from the active retry.horizon_sec", async (t) => {
+  // Sent 2 h ago: a 1 minute back-off fits 24 h but not a horizon of 1 h.
+  const { cmd, token } = await inFlightCommand(db.pool);
+  const firstSent = new Date(Date.now() - 2 * 3_600_000);
+  await forceRow(db.pool, "bitrix_sync.crm_commands", cmd.id, { first_sent_at: firstSent });
+  await withSettings(db.pool, { "retry.horizon_sec": 3600 }, async () => {
+    const out = await one<CommandRow>(
+      db.pool,
+      "select * from bitrix_sync.retry_command($1, $2, 'crm_timeout', '1 minute')",
+      [cmd.id, token],
+    );
+    t.like(out, { status: "dead_letter", last_error_code: "retry_horizon_exceeded" });
+    t.deepEqual((await deadLetters(cmd.id))[0]?.deadline_at, new Date(firstSent.getTime() + 3_600_000));
+  });
+});
+
+test("a command refused before its first send counts its horizon from its creation", async (t) => {
+  const { cmd, token } = await leasedCommand(db.pool);
+  t.is(cmd.first_sent_at, null);
+  const created = new Date(Date.now() - 86_400_000 + 30_000);
+  await forceRow(db.pool, "bitrix_sync.crm_commands", cmd.id, { created_at: created });
+  const out = await one<CommandRow>(
+    db.pool,
+    "select * from bitrix_sync.retry_command($1, $2, 'crm_query_limit_exceeded', '1 minute', false)",
+    [cmd.id, token],
+  );
+  t.is(out.status, "dead_letter");
+  const dl = (await deadLetters(cmd.id))[0];
+  t.deepEqual(dl?.first_attempt_at, created);
+  t.deepEqual(dl?.deadline_at, new Date(created.getTime() + 86_400_000));
 });
 
 test("mark_command_uncertain: in_flight -> uncertain, and the workflow wakes", async (t) => {

@@ -398,6 +398,41 @@ test.serial(
   },
 );
 
+test.serial(
+  "retry_webhook past the retry horizon dead-letters the event itself, counted from its arrival",
+  async (t) => {
+    const entity = newEntity();
+    const ids = [(await record(entity)) ?? "", (await record(entity)) ?? ""];
+    const held = (await claim(db.pool, "w")).find((w) => w.id === ids[0]);
+    // Received 23 h 59 min 30 s ago: a one-minute back-off would land past the 24 h horizon.
+    const received = new Date(Date.now() - 86_400_000 + 30_000);
+    await db.pool.query("update bitrix_sync.webhook_inbox set received_at = $2 where id = $1", [
+      ids[0],
+      received,
+    ]);
+    const out = await one<Webhook>(
+      db.pool,
+      "select * from bitrix_sync.retry_webhook($1, $2, 'crm_timeout', '1 minute')",
+      [ids[0], held?.lease_token],
+    );
+    t.like(out, { status: "dead_letter", last_error_code: "retry_horizon_exceeded", lease_token: null });
+    t.like(await get(ids[1] ?? ""), { status: "processed", outcome: "coalesced_into_dead_letter" });
+    const { rows } = await db.pool.query(
+      "select operation, error_code, attempt_count, first_attempt_at, deadline_at from bitrix_sync.technical_dead_letters where source = 'webhook' and source_id = $1",
+      [ids[0]],
+    );
+    t.deepEqual(rows, [
+      {
+        operation: "webhook.contact",
+        error_code: "retry_horizon_exceeded",
+        attempt_count: 1,
+        first_attempt_at: received,
+        deadline_at: new Date(received.getTime() + 86_400_000),
+      },
+    ]);
+  },
+);
+
 test.serial("a stale holder is refused by complete, retry and dead letter (BS001)", async (t) => {
   const entity = newEntity();
   const id = (await record(entity)) ?? "";

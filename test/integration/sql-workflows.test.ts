@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import test from "ava";
 import { inTransaction } from "../../src/db/tx.js";
 import { createdWorkflow, runningWorkflow, type WorkflowRow, workflowIn } from "../helpers/builders.js";
-import { one, type Queryable, rejectsWith, session } from "../helpers/sql-core.js";
+import { forceRow, one, type Queryable, rejectsWith, session } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -444,4 +444,123 @@ test("a transaction that fails leaves the workflow as it was", async (t) => {
     }),
   );
   t.is((await get(w.id)).state, "created");
+});
+
+/** A new workflow put straight into running under a fresh token (no claim: safe for concurrent tests). */
+async function held(): Promise<{ id: string; token: string }> {
+  const { workflow_id: id } = await start(db.pool, randomUUID());
+  const token = randomUUID();
+  await forceRow(db.pool, "bitrix_sync.workflow_instances", id, {
+    state: "running",
+    lease_token: token,
+    locked_by: "w",
+    locked_until: new Date(Date.now() + 60_000),
+  });
+  return { id, token };
+}
+
+const save = (id: string, token: string | null, data: unknown, step: string | null = null) =>
+  one<WorkflowRow>(db.pool, "select * from bitrix_sync.save_workflow_step($1, $2, $3, $4)", [
+    id,
+    token,
+    JSON.stringify(data),
+    step,
+  ]);
+
+test("save_workflow_step stores the step state under the lease without a state change", async (t) => {
+  const w = await held();
+  t.like(await save(w.id, w.token, { pass: 1, contact: 42 }), {
+    state: "running",
+    current_step: "start",
+    step_data: { pass: 1, contact: 42 },
+    lease_token: w.token,
+  });
+  t.like(await save(w.id, w.token, { pass: 2 }, "find_by_phone"), {
+    current_step: "find_by_phone",
+    step_data: { pass: 2 },
+  });
+});
+
+test("save_workflow_step refuses a stale token, a workflow not running, and bad arguments", async (t) => {
+  const w = await held();
+  await rejectsWith(t, save(w.id, randomUUID(), { pass: 1 }), "BS001");
+  await rejectsWith(t, save(w.id, null, { pass: 1 }), "BS001");
+  await rejectsWith(t, save(w.id, w.token, ["not", "an", "object"]), "BS004");
+  const err = await rejectsWith(t, save(w.id, w.token, {}, "Find By Phone +79990001122"), "BS004");
+  t.truthy(err.hint);
+  await fire(w.id, w.token, "succeed", { outcome: "mapped" });
+  await rejectsWith(t, save(w.id, w.token, { pass: 9 }), "BS001");
+  t.like(await get(w.id), { state: "succeeded", step_data: {} });
+});
+
+const retry = (id: string, token: string | null, delay: string, code = "step_failed") =>
+  one<WorkflowRow & { deadline_at: Date; due_ok: boolean }>(
+    db.pool,
+    `select w.*, w.next_attempt_at between now() + $4::interval - interval '1 second'
+                                     and now() + $4::interval + interval '1 second' as due_ok
+       from bitrix_sync.schedule_workflow_retry($1, $2, $3, $4::interval) w`,
+    [id, token, code, delay],
+  );
+
+const workflowDeadLetters = async (id: string) =>
+  (
+    await db.pool.query(
+      "select source, source_id, operation, error_code, attempt_count, first_attempt_at, deadline_at, correlation_id from bitrix_sync.technical_dead_letters where workflow_id = $1",
+      [id],
+    )
+  ).rows;
+
+test("schedule_workflow_retry parks a failed step in waiting_retry until the delay has passed", async (t) => {
+  const w = await held();
+  const out = await retry(w.id, w.token, "90 seconds");
+  t.like(out, {
+    state: "waiting_retry",
+    last_error_code: "step_failed",
+    lease_token: null,
+    finished_at: null,
+    due_ok: true,
+  });
+  t.deepEqual(await workflowDeadLetters(w.id), []);
+  await rejectsWith(t, retry(w.id, w.token, "1 second"), "BS001");
+});
+
+test("schedule_workflow_retry past the horizon fails the workflow with retry_horizon_exceeded and a DLQ row", async (t) => {
+  const w = await held();
+  // Created 23 h 59 min 30 s ago: a one-minute back-off would land past the 24 h horizon.
+  const created = new Date(Date.now() - 86_400_000 + 30_000);
+  await forceRow(db.pool, "bitrix_sync.workflow_instances", w.id, { created_at: created });
+  const out = await retry(w.id, w.token, "1 minute");
+  t.like(out, {
+    state: "failed",
+    outcome: "failed",
+    last_error_code: "retry_horizon_exceeded",
+    lease_token: null,
+  });
+  t.truthy(out.finished_at);
+  const deadline = new Date(created.getTime() + 86_400_000);
+  t.deepEqual(out.deadline_at, deadline);
+  const wf = await one<{ correlation_id: string; workflow_type: string }>(
+    db.pool,
+    "select correlation_id, workflow_type from bitrix_sync.workflow_instances where id = $1",
+    [w.id],
+  );
+  t.deepEqual(await workflowDeadLetters(w.id), [
+    {
+      source: "workflow",
+      source_id: w.id,
+      operation: wf.workflow_type,
+      error_code: "retry_horizon_exceeded",
+      attempt_count: 0,
+      first_attempt_at: created,
+      deadline_at: deadline,
+      correlation_id: wf.correlation_id,
+    },
+  ]);
+});
+
+test("schedule_workflow_retry refuses raw error text (BS004) and a stale token (BS001)", async (t) => {
+  const w = await held();
+  await rejectsWith(t, retry(w.id, w.token, "1 second", "Timeout talking to +79990001122"), "BS004");
+  await rejectsWith(t, retry(w.id, randomUUID(), "1 second"), "BS001");
+  t.like(await get(w.id), { state: "running", lease_token: w.token });
 });

@@ -8,7 +8,7 @@ import { SANDBOX_FIELDS } from "../../../src/config/env.js";
 import { type CrmDeps, executeBatch } from "../../../src/crm/batch.js";
 import type { CrmCommand } from "../../../src/crm/catalogue.js";
 import { createCrmClient } from "../../../src/crm/client.js";
-import { planPhoneUpdate } from "../../../src/crm/contact-fields.js";
+import { phoneChange, planPhoneUpdate } from "../../../src/crm/contact-fields.js";
 import { createCrm } from "../../../src/crm/index.js";
 import { startEmulator } from "../../../src/emulator/server.js";
 import { createLogger } from "../../../src/observability/logger.js";
@@ -123,29 +123,31 @@ test("every command type round-trips through one batch against the emulator", as
   t.like(ok[9], { items: [{ id: alert.id, stageId: "DT1040_7:SUCCESS" }] });
 });
 
-test("update sends phones with their IDs: the number is replaced, never duplicated", async (t) => {
+test("update sends phones with their IDs: the number is replaced in its own entry type, never duplicated", async (t) => {
   const { emu, deps } = await setup();
   const c = emu.store.createContact({
     phones: [
       { value: "+79990000009", valueType: "WORK" },
-      { value: "+79990000001", valueType: "MOBILE" },
+      { value: "+79990000001", valueType: "HOME" },
     ],
   });
   const [read] = await executeBatch(deps, [{ type: "contact.read", params: { ids: [c.id] } }]);
   if (!read?.ok || read.type !== "contact.read") return t.fail("read failed");
-  const phones = planPhoneUpdate(
+  const plan = planPhoneUpdate(
     (read.result as unknown as { contacts: Array<{ phones: never }> }).contacts[0]!.phones,
     "+79990000002",
     "+79990000001",
   );
-  t.truthy(phones);
-  const [upd] = await executeBatch(deps, [{ type: "contact.update", params: { id: c.id, phones: phones! } }]);
+  if (!plan) return t.fail("no plan");
+  const [upd] = await executeBatch(deps, [
+    { type: "contact.update", params: { id: c.id, phones: [phoneChange(plan, "+79990000002")] } },
+  ]);
   t.true(upd?.ok);
   t.deepEqual(
     emu.store.contacts.get(c.id)?.phones.map((p) => [p.value, p.valueType]),
     [
       ["+79990000009", "WORK"],
-      ["+79990000002", "MOBILE"],
+      ["+79990000002", "HOME"],
     ],
   );
   // Sending the same update again changes nothing: the plan is empty once the number is there.

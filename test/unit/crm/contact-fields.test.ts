@@ -10,9 +10,11 @@ import {
   type MultiValue,
   parseCitizenshipList,
   parseLegacyContact,
+  phoneChange,
   pickEmail,
   planPhoneUpdate,
 } from "../../../src/crm/contact-fields.js";
+import { sha256 } from "../../../src/workflows/hash.js";
 
 test("phones: only +7 and ten digits are valid; nothing is repaired", (t) => {
   t.true(isValidRuPhone("+79991234567"));
@@ -88,17 +90,56 @@ test("phone update: the old App number is overwritten by its entry ID, never app
     "+79990000002",
     "+79990000001",
   );
-  t.deepEqual(plan, [{ ID: "11", VALUE: "+79990000002", VALUE_TYPE: "MOBILE" }]);
+  t.deepEqual(plan, { entryId: 11, valueType: "MOBILE" });
+  t.deepEqual(plan && phoneChange(plan, "+79990000002"), {
+    ID: "11",
+    VALUE: "+79990000002",
+    VALUE_TYPE: "MOBILE",
+  });
 });
 
-test("phone update: with neither number present it appends one entry and keeps the others", (t) => {
-  t.deepEqual(planPhoneUpdate([m("+79990000009", "WORK", 10)], "+79990000002", "+79990000001"), [
-    { VALUE: "+79990000002", VALUE_TYPE: "MOBILE" },
-  ]);
+test("phone update: the overwritten entry keeps its type (a WORK number stays WORK)", (t) => {
+  const plan = planPhoneUpdate([m("+79990000001", "WORK", 12)], "+79990000002", "+79990000001");
+  t.deepEqual(plan && phoneChange(plan, "+79990000002"), {
+    ID: "12",
+    VALUE: "+79990000002",
+    VALUE_TYPE: "WORK",
+  });
+  const untyped = planPhoneUpdate([m("+79990000001", "", 13)], "+79990000002", "+79990000001");
+  t.deepEqual(untyped, { entryId: 13, valueType: "MOBILE" }, "an entry without a type becomes MOBILE");
 });
 
-test("phone update refuses a phone that is not +7XXXXXXXXXX", (t) => {
-  t.throws(() => planPhoneUpdate([], "8 999 000 00 02"), { instanceOf: RangeError });
+test("phone update: with neither number present it appends one MOBILE entry and keeps the others", (t) => {
+  const plan = planPhoneUpdate([m("+79990000009", "WORK", 10)], "+79990000002", "+79990000001");
+  t.deepEqual(plan, { append: true });
+  t.deepEqual(plan && phoneChange(plan, "+79990000002"), { VALUE: "+79990000002", VALUE_TYPE: "MOBILE" });
+});
+
+test("phone update: an entry without an ID cannot be overwritten, so the number is appended", (t) => {
+  t.deepEqual(planPhoneUpdate([m("+79990000001", "WORK", null)], "+79990000002", "+79990000001"), {
+    append: true,
+  });
+});
+
+test("phone update works the same on hashes, which is how the workflow plans without storing numbers", (t) => {
+  const h = (v: string) => sha256(v) as string;
+  const entries = [m(h("+79990000009"), "WORK", 10), m(h("+79990000001"), "HOME", 11)];
+  for (const [desired, previous] of [
+    ["+79990000002", "+79990000001"],
+    ["+79990000009", "+79990000001"],
+    ["+79990000003", "+79990000004"],
+  ] as const) {
+    const plain = planPhoneUpdate(
+      entries.map((e) => ({ ...e, value: e.id === 10 ? "+79990000009" : "+79990000001" })),
+      desired,
+      previous,
+    );
+    t.deepEqual(planPhoneUpdate(entries, h(desired), h(previous)), plain);
+  }
+});
+
+test("the phone written is refused unless it is +7XXXXXXXXXX", (t) => {
+  t.throws(() => phoneChange({ append: true }, "8 999 000 00 02"), { instanceOf: RangeError });
 });
 
 test("registration flag: written as 1/0, read in every form the portal uses", (t) => {
