@@ -79,10 +79,14 @@ export function mainConfig(box: NginxSandbox, name: string, site: string): strin
   return main;
 }
 
-/** `nginx -t` on a main config; `-e` keeps even the startup error log out of /var/log. */
-export function nginxTest(box: NginxSandbox, main: string) {
+/**
+ * `nginx -t` on a main config; `-e` keeps even the startup error log out of /var/log. `stderr`: a
+ * file descriptor for nginx's standard error instead of a pipe to this process.
+ */
+export function nginxTest(box: NginxSandbox, main: string, stderr?: number) {
   return spawnSync("nginx", ["-t", "-e", join(box.dir, "startup-error.log"), "-p", box.dir, "-c", main], {
     encoding: "utf8",
+    stdio: ["ignore", "pipe", stderr ?? "pipe"],
   });
 }
 

@@ -5,7 +5,7 @@
 // service from 127.0.0.1, the only trusted proxy. Without nginx or openssl these tests are skipped,
 // loudly (apt-get install -y nginx openssl; .ci/run installs both).
 import type { ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { type ServerType, serve } from "@hono/node-server";
@@ -13,6 +13,7 @@ import test from "ava";
 import { Agent, fetch as undiciFetch } from "undici";
 import { loadConfig } from "../../../src/config/env.js";
 import { freePort } from "../../../src/db/embedded.js";
+import { projectRoot } from "../../../src/db/migrate.js";
 import { createApp } from "../../../src/http/app.js";
 import { receiverConfig } from "../../../src/receiver/config.js";
 import {
@@ -175,6 +176,23 @@ run("nginx -t accepts the rendered file (non-root friendly: temp prefix, pid and
   // No directive may log or pass on the raw request line or query (comments name them: skip those).
   const code = site.replace(/#.*$/gm, "");
   t.notRegex(code, /\$request_uri|\$args|\$query_string|\$request\b/);
+});
+
+run("compose's main nginx.conf (unprivileged, everything under /tmp) accepts the rendered file", (t) => {
+  const main = join(box.dir, "compose.nginx.conf");
+  const shipped = readFileSync(join(projectRoot, "deploy", "nginx", "nginx.conf"), "utf8");
+  t.regex(shipped, /include \/etc\/nginx\/bitrix-sync\/\*\.conf;/);
+  t.notRegex(shipped, /^\s*user\s/m, "no user directive: nginx runs as the container's user");
+  writeFileSync(main, shipped.replace("/etc/nginx/bitrix-sync/*.conf", siteFile));
+  // It logs to /dev/stderr, which must be a file or a pipe (a container's is), not Node's socket.
+  const err = join(box.dir, "compose-t.stderr");
+  const fd = openSync(err, "w");
+  try {
+    const r = nginxTest(box, main, fd);
+    t.is(r.status, 0, readFileSync(err, "utf8"));
+  } finally {
+    closeSync(fd);
+  }
 });
 
 run(
