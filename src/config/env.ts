@@ -1,7 +1,8 @@
 // Non-secret configuration (§12.2) plus the secrets (§12.1), validated once at startup. An invalid
 // value stops the service with a message that names the variable but never echoes a secret.
-import { isIP } from "node:net";
+import { isAbsolute } from "node:path";
 import { z } from "zod";
+import { type Cidr, parseCidrList } from "./cidr.js";
 import { toRestFieldName } from "./fields.js";
 import { loadSecrets, type Secrets } from "./secrets.js";
 
@@ -11,15 +12,22 @@ const boolish = z
 
 const fieldName = z.string().regex(/^UF_CRM_\d+$/, "must look like UF_CRM_<digits>");
 
-function validCidr(s: string): boolean {
-  const [addr, bits, extra] = s.split("/");
-  if (!addr || bits === undefined || extra !== undefined || !/^\d{1,3}$/.test(bits)) return false;
-  const v = isIP(addr);
-  const n = Number(bits);
-  return (v === 4 && n <= 32) || (v === 6 && n <= 128);
-}
+/** Comma-separated CIDRs (src/config/cidr.ts); unset or blank is the empty list. */
+const cidrList = z
+  .string()
+  .optional()
+  .transform((text, ctx): Cidr[] => {
+    const r = parseCidrList(text);
+    if (r.ok) return r.cidrs;
+    for (const message of r.problems) ctx.addIssue({ code: "custom", message });
+    return z.NEVER;
+  });
 
-const EnvSchema = z.object({
+/**
+ * The service's environment (§12.1 names the secrets, §12.2 the rest). Exported for the tools that
+ * must read the same configuration as the service: the nginx renderer and the examples' test.
+ */
+export const EnvSchema = z.object({
   BITRIX_SYNC_ENABLED: boolish.optional(),
   BITRIX_SYNC_MODE: z.enum(["full"]).default("full"),
   BITRIX_SYNC_CONTACT_USER_ID_FIELD: fieldName.optional(),
@@ -31,18 +39,20 @@ const EnvSchema = z.object({
     .optional(),
   BITRIX_SYNC_PORTAL_MEMBER_ID: z.string().min(1).max(128).optional(),
   BITRIX_SYNC_PUBLIC_BASE_URL: z.url().optional(),
-  BITRIX_WEBHOOK_ALLOWED_CIDRS: z
-    .string()
-    .optional()
-    .refine(
-      (s) => s === undefined || s.split(",").every((c) => validCidr(c.trim())),
-      "must be CIDRs, comma-separated",
-    ),
+  // Applied by nginx, not by the service (§10.1): see src/config/nginx.ts.
+  BITRIX_WEBHOOK_ALLOWED_CIDRS: cidrList,
+  // Peers whose X-Real-IP the receivers record as the client's address; none by default.
+  BITRIX_SYNC_TRUSTED_PROXY_CIDRS: cidrList,
   BITRIX_SYNC_HTTP_TIMEOUT_SEC: z.coerce.number().int().min(1).max(60).default(10),
   BITRIX_SYNC_DB_POOL_SIZE: z.coerce.number().int().min(2).max(100).default(5),
   BITRIX_SYNC_MIGRATE_ON_START: boolish.default(true),
   OTEL_EXPORTER_OTLP_ENDPOINT: z.url().optional(),
   SECRETS_SOURCE: z.enum(["selectel", "file", "env"]).default("selectel"),
+  // Read by loadSecrets (secrets.ts) from the raw environment; validated here like the rest.
+  BITRIX_SYNC_SECRETS_DIR: z
+    .string()
+    .refine(isAbsolute, "must be an absolute path")
+    .default("/run/han-chat/secrets"),
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   HOST: z.string().default("0.0.0.0"),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
@@ -87,14 +97,19 @@ export const SANDBOX_FIELDS = {
 export const SANDBOX_PORTAL_HOST = "sandbox-portal.bitrix24.test";
 export const SANDBOX_MEMBER_ID = "sandbox0000000000000000000000000";
 
-/** Parses and cross-checks the environment. Throws ConfigError listing every problem. */
-export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
+/** Validates the environment alone (no secrets read). Throws ConfigError listing every problem. */
+export function parseEnv(rawEnv: NodeJS.ProcessEnv = process.env): Env {
   const parsed = EnvSchema.safeParse(rawEnv);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
     throw new ConfigError(`invalid configuration:\n  ${lines.join("\n  ")}`);
   }
-  const env = parsed.data;
+  return parsed.data;
+}
+
+/** Parses and cross-checks the environment. Throws ConfigError listing every problem. */
+export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
+  const env = parseEnv(rawEnv);
   const secrets = loadSecrets({ ...rawEnv, SECRETS_SOURCE: env.SECRETS_SOURCE === "env" ? "env" : "file" });
   const sandbox = secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL === undefined;
   const problems: string[] = [];

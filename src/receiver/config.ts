@@ -1,6 +1,7 @@
 // What the robot webhook receivers (§10.1) need from the configuration: the tokens of each receiver
 // (the current one and, during a rotation overlap, the previous one), the portal identity a robot
 // must present, and the request bounds.
+import type { Cidr } from "../config/cidr.js";
 import { type Config, SANDBOX_MEMBER_ID, SANDBOX_PORTAL_HOST } from "../config/env.js";
 import type { InboxWriterOptions } from "./inbox.js";
 
@@ -25,6 +26,8 @@ export interface ReceiverConfig {
   maxBodyBytes: number;
   /** Largest accepted query string in bytes, without the `?` (414 above). */
   maxQueryBytes: number;
+  /** Proxies whose X-Real-IP is recorded as the source address (client-address.ts); default none. */
+  trustedProxies?: readonly Cidr[];
   /** Grouping of inbox writes (defaults: up to 200 events per call, 2 calls in flight). */
   inbox?: InboxWriterOptions;
 }
@@ -56,5 +59,6 @@ export function receiverConfig(config: Config): ReceiverConfig {
     memberId: config.env.BITRIX_SYNC_PORTAL_MEMBER_ID ?? (config.sandbox ? SANDBOX_MEMBER_ID : undefined),
     maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
     maxQueryBytes: DEFAULT_MAX_QUERY_BYTES,
+    trustedProxies: config.env.BITRIX_SYNC_TRUSTED_PROXY_CIDRS,
   };
 }

@@ -9,8 +9,10 @@ import type { HttpBindings } from "@hono/node-server";
 import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono";
 import type pg from "pg";
+import { cidrMatcher } from "../config/cidr.js";
 import type { Logger } from "../observability/logger.js";
 import { webhookRequests } from "../observability/metrics.js";
+import { clientAddress, FORWARDED_ADDRESS_HEADER } from "./client-address.js";
 import { RECEIVERS, type ReceiverConfig } from "./config.js";
 import { checkToken, type PortalIdentity, parseRobotEvent, type RejectReason, rawQuery } from "./contract.js";
 import { InboxWriter } from "./inbox.js";
@@ -56,7 +58,7 @@ const ERROR_BODY = {
 
 const NO_STORE = { "cache-control": "no-store" };
 
-/** The peer address of the TCP connection (never X-Forwarded-For), IPv4-mapped IPv6 unwrapped. */
+/** The peer address of the TCP connection (never a header), IPv4-mapped IPv6 unwrapped. */
 export function peerAddress(bindings: Partial<HttpBindings> | undefined): string | null {
   const raw = bindings?.incoming?.socket?.remoteAddress;
   if (typeof raw !== "string") return null;
@@ -125,6 +127,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
     cfg?.portalHost !== undefined && cfg.memberId !== undefined
       ? { host: cfg.portalHost.toLowerCase(), memberId: secretMatcher([cfg.memberId]) }
       : undefined;
+  const trustedProxy = cidrMatcher(cfg?.trustedProxies ?? []);
 
   for (const receiver of RECEIVERS) {
     const route = `${RECEIVER_BASE_PATH}/${receiver}`;
@@ -182,7 +185,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
           receiver,
           entityTypeId: ev.entityTypeId,
           entityId: ev.entityId,
-          sourceIp: peerAddress(c.env),
+          sourceIp: clientAddress(peerAddress(c.env), c.req.header(FORWARDED_ADDRESS_HEADER), trustedProxy),
         });
         if (!out.accepted) {
           if (out.refusal === "entity_type") return reply(c, 400, "entity_type");

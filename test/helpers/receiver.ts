@@ -3,6 +3,7 @@
 // test values made to be easy to grep for in captured output.
 import { Writable } from "node:stream";
 import type pg from "pg";
+import { parseCidrList } from "../../src/config/cidr.js";
 import { createApp } from "../../src/http/app.js";
 import { createLogger, type Logger } from "../../src/observability/logger.js";
 import {
@@ -24,7 +25,11 @@ export const PORTAL_HOST = "han-portal-host.bitrix24.test";
 export const MEMBER_ID = "member-4d7f0c2a9e1b8d3f6a5c0e7b2d9f4a1c";
 export const ALERT_ENTITY_TYPE_ID = 1038;
 
-export function receiverConfigFor(opts: { previous?: boolean } = {}): ReceiverConfig {
+export function receiverConfigFor(
+  opts: { previous?: boolean; trustedProxies?: string } = {},
+): ReceiverConfig {
+  const trusted = parseCidrList(opts.trustedProxies);
+  if (!trusted.ok) throw new Error(trusted.problems.join("; "));
   return {
     tokens: {
       contact: { current: TOKENS.contact, previous: opts.previous ? TOKENS.contactPrevious : undefined },
@@ -34,6 +39,7 @@ export function receiverConfigFor(opts: { previous?: boolean } = {}): ReceiverCo
     memberId: MEMBER_ID,
     maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
     maxQueryBytes: DEFAULT_MAX_QUERY_BYTES,
+    trustedProxies: trusted.cidrs,
   };
 }
 

@@ -203,6 +203,26 @@ test.serial("the source IP is the socket peer's; X-Forwarded-For is ignored", as
   t.like(await lastRow(), { entity_id: "906", source_ip: "2001:db8::1" });
 });
 
+test.serial(
+  "behind a trusted proxy the source IP is its X-Real-IP; from anyone else the header is ignored",
+  async (t) => {
+    const app = makeApp(db.pool, captured.log, receiverConfigFor({ trustedProxies: "10.20.0.5/32" }));
+    const send = (id: string, peer: string, realIp?: string) => {
+      const init = robotInit(encodeForm(robotFields("contact", id)));
+      if (realIp !== undefined) (init.headers as Record<string, string>)["x-real-ip"] = realIp;
+      return app.request(robotUrl("contact", id), init, { incoming: { socket: { remoteAddress: peer } } });
+    };
+    t.is((await send("907", "::ffff:10.20.0.5", "203.0.113.44")).status, 200);
+    t.like(await lastRow(), { entity_id: "907", source_ip: "203.0.113.44" });
+    t.is((await send("908", "10.20.0.6", "203.0.113.44")).status, 200);
+    t.like(await lastRow(), { entity_id: "908", source_ip: "10.20.0.6" });
+    t.is((await send("909", "10.20.0.5", "203.0.113.44, 198.51.100.1")).status, 200);
+    t.like(await lastRow(), { entity_id: "909", source_ip: "10.20.0.5" });
+    t.is((await send("910", "10.20.0.5")).status, 200);
+    t.like(await lastRow(), { entity_id: "910", source_ip: "10.20.0.5" });
+  },
+);
+
 test.serial("an accepted request logs the route and the inbox id, never the token or body", async (t) => {
   const logs = captured.text();
   t.true(logs.includes('"event":"receiver.accepted"'));

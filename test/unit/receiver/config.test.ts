@@ -45,3 +45,17 @@ test("outside the sandbox a missing member id stays missing (the receivers then 
   );
   t.is(rc.memberId, undefined);
 });
+
+test("trusted proxies come from BITRIX_SYNC_TRUSTED_PROXY_CIDRS and default to none", (t) => {
+  t.deepEqual(receiverConfig(loadConfig({ ...base })).trustedProxies, []);
+  const rc = receiverConfig(
+    loadConfig({ ...base, BITRIX_SYNC_TRUSTED_PROXY_CIDRS: "172.30.57.10/32, fd00::/8" }),
+  );
+  t.deepEqual(
+    rc.trustedProxies?.map((c) => c.text),
+    ["172.30.57.10/32", "fd00::/8"],
+  );
+  t.throws(() => loadConfig({ ...base, BITRIX_SYNC_TRUSTED_PROXY_CIDRS: "172.30.57.10" }), {
+    message: /BITRIX_SYNC_TRUSTED_PROXY_CIDRS: "172.30.57.10" is not address\/prefix/,
+  });
+});

