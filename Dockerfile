@@ -37,6 +37,8 @@ COPY package.json package-lock.json tsconfig.json graphile.config.mjs crontab ./
 COPY src ./src
 COPY tasks ./tasks
 COPY migrations/committed ./migrations/committed
+# sql/worker_grants.sql is applied after every migration run (docs/migrations.md).
+COPY sql/worker_grants.sql ./sql/
 COPY scripts/migrate.ts scripts/healthcheck.mjs ./scripts/
 USER 10001:10001
 EXPOSE 8080
