@@ -109,6 +109,15 @@ function reasonOf(lines: string[]): string | null {
   );
 }
 
+function errorText(e: unknown): string {
+  if (!(e instanceof Error)) return "no reason given";
+  const code = (e as NodeJS.ErrnoException).code;
+  return `${e.message
+    .replace(/^.*ERROR OUTPUT:\s*/s, "")
+    .trim()
+    .slice(0, 200)}${code ? ` (${code})` : ""}`;
+}
+
 /**
  * Starts (and on first use initialises) a PostgreSQL server in `dir`. The password is random, kept
  * beside the data folder, and the server listens on loopback only.
@@ -146,8 +155,10 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   if (fresh) {
     try {
       await pg.initialise();
-    } catch {
-      throw new EmbeddedStartError(opts.dir, port, reasonOf(recent));
+    } catch (e) {
+      // Its message carries initdb's output (paths and PostgreSQL's words, no password) or names
+      // the step that failed.
+      throw new EmbeddedStartError(opts.dir, port, reasonOf([...recent, errorText(e)]) ?? errorText(e));
     }
     writeFileSync(metaFile, JSON.stringify({ password, port }), { mode: 0o600 });
   }

@@ -28,5 +28,6 @@ export function databaseAddress(url: string): string {
   const host = decodeURIComponent(u.hostname) || u.searchParams.get("host") || "localhost";
   const port = u.port || u.searchParams.get("port") || "5432";
   if (host.startsWith("/")) return `the socket in ${host} (port ${port})`;
-  return `${host.includes(":") ? `[${host}]` : host}:${port}`;
+  // URL keeps an IPv6 literal in brackets already; a `host=` parameter does not.
+  return `${host.includes(":") && !host.startsWith("[") ? `[${host}]` : host}:${port}`;
 }

@@ -82,5 +82,14 @@ export async function ensureService(dataDir: string, timeoutMs: number): Promise
 
 /** Waits for /health/ready to answer 200 (the sync loop is running and the schema is current). */
 export async function ready(f: ServiceFile, timeoutMs: number): Promise<void> {
-  await within(timeoutMs, "the service's readiness", async () => (await answers(f, "/health/ready")) === 200);
+  await within(
+    timeoutMs,
+    "the service's readiness",
+    async () => (await answers(f, "/health/ready")) === 200,
+    async () => {
+      const res = await fetch(`${serviceBase(f)}/health/ready`, { signal: AbortSignal.timeout(2_000) });
+      const body = (await res.json()) as { problems?: string[] };
+      return `not ready: ${(body.problems ?? []).join(", ") || `HTTP ${res.status}`}`;
+    },
+  );
 }
