@@ -77,7 +77,7 @@ export function embeddedUrl(meta: EmbeddedMeta): string {
   return `postgres://postgres:${encodeURIComponent(meta.password)}@127.0.0.1:${meta.port}/postgres`;
 }
 
-/** True when a server answers at `url` within a second. */
+/** True when the server recorded in `meta` answers on loopback within a second. */
 export async function embeddedAnswers(meta: EmbeddedMeta): Promise<boolean> {
   return await answers(embeddedUrl(meta));
 }
