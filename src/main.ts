@@ -1,48 +1,88 @@
 // Entry point for `npm start`. With no database configured it runs on an embedded PostgreSQL whose
 // data folder is .data/pg (kept across restarts); with no CRM webhook configured it runs in sandbox
-// mode against the built-in Bitrix24 emulator.
-import { join } from "node:path";
-import { serve } from "@hono/node-server";
+// mode against the built-in Bitrix24 emulator. A startup failure prints one line naming the cause and
+// the fix and exits with its own code (src/startup/errors.ts, docs/operations.md).
+import type { Server } from "node:http";
+import { createAdaptorServer } from "@hono/node-server";
 import pg from "pg";
-import { ConfigError, loadConfig } from "./config/env.js";
+import { type Config, loadConfig } from "./config/env.js";
 import { startEmbedded } from "./db/embedded.js";
-import { migrateDatabase, projectRoot } from "./db/migrate.js";
+import { migrateDatabase } from "./db/migrate.js";
 import { redactUrl } from "./db/url.js";
 import { startCrmEndpoint } from "./emulator/sandbox.js";
 import { createApp } from "./http/app.js";
-import { createLogger } from "./observability/logger.js";
+import { dataDir, embeddedDir } from "./local/data-dir.js";
+import { sandboxFirstIds } from "./local/sandbox-ids.js";
+import { type SandboxTokens, withSandboxTokens } from "./local/sandbox-tokens.js";
+import { connectHost, removeOwnServiceFile, runningService, writeServiceFile } from "./local/service-file.js";
+import { createLogger, type Logger } from "./observability/logger.js";
 import { receiverConfig } from "./receiver/config.js";
 import { buildRuntime, registerRuntime } from "./runtime.js";
+import { checkDatabase, migrationStartupError } from "./startup/database.js";
+import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./startup/errors.js";
+import { assertPortFree, listen, type PortHolder } from "./startup/listen.js";
 import { startRunner } from "./worker/runner.js";
 
-async function main(): Promise<void> {
-  let config: ReturnType<typeof loadConfig>;
-  try {
-    config = loadConfig();
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      console.error(e.message);
-      process.exit(78); // EX_CONFIG
+type Stop = () => Promise<void>;
+
+/** The startup error's lines on stderr, where a person looks first; never a secret. */
+function report(e: StartupError): void {
+  for (const line of e.lines) console.error(`${LINE_PREFIX} ${line}`);
+}
+
+async function runStops(stops: Stop[], log: Logger): Promise<void> {
+  for (const stop of stops) {
+    try {
+      await stop();
+    } catch (e) {
+      log.warn({ event: "shutdown.step_failed", errorName: (e as Error).name }, "a shutdown step failed");
     }
-    throw e;
   }
-  const log = createLogger({ level: config.env.LOG_LEVEL, environment: config.env.SERVICE_ENVIRONMENT });
-  const stops: Array<() => Promise<void>> = [];
+}
+
+interface StartInput {
+  config: Config;
+  generated: SandboxTokens;
+  log: Logger;
+  /** Filled as pieces start: the first entry is stopped first. */
+  stops: Stop[];
+  /** Aborted on SIGTERM: the sync loop stops claiming and lets in-flight work finish. */
+  stopping: AbortController;
+}
+
+/** Starts every piece in order; throws (classified by the caller) when one cannot start. */
+async function start({ config, generated, log, stops, stopping }: StartInput): Promise<void> {
+  const { HOST: host, PORT: port } = config.env;
+  const local = dataDir(config.env);
+  const holder = (): PortHolder | null => {
+    const s = runningService(local);
+    return s && s.pid !== process.pid && s.http.port === port ? { pid: s.pid } : null;
+  };
+  // Before the database: a second `npm start` must fail here, not after migrating and claiming work.
+  await assertPortFree(host, port, holder);
 
   let databaseUrl = config.secrets.BITRIX_SYNC_DATABASE_URL;
   if (databaseUrl === undefined) {
-    const dir = join(projectRoot, ".data", "pg");
+    const dir = embeddedDir(config.env);
     log.info(
       { event: "db.embedded.starting" },
-      "no BITRIX_SYNC_DATABASE_URL: starting embedded PostgreSQL in .data/pg",
+      "no BITRIX_SYNC_DATABASE_URL: starting embedded PostgreSQL in the local data folder",
     );
     const srv = await startEmbedded({ dir, persistent: true });
     databaseUrl = srv.url;
     stops.unshift(() => srv.stop());
+  } else {
+    await checkDatabase(databaseUrl);
   }
   log.info({ event: "db.target", database: redactUrl(databaseUrl) }, "database selected");
 
-  if (config.env.BITRIX_SYNC_MIGRATE_ON_START) await migrateDatabase(databaseUrl, log);
+  if (config.env.BITRIX_SYNC_MIGRATE_ON_START) {
+    try {
+      await migrateDatabase(databaseUrl, log);
+    } catch (e) {
+      throw migrationStartupError(databaseUrl, e) ?? e;
+    }
+  }
 
   const pool = new pg.Pool({
     connectionString: databaseUrl,
@@ -62,11 +102,13 @@ async function main(): Promise<void> {
       "SANDBOX MODE: no BITRIX_SYNC_CRM_REST_WEBHOOK_URL configured; CRM calls go to the built-in Bitrix24 emulator on loopback, never to a real portal",
     );
   }
-  const crmEndpoint = await startCrmEndpoint({ config, log });
+  const crmEndpoint = await startCrmEndpoint({
+    config,
+    log,
+    firstIds: config.sandbox ? await sandboxFirstIds(pool) : undefined,
+  });
   stops.push(() => crmEndpoint.close());
 
-  // Aborted first on SIGTERM: the sync loop stops claiming and lets in-flight work finish.
-  const stopping = new AbortController();
   const runtime = await buildRuntime({
     config,
     log,
@@ -77,6 +119,21 @@ async function main(): Promise<void> {
   });
   registerRuntime(runtime);
   stops.unshift(() => runtime.close());
+
+  const app = createApp({
+    pool,
+    log,
+    receiver: receiverConfig(config),
+    status: {
+      config,
+      health: runtime.health,
+      limiter: runtime.crm.limiter,
+      settings: runtime.settings,
+    },
+  });
+  // Bound before the runner starts, so a port taken since the check above claims no work.
+  const server = createAdaptorServer({ fetch: app.fetch, hostname: host });
+  const boundPort = await listen(server as Server, host, port, holder);
 
   if (config.processing) {
     const runner = await startRunner({ pool, log });
@@ -92,27 +149,70 @@ async function main(): Promise<void> {
       "BITRIX_SYNC_ENABLED=false: workers claim nothing; pending rows are kept",
     );
   }
-
-  const app = createApp({
-    pool,
-    log,
-    receiver: receiverConfig(config),
-    status: {
-      config,
-      health: runtime.health,
-      limiter: runtime.crm.limiter,
-      settings: runtime.settings,
-    },
-  });
-  const server = serve({ fetch: app.fetch, port: config.env.PORT, hostname: config.env.HOST }, (info) =>
-    log.info({ event: "http.listening", port: info.port }, "HTTP listener ready"),
-  );
+  // On SIGTERM the listener closes first, then claiming stops (docs/operations.md).
   stops.unshift(
     () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());
       }),
   );
+
+  if (config.sandbox) {
+    // Where `npm run demo` and `npm run stop` find this service (src/local/service-file.ts). A local
+    // convenience: the service runs on without it.
+    try {
+      writeServiceFile(local, {
+        pid: process.pid,
+        startedAt: new Date().toISOString(),
+        http: { host: connectHost(host), port: boundPort },
+        sandbox: { crmWebhookUrl: crmEndpoint.webhookUrl, ...generated },
+      });
+      stops.unshift(async () => removeOwnServiceFile(local));
+    } catch (e) {
+      log.warn(
+        { event: "sandbox.service_file_failed", code: (e as NodeJS.ErrnoException).code },
+        "could not write the service file in the local data folder; npm run demo and npm run stop will not find this service",
+      );
+    }
+  }
+  log.info({ event: "http.listening", port: boundPort }, "HTTP listener ready");
+}
+
+async function main(): Promise<void> {
+  let loaded: Config;
+  try {
+    loaded = loadConfig();
+  } catch (e) {
+    const known = classifyStartupError(e);
+    if (!known) throw e;
+    report(known);
+    process.exit(known.exitCode);
+  }
+  const log = createLogger({ level: loaded.env.LOG_LEVEL, environment: loaded.env.SERVICE_ENVIRONMENT });
+  const { config, generated } = withSandboxTokens(loaded);
+  const stops: Stop[] = [];
+  try {
+    await start({ config, generated, log, stops, stopping: new AbortController() });
+  } catch (e) {
+    const known = classifyStartupError(e);
+    if (known) {
+      log.fatal({ event: "startup.failed", cause: known.reason, exitCode: known.exitCode }, known.message);
+      report(known);
+    } else {
+      // The name and a code only: a message or a stack can quote secrets or values.
+      const errorName = e instanceof Error ? e.name : typeof e;
+      const code = (e as { code?: unknown }).code;
+      log.fatal(
+        { event: "startup.crash", errorName, code: typeof code === "string" ? code : undefined },
+        "unexpected error during startup; stopping",
+      );
+      console.error(
+        `${LINE_PREFIX} unexpected ${errorName}${typeof code === "string" ? ` (${code})` : ""} during startup; this is a bug or a case nobody has explained yet: please report it with the log above.`,
+      );
+    }
+    await runStops(stops, log);
+    process.exit(known?.exitCode ?? EXIT.unexpected);
+  }
 
   let shuttingDown = false;
   const shutdown = async (signal: string, exitCode = 0) => {
@@ -124,13 +224,7 @@ async function main(): Promise<void> {
       process.exit(1);
     }, 30_000);
     timer.unref();
-    for (const stop of stops) {
-      try {
-        await stop();
-      } catch (e) {
-        log.warn({ event: "shutdown.step_failed", errorName: (e as Error).name }, "a shutdown step failed");
-      }
-    }
+    await runStops(stops, log);
     log.info({ event: "shutdown.done" }, "stopped");
     process.exit(exitCode);
   };

@@ -4,7 +4,7 @@ import { isAbsolute } from "node:path";
 import { z } from "zod";
 import { type Cidr, parseCidrList } from "./cidr.js";
 import { toRestFieldName } from "./fields.js";
-import { loadSecrets, type Secrets } from "./secrets.js";
+import { loadSecrets, type Secrets, secretLocation } from "./secrets.js";
 
 const boolish = z
   .enum(["true", "false", "1", "0", "yes", "no"])
@@ -57,6 +57,8 @@ export const EnvSchema = z.object({
   HOST: z.string().default("0.0.0.0"),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   SERVICE_ENVIRONMENT: z.string().max(32).default("local"),
+  /** Local state (the embedded PostgreSQL, the sandbox service file); default `.data` in the project. */
+  BITRIX_SYNC_DATA_DIR: z.string().min(1).optional(),
 });
 
 export type Env = z.infer<typeof EnvSchema>;
@@ -79,8 +81,21 @@ export interface Config {
   fields: Fields;
 }
 
+/** One thing wrong with the configuration; `text` starts with the variable's name. */
+export interface ConfigProblem {
+  variable: string;
+  /** invalid: a value is wrong or missing; secret_missing: a required secret is absent. */
+  kind: "invalid" | "secret_missing";
+  text: string;
+}
+
 export class ConfigError extends Error {
   override name = "ConfigError";
+  readonly problems: ConfigProblem[];
+  constructor(problems: ConfigProblem[]) {
+    super(`invalid configuration:\n  ${problems.map((p) => p.text).join("\n  ")}`);
+    this.problems = problems;
+  }
 }
 
 /** Field names the sandbox portal uses when none are configured. */
@@ -101,8 +116,12 @@ export const SANDBOX_MEMBER_ID = "sandbox0000000000000000000000000";
 export function parseEnv(rawEnv: NodeJS.ProcessEnv = process.env): Env {
   const parsed = EnvSchema.safeParse(rawEnv);
   if (!parsed.success) {
-    const lines = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
-    throw new ConfigError(`invalid configuration:\n  ${lines.join("\n  ")}`);
+    throw new ConfigError(
+      parsed.error.issues.map((i) => {
+        const variable = i.path.join(".");
+        return { variable, kind: "invalid", text: `${variable}: ${i.message}` };
+      }),
+    );
   }
   return parsed.data;
 }
@@ -110,11 +129,14 @@ export function parseEnv(rawEnv: NodeJS.ProcessEnv = process.env): Env {
 /** Parses and cross-checks the environment. Throws ConfigError listing every problem. */
 export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
   const env = parseEnv(rawEnv);
-  const secrets = loadSecrets({ ...rawEnv, SECRETS_SOURCE: env.SECRETS_SOURCE === "env" ? "env" : "file" });
+  const secretEnv = { ...rawEnv, SECRETS_SOURCE: env.SECRETS_SOURCE === "env" ? "env" : "file" };
+  const secrets = loadSecrets(secretEnv);
   const sandbox = secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL === undefined;
-  const problems: string[] = [];
+  const problems: ConfigProblem[] = [];
+  const invalid = (variable: string, text: string) => problems.push({ variable, kind: "invalid", text });
   if (sandbox && env.BITRIX_SYNC_ENABLED === true) {
-    problems.push(
+    invalid(
+      "BITRIX_SYNC_ENABLED",
       "BITRIX_SYNC_ENABLED=true but BITRIX_SYNC_CRM_REST_WEBHOOK_URL is not configured: sandbox mode is refused when sync is enabled",
     );
   }
@@ -126,16 +148,25 @@ export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
       "BITRIX_SYNC_PORTAL_HOST",
       "BITRIX_SYNC_PORTAL_MEMBER_ID",
     ] as const) {
-      if (env[k] === undefined) problems.push(`${k}: required when BITRIX_SYNC_ENABLED=true`);
+      if (env[k] === undefined) invalid(k, `${k}: required when BITRIX_SYNC_ENABLED=true`);
     }
     for (const k of ["BITRIX_SYNC_CONTACT_RECEIVER_TOKEN", "BITRIX_SYNC_ALERT_RECEIVER_TOKEN"] as const) {
-      if (secrets[k] === undefined) problems.push(`${k}: secret required when BITRIX_SYNC_ENABLED=true`);
+      if (secrets[k] === undefined) {
+        problems.push({
+          variable: k,
+          kind: "secret_missing",
+          text: `secret ${k} is required when BITRIX_SYNC_ENABLED=true, but ${secretLocation(k, secretEnv)} is missing: provide it, or set BITRIX_SYNC_ENABLED=false, then start again.`,
+        });
+      }
     }
   }
   if (!sandbox && env.BITRIX_SYNC_PORTAL_HOST === undefined) {
-    problems.push("BITRIX_SYNC_PORTAL_HOST: required when a CRM webhook URL is configured");
+    invalid(
+      "BITRIX_SYNC_PORTAL_HOST",
+      "BITRIX_SYNC_PORTAL_HOST: required when a CRM webhook URL is configured",
+    );
   }
-  if (problems.length > 0) throw new ConfigError(`invalid configuration:\n  ${problems.join("\n  ")}`);
+  if (problems.length > 0) throw new ConfigError(problems);
 
   const userId = env.BITRIX_SYNC_CONTACT_USER_ID_FIELD ?? SANDBOX_FIELDS.userId;
   const registered = env.BITRIX_SYNC_CONTACT_REGISTERED_FIELD ?? SANDBOX_FIELDS.registered;

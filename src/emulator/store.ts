@@ -73,6 +73,12 @@ export interface StoreOptions {
   /** Portal time zone offset, minutes east of UTC. Default 180 (Moscow). */
   utcOffsetMinutes?: number;
   now?: () => number;
+  /**
+   * IDs the first new Contact and smart-process item get (default 1). The sandbox portal lives in
+   * memory while the database persists: after a restart it starts above the IDs the database already
+   * refers to, so a new Contact never takes the ID of one an old mapping holds.
+   */
+  firstIds?: { contact?: number; item?: number };
 }
 
 /** The citizenship list the sandbox portal starts with. */
@@ -149,6 +155,8 @@ export class PortalStore {
     this.fields = opts.fields;
     this.utcOffsetMinutes = opts.utcOffsetMinutes ?? 180;
     this.now = opts.now ?? Date.now;
+    this.nextContactId = opts.firstIds?.contact ?? 1;
+    this.nextItemId = opts.firstIds?.item ?? 1;
     this.smartProcesses = opts.smartProcesses ?? [DEFAULT_SMART_PROCESS];
     this.userFields = [
       { id: 201, fieldName: opts.fields.userId, userTypeId: "string" },

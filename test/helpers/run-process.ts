@@ -1,0 +1,58 @@
+// Runs a command of the project (npm run ..., node --import tsx src/main.ts) as a child process with
+// exactly the environment given, and collects its exit code and output. A deadline kills it, so a
+// hanging child fails the test instead of the run.
+import { spawn } from "node:child_process";
+import { projectRoot } from "../../src/db/migrate.js";
+
+export interface ProcessResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** True when the deadline killed it. */
+  timedOut: boolean;
+}
+
+/** A minimal environment: PATH and HOME plus `vars`; nothing of the developer's configuration. */
+export function cleanEnv(vars: Record<string, string>): Record<string, string> {
+  return { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...vars };
+}
+
+export async function runProcess(
+  command: string,
+  args: string[],
+  env: Record<string, string>,
+  timeoutMs: number,
+  as?: { uid: number; gid: number },
+): Promise<ProcessResult> {
+  const child = spawn(command, args, { cwd: projectRoot, env, stdio: ["ignore", "pipe", "pipe"], ...as });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d: Buffer) => {
+    stdout += d.toString("utf8");
+  });
+  child.stderr.on("data", (d: Buffer) => {
+    stderr += d.toString("utf8");
+  });
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    child.kill("SIGKILL");
+  }, timeoutMs);
+  const code = await new Promise<number | null>((resolve) => child.on("close", (c) => resolve(c)));
+  clearTimeout(timer);
+  return { code, stdout, stderr, timedOut };
+}
+
+/** `node --import tsx src/main.ts`, i.e. `npm start` without npm's banner. */
+export function runService(
+  env: Record<string, string>,
+  opts: { timeoutMs?: number; as?: { uid: number; gid: number } } = {},
+): Promise<ProcessResult> {
+  return runProcess(
+    process.execPath,
+    ["--import", "tsx", "src/main.ts"],
+    env,
+    opts.timeoutMs ?? 20_000,
+    opts.as,
+  );
+}

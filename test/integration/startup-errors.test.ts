@@ -1,0 +1,203 @@
+// Startup errors of the real service process (`node --import tsx src/main.ts`): each failing
+// condition prints one line on stderr naming the cause and the fix, exits with its own code
+// (docs/operations.md), and no secret reaches the output.
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import test from "ava";
+import { freePort } from "../../src/db/embedded.js";
+import { EXIT, LINE_PREFIX } from "../../src/startup/errors.js";
+import { cleanEnv, type ProcessResult, runService } from "../helpers/run-process.js";
+
+const DB_PASSWORD = "pw-Qx7vLm2Rk9";
+const DB_USER = "svc_user_m4k2";
+const WEBHOOK_SECRET = "whsecret8f3k2m9q";
+const TOKEN = "tok-alert-5b9e1c7d3a";
+
+const dirs: string[] = [];
+test.after.always(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const d = mkdtempSync(join(tmpdir(), "bitrix-sync-startup-"));
+  chmodSync(d, 0o755);
+  dirs.push(d);
+  return d;
+}
+
+/** Asserts the exit code, one startup line on stderr matching `line`, and no secret anywhere. */
+function assertFailure(t: import("ava").ExecutionContext, r: ProcessResult, code: number, line: RegExp) {
+  t.false(r.timedOut, "the process stopped by itself");
+  t.is(r.code, code, r.stderr);
+  const lines = r.stderr.split("\n").filter((l) => l.startsWith(LINE_PREFIX));
+  t.is(lines.length, 1, r.stderr);
+  t.regex(lines[0] ?? "", line);
+  const all = r.stdout + r.stderr;
+  for (const secret of [DB_PASSWORD, DB_USER, WEBHOOK_SECRET, TOKEN]) t.false(all.includes(secret), secret);
+  t.false(all.includes("    at "), "no stack trace");
+}
+
+test("a taken HTTP port names the port and PORT=, exits 75, and touches no database", async (t) => {
+  const holder: Server = createServer();
+  await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", () => resolve()));
+  const port = (holder.address() as { port: number }).port;
+  try {
+    const r = await runService(
+      cleanEnv({
+        SECRETS_SOURCE: "env",
+        HOST: "127.0.0.1",
+        PORT: String(port),
+        BITRIX_SYNC_DATA_DIR: tempDir(),
+        // Never reached: the port is checked first.
+        BITRIX_SYNC_DATABASE_URL: `postgres://${DB_USER}:${DB_PASSWORD}@127.0.0.1:1/app`,
+      }),
+    );
+    assertFailure(
+      t,
+      r,
+      EXIT.portInUse,
+      new RegExp(`port ${port} on 127\\.0\\.0\\.1 is already in use; another process listens there.*PORT=`),
+    );
+    t.false(r.stdout.includes("db.target"), "no database was selected");
+  } finally {
+    holder.close();
+  }
+});
+
+test("an unreachable database names host:port without credentials and exits 69", async (t) => {
+  const closed = await freePort();
+  const r = await runService(
+    cleanEnv({
+      SECRETS_SOURCE: "env",
+      PORT: "0",
+      BITRIX_SYNC_DATA_DIR: tempDir(),
+      BITRIX_SYNC_DATABASE_URL: `postgres://${DB_USER}:${DB_PASSWORD}@127.0.0.1:${closed}/app`,
+    }),
+  );
+  assertFailure(
+    t,
+    r,
+    EXIT.unavailable,
+    new RegExp(
+      `the database at 127\\.0\\.0\\.1:${closed} is unreachable \\(connection refused.*BITRIX_SYNC_DATABASE_URL`,
+    ),
+  );
+});
+
+/** A secrets folder for a production-like start, with `omit` left out. */
+function secretsDir(omit: string): string {
+  const d = tempDir();
+  const files: Record<string, string> = {
+    BITRIX_SYNC_DATABASE_URL: `postgres://${DB_USER}:${DB_PASSWORD}@127.0.0.1:1/app\n`,
+    BITRIX_SYNC_CRM_REST_WEBHOOK_URL: `https://portal.bitrix24.test/rest/1/${WEBHOOK_SECRET}/\n`,
+    BITRIX_SYNC_ALERT_RECEIVER_TOKEN: TOKEN,
+    BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: `${TOKEN}-contact`,
+  };
+  for (const [name, value] of Object.entries(files)) if (name !== omit) writeFileSync(join(d, name), value);
+  return d;
+}
+
+const PRODUCTION = {
+  BITRIX_SYNC_ENABLED: "true",
+  BITRIX_SYNC_PORTAL_HOST: "portal.bitrix24.test",
+  BITRIX_SYNC_PORTAL_MEMBER_ID: "member-1",
+  BITRIX_SYNC_CONTACT_USER_ID_FIELD: "UF_CRM_1",
+  BITRIX_SYNC_CONTACT_REGISTERED_FIELD: "UF_CRM_2",
+  BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: "UF_CRM_3",
+  PORT: "0",
+};
+
+test("a missing secret file names the secret and the file, and exits 66", async (t) => {
+  const dir = secretsDir("BITRIX_SYNC_CONTACT_RECEIVER_TOKEN");
+  const r = await runService(
+    cleanEnv({ ...PRODUCTION, BITRIX_SYNC_SECRETS_DIR: dir, BITRIX_SYNC_DATA_DIR: tempDir() }),
+  );
+  assertFailure(
+    t,
+    r,
+    EXIT.secretMissing,
+    new RegExp(
+      `secret BITRIX_SYNC_CONTACT_RECEIVER_TOKEN is required when BITRIX_SYNC_ENABLED=true, but the file ${dir}/BITRIX_SYNC_CONTACT_RECEIVER_TOKEN is missing`,
+    ),
+  );
+});
+
+test("an unreadable secret file names the secret and exits 66", async (t) => {
+  const dir = secretsDir("BITRIX_SYNC_DATABASE_URL");
+  // A folder where the file should be cannot be read by anyone, root included.
+  mkdirSync(join(dir, "BITRIX_SYNC_DATABASE_URL"));
+  const r = await runService(
+    cleanEnv({ ...PRODUCTION, BITRIX_SYNC_SECRETS_DIR: dir, BITRIX_SYNC_DATA_DIR: tempDir() }),
+  );
+  assertFailure(
+    t,
+    r,
+    EXIT.secretMissing,
+    /secret BITRIX_SYNC_DATABASE_URL: the file .*\/BITRIX_SYNC_DATABASE_URL is a folder, not a file/,
+  );
+});
+
+test("a secret file without read permission names the secret and exits 66", async (t) => {
+  const dir = secretsDir("none");
+  chmodSync(join(dir, "BITRIX_SYNC_ALERT_RECEIVER_TOKEN"), 0o000);
+  // Root reads any file: run as an unprivileged user then (nobody, 65534).
+  const as = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
+  const r = await runService(
+    cleanEnv({ ...PRODUCTION, BITRIX_SYNC_SECRETS_DIR: dir, BITRIX_SYNC_DATA_DIR: tempDir() }),
+    { as },
+  );
+  assertFailure(
+    t,
+    r,
+    EXIT.secretMissing,
+    /secret BITRIX_SYNC_ALERT_RECEIVER_TOKEN: the file .* is not readable by this process \(permission denied\)/,
+  );
+});
+
+test("a secrets folder that does not exist is named, and exits 66", async (t) => {
+  const dir = join(tempDir(), "no-such-folder");
+  const r = await runService(
+    cleanEnv({ ...PRODUCTION, BITRIX_SYNC_SECRETS_DIR: dir, BITRIX_SYNC_DATA_DIR: tempDir() }),
+  );
+  assertFailure(
+    t,
+    r,
+    EXIT.secretMissing,
+    new RegExp(`BITRIX_SYNC_SECRETS_DIR: the folder ${dir} does not exist`),
+  );
+});
+
+test("an invalid variable is named and exits 78", async (t) => {
+  const r = await runService(
+    cleanEnv({
+      SECRETS_SOURCE: "env",
+      PORT: "eighty",
+      BITRIX_SYNC_DATABASE_URL: `postgres://${DB_USER}:${DB_PASSWORD}@127.0.0.1:1/app`,
+      BITRIX_SYNC_DATA_DIR: tempDir(),
+    }),
+  );
+  assertFailure(
+    t,
+    r,
+    EXIT.config,
+    /^bitrix-sync: cannot start: invalid configuration: PORT: .*Fix it and start again\.$/,
+  );
+});
+
+// As root, PostgreSQL runs as the `postgres` system user, which cannot enter a 0700 folder of root's.
+(process.getuid?.() === 0 ? test : test.skip)(
+  "an embedded PostgreSQL that cannot start names its folder and the fix, and exits 69",
+  async (t) => {
+    const data = tempDir();
+    chmodSync(data, 0o700);
+    const r = await runService(cleanEnv({ SECRETS_SOURCE: "env", PORT: "0", BITRIX_SYNC_DATA_DIR: data }));
+    assertFailure(
+      t,
+      r,
+      EXIT.unavailable,
+      new RegExp(`the embedded PostgreSQL in ${data}/pg did not start \\(.*Permission denied\\).*chmod 755`),
+    );
+  },
+);
