@@ -24,6 +24,7 @@ ENV NODE_ENV=production \
     NPM_CONFIG_CACHE=/tmp/npm-cache \
     NPM_CONFIG_UPDATE_NOTIFIER=false \
     BITRIX_SYNC_SECRETS_DIR=/run/han-chat/secrets \
+    BITRIX_SYNC_DATA_DIR=/tmp/bitrix-sync \
     BITRIX_SYNC_MIGRATE_ON_START=false \
     HOST=0.0.0.0 \
     PORT=8080
