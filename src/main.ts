@@ -10,8 +10,8 @@ import { migrateDatabase, projectRoot } from "./db/migrate.js";
 import { redactUrl } from "./db/url.js";
 import { startCrmEndpoint } from "./emulator/sandbox.js";
 import { createApp } from "./http/app.js";
+import { receiverConfig } from "./inbound/config.js";
 import { createLogger } from "./observability/logger.js";
-import { receiverConfig } from "./receiver/config.js";
 import { buildRuntime, registerRuntime } from "./runtime.js";
 import { startRunner } from "./worker/runner.js";
 
