@@ -84,7 +84,7 @@ function backlog(n: number, contactIds: number[]): CrmCommand[] {
 }
 
 /**
- * The pump's order (src/workflows/engine.ts runPump): the permit first, so the batch keeps filling
+ * The pump's order (src/workflows/pump.ts runPump): the permit first, so the batch keeps filling
  * while it waits for a token, then up to BATCH commands, then one batch under that permit.
  */
 async function pump(deps: CrmDeps, commands: CrmCommand[]): Promise<CommandOutcome[]> {

@@ -24,8 +24,8 @@ import { startEmbedded } from "../src/db/embedded.js";
 import { migrateDatabase } from "../src/db/migrate.js";
 import { withDatabase } from "../src/db/url.js";
 import { createApp } from "../src/http/app.js";
+import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUERY_BYTES } from "../src/inbound/config.js";
 import { createLogger } from "../src/observability/logger.js";
-import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUERY_BYTES } from "../src/receiver/config.js";
 
 const TOKEN = randomBytes(32).toString("hex");
 const HOST = "bench-portal.bitrix24.test";

@@ -3,7 +3,7 @@
 // and seconds (goal: at most 12 requests). Env: BENCH_CONTACTS (default 10000).
 import { randomUUID } from "node:crypto";
 import { SANDBOX_FIELDS } from "../src/config/env.js";
-import { reconcileContacts } from "../src/reconciliation/contacts.js";
+import { reconcileContacts } from "../src/inbound/reconcile.js";
 import { startRig } from "../test/helpers/e2e.js";
 
 const N = Number(process.env.BENCH_CONTACTS ?? 10_000);
@@ -45,7 +45,7 @@ try {
   }
   const before = rig.emulator.log.length;
   const started = Date.now();
-  const report = await reconcileContacts(rig.runtime.engine, rig.runtime.settings.get().reconcile, {
+  const report = await reconcileContacts(rig.runtime.services, rig.runtime.settings.get().reconcile, {
     force: true,
   });
   const seconds = (Date.now() - started) / 1000;

@@ -24,8 +24,8 @@ import { fireContactRobot } from "../src/demo/robot.js";
 import { ensureService, ready } from "../src/demo/service.js";
 import { statusLine } from "../src/demo/status.js";
 import { DemoError } from "../src/demo/wait.js";
+import { receiverConfig } from "../src/inbound/config.js";
 import { dataDir } from "../src/local/data-dir.js";
-import { receiverConfig } from "../src/receiver/config.js";
 import { classifyStartupError } from "../src/startup/errors.js";
 
 const START_TIMEOUT_MS = 90_000;

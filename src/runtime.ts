@@ -4,11 +4,11 @@
 import { hostname } from "node:os";
 import pg from "pg";
 import { type Config, loadConfig } from "./config/env.js";
+import type { ServiceContext } from "./context.js";
 import { type Crm, type CrmDeps, createCrm, createPortalLimiter } from "./crm/index.js";
 import { HealthState, observedClient } from "./observability/health.js";
 import { createLogger, type Logger } from "./observability/logger.js";
 import { createSettingsCache, type SettingsCache } from "./settings-cache.js";
-import type { EngineDeps } from "./workflows/engine.js";
 
 export interface Runtime {
   config: Config;
@@ -18,7 +18,8 @@ export interface Runtime {
   settings: SettingsCache;
   crm: Crm;
   crmDeps: CrmDeps;
-  engine: EngineDeps;
+  /** The services every capability runs with (src/context.ts). */
+  services: ServiceContext;
   health: HealthState;
   /** Aborted when the process begins to shut down: tasks stop claiming work. */
   stopping: AbortSignal;
@@ -51,13 +52,13 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
     },
     limiter,
     settings: settings.get,
-    // Every call, the engine's and the citizenship dictionary's, is recorded for readiness and
+    // Every call, the lanes' and the citizenship dictionary's, is recorded for readiness and
     // status (§14).
     observe: (client) => observedClient(client, health),
     log,
   });
   const crmDeps = crm.deps;
-  const engine: EngineDeps = {
+  const services: ServiceContext = {
     pool,
     log,
     crm: crmDeps,
@@ -71,7 +72,7 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
     settings,
     crm,
     crmDeps,
-    engine,
+    services,
     health,
     async close() {
       settings.stop();

@@ -2,7 +2,7 @@
 // alerts.reconcile_interval_sec has passed since the last run (§10.3).
 import type { Task } from "graphile-worker";
 import { z } from "zod";
-import { reconcileAlerts } from "../src/reconciliation/alerts.js";
+import { reconcileAlerts } from "../src/alerts/reconcile.js";
 import { runtime } from "../src/runtime.js";
 
 const Payload = z.object({ force: z.boolean().optional() }).passthrough();
@@ -12,7 +12,7 @@ const task: Task = async (payload) => {
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
   const { alerts } = r.settings.get();
-  await reconcileAlerts(r.engine, alerts, alerts.reconcileIntervalSec, { force: p.force === true });
+  await reconcileAlerts(r.services, alerts, alerts.reconcileIntervalSec, { force: p.force === true });
 };
 
 export default task;

@@ -3,7 +3,7 @@
 // runs it now (operators: graphile_worker.add_job('reconcile_contacts', '{"force":true}')).
 import type { Task } from "graphile-worker";
 import { z } from "zod";
-import { reconcileContacts } from "../src/reconciliation/contacts.js";
+import { reconcileContacts } from "../src/inbound/reconcile.js";
 import { runtime } from "../src/runtime.js";
 
 const Payload = z.object({ force: z.boolean().optional() }).passthrough();
@@ -12,7 +12,7 @@ const task: Task = async (payload) => {
   const p = Payload.parse(payload ?? {});
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
-  const report = await reconcileContacts(r.engine, r.settings.get().reconcile, {
+  const report = await reconcileContacts(r.services, r.settings.get().reconcile, {
     force: p.force === true,
   });
   if (report.status === "failed") throw new Error(`reconciliation failed: ${report.errorCode}`);

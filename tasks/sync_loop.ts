@@ -4,7 +4,7 @@
 import type { Task } from "graphile-worker";
 import { z } from "zod";
 import { runtime } from "../src/runtime.js";
-import { runSyncLoop } from "../src/workflows/loop.js";
+import { runSyncLoop } from "../src/sync-loop.js";
 
 const Payload = z.object({ budget_ms: z.number().int().min(1000).max(600_000).optional() }).passthrough();
 
@@ -44,7 +44,7 @@ const task: Task = async (payload, helpers) => {
     },
     Math.max(0, budgetMs - HANDOVER_MS),
   );
-  const done = runSyncLoop(r.engine, {
+  const done = runSyncLoop(r.services, {
     budgetMs,
     signal,
     connectionString: r.databaseUrl,

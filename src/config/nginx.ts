@@ -4,10 +4,10 @@
 // renderer reads. `npm run render:nginx` (scripts/render-nginx.ts) writes the result.
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { DEFAULT_MAX_BODY_BYTES } from "../receiver/config.js";
+import { DEFAULT_MAX_BODY_BYTES } from "../inbound/config.js";
 import type { Cidr } from "./cidr.js";
 import { ConfigError, type Env, parseEnv } from "./env.js";
-import { loadSecrets } from "./secrets.js";
+import { loadSecrets, SecretError } from "./secrets.js";
 
 const HOST_NAME =
   /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/i;
@@ -73,7 +73,15 @@ export interface NginxRender {
  */
 function receiversEnabledBy(env: Env, raw: NodeJS.ProcessEnv): string | null {
   if (env.BITRIX_SYNC_ENABLED === true) return "BITRIX_SYNC_ENABLED=true";
-  const secrets = loadSecrets({ ...raw, SECRETS_SOURCE: env.SECRETS_SOURCE === "env" ? "env" : "file" });
+  let secrets: ReturnType<typeof loadSecrets>;
+  try {
+    secrets = loadSecrets({ ...raw, SECRETS_SOURCE: env.SECRETS_SOURCE === "env" ? "env" : "file" });
+  } catch (e) {
+    // The host rendering the proxy's configuration may not hold the service's secrets: when they
+    // cannot be looked at, count the receivers as enabled (an empty allow-list is then refused).
+    if (e instanceof SecretError) return "the receiver tokens could not be checked on this host";
+    throw e;
+  }
   for (const name of ["BITRIX_SYNC_CONTACT_RECEIVER_TOKEN", "BITRIX_SYNC_ALERT_RECEIVER_TOKEN"] as const) {
     if (secrets[name] !== undefined) return `${name} is configured`;
   }
@@ -147,7 +155,7 @@ export function renderNginxFromEnv(raw: NodeJS.ProcessEnv): NginxRender {
 
 const ROUTES = ["/bitrix/sync/webhook/contact", "/bitrix/sync/webhook/alert"] as const;
 
-/** nginx's own refusals, with the app's generic JSON bodies (src/receiver/routes.ts). */
+/** nginx's own refusals, with the app's generic JSON bodies (src/inbound/routes.ts). */
 const ERROR_PAGES: Array<[string, number, string]> = [
   ["forbidden", 403, "forbidden"],
   ["not_found", 404, "not_found"],
@@ -263,7 +271,7 @@ ${ROUTES.map(
     proxy_set_header Connection "";
     proxy_set_header Host $host;
     # The robot's address for webhook_inbox.source_ip, overwriting whatever the client sent. The
-    # service believes it only from BITRIX_SYNC_TRUSTED_PROXY_CIDRS (src/receiver/client-address.ts).
+    # service believes it only from BITRIX_SYNC_TRUSTED_PROXY_CIDRS (src/inbound/client-address.ts).
     proxy_set_header X-Real-IP $remote_addr;
     proxy_set_header X-Forwarded-For "";
     proxy_redirect off;

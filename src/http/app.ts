@@ -2,11 +2,11 @@
 // handlers call src/ and SQL; errors are generic JSON with no ids or stack.
 import { Hono } from "hono";
 import type pg from "pg";
+import type { ReceiverConfig } from "../inbound/config.js";
+import { RECEIVER_BASE_PATH, receiverRoutes } from "../inbound/routes.js";
+import { secretMatcher } from "../inbound/token.js";
 import type { Logger } from "../observability/logger.js";
 import { collectDatabaseGauges, registry } from "../observability/metrics.js";
-import type { ReceiverConfig } from "../receiver/config.js";
-import { RECEIVER_BASE_PATH, receiverRoutes } from "../receiver/routes.js";
-import { secretMatcher } from "../receiver/token.js";
 import { readiness, type StatusSource, statusDocument } from "./status.js";
 
 export interface AppDeps {

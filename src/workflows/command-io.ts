@@ -3,11 +3,11 @@
 // App at send time ("hydration") and never stored. A result is reduced to a safe projection in the
 // completion transaction; a read of purpose "apply" writes CRM-master fields into the App there.
 import type pg from "pg";
+import { applyCrmMaster, type Db, isEligible, loadAppUser, snapshotPhone } from "../app-data.js";
 import type { CommandResults, CommandType, CrmCommand } from "../crm/catalogue.js";
 import type { CitizenshipDictionary, ContactRecord } from "../crm/contact-fields.js";
 import { isValidRuPhone, type PhonePlan, phoneChange } from "../crm/contact-fields.js";
-import { applyCrmMaster, type Db, isEligible, loadAppUser, snapshotPhone } from "./app-data.js";
-import { sha256 } from "./hash.js";
+import { sha256 } from "../hash.js";
 import type { CommandRow } from "./types.js";
 
 /** A command the pump can send, plus what its handler needs to know about what was sent. */
@@ -135,7 +135,7 @@ export async function hydrate(
       const memo: Hydrated["memo"] = {};
       const ph = p.phone as { entry_id?: number; value_type?: string; append?: boolean } | undefined;
       if (ph) {
-        // The planner chose the entry (planPhoneUpdate on hashes); the number is the App's, read now.
+        // The update step chose the entry (planPhoneUpdate on hashes); the number is the App's, read now.
         const plan: PhonePlan = ph.entry_id
           ? { entryId: ph.entry_id, valueType: ph.value_type || "MOBILE" }
           : { append: true };

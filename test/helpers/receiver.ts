@@ -5,14 +5,14 @@ import { Writable } from "node:stream";
 import type pg from "pg";
 import { parseCidrList } from "../../src/config/cidr.js";
 import { createApp } from "../../src/http/app.js";
-import { createLogger, type Logger } from "../../src/observability/logger.js";
 import {
   DEFAULT_MAX_BODY_BYTES,
   DEFAULT_MAX_QUERY_BYTES,
   type ReceiverConfig,
   type ReceiverName,
-} from "../../src/receiver/config.js";
-import { DOCUMENT_TYPES } from "../../src/receiver/contract.js";
+} from "../../src/inbound/config.js";
+import { DOCUMENT_TYPES } from "../../src/inbound/contract.js";
+import { createLogger, type Logger } from "../../src/observability/logger.js";
 import { setSettings } from "./settings.js";
 
 export const TOKENS = {

@@ -3,8 +3,8 @@
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { createApp } from "../../src/http/app.js";
-import { receiverConfig } from "../../src/receiver/config.js";
-import { reconcileContacts } from "../../src/reconciliation/contacts.js";
+import { receiverConfig } from "../../src/inbound/config.js";
+import { reconcileContacts } from "../../src/inbound/reconcile.js";
 import {
   finishedWorkflow,
   type Rig,
@@ -38,7 +38,7 @@ test.serial("create, update, deactivate and reconciliation work under the runtim
   if (!contact) return;
   contact.name = "Role Test";
   rig.emulator.store.touch(contact);
-  const r = await reconcileContacts(rig.runtime.engine, rig.runtime.settings.get().reconcile, {
+  const r = await reconcileContacts(rig.runtime.services, rig.runtime.settings.get().reconcile, {
     force: true,
   });
   t.is(r.status, "succeeded");

@@ -2,7 +2,7 @@
 // times; work keeps flowing, and this process never runs two loops at once.
 import test from "ava";
 import { makeWorkerUtils } from "graphile-worker";
-import { runningLoops } from "../../src/workflows/loop.js";
+import { runningLoops } from "../../src/sync-loop.js";
 import { finishedWorkflow, type Rig, startRig } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 

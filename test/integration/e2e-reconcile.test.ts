@@ -2,7 +2,7 @@
 // moves only after a whole successful run, a spike of recoveries raises the ops alert, no echo.
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import { reconcileContacts } from "../../src/reconciliation/contacts.js";
+import { reconcileContacts } from "../../src/inbound/reconcile.js";
 import { finishedWorkflow, type Rig, startRig } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 
@@ -43,14 +43,14 @@ async function cursor() {
 }
 
 test.serial("a lost webhook is repaired by reconciliation, counted as recovered, without echo", async (t) => {
-  await reconcileContacts(rig.runtime.engine, settings(), { force: true }); // establish the watermark
+  await reconcileContacts(rig.runtime.services, settings(), { force: true }); // establish the watermark
   const [a] = await linkedUsers(1);
   if (!a?.contact) throw new Error("no contact");
   a.contact.name = "Changed in CRM";
   rig.emulator.store.touch(a.contact);
   const queueBefore = (await rig.db.pool.query("select count(*)::int as n from han_app.sync_queue")).rows[0]
     .n;
-  const report = await reconcileContacts(rig.runtime.engine, settings(), { force: true });
+  const report = await reconcileContacts(rig.runtime.services, settings(), { force: true });
   t.is(report.status, "succeeded");
   t.true(report.scanned >= 1);
   t.is(report.recovered, 1);
@@ -66,7 +66,7 @@ test.serial("a lost webhook is repaired by reconciliation, counted as recovered,
   const queueAfter = (await rig.db.pool.query("select count(*)::int as n from han_app.sync_queue")).rows[0].n;
   t.is(queueAfter, queueBefore, "no App->CRM intent from applying CRM-master fields");
   // A second run finds nothing new to apply.
-  const again = await reconcileContacts(rig.runtime.engine, settings(), { force: true });
+  const again = await reconcileContacts(rig.runtime.services, settings(), { force: true });
   t.is(again.recovered, 0);
   t.is(again.updated, 0);
 });
@@ -77,12 +77,12 @@ test.serial(
     const s = { ...settings(), overlapSec: 0 };
     // One-second timestamps: keep the previous tests' changes out of the window.
     await new Promise((r) => setTimeout(r, 1100));
-    await reconcileContacts(rig.runtime.engine, s, { force: true });
+    await reconcileContacts(rig.runtime.services, s, { force: true });
     await new Promise((r) => setTimeout(r, 1100)); // the portal's timestamps have one-second resolution
     rig.emulator.store.createContact({ name: "Not registered", uf: { [F.registered]: 0 } });
     rig.emulator.store.createContact({ name: "Closed", opened: false, uf: { [F.registered]: 1 } });
     rig.emulator.store.createContact({ name: "Registered", uf: { [F.registered]: 1 } });
-    const r = await reconcileContacts(rig.runtime.engine, s, { force: true });
+    const r = await reconcileContacts(rig.runtime.services, s, { force: true });
     t.is(r.status, "succeeded");
     t.is(r.scanned, 1);
     t.is(r.requests, 1, "one page, nothing mapped to read");
@@ -93,7 +93,7 @@ test.serial(
   "a failed page leaves the watermark where it was; the next run reads the window again",
   async (t) => {
     const users = await linkedUsers(3);
-    await reconcileContacts(rig.runtime.engine, settings(), { force: true });
+    await reconcileContacts(rig.runtime.services, settings(), { force: true });
     const start = await cursor();
     // Enough changed Contacts for several pages, then the second list request fails.
     for (let i = 0; i < 120; i++)
@@ -104,12 +104,12 @@ test.serial(
       rig.emulator.store.touch(u.contact);
     }
     rig.emulator.failNext("INTERNAL_SERVER_ERROR", { method: "crm.item.list", skip: 1 });
-    const failed = await reconcileContacts(rig.runtime.engine, settings(), { force: true });
+    const failed = await reconcileContacts(rig.runtime.services, settings(), { force: true });
     t.is(failed.status, "failed");
     const after = await cursor();
     t.deepEqual(after.watermark, start.watermark, "watermark unchanged");
     t.is(after.last_run_status, "failed");
-    const ok = await reconcileContacts(rig.runtime.engine, settings(), { force: true });
+    const ok = await reconcileContacts(rig.runtime.services, settings(), { force: true });
     t.is(ok.status, "succeeded");
     t.true(ok.scanned >= 120);
     t.true((await cursor()).watermark > start.watermark);
@@ -124,20 +124,20 @@ test.serial(
 
 test.serial("many Contacts recovered without a webhook raise the ops alert", async (t) => {
   const users = await linkedUsers(4);
-  await reconcileContacts(rig.runtime.engine, settings(), { force: true });
+  await reconcileContacts(rig.runtime.services, settings(), { force: true });
   for (const u of users) {
     if (!u.contact) continue;
     u.contact.name = "Spike";
     rig.emulator.store.touch(u.contact);
   }
   const logged = rig.logs.length;
-  const r = await reconcileContacts(rig.runtime.engine, settings(), { force: true });
+  const r = await reconcileContacts(rig.runtime.services, settings(), { force: true });
   t.is(r.recovered, 4);
   t.true(r.spike);
   t.true(rig.logs.slice(logged).some((l) => l.includes('"event":"reconciliation.recovered_spike"')));
 });
 
 test.serial("the interval is respected unless forced", async (t) => {
-  const r = await reconcileContacts(rig.runtime.engine, settings());
+  const r = await reconcileContacts(rig.runtime.services, settings());
   t.false(r.ran, "the last run was moments ago");
 });

@@ -21,7 +21,7 @@ test.serial(
     // Before the worker starts nothing else has called the CRM.
     t.is(rig.runtime.health.lastCrmSuccessAt, null);
     const before = rig.emulator.log.length;
-    t.like(await rig.runtime.engine.dictionary.resolve("45"), { found: true });
+    t.like(await rig.runtime.services.dictionary.resolve("45"), { found: true });
     t.is(rig.emulator.log.length, before + 1, "one batch, through the limiter like any other");
     t.not(rig.runtime.health.lastCrmSuccessAt, null);
   },

@@ -3,7 +3,7 @@
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { createApp } from "../../src/http/app.js";
-import { receiverConfig } from "../../src/receiver/config.js";
+import { receiverConfig } from "../../src/inbound/config.js";
 import {
   finishedWorkflow,
   type Rig,

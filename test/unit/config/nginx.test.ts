@@ -1,6 +1,6 @@
 // The nginx renderer (src/config/nginx.ts): validation through the service's schema plus its own,
 // the empty allow-list rule of §16, and the shape of what it writes. nginx itself runs in
-// test/integration/receiver/nginx.test.ts.
+// test/integration/inbound/nginx.test.ts.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -127,4 +127,17 @@ test("a burst of 0 renders no burst clause (nginx refuses burst=0)", (t) => {
   const { text } = renderNginxFromEnv({ ...base, BITRIX_SYNC_NGINX_BURST: "0" });
   t.regex(text, /limit_req zone=bitrix_sync_webhooks;/);
   t.notRegex(text, /burst=/);
+});
+
+test("on a host without the service's secrets folder the receivers count as enabled: a list renders, an empty one is refused", (t) => {
+  const away = {
+    ...base,
+    SECRETS_SOURCE: "file",
+    BITRIX_SYNC_SECRETS_DIR: join(tmpdir(), "bitrix-sync-no-such-dir"),
+  };
+  t.is(renderNginxFromEnv(away).receiversEnabledBy, "the receiver tokens could not be checked on this host");
+  t.regex(
+    problems({ ...away, BITRIX_WEBHOOK_ALLOWED_CIDRS: "" }),
+    /empty while the receivers are enabled \(the receiver tokens could not be checked on this host\)/,
+  );
 });

@@ -14,7 +14,7 @@ import {
   pickEmail,
   planPhoneUpdate,
 } from "../../../src/crm/contact-fields.js";
-import { sha256 } from "../../../src/workflows/hash.js";
+import { sha256 } from "../../../src/hash.js";
 
 test("phones: only +7 and ten digits are valid; nothing is repaired", (t) => {
   t.true(isValidRuPhone("+79991234567"));

@@ -11,7 +11,7 @@ import { NginxEnvSchema, renderNginxFromEnv } from "../../../src/config/nginx.js
 import { OPTIONAL_SECRET_NAMES, SECRET_NAMES } from "../../../src/config/secrets.js";
 import { parseWebhookUrl } from "../../../src/crm/client.js";
 import { projectRoot } from "../../../src/db/migrate.js";
-import { receiverConfig } from "../../../src/receiver/config.js";
+import { receiverConfig } from "../../../src/inbound/config.js";
 
 const envExample = parseEnv(readFileSync(join(projectRoot, ".env.example"), "utf8")) as Record<
   string,

@@ -1,5 +1,10 @@
 import test from "ava";
-import { type Candidate, decide, type Holdings, newestFirst } from "../../src/workflows/decide.js";
+import {
+  type Candidate,
+  decide,
+  type Holdings,
+  newestFirst,
+} from "../../../src/workflows/decide/candidates.js";
 
 const ME = "11111111-1111-4111-8111-111111111111";
 const OTHER = "22222222-2222-4222-8222-222222222222";

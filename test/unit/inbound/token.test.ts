@@ -1,5 +1,5 @@
 import test from "ava";
-import { secretMatcher } from "../../../src/receiver/token.js";
+import { secretMatcher } from "../../../src/inbound/token.js";
 
 test("the current and the previous token both match; nothing else does", (t) => {
   const m = secretMatcher(["current-token", "previous-token"]);

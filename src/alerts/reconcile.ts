@@ -1,11 +1,11 @@
 // Alert reconciliation (§10.3): every open alert with a smart-process item is polled (default
 // hourly) in batches; a terminal stage closes it, a deleted item makes it remote_missing.
-import type { AlertSettings } from "../workflows/alert-sync.js";
-import type { EngineDeps } from "../workflows/engine.js";
-import { refreshAlertItems } from "../workflows/inbound.js";
+import type { ServiceContext } from "../context.js";
+import { refreshAlertItems } from "./items.js";
+import type { AlertSettings } from "./mirror.js";
 
 export async function reconcileAlerts(
-  deps: EngineDeps,
+  deps: ServiceContext,
   s: AlertSettings,
   intervalSec: number,
   opts: { force?: boolean } = {},

@@ -1,7 +1,7 @@
 // Every refused variant of the robot contract (§10.1) gets its status and a generic body, and no
 // inbox row: this file's database never sees a valid request, so webhook_inbox stays empty.
 import test from "ava";
-import type { ReceiverConfig } from "../../../src/receiver/config.js";
+import type { ReceiverConfig } from "../../../src/inbound/config.js";
 import {
   ALERT_ENTITY_TYPE_ID,
   captureLogger,

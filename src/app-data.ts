@@ -1,9 +1,10 @@
-// What the workflows read from and write to the App's tables. Reads are always of the current
-// state (§6.2: the queue payload is not a snapshot). CRM-master writes happen in one transaction
-// with han.sync_suppress set, so they never echo back as App->CRM intents (§3.1, §5.5).
+// What the workflows and the CRM->App path read from and write to the App's tables. Reads are
+// always of the current state (§6.2: the queue payload is not a snapshot). CRM-master writes happen
+// in one transaction with han.sync_suppress set, so they never echo back as App->CRM intents (§3.1,
+// §5.5).
 import type pg from "pg";
-import type { CitizenshipDictionary, ContactRecord } from "../crm/contact-fields.js";
-import { isValidRuPhone, pickEmail } from "../crm/contact-fields.js";
+import type { CitizenshipDictionary, ContactRecord } from "./crm/contact-fields.js";
+import { isValidRuPhone, pickEmail } from "./crm/contact-fields.js";
 import { sha256, stableHash } from "./hash.js";
 
 export type Db = pg.PoolClient | pg.Pool | pg.Client;

@@ -5,19 +5,14 @@
 // 10 000 changed Contacts cost about ten HTTP requests. The watermark moves only after a whole run
 // succeeded. Each run counts Contacts the App was behind on without a webhook having repaired them;
 // a spike raises the ops alert of §10.2.
+import type { ServiceContext } from "../context.js";
 import { executeBatch } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
 import { reconciliationRecovered, reconciliationRuns } from "../observability/metrics.js";
 import type { Settings } from "../settings-schema.js";
-import type { EngineDeps } from "../workflows/engine.js";
-import {
-  activeMappings,
-  applyContact,
-  type ContactOutcome,
-  type MappedContact,
-} from "../workflows/inbound.js";
+import { activeMappings, applyContact, type ContactOutcome, type MappedContact } from "./apply-contact.js";
 
 /** Contacts applied per transaction. */
 const APPLY_CHUNK = 200;
@@ -46,7 +41,7 @@ class RunFailed extends Error {
   }
 }
 
-async function send(deps: EngineDeps, commands: CrmCommand[], counter: { requests: number }) {
+async function send(deps: ServiceContext, commands: CrmCommand[], counter: { requests: number }) {
   const out = [];
   for (let i = 0; i < commands.length; i += BATCH_MAX) {
     counter.requests++;
@@ -61,7 +56,7 @@ async function send(deps: EngineDeps, commands: CrmCommand[], counter: { request
 
 /** Every changed Contact ID since `since`, page 1 first, then the other pages together. */
 async function changedIds(
-  deps: EngineDeps,
+  deps: ServiceContext,
   since: string,
   opened: ReconcileSettings["openedFilter"],
   counter: { requests: number },
@@ -103,7 +98,7 @@ async function changedIds(
  * that check). Only one run at a time: a second caller finds the cursor locked and skips.
  */
 export async function reconcileContacts(
-  deps: EngineDeps,
+  deps: ServiceContext,
   s: ReconcileSettings,
   opts: { force?: boolean } = {},
 ): Promise<ReconcileReport> {

@@ -3,9 +3,12 @@
 // poll (worker.poll_interval_ms, at most 5 s) so a lost NOTIFY costs seconds. It stops starting new
 // rounds at its time budget or when `signal` aborts, and returns when the rounds in progress end.
 import pg from "pg";
-import { runAlertSync } from "./alert-sync.js";
-import { type EngineDeps, runIntake, runPump, runWorkflows } from "./engine.js";
-import { processAlertWebhooks, processContactWebhooks } from "./inbound.js";
+import { runAlertSync } from "./alerts/mirror.js";
+import type { ServiceContext } from "./context.js";
+import { processAlertWebhooks, processContactWebhooks } from "./inbound/webhooks.js";
+import { runIntake } from "./workflows/intake.js";
+import { runPump } from "./workflows/pump.js";
+import { runWorkflows } from "./workflows/stepper.js";
 
 export interface LoopOptions {
   /** Stop starting new rounds after this long (the task's run budget). */
@@ -60,7 +63,7 @@ export function runningLoops(): number {
   return running;
 }
 
-export async function runSyncLoop(deps: EngineDeps, opts: LoopOptions): Promise<void> {
+export async function runSyncLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
   running++;
   try {
     await runLoop(deps, opts);
@@ -69,7 +72,7 @@ export async function runSyncLoop(deps: EngineDeps, opts: LoopOptions): Promise<
   }
 }
 
-async function runLoop(deps: EngineDeps, opts: LoopOptions): Promise<void> {
+async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
   const deadline = Date.now() + opts.budgetMs;
   const waker = new Waker();
   const active = () => Date.now() < deadline && !opts.signal?.aborted;

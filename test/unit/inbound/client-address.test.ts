@@ -1,6 +1,6 @@
 import test from "ava";
 import { cidrMatcher, parseCidrList } from "../../../src/config/cidr.js";
-import { clientAddress } from "../../../src/receiver/client-address.js";
+import { clientAddress } from "../../../src/inbound/client-address.js";
 
 const list = parseCidrList("127.0.0.1/32,fd00::/8");
 const trusted = cidrMatcher(list.ok ? list.cidrs : []);

@@ -4,9 +4,9 @@
 // inbox row; any other request gets a 4xx and no row; no reply or log line carries a secret.
 import test from "ava";
 import fc from "fast-check";
-import type { ReceiverName } from "../../../src/receiver/config.js";
-import { DOCUMENT_TYPES } from "../../../src/receiver/contract.js";
-import { isFormContentType } from "../../../src/receiver/routes.js";
+import type { ReceiverName } from "../../../src/inbound/config.js";
+import { DOCUMENT_TYPES } from "../../../src/inbound/contract.js";
+import { isFormContentType } from "../../../src/inbound/routes.js";
 import {
   ALERT_ENTITY_TYPE_ID,
   captureLogger,

@@ -15,7 +15,7 @@ import { loadConfig } from "../../../src/config/env.js";
 import { freePort } from "../../../src/db/embedded.js";
 import { projectRoot } from "../../../src/db/migrate.js";
 import { createApp } from "../../../src/http/app.js";
-import { receiverConfig } from "../../../src/receiver/config.js";
+import { receiverConfig } from "../../../src/inbound/config.js";
 import {
   hasNginx,
   hasOpenssl,

@@ -1,141 +1,19 @@
-// The App->CRM engine (DESIGN.md flow): intake turns sync_queue intents into workflows, the stepper
-// advances workflows one persisted step at a time, and the pump sends the commands of all workflows
-// in Bitrix24 batches through the shared limiter. Each function does one round and returns how much
-// it did; src/workflows/loop.ts repeats them on NOTIFY and on a fallback poll.
+// The pump lane (DESIGN.md flow): sends the commands of all workflows, and the alert commands of
+// src/alerts/mirror.ts, in Bitrix24 batches through the shared limiter, and settles each result
+// with exactly one SQL transition. src/sync-loop.ts runs one pump per in-flight slot.
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
+import { alertCommandFailed } from "../alerts/mirror.js";
+import type { ServiceContext } from "../context.js";
 import { retryDelayMs } from "../crm/backoff.js";
 import { type CommandOutcome, type CrmDeps, executeBatch } from "../crm/batch.js";
 import type { CommandType } from "../crm/catalogue.js";
 import { isWrite } from "../crm/catalogue.js";
-import type { CitizenshipDictionary } from "../crm/contact-fields.js";
+import { safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
-import type { HealthState } from "../observability/health.js";
-import type { Logger } from "../observability/logger.js";
 import { batchSize, commandOutcomes } from "../observability/metrics.js";
-import type { Settings } from "../settings-schema.js";
-import { desiredContentHash, loadAppUser } from "./app-data.js";
 import { BusinessFailure, type Hydrated, hydrate, NotReady, projectResult } from "./command-io.js";
-import { Step } from "./planner.js";
-import type { CommandRow, WorkflowRow } from "./types.js";
-
-export interface EngineDeps {
-  pool: pg.Pool;
-  log: Logger;
-  crm: CrmDeps;
-  dictionary: CitizenshipDictionary;
-  /** The hot settings in force (the settings cache's `get`). */
-  settings: () => Settings;
-  workerId: string;
-  /** Heartbeat and CRM health for readiness (§14); optional in tests. */
-  health?: HealthState;
-}
-
-function sqlstate(e: unknown): string | undefined {
-  return typeof e === "object" && e !== null && "code" in e
-    ? String((e as { code: unknown }).code)
-    : undefined;
-}
-
-/** The error's SQLSTATE or class name: safe to log (messages may quote data). */
-function safeError(e: unknown): { sqlstate?: string; errorName: string } {
-  const s = sqlstate(e);
-  return { ...(s ? { sqlstate: s } : {}), errorName: e instanceof Error ? e.name : typeof e };
-}
-
-// ---- intake ----------------------------------------------------------------------------------
-
-interface QueueRow {
-  id: string;
-  task_type: string;
-  entity_id: string;
-  lease_token: string;
-  attempt_count: number;
-}
-
-/** Claims due intents and starts or joins the user's workflow for each. Returns rows handled. */
-export async function runIntake(deps: EngineDeps): Promise<number> {
-  const s = deps.settings();
-  const { rows } = await deps.pool.query<QueueRow>(
-    "select id, task_type, entity_id, lease_token, attempt_count from bitrix_sync.claim_sync_tasks($1, $2, make_interval(secs => $3))",
-    [deps.workerId, s.claim.size, s.lease.ttlSec],
-  );
-  for (const row of rows) {
-    try {
-      await inTransaction(deps.pool, async (c) => {
-        const user = await loadAppUser(c, row.entity_id);
-        const hash = desiredContentHash(row.task_type, user);
-        await c.query("select * from bitrix_sync.start_or_join_workflow($1, $2, $3, $4)", [
-          row.entity_id,
-          row.task_type,
-          row.id,
-          hash,
-        ]);
-        await c.query("select bitrix_sync.complete_sync_task($1, $2)", [row.id, row.lease_token]);
-      });
-    } catch (e) {
-      if (sqlstate(e) === "BS001") continue; // a newer intent took the row back; it will be claimed again
-      deps.log.warn({ event: "intake.failed", ...safeError(e) }, "intent not taken; will retry");
-      // SQL dead-letters the intent instead when the retry would pass the horizon.
-      const r = await deps.pool
-        .query<{ status: string }>(
-          "select status from bitrix_sync.retry_sync_task($1, $2, 'intake_failed', make_interval(secs => $3))",
-          [row.id, row.lease_token, retryDelayMs(row.attempt_count, s.retry) / 1000],
-        )
-        .catch(() => null);
-      if (r?.rows[0]?.status === "dead_letter") {
-        deps.log.error(
-          { event: "intake.dead_letter", code: "retry_horizon_exceeded" },
-          "intent given up after the retry horizon",
-        );
-      }
-    }
-  }
-  return rows.length;
-}
-
-// ---- workflow steps ------------------------------------------------------------------------
-
-/** Claims runnable workflows and runs one step of each. Returns workflows stepped. */
-export async function runWorkflows(deps: EngineDeps): Promise<number> {
-  const s = deps.settings();
-  const { rows } = await deps.pool.query<WorkflowRow>(
-    "select * from bitrix_sync.claim_workflows($1, $2, make_interval(secs => $3))",
-    [deps.workerId, s.claim.size, s.lease.ttlSec],
-  );
-  for (const wf of rows) {
-    try {
-      await inTransaction(deps.pool, (c) => new Step(c, wf).run());
-    } catch (e) {
-      if (sqlstate(e) === "BS001") continue; // lease lost: the new holder carries on
-      deps.log.warn(
-        {
-          event: "workflow.step_failed",
-          workflowId: wf.id,
-          workflowType: wf.workflow_type,
-          step: wf.current_step,
-          ...safeError(e),
-        },
-        "workflow step failed; scheduled for retry",
-      );
-      const r = await deps.pool
-        .query<{ state: string }>(
-          "select state from bitrix_sync.schedule_workflow_retry($1, $2, 'step_failed', make_interval(secs => $3))",
-          [wf.id, wf.lease_token, retryDelayMs(wf.attempt_count, s.retry) / 1000],
-        )
-        .catch(() => null);
-      if (r?.rows[0]?.state === "failed") {
-        deps.log.error(
-          { event: "workflow.dead_letter", workflowId: wf.id, code: "retry_horizon_exceeded" },
-          "workflow failed after the retry horizon",
-        );
-      }
-    }
-  }
-  return rows.length;
-}
-
-// ---- the pump --------------------------------------------------------------------------------
+import type { CommandRow } from "./types.js";
 
 /** Due commands waiting (including expired leases to recover), and how long the oldest has waited (ms). */
 async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number; adds: number }> {
@@ -159,7 +37,7 @@ export type PumpResult = { sent: number; waitMs: number };
  * sends one Bitrix24 batch and settles every command on its own. Returns commands sent, or how long
  * to wait before the next look when there was nothing to do.
  */
-export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<PumpResult> {
+export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promise<PumpResult> {
   const s = deps.settings();
   const b = await backlog(deps.pool);
   if (b.due === 0) return { sent: 0, waitMs: Number.POSITIVE_INFINITY };
@@ -250,7 +128,12 @@ export async function runPump(deps: EngineDeps, signal?: AbortSignal): Promise<P
   return { sent: sending.length, waitMs: 0 };
 }
 
-async function settleQuietly(deps: EngineDeps, row: CommandRow, how: "reject" | "dead_letter", code: string) {
+async function settleQuietly(
+  deps: ServiceContext,
+  row: CommandRow,
+  how: "reject" | "dead_letter",
+  code: string,
+) {
   const fn = how === "reject" ? "reject_command($1, $2, $3)" : "dead_letter_command($1, $2, $3)";
   await deps.pool.query(`select bitrix_sync.${fn}`, [row.id, row.lease_token, code]).catch((e) => {
     if (sqlstate(e) !== "BS001") throw e;
@@ -258,7 +141,7 @@ async function settleQuietly(deps: EngineDeps, row: CommandRow, how: "reject" | 
 }
 
 /** Settles one command from its outcome: exactly one SQL transition per classification kind (§9). */
-async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: CommandOutcome): Promise<void> {
+async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: CommandOutcome): Promise<void> {
   const s = deps.settings();
   const write = isWrite(row.command_type as CommandType);
   commandOutcomes.inc({
@@ -317,7 +200,7 @@ async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: Command
             },
             "command given up after the retry horizon",
           );
-          await alertFailed(deps, row, "retry_horizon_exceeded");
+          await alertCommandFailed(deps.pool, row, "retry_horizon_exceeded");
         }
         return;
       }
@@ -327,7 +210,7 @@ async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: Command
           row.lease_token,
           f.code,
         ]);
-        await alertFailed(deps, row, f.code);
+        await alertCommandFailed(deps.pool, row, f.code);
         return;
       case "permanent":
         await deps.pool.query("select bitrix_sync.dead_letter_command($1, $2, $3, $4, $5)", [
@@ -337,7 +220,7 @@ async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: Command
           f.httpStatus ?? null,
           f.bitrixError ?? null,
         ]);
-        await alertFailed(deps, row, f.code);
+        await alertCommandFailed(deps.pool, row, f.code);
         return;
       case "business":
         await deps.pool.query("select bitrix_sync.reject_command($1, $2, $3)", [
@@ -345,7 +228,7 @@ async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: Command
           row.lease_token,
           f.code,
         ]);
-        await alertFailed(deps, row, f.code);
+        await alertCommandFailed(deps.pool, row, f.code);
         return;
     }
   } catch (e) {
@@ -356,20 +239,4 @@ async function settle(deps: EngineDeps, row: CommandRow, h: Hydrated, o: Command
     );
     // Leave it in_flight: lease expiry turns a write into uncertain and a read into a retry.
   }
-}
-
-/**
- * An alert command that will not complete: the alert is marked failed (visible in status), or, when
- * its item was deleted in the CRM, remote_missing (§10.3). Contact commands are left to their workflow.
- */
-async function alertFailed(deps: EngineDeps, row: CommandRow, code: string): Promise<void> {
-  if (!row.alert_id) return;
-  if (code === "not_found" && row.command_type !== "alert.add") {
-    await deps.pool.query(
-      "select bitrix_sync.finish_business_alert($1, 'remote_missing') where exists (select 1 from bitrix_sync.business_alerts where id = $1 and status = 'open')",
-      [row.alert_id],
-    );
-    return;
-  }
-  await deps.pool.query("select bitrix_sync.mark_alert_mirror_failed($1)", [row.alert_id]);
 }

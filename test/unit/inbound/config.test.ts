@@ -1,6 +1,6 @@
 import test from "ava";
 import { loadConfig, SANDBOX_MEMBER_ID, SANDBOX_PORTAL_HOST } from "../../../src/config/env.js";
-import { receiverConfig } from "../../../src/receiver/config.js";
+import { receiverConfig } from "../../../src/inbound/config.js";
 
 const base = { SECRETS_SOURCE: "env" } as NodeJS.ProcessEnv;
 

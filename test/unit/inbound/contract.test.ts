@@ -5,9 +5,9 @@ import {
   type PortalIdentity,
   parseRobotEvent,
   rawQuery,
-} from "../../../src/receiver/contract.js";
-import { isFormContentType, peerAddress } from "../../../src/receiver/routes.js";
-import { secretMatcher } from "../../../src/receiver/token.js";
+} from "../../../src/inbound/contract.js";
+import { isFormContentType, peerAddress } from "../../../src/inbound/routes.js";
+import { secretMatcher } from "../../../src/inbound/token.js";
 
 const portal: PortalIdentity = { host: "portal.bitrix24.test", memberId: secretMatcher(["m-1"]) };
 const tokens = secretMatcher(["tok"]);

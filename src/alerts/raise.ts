@@ -1,8 +1,8 @@
-// Business alerts (§11) raised by the workflows and receivers. The fingerprint identifies the
+// Business alerts (§11) raised by the workflows and the CRM->App path. The fingerprint identifies the
 // conflict (type + stable IDs) so a repeat counts on the open alert instead of opening another.
 // Details are masked before they reach the database (§15).
-import type { Db } from "./app-data.js";
-import { stableHash } from "./hash.js";
+import type { Db } from "../app-data.js";
+import { stableHash } from "../hash.js";
 
 export const ALERT_TYPES = [
   "contact_bound_to_other_user",

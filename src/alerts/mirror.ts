@@ -1,7 +1,8 @@
 // Mirrors business alerts into the Bitrix24 smart process (§11): an alert whose row changed
 // (crm_sync_status = pending) gets an alert.add (no item yet) or alert.update command. Entity type,
 // category, stages, fields and responsible come from settings; until alerts.entity_type_id is set,
-// alerts stay pending in the database (visible in bitrix_sync.status_alerts).
+// alerts stay pending in the database (visible in bitrix_sync.status_alerts). The pump
+// (src/workflows/pump.ts) sends these commands with the workflows' and reports the ones that fail.
 import type pg from "pg";
 import type { AlertFieldValue } from "../crm/catalogue.js";
 import type { Settings } from "../settings-schema.js";
@@ -107,4 +108,24 @@ export async function runAlertSync(pool: pg.Pool, s: AlertSettings, limit = 20):
   } finally {
     c.release();
   }
+}
+
+/**
+ * An alert command that will not complete: the alert is marked failed (visible in status), or, when
+ * its item was deleted in the CRM, remote_missing (§10.3). Contact commands are left to their workflow.
+ */
+export async function alertCommandFailed(
+  pool: pg.Pool,
+  cmd: { alert_id: string | null; command_type: string },
+  code: string,
+): Promise<void> {
+  if (!cmd.alert_id) return;
+  if (code === "not_found" && cmd.command_type !== "alert.add") {
+    await pool.query(
+      "select bitrix_sync.finish_business_alert($1, 'remote_missing') where exists (select 1 from bitrix_sync.business_alerts where id = $1 and status = 'open')",
+      [cmd.alert_id],
+    );
+    return;
+  }
+  await pool.query("select bitrix_sync.mark_alert_mirror_failed($1)", [cmd.alert_id]);
 }

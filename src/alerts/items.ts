@@ -1,0 +1,65 @@
+// What a change of an alert's smart-process item means for the alert (§10.3): a terminal stage
+// closes it, a deleted item makes it remote_missing. Used by the alert webhooks and the alert
+// reconciliation.
+import type { ServiceContext } from "../context.js";
+import { executeBatch } from "../crm/batch.js";
+import type { AlertItem } from "../crm/catalogue.js";
+import type { AlertSettings } from "./mirror.js";
+
+/**
+ * Brings local alerts in line with their smart-process items (§10.3): a terminal stage closes the
+ * alert, a deleted item makes it remote_missing. Returns how many alerts changed.
+ */
+export async function refreshAlertItems(
+  deps: ServiceContext,
+  s: AlertSettings,
+  itemIds: number[],
+): Promise<number> {
+  if (s.entityTypeId === null || itemIds.length === 0) return 0;
+  const commands = [];
+  for (let i = 0; i < itemIds.length; i += 50) {
+    commands.push({
+      type: "alert.list" as const,
+      params: { entityTypeId: s.entityTypeId, ids: itemIds.slice(i, i + 50) },
+    });
+  }
+  const outcomes = await executeBatch(deps.crm, commands);
+  const items = new Map<number, AlertItem>();
+  for (const o of outcomes) {
+    if (!o.ok)
+      throw Object.assign(new Error("alert items could not be read"), {
+        code: o.failure.code,
+        kind: o.failure.kind,
+      });
+    for (const it of (o.result as { items: AlertItem[] }).items) items.set(it.id, it);
+  }
+  let changed = 0;
+  const { rows } = await deps.pool.query<{ id: string; item_id: string; status: string }>(
+    "select id, item_id, status from bitrix_sync.business_alerts where item_id = any($1) and status = 'open'",
+    [itemIds],
+  );
+  for (const a of rows) {
+    const it = items.get(Number(a.item_id));
+    if (!it) {
+      await deps.pool.query("select bitrix_sync.finish_business_alert($1, 'remote_missing')", [a.id]);
+      deps.log.error(
+        { event: "alert.remote_missing", alertId: a.id },
+        "the smart-process item of an open alert was deleted",
+      );
+      changed++;
+    } else if (
+      it.stageId &&
+      (it.stageId === s.stageResolved || it.stageId === s.stageClosedWithoutResolution)
+    ) {
+      await deps.pool.query("select bitrix_sync.finish_business_alert($1, $2, $3)", [
+        a.id,
+        it.stageId === s.stageResolved ? "resolved" : "closed",
+        it.stageId,
+      ]);
+      changed++;
+    } else {
+      await deps.pool.query("select bitrix_sync.record_alert_item($1, $2, $3)", [a.id, it.id, it.stageId]);
+    }
+  }
+  return changed;
+}

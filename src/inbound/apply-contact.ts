@@ -1,0 +1,77 @@
+// Applying a Contact read by ID to the App (§5.5 steps 5–7), shared by the Contact webhooks and the
+// incremental reconciliation. The CRM source timestamp decides: a late or out-of-order event changes
+// nothing.
+import type pg from "pg";
+import { raiseAlert } from "../alerts/raise.js";
+import { type ApplySource, applyCrmMaster, markSnapshotStale } from "../app-data.js";
+import type { ServiceContext } from "../context.js";
+import type { ContactRecord } from "../crm/contact-fields.js";
+
+/** What happened to one Contact read by ID. Low-cardinality: used as outcome codes and labels. */
+export type ContactOutcome =
+  | "applied"
+  | "stale"
+  | "unknown_mapping"
+  | "user_id_mismatch"
+  | "registration_inactive"
+  | "contact_not_found"
+  | "unknown_citizenship";
+
+export interface MappedContact {
+  contactId: number;
+  userId: string;
+  mappingId: string;
+}
+
+/** Active mappings of these Contact IDs. */
+export async function activeMappings(
+  db: pg.Pool | pg.PoolClient,
+  contactIds: number[],
+): Promise<Map<number, MappedContact>> {
+  const { rows } = await db.query<{ id: string; entity_id: string; external_id: string }>(
+    "select id, entity_id, external_id from bitrix_sync.entity_external_mapping where status = 'active' and external_id = any($1)",
+    [contactIds.map(String)],
+  );
+  return new Map(
+    rows.map((r) => [
+      Number(r.external_id),
+      { contactId: Number(r.external_id), userId: r.entity_id, mappingId: r.id },
+    ]),
+  );
+}
+
+/**
+ * Applies one Contact (or its absence) to the App in `c`: the checks of §5.5 steps 5–7. Returns the
+ * outcome and whether the App changed with a CRM timestamp newer than the snapshot had.
+ */
+export async function applyContact(
+  c: pg.PoolClient,
+  deps: Pick<ServiceContext, "dictionary">,
+  m: MappedContact,
+  contact: ContactRecord | undefined,
+  source: Exclude<ApplySource, "app_create">,
+  webhookReceivedAt: Date | null = null,
+): Promise<ContactOutcome> {
+  if (!contact) {
+    // Mapping broken, App data kept but marked stale, alert (§5.5).
+    await c.query("select bitrix_sync.close_mapping($1, 'contact_not_found', null, true)", [m.mappingId]);
+    await markSnapshotStale(c, String(m.contactId), m.userId, "contact_not_found");
+    await raiseAlert(c, { type: "contact_not_found", userId: m.userId, currentContactId: m.contactId });
+    return "contact_not_found";
+  }
+  if (contact.userId !== m.userId) {
+    await raiseAlert(c, { type: "user_id_mismatch", userId: m.userId, currentContactId: m.contactId });
+    return "user_id_mismatch";
+  }
+  if (contact.registered === false) return "registration_inactive";
+  const r = await applyCrmMaster(c, m.userId, contact, source, deps.dictionary, { webhookReceivedAt });
+  if (r.applied) return "applied";
+  if (r.stale) return "stale";
+  await raiseAlert(c, {
+    type: "unknown_citizenship",
+    userId: m.userId,
+    currentContactId: m.contactId,
+    details: { enum_id: r.enumId },
+  });
+  return "unknown_citizenship";
+}

@@ -1,0 +1,85 @@
+// The rules every workflow's step follows (§7.1, DESIGN.md "converge to the newest intent"), as
+// pure functions so they are unit-tested without a database: when a newer intent restarts the pass,
+// and which failed commands are business problems for a person rather than technical failures.
+
+/** Steps whose pending outcome is a read: a newer intent may restart the pass there. */
+export const READ_STEPS: ReadonlySet<string> = new Set([
+  "start",
+  "manual",
+  "read_mapped",
+  "find_by_phone",
+  "read_candidates",
+  "read_for_update",
+  "final_read",
+  "rebind_read",
+]);
+
+/** Where a pass stands against the workflow's newest intent. */
+export interface PassState {
+  /** The revision the current pass works towards (step_data.pass), if a pass has started. */
+  pass: number | undefined;
+  /** The workflow's newest revision. */
+  revision: number;
+  /** A write of this workflow is uncertain or being reconciled: its outcome is not known yet. */
+  unresolvedWrite: boolean;
+}
+
+/** A newer intent joined after the current pass started. */
+export function behindNewestIntent(p: Pick<PassState, "pass" | "revision">): boolean {
+  return (p.pass ?? 0) < p.revision;
+}
+
+/**
+ * At the start of a step: the pass starts again for the newest intent, between read steps only and
+ * never while a write is unresolved (its outcome must be known first).
+ */
+export function restartsBeforeStep(p: PassState & { step: string }): boolean {
+  return behindNewestIntent(p) && !p.unresolvedWrite && READ_STEPS.has(p.step);
+}
+
+/**
+ * When the pass would finish (succeed or fail): a newer intent that joined while it ran gets a pass
+ * of its own instead, or that intent would be lost. Nothing may be left unresolved.
+ */
+export function restartsInsteadOfFinishing(p: PassState): boolean {
+  return behindNewestIntent(p) && !p.unresolvedWrite;
+}
+
+/** Codes of command failures that are business problems, not technical ones (§9). */
+const BUSINESS_CODES: ReadonlySet<string> = new Set([
+  "invalid_phone",
+  "unknown_citizenship",
+  "user_not_eligible",
+]);
+
+/** Codes meaning the Contact (or item) does not exist (legacy replies carry an empty error code). */
+const NOT_FOUND_CODES: ReadonlySet<string> = new Set(["not_found"]);
+
+/** The last command's outcome as a step sees it. */
+export interface LastOutcome {
+  status: string;
+  last_error_code: string | null;
+}
+
+/** The command failed because its Contact does not exist. */
+export function isNotFound(last: Pick<LastOutcome, "last_error_code">): boolean {
+  return NOT_FOUND_CODES.has(last.last_error_code ?? "");
+}
+
+export type BusinessStop =
+  /** The user is no longer eligible: the workflow has nothing to do (outcome not_eligible). */
+  | { kind: "not_eligible" }
+  /** A person must fix the App's data: an alert of this type, then waiting_manual with the code. */
+  | {
+      kind: "manual";
+      code: "invalid_phone" | "unknown_citizenship";
+      alert: "invalid_phone" | "unknown_citizenship";
+    };
+
+/** A command dead-lettered for a business reason stops the pass, whatever step was waiting for it. */
+export function businessStop(last: LastOutcome): BusinessStop | null {
+  if (last.status !== "dead_letter" || !BUSINESS_CODES.has(last.last_error_code ?? "")) return null;
+  if (last.last_error_code === "user_not_eligible") return { kind: "not_eligible" };
+  const code = last.last_error_code === "invalid_phone" ? "invalid_phone" : "unknown_citizenship";
+  return { kind: "manual", code, alert: code };
+}

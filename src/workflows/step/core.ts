@@ -1,0 +1,288 @@
+// One step of a workflow (§5.1–§5.4, §7.1). The caller holds the workflow's lease and runs this in
+// one transaction: it reads the outcome of the workflow's last command, does the local part of the
+// scenario (mapping, snapshot, alerts) and either issues the next command (running -> waiting_crm)
+// or finishes the workflow. Every decision is persisted before anything else happens.
+//
+// This file is what all four workflows share: the persisted transitions, the common reads and the
+// convergence rule. What each workflow does is in its own module (./map-or-create.ts, ./update.ts,
+// ./deactivate.ts, ./rebind.ts); ./dispatch.ts joins them into one table by step name.
+import type pg from "pg";
+import { type AlertInput, raiseAlert } from "../../alerts/raise.js";
+import { type AppUser, loadAppUser, markSnapshotStale } from "../../app-data.js";
+import type { Candidate, Holdings } from "../decide/candidates.js";
+import {
+  behindNewestIntent,
+  businessStop,
+  isNotFound,
+  restartsBeforeStep,
+  restartsInsteadOfFinishing,
+} from "../decide/pass.js";
+import type { CommandRow, StepData, WorkflowRow, WorkflowType } from "../types.js";
+
+/** What a workflow does with the outcome of its last command at one step. */
+export type AfterStep = (s: Step, last: CommandRow) => Promise<void>;
+
+/** The first step of a pass of one workflow type. */
+export type StartStep = (s: Step, user: AppUser | null) => Promise<void>;
+
+/** The workflows the core dispatches to (./dispatch.ts). */
+export interface StepTable {
+  /** By the intent the pass executes (step_data.as). */
+  start: Readonly<Record<WorkflowType, StartStep>>;
+  /** By step name. The names are persisted in workflow_instances.current_step: never rename one. */
+  after: Readonly<Record<string, AfterStep>>;
+}
+
+export class Step {
+  /** The pass's safe state (IDs, flags, counts), saved with every transition. */
+  sd: StepData;
+  private done = false;
+
+  constructor(
+    readonly tx: pg.PoolClient,
+    readonly wf: WorkflowRow,
+    private readonly table: StepTable,
+  ) {
+    this.sd = { ...wf.step_data };
+  }
+
+  // ---- persisted transitions ---------------------------------------------------------------
+
+  /** Issues the next command and waits for it at `step` (running -> waiting_crm). */
+  async issue(type: string, params: Record<string, unknown>, step: string): Promise<void> {
+    await this.saveStepData();
+    await this.tx.query("select bitrix_sync.issue_command($1, $2, $3, $4, $5)", [
+      this.wf.id,
+      this.wf.lease_token,
+      type,
+      JSON.stringify(params),
+      step,
+    ]);
+    this.done = true;
+  }
+
+  async event(event: string, changes: Record<string, unknown> = {}): Promise<void> {
+    await this.tx.query("select bitrix_sync.fire_workflow_event($1, $2, $3, $4)", [
+      this.wf.id,
+      this.wf.lease_token,
+      event,
+      JSON.stringify({ step_data: this.sd, ...changes }),
+    ]);
+    this.done = true;
+  }
+
+  private async saveStepData(step?: string): Promise<void> {
+    await this.tx.query("select bitrix_sync.save_workflow_step($1, $2, $3, $4)", [
+      this.wf.id,
+      this.wf.lease_token,
+      JSON.stringify(this.sd),
+      step ?? null,
+    ]);
+  }
+
+  async succeed(outcome: string): Promise<void> {
+    if (await this.newerIntent()) return await this.restartPass();
+    await this.event("succeed", { outcome, processed_revision: this.sd.pass ?? this.wf.revision });
+  }
+
+  /**
+   * A newer intent joined while this pass ran a write (a restart happens only between reads): the
+   * pass must not finish the workflow, or that intent would be lost. Nothing may be left unresolved.
+   */
+  private async newerIntent(): Promise<boolean> {
+    if (!behindNewestIntent({ pass: this.sd.pass, revision: this.wf.revision })) return false;
+    return restartsInsteadOfFinishing({
+      pass: this.sd.pass,
+      revision: this.wf.revision,
+      unresolvedWrite: await this.hasUnresolvedWrite(),
+    });
+  }
+
+  private async hasUnresolvedWrite(): Promise<boolean> {
+    const { rows } = await this.tx.query(
+      "select 1 from bitrix_sync.crm_commands where workflow_id = $1 and status in ('uncertain', 'reconcile') limit 1",
+      [this.wf.id],
+    );
+    return rows.length > 0;
+  }
+
+  private async restartPass(): Promise<void> {
+    this.sd = { pass: this.wf.revision, as: this.wf.intent_type };
+    this.wf.current_step = "start";
+    await this.saveStepData("start");
+    return await this.start();
+  }
+
+  async manual(code: string): Promise<void> {
+    await this.event("need_manual", { last_error_code: code, current_step: "manual" });
+  }
+
+  async fail(code: string): Promise<void> {
+    // A newer intent gets its own pass; a failure that repeats then fails that pass too.
+    if (await this.newerIntent()) return await this.restartPass();
+    await this.event("fail", { last_error_code: code, outcome: "failed" });
+  }
+
+  /** Fails with the last command's error code. */
+  async failWith(last: CommandRow, fallback = "command_failed"): Promise<void> {
+    return await this.fail(last.last_error_code ?? fallback);
+  }
+
+  alert(a: Omit<AlertInput, "correlationId">): Promise<number> {
+    return raiseAlert(this.tx, { correlationId: this.wf.correlation_id, ...a });
+  }
+
+  // ---- reads -------------------------------------------------------------------------------
+
+  private async lastCommand(): Promise<CommandRow | null> {
+    const { rows } = await this.tx.query<CommandRow>(
+      // The most recently changed command: after a recovery search, the re-sent create is newer than the search.
+      "select * from bitrix_sync.crm_commands where workflow_id = $1 and alert_id is null order by updated_at desc, id desc limit 1",
+      [this.wf.id],
+    );
+    return rows[0] ?? null;
+  }
+
+  async activeMapping(): Promise<{ id: string; external_id: string } | null> {
+    const { rows } = await this.tx.query<{ id: string; external_id: string }>(
+      "select id, external_id from bitrix_sync.active_mapping_for_user($1) where id is not null",
+      [this.wf.user_id],
+    );
+    return rows[0] ?? null;
+  }
+
+  async openMapping(contactId: number): Promise<void> {
+    const current = await this.activeMapping();
+    if (current?.external_id === String(contactId)) return;
+    if (current) {
+      await this.tx.query("select bitrix_sync.close_mapping($1, 'relinked', $2)", [current.id, this.wf.id]);
+    }
+    await this.tx.query("select bitrix_sync.open_mapping($1, $2, $3)", [
+      this.wf.user_id,
+      String(contactId),
+      this.wf.id,
+    ]);
+  }
+
+  async breakMapping(mappingId: string, contactId: string): Promise<void> {
+    await this.tx.query("select bitrix_sync.close_mapping($1, 'contact_not_found', $2, true)", [
+      mappingId,
+      this.wf.id,
+    ]);
+    await markSnapshotStale(this.tx, contactId, this.wf.user_id, "contact_not_found");
+    await this.alert({ type: "contact_not_found", userId: this.wf.user_id, currentContactId: contactId });
+  }
+
+  /** The active mapping, if any, is broken: its Contact no longer exists. */
+  async breakActiveMapping(): Promise<void> {
+    const mapping = await this.activeMapping();
+    if (mapping) await this.breakMapping(mapping.id, mapping.external_id);
+  }
+
+  /** Who holds each candidate: active mappings, and which of the users involved are active. */
+  async holdings(candidates: Candidate[]): Promise<Holdings> {
+    const ids = candidates.map((c) => String(c.id));
+    const { rows: maps } = await this.tx.query<{ external_id: string; entity_id: string }>(
+      "select external_id, entity_id from bitrix_sync.entity_external_mapping where status = 'active' and external_id = any($1)",
+      [ids],
+    );
+    const mappedTo = new Map(maps.map((m) => [Number(m.external_id), m.entity_id]));
+    const users = [...new Set([...maps.map((m) => m.entity_id), ...candidates.map((c) => c.userId)])].filter(
+      (u): u is string => typeof u === "string" && /^[0-9a-f-]{36}$/i.test(u),
+    );
+    const { rows: active } = await this.tx.query<{ id: string }>(
+      "select id::text from han_app.user_identity where id = any($1::uuid[]) and record_status = 'active'",
+      [users],
+    );
+    return { mappedTo, activeUsers: new Set(active.map((r) => r.id)) };
+  }
+
+  response(last: CommandRow): Record<string, unknown> {
+    return last.response ?? {};
+  }
+
+  // ---- the step ----------------------------------------------------------------------------
+
+  /** Runs until a command is issued or the workflow leaves `running`. */
+  async run(): Promise<void> {
+    // Converge to the newest intent (DESIGN.md): between read steps, never while a write is unresolved.
+    if (
+      restartsBeforeStep({
+        step: this.wf.current_step,
+        pass: this.sd.pass,
+        revision: this.wf.revision,
+        unresolvedWrite: await this.hasUnresolvedWrite(),
+      })
+    ) {
+      this.sd = { pass: this.wf.revision, as: this.wf.intent_type };
+      await this.saveStepData("start");
+      this.wf.current_step = "start";
+    }
+    const last = this.wf.current_step === "start" ? null : await this.lastCommand();
+    for (let guard = 0; guard < 8 && !this.done; guard++) {
+      await this.dispatch(last);
+    }
+    if (!this.done) throw new Error("workflow step did not reach a persisted transition");
+  }
+
+  /** The intent the current pass executes. */
+  as(): WorkflowType {
+    return this.sd.as ?? this.wf.intent_type;
+  }
+
+  private async dispatch(last: CommandRow | null): Promise<void> {
+    const step = this.wf.current_step;
+    if (step === "start") return await this.start();
+    if (!last) return await this.fail("command_missing");
+    const stop = businessStop(last);
+    if (stop?.kind === "not_eligible") return await this.succeed("not_eligible");
+    if (stop?.kind === "manual") {
+      await this.alert({
+        type: stop.alert,
+        userId: this.wf.user_id,
+        currentContactId: this.sd.contact ?? null,
+      });
+      return await this.manual(stop.code);
+    }
+    const after = Object.hasOwn(this.table.after, step) ? this.table.after[step] : undefined;
+    if (!after) return await this.fail("unknown_step");
+    return await after(this, last);
+  }
+
+  /** Outcome of a write whose success continues with `next`; uncertain is resolved by retrying it. */
+  async afterWrite(last: CommandRow, next: () => Promise<void>): Promise<void> {
+    if (last.status === "succeeded") return await next();
+    if (last.status === "uncertain") {
+      // Setting a flag or a user_id is idempotent: sending it again cannot duplicate anything.
+      await this.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [
+        last.id,
+        this.wf.lease_token,
+      ]);
+      await this.tx.query(
+        "select bitrix_sync.resolve_command_reconcile($1, $2, 'retry', null, 'idempotent_resend')",
+        [last.id, this.wf.lease_token],
+      );
+      return await this.event("await_crm", { current_step: this.wf.current_step });
+    }
+    if (isNotFound(last)) {
+      // The Contact vanished between read and write: start the pass again from the top.
+      this.sd = { pass: this.sd.pass, as: this.as() };
+      this.wf.current_step = "start";
+      await this.saveStepData("start");
+      return await this.start();
+    }
+    return await this.failWith(last);
+  }
+
+  /** The first step of a pass: dispatched by the intent the pass executes. */
+  async start(): Promise<void> {
+    if (this.sd.pass === undefined) this.sd = { pass: this.wf.revision, as: this.wf.intent_type };
+    const user = await loadAppUser(this.tx, this.wf.user_id);
+    const as = this.as();
+    // An intent type this code does not know runs as map_or_create, the default workflow.
+    const start = Object.hasOwn(this.table.start, as)
+      ? this.table.start[as]
+      : this.table.start["contact.map_or_create"];
+    return await start(this, user);
+  }
+}

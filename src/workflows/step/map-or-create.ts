@@ -1,0 +1,183 @@
+// contact.map_or_create (§5.1): link the user to their Contact, found through the active mapping or
+// by phone (branches B0–B2.2, ../decide/candidates.ts), or create one. The recovery of an uncertain
+// create is in ./create-recovery.ts. Step names and outcome codes are persisted: keep them.
+import { type AppUser, hasValidPhone, isEligible, snapshotCreated } from "../../app-data.js";
+import { decide } from "../decide/candidates.js";
+import {
+  afterFinalRead,
+  afterPhoneSearch,
+  afterReadMapped,
+  candidatesOf,
+  foundIds,
+} from "../decide/map-or-create.js";
+import type { CommandRow } from "../types.js";
+import type { AfterStep, Step } from "./core.js";
+
+export async function startMapOrCreate(s: Step, user: AppUser | null): Promise<void> {
+  if (!isEligible(user)) return await s.succeed("not_eligible");
+  if (!hasValidPhone(user)) {
+    await s.alert({ type: "invalid_phone", userId: user.id });
+    return await s.manual("invalid_phone");
+  }
+  const mapping = await s.activeMapping();
+  if (mapping) {
+    s.sd.contact = Number(mapping.external_id);
+    return await s.issue("contact.read", { ids: [s.sd.contact], purpose: "apply" }, "read_mapped");
+  }
+  return await s.issue("contact.find_by_phone", {}, "find_by_phone");
+}
+
+/** The read that applies the chosen Contact's CRM-master fields to the App, and checks it once more. */
+export async function finalRead(s: Step): Promise<void> {
+  return await s.issue("contact.read", { ids: [s.sd.contact], purpose: "apply" }, "final_read");
+}
+
+/** Sets user_id and the registration flag on a Contact that is (or becomes) this user's. */
+function claimCommand(s: Step, contactId: number, step: "restore_flag" | "claim_contact"): Promise<void> {
+  return s.issue("contact.update", { contact_id: contactId, set_user: "self", registered: true }, step);
+}
+
+async function userIdMismatch(s: Step): Promise<void> {
+  await s.alert({ type: "user_id_mismatch", userId: s.wf.user_id, currentContactId: s.sd.contact ?? null });
+  return await s.succeed("user_id_mismatch");
+}
+
+async function readMapped(s: Step, last: CommandRow): Promise<void> {
+  if (last.status !== "succeeded") return await s.failWith(last);
+  const d = afterReadMapped(s.response(last));
+  switch (d.kind) {
+    case "search_again":
+      await s.breakActiveMapping();
+      delete s.sd.contact;
+      return await s.issue("contact.find_by_phone", {}, "find_by_phone");
+    case "user_id_mismatch":
+      return await userIdMismatch(s);
+    case "restore_flag":
+      return await claimCommand(s, s.sd.contact as number, "restore_flag");
+    case "succeed":
+      return await s.succeed(d.outcome);
+  }
+}
+
+async function findByPhone(s: Step, last: CommandRow): Promise<void> {
+  if (last.status !== "succeeded") return await s.failWith(last);
+  const d = afterPhoneSearch(foundIds(s.response(last)));
+  switch (d.kind) {
+    case "create":
+      s.sd.branch = "B0";
+      return await s.issue("contact.add", {}, "create_contact");
+    case "too_many":
+      await s.alert({ type: "too_many_candidates", userId: s.wf.user_id, candidates: d.ids });
+      return await s.manual("too_many_candidates");
+    case "read":
+      return await s.issue("contact.read", { ids: d.ids, purpose: "candidates" }, "read_candidates");
+  }
+}
+
+async function readCandidates(s: Step, last: CommandRow): Promise<void> {
+  if (last.status !== "succeeded") return await s.failWith(last);
+  const candidates = candidatesOf(s.response(last));
+  const d = decide(s.wf.user_id, candidates, await s.holdings(candidates));
+  s.sd.branch = d.kind === "restore" ? "restore" : d.branch;
+  switch (d.kind) {
+    case "restore":
+      s.sd.contact = d.contactId;
+      await s.openMapping(d.contactId);
+      if (d.fixFlag) return await claimCommand(s, d.contactId, "restore_flag");
+      return await finalRead(s);
+    case "take":
+      s.sd.contact = d.contactId;
+      s.sd.previous_user = d.previousUserId;
+      s.sd.others = d.others;
+      return await claimCommand(s, d.contactId, "claim_contact");
+    case "create":
+      if (d.branch !== "B0") {
+        await s.alert({
+          type: "contact_bound_to_other_user",
+          userId: s.wf.user_id,
+          selectedContactId: d.conflictContactId,
+          candidates: d.candidates,
+          details: { branch: d.branch, candidate_count: d.candidates.length },
+        });
+      }
+      return await s.issue("contact.add", {}, "create_contact");
+  }
+}
+
+async function claimContact(s: Step, last: CommandRow): Promise<void> {
+  return await s.afterWrite(last, async () => {
+    const contactId = s.sd.contact as number;
+    if (s.sd.previous_user) {
+      // Takeover of a Contact of an inactive/deleted user: close that link, keep it as history.
+      const { rows } = await s.tx.query<{ id: string }>(
+        "select id from bitrix_sync.active_mapping_for_contact($1) where id is not null",
+        [String(contactId)],
+      );
+      if (rows[0])
+        await s.tx.query("select bitrix_sync.close_mapping($1, 'taken_over', $2)", [rows[0].id, s.wf.id]);
+    }
+    await s.openMapping(contactId);
+    const others = (s.sd.others as number[] | undefined) ?? [];
+    if (s.sd.branch === "B2.1" && others.length > 0) {
+      await s.alert({
+        type: "duplicate_contacts",
+        userId: s.wf.user_id,
+        selectedContactId: contactId,
+        candidates: [contactId, ...others],
+        details: { candidate_count: others.length + 1 },
+      });
+    }
+    return await finalRead(s);
+  });
+}
+
+async function createContact(s: Step, last: CommandRow): Promise<void> {
+  if (last.status === "succeeded") {
+    const r = s.response(last);
+    const contactId = Number(r.contact_id);
+    if (!Number.isSafeInteger(contactId) || contactId <= 0) return await s.fail("malformed_result");
+    const w = (r.written as Record<string, string | null> | undefined) ?? {};
+    await s.openMapping(contactId);
+    await snapshotCreated(s.tx, String(contactId), s.wf.user_id, {
+      nameHash: w.name_hash ?? null,
+      emailHash: w.email_hash ?? null,
+      phoneHash: w.phone_hash ?? null,
+      citizenshipEnumId: w.citizenship_enum_id ?? null,
+    });
+    s.sd.contact = contactId;
+    return await s.succeed("created");
+  }
+  if (last.status === "uncertain") {
+    // The create may have landed: search by phone (first for this user_id), never create blindly
+    // (./create-recovery.ts).
+    await s.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [last.id, s.wf.lease_token]);
+    s.sd.recovering = last.id;
+    return await s.issue("contact.find_by_phone", {}, "recover_find");
+  }
+  return await s.failWith(last);
+}
+
+async function finalReadDone(s: Step, last: CommandRow): Promise<void> {
+  if (last.status !== "succeeded") return await s.failWith(last);
+  const d = afterFinalRead(s.response(last), s.sd.branch);
+  switch (d.kind) {
+    case "contact_missing":
+      await s.breakActiveMapping();
+      return await s.succeed("contact_missing");
+    case "user_id_mismatch":
+      return await userIdMismatch(s);
+    case "succeed":
+      return await s.succeed(d.outcome);
+  }
+}
+
+/** The steps of contact.map_or_create, by the name persisted in current_step. */
+export const mapOrCreateSteps: Readonly<Record<string, AfterStep>> = {
+  read_mapped: readMapped,
+  find_by_phone: findByPhone,
+  read_candidates: readCandidates,
+  claim_contact: claimContact,
+  restore_flag: (s, last) => s.afterWrite(last, () => finalRead(s)),
+  create_contact: createContact,
+  final_read: finalReadDone,
+};

@@ -1,0 +1,77 @@
+// contact.update (§5.2): read the linked Contact's phones, then write the App's phone (by the phone
+// rule, ../decide/update.ts) and the registration flag if they differ. Without a link it runs as
+// map_or_create. Step names and outcome codes are persisted: keep them.
+import { type AppUser, hasValidPhone, isEligible, loadAppUser, loadSnapshot } from "../../app-data.js";
+import { sha256 } from "../../hash.js";
+import { isNotFound } from "../decide/pass.js";
+import { checkUpdateRead, planContactUpdate } from "../decide/update.js";
+import type { CommandRow } from "../types.js";
+import type { AfterStep, Step } from "./core.js";
+import { startMapOrCreate } from "./map-or-create.js";
+
+/** Reads the linked Contact's phones and flag (the projection holds phone hashes, not numbers). */
+function readForUpdate(s: Step): Promise<void> {
+  return s.issue("contact.read", { ids: [s.sd.contact], purpose: "phones" }, "read_for_update");
+}
+
+export async function startUpdate(s: Step, user: AppUser | null): Promise<void> {
+  if (!isEligible(user)) return await s.succeed("not_eligible");
+  const mapping = await s.activeMapping();
+  if (!mapping) {
+    // No link yet: this becomes a map_or_create (§5.2), which does its own phone search.
+    s.sd.as = "contact.map_or_create";
+    return await startMapOrCreate(s, user);
+  }
+  if (!hasValidPhone(user)) {
+    await s.alert({ type: "invalid_phone", userId: user.id, currentContactId: mapping.external_id });
+    return await s.manual("invalid_phone");
+  }
+  s.sd.contact = Number(mapping.external_id);
+  return await readForUpdate(s);
+}
+
+async function afterReadForUpdate(s: Step, last: CommandRow): Promise<void> {
+  if (last.status !== "succeeded") return await s.failWith(last);
+  const check = checkUpdateRead(s.wf.user_id, s.response(last));
+  if (check.kind === "contact_missing") {
+    await s.breakActiveMapping();
+    return await s.succeed("contact_missing");
+  }
+  if (check.kind === "user_id_mismatch") {
+    await s.alert({ type: "user_id_mismatch", userId: s.wf.user_id, currentContactId: check.contactId });
+    return await s.succeed("user_id_mismatch");
+  }
+  const c = check.contact;
+  const user = await loadAppUser(s.tx, s.wf.user_id);
+  const desired = user && hasValidPhone(user) ? sha256(user.phone) : null;
+  // The phone became invalid (or the user vanished) since the pass started: the start step decides again.
+  if (desired === null) return await s.start();
+  const snap = await loadSnapshot(s.tx, String(c.id));
+  const plan = planContactUpdate(c, desired, snap?.phoneHash);
+  if (plan.kind === "succeed") return await s.succeed(plan.outcome);
+  return await s.issue("contact.update", plan.params, "update_contact");
+}
+
+async function afterUpdate(s: Step, last: CommandRow): Promise<void> {
+  if (last.status === "succeeded") return await s.succeed("updated");
+  if (last.status === "uncertain") {
+    // An append may have landed: read again and plan from what the Contact holds now.
+    await s.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [last.id, s.wf.lease_token]);
+    await s.tx.query(
+      "select bitrix_sync.resolve_command_reconcile($1, $2, 'dead_letter', null, 'superseded_by_reread')",
+      [last.id, s.wf.lease_token],
+    );
+    return await readForUpdate(s);
+  }
+  if (isNotFound(last)) {
+    await s.breakActiveMapping();
+    return await s.succeed("contact_missing");
+  }
+  return await s.failWith(last);
+}
+
+/** The steps of contact.update, by the name persisted in current_step. */
+export const updateSteps: Readonly<Record<string, AfterStep>> = {
+  read_for_update: afterReadForUpdate,
+  update_contact: afterUpdate,
+};

@@ -1,0 +1,40 @@
+import test from "ava";
+import { READ_STEPS } from "../../../src/workflows/decide/pass.js";
+import { STEP_TABLE } from "../../../src/workflows/step/dispatch.js";
+
+// Step names are persisted in workflow_instances.current_step: a rename strands running workflows.
+test("every persisted step name has exactly one handler", (t) => {
+  t.deepEqual(Object.keys(STEP_TABLE.after).sort(), [
+    "claim_contact",
+    "create_contact",
+    "deactivate_contact",
+    "final_read",
+    "find_by_phone",
+    "read_candidates",
+    "read_for_update",
+    "read_mapped",
+    "rebind_clear_previous",
+    "rebind_read",
+    "rebind_target",
+    "recover_find",
+    "recover_read",
+    "restore_flag",
+    "update_contact",
+  ]);
+});
+
+test("every workflow type has a first step", (t) => {
+  t.deepEqual(Object.keys(STEP_TABLE.start).sort(), [
+    "contact.deactivate",
+    "contact.map_or_create",
+    "contact.rebind",
+    "contact.update",
+  ]);
+});
+
+test("every read step but start and manual has a handler", (t) => {
+  for (const step of READ_STEPS) {
+    if (step === "start" || step === "manual") continue;
+    t.true(Object.hasOwn(STEP_TABLE.after, step), step);
+  }
+});
