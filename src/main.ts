@@ -10,10 +10,29 @@ import { migrateDatabase, projectRoot } from "./db/migrate.js";
 import { redactUrl } from "./db/url.js";
 import { startCrmEndpoint } from "./emulator/sandbox.js";
 import { createApp } from "./http/app.js";
-import { createLogger } from "./observability/logger.js";
+import { createLogger, type Logger } from "./observability/logger.js";
 import { receiverConfig } from "./receiver/config.js";
 import { buildRuntime, registerRuntime } from "./runtime.js";
 import { startRunner } from "./worker/runner.js";
+
+/**
+ * Sandbox mode has no stub era to leave behind, so it performs the cutover (§17) itself: until it
+ * runs, the claim functions return nothing. Idempotent; a real portal needs an operator's cutover.
+ */
+async function performSandboxCutover(pool: pg.Pool, log: Logger): Promise<void> {
+  try {
+    const { rows } = await pool.query<{ already_done: boolean }>(
+      "select already_done from bitrix_sync.perform_cutover('sandbox')",
+    );
+    if (!rows[0]?.already_done) log.info({ event: "sandbox.cutover" }, "sandbox: cutover performed");
+  } catch (e) {
+    // A role without the admin's EXECUTE: nothing is processed; readiness says cutover_not_performed.
+    log.error(
+      { event: "sandbox.cutover_failed", sqlstate: (e as { code?: string }).code },
+      "sandbox: could not perform the cutover; nothing will be processed",
+    );
+  }
+}
 
 async function main(): Promise<void> {
   let config: ReturnType<typeof loadConfig>;
@@ -62,6 +81,7 @@ async function main(): Promise<void> {
       "SANDBOX MODE: no BITRIX_SYNC_CRM_REST_WEBHOOK_URL configured; CRM calls go to the built-in Bitrix24 emulator on loopback, never to a real portal",
     );
   }
+  if (config.sandbox && config.processing) await performSandboxCutover(pool, log);
   const crmEndpoint = await startCrmEndpoint({ config, log });
   stops.push(() => crmEndpoint.close());
 
