@@ -363,3 +363,32 @@ test("bitrix_sync_admin reads settings, rebind requests, the cutover and the cat
   );
   t.is(rows[0]?.n, 0);
 });
+
+test("bitrix_sync_user runs the alert path and the dead-letter path with its column grants", async (t) => {
+  const u = await makeUser(db.pool);
+  await asRole("bitrix_sync_user", async (c) => {
+    const { rows: a } = await c.query<{ id: string }>(
+      "select id from bitrix_sync.raise_business_alert('duplicate_contacts', 'low', repeat('f', 64), $1, '1', null, '[\"2\"]', '{}', null)",
+      [u.id],
+    );
+    const id = a[0]?.id;
+    // What runAlertSync does: lock pending alerts, issue the command, mark the alert mirrored.
+    await c.query(
+      "select a.id from bitrix_sync.business_alerts a where a.crm_sync_status = 'pending' for update of a skip locked",
+    );
+    await c.query("select bitrix_sync.issue_alert_command($1, 'alert.add', '{}')", [id]);
+    await c.query("select bitrix_sync.mark_alert_mirrored($1)", [id]);
+    await c.query("select bitrix_sync.record_alert_item($1, 77, 'DT1036_1:NEW')", [id]);
+    await c.query("select bitrix_sync.finish_business_alert($1, 'resolved')", [id]);
+    // A queue intent that dead-letters writes its technical DLQ row.
+    const { rows: q } = await c.query<{ id: string; lease_token: string }>(
+      "select id, lease_token from bitrix_sync.claim_sync_tasks('w', 100) where entity_id = $1",
+      [u.id],
+    );
+    const { rows: d } = await c.query<{ status: string }>(
+      "select status from bitrix_sync.dead_letter_sync_task($1, $2, 'test_failure')",
+      [q[0]?.id, q[0]?.lease_token],
+    );
+    t.is(d[0]?.status, "dead_letter");
+  });
+});
