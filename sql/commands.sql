@@ -76,6 +76,10 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the batch.size and lease.ttl_sec settings.';
   end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
+  end if;
 
   -- A holder that died with a request out: a write may have landed (uncertain), a read is retried.
   for v_row in
@@ -128,7 +132,7 @@ begin
   returning c.*;
 end $$;
 comment on function bitrix_sync.claim_commands(text, integer, interval) is
-  'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait.';
+  'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover().';
 
 -- The horizon used to be passed in by the pump; it is read from the settings here now.
 drop function if exists bitrix_sync.send_commands(bigint[], uuid[], uuid, interval);

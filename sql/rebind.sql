@@ -1,6 +1,8 @@
 -- Audited rebind request (§5.4): an admin asks to move a user's link to another Contact. The
 -- procedure records the request and starts a contact.rebind workflow; the mapping itself changes
--- only when the workflow has updated both Contacts.
+-- only when the workflow has updated both Contacts. The runtime role only reads rebind requests:
+-- the functions a rebind workflow calls under its lease are security definer, so the audit columns
+-- (reason, operator) are out of its reach.
 
 create or replace function bitrix_sync.request_bitrix_contact_rebind(
   user_id uuid, target_b24_id text, reason text, operator_id text
@@ -48,6 +50,14 @@ begin
     raise exception 'a rebind of user % is already in progress', v_user_id
       using errcode = 'BS007', hint = 'Wait for it to finish (bitrix_sync.status views), then ask again.';
   end if;
+  -- Two open requests for one target would race for the same Contact; the second would fail late,
+  -- after both Contacts were read and written.
+  if exists (select 1 from bitrix_sync.rebind_requests r
+              where r.target_contact_id = v_target and r.status in ('requested', 'in_progress')) then
+    raise exception 'Contact % is already the target of an open rebind request', v_target
+      using errcode = 'BS009',
+            hint = 'Wait until that request has finished (bitrix_sync.rebind_requests), then ask again; a Contact serves one user.';
+  end if;
   if exists (select 1 from bitrix_sync.workflow_instances w
               where w.user_id = v_user_id and w.state not in ('succeeded', 'failed', 'cancelled')) then
     raise exception 'user % has a sync workflow running', v_user_id
@@ -59,14 +69,21 @@ begin
   values ('contact.rebind', 'contact.rebind', v_user_id, v_target,
           jsonb_build_object('previous_contact_id', v_current.external_id, 'target_contact_id', v_target))
   returning id into v_workflow_id;
-  insert into bitrix_sync.rebind_requests (user_id, previous_contact_id, target_contact_id, reason, operator_id, workflow_id)
-  values (v_user_id, v_current.external_id, v_target, btrim(reason), btrim(operator_id), v_workflow_id)
-  returning id into v_request_id;
+  begin
+    insert into bitrix_sync.rebind_requests (user_id, previous_contact_id, target_contact_id, reason, operator_id, workflow_id)
+    values (v_user_id, v_current.external_id, v_target, btrim(reason), btrim(operator_id), v_workflow_id)
+    returning id into v_request_id;
+  exception when unique_violation then
+    -- A concurrent request for the same target (or user) committed between the checks and here.
+    raise exception 'Contact % or user % already has an open rebind request', v_target, v_user_id
+      using errcode = 'BS009',
+            hint = 'Wait until that request has finished (bitrix_sync.rebind_requests), then ask again; a Contact serves one user.';
+  end;
   perform pg_notify('bitrix_sync_workflows', '');
   return v_request_id;
 end $$;
 comment on function bitrix_sync.request_bitrix_contact_rebind(uuid, text, text, text) is
-  'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user, records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';
+  'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user or already the target of an open request (BS009), records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';
 
 create or replace function bitrix_sync._rebind_request_of(p_workflow_id uuid) returns bitrix_sync.rebind_requests
 language plpgsql as $$
@@ -85,7 +102,7 @@ comment on function bitrix_sync._rebind_request_of(uuid) is
 
 create or replace function bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lease_token uuid)
 returns bitrix_sync.rebind_requests
-language plpgsql as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.rebind_requests;
 begin
@@ -103,11 +120,11 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.start_rebind_request(uuid, uuid) is
-  'requested -> in_progress when the contact.rebind workflow starts reading the Contacts (a request already in progress is returned as it is). Fenced by the workflow''s lease token (BS001).';
+  'requested -> in_progress when the contact.rebind workflow starts reading the Contacts (a request already in progress is returned as it is). Fenced by the workflow''s lease token (BS001). Security definer: the runtime role only reads rebind requests.';
 
 create or replace function bitrix_sync.fail_rebind_request(p_workflow_id uuid, p_lease_token uuid, p_failure_code text)
 returns bitrix_sync.rebind_requests
-language plpgsql as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.rebind_requests;
 begin
@@ -125,11 +142,11 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.fail_rebind_request(uuid, uuid, text) is
-  'requested | in_progress -> failed with a safe failure code (target bound to another user, not found, CRM failure, user not eligible). The mapping is untouched. Fenced by the workflow''s lease token (BS001).';
+  'requested | in_progress -> failed with a safe failure code (target bound to another user, not found, CRM failure, user not eligible). The mapping is untouched. Fenced by the workflow''s lease token (BS001). Security definer, as start_rebind_request.';
 
 create or replace function bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid)
 returns bitrix_sync.rebind_requests
-language plpgsql as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_wf bitrix_sync.workflow_instances;
   v_row bitrix_sync.rebind_requests;
@@ -157,4 +174,4 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.complete_rebind(uuid, uuid) is
-  'in_progress -> succeeded for the request of a contact.rebind workflow, in one call: closes the user''s active mapping (rebound), opens the link to the target Contact, and resolves the user''s open conflict alerts. Fenced by the workflow''s lease token (BS001); BS006 if the target is linked meanwhile.';
+  'in_progress -> succeeded for the request of a contact.rebind workflow, in one call: closes the user''s active mapping (rebound), opens the link to the target Contact, and resolves the user''s open conflict alerts. Fenced by the workflow''s lease token (BS001); BS006 if the target is linked meanwhile. Security definer, as start_rebind_request.';

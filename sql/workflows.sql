@@ -68,6 +68,10 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
   end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
+  end if;
   return query
   with picked as (
     select w.id from bitrix_sync.workflow_instances w
@@ -89,7 +93,7 @@ begin
   returning w.*;
 end $$;
 comment on function bitrix_sync.claim_workflows(text, integer, interval) is
-  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due).';
+  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover().';
 
 create or replace function bitrix_sync.fire_workflow_event(
   p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb default '{}'::jsonb

@@ -22,9 +22,11 @@ async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number; 
             count(*) filter (where command_type = 'contact.add')::int as adds,
             (extract(epoch from now() - min(greatest(created_at, next_attempt_at))) * 1000)::float8 as oldest_ms
        from bitrix_sync.crm_commands
-      where (status in ('pending', 'retry_wait') and next_attempt_at <= now())
-         -- A holder that died: claim_commands recovers these (uncertain writes, retried reads).
-         or (status in ('leased', 'in_flight') and locked_until < now())`,
+      where ((status in ('pending', 'retry_wait') and next_attempt_at <= now())
+             -- A holder that died: claim_commands recovers these (uncertain writes, retried reads).
+             or (status in ('leased', 'in_flight') and locked_until < now()))
+        -- claim_commands returns nothing before the cutover: no limiter permit for a claim of nothing.
+        and bitrix_sync.cutover_performed()`,
   );
   return { due: rows[0]?.due ?? 0, oldestMs: rows[0]?.oldest_ms ?? 0, adds: rows[0]?.adds ?? 0 };
 }

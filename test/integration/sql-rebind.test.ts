@@ -172,3 +172,77 @@ test("a workflow without a rebind request is refused (BS005)", async (t) => {
   const err = await rejectsWith(t, call("start_rebind_request", id, token), "BS005");
   t.truthy(err.hint);
 });
+
+test("a second open rebind request to the same target Contact is refused (BS009), also around the function", async (t) => {
+  const first = await rebinding();
+  const other = await makeUser(db.pool);
+  const err = await rejectsWith(
+    t,
+    db.pool.query(
+      "select bitrix_sync.request_bitrix_contact_rebind($1, $2, 'the same Contact again', 'ops:test')",
+      [other.id, first.target],
+    ),
+    "BS009",
+  );
+  t.regex(err.hint ?? "", /rebind_requests/);
+  // The index holds for any writer: a request row naming the same open target.
+  const dup = await rejectsWith(
+    t,
+    db.pool.query(
+      `insert into bitrix_sync.rebind_requests (user_id, target_contact_id, reason, operator_id)
+       values ($1, $2, 'by hand', 'owner')`,
+      [other.id, first.target],
+    ),
+    "23505",
+  );
+  t.is(dup.constraint, "rebind_requests_one_open_per_target_uq");
+  // Once the first request has finished, the target may be asked for again.
+  await call("fail_rebind_request", first.workflowId, first.token, "crm_failure");
+  await t.notThrowsAsync(
+    db.pool.query(
+      "select bitrix_sync.request_bitrix_contact_rebind($1, $2, 'after the first failed', 'ops:test')",
+      [other.id, first.target],
+    ),
+  );
+});
+
+test("a rebind request's audit never changes and the runtime role cannot write requests", async (t) => {
+  const r = await rebinding();
+  for (const set of ["reason = 'rewritten reason'", "operator_id = 'ops:else'", "target_contact_id = '1'"]) {
+    await rejectsWith(
+      t,
+      db.pool.query(`update bitrix_sync.rebind_requests set ${set} where id = $1`, [r.requestId]),
+      "BS031",
+      set,
+    );
+  }
+  const c = await db.pool.connect();
+  try {
+    await c.query("begin");
+    await c.query("set local role bitrix_sync_user");
+    await rejectsWith(
+      t,
+      c.query("update bitrix_sync.rebind_requests set reason = 'rewritten reason' where id = $1", [
+        r.requestId,
+      ]),
+      "42501",
+    );
+  } finally {
+    await c.query("rollback");
+    c.release();
+  }
+  // The workflow's functions still move it, as the runtime role (security definer).
+  const c2 = await db.pool.connect();
+  try {
+    await c2.query("begin");
+    await c2.query("set local role bitrix_sync_user");
+    const { rows } = await c2.query("select status from bitrix_sync.start_rebind_request($1, $2)", [
+      r.workflowId,
+      r.token,
+    ]);
+    t.is(rows[0].status, "in_progress");
+  } finally {
+    await c2.query("rollback");
+    c2.release();
+  }
+});
