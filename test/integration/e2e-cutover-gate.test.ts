@@ -5,7 +5,7 @@
 // the cutover, work recorded after the watermark flows and the stub-era intent stays cancelled.
 import test from "ava";
 import { createApp } from "../../src/http/app.js";
-import { receiverConfig } from "../../src/receiver/config.js";
+import { receiverConfig } from "../../src/inbound/config.js";
 import {
   finishedWorkflow,
   type Rig,

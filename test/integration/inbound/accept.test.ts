@@ -2,7 +2,7 @@
 // type and ID, and the peer address; a 200 with a tiny JSON body. Token rotation overlap included.
 import test from "ava";
 import pg from "pg";
-import { InboxWriter } from "../../../src/receiver/inbox.js";
+import { InboxWriter } from "../../../src/inbound/inbox.js";
 import {
   ALERT_ENTITY_TYPE_ID,
   captureLogger,
