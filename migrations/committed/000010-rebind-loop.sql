@@ -1,5 +1,5 @@
 --! Previous: sha1:05eadac7253206f3b542aa19561462adc0370838
---! Hash: sha1:440e02f73a1aa54d5a46638050e9e40d500f89c4
+--! Hash: sha1:73f72bd5e4af5169ad294a5fa74108bf9173fdba
 --! Message: rebind-loop
 
 -- The operator's loop, rebind and parked workflows (issue 11): a contact.rebind that always finishes
@@ -964,6 +964,12 @@ begin
          set status = 'retry_wait', next_attempt_at = now(),
              last_error_code = coalesce(p_error_code, 'reconciled_not_applied')
        where id = p_id returning * into v_row;
+    when 'superseded' then
+      -- The workflow decides from a fresh read instead (a rebind's clear of the previous Contact):
+      -- not a technical failure, so no DLQ row.
+      perform bitrix_sync._check_code(p_error_code);
+      update bitrix_sync.crm_commands set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code
+       where id = p_id returning * into v_row;
     when 'dead_letter' then
       perform bitrix_sync._check_code(p_error_code);
       update bitrix_sync.crm_commands set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code
@@ -975,13 +981,13 @@ begin
               v_row.attempt_count - v_row.limit_hits, bitrix_sync._command_first_attempt(v_row),
               bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)), v_row.correlation_id);
     else
-      raise exception 'reconcile outcome must be succeeded, retry or dead_letter, got %', p_outcome
+      raise exception 'reconcile outcome must be succeeded, retry, superseded or dead_letter, got %', p_outcome
         using errcode = 'BS004', hint = 'See §7.2: reconcile -> succeeded | retry_wait | dead_letter.';
   end case;
   return v_row;
 end $$;
 comment on function bitrix_sync.resolve_command_reconcile(bigint, uuid, text, jsonb, text) is
-  'reconcile -> succeeded (the search found the write applied), retry_wait (proved not applied; dead_letter with retry_horizon_exceeded and a DLQ row instead once the command is past its horizon, so the caller must look at the returned status) or dead_letter. Fenced by the workflow lease.';
+  'reconcile -> succeeded (the search found the write applied), retry_wait (proved not applied; dead_letter with retry_horizon_exceeded and a DLQ row instead once the command is past its horizon, so the caller must look at the returned status) or dead_letter (superseded: dead_letter without a DLQ row, the workflow reads again and decides). Fenced by the workflow lease.';
 
 create or replace function bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.crm_commands

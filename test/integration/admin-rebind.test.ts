@@ -218,7 +218,7 @@ test("a write in flight makes the cancel wait (BS007), a leased one is dropped b
   });
   const { row } = await cancel(r.requestId);
   t.like(row, { status: "cancelled", outcome: "crm_unchanged" });
-  const lease = await one<{ lease_token: string }>(
+  const lease = await one<{ lease_token: string | null }>(
     db.pool,
     "select lease_token from bitrix_sync.crm_commands where id = $1",
     [cmd],
