@@ -12,12 +12,12 @@ alter table bitrix_sync.workflow_instances
   add column if not exists held_source_task_id uuid,
   add column if not exists held_content_hash varchar(64),
   add column if not exists held_at timestamptz;
--- The columns are new and empty: validating the constraint scans nothing that could fail.
--- squawk-ignore adding-constraint-without-not-valid
+-- The columns are new, so every existing row satisfies the constraints below: NOT VALID skips the
+-- scan under an exclusive lock, and new and changed rows are checked all the same.
 alter table bitrix_sync.workflow_instances
   add constraint workflow_instances_held_intent
   check (held_intent_type is null
-         or held_intent_type in ('contact.map_or_create', 'contact.update', 'contact.deactivate'));
+         or held_intent_type in ('contact.map_or_create', 'contact.update', 'contact.deactivate')) not valid;
 comment on column bitrix_sync.workflow_instances.held_intent_type is
   'Newest App intent that arrived while this contact.rebind ran; it starts as the next workflow when the rebind ends.';
 comment on column bitrix_sync.workflow_instances.held_source_task_id is
@@ -31,14 +31,12 @@ alter table bitrix_sync.rebind_requests
   add column if not exists outcome varchar(64),
   add column if not exists cancelled_by varchar(128),
   add column if not exists cancel_reason text;
--- New, empty columns: nothing to scan.
--- squawk-ignore adding-constraint-without-not-valid
+-- New columns, as above.
 alter table bitrix_sync.rebind_requests
-  add constraint rebind_requests_outcome_code check (outcome is null or outcome ~ '^[a-z][a-z0-9_]{2,63}$');
--- squawk-ignore adding-constraint-without-not-valid
+  add constraint rebind_requests_outcome_code check (outcome is null or outcome ~ '^[a-z][a-z0-9_]{2,63}$') not valid;
 alter table bitrix_sync.rebind_requests
   add constraint rebind_requests_cancel_audit
-  check (status = 'cancelled' or (cancel_reason is null and cancelled_by is null));
+  check (status = 'cancelled' or (cancel_reason is null and cancelled_by is null)) not valid;
 comment on column bitrix_sync.rebind_requests.outcome is
   'What the CRM holds when the request finished: rebound, crm_unchanged, target_write_unconfirmed, target_written, target_written_clear_unconfirmed, target_written_previous_cleared (docs/admin.md).';
 comment on column bitrix_sync.rebind_requests.cancelled_by is 'Operator who cancelled the request (cancel_rebind_request).';
