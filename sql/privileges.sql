@@ -73,8 +73,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    array[]::text[], array[]::text[], 'Recorded received by accept_webhooks; what arrived never changes.'),
   ('table', 'bitrix_sync.workflow_instances',
    array['SELECT', 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash)',
-         'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at)'],
-   array[]::text[], array[]::text[], 'Started created; a workflow''s type, user and correlation never change.'),
+         'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at)'],
+   array[]::text[], array[]::text[], 'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'),
 
   -- the limiter's ephemeral state: rows are counters and slots, not history
   ('table', 'bitrix_sync.crm_inflight_slots', array['SELECT', 'INSERT', 'DELETE'], array[]::text[], array[]::text[],
@@ -91,10 +91,14 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'),
   ('table', 'bitrix_sync.settings', array['SELECT'], array['SELECT'], array[]::text[],
    'The catalogue of keys and bounds; changed by migrations only.'),
+  ('table', 'bitrix_sync.admin_actions', array[]::text[],
+   array['SELECT (id, action, workflow_id, rebind_request_id, decision, reason, operator_id, db_user, performed_at)'], array[]::text[],
+   'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'),
   ('table', 'bitrix_sync.settings_versions', array['SELECT'], array['SELECT'], array[]::text[],
    'Written by the admin''s settings functions only.'),
 
   -- identity sequences: inserting into an identity column needs no right on its sequence
+  ('sequence', 'bitrix_sync.admin_actions_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of admin_actions.'),
   ('sequence', 'bitrix_sync.business_alerts_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of business_alerts.'),
   ('sequence', 'bitrix_sync.crm_commands_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of crm_commands.'),
   ('sequence', 'bitrix_sync.settings_versions_version_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of settings_versions.'),
@@ -102,6 +106,10 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('sequence', 'bitrix_sync.webhook_inbox_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of webhook_inbox.'),
 
   -- views
+  ('view', 'bitrix_sync.parked_workflows', array[]::text[], array['SELECT'], array[]::text[],
+   'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'),
+  ('view', 'bitrix_sync.rebind_request_status', array[]::text[], array['SELECT'], array[]::text[],
+   'Rebind requests as an admin follows them (docs/admin.md).'),
   ('view', 'bitrix_sync.role_privileges', array[]::text[], array['SELECT'], array[]::text[], 'This catalogue.'),
   ('view', 'bitrix_sync.role_privilege_drift', array[]::text[], array['SELECT'], array[]::text[],
    'Where the database''s ACLs differ from this catalogue (empty when they agree).'),
@@ -122,6 +130,11 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    'The one-time cutover (§17); it also opens the processing gate.'),
   ('function', 'bitrix_sync.propose_settings(jsonb,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
   ('function', 'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind (§5.4).'),
+  ('function', 'bitrix_sync.cancel_rebind_request(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind: cancel an open request (docs/admin.md).'),
+  ('function', 'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: resume with a decision.'),
+  ('function', 'bitrix_sync.cancel_parked_workflow(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: cancel with a reason.'),
+  ('function', 'bitrix_sync._parked_decisions(text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'),
   ('function', 'bitrix_sync.rollback_settings(integer,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
   ('function', 'bitrix_sync.validate_settings_version(integer)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
 
@@ -191,8 +204,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.record_alert_item(bigint,bigint,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
   ('function', 'bitrix_sync.complete_rebind(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Rebind workflow (security definer, fenced by the workflow lease).'),
-  ('function', 'bitrix_sync.fail_rebind_request(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[],
-   'Rebind workflow (security definer, fenced by the workflow lease).'),
+  ('function', 'bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Security definer, called by the trigger that closes the request of a finished contact.rebind workflow (the runtime''s transitions fire it).'),
   ('function', 'bitrix_sync.start_rebind_request(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Rebind workflow (security definer, fenced by the workflow lease).'),
   ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).'),
@@ -218,6 +231,12 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
 
   -- nobody: internals of security definer functions, trigger functions (a trigger fires without
   -- EXECUTE), and record_webhook (one NOTIFY per row; kept for sources with stable event IDs)
+  ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._check_admin_audit(text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._rebind_crm_outcome(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of _close_rebind_request and cancel_rebind_request.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__start_held_intent()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync._normalise_settings(jsonb)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the settings functions.'),
   ('function', 'bitrix_sync._rebind_request_of(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the rebind workflow functions.'),
   ('function', 'bitrix_sync._resolve_conflict_alerts(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of complete_rebind.'),

@@ -72,6 +72,7 @@ select machine, from_state, to_state, event
     ('rebind', 'requested', 'failed', 'fail'),
     ('rebind', 'in_progress', 'succeeded', 'succeed'),
     ('rebind', 'in_progress', 'failed', 'fail'),
+    ('rebind', 'in_progress', 'cancelled', 'cancel'),
     -- bitrix_sync.settings_versions (§12.3)
     ('settings', 'draft', 'validated', 'validate'),
     ('settings', 'draft', 'rejected', 'validate'),

@@ -179,9 +179,10 @@ async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: Com
     const attemptsSpent = row.attempt_count - row.limit_hits + (f.spendsAttempt ? 1 : 0);
     switch (f.kind) {
       case "transient": {
-        // retry_command dead-letters instead when the retry would pass the horizon (sql/retry.sql).
-        const r = await deps.pool.query<{ status: string }>(
-          "select status from bitrix_sync.retry_command($1, $2, $3, make_interval(secs => $4), $5, $6, $7)",
+        // retry_command dead-letters instead when the retry would pass the horizon (sql/retry.sql),
+        // and hands a reread_before_retry command back to its workflow (also dead_letter, own code).
+        const r = await deps.pool.query<{ status: string; last_error_code: string | null }>(
+          "select status, last_error_code from bitrix_sync.retry_command($1, $2, $3, make_interval(secs => $4), $5, $6, $7)",
           [
             row.id,
             row.lease_token,
@@ -192,7 +193,7 @@ async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: Com
             f.bitrixError ?? null,
           ],
         );
-        if (r.rows[0]?.status === "dead_letter") {
+        if (r.rows[0]?.status === "dead_letter" && r.rows[0]?.last_error_code === "retry_horizon_exceeded") {
           deps.log.error(
             {
               event: "pump.dead_letter",

@@ -52,21 +52,24 @@ async function ready(src?: StatusSource) {
   return { code: res.status, body: (await res.json()) as { status: string; problems: string[] } };
 }
 
-test.serial("processing without a cutover is degraded (the receivers stay reachable); after the cutover it is ready", async (t) => {
-  const r = await ready(source(PROD));
-  t.is(r.code, 200);
-  t.is(r.body.status, "degraded");
-  t.deepEqual(r.body.problems, ["cutover_not_performed"]);
-  // Sandbox mode performs the cutover at start; if that failed, readiness shows it too.
-  t.deepEqual((await ready(source({}))).body.problems, ["cutover_not_performed"]);
-  t.deepEqual(
-    (await ready(source({ BITRIX_SYNC_ENABLED: "false" }))).body.problems,
-    [],
-    "paused: nothing to wait for",
-  );
-  await db.pool.query("select * from bitrix_sync.perform_cutover('test')");
-  t.deepEqual((await ready(source(PROD))).body, { status: "ready", problems: [] });
-});
+test.serial(
+  "processing without a cutover is degraded (the receivers stay reachable); after the cutover it is ready",
+  async (t) => {
+    const r = await ready(source(PROD));
+    t.is(r.code, 200);
+    t.is(r.body.status, "degraded");
+    t.deepEqual(r.body.problems, ["cutover_not_performed"]);
+    // Sandbox mode performs the cutover at start; if that failed, readiness shows it too.
+    t.deepEqual((await ready(source({}))).body.problems, ["cutover_not_performed"]);
+    t.deepEqual(
+      (await ready(source({ BITRIX_SYNC_ENABLED: "false" }))).body.problems,
+      [],
+      "paused: nothing to wait for",
+    );
+    await db.pool.query("select * from bitrix_sync.perform_cutover('test')");
+    t.deepEqual((await ready(source(PROD))).body, { status: "ready", problems: [] });
+  },
+);
 
 test.serial("live answers without touching the database; ready checks migrations and grants", async (t) => {
   const app = createApp({ pool: db.pool, log });
