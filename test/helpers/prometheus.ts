@@ -138,7 +138,7 @@ export async function startPrometheus(target: string, rules: string): Promise<Ru
   return { url, output, api, stop };
 }
 
-/** Where a rules-file path of the promtool test must point for promtool to find the rules. */
+/** The promtool unit-test file: which alerts its cases evaluate. */
 export function readRulesTest(): {
   rule_files: string[];
   tests: Array<{ alert_rule_test?: Array<{ alertname: string }> }>;
