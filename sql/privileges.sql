@@ -84,6 +84,12 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'bitrix_sync.crm_rate_buckets', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
    'Token buckets.'),
 
+  -- metrics (sql/metrics.sql): written by security definer triggers, read by metrics_snapshot()
+  ('table', 'bitrix_sync.metric_event_totals', array[]::text[], array[]::text[], array[]::text[],
+   'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'),
+  ('table', 'bitrix_sync.metric_events', array[]::text[], array[]::text[], array[]::text[],
+   'Counted events; appended by the security definer _900 triggers whoever makes the change.'),
+
   -- read-only for the runtime: audit and configuration are the admin's, through its functions
   ('table', 'bitrix_sync.cutover', array['SELECT'], array['SELECT'], array[]::text[],
    'Written once by perform_cutover() (admin); the runtime only reads the watermark.'),
@@ -144,6 +150,9 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.active_settings()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The active settings with defaults.'),
   ('function', 'bitrix_sync.crm_limiter_state(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Limiter state for status (§14).'),
   ('function', 'bitrix_sync.cutover_performed()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The processing gate, for readiness and the pump.'),
+
+  ('function', 'bitrix_sync.metrics_snapshot(text,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'),
 
   -- runtime functions: the receivers
   ('function', 'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[])', array['EXECUTE'], array[]::text[], array[]::text[], 'The receivers'' one statement.'),
@@ -248,6 +257,10 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.tg__refuse_immutable_change()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync.tg__refuse_insert_state()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync.tg__set_updated_at()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_crm_commands__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_technical_dead_letters__count()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_webhook_inbox__count_coalesced()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_workflow_instances__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
   ('function', 'bitrix_sync.tg_settings_versions__freeze()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.')
 )
 select d.object_type, d.object_name, r.role, r.privileges, d.note

@@ -59,6 +59,7 @@ export const SettingsSchema = z.object({
   batch: z.object({ maxWaitMs: int(1, 60_000), size: int(1, 50) }),
   citizenship: z.object({ cacheTtlSec: int(10, 604_800) }),
   claim: z.object({ size: int(1, 1000) }),
+  health: z.object({ crmStaleSec: int(30, 86_400) }),
   lease: z.object({ ttlSec: int(5, 3600) }),
   limiter: z.object({ burst: int(1, 250), maxInFlight: int(1, 50), refillPerSec: num(0.01, 50) }),
   reconcile: z.object({

@@ -5,6 +5,13 @@
 // decides per command; nothing here re-sends it.
 
 import {
+  batchDuration,
+  batchSize,
+  commandOutcomes,
+  RATE_LIMIT_CODES,
+  rateLimited,
+} from "../observability/metrics.js";
+import {
   buildRequest,
   type CatalogueContext,
   CommandDataError,
@@ -157,6 +164,7 @@ export async function executeBatch(
 
   if (toSend.length === 0) {
     await opts.permit?.release();
+    countOutcomes(outcomes);
     return outcomes;
   }
 
@@ -173,6 +181,8 @@ export async function executeBatch(
   }
 
   const maps = batchMaps(http);
+  batchSize.observe(toSend.length);
+  batchDuration.observe({ outcome: maps ? "batch" : transportOutcome(http) }, http.elapsedMs / 1000);
   let lowerRate = false;
   if (!maps) {
     // The batch failed as a whole: the same transport outcome, judged per command.
@@ -188,6 +198,9 @@ export async function executeBatch(
       lowerRate ||= failure.lowerRate === true;
       outcomes[p.index] = { key: p.key, type: p.cmd.type, ok: false, sent, failure };
     }
+    // One refused request is one refusal, however many commands it carried.
+    const first = outcomes[toSend[0]?.index ?? -1];
+    if (first && !first.ok && isRateLimit(first.failure.code)) rateLimited.inc({ code: first.failure.code });
   } else {
     const samples = new Map<string, OperatingSample>();
     for (const p of toSend) {
@@ -202,6 +215,7 @@ export async function executeBatch(
           { type: "command_error", entry: maps.error[p.key] },
           { write, now: now(), ...resetOf(samples.get(p.method)) },
         );
+        if (isRateLimit(failure.code)) rateLimited.inc({ code: failure.code });
         if (failure.blockMethodUntil !== undefined) {
           blocks.set(p.method, Math.max(blocks.get(p.method) ?? 0, failure.blockMethodUntil));
         }
@@ -247,6 +261,7 @@ export async function executeBatch(
     }
   }
   if (lowerRate) await deps.limiter.noteRateLimited();
+  countOutcomes(outcomes);
 
   deps.log?.info(
     {
@@ -261,6 +276,26 @@ export async function executeBatch(
     "CRM batch sent",
   );
   return outcomes;
+}
+
+const isRateLimit = (code: string) => (RATE_LIMIT_CODES as readonly string[]).includes(code);
+
+/** The batch duration's outcome label for a request that got no batch reply. */
+function transportOutcome(http: HttpResult): string {
+  if (http.type === "reply") return `http_${http.status}`;
+  return http.type === "malformed" ? "malformed_reply" : "network";
+}
+
+/** One sample per command of the batch, sent or held back, by type, kind and safe code. */
+function countOutcomes(list: Array<CommandOutcome | undefined>): void {
+  for (const o of list) {
+    if (!o) continue;
+    commandOutcomes.inc({
+      command_type: o.type,
+      kind: o.ok ? "ok" : o.failure.kind,
+      code: o.ok ? "ok" : o.failure.code,
+    });
+  }
 }
 
 function resetOf(s: OperatingSample | undefined): { operatingResetAt?: number } {

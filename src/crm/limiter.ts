@@ -5,6 +5,7 @@
 // go while a token and a slot are free. After QUERY_LIMIT_EXCEEDED the rate is cut and then climbs
 // back linearly; OPERATION_TIME_LIMIT blocks only its method until the portal's reset time.
 import type pg from "pg";
+import { limiterWait } from "../observability/metrics.js";
 import type { Settings } from "../settings-schema.js";
 
 /** The `limiter` group of the hot settings (§12.3): limiter.refill_per_sec, burst, max_in_flight. */
@@ -58,6 +59,8 @@ export interface LimiterState {
 
 /** The limiter every CRM request goes through. */
 export interface CrmLimiter {
+  /** The shared bucket's name when the state lives in PostgreSQL (/metrics reads it there). */
+  readonly bucket?: string;
   /** Waits for a token and an in-flight slot. Rejects only if `signal` aborts. */
   acquire(opts?: { signal?: AbortSignal }): Promise<LimiterPermit>;
   /** The portal answered QUERY_LIMIT_EXCEEDED (or another limit refusal): cut the rate. */
@@ -124,45 +127,59 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
   const maxPoll = opts.maxPollMs ?? 250;
   const { pool, bucket } = opts;
 
+  /** Polls the bucket until a token and a slot are granted; rejects only if `signal` aborts. */
+  async function acquireOnce(signal?: AbortSignal): Promise<LimiterPermit> {
+    for (;;) {
+      checkAbort(signal);
+      const s = read(opts.settings);
+      const { rows } = await pool.query<{
+        granted: boolean;
+        slot_id: string | null;
+        wait_ms: number;
+        decided_at: Date;
+      }>(
+        `select granted, slot_id, wait_ms, decided_at
+           from bitrix_sync.acquire_crm_request($1, $2, $3, $4, $5, $6, $7)`,
+        [
+          bucket,
+          opts.holder,
+          s.refillPerSec,
+          s.burst,
+          s.maxInFlight,
+          opts.slotTtlMs,
+          adaptive.recoveryPerSec,
+        ],
+      );
+      const r = rows[0];
+      if (r?.granted && r.slot_id) {
+        const slot = r.slot_id;
+        let released = false;
+        return {
+          grantedAt: r.decided_at.getTime(),
+          async release() {
+            if (released) return;
+            released = true;
+            await pool.query("select bitrix_sync.release_crm_request($1)", [slot]);
+          },
+        };
+      }
+      // A little jitter so replicas polling the same bucket do not stay in lockstep.
+      const wait = Math.min(Math.max(r?.wait_ms ?? maxPoll, 5), maxPoll) + Math.floor(Math.random() * 5);
+      await sleep(wait, signal);
+    }
+  }
+
   return {
+    bucket,
     async acquire(a = {}) {
-      for (;;) {
-        checkAbort(a.signal);
-        const s = read(opts.settings);
-        const { rows } = await pool.query<{
-          granted: boolean;
-          slot_id: string | null;
-          wait_ms: number;
-          decided_at: Date;
-        }>(
-          `select granted, slot_id, wait_ms, decided_at
-             from bitrix_sync.acquire_crm_request($1, $2, $3, $4, $5, $6, $7)`,
-          [
-            bucket,
-            opts.holder,
-            s.refillPerSec,
-            s.burst,
-            s.maxInFlight,
-            opts.slotTtlMs,
-            adaptive.recoveryPerSec,
-          ],
-        );
-        const r = rows[0];
-        if (r?.granted && r.slot_id) {
-          const slot = r.slot_id;
-          let released = false;
-          return {
-            grantedAt: r.decided_at.getTime(),
-            async release() {
-              if (released) return;
-              released = true;
-              await pool.query("select bitrix_sync.release_crm_request($1)", [slot]);
-            },
-          };
-        }
-        // A little jitter so replicas polling the same bucket do not stay in lockstep.
-        const wait = Math.min(Math.max(r?.wait_ms ?? maxPoll, 5), maxPoll) + Math.floor(Math.random() * 5);
-        await sleep(wait, a.signal);
+      const waited = limiterWait.startTimer();
+      try {
+        const permit = await acquireOnce(a.signal);
+        waited({ outcome: "granted" });
+        return permit;
+      } catch (e) {
+        waited({ outcome: a.signal?.aborted ? "aborted" : "failed" });
+        throw e;
       }
     },
     async noteRateLimited() {

@@ -6,7 +6,8 @@ import type { ReceiverConfig } from "../inbound/config.js";
 import { RECEIVER_BASE_PATH, receiverRoutes } from "../inbound/routes.js";
 import { secretMatcher } from "../inbound/token.js";
 import type { Logger } from "../observability/logger.js";
-import { collectDatabaseGauges, registry } from "../observability/metrics.js";
+import { registry } from "../observability/metrics.js";
+import { collectScrape } from "../observability/scrape.js";
 import { readiness, type StatusSource, statusDocument } from "./status.js";
 
 export interface AppDeps {
@@ -40,7 +41,7 @@ export function createApp(deps: AppDeps): Hono {
   });
 
   app.get("/metrics", async (c) => {
-    await collectDatabaseGauges(deps.pool).catch(() => undefined);
+    await collectScrape({ pool: deps.pool, ...(deps.status ? { status: deps.status } : {}) });
     return c.text(await registry.metrics(), 200, { "content-type": registry.contentType });
   });
 

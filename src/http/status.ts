@@ -12,17 +12,36 @@ export interface StatusSource {
   config: Config;
   health: HealthState;
   limiter: CrmLimiter;
-  /** The settings version in use, and a problem while the active one does not parse. */
-  settings: Pick<SettingsCache, "version" | "problem">;
+  /**
+   * The settings in use (health.crm_stale_sec: a CRM without a success for this long while
+   * failures arrive is "degraded"), their version, and a problem while the active one does not parse.
+   */
+  settings: Pick<SettingsCache, "get" | "version" | "problem">;
 }
 
-/** A CRM without a success for this long while failures arrive is "degraded", not "not ready". */
-export const CRM_STALE_MS = 5 * 60_000;
 /** The sync loop beats every round (at most the poll interval, 5 s); silence this long is a stall. */
 export const WORKER_STALL_MS = 90_000;
 
+/** Readiness verdicts, worst last. */
+export const READINESS_STATUSES = ["ready", "degraded", "not_ready"] as const;
+
+/** Every problem readiness can name (a fixed code each; /metrics exports each as a gauge). */
+export const READINESS_PROBLEMS = [
+  "alert_config_invalid",
+  "crm_credential_rejected",
+  "crm_stale",
+  "cutover_not_performed",
+  "database_unreachable",
+  "migrations_pending",
+  "portal_identity_missing",
+  "queue_grants_missing",
+  "receiver_tokens_missing",
+  "settings_unparsable",
+  "worker_stalled",
+] as const;
+
 export interface Readiness {
-  status: "ready" | "degraded" | "not_ready";
+  status: (typeof READINESS_STATUSES)[number];
   problems: string[];
 }
 
@@ -72,7 +91,8 @@ export async function readiness(pool: pg.Pool, src?: StatusSource): Promise<Read
       }
     }
     const lastOk = h.lastCrmSuccessAt ?? h.startedAt;
-    if (h.lastCrmFailure && h.lastCrmFailure.at > lastOk && now - lastOk > CRM_STALE_MS)
+    const staleMs = src.settings.get().health.crmStaleSec * 1000;
+    if (h.lastCrmFailure && h.lastCrmFailure.at > lastOk && now - lastOk > staleMs)
       degraded.push("crm_stale");
     // The service runs on the previous version: working, but not as the operator asked.
     const settings = src.settings.problem();

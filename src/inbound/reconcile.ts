@@ -10,7 +10,13 @@ import { executeBatch } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
-import { reconciliationRecovered, reconciliationRuns } from "../observability/metrics.js";
+import {
+  reconciliationRecovered,
+  reconciliationRuns,
+  reconciliationScanned,
+  reconciliationSpikes,
+  reconciliationUpdated,
+} from "../observability/metrics.js";
 import type { Settings } from "../settings-schema.js";
 import { activeMappings, applyContact, type ContactOutcome, type MappedContact } from "./apply-contact.js";
 
@@ -220,7 +226,10 @@ export async function reconcileContacts(
     ]);
     report.status = "succeeded";
     reconciliationRuns.inc({ status: "succeeded" });
+    reconciliationScanned.inc(report.scanned);
+    reconciliationUpdated.inc(report.updated);
     reconciliationRecovered.inc(report.recovered);
+    if (report.spike) reconciliationSpikes.inc();
     deps.log.info(
       {
         event: "reconciliation.contacts",

@@ -11,7 +11,7 @@ import { Hono } from "hono";
 import type pg from "pg";
 import { cidrMatcher } from "../config/cidr.js";
 import type { Logger } from "../observability/logger.js";
-import { webhookRequests } from "../observability/metrics.js";
+import { webhookAccepted, webhookRejected } from "../observability/metrics.js";
 import { clientAddress, FORWARDED_ADDRESS_HEADER } from "./client-address.js";
 import { RECEIVERS, type ReceiverConfig } from "./config.js";
 import { checkToken, type PortalIdentity, parseRobotEvent, type RejectReason, rawQuery } from "./contract.js";
@@ -140,7 +140,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
 
     const reply = (c: Context<Env>, status: keyof typeof ERROR_BODY, reason: Reason, error?: string) => {
       const fields = { event: "receiver.rejected", route, receiver, status, reason };
-      webhookRequests.inc({ receiver, result: reason });
+      webhookRejected.inc({ receiver, reason });
       if (status === 503) deps.log.error(fields, "receiver request refused");
       else deps.log.warn(fields, "receiver request refused");
       const headers: Record<string, string> = { ...NO_STORE };
@@ -217,7 +217,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
         );
         return reply(c, 503, "database_unavailable");
       }
-      webhookRequests.inc({ receiver, result: "accepted" });
+      webhookAccepted.inc({ receiver });
       deps.log.debug({ event: "receiver.accepted", route, receiver, inboxId }, "webhook recorded");
       return c.json({ status: "accepted" }, 200, NO_STORE);
     });

@@ -8,7 +8,7 @@ import { retryDelayMs } from "../crm/backoff.js";
 import { executeBatch } from "../crm/batch.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
-import { webhookOutcomes } from "../observability/metrics.js";
+import { countRetry, timedClaim, webhookApplyLag, webhookOutcomes } from "../observability/metrics.js";
 import { activeMappings, applyContact, type MappedContact } from "./apply-contact.js";
 
 interface InboxRow {
@@ -18,6 +18,11 @@ interface InboxRow {
   lease_token: string;
   attempt_count: number;
   received_at: Date;
+}
+
+/** Receipt to committed processing of the row (the oldest event of its coalesced group). */
+function observeLag(r: InboxRow): void {
+  webhookApplyLag.observe({ receiver: r.receiver }, Math.max(0, Date.now() - r.received_at.getTime()) / 1000);
 }
 
 /** Retries (or, for a permanent failure, dead-letters) claimed events; SQL gives up past the horizon. */
@@ -41,6 +46,7 @@ async function retryRows(
       "select status from bitrix_sync.retry_webhook($1, $2, $3, make_interval(secs => $4))",
       [r.id, r.lease_token, code, retryDelayMs(r.attempt_count - 1, s.retry) / 1000],
     );
+    if (out[0]?.status === "retry_wait") countRetry("webhooks", code);
     if (out[0]?.status === "dead_letter") {
       deps.log.error(
         { event: "webhook.dead_letter", receiver: r.receiver, code: "retry_horizon_exceeded" },
@@ -53,9 +59,11 @@ async function retryRows(
 /** One round of the Contact receiver's inbox: at most one read per Contact. Returns rows handled. */
 export async function processContactWebhooks(deps: ServiceContext, limit = 50): Promise<number> {
   const s = deps.settings();
-  const { rows } = await deps.pool.query<InboxRow>(
-    "select id, receiver, entity_id, lease_token, attempt_count, received_at from bitrix_sync.claim_webhooks($1, $2, make_interval(secs => $3), 'contact')",
-    [deps.workerId, limit, s.lease.ttlSec],
+  const { rows } = await timedClaim("webhooks", () =>
+    deps.pool.query<InboxRow>(
+      "select id, receiver, entity_id, lease_token, attempt_count, received_at from bitrix_sync.claim_webhooks($1, $2, make_interval(secs => $3), 'contact')",
+      [deps.workerId, limit, s.lease.ttlSec],
+    ),
   );
   if (rows.length === 0) return 0;
   const mappings = await activeMappings(
@@ -70,6 +78,7 @@ export async function processContactWebhooks(deps: ServiceContext, limit = 50): 
       r.lease_token,
     ]);
     webhookOutcomes.inc({ receiver: "contact", outcome: "unknown_mapping" });
+    observeLag(r);
     deps.log.info(
       { event: "webhook.processed", receiver: "contact", outcome: "unknown_mapping" },
       "webhook for an unmapped Contact",
@@ -94,6 +103,7 @@ export async function processContactWebhooks(deps: ServiceContext, limit = 50): 
         return out;
       });
       webhookOutcomes.inc({ receiver: "contact", outcome });
+      observeLag(r);
       deps.log.info({ event: "webhook.processed", receiver: "contact", outcome }, "webhook processed");
     } catch (e) {
       deps.log.warn(
@@ -113,9 +123,11 @@ export async function processAlertWebhooks(
   limit = 50,
 ): Promise<number> {
   const settings = deps.settings();
-  const { rows } = await deps.pool.query<InboxRow>(
-    "select id, receiver, entity_id, lease_token, attempt_count, received_at from bitrix_sync.claim_webhooks($1, $2, make_interval(secs => $3), 'alert')",
-    [deps.workerId, limit, settings.lease.ttlSec],
+  const { rows } = await timedClaim("webhooks", () =>
+    deps.pool.query<InboxRow>(
+      "select id, receiver, entity_id, lease_token, attempt_count, received_at from bitrix_sync.claim_webhooks($1, $2, make_interval(secs => $3), 'alert')",
+      [deps.workerId, limit, settings.lease.ttlSec],
+    ),
   );
   if (rows.length === 0) return 0;
   try {
@@ -135,6 +147,8 @@ export async function processAlertWebhooks(
   }
   for (const r of rows) {
     await deps.pool.query("select bitrix_sync.complete_webhook($1, $2, 'refreshed')", [r.id, r.lease_token]);
+    webhookOutcomes.inc({ receiver: "alert", outcome: "refreshed" });
+    observeLag(r);
   }
   return rows.length;
 }

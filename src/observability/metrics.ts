@@ -1,23 +1,114 @@
-// Prometheus metrics (§15). Labels are low-cardinality only: command type, outcome, safe code,
-// receiver, state. Never a user id, Contact id, phone, email or fingerprint. Queue, workflow,
-// command, inbox, DLQ and alert gauges are read from the SQL status views at scrape time, so every
-// replica reports the same numbers.
-import type pg from "pg";
-import { Counter, Gauge, Histogram, Registry } from "prom-client";
+// Prometheus metrics (§15), prefixed bitrix_sync_. Labels are low-cardinality only: lane, command
+// and workflow type, state, outcome, safe code, receiver, reason, source. Never a user ID, Contact
+// ID, phone, e-mail or fingerprint; `safeLabel` is the last line of defence for values that come
+// from elsewhere. This file holds what the process counts as things happen; what the database and
+// the process state say is read at scrape time (scrape.ts). docs/observability.md lists every family.
+import { Counter, Histogram, Registry } from "prom-client";
+import { RECEIVERS } from "../inbound/config.js";
 
 export const registry = new Registry();
 
+const SAFE_LABEL = /^[a-z][a-z0-9_.]{0,63}$/;
+
+/** The value itself when it is a safe code (lower-case word, at most 64 characters), else "other". */
+export function safeLabel(value: unknown): string {
+  return typeof value === "string" && SAFE_LABEL.test(value) ? value : "other";
+}
+
+const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const LAG_BUCKETS = [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600];
+
+/** The sync loop's lanes (src/sync-loop.ts), as the claim and retry metrics name them. */
+export type Lane = "intake" | "workflows" | "pump" | "webhooks";
+
+export const claimDuration = new Histogram({
+  name: "bitrix_sync_claim_duration_seconds",
+  help: "Time one claim call of a lane takes in PostgreSQL (claim_sync_tasks, claim_workflows, claim_commands, claim_webhooks).",
+  labelNames: ["lane"] as const,
+  buckets: SECONDS_BUCKETS,
+  registers: [registry],
+});
+
+/** Times `claim` as one claim of `lane`. */
+export async function timedClaim<T>(lane: Lane, claim: () => Promise<T>): Promise<T> {
+  const end = claimDuration.startTimer({ lane });
+  try {
+    return await claim();
+  } finally {
+    end();
+  }
+}
+
+export const retries = new Counter({
+  name: "bitrix_sync_retries_total",
+  help: "Retries scheduled, by lane and the safe code of the failure (a retry past the horizon is a dead letter instead, not counted here).",
+  labelNames: ["lane", "code"] as const,
+  registers: [registry],
+});
+
+/** Counts one retry the database accepted as a retry (not turned into a dead letter). */
+export function countRetry(lane: Lane, code: unknown): void {
+  retries.inc({ lane, code: safeLabel(code) });
+}
+
 export const commandOutcomes = new Counter({
   name: "bitrix_sync_crm_command_outcomes_total",
-  help: "CRM command results by command type, kind (ok, transient, uncertain, permanent, business) and safe code.",
+  help: "Results of CRM sub-commands (one per batch entry) by command type, kind (ok, transient, uncertain, permanent, business) and safe code.",
   labelNames: ["command_type", "kind", "code"] as const,
   registers: [registry],
 });
 
 export const batchSize = new Histogram({
   name: "bitrix_sync_crm_batch_size",
-  help: "Commands per Bitrix24 batch request.",
+  help: "Sub-commands per Bitrix24 batch request.",
   buckets: [1, 2, 5, 10, 20, 30, 40, 50],
+  registers: [registry],
+});
+
+export const batchDuration = new Histogram({
+  name: "bitrix_sync_crm_batch_duration_seconds",
+  help: "Time of one Bitrix24 batch HTTP request, by outcome: batch (a batch reply), http_<status>, network or malformed_reply.",
+  labelNames: ["outcome"] as const,
+  buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+  registers: [registry],
+});
+
+/** The classifier codes that mean the portal refused for its limits (§8, §9). */
+export const RATE_LIMIT_CODES = [
+  "operation_time_limit",
+  "overload_limit",
+  "query_limit_exceeded",
+  "rate_limited",
+] as const;
+
+export const rateLimited = new Counter({
+  name: "bitrix_sync_crm_rate_limited_total",
+  help: "Limit refusals from the portal by safe code: a whole request refused counts once, a refused sub-command once each.",
+  labelNames: ["code"] as const,
+  registers: [registry],
+});
+for (const code of RATE_LIMIT_CODES) rateLimited.inc({ code }, 0);
+
+export const limiterWait = new Histogram({
+  name: "bitrix_sync_limiter_wait_seconds",
+  help: "Time spent waiting for a limiter permit (a token and an in-flight slot), by outcome: granted, aborted (the caller gave up) or failed (a database error).",
+  labelNames: ["outcome"] as const,
+  buckets: [0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+  registers: [registry],
+});
+
+export const webhookAccepted = new Counter({
+  name: "bitrix_sync_webhook_accepted_total",
+  help: "Robot webhook requests recorded in the inbox, by receiver.",
+  labelNames: ["receiver"] as const,
+  registers: [registry],
+});
+for (const receiver of RECEIVERS) webhookAccepted.inc({ receiver }, 0);
+
+export const webhookRejected = new Counter({
+  name: "bitrix_sync_webhook_rejected_total",
+  help: "Robot webhook requests refused, by receiver and safe reason (docs/receivers.md). The proxy's refusals (reason source_ip and others) come from the log pipeline under the same name.",
+  labelNames: ["receiver", "reason"] as const,
   registers: [registry],
 });
 
@@ -28,17 +119,31 @@ export const webhookOutcomes = new Counter({
   registers: [registry],
 });
 
-export const webhookRequests = new Counter({
-  name: "bitrix_sync_webhook_requests_total",
-  help: "Robot webhook requests by receiver and result: accepted, or the safe reason of the refusal (no IP, no token).",
-  labelNames: ["receiver", "result"] as const,
+export const webhookApplyLag = new Histogram({
+  name: "bitrix_sync_webhook_apply_lag_seconds",
+  help: "From the receipt of a robot webhook to its processing being committed (the oldest event of a coalesced group), by receiver.",
+  labelNames: ["receiver"] as const,
+  buckets: LAG_BUCKETS,
   registers: [registry],
 });
 
 export const reconciliationRuns = new Counter({
   name: "bitrix_sync_reconciliation_runs_total",
-  help: "Contact reconciliation runs by status.",
+  help: "Contact reconciliation runs by status (succeeded, failed).",
   labelNames: ["status"] as const,
+  registers: [registry],
+});
+for (const status of ["succeeded", "failed"]) reconciliationRuns.inc({ status }, 0);
+
+export const reconciliationScanned = new Counter({
+  name: "bitrix_sync_reconciliation_scanned_total",
+  help: "Changed Contacts the Contact reconciliation found in the CRM (crm.item.list since the watermark).",
+  registers: [registry],
+});
+
+export const reconciliationUpdated = new Counter({
+  name: "bitrix_sync_reconciliation_updated_total",
+  help: "Contacts whose CRM-master values the reconciliation wrote into the App.",
   registers: [registry],
 });
 
@@ -48,121 +153,8 @@ export const reconciliationRecovered = new Counter({
   registers: [registry],
 });
 
-const depth = new Gauge({
-  name: "bitrix_sync_queue_depth",
-  help: "han_app.sync_queue rows by status.",
-  labelNames: ["status"] as const,
+export const reconciliationSpikes = new Counter({
+  name: "bitrix_sync_reconciliation_recovered_spikes_total",
+  help: "Reconciliation runs whose recovered-without-webhook count was a spike (reconcile.recovered_spike_threshold and _ratio): webhooks may be lost.",
   registers: [registry],
 });
-const oldest = new Gauge({
-  name: "bitrix_sync_queue_oldest_age_seconds",
-  help: "Age of the oldest han_app.sync_queue row by status.",
-  labelNames: ["status"] as const,
-  registers: [registry],
-});
-const workflows = new Gauge({
-  name: "bitrix_sync_workflows_active",
-  help: "Active workflows by type and state.",
-  labelNames: ["workflow_type", "state"] as const,
-  registers: [registry],
-});
-const commands = new Gauge({
-  name: "bitrix_sync_crm_commands",
-  help: "Unfinished and dead-lettered CRM commands by type and status.",
-  labelNames: ["command_type", "status"] as const,
-  registers: [registry],
-});
-const webhooks = new Gauge({
-  name: "bitrix_sync_webhook_inbox",
-  help: "Unprocessed webhook inbox rows by receiver and status.",
-  labelNames: ["receiver", "status"] as const,
-  registers: [registry],
-});
-const webhookLag = new Gauge({
-  name: "bitrix_sync_webhook_lag_seconds",
-  help: "Age of the oldest unprocessed webhook by receiver.",
-  labelNames: ["receiver"] as const,
-  registers: [registry],
-});
-const deadLetters = new Gauge({
-  name: "bitrix_sync_dead_letters_open",
-  help: "Open technical dead letters by operation and safe code.",
-  labelNames: ["operation", "code"] as const,
-  registers: [registry],
-});
-const alertsOpen = new Gauge({
-  name: "bitrix_sync_business_alerts_open",
-  help: "Open business alerts by type.",
-  labelNames: ["alert_type"] as const,
-  registers: [registry],
-});
-const alertsOverdue = new Gauge({
-  name: "bitrix_sync_business_alerts_sla_overdue",
-  help: "Open business alerts past their SLA, by type.",
-  labelNames: ["alert_type"] as const,
-  registers: [registry],
-});
-const mappingViolations = new Gauge({
-  name: "bitrix_sync_mapping_invariant_violations",
-  help: "Active mappings whose user is not active (should be closed by contact.deactivate).",
-  registers: [registry],
-});
-
-/** Reads the status views into the gauges. */
-export async function collectDatabaseGauges(pool: pg.Pool): Promise<void> {
-  const [q, w, c, h, d, a, m] = await Promise.all([
-    pool.query<{ status: string; count: string; oldest_age_sec: string }>(
-      "select * from bitrix_sync.status_queue",
-    ),
-    pool.query<{ workflow_type: string; state: string; count: string }>(
-      "select * from bitrix_sync.status_workflows",
-    ),
-    pool.query<{ command_type: string; status: string; count: string }>(
-      "select * from bitrix_sync.status_commands",
-    ),
-    pool.query<{ receiver: string; status: string; count: string; oldest_age_sec: string }>(
-      "select * from bitrix_sync.status_webhooks",
-    ),
-    pool.query<{ operation: string; error_code: string; count: string }>(
-      "select * from bitrix_sync.status_dead_letters",
-    ),
-    pool.query<{ alert_type: string; open_count: string; sla_overdue: string }>(
-      "select * from bitrix_sync.status_alerts",
-    ),
-    pool.query<{ n: string }>(
-      `select count(*) as n from bitrix_sync.entity_external_mapping m
-         join han_app.user_identity u on u.id = m.entity_id
-        where m.status = 'active' and u.record_status <> 'active'`,
-    ),
-  ]);
-  for (const g of [
-    depth,
-    oldest,
-    workflows,
-    commands,
-    webhooks,
-    webhookLag,
-    deadLetters,
-    alertsOpen,
-    alertsOverdue,
-  ])
-    g.reset();
-  for (const r of q.rows) {
-    depth.set({ status: r.status }, Number(r.count));
-    oldest.set({ status: r.status }, Number(r.oldest_age_sec));
-  }
-  for (const r of w.rows) workflows.set({ workflow_type: r.workflow_type, state: r.state }, Number(r.count));
-  for (const r of c.rows) commands.set({ command_type: r.command_type, status: r.status }, Number(r.count));
-  const lag = new Map<string, number>();
-  for (const r of h.rows) {
-    webhooks.set({ receiver: r.receiver, status: r.status }, Number(r.count));
-    lag.set(r.receiver, Math.max(lag.get(r.receiver) ?? 0, Number(r.oldest_age_sec)));
-  }
-  for (const [receiver, s] of lag) webhookLag.set({ receiver }, s);
-  for (const r of d.rows) deadLetters.inc({ operation: r.operation, code: r.error_code }, Number(r.count));
-  for (const r of a.rows) {
-    alertsOpen.inc({ alert_type: r.alert_type }, Number(r.open_count));
-    alertsOverdue.inc({ alert_type: r.alert_type }, Number(r.sla_overdue));
-  }
-  mappingViolations.set(Number(m.rows[0]?.n ?? 0));
-}

@@ -7,6 +7,7 @@ import type { ServiceContext } from "../context.js";
 import { retryDelayMs } from "../crm/backoff.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
+import { countRetry, timedClaim } from "../observability/metrics.js";
 
 interface QueueRow {
   id: string;
@@ -19,9 +20,11 @@ interface QueueRow {
 /** Claims due intents and starts or joins the user's workflow for each. Returns rows handled. */
 export async function runIntake(deps: ServiceContext): Promise<number> {
   const s = deps.settings();
-  const { rows } = await deps.pool.query<QueueRow>(
-    "select id, task_type, entity_id, lease_token, attempt_count from bitrix_sync.claim_sync_tasks($1, $2, make_interval(secs => $3))",
-    [deps.workerId, s.claim.size, s.lease.ttlSec],
+  const { rows } = await timedClaim("intake", () =>
+    deps.pool.query<QueueRow>(
+      "select id, task_type, entity_id, lease_token, attempt_count from bitrix_sync.claim_sync_tasks($1, $2, make_interval(secs => $3))",
+      [deps.workerId, s.claim.size, s.lease.ttlSec],
+    ),
   );
   for (const row of rows) {
     try {
@@ -46,6 +49,7 @@ export async function runIntake(deps: ServiceContext): Promise<number> {
           [row.id, row.lease_token, retryDelayMs(row.attempt_count, s.retry) / 1000],
         )
         .catch(() => null);
+      if (r?.rows[0]?.status === "retry_wait") countRetry("intake", "intake_failed");
       if (r?.rows[0]?.status === "dead_letter") {
         deps.log.error(
           { event: "intake.dead_letter", code: "retry_horizon_exceeded" },

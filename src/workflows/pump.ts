@@ -11,7 +11,7 @@ import type { CommandType } from "../crm/catalogue.js";
 import { isWrite } from "../crm/catalogue.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
-import { batchSize, commandOutcomes } from "../observability/metrics.js";
+import { countRetry, timedClaim } from "../observability/metrics.js";
 import { BusinessFailure, type Hydrated, hydrate, NotReady, projectResult } from "./command-io.js";
 import type { CommandRow } from "./types.js";
 
@@ -60,11 +60,13 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
   // Claimed together with each command's user (the workflow's), for hydration and the result.
   let rows: Array<CommandRow & { owner_user_id: string | null }>;
   try {
-    ({ rows } = await deps.pool.query<CommandRow & { owner_user_id: string | null }>(
-      `select c.*, w.user_id as owner_user_id
-         from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3)) c
-         left join bitrix_sync.workflow_instances w on w.id = c.workflow_id`,
-      [deps.workerId, s.batch.size, s.lease.ttlSec],
+    ({ rows } = await timedClaim("pump", () =>
+      deps.pool.query<CommandRow & { owner_user_id: string | null }>(
+        `select c.*, w.user_id as owner_user_id
+           from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3)) c
+           left join bitrix_sync.workflow_instances w on w.id = c.workflow_id`,
+        [deps.workerId, s.batch.size, s.lease.ttlSec],
+      ),
     ));
   } catch (e) {
     await permit.release();
@@ -117,7 +119,6 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
     await permit.release();
     return { sent: 0, waitMs: 0 };
   }
-  batchSize.observe(sending.length);
   const outcomes = await executeBatch(
     deps.crm,
     sending.map((r) => r.h.cmd),
@@ -146,11 +147,6 @@ async function settleQuietly(
 async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: CommandOutcome): Promise<void> {
   const s = deps.settings();
   const write = isWrite(row.command_type as CommandType);
-  commandOutcomes.inc({
-    command_type: row.command_type,
-    kind: o.ok ? "ok" : o.failure.kind,
-    code: o.ok ? "ok" : o.failure.code,
-  });
   try {
     if (o.ok) {
       try {
@@ -193,6 +189,7 @@ async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: Com
             f.bitrixError ?? null,
           ],
         );
+        if (r.rows[0]?.status === "retry_wait") countRetry("pump", f.code);
         if (r.rows[0]?.status === "dead_letter" && r.rows[0]?.last_error_code === "retry_horizon_exceeded") {
           deps.log.error(
             {

@@ -5,15 +5,18 @@ import type { ServiceContext } from "../context.js";
 import { retryDelayMs } from "../crm/backoff.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
+import { countRetry, timedClaim } from "../observability/metrics.js";
 import { runStep } from "./step/dispatch.js";
 import type { WorkflowRow } from "./types.js";
 
 /** Claims runnable workflows and runs one step of each. Returns workflows stepped. */
 export async function runWorkflows(deps: ServiceContext): Promise<number> {
   const s = deps.settings();
-  const { rows } = await deps.pool.query<WorkflowRow>(
-    "select * from bitrix_sync.claim_workflows($1, $2, make_interval(secs => $3))",
-    [deps.workerId, s.claim.size, s.lease.ttlSec],
+  const { rows } = await timedClaim("workflows", () =>
+    deps.pool.query<WorkflowRow>(
+      "select * from bitrix_sync.claim_workflows($1, $2, make_interval(secs => $3))",
+      [deps.workerId, s.claim.size, s.lease.ttlSec],
+    ),
   );
   for (const wf of rows) {
     try {
@@ -36,6 +39,7 @@ export async function runWorkflows(deps: ServiceContext): Promise<number> {
           [wf.id, wf.lease_token, retryDelayMs(wf.attempt_count, s.retry) / 1000],
         )
         .catch(() => null);
+      if (r?.rows[0]?.state === "waiting_retry") countRetry("workflows", "step_failed");
       if (r?.rows[0]?.state === "failed") {
         deps.log.error(
           { event: "workflow.dead_letter", workflowId: wf.id, code: "retry_horizon_exceeded" },

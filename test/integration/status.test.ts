@@ -3,12 +3,12 @@ import { Writable } from "node:stream";
 import test from "ava";
 import { loadConfig } from "../../src/config/env.js";
 import { createApp } from "../../src/http/app.js";
-import { CRM_STALE_MS, type StatusSource, WORKER_STALL_MS } from "../../src/http/status.js";
+import { type StatusSource, WORKER_STALL_MS } from "../../src/http/status.js";
 import { HealthState } from "../../src/observability/health.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { makeUser } from "../helpers/factories.js";
 import { createMemoryLimiter } from "../helpers/memory-limiter.js";
-import { forceActiveSettingValue, setSettings } from "../helpers/settings.js";
+import { forceActiveSettingValue, setSettings, testSettings } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -23,14 +23,19 @@ test.after.always(async () => {
 const TOKEN = "status-token-0b7c2d9e4f";
 const log = createLogger({ destination: new Writable({ write: (_c, _e, cb) => cb() }) });
 
-function source(env: Record<string, string>, health = new HealthState()): StatusSource {
+function source(
+  env: Record<string, string>,
+  health = new HealthState(),
+  settings: Record<string, unknown> = {},
+): StatusSource {
   const config = loadConfig({ SECRETS_SOURCE: "env", BITRIX_SYNC_SERVICE_TOKEN: TOKEN, ...env });
   health.beat();
+  const s = testSettings(settings);
   return {
     config,
     health,
     limiter: createMemoryLimiter({ settings: { refillPerSec: 2, burst: 5, maxInFlight: 2 } }),
-    settings: { version: () => 1, problem: () => null },
+    settings: { get: () => s, version: () => 1, problem: () => null },
   };
 }
 
@@ -95,11 +100,18 @@ test.serial(
     h.noteCrm({ type: "reply", status: 200, body: {}, elapsedMs: 5 });
     t.is((await ready(s2)).body.status, "ready", "a success clears it");
 
-    h.lastCrmSuccessAt = Date.now() - CRM_STALE_MS - 1000;
+    // health.crm_stale_sec (default 300 s): two minutes without a success is not stale yet.
+    h.lastCrmSuccessAt = Date.now() - 120_000;
     h.noteCrm({ type: "network", sent: false, code: "ECONNREFUSED", elapsedMs: 5 });
+    t.deepEqual((await ready(s2)).body, { status: "ready", problems: [] });
+    h.lastCrmSuccessAt = Date.now() - 300_000 - 1000;
     const d = await ready(s2);
     t.is(d.code, 200);
     t.deepEqual(d.body, { status: "degraded", problems: ["crm_stale"] });
+    // A shorter threshold in the hot settings applies to the same history.
+    h.lastCrmSuccessAt = Date.now() - 120_000;
+    const shorter = source(PROD, h, { "health.crm_stale_sec": 60 });
+    t.deepEqual((await ready(shorter)).body, { status: "degraded", problems: ["crm_stale"] });
   },
 );
 
@@ -174,7 +186,7 @@ test.serial("metrics report depths with low-cardinality labels only", async (t) 
   t.is(res.status, 200);
   const text = await res.text();
   t.regex(text, /bitrix_sync_queue_depth\{status="pending"\} \d+/);
-  t.regex(text, /bitrix_sync_business_alerts_open\{alert_type="duplicate_contacts"\} 1/);
+  t.regex(text, /bitrix_sync_business_alerts_open\{alert_type="duplicate_contacts",severity="low"\} 1/);
   t.false(text.includes(u.id));
   t.false(text.includes(u.phone));
 });

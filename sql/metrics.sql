@@ -1,0 +1,214 @@
+-- Metrics (§15): what /metrics reads from the database in one call at scrape time, and the counting
+-- of state transitions where they happen, in the transaction that makes them. Counts, ages and
+-- low-cardinality labels only (types, states, receivers, sources, safe codes): never a user or
+-- Contact ID, a phone, an e-mail or a fingerprint. src/observability/metrics.ts turns the rows into
+-- Prometheus families; docs/observability.md lists them.
+--
+-- Why the transition counters live here: most transitions happen inside SQL (claims, the wake-up of
+-- a workflow when its command completes, coalescing, dead-lettering), where no lane sees the old
+-- state. An AFTER trigger appends one row per transition to bitrix_sync.metric_events; nothing is
+-- updated in place, so two writers never wait on each other and a rolled-back transition is never
+-- counted. metrics_snapshot() folds the appended rows into bitrix_sync.metric_event_totals, so the
+-- counters survive restarts and every replica reports the same totals.
+
+create or replace function bitrix_sync.tg_workflow_instances__count_transition() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('workflow', new.workflow_type, old.state, new.state);
+  return null;
+end $$;
+comment on function bitrix_sync.tg_workflow_instances__count_transition() is
+  'AFTER UPDATE OF state trigger: appends one workflow transition (type, from, to) to metric_events for bitrix_sync_workflow_transitions_total. Security definer: whoever moves the workflow, nobody needs rights on the table.';
+
+drop trigger if exists _900_count_transition on bitrix_sync.workflow_instances;
+create trigger _900_count_transition after update of state on bitrix_sync.workflow_instances
+  for each row when (old.state is distinct from new.state)
+  execute function bitrix_sync.tg_workflow_instances__count_transition();
+comment on trigger _900_count_transition on bitrix_sync.workflow_instances is
+  'Counts each committed workflow transition for /metrics (bitrix_sync.metric_events).';
+
+create or replace function bitrix_sync.tg_crm_commands__count_transition() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('command', new.command_type, old.status, new.status);
+  return null;
+end $$;
+comment on function bitrix_sync.tg_crm_commands__count_transition() is
+  'AFTER UPDATE OF status trigger: appends one command transition (type, from, to) to metric_events for bitrix_sync_command_transitions_total.';
+
+drop trigger if exists _900_count_transition on bitrix_sync.crm_commands;
+create trigger _900_count_transition after update of status on bitrix_sync.crm_commands
+  for each row when (old.status is distinct from new.status)
+  execute function bitrix_sync.tg_crm_commands__count_transition();
+comment on trigger _900_count_transition on bitrix_sync.crm_commands is
+  'Counts each committed command transition for /metrics (bitrix_sync.metric_events).';
+
+create or replace function bitrix_sync.tg_webhook_inbox__count_coalesced() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('webhook', new.receiver, old.status, new.status);
+  return null;
+end $$;
+comment on function bitrix_sync.tg_webhook_inbox__count_coalesced() is
+  'AFTER UPDATE OF status trigger: appends one event coalesced into another (claim_webhooks) to metric_events for bitrix_sync_webhook_coalesced_total.';
+
+drop trigger if exists _900_count_coalesced on bitrix_sync.webhook_inbox;
+create trigger _900_count_coalesced after update of status on bitrix_sync.webhook_inbox
+  for each row when (new.status = 'coalesced' and old.status is distinct from new.status)
+  execute function bitrix_sync.tg_webhook_inbox__count_coalesced();
+comment on trigger _900_count_coalesced on bitrix_sync.webhook_inbox is
+  'Counts webhook events covered by another event''s read (received -> coalesced) for /metrics.';
+
+create or replace function bitrix_sync.tg_technical_dead_letters__count() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('dead_letter', new.source, '', 'dead_letter');
+  return null;
+end $$;
+comment on function bitrix_sync.tg_technical_dead_letters__count() is
+  'AFTER INSERT trigger: appends one new technical dead letter (by source) to metric_events for bitrix_sync_dead_letters_total.';
+
+drop trigger if exists _900_count_dead_letter on bitrix_sync.technical_dead_letters;
+create trigger _900_count_dead_letter after insert on bitrix_sync.technical_dead_letters
+  for each row execute function bitrix_sync.tg_technical_dead_letters__count();
+comment on trigger _900_count_dead_letter on bitrix_sync.technical_dead_letters is
+  'Counts each new technical dead letter for /metrics (bitrix_sync.metric_events).';
+
+create or replace function bitrix_sync.metrics_snapshot(p_bucket text default null, p_check_mappings boolean default false)
+returns table (family text, labels jsonb, value double precision)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_burst double precision := (bitrix_sync._active_setting('limiter.burst') #>> '{}')::double precision;
+  v_refill double precision := (bitrix_sync._active_setting('limiter.refill_per_sec') #>> '{}')::double precision;
+begin
+  -- Fold what the triggers appended since the last scrape. One scrape folds at a time; another
+  -- scrape meanwhile reads the totals plus the rows not folded yet, which gives the same sums.
+  if pg_try_advisory_xact_lock(hashtext('bitrix_sync.metric_events')) then
+    with moved as (
+      delete from bitrix_sync.metric_events e returning e.machine, e.kind, e.from_state, e.to_state
+    )
+    insert into bitrix_sync.metric_event_totals as t (machine, kind, from_state, to_state, count)
+    select m.machine, m.kind, m.from_state, m.to_state, count(*) from moved m group by 1, 2, 3, 4
+    on conflict (machine, kind, from_state, to_state) do update set count = t.count + excluded.count;
+  end if;
+
+  return query
+  -- Live states only: each filter reaches the status view's scan (its grouping column), so no
+  -- finished row is read.
+  with queue as (
+    select q.status, q.count, q.oldest_age_sec from bitrix_sync.status_queue q
+     where q.status in ('pending', 'leased', 'retry_wait')
+  ), queue_all as (
+    -- Every live status always present (0 when empty), so "older than" alerts have a series.
+    select s.status, coalesce(q.count, 0) as count, coalesce(q.oldest_age_sec, 0) as oldest_age_sec
+      from unnest(array['pending', 'leased', 'retry_wait']) s(status) left join queue q on q.status = s.status
+  ), workflows as (
+    select w.workflow_type, w.state, w.count, w.oldest_age_sec from bitrix_sync.status_workflows w
+     where w.state in ('created', 'running', 'waiting_crm', 'waiting_retry', 'waiting_manual')
+  ), commands as (
+    select c.command_type, c.status, c.count, c.oldest_age_sec from bitrix_sync.status_commands c
+     where c.status in ('pending', 'leased', 'in_flight', 'retry_wait', 'uncertain', 'reconcile')
+  ), inbox as (
+    select h.receiver, h.status, h.count, h.oldest_age_sec from bitrix_sync.status_webhooks h
+     where h.status in ('received', 'coalesced', 'processing', 'retry_wait')
+  ), dead as (
+    select d.source, d.operation, d.error_code, d.count, d.oldest_age_sec from bitrix_sync.status_dead_letters d
+  ), alerts as (
+    select a.alert_type, a.severity, a.open_count, a.sla_overdue from bitrix_sync.status_alerts a
+  ), events as (
+    -- The folded totals plus whatever a concurrent scrape has not folded yet.
+    select e.machine, e.kind, e.from_state, e.to_state, sum(e.n) as n
+      from (select t.machine, t.kind, t.from_state, t.to_state, t.count as n from bitrix_sync.metric_event_totals t
+            union all
+            select p.machine, p.kind, p.from_state, p.to_state, 1 from bitrix_sync.metric_events p) e
+     group by e.machine, e.kind, e.from_state, e.to_state
+  )
+  select 'bitrix_sync_queue_depth', jsonb_build_object('status', q.status), q.count::float8 from queue_all q
+  union all
+  select 'bitrix_sync_queue_oldest_age_seconds', jsonb_build_object('status', q.status), q.oldest_age_sec::float8
+    from queue_all q
+  union all
+  select 'bitrix_sync_workflows_active', jsonb_build_object('workflow_type', w.workflow_type, 'state', w.state),
+         w.count::float8 from workflows w
+  union all
+  select 'bitrix_sync_workflows_oldest_age_seconds',
+         jsonb_build_object('workflow_type', w.workflow_type, 'state', w.state), w.oldest_age_sec::float8 from workflows w
+  union all
+  select 'bitrix_sync_crm_commands', jsonb_build_object('command_type', c.command_type, 'status', c.status),
+         c.count::float8 from commands c
+  union all
+  select 'bitrix_sync_crm_commands_oldest_age_seconds',
+         jsonb_build_object('command_type', c.command_type, 'status', c.status), c.oldest_age_sec::float8 from commands c
+  union all
+  select 'bitrix_sync_webhook_inbox', jsonb_build_object('receiver', h.receiver, 'status', h.status), h.count::float8
+    from inbox h
+  union all
+  select 'bitrix_sync_webhook_inbox_oldest_age_seconds', jsonb_build_object('receiver', h.receiver, 'status', h.status),
+         h.oldest_age_sec::float8 from inbox h
+  union all
+  select 'bitrix_sync_dead_letters_open',
+         jsonb_build_object('source', d.source, 'operation', d.operation, 'code', d.error_code), d.count::float8 from dead d
+  union all
+  select 'bitrix_sync_dead_letters_oldest_age_seconds', jsonb_build_object('source', d.source),
+         max(d.oldest_age_sec)::float8 from dead d group by d.source
+  union all
+  select 'bitrix_sync_business_alerts_open', jsonb_build_object('alert_type', a.alert_type, 'severity', a.severity),
+         a.open_count::float8 from alerts a
+  union all
+  select 'bitrix_sync_business_alerts_sla_overdue', jsonb_build_object('alert_type', a.alert_type, 'severity', a.severity),
+         a.sla_overdue::float8 from alerts a
+  union all
+  -- A pass over the active mappings: the service asks for it at most once a minute.
+  select 'bitrix_sync_mapping_invariant_violations', '{}'::jsonb, count(*)::float8
+    from bitrix_sync.entity_external_mapping m
+    join han_app.user_identity u on u.id = m.entity_id
+   where p_check_mappings and m.status = 'active' and u.record_status <> 'active'
+  having p_check_mappings
+  union all
+  select 'bitrix_sync_reconciliation_cursor_lag_seconds', jsonb_build_object('job_type', r.job_type),
+         greatest(0, extract(epoch from now() - r.watermark))::float8
+    from bitrix_sync.reconciliation_cursors r
+   where r.watermark is not null
+  union all
+  select l.family, '{}'::jsonb, l.value
+    from bitrix_sync.crm_rate_buckets b
+   cross join lateral (values
+     -- Refilled to now at the stored rate factor, as the next acquire_crm_request() would see it.
+     ('bitrix_sync_limiter_tokens',
+      least(v_burst, b.tokens + v_refill * b.rate_factor * greatest(0, extract(epoch from clock_timestamp() - b.refilled_at)))),
+     ('bitrix_sync_limiter_rate_factor', b.rate_factor),
+     ('bitrix_sync_limiter_throttled_seconds',
+      greatest(0, coalesce(extract(epoch from b.throttled_until - clock_timestamp()), 0))::float8),
+     ('bitrix_sync_limiter_in_flight',
+      (select count(*) from bitrix_sync.crm_inflight_slots s
+        where s.bucket = b.bucket and s.expires_at > clock_timestamp())::float8),
+     ('bitrix_sync_limiter_blocked_methods',
+      (select count(*) from bitrix_sync.crm_method_blocks m
+        where m.bucket = b.bucket and m.blocked_until > clock_timestamp())::float8)
+   ) l(family, value)
+   where b.bucket = p_bucket
+  union all
+  select 'bitrix_sync_workflow_transitions_total',
+         jsonb_build_object('workflow_type', e.kind, 'from', e.from_state, 'to', e.to_state), e.n::float8
+    from events e where e.machine = 'workflow'
+  union all
+  select 'bitrix_sync_command_transitions_total',
+         jsonb_build_object('command_type', e.kind, 'from', e.from_state, 'to', e.to_state), e.n::float8
+    from events e where e.machine = 'command'
+  union all
+  -- Present from the start for every receiver and source (0 before the first event), so increase()
+  -- sees the first one.
+  select 'bitrix_sync_webhook_coalesced_total', jsonb_build_object('receiver', k.kind),
+         coalesce((select sum(e.n) from events e where e.machine = 'webhook' and e.kind = k.kind), 0)::float8
+    from unnest(array['contact', 'alert']) k(kind)
+  union all
+  select 'bitrix_sync_dead_letters_total', jsonb_build_object('source', k.kind),
+         coalesce((select sum(e.n) from events e where e.machine = 'dead_letter' and e.kind = k.kind), 0)::float8
+    from unnest(array['sync_queue', 'workflow', 'crm_command', 'webhook']) k(kind);
+end $$;
+comment on function bitrix_sync.metrics_snapshot(text, boolean) is
+  'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts, reconciliation cursor lag, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
