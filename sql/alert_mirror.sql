@@ -5,9 +5,10 @@
 --   - an alert.update sets the same values again: it is sent again after the backoff, within the
 --     command's retry horizon (uncertain -> reconcile -> retry_wait, or dead_letter past it);
 --   - an alert.add may have created the item: it waits in `reconcile` while an alert.list looks the
---     item up by the alert's alert_number (or fingerprint) field. Found: the add succeeded and the
---     item is recorded. Not found: the same add goes out again. The lookup failed for good: the add
---     is dead-lettered (alert_lookup_failed) and never re-sent blindly.
+--     item up by the alert's alert_number field (else its fingerprint field, else the item title,
+--     which carries the alert number). Found: the add succeeded and the item is recorded. Not
+--     found: the same add goes out again. The lookup failed for good: the add is dead-lettered
+--     (alert_lookup_failed) and never re-sent blindly.
 -- An add that may have landed and was never looked up (dead-lettered that way, then requeued or
 -- raised again) is looked up before any new add too: one alert never gets two smart-process items.
 -- src/alerts/recover.ts drives these functions; src/workflows/pump.ts settles the commands.
@@ -19,7 +20,7 @@ language sql stable as $$
     select 1 from bitrix_sync.crm_commands a
      where a.alert_id = p_alert_id and a.command_type = 'alert.add'
        and (a.status in ('uncertain', 'reconcile')
-            or (a.status = 'dead_letter' and a.last_error_code in ('alert_lookup_failed', 'alert_lookup_unavailable')))
+            or (a.status = 'dead_letter' and a.last_error_code = 'alert_lookup_failed'))
        and a.id > coalesce((select max(l.id) from bitrix_sync.crm_commands l
                              where l.alert_id = p_alert_id and l.command_type = 'alert.list'
                                and l.status = 'succeeded' and l.params ->> 'purpose' = 'find'), 0))
@@ -66,9 +67,9 @@ comment on function bitrix_sync.recover_alert_command(bigint, interval) is
   'An unanswered alert command: uncertain -> reconcile. An alert.add then waits for a lookup of its item; an alert.update goes on to retry_wait after p_delay, or to dead_letter (retry_horizon_exceeded, technical DLQ row, alert failed) past its horizon. Returns null when the command is not uncertain any more (another lane took it).';
 
 create or replace function bitrix_sync.alerts_to_look_up(p_limit integer default 20)
-returns table (alert_id bigint, alert_number bigint, fingerprint text)
+returns table (alert_id bigint, alert_number bigint, alert_type text, fingerprint text)
 language sql stable as $$
-  select a.id, a.alert_number, a.fingerprint::text
+  select a.id, a.alert_number, a.alert_type::text, a.fingerprint::text
     from bitrix_sync.business_alerts a
    where a.id in (
            -- an unanswered add waiting for its lookup
@@ -93,7 +94,7 @@ language plpgsql as $$
 begin
   if p_params is null or p_params ->> 'purpose' is distinct from 'find' or jsonb_typeof(p_params -> 'match') <> 'object' then
     raise exception 'an alert lookup needs params {entityTypeId, purpose: "find", match: {field, value}}'
-      using errcode = 'BS004', hint = 'Build it with src/alerts/recover.ts from alerts.fields.';
+      using errcode = 'BS004', hint = 'Build it with lookupMatch() of src/alerts/recover.ts.';
   end if;
   -- One lookup at a time per alert: the alert row is the lock.
   perform 1 from bitrix_sync.business_alerts where id = p_alert_id for update;
@@ -108,7 +109,7 @@ begin
   return bitrix_sync.issue_alert_command(p_alert_id, 'alert.list', p_params);
 end $$;
 comment on function bitrix_sync.issue_alert_lookup(bigint, jsonb) is
-  'Queues an alert.list that looks for the alert''s item by its alert_number or fingerprint field (params.purpose = find). Returns null when a lookup of that alert is already under way.';
+  'Queues an alert.list that looks for the alert''s item by its alert_number or fingerprint field, or its title (params.purpose = find). Returns null when a lookup of that alert is already under way.';
 
 create or replace function bitrix_sync.resolve_alert_lookup(p_alert_id bigint, p_items jsonb)
 returns text
@@ -169,17 +170,13 @@ end $$;
 comment on function bitrix_sync.resolve_alert_lookup(bigint, jsonb) is
   'The outcome of an alert''s item lookup (called in the lookup''s completion transaction): an item that no other alert owns is recorded on the alert and the alert.add waiting in reconcile succeeds with it; no such item: the waiting add goes back to retry_wait and is sent again (dead_letter past its horizon). Returns found or not_found.';
 
-create or replace function bitrix_sync.fail_alert_lookup(p_alert_id bigint, p_error_code text)
+create or replace function bitrix_sync.fail_alert_lookup(p_alert_id bigint)
 returns integer
 language plpgsql as $$
 declare
   v_add bitrix_sync.crm_commands;
   v_count integer := 0;
 begin
-  if p_error_code not in ('alert_lookup_failed', 'alert_lookup_unavailable') then
-    raise exception 'a failed alert lookup is alert_lookup_failed or alert_lookup_unavailable, not %', p_error_code
-      using errcode = 'BS004', hint = 'alert_lookup_unavailable: no alert_number or fingerprint field in alerts.fields.';
-  end if;
   perform 1 from bitrix_sync.business_alerts where id = p_alert_id for update;
   if not found then
     raise exception 'business alert % does not exist', p_alert_id using errcode = 'BS005', hint = 'Check the alert id.';
@@ -189,7 +186,7 @@ begin
      where alert_id = p_alert_id and command_type = 'alert.add' and status = 'reconcile'
      for update
   loop
-    perform bitrix_sync._dead_letter_command_row(v_add, p_error_code, null, null);
+    perform bitrix_sync._dead_letter_command_row(v_add, 'alert_lookup_failed', null, null);
     v_count := v_count + 1;
   end loop;
   -- Until someone looks, nothing may be sent for this alert: an add could make a second item.
@@ -197,19 +194,19 @@ begin
    where id = p_alert_id and crm_sync_status <> 'failed';
   return v_count;
 end $$;
-comment on function bitrix_sync.fail_alert_lookup(bigint, text) is
-  'The item of an unanswered alert.add cannot be looked up (the lookup failed for good, or alerts.fields names no alert_number or fingerprint field): the adds waiting in reconcile go to dead_letter with a technical DLQ row, and the alert is marked failed (visible in status_alert_mirror) until an admin requeues it. Returns how many adds.';
+comment on function bitrix_sync.fail_alert_lookup(bigint) is
+  'The lookup of an alert''s item failed for good: the alert.adds waiting in reconcile go to dead_letter (alert_lookup_failed) with a technical DLQ row, and the alert is marked failed (visible in status_alert_mirror) until an admin requeues it, which looks the item up again before anything is added. Returns how many adds.';
 
 revoke all on function bitrix_sync._alert_add_unsafe(bigint) from public, bitrix_sync_admin, han_app_user;
 revoke all on function bitrix_sync.recover_alert_command(bigint, interval) from public, bitrix_sync_admin, han_app_user;
 revoke all on function bitrix_sync.alerts_to_look_up(integer) from public, bitrix_sync_admin, han_app_user;
 revoke all on function bitrix_sync.issue_alert_lookup(bigint, jsonb) from public, bitrix_sync_admin, han_app_user;
 revoke all on function bitrix_sync.resolve_alert_lookup(bigint, jsonb) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.fail_alert_lookup(bigint, text) from public, bitrix_sync_admin, han_app_user;
+revoke all on function bitrix_sync.fail_alert_lookup(bigint) from public, bitrix_sync_admin, han_app_user;
 -- The runtime's alert lane calls them; admins requeue through requeue_dead_letter().
 grant execute on function bitrix_sync._alert_add_unsafe(bigint) to bitrix_sync_user;
 grant execute on function bitrix_sync.recover_alert_command(bigint, interval) to bitrix_sync_user;
 grant execute on function bitrix_sync.alerts_to_look_up(integer) to bitrix_sync_user;
 grant execute on function bitrix_sync.issue_alert_lookup(bigint, jsonb) to bitrix_sync_user;
 grant execute on function bitrix_sync.resolve_alert_lookup(bigint, jsonb) to bitrix_sync_user;
-grant execute on function bitrix_sync.fail_alert_lookup(bigint, text) to bitrix_sync_user;
+grant execute on function bitrix_sync.fail_alert_lookup(bigint) to bitrix_sync_user;

@@ -102,6 +102,18 @@ const alertsOverdue = new Gauge({
   labelNames: ["alert_type"] as const,
   registers: [registry],
 });
+const alertsUnmirrored = new Gauge({
+  name: "bitrix_sync_business_alerts_unmirrored",
+  help: "Business alerts whose smart-process item is behind, by mirror status: pending (not sent yet) or failed (could not be mirrored).",
+  labelNames: ["mirror_status"] as const,
+  registers: [registry],
+});
+export const retentionDeleted = new Counter({
+  name: "bitrix_sync_retention_deleted_total",
+  help: "Finished rows deleted by retention, by table (webhooks, commands, workflows, queue).",
+  labelNames: ["table"] as const,
+  registers: [registry],
+});
 const mappingViolations = new Gauge({
   name: "bitrix_sync_mapping_invariant_violations",
   help: "Active mappings whose user is not active (should be closed by contact.deactivate).",
@@ -110,7 +122,7 @@ const mappingViolations = new Gauge({
 
 /** Reads the status views into the gauges. */
 export async function collectDatabaseGauges(pool: pg.Pool): Promise<void> {
-  const [q, w, c, h, d, a, m] = await Promise.all([
+  const [q, w, c, h, d, a, am, m] = await Promise.all([
     pool.query<{ status: string; count: string; oldest_age_sec: string }>(
       "select * from bitrix_sync.status_queue",
     ),
@@ -129,6 +141,7 @@ export async function collectDatabaseGauges(pool: pg.Pool): Promise<void> {
     pool.query<{ alert_type: string; open_count: string; sla_overdue: string }>(
       "select * from bitrix_sync.status_alerts",
     ),
+    pool.query<{ mirror_status: string; count: string }>("select * from bitrix_sync.status_alert_mirror"),
     pool.query<{ n: string }>(
       `select count(*) as n from bitrix_sync.entity_external_mapping m
          join han_app.user_identity u on u.id = m.entity_id
@@ -145,6 +158,7 @@ export async function collectDatabaseGauges(pool: pg.Pool): Promise<void> {
     deadLetters,
     alertsOpen,
     alertsOverdue,
+    alertsUnmirrored,
   ])
     g.reset();
   for (const r of q.rows) {
@@ -164,5 +178,6 @@ export async function collectDatabaseGauges(pool: pg.Pool): Promise<void> {
     alertsOpen.inc({ alert_type: r.alert_type }, Number(r.open_count));
     alertsOverdue.inc({ alert_type: r.alert_type }, Number(r.sla_overdue));
   }
+  for (const r of am.rows) alertsUnmirrored.set({ mirror_status: r.mirror_status }, Number(r.count));
   mappingViolations.set(Number(m.rows[0]?.n ?? 0));
 }
