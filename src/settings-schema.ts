@@ -15,15 +15,35 @@ const int = (min: number, max?: number) =>
 const num = (min: number, max: number) => z.number().min(min).max(max);
 /** A non-empty string; the catalogue's `text` type. */
 const text = () => z.string().min(1);
-/** A JSON object; the catalogue's `json` type. */
-const json = () => z.record(z.string(), z.unknown());
+
+/**
+ * What an alert's smart-process item can carry, by the key of alerts.fields that names its field
+ * (src/alerts/mirror.ts fills them; docs/configuration.md describes each). The catalogue's
+ * validation (_settings_errors) holds the same list.
+ */
+export const ALERT_FIELD_KEYS = [
+  "alert_number",
+  "candidate_contact_ids",
+  "correlation_id",
+  "current_contact_id",
+  "details",
+  "fingerprint",
+  "first_occurred_at",
+  "last_occurred_at",
+  "occurrence_count",
+  "previous_alert_number",
+  "selected_contact_id",
+  "severity",
+  "type",
+  "user_id",
+] as const;
 
 export const SettingsSchema = z.object({
   alerts: z.object({
     categoryId: int(0).nullable(),
     entityTypeId: int(128).nullable(),
-    /** Logical alert field -> smart-process field name (ufCrm<type>_...). */
-    fields: json(),
+    /** Alert field key (ALERT_FIELD_KEYS) -> smart-process field name (ufCrm<type>_...). */
+    fields: z.partialRecord(z.enum(ALERT_FIELD_KEYS), z.string().regex(/^ufCrm[0-9]*_[A-Za-z0-9_]{1,60}$/)),
     reconcileIntervalSec: int(60, 86_400),
     responsibleId: int(1).nullable(),
     slaHours: int(1, 720),
@@ -45,6 +65,21 @@ export const SettingsSchema = z.object({
     recoveredSpikeRatio: num(0, 1),
     recoveredSpikeThreshold: int(1, 100_000),
   }),
+  retention: z
+    .object({
+      batchSize: int(10, 5000),
+      commandsDays: int(1, 3650),
+      enabled: z.boolean(),
+      queueDays: int(1, 3650),
+      runBudgetSec: int(1, 3000),
+      webhooksDays: int(1, 3650),
+      workflowsDays: int(1, 3650),
+    })
+    // The catalogue's cross-field rule (_settings_errors): a workflow goes only after its commands.
+    .refine((r) => r.commandsDays <= r.workflowsDays, {
+      path: ["commandsDays"],
+      message: "must not exceed retention.workflows_days",
+    }),
   retry: z
     .object({ baseMs: int(10, 600_000), horizonSec: int(60, 604_800), maxMs: int(100, 86_400_000) })
     // The catalogue's cross-field rule (_settings_errors).

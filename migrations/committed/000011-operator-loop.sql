@@ -1,5 +1,5 @@
 --! Previous: sha1:05eadac7253206f3b542aa19561462adc0370838
---! Hash: sha1:499e6c39335a8dbf4c66fd57521019c8f5216a21
+--! Hash: sha1:6499f50e23019279395dd392aafc39136b101be6
 --! Message: operator-loop
 
 -- The operator's loop (issue 11): technical dead letters an admin can acknowledge or requeue,
@@ -1497,15 +1497,15 @@ begin
                order by w.processed_at
                limit v_limit
                for update skip locked) w;
-      if v_ids is null then
-        select array_agg(w.id) into v_ids
+      if coalesce(cardinality(v_ids), 0) < v_limit then
+        select coalesce(v_ids, '{}') || coalesce(array_agg(w.id), '{}') into v_ids
           from (select w.id from bitrix_sync.webhook_inbox w
                  where w.status = 'dead_letter'
                    and w.status_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
                    and not exists (select 1 from bitrix_sync.technical_dead_letters d
                                     where d.resolved_at is null and d.source = 'webhook' and d.source_id = w.id::text)
                  order by w.id
-                 limit v_limit
+                 limit v_limit - coalesce(cardinality(v_ids), 0)
                  for update skip locked) w;
       end if;
       -- The events coalesced into a deleted one go with it (they finished with it), so the
@@ -1533,7 +1533,7 @@ begin
                where w.state in ('succeeded', 'failed', 'cancelled')
                  and w.finished_at < bitrix_sync._retention_cutoff('retention.workflows_days')
                  and not exists (select 1 from bitrix_sync.crm_commands c where c.workflow_id = w.id)
-                 and not exists (select 1 from bitrix_sync.workflow_instances n
+                 and exists (select 1 from bitrix_sync.workflow_instances n
                                   where n.user_id = w.user_id and n.created_at > w.created_at)
                  and not exists (select 1 from bitrix_sync.rebind_requests r where r.workflow_id = w.id)
                  and not exists (select 1 from bitrix_sync.entity_external_mapping m where m.workflow_id = w.id)
@@ -1601,7 +1601,7 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
                              or c.completed_at >= bitrix_sync._retention_cutoff('retention.commands_days')
                              or exists (select 1 from bitrix_sync.technical_dead_letters d
                                          where d.resolved_at is null and d.command_id = c.id)))
-     and not exists (select 1 from bitrix_sync.workflow_instances n
+     and exists (select 1 from bitrix_sync.workflow_instances n
                       where n.user_id = w.user_id and n.created_at > w.created_at)
      and not exists (select 1 from bitrix_sync.rebind_requests r where r.workflow_id = w.id)
      and not exists (select 1 from bitrix_sync.entity_external_mapping m where m.workflow_id = w.id)

@@ -47,6 +47,7 @@ function describe(key: string, leaf: z.ZodType): Described {
     return { ...base, value_type: "enum", allowed_values: (inner.options as string[]).map(String).sort() };
   }
   if (inner instanceof z.ZodRecord) return { ...base, value_type: "json" };
+  if (inner instanceof z.ZodBoolean) return { ...base, value_type: "boolean" };
   throw new Error(`${key}: a schema type the catalogue has no name for`);
 }
 
@@ -122,6 +123,16 @@ test("the schema accepts exactly what the database's validation accepts, at and 
     for (const v of row.allowed_values ?? []) probes.push([k, v]);
   }
   probes.push(["retry.base_ms", 300_000], ["retry.base_ms", 300_001]);
+  probes.push(
+    ["alerts.fields", { alert_number: "ufCrm14_1700000001", fingerprint: "ufCrm14_1700000002" }],
+    ["alerts.fields", { alert_nummer: "ufCrm14_1700000001" }],
+    ["alerts.fields", { fingerprint: "UF_CRM_14_1700000002" }],
+    ["alerts.fields", { fingerprint: 17 }],
+    ["retention.commands_days", 90],
+    ["retention.commands_days", 91],
+    ["retention.workflows_days", 30],
+    ["retention.workflows_days", 29],
+  );
   for (const [key, value] of probes) {
     const changes = { [key]: value };
     const { rows } = await db.pool.query<{ e: string[] }>("select bitrix_sync._settings_errors($1) as e", [
