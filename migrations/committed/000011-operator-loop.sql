@@ -1,5 +1,5 @@
 --! Previous: sha1:05eadac7253206f3b542aa19561462adc0370838
---! Hash: sha1:6499f50e23019279395dd392aafc39136b101be6
+--! Hash: sha1:c642e20edfcda9fe0e7cdf67dd47628c2bc2f40f
 --! Message: operator-loop
 
 -- The operator's loop (issue 11): technical dead letters an admin can acknowledge or requeue,
@@ -1455,9 +1455,9 @@ grant execute on function bitrix_sync._workflow_first_attempt(bitrix_sync.workfl
 -- <<< sql/dead_letters.sql
 -- >>> sql/retention.sql (included)
 -- Retention (issue 11; docs/admin.md): finished rows are deleted after retention.*_days, in batches of
--- retention.batch_size rows, each batch one short transaction of its own. The hourly `retention`
--- task (tasks/retention.ts, src/maintenance/retention.ts) calls delete_retention_batch() per table
--- until a batch comes back short; an admin can call the same function from psql.
+-- at most retention.batch_size rows, each batch one short transaction of its own. The hourly
+-- `retention` task (tasks/retention.ts, src/maintenance/retention.ts) calls delete_retention_batch()
+-- per table until a batch deletes nothing; an admin can call the same function from psql.
 --
 -- Locks: a batch picks its rows with FOR UPDATE SKIP LOCKED (a row someone holds is left for the
 -- next run, never waited for) and runs with lock_timeout 200ms, so it never queues behind, or
@@ -1489,11 +1489,14 @@ begin
   case p_table
     when 'webhooks' then
       -- Processed events (coalesced ones are processed with the event that covered them), and
-      -- dead-lettered ones no open dead letter refers to any more.
+      -- dead-lettered ones no open dead letter refers to any more. An event others were coalesced
+      -- into goes after them (the foreign key), so a batch never grows past its size: a flood of
+      -- one Contact is thousands of events coalesced into a few.
       select array_agg(w.id) into v_ids
         from (select w.id from bitrix_sync.webhook_inbox w
                where w.status = 'processed'
                  and w.processed_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+                 and not exists (select 1 from bitrix_sync.webhook_inbox c where c.coalesced_into = w.id)
                order by w.processed_at
                limit v_limit
                for update skip locked) w;
@@ -1502,15 +1505,14 @@ begin
           from (select w.id from bitrix_sync.webhook_inbox w
                  where w.status = 'dead_letter'
                    and w.status_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+                   and not exists (select 1 from bitrix_sync.webhook_inbox c where c.coalesced_into = w.id)
                    and not exists (select 1 from bitrix_sync.technical_dead_letters d
                                     where d.resolved_at is null and d.source = 'webhook' and d.source_id = w.id::text)
                  order by w.id
                  limit v_limit - coalesce(cardinality(v_ids), 0)
                  for update skip locked) w;
       end if;
-      -- The events coalesced into a deleted one go with it (they finished with it), so the
-      -- foreign key never blocks the statement.
-      delete from bitrix_sync.webhook_inbox w where w.id = any(v_ids) or w.coalesced_into = any(v_ids);
+      delete from bitrix_sync.webhook_inbox w where w.id = any(v_ids);
     when 'commands' then
       select array_agg(c.id) into v_ids
         from (select c.id from bitrix_sync.crm_commands c
@@ -1564,7 +1566,7 @@ begin
   return v_count;
 end $$;
 comment on function bitrix_sync.delete_retention_batch(text) is
-  'Deletes one batch (at most retention.batch_size picked rows, plus the events coalesced into them) of finished rows of one table past its retention.*_days: webhooks (processed; dead-lettered with no open dead letter), commands (succeeded or dead-lettered, of finished workflows or of alerts with an item, with no open dead letter), workflows (finished, commands gone, not the user''s newest, not referred to by a mapping, a rebind request or an open dead letter) or queue (processed, cancelled or dead-lettered intents no open dead letter or unfinished workflow refers to). Rows are picked FOR UPDATE SKIP LOCKED under lock_timeout 200ms. Returns rows deleted; call again until it returns less than the batch size.';
+  'Deletes one batch (at most retention.batch_size rows) of finished rows of one table past its retention.*_days: webhooks (processed; dead-lettered with no open dead letter; an event others were coalesced into after them), commands (succeeded or dead-lettered, of finished workflows or of alerts with an item, with no open dead letter), workflows (finished, commands gone, not the user''s newest, not referred to by a mapping, a rebind request or an open dead letter) or queue (processed, cancelled or dead-lettered intents no open dead letter or unfinished workflow refers to). Rows are picked FOR UPDATE SKIP LOCKED under lock_timeout 200ms. Returns rows deleted; call again until it returns 0.';
 
 create or replace function bitrix_sync.retention_preview()
 returns table (table_name text, deletable bigint, oldest_finished_at timestamptz, kept_days integer)

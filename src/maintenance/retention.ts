@@ -1,6 +1,6 @@
 // Retention (issue 11; the rules and the lock behaviour are in sql/retention.sql): finished rows are
-// deleted table by table, one short transaction per batch of retention.batch_size rows, until a
-// batch comes back short or the run's budget (retention.run_budget_sec) is spent. Commands go
+// deleted table by table, one short transaction per batch of at most retention.batch_size rows,
+// until a batch deletes nothing or the run's budget (retention.run_budget_sec) is spent. Commands go
 // before workflows, because a workflow is deleted only once its commands are gone.
 import type pg from "pg";
 import { sqlstate } from "../db/errors.js";
@@ -64,7 +64,9 @@ export async function runRetention(
       report.batches++;
       deleted[table] += n;
       if (n > 0) retentionDeleted.inc({ table }, n);
-      if (n < s.batchSize) break;
+      // Not `n < batchSize`: rows skipped as locked, or events deletable only once the events
+      // coalesced into them are gone, can make a batch short while more rows are due.
+      if (n === 0) break;
     }
   }
   log.info(
