@@ -34,3 +34,7 @@ begin
 end $$;
 comment on function bitrix_sync.perform_cutover(text) is
   'Records cutover_watermark (now) and cancels earlier pending/retry_wait contact intents with cancel_reason initial_full_sync_cutover (§17 steps 3-4). Idempotent: a second call returns the first result and changes nothing.';
+
+-- An operator's step (docs/admin.md#cutover), never the service's: the admin role only.
+revoke all on function bitrix_sync.perform_cutover(text) from public, bitrix_sync_user, han_app_user;
+grant execute on function bitrix_sync.perform_cutover(text) to bitrix_sync_admin;

@@ -86,6 +86,7 @@ comment on index bitrix_sync.entity_external_mapping_workflow_idx is 'Retention 
 comment on index bitrix_sync.rebind_requests_workflow_idx is 'Retention keeps the workflows of rebind requests (their audit, and the foreign key).';
 
 -- #include sql/settings.sql
+-- #include sql/cutover.sql
 -- #include sql/state_machines.sql
 -- #include sql/workflows.sql
 -- #include sql/status.sql

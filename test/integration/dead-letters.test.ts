@@ -401,3 +401,21 @@ test("a failed rebind is asked again, not requeued; one still in progress restar
   const [r] = await requeue(open.dl.id);
   t.is(r?.requeued_to, `workflow:${open.workflowId}`);
 });
+
+test("the cutover is the admin's: the runtime and the App roles cannot run it", async (t) => {
+  for (const role of ["bitrix_sync_user", "han_app_user"]) {
+    await rejectsWith(
+      t,
+      asRole(db.pool, role, "select * from bitrix_sync.perform_cutover('ops:x')"),
+      "42501",
+      role,
+    );
+  }
+  const e = await rejectsWith(
+    t,
+    asRole(db.pool, ADMIN, "select * from bitrix_sync.perform_cutover('  ')"),
+    "BS004",
+  );
+  t.truthy(e.hint);
+  t.is((await one<{ n: number }>(db.pool, "select count(*)::int as n from bitrix_sync.cutover")).n, 0);
+});
