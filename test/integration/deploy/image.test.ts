@@ -169,7 +169,7 @@ test.serial("the image's CMD starts the service, HEALTHCHECK finds it live, SIGT
     if (!live) await new Promise((r) => setTimeout(r, 500));
   }
   t.true(live, output.join(""));
-  // The crontab was found and registered: reconciliation would run (§10.2, §10.3).
+  // The crontab was found and registered: reconciliation (§10.2, §10.3) and retention would run.
   const known = await withClient((c) =>
     c.query<{ identifier: string }>(
       "select identifier from graphile_worker._private_known_crontabs order by identifier",
@@ -177,7 +177,7 @@ test.serial("the image's CMD starts the service, HEALTHCHECK finds it live, SIGT
   );
   t.deepEqual(
     known.rows.map((r) => r.identifier),
-    ["reconcile_alerts", "reconcile_contacts", "sync_loop"],
+    ["reconcile_alerts", "reconcile_contacts", "retention", "sync_loop"],
   );
   service.kill("SIGTERM");
   t.is(await exited, 0, output.join(""));
