@@ -197,16 +197,4 @@ end $$;
 comment on function bitrix_sync.fail_alert_lookup(bigint) is
   'The lookup of an alert''s item failed for good: the alert.adds waiting in reconcile go to dead_letter (alert_lookup_failed) with a technical DLQ row, and the alert is marked failed (visible in status_alert_mirror) until an admin requeues it, which looks the item up again before anything is added. Returns how many adds.';
 
-revoke all on function bitrix_sync._alert_add_unsafe(bigint) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.recover_alert_command(bigint, interval) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.alerts_to_look_up(integer) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.issue_alert_lookup(bigint, jsonb) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.resolve_alert_lookup(bigint, jsonb) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.fail_alert_lookup(bigint) from public, bitrix_sync_admin, han_app_user;
--- The runtime's alert lane calls them; admins requeue through requeue_dead_letter().
-grant execute on function bitrix_sync._alert_add_unsafe(bigint) to bitrix_sync_user;
-grant execute on function bitrix_sync.recover_alert_command(bigint, interval) to bitrix_sync_user;
-grant execute on function bitrix_sync.alerts_to_look_up(integer) to bitrix_sync_user;
-grant execute on function bitrix_sync.issue_alert_lookup(bigint, jsonb) to bitrix_sync_user;
-grant execute on function bitrix_sync.resolve_alert_lookup(bigint, jsonb) to bitrix_sync_user;
-grant execute on function bitrix_sync.fail_alert_lookup(bigint) to bitrix_sync_user;
+-- Privileges: sql/privileges.sql.

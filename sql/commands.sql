@@ -76,6 +76,10 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the batch.size and lease.ttl_sec settings.';
   end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
+  end if;
 
   -- A holder that died with a request out: a write may have landed (uncertain), a read is retried.
   for v_row in
@@ -128,7 +132,7 @@ begin
   returning c.*;
 end $$;
 comment on function bitrix_sync.claim_commands(text, integer, interval) is
-  'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait.';
+  'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover().';
 
 -- The horizon used to be passed in by the pump; it is read from the settings here now.
 drop function if exists bitrix_sync.send_commands(bigint[], uuid[], uuid, interval);
@@ -267,6 +271,23 @@ begin
   if now() + greatest(p_delay, interval '0') > v_deadline then
     return bitrix_sync._dead_letter_command_row(v_row, 'retry_horizon_exceeded', p_http_status, p_bitrix_error);
   end if;
+  -- A command whose target may have changed meanwhile (the clear of a rebind's previous Contact,
+  -- §5.4 step 4) is never resent as it is: it ends here, without a DLQ row, and its workflow waits
+  -- (schedule_workflow_retry, the workflow's horizon) and reads the Contact again before a new one.
+  if v_row.workflow_id is not null and (v_row.params ->> 'reread_before_retry') = 'true' then
+    update bitrix_sync.crm_commands c
+       set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
+           last_http_status = p_http_status, last_bitrix_error = left(p_bitrix_error, 64),
+           deadline_at = v_deadline,
+           response = jsonb_build_object('retry_by_workflow', true,
+                                         'retry_at', now() + greatest(p_delay, interval '0')),
+           limit_hits = c.limit_hits + case when p_spends_attempt then 0 else 1 end,
+           lease_token = null, locked_by = null, locked_until = null
+     where c.id = p_id
+    returning * into v_row;
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+    return v_row;
+  end if;
   update bitrix_sync.crm_commands c
      set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'),
          last_error_code = p_error_code, last_http_status = p_http_status,
@@ -279,7 +300,7 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.retry_command(bigint, uuid, text, interval, boolean, integer, text) is
-  'leased|in_flight -> retry_wait after p_delay. p_spends_attempt = false for rate-limit refusals (counted in limit_hits). When the retry would fall past the horizon (first send + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead; the returned status says which. Refuses stale tokens (BS001).';
+  'leased|in_flight -> retry_wait after p_delay. p_spends_attempt = false for rate-limit refusals (counted in limit_hits). When the retry would fall past the horizon (first send + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead. A workflow command with params.reread_before_retry is handed back instead: dead_letter with the error code, no DLQ row, response {retry_by_workflow, retry_at}, and its workflow wakes. The returned row says which. Refuses stale tokens (BS001).';
 
 create or replace function bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.crm_commands
@@ -377,9 +398,30 @@ begin
     when 'retry' then
       -- The search proved the write did not land: sending it again cannot duplicate anything.
       perform bitrix_sync._check_code(coalesce(p_error_code, 'reconciled_not_applied'));
+      if now() > bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)) then
+        -- Past the horizon (§9) a write that keeps getting no reply is not sent again: without
+        -- this, a portal that never answers would keep the workflow waiting for ever.
+        update bitrix_sync.crm_commands
+           set status = 'dead_letter', completed_at = now(), last_error_code = 'retry_horizon_exceeded'
+         where id = p_id returning * into v_row;
+        insert into bitrix_sync.technical_dead_letters
+          (source, source_id, workflow_id, command_id, operation, error_code, attempt_count, first_attempt_at,
+           deadline_at, correlation_id)
+        values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type,
+                'retry_horizon_exceeded', v_row.attempt_count - v_row.limit_hits,
+                bitrix_sync._command_first_attempt(v_row),
+                bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)), v_row.correlation_id);
+        return v_row;
+      end if;
       update bitrix_sync.crm_commands
          set status = 'retry_wait', next_attempt_at = now(),
              last_error_code = coalesce(p_error_code, 'reconciled_not_applied')
+       where id = p_id returning * into v_row;
+    when 'superseded' then
+      -- The workflow decides from a fresh read instead (a rebind's clear of the previous Contact):
+      -- not a technical failure, so no DLQ row.
+      perform bitrix_sync._check_code(p_error_code);
+      update bitrix_sync.crm_commands set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code
        where id = p_id returning * into v_row;
     when 'dead_letter' then
       perform bitrix_sync._check_code(p_error_code);
@@ -392,13 +434,13 @@ begin
               v_row.attempt_count - v_row.limit_hits, bitrix_sync._command_first_attempt(v_row),
               bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)), v_row.correlation_id);
     else
-      raise exception 'reconcile outcome must be succeeded, retry or dead_letter, got %', p_outcome
+      raise exception 'reconcile outcome must be succeeded, retry, superseded or dead_letter, got %', p_outcome
         using errcode = 'BS004', hint = 'See §7.2: reconcile -> succeeded | retry_wait | dead_letter.';
   end case;
   return v_row;
 end $$;
 comment on function bitrix_sync.resolve_command_reconcile(bigint, uuid, text, jsonb, text) is
-  'reconcile -> succeeded (the search found the write applied), retry_wait (proved not applied) or dead_letter. Fenced by the workflow lease.';
+  'reconcile -> succeeded (the search found the write applied), retry_wait (proved not applied; dead_letter with retry_horizon_exceeded and a DLQ row instead once the command is past its horizon, so the caller must look at the returned status) or dead_letter (superseded: dead_letter without a DLQ row, the workflow reads again and decides). Fenced by the workflow lease.';
 
 create or replace function bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.crm_commands

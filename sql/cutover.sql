@@ -1,5 +1,15 @@
 -- Cutover from the stub to full sync (§17): one watermark; intents recorded before it that were
 -- still waiting are cancelled with reason initial_full_sync_cutover. Running it again changes nothing.
+-- Until it has run, every claim function returns nothing (the gate below): no replica, CLI worker
+-- or psql session can process stub-era intents, whatever its configuration says. Receivers still
+-- record webhooks; they wait in the inbox.
+
+create or replace function bitrix_sync.cutover_performed() returns boolean
+language sql stable parallel safe as $$
+  select exists (select 1 from bitrix_sync.cutover)
+$$;
+comment on function bitrix_sync.cutover_performed() is
+  'The processing gate (§17): true once perform_cutover() has run. The claim functions return nothing while it is false; readiness reports cutover_not_performed.';
 
 create or replace function bitrix_sync.perform_cutover(p_actor text)
 returns table (cutover_watermark timestamptz, cancelled_count integer, already_done boolean)
@@ -20,8 +30,10 @@ begin
   end if;
   with cancelled as (
     update han_app.sync_queue q
-       set status = 'cancelled', cancel_reason = 'initial_full_sync_cutover', completed_at = now(), updated_at = now()
-     where q.status in ('pending', 'retry_wait')
+       set status = 'cancelled', cancel_reason = 'initial_full_sync_cutover', completed_at = now(), updated_at = now(),
+           locked_by = null, locked_until = null, lease_token = null
+     -- leased: held by a worker of a release without the gate; its completion is refused (BS001).
+     where q.status in ('pending', 'retry_wait', 'leased')
        and q.task_type like 'contact.%'
        and q.created_at < now()
     returning 1
@@ -33,8 +45,4 @@ begin
   return query select v_row.cutover_watermark, v_row.cancelled_count, false;
 end $$;
 comment on function bitrix_sync.perform_cutover(text) is
-  'Records cutover_watermark (now) and cancels earlier pending/retry_wait contact intents with cancel_reason initial_full_sync_cutover (§17 steps 3-4). Idempotent: a second call returns the first result and changes nothing.';
-
--- An operator's step (docs/admin.md#cutover), never the service's: the admin role only.
-revoke all on function bitrix_sync.perform_cutover(text) from public, bitrix_sync_user, han_app_user;
-grant execute on function bitrix_sync.perform_cutover(text) to bitrix_sync_admin;
+  'Admin entry point (§17 steps 3-4): records cutover_watermark (now), cancels earlier pending/retry_wait/leased contact intents with cancel_reason initial_full_sync_cutover, and opens the processing gate. Idempotent: a second call returns the first result and changes nothing.';

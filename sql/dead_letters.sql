@@ -1,7 +1,7 @@
 -- Technical dead letters an admin can act on (§9, issue 11; recipes in docs/admin.md). Each function
 -- is security definer with a pinned search_path, runs as bitrix_sync_admin only, records who and why
--- on the dead letter itself in the same transaction, and refuses with a SQLSTATE, a sentence and a
--- HINT that says what to do instead:
+-- on the dead letter itself and in admin_actions in the same transaction, and refuses with a
+-- SQLSTATE, a sentence and a HINT that says what to do instead:
 --   list_dead_letters        what is open (or everything), with what a requeue would do or why not;
 --   acknowledge_dead_letter  looked at, nothing re-sent: the entry leaves the open-DLQ gauge;
 --   requeue_dead_letter      a new, fenced attempt through the normal state machine:
@@ -15,21 +15,6 @@
 --                 the alert is mirrored again (crm_sync_status failed -> pending): a new command,
 --                 preceded by a lookup when an earlier add may have created the item.
 -- Entries that one restart covers (the same workflow, the same alert) are resolved together.
-
-create or replace function bitrix_sync._check_operator_audit(p_operator text, p_reason text) returns void
-language plpgsql immutable as $$
-begin
-  if p_operator is null or length(btrim(p_operator)) not between 1 and 128 then
-    raise exception 'an operator identifier (1 to 128 characters) is required for the audit'
-      using errcode = 'BS004', hint = 'Pass who you are, e.g. ''ops:ivanov''.';
-  end if;
-  if p_reason is null or length(btrim(p_reason)) not between 3 and 500 then
-    raise exception 'a reason (3 to 500 characters) is required for the audit'
-      using errcode = 'BS004', hint = 'Say why, e.g. ''portal rights fixed, ticket OPS-42''. Do not paste personal data.';
-  end if;
-end $$;
-comment on function bitrix_sync._check_operator_audit(text, text) is
-  'Internal: refuses (BS004) an admin action without an operator identifier or a reason of 3 to 500 characters.';
 
 create or replace function bitrix_sync._open_dead_letter(p_id bigint) returns bitrix_sync.technical_dead_letters
 language plpgsql as $$
@@ -225,7 +210,7 @@ returns table (
   id bigint, source text, operation text, error_code text, http_status integer, bitrix_error text,
   attempt_count integer, first_attempt_at timestamptz, deadline_at timestamptz, created_at timestamptz,
   age_sec bigint, source_id text, workflow_id uuid, command_id bigint, workflow_type text, workflow_state text,
-  requeue text, resolution text, resolved_at timestamptz, resolved_by text, resolution_reason text, requeued_to text
+  requeue text, resolution text, resolved_at timestamptz, resolved_by text, requeued_to text
 )
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 begin
@@ -241,7 +226,7 @@ begin
          case when d.resolved_at is not null then null
               when r.why is null then 'ready'
               else (r.why ->> 'code') || ': ' || (r.why ->> 'message') end,
-         d.resolution::text, d.resolved_at, d.resolved_by::text, d.resolution_reason, d.requeued_to::text
+         d.resolution::text, d.resolved_at, d.resolved_by::text, d.requeued_to::text
     from bitrix_sync.technical_dead_letters d
     left join bitrix_sync.workflow_instances w on w.id = d.workflow_id
     left join lateral (select bitrix_sync._requeue_refusal(d) as why) r on d.resolved_at is null
@@ -252,7 +237,7 @@ begin
    order by d.id;
 end $$;
 comment on function bitrix_sync.list_dead_letters(boolean, integer) is
-  'Admin (§9): the newest p_limit technical dead letters, open ones only unless p_include_resolved, oldest first, with safe columns (codes, counts, times, internal ids), the state of their workflow, and `requeue`: ready, or the SQLSTATE and sentence a requeue would refuse with now.';
+  'Admin (§9): the newest p_limit technical dead letters, open ones only unless p_include_resolved, oldest first, with safe columns (codes, counts, times, internal ids; the reasons are in admin_actions), the state of their workflow, and `requeue`: ready, or the SQLSTATE and sentence a requeue would refuse with now.';
 
 create or replace function bitrix_sync._resolve_dead_letters(
   p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text
@@ -261,15 +246,26 @@ create or replace function bitrix_sync._resolve_dead_letters(
   resolved_at timestamptz, resolved_by text
 )
 language sql as $$
-  update bitrix_sync.technical_dead_letters d
-     set resolved_at = now(), resolved_by = btrim(p_operator), resolution = p_resolution,
-         resolution_reason = btrim(p_reason), requeued_to = p_target
-   where d.id = any(p_ids) and d.resolved_at is null
-  returning d.id, d.source::text, d.operation::text, d.resolution::text, d.requeued_to::text, d.resolved_at,
-            d.resolved_by::text
+  with resolved as (
+    update bitrix_sync.technical_dead_letters d
+       set resolved_at = now(), resolved_by = btrim(p_operator), resolution = p_resolution,
+           resolution_reason = btrim(p_reason), requeued_to = p_target
+     where d.id = any(p_ids) and d.resolved_at is null
+    returning d.*
+  ), audit as (
+    -- One audit row per entry, with the admin functions' others (docs/admin.md).
+    insert into bitrix_sync.admin_actions (action, workflow_id, dead_letter_id, reason, operator_id)
+    select case p_resolution when 'requeued' then 'requeue_dead_letter' else 'acknowledge_dead_letter' end,
+           r.workflow_id, r.id, btrim(p_reason), btrim(p_operator)
+      from resolved r
+  )
+  select r.id, r.source::text, r.operation::text, r.resolution::text, r.requeued_to::text, r.resolved_at,
+         r.resolved_by::text
+    from resolved r
+   order by r.id
 $$;
 comment on function bitrix_sync._resolve_dead_letters(bigint[], text, text, text, text) is
-  'Internal: marks open dead letters resolved with the resolution, operator, reason and (requeued) target; returns them.';
+  'Internal: marks open dead letters resolved with the resolution, operator, reason and (requeued) target, and writes an admin_actions row for each; returns them.';
 
 create or replace function bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operator text, p_reason text)
 returns table (
@@ -280,7 +276,7 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_dl bitrix_sync.technical_dead_letters;
 begin
-  perform bitrix_sync._check_operator_audit(p_operator, p_reason);
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator);
   v_dl := bitrix_sync._open_dead_letter(p_id);
   return query select * from bitrix_sync._resolve_dead_letters(array[v_dl.id], 'acknowledged', p_operator, p_reason, null);
 end $$;
@@ -298,7 +294,7 @@ declare
   v_refusal jsonb;
   v_target text;
 begin
-  perform bitrix_sync._check_operator_audit(p_operator, p_reason);
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator);
   v_dl := bitrix_sync._open_dead_letter(p_id);
   -- Lock what the new attempt starts from, so the checks below hold until commit.
   if v_dl.workflow_id is not null then
@@ -309,9 +305,12 @@ begin
        for update;
   end if;
   v_refusal := bitrix_sync._requeue_refusal(v_dl);
-  if v_refusal is not null then
+  if v_refusal ->> 'code' = 'BS042' then
     raise exception 'technical dead letter % cannot be requeued: %', p_id, v_refusal ->> 'message'
-      using errcode = v_refusal ->> 'code', hint = replace(v_refusal ->> 'hint', '<id>', p_id::text);
+      using errcode = 'BS042', hint = replace(v_refusal ->> 'hint', '<id>', p_id::text);
+  elsif v_refusal is not null then
+    raise exception 'technical dead letter % cannot be requeued yet: %', p_id, v_refusal ->> 'message'
+      using errcode = 'BS043', hint = replace(v_refusal ->> 'hint', '<id>', p_id::text);
   end if;
   begin
     v_target := bitrix_sync._requeue_target(v_dl);
@@ -326,22 +325,5 @@ end $$;
 comment on function bitrix_sync.requeue_dead_letter(bigint, text, text) is
   'Admin (§9): starts a new, fenced attempt of what an open technical dead letter gave up on, through the normal state machine (a new intent or inbox row, the failed workflow from its first step, or the alert''s mirror), with a retry horizon counted from now; marks it (and the open entries the same attempt answers) resolved as requeued with operator and reason. BS004 missing operator or reason, BS040 no such entry, BS041 already resolved, BS042 nothing to run again, BS043 something else of the same user or alert is running.';
 
--- Explicit for every role, so the result is the same whether or not sql/grants.sql (which grants
--- the runtime every function of the schema) ran before this file.
-revoke all on function bitrix_sync._check_operator_audit(text, text) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync._open_dead_letter(bigint) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync._resolve_dead_letters(bigint[], text, text, text, text) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.list_dead_letters(boolean, integer) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.acknowledge_dead_letter(bigint, text, text) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.requeue_dead_letter(bigint, text, text) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
--- Operators only. The runtime and the App never resolve dead letters; the internal helpers run
--- inside the security definer functions as their owner and are granted to nobody.
-grant execute on function bitrix_sync.list_dead_letters(boolean, integer) to bitrix_sync_admin;
-grant execute on function bitrix_sync.acknowledge_dead_letter(bigint, text, text) to bitrix_sync_admin;
-grant execute on function bitrix_sync.requeue_dead_letter(bigint, text, text) to bitrix_sync_admin;
--- sql/workflows.sql's schedule_workflow_retry (run by the runtime) reads the requeue through it.
-revoke all on function bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances) from public, bitrix_sync_admin, han_app_user;
-grant execute on function bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances) to bitrix_sync_user;
+-- Privileges: sql/privileges.sql (the admin role executes list, acknowledge and requeue; the
+-- internal helpers run inside them as their owner and are granted to nobody).

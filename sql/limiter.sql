@@ -2,7 +2,8 @@
 -- (src/crm/limiter.ts) calls acquire_crm_request() before each HTTP request and
 -- release_crm_request() after it; replies feed note_rate_limited(), note_method_blocked() and
 -- note_crm_operating(). Settings (rate, burst, in-flight cap) come in as parameters, read by the
--- caller from bitrix_sync.active_settings(). Re-runnable. Errors: SQLSTATE BS010..BS012.
+-- caller from bitrix_sync.active_settings(). Re-runnable. Errors: SQLSTATE BS010..BS012. Who may call
+-- what: sql/privileges.sql.
 
 create or replace function bitrix_sync._check_limiter_name(p_what text, p_value text) returns void
 language plpgsql immutable as $$
@@ -221,30 +222,3 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync.crm_limiter_state(text) is
   'Limiter state for /internal/sync/v1/status (§14): tokens as last stored, rate factor, live in-flight slots, cool-down end. Security definer so the admin role can read it without table grants.';
-
--- Grants for the limiter's objects (§13): the runtime uses them, nobody else.
-revoke all on bitrix_sync.crm_rate_buckets, bitrix_sync.crm_inflight_slots, bitrix_sync.crm_method_blocks from public;
-grant select, insert, update, delete
-   on bitrix_sync.crm_rate_buckets, bitrix_sync.crm_inflight_slots, bitrix_sync.crm_method_blocks
-   to bitrix_sync_user;
-revoke all on function
-  bitrix_sync._check_limiter_name(text, text),
-  bitrix_sync.acquire_crm_request(text, text, double precision, integer, integer, integer, double precision),
-  bitrix_sync.release_crm_request(uuid),
-  bitrix_sync.note_rate_limited(text, double precision, double precision, integer, double precision),
-  bitrix_sync.note_method_blocked(text, text, timestamptz),
-  bitrix_sync.note_crm_operating(text, text[], double precision[], timestamptz[]),
-  bitrix_sync.blocked_crm_methods(text),
-  bitrix_sync.crm_limiter_state(text)
-  from public;
-grant execute on function
-  bitrix_sync._check_limiter_name(text, text),
-  bitrix_sync.acquire_crm_request(text, text, double precision, integer, integer, integer, double precision),
-  bitrix_sync.release_crm_request(uuid),
-  bitrix_sync.note_rate_limited(text, double precision, double precision, integer, double precision),
-  bitrix_sync.note_method_blocked(text, text, timestamptz),
-  bitrix_sync.note_crm_operating(text, text[], double precision[], timestamptz[]),
-  bitrix_sync.blocked_crm_methods(text),
-  bitrix_sync.crm_limiter_state(text)
-  to bitrix_sync_user;
-grant execute on function bitrix_sync.crm_limiter_state(text) to bitrix_sync_admin;

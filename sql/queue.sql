@@ -35,19 +35,23 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
   end if;
-  -- After cutover only intents recorded since the watermark are processed (§17 step 8).
+  -- Nothing is processed before the cutover, and after it only intents recorded since the
+  -- watermark (§17 step 8), also when an expired lease is reclaimed.
   select c.cutover_watermark into v_watermark from bitrix_sync.cutover c;
+  if v_watermark is null then
+    return;
+  end if;
   return query
   with due as (
     select q.id, q.next_attempt_at as sort_at from han_app.sync_queue q
      where q.status in ('pending', 'retry_wait') and q.next_attempt_at <= now()
-       and q.created_at >= coalesce(v_watermark, '-infinity'::timestamptz)
+       and q.created_at >= v_watermark
      order by q.next_attempt_at, q.created_at
      limit p_limit
      for update skip locked
   ), expired as (
     select q.id, q.locked_until as sort_at from han_app.sync_queue q
-     where q.status = 'leased' and q.locked_until < now()
+     where q.status = 'leased' and q.locked_until < now() and q.created_at >= v_watermark
      order by q.locked_until
      limit p_limit
      for update skip locked
@@ -66,7 +70,7 @@ begin
   returning q.*;
 end $$;
 comment on function bitrix_sync.claim_sync_tasks(text, integer, interval) is
-  'Claims up to p_limit due intents (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row.';
+  'Claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover().';
 
 create or replace function bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval)
 returns han_app.sync_queue

@@ -1,6 +1,8 @@
 -- Audited rebind request (§5.4): an admin asks to move a user's link to another Contact. The
 -- procedure records the request and starts a contact.rebind workflow; the mapping itself changes
--- only when the workflow has updated both Contacts.
+-- only when the workflow has updated both Contacts. The runtime role only reads rebind requests:
+-- the functions a rebind workflow calls under its lease are security definer, so the audit columns
+-- (reason, operator) are out of its reach.
 
 create or replace function bitrix_sync.request_bitrix_contact_rebind(
   user_id uuid, target_b24_id text, reason text, operator_id text
@@ -8,22 +10,26 @@ create or replace function bitrix_sync.request_bitrix_contact_rebind(
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_current bitrix_sync.entity_external_mapping;
+  v_open bitrix_sync.rebind_requests;
+  v_busy bitrix_sync.workflow_instances;
   v_request_id uuid;
   v_workflow_id uuid;
   v_user_id constant uuid := request_bitrix_contact_rebind.user_id;
   v_target constant text := btrim(request_bitrix_contact_rebind.target_b24_id);
 begin
+  -- Messages name no user or Contact (the server log keeps them): the caller knows which it asked for.
   if v_user_id is null or v_target is null or v_target !~ '^[1-9][0-9]{0,17}$' then
     raise exception 'target_b24_id must be a Bitrix24 Contact ID (digits only) and user_id is required'
       using errcode = 'BS004', hint = 'Example: select bitrix_sync.request_bitrix_contact_rebind(''<user uuid>'', ''12345'', ''duplicate merged by CRM team'', ''ops:ivanov'');';
   end if;
-  if reason is null or length(btrim(reason)) < 3 or operator_id is null or length(btrim(operator_id)) = 0 then
+  if reason is null or length(btrim(reason)) < 3 or length(btrim(reason)) > 500
+     or operator_id is null or length(btrim(operator_id)) = 0 then
     raise exception 'a reason (3 to 500 characters) and an operator_id are required for the audit'
       using errcode = 'BS004', hint = 'Say why the link is wrong and who you are.';
   end if;
   if not exists (select 1 from han_app.user_identity u where u.id = v_user_id and u.record_status = 'active') then
-    raise exception 'user % does not exist or is not active', v_user_id
-      using errcode = 'BS005', hint = 'Only active users are linked to Contacts.';
+    raise exception 'this user does not exist or is not active'
+      using errcode = 'BS005', hint = 'Only active users are linked to Contacts; check the user id.';
   end if;
 
   -- 1. lock the user's current active mapping (there may be none).
@@ -31,7 +37,7 @@ begin
    where m.entity_type = 'user' and m.entity_id = v_user_id and m.status = 'active'
    for update;
   if found and v_current.external_id = v_target then
-    raise exception 'user % is already linked to Contact %', v_user_id, v_target
+    raise exception 'this user is already linked to this Contact'
       using errcode = 'BS006', hint = 'Nothing to do.';
   end if;
   -- 2. the target must not be actively linked to another user.
@@ -39,19 +45,39 @@ begin
    where m.external_entity_type = 'contact' and m.external_id = v_target and m.status = 'active'
    for update;
   if found then
-    raise exception 'Contact % is actively linked to another user', v_target
+    raise exception 'the target Contact is actively linked to another user'
       using errcode = 'BS006',
             hint = 'Resolve that user''s link first (deactivate or rebind it); a Contact cannot serve two active users.';
   end if;
-  if exists (select 1 from bitrix_sync.rebind_requests r
-              where r.user_id = v_user_id and r.status in ('requested', 'in_progress')) then
-    raise exception 'a rebind of user % is already in progress', v_user_id
-      using errcode = 'BS007', hint = 'Wait for it to finish (bitrix_sync.status views), then ask again.';
+  select * into v_open from bitrix_sync.rebind_requests r
+   where r.user_id = v_user_id and r.status in ('requested', 'in_progress');
+  if found then
+    raise exception 'a rebind of this user is already open (request %)', v_open.id
+      using errcode = 'BS007',
+            hint = format('Watch it with select * from bitrix_sync.rebind_request_status where request_id = %L; '
+                          'or cancel it with select * from bitrix_sync.cancel_rebind_request(%L, ''<why>'', ''ops:<you>''); '
+                          'then ask again.', v_open.id, v_open.id);
   end if;
-  if exists (select 1 from bitrix_sync.workflow_instances w
-              where w.user_id = v_user_id and w.state not in ('succeeded', 'failed', 'cancelled')) then
-    raise exception 'user % has a sync workflow running', v_user_id
-      using errcode = 'BS007', hint = 'Retry when it has finished; a user has one workflow at a time.';
+  -- Two open requests for one target would race for the same Contact; the second would fail late,
+  -- after both Contacts were read and written.
+  if exists (select 1 from bitrix_sync.rebind_requests r
+              where r.target_contact_id = v_target and r.status in ('requested', 'in_progress')) then
+    raise exception 'Contact % is already the target of an open rebind request', v_target
+      using errcode = 'BS009',
+            hint = 'Wait until that request has finished (bitrix_sync.rebind_requests), then ask again; a Contact serves one user.';
+  end if;
+  select * into v_busy from bitrix_sync.workflow_instances w
+   where w.user_id = v_user_id and w.state not in ('succeeded', 'failed', 'cancelled');
+  if found and v_busy.state = 'waiting_manual' then
+    raise exception 'this user has a workflow parked for a person (workflow %, reason %)', v_busy.id, v_busy.last_error_code
+      using errcode = 'BS007',
+            hint = format('Decide it first: select * from bitrix_sync.resume_parked_workflow(%L, ''retry'', ''<why>'', ''ops:<you>''); '
+                          'or cancel it with select * from bitrix_sync.cancel_parked_workflow(%L, ''<why>'', ''ops:<you>''); '
+                          'then ask again (docs/admin.md, Parked workflows).', v_busy.id, v_busy.id);
+  elsif found then
+    raise exception 'this user has a % workflow in progress (workflow %, state %)', v_busy.workflow_type, v_busy.id, v_busy.state
+      using errcode = 'BS007',
+            hint = 'It finishes on its own, usually within seconds (a CRM outage can make it wait); ask again then. A user has one workflow at a time.';
   end if;
 
   -- 3. the request and its workflow; the mapping is untouched (4).
@@ -59,14 +85,21 @@ begin
   values ('contact.rebind', 'contact.rebind', v_user_id, v_target,
           jsonb_build_object('previous_contact_id', v_current.external_id, 'target_contact_id', v_target))
   returning id into v_workflow_id;
-  insert into bitrix_sync.rebind_requests (user_id, previous_contact_id, target_contact_id, reason, operator_id, workflow_id)
-  values (v_user_id, v_current.external_id, v_target, btrim(reason), btrim(operator_id), v_workflow_id)
-  returning id into v_request_id;
+  begin
+    insert into bitrix_sync.rebind_requests (user_id, previous_contact_id, target_contact_id, reason, operator_id, workflow_id)
+    values (v_user_id, v_current.external_id, v_target, btrim(reason), btrim(operator_id), v_workflow_id)
+    returning id into v_request_id;
+  exception when unique_violation then
+    -- A concurrent request for the same target (or user) committed between the checks and here.
+    raise exception 'Contact % or user % already has an open rebind request', v_target, v_user_id
+      using errcode = 'BS009',
+            hint = 'Wait until that request has finished (bitrix_sync.rebind_requests), then ask again; a Contact serves one user.';
+  end;
   perform pg_notify('bitrix_sync_workflows', '');
   return v_request_id;
 end $$;
 comment on function bitrix_sync.request_bitrix_contact_rebind(uuid, text, text, text) is
-  'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user, records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';
+  'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user or already the target of an open request (BS009), and refuses while the user has an open request or a workflow (a parked one is named with how to clear it); records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';
 
 create or replace function bitrix_sync._rebind_request_of(p_workflow_id uuid) returns bitrix_sync.rebind_requests
 language plpgsql as $$
@@ -85,7 +118,7 @@ comment on function bitrix_sync._rebind_request_of(uuid) is
 
 create or replace function bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lease_token uuid)
 returns bitrix_sync.rebind_requests
-language plpgsql as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.rebind_requests;
 begin
@@ -103,33 +136,15 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.start_rebind_request(uuid, uuid) is
-  'requested -> in_progress when the contact.rebind workflow starts reading the Contacts (a request already in progress is returned as it is). Fenced by the workflow''s lease token (BS001).';
+  'requested -> in_progress when the contact.rebind workflow starts reading the Contacts (a request already in progress is returned as it is). Fenced by the workflow''s lease token (BS001). Security definer: the runtime role only reads rebind requests.';
 
-create or replace function bitrix_sync.fail_rebind_request(p_workflow_id uuid, p_lease_token uuid, p_failure_code text)
-returns bitrix_sync.rebind_requests
-language plpgsql as $$
-declare
-  v_row bitrix_sync.rebind_requests;
-begin
-  perform bitrix_sync._check_code(p_failure_code);
-  perform bitrix_sync._held_workflow(p_workflow_id, p_lease_token);
-  v_row := bitrix_sync._rebind_request_of(p_workflow_id);
-  if v_row.status not in ('requested', 'in_progress') then
-    raise exception 'rebind request % is %, it cannot fail', v_row.id, v_row.status
-      using errcode = 'BS002', hint = 'A finished request stays finished.';
-  end if;
-  update bitrix_sync.rebind_requests
-     set status = 'failed', failure_code = p_failure_code, completed_at = now()
-   where id = v_row.id
-  returning * into v_row;
-  return v_row;
-end $$;
-comment on function bitrix_sync.fail_rebind_request(uuid, uuid, text) is
-  'requested | in_progress -> failed with a safe failure code (target bound to another user, not found, CRM failure, user not eligible). The mapping is untouched. Fenced by the workflow''s lease token (BS001).';
+-- The request closes with its workflow (tg_workflow_instances__close_rebind_request): the function
+-- each failing path had to remember is gone.
+drop function if exists bitrix_sync.fail_rebind_request(uuid, uuid, text);
 
 create or replace function bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid)
 returns bitrix_sync.rebind_requests
-language plpgsql as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_wf bitrix_sync.workflow_instances;
   v_row bitrix_sync.rebind_requests;
@@ -150,11 +165,81 @@ begin
     perform bitrix_sync.close_mapping(v_current.id, 'rebound', p_workflow_id);
   end if;
   perform bitrix_sync.open_mapping(v_wf.user_id, v_row.target_contact_id, p_workflow_id);
-  update bitrix_sync.rebind_requests set status = 'succeeded', completed_at = now()
+  update bitrix_sync.rebind_requests set status = 'succeeded', outcome = 'rebound', completed_at = now()
    where id = v_row.id
   returning * into v_row;
+  -- Step 6: the alerts are resolved only here, after the link moved, in the same transaction.
   perform bitrix_sync._resolve_conflict_alerts(v_wf.user_id);
   return v_row;
 end $$;
 comment on function bitrix_sync.complete_rebind(uuid, uuid) is
-  'in_progress -> succeeded for the request of a contact.rebind workflow, in one call: closes the user''s active mapping (rebound), opens the link to the target Contact, and resolves the user''s open conflict alerts. Fenced by the workflow''s lease token (BS001); BS006 if the target is linked meanwhile.';
+  'in_progress -> succeeded (outcome rebound) for the request of a contact.rebind workflow, in one call: closes the user''s active mapping (rebound), opens the link to the target Contact, and then resolves the user''s open conflict alerts. Fenced by the workflow''s lease token (BS001); BS006 if the target is linked meanwhile. Security definer, as start_rebind_request.';
+
+create or replace function bitrix_sync._rebind_crm_outcome(p_workflow_id uuid) returns text
+language sql stable as $$
+  -- The rebind's writes: the target write sets this user (set_user self), the clear of the previous
+  -- Contact removes it (set_user clear). Only writes that were sent count.
+  with w as (
+    select coalesce(bool_or(x.set_user = 'self'), false) as target_sent,
+           coalesce(bool_or(x.set_user = 'self' and x.ok), false) as target_done,
+           coalesce(bool_or(x.set_user = 'clear'), false) as clear_sent,
+           coalesce(bool_or(x.set_user = 'clear' and x.ok), false) as clear_done
+      from (select c.params ->> 'set_user' as set_user, c.status = 'succeeded' as ok
+              from bitrix_sync.crm_commands c
+             where c.workflow_id = p_workflow_id and c.alert_id is null
+               and c.command_type = 'contact.update' and c.first_sent_at is not null) x
+  )
+  select case
+           when not target_sent then 'crm_unchanged'
+           when not target_done then 'target_write_unconfirmed'
+           when not clear_sent then 'target_written'
+           when not clear_done then 'target_written_clear_unconfirmed'
+           else 'target_written_previous_cleared'
+         end
+    from w
+$$;
+comment on function bitrix_sync._rebind_crm_outcome(uuid) is
+  'Internal: what a contact.rebind workflow that did not complete left in the CRM, from its commands: crm_unchanged (no write sent), target_write_unconfirmed (sent, never confirmed), target_written (the target carries the user, the previous Contact was not cleared), target_written_clear_unconfirmed, target_written_previous_cleared (both written, the link did not move).';
+
+create or replace function bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances)
+returns bitrix_sync.rebind_requests
+-- Security definer: the runtime role's workflow transitions fire it, and that role only reads
+-- rebind requests (docs/security.md).
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_row bitrix_sync.rebind_requests;
+begin
+  -- A cancelled workflow cancels its request; any other end without complete_rebind fails it with
+  -- the workflow's code (a refusal, a CRM error, the retry horizon of a command or of a step).
+  update bitrix_sync.rebind_requests r
+     set status = case when p_wf.state = 'cancelled' then 'cancelled' else 'failed' end,
+         failure_code = case p_wf.state when 'cancelled' then null
+                                        when 'failed' then coalesce(p_wf.last_error_code, 'rebind_not_completed')
+                                        else 'rebind_not_completed' end,
+         outcome = bitrix_sync._rebind_crm_outcome(p_wf.id),
+         completed_at = now()
+   where r.workflow_id = p_wf.id and r.status in ('requested', 'in_progress')
+  returning * into v_row;
+  return v_row;
+end $$;
+comment on function bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances) is
+  'Internal: the still open request of a finished contact.rebind workflow becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. Returns null when the request was already finished.';
+
+create or replace function bitrix_sync.tg_workflow_instances__close_rebind_request() returns trigger
+language plpgsql as $$
+begin
+  perform bitrix_sync._close_rebind_request(new);
+  return null;
+end $$;
+comment on function bitrix_sync.tg_workflow_instances__close_rebind_request() is
+  'AFTER UPDATE OF state trigger: a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
+
+drop trigger if exists _300_close_rebind_request on bitrix_sync.workflow_instances;
+create trigger _300_close_rebind_request after update of state on bitrix_sync.workflow_instances
+  for each row
+  when (new.workflow_type = 'contact.rebind' and new.state in ('succeeded', 'failed', 'cancelled')
+        and old.state not in ('succeeded', 'failed', 'cancelled'))
+  execute function bitrix_sync.tg_workflow_instances__close_rebind_request();
+comment on trigger _300_close_rebind_request on bitrix_sync.workflow_instances is
+  'Closes the rebind request of a contact.rebind workflow that finished without complete_rebind (§5.4, issue 11).';
+

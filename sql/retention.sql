@@ -167,11 +167,4 @@ $$;
 comment on function bitrix_sync.retention_preview() is
   'Admin: what the next retention run would delete, per table (webhooks, commands, workflows, queue): how many rows, the oldest finish time among them and the retention.*_days in force. Reads only; counts the history, so run it by hand, not from a scrape.';
 
--- Explicit for every role, so the result does not depend on whether sql/grants.sql ran before.
-revoke all on function bitrix_sync._retention_cutoff(text) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.delete_retention_batch(text) from public, han_app_user;
-revoke all on function bitrix_sync.retention_preview() from public, bitrix_sync_user, han_app_user;
--- The runtime's retention task deletes; an admin may run a batch now and look at what is due.
--- bitrix_sync_user gets no DELETE on han_app.sync_queue: only this function deletes there.
-grant execute on function bitrix_sync.delete_retention_batch(text) to bitrix_sync_user, bitrix_sync_admin;
-grant execute on function bitrix_sync.retention_preview() to bitrix_sync_admin;
+-- Privileges: sql/privileges.sql.

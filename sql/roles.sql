@@ -12,6 +12,6 @@ begin
     create role han_app_user nologin;
   end if;
 end $$;
-comment on role bitrix_sync_user is 'bitrix-sync runtime: its own schema, queue processing, CRM-master profile columns. No DDL.';
-comment on role bitrix_sync_admin is 'Operators: request_bitrix_contact_rebind(), settings functions and status views only.';
-comment on role han_app_user is 'The HAN App: writes identity and profile; sync_queue rows appear through the trigger.';
+comment on role bitrix_sync_user is 'bitrix-sync runtime: the functions it runs with and the columns they write (bitrix_sync.role_privileges); reads settings, rebind requests and the cutover. No DDL, no admin function.';
+comment on role bitrix_sync_admin is 'Operators: the cutover, settings, rebind and webhook re-recording functions (security definer) and the status views; reads settings, rebind requests and the cutover.';
+comment on role han_app_user is 'The HAN App: writes identity and profile; sync_queue rows appear through the trigger. Nothing in schema bitrix_sync.';

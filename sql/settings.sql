@@ -1,47 +1,50 @@
 -- Hot settings (§12.3): a typed catalogue, versions with validation status and audit, activation of
 -- validated versions only, rollback, and a NOTIFY so workers reload.
 
-insert into bitrix_sync.settings (key, value_type, default_value, min_value, max_value, allowed_values, nullable, description)
+-- Every key has bounds (the table's CHECK settings_bounded): integers and numbers a range (integers
+-- within int4, so every consumer reads them as int4), text a maximum length, enums their values, the
+-- json object its allowed entries and the maximum length of each value.
+insert into bitrix_sync.settings (key, value_type, default_value, min_value, max_value, allowed_values, max_length, nullable, description)
 values
-  ('alerts.category_id', 'integer', null, 0, null, null, true, 'Smart-process category (pipeline) ID of the alert process.'),
-  ('alerts.entity_type_id', 'integer', null, 128, null, null, true, 'entityTypeId of the "sync conflicts" smart process; required before alerts reach the CRM.'),
-  ('alerts.fields', 'json', '{}', null, null, null, false, 'Smart-process field names (ufCrm<type>_...) by what they hold: alert_number, fingerprint, type, severity, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, occurrence_count, first_occurred_at, last_occurred_at, previous_alert_number, correlation_id. alert_number (or fingerprint) is what an unanswered alert.add is looked up by.'),
-  ('alerts.reconcile_interval_sec', 'integer', '3600', 60, 86400, null, false, 'How often open alerts are polled (§10.3).'),
-  ('alerts.responsible_id', 'integer', null, 1, null, null, true, 'Bitrix24 user ID responsible for new alert items.'),
-  ('alerts.sla_hours', 'integer', '24', 1, 720, null, false, 'Resolution SLA of an alert in calendar hours from its first occurrence (nights, weekends and holidays count); 24 by default.'),
-  ('alerts.stage_closed_without_resolution', 'text', null, null, null, null, true, 'Terminal stage ID: closed without resolution.'),
-  ('alerts.stage_in_progress', 'text', null, null, null, null, true, 'Stage ID: in progress.'),
-  ('alerts.stage_new', 'text', null, null, null, null, true, 'Stage ID for new alerts.'),
-  ('alerts.stage_resolved', 'text', null, null, null, null, true, 'Terminal stage ID: resolved.'),
-  ('batch.max_wait_ms', 'integer', '200', 1, 60000, null, false, 'Flush a partial batch after this wait (§8).'),
-  ('batch.size', 'integer', '20', 1, 50, null, false, 'Commands per Bitrix24 batch request (§8: 1..50).'),
-  ('citizenship.cache_ttl_sec', 'integer', '3600', 10, 604800, null, false, 'TTL of the citizenship dictionary cache (§3.3).'),
-  ('claim.size', 'integer', '50', 1, 1000, null, false, 'Rows claimed from a queue per round trip.'),
-  ('lease.ttl_sec', 'integer', '60', 5, 3600, null, false, 'Lease length for queue rows, workflows, commands and webhooks.'),
-  ('limiter.burst', 'integer', '5', 1, 250, null, false, 'Token bucket capacity (requests).'),
-  ('limiter.max_in_flight', 'integer', '2', 1, 50, null, false, 'HTTP requests to the portal in flight at once, all replicas together (§8).'),
-  ('limiter.refill_per_sec', 'number', '2', 0.01, 50, null, false, 'Token bucket refill rate, requests per second (§8: 2 until the plan is confirmed).'),
-  ('reconcile.contacts_interval_sec', 'integer', '900', 60, 86400, null, false, 'Incremental Contact reconciliation interval (§10.2: 15 min).'),
-  ('reconcile.lease_sec', 'integer', '600', 60, 86400, null, false, 'A reconciliation run still marked running after this long is taken to have died: the next claim starts a new run.'),
-  ('reconcile.opened_filter', 'enum', '"Y"', null, null, '["Y", "N", "1", "0"]', false, 'Value sent for the opened filter of crm.item.list; the reference documents Y/N for system booleans.'),
-  ('reconcile.overlap_sec', 'integer', '120', 0, 3600, null, false, 'Overlap re-read below the watermark.'),
-  ('reconcile.recovered_spike_ratio', 'number', '0.2', 0, 1, null, false, 'Ops alert when recovered-without-webhook / changed exceeds this share.'),
-  ('reconcile.recovered_spike_threshold', 'integer', '20', 1, 100000, null, false, 'Ops alert when a run recovers at least this many Contacts without a webhook and more than twice the baseline.'),
-  ('retention.batch_size', 'integer', '500', 10, 5000, null, false, 'Rows deleted per retention transaction; each batch is its own short transaction.'),
-  ('retention.commands_days', 'integer', '30', 1, 3650, null, false, 'Finished CRM commands (succeeded, dead-lettered) are deleted this many days after they finished; at most retention.workflows_days.'),
-  ('retention.enabled', 'boolean', 'true', null, null, null, false, 'Whether the hourly retention task deletes finished rows.'),
-  ('retention.queue_days', 'integer', '30', 1, 3650, null, false, 'Finished han_app.sync_queue rows (processed, cancelled, dead-lettered) are deleted this many days after they finished.'),
-  ('retention.run_budget_sec', 'integer', '60', 1, 3000, null, false, 'A retention run stops starting new batches after this long; the next run goes on.'),
-  ('retention.webhooks_days', 'integer', '7', 1, 3650, null, false, 'Processed (and coalesced) webhook inbox rows are deleted this many days after they were processed.'),
-  ('retention.workflows_days', 'integer', '90', 1, 3650, null, false, 'Finished workflows are deleted this many days after they finished, once their commands are gone.'),
-  ('retry.base_ms', 'integer', '1000', 10, 600000, null, false, 'Backoff base (full jitter, §9).'),
-  ('retry.horizon_sec', 'integer', '86400', 60, 604800, null, false, 'Retry horizon from the first attempt (§9: 24 h).'),
-  ('retry.max_ms', 'integer', '300000', 100, 86400000, null, false, 'Backoff cap.'),
-  ('worker.poll_interval_ms', 'integer', '2000', 100, 5000, null, false, 'Fallback poll when no NOTIFY arrives (§8: at most 5 s).')
+  ('alerts.category_id', 'integer', null, 0, 2147483647, null, null, true, 'Smart-process category (pipeline) ID of the alert process.'),
+  ('alerts.entity_type_id', 'integer', null, 128, 2147483647, null, null, true, 'entityTypeId of the "sync conflicts" smart process; required before alerts reach the CRM.'),
+  ('alerts.fields', 'json', '{}', null, null, '["alert_number", "candidate_contact_ids", "correlation_id", "current_contact_id", "details", "fingerprint", "first_occurred_at", "last_occurred_at", "occurrence_count", "previous_alert_number", "selected_contact_id", "severity", "type", "user_id"]', 64, false, 'Smart-process field names (ufCrm<type>_...) by logical alert field: alert_number, fingerprint, type, severity, user, contacts, details, counts, dates, previous link, correlation. alert_number (or fingerprint) is what an unanswered alert.add is looked up by.'),
+  ('alerts.reconcile_interval_sec', 'integer', '3600', 60, 86400, null, null, false, 'How often open alerts are polled (§10.3).'),
+  ('alerts.responsible_id', 'integer', null, 1, 2147483647, null, null, true, 'Bitrix24 user ID responsible for new alert items.'),
+  ('alerts.sla_hours', 'integer', '24', 1, 720, null, null, false, 'Resolution SLA of an alert in calendar hours from its first occurrence (nights, weekends and holidays count); 24 by default.'),
+  ('alerts.stage_closed_without_resolution', 'text', null, null, null, null, 64, true, 'Terminal stage ID: closed without resolution.'),
+  ('alerts.stage_in_progress', 'text', null, null, null, null, 64, true, 'Stage ID: in progress.'),
+  ('alerts.stage_new', 'text', null, null, null, null, 64, true, 'Stage ID for new alerts.'),
+  ('alerts.stage_resolved', 'text', null, null, null, null, 64, true, 'Terminal stage ID: resolved.'),
+  ('batch.max_wait_ms', 'integer', '200', 1, 60000, null, null, false, 'Flush a partial batch after this wait (§8).'),
+  ('batch.size', 'integer', '20', 1, 50, null, null, false, 'Commands per Bitrix24 batch request (§8: 1..50).'),
+  ('citizenship.cache_ttl_sec', 'integer', '3600', 10, 604800, null, null, false, 'TTL of the citizenship dictionary cache (§3.3).'),
+  ('claim.size', 'integer', '50', 1, 1000, null, null, false, 'Rows claimed from a queue per round trip.'),
+  ('lease.ttl_sec', 'integer', '60', 5, 3600, null, null, false, 'Lease length for queue rows, workflows, commands and webhooks.'),
+  ('limiter.burst', 'integer', '5', 1, 250, null, null, false, 'Token bucket capacity (requests).'),
+  ('limiter.max_in_flight', 'integer', '2', 1, 50, null, null, false, 'HTTP requests to the portal in flight at once, all replicas together (§8).'),
+  ('limiter.refill_per_sec', 'number', '2', 0.01, 50, null, null, false, 'Token bucket refill rate, requests per second (§8: 2 until the plan is confirmed).'),
+  ('reconcile.contacts_interval_sec', 'integer', '900', 60, 86400, null, null, false, 'Incremental Contact reconciliation interval (§10.2: 15 min).'),
+  ('reconcile.lease_sec', 'integer', '600', 60, 86400, null, null, false, 'A reconciliation run still marked running after this long is taken to have died: the next claim starts a new run.'),
+  ('reconcile.opened_filter', 'enum', '"Y"', null, null, '["Y", "N", "1", "0"]', null, false, 'Value sent for the opened filter of crm.item.list; the reference documents Y/N for system booleans.'),
+  ('reconcile.overlap_sec', 'integer', '120', 0, 3600, null, null, false, 'Overlap re-read below the watermark.'),
+  ('reconcile.recovered_spike_ratio', 'number', '0.2', 0, 1, null, null, false, 'Ops alert when recovered-without-webhook / changed exceeds this share.'),
+  ('reconcile.recovered_spike_threshold', 'integer', '20', 1, 100000, null, null, false, 'Ops alert when a run recovers at least this many Contacts without a webhook and more than twice the baseline.'),
+  ('retention.batch_size', 'integer', '500', 10, 5000, null, null, false, 'Rows deleted per retention transaction; each batch is its own short transaction.'),
+  ('retention.commands_days', 'integer', '30', 1, 3650, null, null, false, 'Finished CRM commands (succeeded, dead-lettered) are deleted this many days after they finished; at most retention.workflows_days.'),
+  ('retention.enabled', 'boolean', 'true', null, null, null, null, false, 'Whether the hourly retention task deletes finished rows.'),
+  ('retention.queue_days', 'integer', '30', 1, 3650, null, null, false, 'Finished han_app.sync_queue rows (processed, cancelled, dead-lettered) are deleted this many days after they finished.'),
+  ('retention.run_budget_sec', 'integer', '60', 1, 3000, null, null, false, 'A retention run stops starting new batches after this long; the next run goes on.'),
+  ('retention.webhooks_days', 'integer', '7', 1, 3650, null, null, false, 'Processed (and coalesced) webhook inbox rows are deleted this many days after they were processed.'),
+  ('retention.workflows_days', 'integer', '90', 1, 3650, null, null, false, 'Finished workflows are deleted this many days after they finished, once their commands are gone.'),
+  ('retry.base_ms', 'integer', '1000', 10, 600000, null, null, false, 'Backoff base (full jitter, §9).'),
+  ('retry.horizon_sec', 'integer', '86400', 60, 604800, null, null, false, 'Retry horizon from the first attempt (§9: 24 h).'),
+  ('retry.max_ms', 'integer', '300000', 100, 86400000, null, null, false, 'Backoff cap.'),
+  ('worker.poll_interval_ms', 'integer', '2000', 100, 5000, null, null, false, 'Fallback poll when no NOTIFY arrives (§8: at most 5 s).')
 on conflict (key) do update
   set value_type = excluded.value_type, default_value = excluded.default_value, min_value = excluded.min_value,
-      max_value = excluded.max_value, allowed_values = excluded.allowed_values, nullable = excluded.nullable,
-      description = excluded.description;
+      max_value = excluded.max_value, allowed_values = excluded.allowed_values, max_length = excluded.max_length,
+      nullable = excluded.nullable, description = excluded.description;
 
 create or replace function bitrix_sync._settings_errors(p_values jsonb) returns jsonb
 language plpgsql stable as $$
@@ -51,6 +54,7 @@ declare
   v_errors jsonb := '[]'::jsonb;
   v_key text;
   v_num numeric;
+  v_entry record;
 begin
   if p_values is null or jsonb_typeof(p_values) <> 'object' then
     return '["values must be a JSON object"]'::jsonb;
@@ -73,18 +77,22 @@ begin
           continue;
         end if;
         v_num := (v_val #>> '{}')::numeric;
+        -- 1036.0 and 1.0360e3 are whole numbers: stored as 1036 (_normalise_settings).
         if v_def.value_type = 'integer' and v_num <> trunc(v_num) then
           v_errors := v_errors || to_jsonb(format('%s: must be a whole number', v_def.key));
         end if;
-        if v_def.min_value is not null and v_num < v_def.min_value then
+        -- Every number has both bounds (CHECK settings_bounded); an integer's lie within int4.
+        if v_num < v_def.min_value then
           v_errors := v_errors || to_jsonb(format('%s: must be at least %s', v_def.key, v_def.min_value));
         end if;
-        if v_def.max_value is not null and v_num > v_def.max_value then
+        if v_num > v_def.max_value then
           v_errors := v_errors || to_jsonb(format('%s: must be at most %s', v_def.key, v_def.max_value));
         end if;
       when 'text' then
         if jsonb_typeof(v_val) <> 'string' or length(v_val #>> '{}') = 0 then
           v_errors := v_errors || to_jsonb(format('%s: must be a non-empty string', v_def.key));
+        elsif length(v_val #>> '{}') > v_def.max_length then
+          v_errors := v_errors || to_jsonb(format('%s: must be at most %s characters', v_def.key, v_def.max_length));
         end if;
       when 'boolean' then
         if jsonb_typeof(v_val) <> 'boolean' then
@@ -97,7 +105,19 @@ begin
       when 'json' then
         if jsonb_typeof(v_val) <> 'object' then
           v_errors := v_errors || to_jsonb(format('%s: must be a JSON object', v_def.key));
+          continue;
         end if;
+        -- An object of allowed entries, each a non-empty string of at most max_length characters.
+        for v_entry in select e.key, e.value from jsonb_each(v_val) e order by e.key loop
+          if not (v_def.allowed_values @> jsonb_build_array(v_entry.key)) then
+            v_errors := v_errors || to_jsonb(format('%s: unknown entry %s (allowed: %s)', v_def.key,
+                                                    left(v_entry.key, 64), v_def.allowed_values));
+          elsif jsonb_typeof(v_entry.value) <> 'string' or length(v_entry.value #>> '{}') = 0
+                or length(v_entry.value #>> '{}') > v_def.max_length then
+            v_errors := v_errors || to_jsonb(format('%s: entry %s must be a non-empty string of at most %s characters',
+                                                    v_def.key, v_entry.key, v_def.max_length));
+          end if;
+        end loop;
     end case;
   end loop;
   -- Cross-field rules.
@@ -109,27 +129,37 @@ begin
      > coalesce((p_values ->> 'retention.workflows_days')::numeric, 90) then
     v_errors := v_errors || to_jsonb('retention.commands_days: must not exceed retention.workflows_days'::text);
   end if;
-  -- alerts.fields: known keys only, each naming a smart-process user field; a typo would leave a
-  -- field empty in every item, or leave an unanswered alert.add without a way to look it up.
-  if jsonb_typeof(p_values -> 'alerts.fields') = 'object' then
-    for v_key in select k from jsonb_object_keys(p_values -> 'alerts.fields') k order by k loop
-      if v_key not in ('alert_number', 'fingerprint', 'type', 'severity', 'user_id', 'current_contact_id',
-                       'selected_contact_id', 'candidate_contact_ids', 'details', 'occurrence_count',
-                       'first_occurred_at', 'last_occurred_at', 'previous_alert_number', 'correlation_id') then
-        v_errors := v_errors || to_jsonb(format('alerts.fields: unknown key %s', v_key));
-      elsif jsonb_typeof(p_values -> 'alerts.fields' -> v_key) <> 'string'
-            or (p_values -> 'alerts.fields' ->> v_key) !~ '^ufCrm[0-9]*_[A-Za-z0-9_]{1,60}$' then
-        v_errors := v_errors || to_jsonb(format('alerts.fields: %s must be a smart-process field name like ufCrm14_1700000000', v_key));
-      end if;
-    end loop;
-  end if;
   return v_errors;
 exception
   when invalid_text_representation or numeric_value_out_of_range then
     return v_errors || to_jsonb('values: a number could not be read'::text);
 end $$;
 comment on function bitrix_sync._settings_errors(jsonb) is
-  'Validation messages for a complete settings object against the catalogue (types, bounds, allowed values, cross-field rules); empty array when valid.';
+  'Validation messages for a complete settings object against the catalogue (types, bounds, maximum lengths, allowed values and entries, cross-field rules); empty array when valid.';
+
+create or replace function bitrix_sync._normalise_settings(p_values jsonb) returns jsonb
+language plpgsql stable as $$
+declare
+  v_out jsonb := p_values;
+  v_def record;
+  v_num numeric;
+begin
+  if p_values is null or jsonb_typeof(p_values) <> 'object' then
+    return p_values;
+  end if;
+  -- jsonb keeps a number's written scale: 1036.0 stays 1036.0, and a reader's ::integer cast of
+  -- it fails. Whole numbers of integer keys are stored the way int4 prints them.
+  for v_def in select s.key from bitrix_sync.settings s
+                where s.value_type = 'integer' and jsonb_typeof(p_values -> s.key) = 'number' loop
+    v_num := (p_values ->> v_def.key)::numeric;
+    if v_num = trunc(v_num) and v_num between -2147483648 and 2147483647 then
+      v_out := jsonb_set(v_out, array[v_def.key], to_jsonb(v_num::integer));
+    end if;
+  end loop;
+  return v_out;
+end $$;
+comment on function bitrix_sync._normalise_settings(jsonb) is
+  'Internal: the values with every whole number of an integer key written as int4 prints it (1036.0 and 1.0360e3 -> 1036); anything else unchanged, for _settings_errors to judge.';
 
 create or replace function bitrix_sync.propose_settings(p_changes jsonb, p_actor text, p_note text default null)
 returns integer
@@ -148,18 +178,20 @@ begin
   end if;
   select * into v_base from bitrix_sync.settings_versions where status = 'active';
   insert into bitrix_sync.settings_versions (settings_values, based_on, note, created_by)
-  values (coalesce(v_base.settings_values, '{}'::jsonb) || p_changes, v_base.version, p_note, btrim(p_actor))
+  values (bitrix_sync._normalise_settings(coalesce(v_base.settings_values, '{}'::jsonb) || p_changes), v_base.version,
+          p_note, btrim(p_actor))
   returning version into v_version;
   return v_version;
 end $$;
 comment on function bitrix_sync.propose_settings(jsonb, text, text) is
-  'Creates a draft version: the active values with p_changes applied. Validate, then activate it.';
+  'Creates a draft version: the active values with p_changes applied, whole numbers of integer keys normalised (1036.0 -> 1036). Validate, then activate it.';
 
 create or replace function bitrix_sync.validate_settings_version(p_version integer)
 returns jsonb
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.settings_versions;
+  v_values jsonb;
   v_errors jsonb;
 begin
   select * into v_row from bitrix_sync.settings_versions where version = p_version for update;
@@ -170,16 +202,19 @@ begin
     raise exception 'settings version % is %, only drafts are validated', p_version, v_row.status
       using errcode = 'BS002', hint = 'Propose a new version with propose_settings().';
   end if;
-  v_errors := bitrix_sync._settings_errors(v_row.settings_values);
+  -- A draft written without propose_settings() is normalised here, in its last change as a draft.
+  v_values := bitrix_sync._normalise_settings(v_row.settings_values);
+  v_errors := bitrix_sync._settings_errors(v_values);
   update bitrix_sync.settings_versions
-     set status = case when jsonb_array_length(v_errors) = 0 then 'validated' else 'rejected' end,
+     set settings_values = v_values,
+         status = case when jsonb_array_length(v_errors) = 0 then 'validated' else 'rejected' end,
          validation_errors = case when jsonb_array_length(v_errors) = 0 then null else v_errors end,
          validated_at = now()
    where version = p_version;
   return v_errors;
 end $$;
 comment on function bitrix_sync.validate_settings_version(integer) is
-  'draft -> validated, or -> rejected with the reasons (returned and stored). A rejected version can never be activated.';
+  'draft -> validated, or -> rejected with the reasons (returned and stored); the values are normalised in the same change. A rejected version can never be activated.';
 
 create or replace function bitrix_sync.activate_settings_version(p_version integer, p_actor text)
 returns bitrix_sync.settings_versions
@@ -273,6 +308,53 @@ begin
 end $$;
 comment on function bitrix_sync._active_setting(text) is
   'One key of the active settings version, the catalogue default filled in (JSON null when unset and nullable). What SQL rules read; an unknown key raises BS004.';
+
+create or replace function bitrix_sync.alert_entity_type_id() returns integer
+language plpgsql stable as $$
+declare
+  v_value jsonb := bitrix_sync._active_setting('alerts.entity_type_id');
+  v_num numeric;
+begin
+  if jsonb_typeof(v_value) = 'null' then
+    return null;
+  end if;
+  if jsonb_typeof(v_value) = 'number' then
+    v_num := (v_value #>> '{}')::numeric;
+    -- A version activated before the int4 bound and the normalisation may hold 1036.0 or 3e9.
+    if v_num = trunc(v_num) and v_num between 1 and 2147483647 then
+      return v_num::integer;
+    end if;
+  end if;
+  raise exception 'alerts.entity_type_id of the active settings is not a usable entityTypeId'
+    using errcode = 'BS023',
+          hint = 'Propose the smart process''s entityTypeId as a whole number, e.g. propose_settings(''{"alerts.entity_type_id": 1036}'', ...), then validate and activate it.';
+end $$;
+comment on function bitrix_sync.alert_entity_type_id() is
+  'The alert smart process''s entityTypeId from the active settings as int4, null when unset; BS023 when the active value is not a whole number in 1..2^31-1. What accept_webhooks() and readiness read.';
+
+create or replace function bitrix_sync.alert_config_problem() returns text
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_active jsonb;
+begin
+  begin
+    if bitrix_sync.alert_entity_type_id() is null then
+      return null; -- alerts are not configured: the alert receiver answers receiver_not_configured
+    end if;
+  exception when others then
+    return 'alert_config_invalid';
+  end;
+  -- Configured: every alerts.* value must still pass today's catalogue (an older active version
+  -- may predate a bound).
+  v_active := bitrix_sync.active_settings() - '_version';
+  if exists (select 1 from jsonb_array_elements_text(bitrix_sync._settings_errors(v_active)) e
+              where e like 'alerts.%') then
+    return 'alert_config_invalid';
+  end if;
+  return null;
+end $$;
+comment on function bitrix_sync.alert_config_problem() is
+  'Readiness (§14): alert_config_invalid when alerts.entity_type_id is set but alerts cannot work with the active settings (the entity type is not a usable int4, or an alerts.* value fails today''s catalogue); null otherwise. Names no value.';
 
 -- A fresh database starts from the catalogue defaults as version 1.
 do $$

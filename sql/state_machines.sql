@@ -74,6 +74,7 @@ select machine, from_state, to_state, event
     ('rebind', 'requested', 'failed', 'fail'),
     ('rebind', 'in_progress', 'succeeded', 'succeed'),
     ('rebind', 'in_progress', 'failed', 'fail'),
+    ('rebind', 'in_progress', 'cancelled', 'cancel'),
     -- bitrix_sync.settings_versions (§12.3)
     ('settings', 'draft', 'validated', 'validate'),
     ('settings', 'draft', 'rejected', 'validate'),
@@ -111,7 +112,7 @@ begin
           hint = 'Close or supersede the row through its bitrix_sync function instead.';
 end $$;
 comment on function bitrix_sync.tg__forbid_delete() is
-  'BEFORE DELETE guard for history tables (mapping, settings versions, rebind requests). SQLSTATE BS003.';
+  'BEFORE DELETE guard for history tables (mapping, settings versions, rebind requests, the cutover). SQLSTATE BS003.';
 
 -- Guards and updated_at stamps, one per table. drop/create keeps this file re-runnable.
 drop trigger if exists _100_guard_status on han_app.sync_queue;

@@ -64,6 +64,5 @@ select a.crm_sync_status as mirror_status, count(*)::bigint as count,
  group by a.crm_sync_status;
 comment on view bitrix_sync.status_alert_mirror is
   'Business alerts whose smart-process item is behind: pending (a change not yet sent, e.g. alerts.entity_type_id unset or an unanswered add being looked up) and failed (could not be mirrored; see technical_dead_letters).';
--- The runtime reads it for /metrics and the status endpoint, an admin from psql.
-revoke all on bitrix_sync.status_alert_mirror from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-grant select on bitrix_sync.status_alert_mirror to bitrix_sync_user, bitrix_sync_admin;
+-- Privileges: sql/privileges.sql (the runtime reads it for /metrics and the status endpoint, an
+-- admin from psql).

@@ -42,6 +42,10 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
   end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
+  end if;
   for v_cand in
     select w.id, w.receiver, w.entity_id, w.status from bitrix_sync.webhook_inbox w
      where (p_receiver is null or w.receiver = p_receiver)
@@ -82,7 +86,7 @@ begin
   end loop;
 end $$;
 comment on function bitrix_sync.claim_webhooks(text, integer, interval, text) is
-  'Leases due inbox events, at most one per entity (enforced by a partial unique index), and coalesces the entity''s other received events into the claimed one.';
+  'Leases due inbox events, at most one per entity (enforced by a partial unique index), and coalesces the entity''s other received events into the claimed one. Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
 
 create or replace function bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text)
 returns bitrix_sync.webhook_inbox

@@ -13,6 +13,23 @@ begin
      where w.user_id = p_user_id and w.state not in ('succeeded', 'failed', 'cancelled')
      for update;
     if found then
+      -- A rebind is never joined: converging to the App's intent would drop it (issue 11). The
+      -- intent is held on its row, the newest one winning as in a join, and starts as the next
+      -- workflow when the rebind ends (tg_workflow_instances__start_held_intent), so the App change
+      -- is carried out against the mapping the rebind left.
+      if v_row.workflow_type = 'contact.rebind' then
+        if v_row.held_intent_type is not distinct from p_intent_type
+           and v_row.held_content_hash is not distinct from p_content_hash then
+          return query select v_row.id, 'unchanged'::text;
+          return;
+        end if;
+        update bitrix_sync.workflow_instances w
+           set held_intent_type = p_intent_type, held_source_task_id = p_source_task_id,
+               held_content_hash = p_content_hash, held_at = now()
+         where w.id = v_row.id;
+        return query select v_row.id, 'held'::text;
+        return;
+      end if;
       -- Same intent with the same desired content: nothing new to converge to.
       if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
         return query select v_row.id, 'unchanged'::text;
@@ -57,7 +74,30 @@ begin
   end loop;
 end $$;
 comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text) is
-  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged).';
+  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged). An active contact.rebind is not joined: the intent is held on it (action held) and starts when the rebind ends.';
+
+create or replace function bitrix_sync.tg_workflow_instances__start_held_intent() returns trigger
+language plpgsql as $$
+begin
+  -- The rebind's row has just left the active states, so the one-active-per-user index admits the
+  -- next workflow. A concurrent intake waiting on the row lock finds this one and joins it.
+  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
+  values (new.held_intent_type, new.held_intent_type, new.user_id, new.held_source_task_id, new.held_content_hash);
+  perform pg_notify('bitrix_sync_workflows', '');
+  return null;
+end $$;
+comment on function bitrix_sync.tg_workflow_instances__start_held_intent() is
+  'AFTER UPDATE OF state trigger: when a workflow holding an App intent (a contact.rebind) finishes, however it finishes, the held intent starts as the user''s next workflow.';
+
+drop trigger if exists _400_start_held_intent on bitrix_sync.workflow_instances;
+create trigger _400_start_held_intent after update of state on bitrix_sync.workflow_instances
+  for each row
+  when (new.held_intent_type is not null and new.state in ('succeeded', 'failed', 'cancelled')
+        and old.state not in ('succeeded', 'failed', 'cancelled'))
+  execute function bitrix_sync.tg_workflow_instances__start_held_intent();
+comment on trigger _400_start_held_intent on bitrix_sync.workflow_instances is
+  'Starts the App intent held during a rebind once the rebind has finished (after _300_close_rebind_request).';
+
 
 create or replace function bitrix_sync.claim_workflows(
   p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
@@ -67,6 +107,10 @@ begin
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
+  end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
   end if;
   return query
   with picked as (
@@ -89,7 +133,7 @@ begin
   returning w.*;
 end $$;
 comment on function bitrix_sync.claim_workflows(text, integer, interval) is
-  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due).';
+  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover().';
 
 create or replace function bitrix_sync.fire_workflow_event(
   p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb default '{}'::jsonb

@@ -23,6 +23,25 @@ import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./st
 import { assertPortFree, listen, type PortHolder } from "./startup/listen.js";
 import { startRunner } from "./worker/runner.js";
 
+/**
+ * Sandbox mode has no stub era to leave behind, so it performs the cutover (§17) itself: until it
+ * runs, the claim functions return nothing. Idempotent; a real portal needs an operator's cutover.
+ */
+async function performSandboxCutover(pool: pg.Pool, log: Logger): Promise<void> {
+  try {
+    const { rows } = await pool.query<{ already_done: boolean }>(
+      "select already_done from bitrix_sync.perform_cutover('sandbox')",
+    );
+    if (!rows[0]?.already_done) log.info({ event: "sandbox.cutover" }, "sandbox: cutover performed");
+  } catch (e) {
+    // A role without the admin's EXECUTE: nothing is processed; readiness says cutover_not_performed.
+    log.error(
+      { event: "sandbox.cutover_failed", sqlstate: (e as { code?: string }).code },
+      "sandbox: could not perform the cutover; nothing will be processed",
+    );
+  }
+}
+
 type Stop = () => Promise<void>;
 
 /** The startup error's lines on stderr, where a person looks first; never a secret. */
@@ -102,6 +121,7 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
       "SANDBOX MODE: no BITRIX_SYNC_CRM_REST_WEBHOOK_URL configured; CRM calls go to the built-in Bitrix24 emulator on loopback, never to a real portal",
     );
   }
+  if (config.sandbox && config.processing) await performSandboxCutover(pool, log);
   const crmEndpoint = await startCrmEndpoint({
     config,
     log,

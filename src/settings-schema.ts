@@ -8,20 +8,24 @@
 // `s.batch.maxWaitMs`, "alerts.stage_closed_without_resolution" is `s.alerts.stageClosedWithoutResolution`.
 import { z } from "zod";
 
+/** The largest int4: every integer setting is read as one (in SQL too). */
+export const INT4_MAX = 2_147_483_647;
+
 /** A whole number in [min, max]; the catalogue's `integer` type. */
-const int = (min: number, max?: number) =>
-  max === undefined ? z.number().int().min(min) : z.number().int().min(min).max(max);
+const int = (min: number, max: number) => z.number().int().min(min).max(max);
 /** Any number in [min, max]; the catalogue's `number` type. */
 const num = (min: number, max: number) => z.number().min(min).max(max);
-/** A non-empty string; the catalogue's `text` type. */
-const text = () => z.string().min(1);
-
+/** A non-empty string of at most `maxLength` characters; the catalogue's `text` type. */
+const text = (maxLength: number) => z.string().min(1).max(maxLength);
 /**
- * What an alert's smart-process item can carry, by the key of alerts.fields that names its field
- * (src/alerts/mirror.ts fills them; docs/configuration.md describes each). The catalogue's
- * validation (_settings_errors) holds the same list.
+ * An object of some of the allowed `keys`, each a non-empty string of at most `maxLength`
+ * characters; the catalogue's `json` type (allowed_values are its keys).
  */
-export const ALERT_FIELD_KEYS = [
+const json = <K extends string>(keys: readonly [K, ...K[]], maxLength: number) =>
+  z.partialRecord(z.enum(keys), z.string().min(1).max(maxLength));
+
+/** The logical alert fields alerts.fields may name (src/workflows/alert-sync.ts fills them). */
+export const ALERT_FIELD_NAMES = [
   "alert_number",
   "candidate_contact_ids",
   "correlation_id",
@@ -40,17 +44,17 @@ export const ALERT_FIELD_KEYS = [
 
 export const SettingsSchema = z.object({
   alerts: z.object({
-    categoryId: int(0).nullable(),
-    entityTypeId: int(128).nullable(),
-    /** Alert field key (ALERT_FIELD_KEYS) -> smart-process field name (ufCrm<type>_...). */
-    fields: z.partialRecord(z.enum(ALERT_FIELD_KEYS), z.string().regex(/^ufCrm[0-9]*_[A-Za-z0-9_]{1,60}$/)),
+    categoryId: int(0, INT4_MAX).nullable(),
+    entityTypeId: int(128, INT4_MAX).nullable(),
+    /** Logical alert field -> smart-process field name (ufCrm<type>_...). */
+    fields: json(ALERT_FIELD_NAMES, 64),
     reconcileIntervalSec: int(60, 86_400),
-    responsibleId: int(1).nullable(),
+    responsibleId: int(1, INT4_MAX).nullable(),
     slaHours: int(1, 720),
-    stageClosedWithoutResolution: text().nullable(),
-    stageInProgress: text().nullable(),
-    stageNew: text().nullable(),
-    stageResolved: text().nullable(),
+    stageClosedWithoutResolution: text(64).nullable(),
+    stageInProgress: text(64).nullable(),
+    stageNew: text(64).nullable(),
+    stageResolved: text(64).nullable(),
   }),
   batch: z.object({ maxWaitMs: int(1, 60_000), size: int(1, 50) }),
   citizenship: z.object({ cacheTtlSec: int(10, 604_800) }),

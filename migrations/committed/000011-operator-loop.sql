@@ -1,5 +1,5 @@
---! Previous: sha1:05eadac7253206f3b542aa19561462adc0370838
---! Hash: sha1:28a6534dd0a6e5ccf3540aecbf6586bc986b8323
+--! Previous: sha1:600c97259e1d161530c7dccb3392901cbcae4530
+--! Hash: sha1:76dfb19ca6b60394335bc4e8717e4b2ed3fb26c2
 --! Message: operator-loop
 
 -- The operator's loop (issue 11): technical dead letters an admin can acknowledge or requeue,
@@ -30,6 +30,14 @@ comment on column bitrix_sync.technical_dead_letters.resolved_by is 'Operator id
 comment on column bitrix_sync.technical_dead_letters.resolution is 'acknowledged (looked at, nothing re-sent) | requeued (a new attempt was started).';
 comment on column bitrix_sync.technical_dead_letters.resolution_reason is 'The operator''s reason, written by an admin (3 to 500 characters).';
 comment on column bitrix_sync.technical_dead_letters.requeued_to is 'What carries the new attempt: sync_queue:<id>, webhook:<id>, workflow:<id> or alert:<id>.';
+
+-- The admin audit names the dead letter an acknowledge or requeue resolved. No foreign key: like
+-- workflow_id, it is a reference for reading, and dead letters are never deleted.
+alter table bitrix_sync.admin_actions add column if not exists dead_letter_id bigint;
+comment on column bitrix_sync.admin_actions.dead_letter_id is
+  'The technical dead letter an acknowledge_dead_letter or requeue_dead_letter resolved.';
+comment on column bitrix_sync.admin_actions.action is
+  'resume_workflow, cancel_workflow, cancel_rebind_request, acknowledge_dead_letter, requeue_dead_letter, ...';
 
 ------------------------------------------------------------------------------------------------
 -- A requeued workflow starts over with a retry horizon of its own (sql/workflows.sql).
@@ -93,47 +101,50 @@ comment on index bitrix_sync.rebind_requests_workflow_idx is 'Retention keeps th
 -- Hot settings (§12.3): a typed catalogue, versions with validation status and audit, activation of
 -- validated versions only, rollback, and a NOTIFY so workers reload.
 
-insert into bitrix_sync.settings (key, value_type, default_value, min_value, max_value, allowed_values, nullable, description)
+-- Every key has bounds (the table's CHECK settings_bounded): integers and numbers a range (integers
+-- within int4, so every consumer reads them as int4), text a maximum length, enums their values, the
+-- json object its allowed entries and the maximum length of each value.
+insert into bitrix_sync.settings (key, value_type, default_value, min_value, max_value, allowed_values, max_length, nullable, description)
 values
-  ('alerts.category_id', 'integer', null, 0, null, null, true, 'Smart-process category (pipeline) ID of the alert process.'),
-  ('alerts.entity_type_id', 'integer', null, 128, null, null, true, 'entityTypeId of the "sync conflicts" smart process; required before alerts reach the CRM.'),
-  ('alerts.fields', 'json', '{}', null, null, null, false, 'Smart-process field names (ufCrm<type>_...) by what they hold: alert_number, fingerprint, type, severity, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, occurrence_count, first_occurred_at, last_occurred_at, previous_alert_number, correlation_id. alert_number (or fingerprint) is what an unanswered alert.add is looked up by.'),
-  ('alerts.reconcile_interval_sec', 'integer', '3600', 60, 86400, null, false, 'How often open alerts are polled (§10.3).'),
-  ('alerts.responsible_id', 'integer', null, 1, null, null, true, 'Bitrix24 user ID responsible for new alert items.'),
-  ('alerts.sla_hours', 'integer', '24', 1, 720, null, false, 'Resolution SLA of an alert in calendar hours from its first occurrence (nights, weekends and holidays count); 24 by default.'),
-  ('alerts.stage_closed_without_resolution', 'text', null, null, null, null, true, 'Terminal stage ID: closed without resolution.'),
-  ('alerts.stage_in_progress', 'text', null, null, null, null, true, 'Stage ID: in progress.'),
-  ('alerts.stage_new', 'text', null, null, null, null, true, 'Stage ID for new alerts.'),
-  ('alerts.stage_resolved', 'text', null, null, null, null, true, 'Terminal stage ID: resolved.'),
-  ('batch.max_wait_ms', 'integer', '200', 1, 60000, null, false, 'Flush a partial batch after this wait (§8).'),
-  ('batch.size', 'integer', '20', 1, 50, null, false, 'Commands per Bitrix24 batch request (§8: 1..50).'),
-  ('citizenship.cache_ttl_sec', 'integer', '3600', 10, 604800, null, false, 'TTL of the citizenship dictionary cache (§3.3).'),
-  ('claim.size', 'integer', '50', 1, 1000, null, false, 'Rows claimed from a queue per round trip.'),
-  ('lease.ttl_sec', 'integer', '60', 5, 3600, null, false, 'Lease length for queue rows, workflows, commands and webhooks.'),
-  ('limiter.burst', 'integer', '5', 1, 250, null, false, 'Token bucket capacity (requests).'),
-  ('limiter.max_in_flight', 'integer', '2', 1, 50, null, false, 'HTTP requests to the portal in flight at once, all replicas together (§8).'),
-  ('limiter.refill_per_sec', 'number', '2', 0.01, 50, null, false, 'Token bucket refill rate, requests per second (§8: 2 until the plan is confirmed).'),
-  ('reconcile.contacts_interval_sec', 'integer', '900', 60, 86400, null, false, 'Incremental Contact reconciliation interval (§10.2: 15 min).'),
-  ('reconcile.lease_sec', 'integer', '600', 60, 86400, null, false, 'A reconciliation run still marked running after this long is taken to have died: the next claim starts a new run.'),
-  ('reconcile.opened_filter', 'enum', '"Y"', null, null, '["Y", "N", "1", "0"]', false, 'Value sent for the opened filter of crm.item.list; the reference documents Y/N for system booleans.'),
-  ('reconcile.overlap_sec', 'integer', '120', 0, 3600, null, false, 'Overlap re-read below the watermark.'),
-  ('reconcile.recovered_spike_ratio', 'number', '0.2', 0, 1, null, false, 'Ops alert when recovered-without-webhook / changed exceeds this share.'),
-  ('reconcile.recovered_spike_threshold', 'integer', '20', 1, 100000, null, false, 'Ops alert when a run recovers at least this many Contacts without a webhook and more than twice the baseline.'),
-  ('retention.batch_size', 'integer', '500', 10, 5000, null, false, 'Rows deleted per retention transaction; each batch is its own short transaction.'),
-  ('retention.commands_days', 'integer', '30', 1, 3650, null, false, 'Finished CRM commands (succeeded, dead-lettered) are deleted this many days after they finished; at most retention.workflows_days.'),
-  ('retention.enabled', 'boolean', 'true', null, null, null, false, 'Whether the hourly retention task deletes finished rows.'),
-  ('retention.queue_days', 'integer', '30', 1, 3650, null, false, 'Finished han_app.sync_queue rows (processed, cancelled, dead-lettered) are deleted this many days after they finished.'),
-  ('retention.run_budget_sec', 'integer', '60', 1, 3000, null, false, 'A retention run stops starting new batches after this long; the next run goes on.'),
-  ('retention.webhooks_days', 'integer', '7', 1, 3650, null, false, 'Processed (and coalesced) webhook inbox rows are deleted this many days after they were processed.'),
-  ('retention.workflows_days', 'integer', '90', 1, 3650, null, false, 'Finished workflows are deleted this many days after they finished, once their commands are gone.'),
-  ('retry.base_ms', 'integer', '1000', 10, 600000, null, false, 'Backoff base (full jitter, §9).'),
-  ('retry.horizon_sec', 'integer', '86400', 60, 604800, null, false, 'Retry horizon from the first attempt (§9: 24 h).'),
-  ('retry.max_ms', 'integer', '300000', 100, 86400000, null, false, 'Backoff cap.'),
-  ('worker.poll_interval_ms', 'integer', '2000', 100, 5000, null, false, 'Fallback poll when no NOTIFY arrives (§8: at most 5 s).')
+  ('alerts.category_id', 'integer', null, 0, 2147483647, null, null, true, 'Smart-process category (pipeline) ID of the alert process.'),
+  ('alerts.entity_type_id', 'integer', null, 128, 2147483647, null, null, true, 'entityTypeId of the "sync conflicts" smart process; required before alerts reach the CRM.'),
+  ('alerts.fields', 'json', '{}', null, null, '["alert_number", "candidate_contact_ids", "correlation_id", "current_contact_id", "details", "fingerprint", "first_occurred_at", "last_occurred_at", "occurrence_count", "previous_alert_number", "selected_contact_id", "severity", "type", "user_id"]', 64, false, 'Smart-process field names (ufCrm<type>_...) by logical alert field: alert_number, fingerprint, type, severity, user, contacts, details, counts, dates, previous link, correlation. alert_number (or fingerprint) is what an unanswered alert.add is looked up by.'),
+  ('alerts.reconcile_interval_sec', 'integer', '3600', 60, 86400, null, null, false, 'How often open alerts are polled (§10.3).'),
+  ('alerts.responsible_id', 'integer', null, 1, 2147483647, null, null, true, 'Bitrix24 user ID responsible for new alert items.'),
+  ('alerts.sla_hours', 'integer', '24', 1, 720, null, null, false, 'Resolution SLA of an alert in calendar hours from its first occurrence (nights, weekends and holidays count); 24 by default.'),
+  ('alerts.stage_closed_without_resolution', 'text', null, null, null, null, 64, true, 'Terminal stage ID: closed without resolution.'),
+  ('alerts.stage_in_progress', 'text', null, null, null, null, 64, true, 'Stage ID: in progress.'),
+  ('alerts.stage_new', 'text', null, null, null, null, 64, true, 'Stage ID for new alerts.'),
+  ('alerts.stage_resolved', 'text', null, null, null, null, 64, true, 'Terminal stage ID: resolved.'),
+  ('batch.max_wait_ms', 'integer', '200', 1, 60000, null, null, false, 'Flush a partial batch after this wait (§8).'),
+  ('batch.size', 'integer', '20', 1, 50, null, null, false, 'Commands per Bitrix24 batch request (§8: 1..50).'),
+  ('citizenship.cache_ttl_sec', 'integer', '3600', 10, 604800, null, null, false, 'TTL of the citizenship dictionary cache (§3.3).'),
+  ('claim.size', 'integer', '50', 1, 1000, null, null, false, 'Rows claimed from a queue per round trip.'),
+  ('lease.ttl_sec', 'integer', '60', 5, 3600, null, null, false, 'Lease length for queue rows, workflows, commands and webhooks.'),
+  ('limiter.burst', 'integer', '5', 1, 250, null, null, false, 'Token bucket capacity (requests).'),
+  ('limiter.max_in_flight', 'integer', '2', 1, 50, null, null, false, 'HTTP requests to the portal in flight at once, all replicas together (§8).'),
+  ('limiter.refill_per_sec', 'number', '2', 0.01, 50, null, null, false, 'Token bucket refill rate, requests per second (§8: 2 until the plan is confirmed).'),
+  ('reconcile.contacts_interval_sec', 'integer', '900', 60, 86400, null, null, false, 'Incremental Contact reconciliation interval (§10.2: 15 min).'),
+  ('reconcile.lease_sec', 'integer', '600', 60, 86400, null, null, false, 'A reconciliation run still marked running after this long is taken to have died: the next claim starts a new run.'),
+  ('reconcile.opened_filter', 'enum', '"Y"', null, null, '["Y", "N", "1", "0"]', null, false, 'Value sent for the opened filter of crm.item.list; the reference documents Y/N for system booleans.'),
+  ('reconcile.overlap_sec', 'integer', '120', 0, 3600, null, null, false, 'Overlap re-read below the watermark.'),
+  ('reconcile.recovered_spike_ratio', 'number', '0.2', 0, 1, null, null, false, 'Ops alert when recovered-without-webhook / changed exceeds this share.'),
+  ('reconcile.recovered_spike_threshold', 'integer', '20', 1, 100000, null, null, false, 'Ops alert when a run recovers at least this many Contacts without a webhook and more than twice the baseline.'),
+  ('retention.batch_size', 'integer', '500', 10, 5000, null, null, false, 'Rows deleted per retention transaction; each batch is its own short transaction.'),
+  ('retention.commands_days', 'integer', '30', 1, 3650, null, null, false, 'Finished CRM commands (succeeded, dead-lettered) are deleted this many days after they finished; at most retention.workflows_days.'),
+  ('retention.enabled', 'boolean', 'true', null, null, null, null, false, 'Whether the hourly retention task deletes finished rows.'),
+  ('retention.queue_days', 'integer', '30', 1, 3650, null, null, false, 'Finished han_app.sync_queue rows (processed, cancelled, dead-lettered) are deleted this many days after they finished.'),
+  ('retention.run_budget_sec', 'integer', '60', 1, 3000, null, null, false, 'A retention run stops starting new batches after this long; the next run goes on.'),
+  ('retention.webhooks_days', 'integer', '7', 1, 3650, null, null, false, 'Processed (and coalesced) webhook inbox rows are deleted this many days after they were processed.'),
+  ('retention.workflows_days', 'integer', '90', 1, 3650, null, null, false, 'Finished workflows are deleted this many days after they finished, once their commands are gone.'),
+  ('retry.base_ms', 'integer', '1000', 10, 600000, null, null, false, 'Backoff base (full jitter, §9).'),
+  ('retry.horizon_sec', 'integer', '86400', 60, 604800, null, null, false, 'Retry horizon from the first attempt (§9: 24 h).'),
+  ('retry.max_ms', 'integer', '300000', 100, 86400000, null, null, false, 'Backoff cap.'),
+  ('worker.poll_interval_ms', 'integer', '2000', 100, 5000, null, null, false, 'Fallback poll when no NOTIFY arrives (§8: at most 5 s).')
 on conflict (key) do update
   set value_type = excluded.value_type, default_value = excluded.default_value, min_value = excluded.min_value,
-      max_value = excluded.max_value, allowed_values = excluded.allowed_values, nullable = excluded.nullable,
-      description = excluded.description;
+      max_value = excluded.max_value, allowed_values = excluded.allowed_values, max_length = excluded.max_length,
+      nullable = excluded.nullable, description = excluded.description;
 
 create or replace function bitrix_sync._settings_errors(p_values jsonb) returns jsonb
 language plpgsql stable as $$
@@ -143,6 +154,7 @@ declare
   v_errors jsonb := '[]'::jsonb;
   v_key text;
   v_num numeric;
+  v_entry record;
 begin
   if p_values is null or jsonb_typeof(p_values) <> 'object' then
     return '["values must be a JSON object"]'::jsonb;
@@ -165,18 +177,22 @@ begin
           continue;
         end if;
         v_num := (v_val #>> '{}')::numeric;
+        -- 1036.0 and 1.0360e3 are whole numbers: stored as 1036 (_normalise_settings).
         if v_def.value_type = 'integer' and v_num <> trunc(v_num) then
           v_errors := v_errors || to_jsonb(format('%s: must be a whole number', v_def.key));
         end if;
-        if v_def.min_value is not null and v_num < v_def.min_value then
+        -- Every number has both bounds (CHECK settings_bounded); an integer's lie within int4.
+        if v_num < v_def.min_value then
           v_errors := v_errors || to_jsonb(format('%s: must be at least %s', v_def.key, v_def.min_value));
         end if;
-        if v_def.max_value is not null and v_num > v_def.max_value then
+        if v_num > v_def.max_value then
           v_errors := v_errors || to_jsonb(format('%s: must be at most %s', v_def.key, v_def.max_value));
         end if;
       when 'text' then
         if jsonb_typeof(v_val) <> 'string' or length(v_val #>> '{}') = 0 then
           v_errors := v_errors || to_jsonb(format('%s: must be a non-empty string', v_def.key));
+        elsif length(v_val #>> '{}') > v_def.max_length then
+          v_errors := v_errors || to_jsonb(format('%s: must be at most %s characters', v_def.key, v_def.max_length));
         end if;
       when 'boolean' then
         if jsonb_typeof(v_val) <> 'boolean' then
@@ -189,7 +205,19 @@ begin
       when 'json' then
         if jsonb_typeof(v_val) <> 'object' then
           v_errors := v_errors || to_jsonb(format('%s: must be a JSON object', v_def.key));
+          continue;
         end if;
+        -- An object of allowed entries, each a non-empty string of at most max_length characters.
+        for v_entry in select e.key, e.value from jsonb_each(v_val) e order by e.key loop
+          if not (v_def.allowed_values @> jsonb_build_array(v_entry.key)) then
+            v_errors := v_errors || to_jsonb(format('%s: unknown entry %s (allowed: %s)', v_def.key,
+                                                    left(v_entry.key, 64), v_def.allowed_values));
+          elsif jsonb_typeof(v_entry.value) <> 'string' or length(v_entry.value #>> '{}') = 0
+                or length(v_entry.value #>> '{}') > v_def.max_length then
+            v_errors := v_errors || to_jsonb(format('%s: entry %s must be a non-empty string of at most %s characters',
+                                                    v_def.key, v_entry.key, v_def.max_length));
+          end if;
+        end loop;
     end case;
   end loop;
   -- Cross-field rules.
@@ -201,27 +229,37 @@ begin
      > coalesce((p_values ->> 'retention.workflows_days')::numeric, 90) then
     v_errors := v_errors || to_jsonb('retention.commands_days: must not exceed retention.workflows_days'::text);
   end if;
-  -- alerts.fields: known keys only, each naming a smart-process user field; a typo would leave a
-  -- field empty in every item, or leave an unanswered alert.add without a way to look it up.
-  if jsonb_typeof(p_values -> 'alerts.fields') = 'object' then
-    for v_key in select k from jsonb_object_keys(p_values -> 'alerts.fields') k order by k loop
-      if v_key not in ('alert_number', 'fingerprint', 'type', 'severity', 'user_id', 'current_contact_id',
-                       'selected_contact_id', 'candidate_contact_ids', 'details', 'occurrence_count',
-                       'first_occurred_at', 'last_occurred_at', 'previous_alert_number', 'correlation_id') then
-        v_errors := v_errors || to_jsonb(format('alerts.fields: unknown key %s', v_key));
-      elsif jsonb_typeof(p_values -> 'alerts.fields' -> v_key) <> 'string'
-            or (p_values -> 'alerts.fields' ->> v_key) !~ '^ufCrm[0-9]*_[A-Za-z0-9_]{1,60}$' then
-        v_errors := v_errors || to_jsonb(format('alerts.fields: %s must be a smart-process field name like ufCrm14_1700000000', v_key));
-      end if;
-    end loop;
-  end if;
   return v_errors;
 exception
   when invalid_text_representation or numeric_value_out_of_range then
     return v_errors || to_jsonb('values: a number could not be read'::text);
 end $$;
 comment on function bitrix_sync._settings_errors(jsonb) is
-  'Validation messages for a complete settings object against the catalogue (types, bounds, allowed values, cross-field rules); empty array when valid.';
+  'Validation messages for a complete settings object against the catalogue (types, bounds, maximum lengths, allowed values and entries, cross-field rules); empty array when valid.';
+
+create or replace function bitrix_sync._normalise_settings(p_values jsonb) returns jsonb
+language plpgsql stable as $$
+declare
+  v_out jsonb := p_values;
+  v_def record;
+  v_num numeric;
+begin
+  if p_values is null or jsonb_typeof(p_values) <> 'object' then
+    return p_values;
+  end if;
+  -- jsonb keeps a number's written scale: 1036.0 stays 1036.0, and a reader's ::integer cast of
+  -- it fails. Whole numbers of integer keys are stored the way int4 prints them.
+  for v_def in select s.key from bitrix_sync.settings s
+                where s.value_type = 'integer' and jsonb_typeof(p_values -> s.key) = 'number' loop
+    v_num := (p_values ->> v_def.key)::numeric;
+    if v_num = trunc(v_num) and v_num between -2147483648 and 2147483647 then
+      v_out := jsonb_set(v_out, array[v_def.key], to_jsonb(v_num::integer));
+    end if;
+  end loop;
+  return v_out;
+end $$;
+comment on function bitrix_sync._normalise_settings(jsonb) is
+  'Internal: the values with every whole number of an integer key written as int4 prints it (1036.0 and 1.0360e3 -> 1036); anything else unchanged, for _settings_errors to judge.';
 
 create or replace function bitrix_sync.propose_settings(p_changes jsonb, p_actor text, p_note text default null)
 returns integer
@@ -240,18 +278,20 @@ begin
   end if;
   select * into v_base from bitrix_sync.settings_versions where status = 'active';
   insert into bitrix_sync.settings_versions (settings_values, based_on, note, created_by)
-  values (coalesce(v_base.settings_values, '{}'::jsonb) || p_changes, v_base.version, p_note, btrim(p_actor))
+  values (bitrix_sync._normalise_settings(coalesce(v_base.settings_values, '{}'::jsonb) || p_changes), v_base.version,
+          p_note, btrim(p_actor))
   returning version into v_version;
   return v_version;
 end $$;
 comment on function bitrix_sync.propose_settings(jsonb, text, text) is
-  'Creates a draft version: the active values with p_changes applied. Validate, then activate it.';
+  'Creates a draft version: the active values with p_changes applied, whole numbers of integer keys normalised (1036.0 -> 1036). Validate, then activate it.';
 
 create or replace function bitrix_sync.validate_settings_version(p_version integer)
 returns jsonb
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.settings_versions;
+  v_values jsonb;
   v_errors jsonb;
 begin
   select * into v_row from bitrix_sync.settings_versions where version = p_version for update;
@@ -262,16 +302,19 @@ begin
     raise exception 'settings version % is %, only drafts are validated', p_version, v_row.status
       using errcode = 'BS002', hint = 'Propose a new version with propose_settings().';
   end if;
-  v_errors := bitrix_sync._settings_errors(v_row.settings_values);
+  -- A draft written without propose_settings() is normalised here, in its last change as a draft.
+  v_values := bitrix_sync._normalise_settings(v_row.settings_values);
+  v_errors := bitrix_sync._settings_errors(v_values);
   update bitrix_sync.settings_versions
-     set status = case when jsonb_array_length(v_errors) = 0 then 'validated' else 'rejected' end,
+     set settings_values = v_values,
+         status = case when jsonb_array_length(v_errors) = 0 then 'validated' else 'rejected' end,
          validation_errors = case when jsonb_array_length(v_errors) = 0 then null else v_errors end,
          validated_at = now()
    where version = p_version;
   return v_errors;
 end $$;
 comment on function bitrix_sync.validate_settings_version(integer) is
-  'draft -> validated, or -> rejected with the reasons (returned and stored). A rejected version can never be activated.';
+  'draft -> validated, or -> rejected with the reasons (returned and stored); the values are normalised in the same change. A rejected version can never be activated.';
 
 create or replace function bitrix_sync.activate_settings_version(p_version integer, p_actor text)
 returns bitrix_sync.settings_versions
@@ -366,6 +409,53 @@ end $$;
 comment on function bitrix_sync._active_setting(text) is
   'One key of the active settings version, the catalogue default filled in (JSON null when unset and nullable). What SQL rules read; an unknown key raises BS004.';
 
+create or replace function bitrix_sync.alert_entity_type_id() returns integer
+language plpgsql stable as $$
+declare
+  v_value jsonb := bitrix_sync._active_setting('alerts.entity_type_id');
+  v_num numeric;
+begin
+  if jsonb_typeof(v_value) = 'null' then
+    return null;
+  end if;
+  if jsonb_typeof(v_value) = 'number' then
+    v_num := (v_value #>> '{}')::numeric;
+    -- A version activated before the int4 bound and the normalisation may hold 1036.0 or 3e9.
+    if v_num = trunc(v_num) and v_num between 1 and 2147483647 then
+      return v_num::integer;
+    end if;
+  end if;
+  raise exception 'alerts.entity_type_id of the active settings is not a usable entityTypeId'
+    using errcode = 'BS023',
+          hint = 'Propose the smart process''s entityTypeId as a whole number, e.g. propose_settings(''{"alerts.entity_type_id": 1036}'', ...), then validate and activate it.';
+end $$;
+comment on function bitrix_sync.alert_entity_type_id() is
+  'The alert smart process''s entityTypeId from the active settings as int4, null when unset; BS023 when the active value is not a whole number in 1..2^31-1. What accept_webhooks() and readiness read.';
+
+create or replace function bitrix_sync.alert_config_problem() returns text
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_active jsonb;
+begin
+  begin
+    if bitrix_sync.alert_entity_type_id() is null then
+      return null; -- alerts are not configured: the alert receiver answers receiver_not_configured
+    end if;
+  exception when others then
+    return 'alert_config_invalid';
+  end;
+  -- Configured: every alerts.* value must still pass today's catalogue (an older active version
+  -- may predate a bound).
+  v_active := bitrix_sync.active_settings() - '_version';
+  if exists (select 1 from jsonb_array_elements_text(bitrix_sync._settings_errors(v_active)) e
+              where e like 'alerts.%') then
+    return 'alert_config_invalid';
+  end if;
+  return null;
+end $$;
+comment on function bitrix_sync.alert_config_problem() is
+  'Readiness (§14): alert_config_invalid when alerts.entity_type_id is set but alerts cannot work with the active settings (the entity type is not a usable int4, or an alerts.* value fails today''s catalogue); null otherwise. Names no value.';
+
 -- A fresh database starts from the catalogue defaults as version 1.
 do $$
 declare
@@ -378,48 +468,6 @@ begin
   end if;
 end $$;
 -- <<< sql/settings.sql
--- >>> sql/cutover.sql (included)
--- Cutover from the stub to full sync (§17): one watermark; intents recorded before it that were
--- still waiting are cancelled with reason initial_full_sync_cutover. Running it again changes nothing.
-
-create or replace function bitrix_sync.perform_cutover(p_actor text)
-returns table (cutover_watermark timestamptz, cancelled_count integer, already_done boolean)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-declare
-  v_row bitrix_sync.cutover;
-  v_count integer;
-begin
-  if p_actor is null or length(btrim(p_actor)) = 0 then
-    raise exception 'cutover needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
-  end if;
-  -- Serialize concurrent callers; the first one wins, the others see its result.
-  perform pg_advisory_xact_lock(hashtext('bitrix_sync.perform_cutover'));
-  select * into v_row from bitrix_sync.cutover;
-  if found then
-    return query select v_row.cutover_watermark, v_row.cancelled_count, true;
-    return;
-  end if;
-  with cancelled as (
-    update han_app.sync_queue q
-       set status = 'cancelled', cancel_reason = 'initial_full_sync_cutover', completed_at = now(), updated_at = now()
-     where q.status in ('pending', 'retry_wait')
-       and q.task_type like 'contact.%'
-       and q.created_at < now()
-    returning 1
-  )
-  select count(*) into v_count from cancelled;
-  insert into bitrix_sync.cutover (cutover_watermark, cancelled_count, performed_by)
-  values (now(), v_count, btrim(p_actor))
-  returning * into v_row;
-  return query select v_row.cutover_watermark, v_row.cancelled_count, false;
-end $$;
-comment on function bitrix_sync.perform_cutover(text) is
-  'Records cutover_watermark (now) and cancels earlier pending/retry_wait contact intents with cancel_reason initial_full_sync_cutover (§17 steps 3-4). Idempotent: a second call returns the first result and changes nothing.';
-
--- An operator's step (docs/admin.md#cutover), never the service's: the admin role only.
-revoke all on function bitrix_sync.perform_cutover(text) from public, bitrix_sync_user, han_app_user;
-grant execute on function bitrix_sync.perform_cutover(text) to bitrix_sync_admin;
--- <<< sql/cutover.sql
 -- >>> sql/state_machines.sql (included)
 -- State machines (§6.1, §7.1, §7.2, §7.3, §6.3): the legal edges as data, and one guard trigger per
 -- table that refuses any UPDATE of the state column not on this list, whoever writes it.
@@ -497,6 +545,7 @@ select machine, from_state, to_state, event
     ('rebind', 'requested', 'failed', 'fail'),
     ('rebind', 'in_progress', 'succeeded', 'succeed'),
     ('rebind', 'in_progress', 'failed', 'fail'),
+    ('rebind', 'in_progress', 'cancelled', 'cancel'),
     -- bitrix_sync.settings_versions (§12.3)
     ('settings', 'draft', 'validated', 'validate'),
     ('settings', 'draft', 'rejected', 'validate'),
@@ -534,7 +583,7 @@ begin
           hint = 'Close or supersede the row through its bitrix_sync function instead.';
 end $$;
 comment on function bitrix_sync.tg__forbid_delete() is
-  'BEFORE DELETE guard for history tables (mapping, settings versions, rebind requests). SQLSTATE BS003.';
+  'BEFORE DELETE guard for history tables (mapping, settings versions, rebind requests, the cutover). SQLSTATE BS003.';
 
 -- Guards and updated_at stamps, one per table. drop/create keeps this file re-runnable.
 drop trigger if exists _100_guard_status on han_app.sync_queue;
@@ -623,6 +672,23 @@ begin
      where w.user_id = p_user_id and w.state not in ('succeeded', 'failed', 'cancelled')
      for update;
     if found then
+      -- A rebind is never joined: converging to the App's intent would drop it (issue 11). The
+      -- intent is held on its row, the newest one winning as in a join, and starts as the next
+      -- workflow when the rebind ends (tg_workflow_instances__start_held_intent), so the App change
+      -- is carried out against the mapping the rebind left.
+      if v_row.workflow_type = 'contact.rebind' then
+        if v_row.held_intent_type is not distinct from p_intent_type
+           and v_row.held_content_hash is not distinct from p_content_hash then
+          return query select v_row.id, 'unchanged'::text;
+          return;
+        end if;
+        update bitrix_sync.workflow_instances w
+           set held_intent_type = p_intent_type, held_source_task_id = p_source_task_id,
+               held_content_hash = p_content_hash, held_at = now()
+         where w.id = v_row.id;
+        return query select v_row.id, 'held'::text;
+        return;
+      end if;
       -- Same intent with the same desired content: nothing new to converge to.
       if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
         return query select v_row.id, 'unchanged'::text;
@@ -667,7 +733,30 @@ begin
   end loop;
 end $$;
 comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text) is
-  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged).';
+  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged). An active contact.rebind is not joined: the intent is held on it (action held) and starts when the rebind ends.';
+
+create or replace function bitrix_sync.tg_workflow_instances__start_held_intent() returns trigger
+language plpgsql as $$
+begin
+  -- The rebind's row has just left the active states, so the one-active-per-user index admits the
+  -- next workflow. A concurrent intake waiting on the row lock finds this one and joins it.
+  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
+  values (new.held_intent_type, new.held_intent_type, new.user_id, new.held_source_task_id, new.held_content_hash);
+  perform pg_notify('bitrix_sync_workflows', '');
+  return null;
+end $$;
+comment on function bitrix_sync.tg_workflow_instances__start_held_intent() is
+  'AFTER UPDATE OF state trigger: when a workflow holding an App intent (a contact.rebind) finishes, however it finishes, the held intent starts as the user''s next workflow.';
+
+drop trigger if exists _400_start_held_intent on bitrix_sync.workflow_instances;
+create trigger _400_start_held_intent after update of state on bitrix_sync.workflow_instances
+  for each row
+  when (new.held_intent_type is not null and new.state in ('succeeded', 'failed', 'cancelled')
+        and old.state not in ('succeeded', 'failed', 'cancelled'))
+  execute function bitrix_sync.tg_workflow_instances__start_held_intent();
+comment on trigger _400_start_held_intent on bitrix_sync.workflow_instances is
+  'Starts the App intent held during a rebind once the rebind has finished (after _300_close_rebind_request).';
+
 
 create or replace function bitrix_sync.claim_workflows(
   p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
@@ -677,6 +766,10 @@ begin
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
+  end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
   end if;
   return query
   with picked as (
@@ -699,7 +792,7 @@ begin
   returning w.*;
 end $$;
 comment on function bitrix_sync.claim_workflows(text, integer, interval) is
-  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due).';
+  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover().';
 
 create or replace function bitrix_sync.fire_workflow_event(
   p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb default '{}'::jsonb
@@ -928,9 +1021,8 @@ select a.crm_sync_status as mirror_status, count(*)::bigint as count,
  group by a.crm_sync_status;
 comment on view bitrix_sync.status_alert_mirror is
   'Business alerts whose smart-process item is behind: pending (a change not yet sent, e.g. alerts.entity_type_id unset or an unanswered add being looked up) and failed (could not be mirrored; see technical_dead_letters).';
--- The runtime reads it for /metrics and the status endpoint, an admin from psql.
-revoke all on bitrix_sync.status_alert_mirror from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-grant select on bitrix_sync.status_alert_mirror to bitrix_sync_user, bitrix_sync_admin;
+-- Privileges: sql/privileges.sql (the runtime reads it for /metrics and the status endpoint, an
+-- admin from psql).
 -- <<< sql/status.sql
 -- >>> sql/alert_mirror.sql (included)
 -- Alert mirroring that recovers (§11, §7.2, issue 11). An alert command that fails before it is sent
@@ -1132,25 +1224,13 @@ end $$;
 comment on function bitrix_sync.fail_alert_lookup(bigint) is
   'The lookup of an alert''s item failed for good: the alert.adds waiting in reconcile go to dead_letter (alert_lookup_failed) with a technical DLQ row, and the alert is marked failed (visible in status_alert_mirror) until an admin requeues it, which looks the item up again before anything is added. Returns how many adds.';
 
-revoke all on function bitrix_sync._alert_add_unsafe(bigint) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.recover_alert_command(bigint, interval) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.alerts_to_look_up(integer) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.issue_alert_lookup(bigint, jsonb) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.resolve_alert_lookup(bigint, jsonb) from public, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.fail_alert_lookup(bigint) from public, bitrix_sync_admin, han_app_user;
--- The runtime's alert lane calls them; admins requeue through requeue_dead_letter().
-grant execute on function bitrix_sync._alert_add_unsafe(bigint) to bitrix_sync_user;
-grant execute on function bitrix_sync.recover_alert_command(bigint, interval) to bitrix_sync_user;
-grant execute on function bitrix_sync.alerts_to_look_up(integer) to bitrix_sync_user;
-grant execute on function bitrix_sync.issue_alert_lookup(bigint, jsonb) to bitrix_sync_user;
-grant execute on function bitrix_sync.resolve_alert_lookup(bigint, jsonb) to bitrix_sync_user;
-grant execute on function bitrix_sync.fail_alert_lookup(bigint) to bitrix_sync_user;
+-- Privileges: sql/privileges.sql.
 -- <<< sql/alert_mirror.sql
 -- >>> sql/dead_letters.sql (included)
 -- Technical dead letters an admin can act on (§9, issue 11; recipes in docs/admin.md). Each function
 -- is security definer with a pinned search_path, runs as bitrix_sync_admin only, records who and why
--- on the dead letter itself in the same transaction, and refuses with a SQLSTATE, a sentence and a
--- HINT that says what to do instead:
+-- on the dead letter itself and in admin_actions in the same transaction, and refuses with a
+-- SQLSTATE, a sentence and a HINT that says what to do instead:
 --   list_dead_letters        what is open (or everything), with what a requeue would do or why not;
 --   acknowledge_dead_letter  looked at, nothing re-sent: the entry leaves the open-DLQ gauge;
 --   requeue_dead_letter      a new, fenced attempt through the normal state machine:
@@ -1164,21 +1244,6 @@ grant execute on function bitrix_sync.fail_alert_lookup(bigint) to bitrix_sync_u
 --                 the alert is mirrored again (crm_sync_status failed -> pending): a new command,
 --                 preceded by a lookup when an earlier add may have created the item.
 -- Entries that one restart covers (the same workflow, the same alert) are resolved together.
-
-create or replace function bitrix_sync._check_operator_audit(p_operator text, p_reason text) returns void
-language plpgsql immutable as $$
-begin
-  if p_operator is null or length(btrim(p_operator)) not between 1 and 128 then
-    raise exception 'an operator identifier (1 to 128 characters) is required for the audit'
-      using errcode = 'BS004', hint = 'Pass who you are, e.g. ''ops:ivanov''.';
-  end if;
-  if p_reason is null or length(btrim(p_reason)) not between 3 and 500 then
-    raise exception 'a reason (3 to 500 characters) is required for the audit'
-      using errcode = 'BS004', hint = 'Say why, e.g. ''portal rights fixed, ticket OPS-42''. Do not paste personal data.';
-  end if;
-end $$;
-comment on function bitrix_sync._check_operator_audit(text, text) is
-  'Internal: refuses (BS004) an admin action without an operator identifier or a reason of 3 to 500 characters.';
 
 create or replace function bitrix_sync._open_dead_letter(p_id bigint) returns bitrix_sync.technical_dead_letters
 language plpgsql as $$
@@ -1374,7 +1439,7 @@ returns table (
   id bigint, source text, operation text, error_code text, http_status integer, bitrix_error text,
   attempt_count integer, first_attempt_at timestamptz, deadline_at timestamptz, created_at timestamptz,
   age_sec bigint, source_id text, workflow_id uuid, command_id bigint, workflow_type text, workflow_state text,
-  requeue text, resolution text, resolved_at timestamptz, resolved_by text, resolution_reason text, requeued_to text
+  requeue text, resolution text, resolved_at timestamptz, resolved_by text, requeued_to text
 )
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 begin
@@ -1390,7 +1455,7 @@ begin
          case when d.resolved_at is not null then null
               when r.why is null then 'ready'
               else (r.why ->> 'code') || ': ' || (r.why ->> 'message') end,
-         d.resolution::text, d.resolved_at, d.resolved_by::text, d.resolution_reason, d.requeued_to::text
+         d.resolution::text, d.resolved_at, d.resolved_by::text, d.requeued_to::text
     from bitrix_sync.technical_dead_letters d
     left join bitrix_sync.workflow_instances w on w.id = d.workflow_id
     left join lateral (select bitrix_sync._requeue_refusal(d) as why) r on d.resolved_at is null
@@ -1401,7 +1466,7 @@ begin
    order by d.id;
 end $$;
 comment on function bitrix_sync.list_dead_letters(boolean, integer) is
-  'Admin (§9): the newest p_limit technical dead letters, open ones only unless p_include_resolved, oldest first, with safe columns (codes, counts, times, internal ids), the state of their workflow, and `requeue`: ready, or the SQLSTATE and sentence a requeue would refuse with now.';
+  'Admin (§9): the newest p_limit technical dead letters, open ones only unless p_include_resolved, oldest first, with safe columns (codes, counts, times, internal ids; the reasons are in admin_actions), the state of their workflow, and `requeue`: ready, or the SQLSTATE and sentence a requeue would refuse with now.';
 
 create or replace function bitrix_sync._resolve_dead_letters(
   p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text
@@ -1410,15 +1475,26 @@ create or replace function bitrix_sync._resolve_dead_letters(
   resolved_at timestamptz, resolved_by text
 )
 language sql as $$
-  update bitrix_sync.technical_dead_letters d
-     set resolved_at = now(), resolved_by = btrim(p_operator), resolution = p_resolution,
-         resolution_reason = btrim(p_reason), requeued_to = p_target
-   where d.id = any(p_ids) and d.resolved_at is null
-  returning d.id, d.source::text, d.operation::text, d.resolution::text, d.requeued_to::text, d.resolved_at,
-            d.resolved_by::text
+  with resolved as (
+    update bitrix_sync.technical_dead_letters d
+       set resolved_at = now(), resolved_by = btrim(p_operator), resolution = p_resolution,
+           resolution_reason = btrim(p_reason), requeued_to = p_target
+     where d.id = any(p_ids) and d.resolved_at is null
+    returning d.*
+  ), audit as (
+    -- One audit row per entry, with the admin functions' others (docs/admin.md).
+    insert into bitrix_sync.admin_actions (action, workflow_id, dead_letter_id, reason, operator_id)
+    select case p_resolution when 'requeued' then 'requeue_dead_letter' else 'acknowledge_dead_letter' end,
+           r.workflow_id, r.id, btrim(p_reason), btrim(p_operator)
+      from resolved r
+  )
+  select r.id, r.source::text, r.operation::text, r.resolution::text, r.requeued_to::text, r.resolved_at,
+         r.resolved_by::text
+    from resolved r
+   order by r.id
 $$;
 comment on function bitrix_sync._resolve_dead_letters(bigint[], text, text, text, text) is
-  'Internal: marks open dead letters resolved with the resolution, operator, reason and (requeued) target; returns them.';
+  'Internal: marks open dead letters resolved with the resolution, operator, reason and (requeued) target, and writes an admin_actions row for each; returns them.';
 
 create or replace function bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operator text, p_reason text)
 returns table (
@@ -1429,7 +1505,7 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_dl bitrix_sync.technical_dead_letters;
 begin
-  perform bitrix_sync._check_operator_audit(p_operator, p_reason);
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator);
   v_dl := bitrix_sync._open_dead_letter(p_id);
   return query select * from bitrix_sync._resolve_dead_letters(array[v_dl.id], 'acknowledged', p_operator, p_reason, null);
 end $$;
@@ -1447,7 +1523,7 @@ declare
   v_refusal jsonb;
   v_target text;
 begin
-  perform bitrix_sync._check_operator_audit(p_operator, p_reason);
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator);
   v_dl := bitrix_sync._open_dead_letter(p_id);
   -- Lock what the new attempt starts from, so the checks below hold until commit.
   if v_dl.workflow_id is not null then
@@ -1458,9 +1534,12 @@ begin
        for update;
   end if;
   v_refusal := bitrix_sync._requeue_refusal(v_dl);
-  if v_refusal is not null then
+  if v_refusal ->> 'code' = 'BS042' then
     raise exception 'technical dead letter % cannot be requeued: %', p_id, v_refusal ->> 'message'
-      using errcode = v_refusal ->> 'code', hint = replace(v_refusal ->> 'hint', '<id>', p_id::text);
+      using errcode = 'BS042', hint = replace(v_refusal ->> 'hint', '<id>', p_id::text);
+  elsif v_refusal is not null then
+    raise exception 'technical dead letter % cannot be requeued yet: %', p_id, v_refusal ->> 'message'
+      using errcode = 'BS043', hint = replace(v_refusal ->> 'hint', '<id>', p_id::text);
   end if;
   begin
     v_target := bitrix_sync._requeue_target(v_dl);
@@ -1475,25 +1554,8 @@ end $$;
 comment on function bitrix_sync.requeue_dead_letter(bigint, text, text) is
   'Admin (§9): starts a new, fenced attempt of what an open technical dead letter gave up on, through the normal state machine (a new intent or inbox row, the failed workflow from its first step, or the alert''s mirror), with a retry horizon counted from now; marks it (and the open entries the same attempt answers) resolved as requeued with operator and reason. BS004 missing operator or reason, BS040 no such entry, BS041 already resolved, BS042 nothing to run again, BS043 something else of the same user or alert is running.';
 
--- Explicit for every role, so the result is the same whether or not sql/grants.sql (which grants
--- the runtime every function of the schema) ran before this file.
-revoke all on function bitrix_sync._check_operator_audit(text, text) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync._open_dead_letter(bigint) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync._resolve_dead_letters(bigint[], text, text, text, text) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.list_dead_letters(boolean, integer) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.acknowledge_dead_letter(bigint, text, text) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.requeue_dead_letter(bigint, text, text) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
--- Operators only. The runtime and the App never resolve dead letters; the internal helpers run
--- inside the security definer functions as their owner and are granted to nobody.
-grant execute on function bitrix_sync.list_dead_letters(boolean, integer) to bitrix_sync_admin;
-grant execute on function bitrix_sync.acknowledge_dead_letter(bigint, text, text) to bitrix_sync_admin;
-grant execute on function bitrix_sync.requeue_dead_letter(bigint, text, text) to bitrix_sync_admin;
--- sql/workflows.sql's schedule_workflow_retry (run by the runtime) reads the requeue through it.
-revoke all on function bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances) from public, bitrix_sync_admin, han_app_user;
-grant execute on function bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances) to bitrix_sync_user;
+-- Privileges: sql/privileges.sql (the admin role executes list, acknowledge and requeue; the
+-- internal helpers run inside them as their owner and are granted to nobody).
 -- <<< sql/dead_letters.sql
 -- >>> sql/retention.sql (included)
 -- Retention (issue 11; docs/admin.md): finished rows are deleted after retention.*_days, in batches of
@@ -1665,12 +1727,418 @@ $$;
 comment on function bitrix_sync.retention_preview() is
   'Admin: what the next retention run would delete, per table (webhooks, commands, workflows, queue): how many rows, the oldest finish time among them and the retention.*_days in force. Reads only; counts the history, so run it by hand, not from a scrape.';
 
--- Explicit for every role, so the result does not depend on whether sql/grants.sql ran before.
-revoke all on function bitrix_sync._retention_cutoff(text) from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-revoke all on function bitrix_sync.delete_retention_batch(text) from public, han_app_user;
-revoke all on function bitrix_sync.retention_preview() from public, bitrix_sync_user, han_app_user;
--- The runtime's retention task deletes; an admin may run a batch now and look at what is due.
--- bitrix_sync_user gets no DELETE on han_app.sync_queue: only this function deletes there.
-grant execute on function bitrix_sync.delete_retention_batch(text) to bitrix_sync_user, bitrix_sync_admin;
-grant execute on function bitrix_sync.retention_preview() to bitrix_sync_admin;
+-- Privileges: sql/privileges.sql.
 -- <<< sql/retention.sql
+-- >>> sql/privileges.sql (included)
+-- The privilege catalogue (§13, DESIGN.md "Roles"; issue 10): for every schema, table, view,
+-- sequence and function of the project, what each of the three roles may do, written out, "nothing"
+-- included. sql/grants.sql revokes everything and grants exactly this list; docs/security.md is
+-- rendered from it; test/integration/privileges.test.ts checks that the database's ACLs equal it and
+-- that no object of bitrix_sync (or the project's objects of han_app) lacks a decision.
+--
+-- Adding a function, table, view or sequence: add one row here (runtime, admin, app; '{}' is an
+-- explicit "nothing") and include sql/privileges.sql and sql/grants.sql in the migration.
+--
+-- A privilege is written as GRANT takes it: 'SELECT', 'EXECUTE', 'USAGE', or with columns,
+-- 'UPDATE (status, locked_by)'. Objects are schema-qualified; a function by its signature as
+-- regprocedure prints it (types, no parameter names).
+--
+-- Who is who: bitrix_sync_user runs the service (the functions it calls and their internal
+-- helpers; it writes its tables only in the columns those functions write, so an insert can never
+-- name a state and identity or audit columns are out of reach; sql/row_guards.sql holds the same
+-- rules for every writer). bitrix_sync_admin is an operator with psql: the audited admin functions
+-- (security definer, so no table rights), the status views and the settings it changes.
+-- han_app_user is the App: its identity and profile tables; sync_queue rows appear through the
+-- security definer trigger.
+
+create or replace view bitrix_sync.role_privileges as
+with decisions (object_type, object_name, runtime, admin, app, note) as (values
+  -- schemas
+  ('schema', 'bitrix_sync', array['USAGE'], array['USAGE'], array[]::text[], 'The project''s schema; the App has no business in it.'),
+  ('schema', 'han_app', array['USAGE'], array[]::text[], array['USAGE'], 'The App''s schema; the admin reaches the queue only through status_queue.'),
+
+  -- App tables (§13: the runtime reads the columns it needs and writes only the CRM-master fields)
+  ('table', 'han_app.user_identity', array['SELECT (id, phone_number, record_status, created_at, updated_at)'], array[]::text[],
+   array['SELECT', 'INSERT', 'UPDATE'], 'Identity is App-master; the runtime reads it at send time.'),
+  ('table', 'han_app.client_profile',
+   array['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)',
+         'UPDATE (full_name, citizenship, email, source_updated_at)'], array[]::text[],
+   array['SELECT', 'INSERT', 'UPDATE'], 'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'),
+  ('table', 'han_app.sync_queue',
+   array['SELECT', 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'],
+   array[]::text[], array['SELECT'],
+   'Intents appear through the App''s trigger; the runtime moves them through the lease functions and never inserts one.'),
+  ('function', 'han_app.enqueue_contact_sync()', array[]::text[], array[]::text[], array[]::text[],
+   'Trigger function (security definer): fires for the App''s writes; nobody calls it.'),
+
+  -- bitrix_sync tables the runtime writes through its functions: only the columns they write
+  ('table', 'bitrix_sync.business_alerts',
+   array['SELECT',
+         'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)',
+         'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'],
+   array[]::text[], array[]::text[], 'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'),
+  ('sequence', 'bitrix_sync.business_alert_number_seq', array['USAGE'], array[]::text[], array[]::text[],
+   'The default of business_alerts.alert_number, evaluated as the inserting role.'),
+  ('table', 'bitrix_sync.contact_snapshots',
+   array['SELECT',
+         'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)',
+         'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'],
+   array[]::text[], array[]::text[], 'Hashes of what the runtime last wrote into or read from each Contact.'),
+  ('table', 'bitrix_sync.crm_commands',
+   array['SELECT',
+         'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id)',
+         'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'],
+   array[]::text[], array[]::text[], 'Issued pending (no status column to insert); what a command asks for never changes after issue.'),
+  ('table', 'bitrix_sync.entity_external_mapping',
+   array['SELECT', 'INSERT (entity_id, external_id, workflow_id)', 'UPDATE (status, closed_at, close_reason, workflow_id)'],
+   array[]::text[], array[]::text[], 'Opened active and closed by the runtime''s mapping functions; the user and the Contact of a link never change.'),
+  ('table', 'bitrix_sync.reconciliation_cursors',
+   array['SELECT', 'INSERT (job_type)',
+         'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token)'],
+   array[]::text[], array[]::text[], 'The reconciliation runs'' cursors and leases.'),
+  ('table', 'bitrix_sync.technical_dead_letters',
+   array['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'],
+   array[]::text[], array[]::text[], 'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'),
+  ('table', 'bitrix_sync.webhook_inbox',
+   array['SELECT', 'INSERT (receiver, entity_type_id, entity_id, source_ip)',
+         'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'],
+   array[]::text[], array[]::text[], 'Recorded received by accept_webhooks; what arrived never changes.'),
+  ('table', 'bitrix_sync.workflow_instances',
+   array['SELECT', 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash)',
+         'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at)'],
+   array[]::text[], array[]::text[], 'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'),
+
+  -- the limiter's ephemeral state: rows are counters and slots, not history
+  ('table', 'bitrix_sync.crm_inflight_slots', array['SELECT', 'INSERT', 'DELETE'], array[]::text[], array[]::text[],
+   'In-flight slots; the admin reads them through crm_limiter_state().'),
+  ('table', 'bitrix_sync.crm_method_blocks', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
+   'Per-method operating-time blocks.'),
+  ('table', 'bitrix_sync.crm_rate_buckets', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
+   'Token buckets.'),
+
+  -- read-only for the runtime: audit and configuration are the admin's, through its functions
+  ('table', 'bitrix_sync.cutover', array['SELECT'], array['SELECT'], array[]::text[],
+   'Written once by perform_cutover() (admin); the runtime only reads the watermark.'),
+  ('table', 'bitrix_sync.rebind_requests', array['SELECT'], array['SELECT'], array[]::text[],
+   'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'),
+  ('table', 'bitrix_sync.settings', array['SELECT'], array['SELECT'], array[]::text[],
+   'The catalogue of keys and bounds; changed by migrations only.'),
+  ('table', 'bitrix_sync.admin_actions', array[]::text[],
+   array['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'], array[]::text[],
+   'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'),
+  ('table', 'bitrix_sync.settings_versions', array['SELECT'], array['SELECT'], array[]::text[],
+   'Written by the admin''s settings functions only.'),
+
+  -- identity sequences: inserting into an identity column needs no right on its sequence
+  ('sequence', 'bitrix_sync.admin_actions_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of admin_actions.'),
+  ('sequence', 'bitrix_sync.business_alerts_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of business_alerts.'),
+  ('sequence', 'bitrix_sync.crm_commands_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of crm_commands.'),
+  ('sequence', 'bitrix_sync.settings_versions_version_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of settings_versions.'),
+  ('sequence', 'bitrix_sync.technical_dead_letters_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of technical_dead_letters.'),
+  ('sequence', 'bitrix_sync.webhook_inbox_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of webhook_inbox.'),
+
+  -- views
+  ('view', 'bitrix_sync.parked_workflows', array[]::text[], array['SELECT'], array[]::text[],
+   'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'),
+  ('view', 'bitrix_sync.rebind_request_status', array[]::text[], array['SELECT'], array[]::text[],
+   'Rebind requests as an admin follows them (docs/admin.md).'),
+  ('view', 'bitrix_sync.role_privileges', array[]::text[], array['SELECT'], array[]::text[], 'This catalogue.'),
+  ('view', 'bitrix_sync.role_privilege_drift', array[]::text[], array['SELECT'], array[]::text[],
+   'Where the database''s ACLs differ from this catalogue (empty when they agree).'),
+  ('view', 'bitrix_sync.state_edges', array['SELECT'], array['SELECT'], array[]::text[],
+   'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'),
+  ('view', 'bitrix_sync.status_alerts', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14): counts and ages only.'),
+  ('view', 'bitrix_sync.status_alert_mirror', array['SELECT'], array['SELECT'], array[]::text[],
+   'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'),
+  ('view', 'bitrix_sync.status_commands', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_dead_letters', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_queue', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_webhooks', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_workflows', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+
+  -- admin functions (security definer): cutover, settings, rebind, re-recording a lost webhook
+  ('function', 'bitrix_sync.accept_webhook(text,integer,text,inet)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Re-records one robot call by hand (the robot does not retry).'),
+  ('function', 'bitrix_sync.activate_settings_version(integer,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.perform_cutover(text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The one-time cutover (§17); it also opens the processing gate.'),
+  ('function', 'bitrix_sync.propose_settings(jsonb,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind (§5.4).'),
+  ('function', 'bitrix_sync.cancel_rebind_request(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind: cancel an open request (docs/admin.md).'),
+  ('function', 'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: resume with a decision.'),
+  ('function', 'bitrix_sync.cancel_parked_workflow(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: cancel with a reason.'),
+  ('function', 'bitrix_sync._parked_decisions(text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'),
+  ('function', 'bitrix_sync.rollback_settings(integer,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.validate_settings_version(integer)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.list_dead_letters(boolean,integer)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: what is open, and what a requeue would do (docs/admin.md).'),
+  ('function', 'bitrix_sync.acknowledge_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: resolved without a new attempt, audited.'),
+  ('function', 'bitrix_sync.requeue_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: a new attempt through the normal state machine, audited.'),
+  ('function', 'bitrix_sync.retention_preview()', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Retention: what the next run would delete (reads the history: by hand only).'),
+  ('function', 'bitrix_sync.delete_retention_batch(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'),
+
+  -- read functions both roles use
+  ('function', 'bitrix_sync._active_setting(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'),
+  ('function', 'bitrix_sync.active_settings()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The active settings with defaults.'),
+  ('function', 'bitrix_sync.crm_limiter_state(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Limiter state for status (§14).'),
+  ('function', 'bitrix_sync.cutover_performed()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The processing gate, for readiness and the pump.'),
+
+  -- runtime functions: the receivers
+  ('function', 'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[])', array['EXECUTE'], array[]::text[], array[]::text[], 'The receivers'' one statement.'),
+  ('function', 'bitrix_sync.alert_config_problem()', array['EXECUTE'], array[]::text[], array[]::text[], 'Readiness: alert_config_invalid.'),
+  ('function', 'bitrix_sync.alert_entity_type_id()', array['EXECUTE'], array[]::text[], array[]::text[], 'The alert receiver''s entity type.'),
+  -- runtime functions: intake and workflows
+  ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).'),
+  ('function', 'bitrix_sync.complete_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.release_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.claim_workflows(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function (gated by the cutover).'),
+  ('function', 'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake.'),
+  -- runtime functions: commands and the pump
+  ('function', 'bitrix_sync.begin_command_reconcile(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.claim_commands(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (gated by the cutover).'),
+  ('function', 'bitrix_sync.complete_command(bigint,uuid,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.issue_alert_command(bigint,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.mark_command_uncertain(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.reject_command(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.release_command(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.send_commands(bigint[],uuid[],uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  -- runtime functions: the limiter
+  ('function', 'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.blocked_crm_methods(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.release_crm_request(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  -- runtime functions: inbox processing, mapping, snapshots, alerts, rebind workflow, reconciliation
+  ('function', 'bitrix_sync.claim_webhooks(text,integer,interval,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox (gated by the cutover).'),
+  ('function', 'bitrix_sync.complete_webhook(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
+  ('function', 'bitrix_sync.dead_letter_webhook(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
+  ('function', 'bitrix_sync.retry_webhook(bigint,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
+  ('function', 'bitrix_sync.active_mapping_for_contact(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.active_mapping_for_user(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.recover_alert_command(bigint,interval)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'),
+  ('function', 'bitrix_sync.alerts_to_look_up(integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: items to look up.'),
+  ('function', 'bitrix_sync.issue_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup of an item.'),
+  ('function', 'bitrix_sync.resolve_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup''s outcome.'),
+  ('function', 'bitrix_sync.fail_alert_lookup(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: a lookup that failed for good.'),
+  ('function', 'bitrix_sync.close_mapping(uuid,text,uuid,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.open_mapping(uuid,text,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)',
+   array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots and the CRM-master profile write.'),
+  ('function', 'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.'),
+  ('function', 'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.'),
+  ('function', 'bitrix_sync.record_contact_phone(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.'),
+  ('function', 'bitrix_sync.finish_business_alert(bigint,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.mark_alert_mirror_failed(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.mark_alert_mirrored(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.record_alert_item(bigint,bigint,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.complete_rebind(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Rebind workflow (security definer, fenced by the workflow lease).'),
+  ('function', 'bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Security definer, called by the trigger that closes the request of a finished contact.rebind workflow (the runtime''s transitions fire it).'),
+  ('function', 'bitrix_sync.start_rebind_request(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Rebind workflow (security definer, fenced by the workflow lease).'),
+  ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).'),
+  ('function', 'bitrix_sync.fail_reconciliation_run(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
+  ('function', 'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
+
+  -- internal helpers the runtime's (security invoker) functions call: a nested call is checked
+  -- against the calling role too
+  ('function', 'bitrix_sync._check_bitrix_error(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._check_code(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper: refuses raw text as an error code.'),
+  ('function', 'bitrix_sync._check_limiter_name(text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the limiter.'),
+  ('function', 'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the queue functions.'),
+  ('function', 'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the inbox functions.'),
+  ('function', 'bitrix_sync._held_workflow(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the workflow functions.'),
+  ('function', 'bitrix_sync._is_write_command(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of claim_commands.'),
+  ('function', 'bitrix_sync._refuse_stale(text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper: the BS001 refusal.'),
+  ('function', 'bitrix_sync._retry_deadline(timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper and the default of deadline_at, evaluated as the inserting role.'),
+  ('function', 'bitrix_sync._wake_workflow(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._workflow_holder(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command reconcile functions.'),
+  ('function', 'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'),
+  ('function', 'bitrix_sync._alert_add_unsafe(bigint)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper of the alert mirror (runAlertSync asks it before an add).'),
+
+  -- nobody: internals of security definer functions, trigger functions (a trigger fires without
+  -- EXECUTE), and record_webhook (one NOTIFY per row; kept for sources with stable event IDs)
+  ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._check_admin_audit(text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._open_dead_letter(bigint)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
+  ('function', 'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
+  ('function', 'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._retention_cutoff(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
+  ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._rebind_crm_outcome(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of _close_rebind_request and cancel_rebind_request.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__start_held_intent()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync._normalise_settings(jsonb)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the settings functions.'),
+  ('function', 'bitrix_sync._rebind_request_of(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the rebind workflow functions.'),
+  ('function', 'bitrix_sync._resolve_conflict_alerts(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of complete_rebind.'),
+  ('function', 'bitrix_sync._settings_errors(jsonb)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the settings functions.'),
+  ('function', 'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)', array[]::text[], array[]::text[], array[]::text[],
+   'Not used by the service: the receivers call accept_webhooks.'),
+  ('function', 'bitrix_sync.tg__forbid_delete()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__guard_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__refuse_immutable_change()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__refuse_insert_state()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__set_updated_at()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_settings_versions__freeze()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.')
+)
+select d.object_type, d.object_name, r.role, r.privileges, d.note
+  from decisions d
+  cross join lateral (values ('bitrix_sync_user', d.runtime), ('bitrix_sync_admin', d.admin), ('han_app_user', d.app))
+    as r(role, privileges);
+comment on view bitrix_sync.role_privileges is
+  'The privilege catalogue (§13): one row per object and role with the privileges GRANT gives (empty array: explicitly nothing) and why. sql/grants.sql applies exactly this; docs/security.md is rendered from it.';
+
+-- What the database actually grants, in the catalogue's terms, and where the two differ. The
+-- project's objects are all of schema bitrix_sync and the objects of han_app the catalogue names
+-- (in production han_app holds the App's other tables, which are none of this project's business).
+create or replace view bitrix_sync.role_privilege_drift as
+with objects as (
+  select 'schema'::text as object_type, n.nspname::text as object_name, n.nspowner as owner, n.nspacl as acl,
+         null::oid as relid, 'n'::"char" as acl_kind
+    from pg_namespace n where n.nspname in ('bitrix_sync', 'han_app')
+  union all
+  select case c.relkind when 'S' then 'sequence' when 'v' then 'view' when 'm' then 'view' else 'table' end,
+         format('%I.%I', n.nspname, c.relname), c.relowner, c.relacl, c.oid,
+         case c.relkind when 'S' then 's'::"char" else 'r'::"char" end
+    from pg_class c join pg_namespace n on n.oid = c.relnamespace
+   where n.nspname in ('bitrix_sync', 'han_app') and c.relkind in ('r', 'p', 'v', 'm', 'f', 'S')
+     and not exists (select 1 from pg_depend d where d.classid = 'pg_class'::regclass and d.objid = c.oid and d.deptype = 'e')
+  union all
+  select 'function', p.oid::regprocedure::text, p.proowner, p.proacl, null, 'f'::"char"
+    from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+   where n.nspname in ('bitrix_sync', 'han_app')
+     and not exists (select 1 from pg_depend d where d.classid = 'pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
+), catalogue as (
+  select rp.object_type, rp.object_name, rp.role, rp.privileges from bitrix_sync.role_privileges rp
+), project_objects as (
+  select o.* from objects o
+   where o.object_name = 'bitrix_sync' or o.object_name like 'bitrix\_sync.%'
+      or exists (select 1 from catalogue c where c.object_type = o.object_type and c.object_name = o.object_name)
+), roles (role) as (
+  values ('bitrix_sync_user'), ('bitrix_sync_admin'), ('han_app_user')
+), actual as (
+  -- object-wide privileges ...
+  select o.object_type, o.object_name, coalesce(r.rolname, 'PUBLIC') as role, a.privilege_type as privilege,
+         null::text as column_name
+    from project_objects o
+    cross join lateral aclexplode(coalesce(o.acl, acldefault(o.acl_kind, o.owner))) a
+    left join pg_roles r on r.oid = a.grantee
+   where a.grantee = 0 or r.rolname in (select role from roles)
+  union all
+  -- ... and column privileges
+  select o.object_type, o.object_name, coalesce(r.rolname, 'PUBLIC'), a.privilege_type, att.attname::text
+    from project_objects o
+    join pg_attribute att on att.attrelid = o.relid and att.attnum > 0 and not att.attisdropped and att.attacl is not null
+    cross join lateral aclexplode(att.attacl) a
+    left join pg_roles r on r.oid = a.grantee
+   where a.grantee = 0 or r.rolname in (select role from roles)
+), expected as (
+  select c.object_type, c.object_name, c.role, m[1] as privilege, btrim(col) as column_name
+    from catalogue c
+    cross join lateral unnest(c.privileges) spec
+    cross join lateral regexp_match(spec, '^([A-Z]+)\s*(?:\((.*)\))?$') m
+    cross join lateral unnest(coalesce(string_to_array(m[2], ','), array[null]::text[])) col
+)
+select e.object_type, e.object_name, e.role, e.privilege, e.column_name, 'missing'::text as problem
+  from expected e
+ where exists (select 1 from project_objects o where o.object_type = e.object_type and o.object_name = e.object_name)
+   and not exists (select 1 from actual a where (a.object_type, a.object_name, a.role, a.privilege) = (e.object_type, e.object_name, e.role, e.privilege)
+                                            and a.column_name is not distinct from e.column_name)
+union all
+select a.object_type, a.object_name, a.role, a.privilege, a.column_name, 'extra'
+  from actual a
+ where not exists (select 1 from expected e where (a.object_type, a.object_name, a.role, a.privilege) = (e.object_type, e.object_name, e.role, e.privilege)
+                                              and a.column_name is not distinct from e.column_name)
+   -- PUBLIC is checked only on what the project owns (it never grants PUBLIC anything); the App's
+   -- identity and profile tables and its schema keep whatever the App gives everyone.
+   and not (a.role = 'PUBLIC' and a.object_name in ('han_app', 'han_app.user_identity', 'han_app.client_profile'))
+union all
+select o.object_type, o.object_name, r.role, null, null, 'undecided'
+  from project_objects o cross join roles r
+ where not exists (select 1 from catalogue c where (c.object_type, c.object_name, c.role) = (o.object_type, o.object_name, r.role))
+union all
+select distinct c.object_type, c.object_name, null, null, null, 'unknown_object'
+  from catalogue c
+ where not exists (select 1 from objects o where o.object_type = c.object_type and o.object_name = c.object_name);
+comment on view bitrix_sync.role_privilege_drift is
+  'Differences between the database''s ACLs and bitrix_sync.role_privileges for the three roles and PUBLIC: missing and extra privileges (column privileges by column), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object). Empty when they agree.';
+-- <<< sql/privileges.sql
+-- >>> sql/grants.sql (included)
+-- Least privilege (§13, DESIGN.md): everything is revoked, then exactly what the catalogue
+-- bitrix_sync.role_privileges (sql/privileges.sql) lists is granted. Re-runnable; include it (after
+-- sql/privileges.sql) in every migration that adds or changes an object of the project.
+-- graphile-worker's and graphile-migrate's schemas: sql/worker_grants.sql, applied after every
+-- migration run so a graphile-worker upgrade never leaves the runtime role without rights.
+
+do $$
+declare
+  v_problems text;
+  v_row record;
+  v_kind text;
+begin
+  -- A catalogue row naming no object, or an object of the project without a decision for a role,
+  -- stops the migration: the next step would leave it with no rights (or the wrong ones) silently.
+  select string_agg(distinct format('%s %s (%s)', d.object_type, d.object_name, d.problem), '; ')
+    into v_problems
+    from bitrix_sync.role_privilege_drift d
+   where d.problem in ('unknown_object', 'undecided');
+  if v_problems is not null then
+    raise exception 'the privilege catalogue does not match the schema: %', v_problems
+      using errcode = 'BS092',
+            hint = 'Add a row per new object to sql/privileges.sql (runtime, admin, app; ''{}'' for nothing) and drop rows of removed objects, then include sql/privileges.sql and sql/grants.sql in the migration.';
+  end if;
+
+  revoke all on schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  revoke all on all tables in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  revoke all on all sequences in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  revoke all on all functions in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  -- In han_app only the project's objects, and PUBLIC only on what the project owns: the App's
+  -- schema and tables keep whatever the App grants its other roles and everyone.
+  for v_row in
+    select distinct rp.object_type, rp.object_name from bitrix_sync.role_privileges rp
+     where rp.object_name = 'han_app' or rp.object_name like 'han\_app.%'
+  loop
+    v_kind := case v_row.object_type when 'view' then 'table' else v_row.object_type end;
+    execute format('revoke all on %s %s from bitrix_sync_user, bitrix_sync_admin, han_app_user', v_kind, v_row.object_name);
+  end loop;
+  revoke all on han_app.sync_queue from public;
+  revoke all on function han_app.enqueue_contact_sync() from public;
+
+  for v_row in
+    select rp.object_type, rp.object_name, rp.role, spec
+      from bitrix_sync.role_privileges rp cross join lateral unnest(rp.privileges) spec
+  loop
+    v_kind := case v_row.object_type when 'view' then 'table' else v_row.object_type end;
+    execute format('grant %s on %s %s to %I', v_row.spec, v_kind, v_row.object_name, v_row.role);
+  end loop;
+end $$;
+-- <<< sql/grants.sql

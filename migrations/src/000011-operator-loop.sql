@@ -27,6 +27,14 @@ comment on column bitrix_sync.technical_dead_letters.resolution is 'acknowledged
 comment on column bitrix_sync.technical_dead_letters.resolution_reason is 'The operator''s reason, written by an admin (3 to 500 characters).';
 comment on column bitrix_sync.technical_dead_letters.requeued_to is 'What carries the new attempt: sync_queue:<id>, webhook:<id>, workflow:<id> or alert:<id>.';
 
+-- The admin audit names the dead letter an acknowledge or requeue resolved. No foreign key: like
+-- workflow_id, it is a reference for reading, and dead letters are never deleted.
+alter table bitrix_sync.admin_actions add column if not exists dead_letter_id bigint;
+comment on column bitrix_sync.admin_actions.dead_letter_id is
+  'The technical dead letter an acknowledge_dead_letter or requeue_dead_letter resolved.';
+comment on column bitrix_sync.admin_actions.action is
+  'resume_workflow, cancel_workflow, cancel_rebind_request, acknowledge_dead_letter, requeue_dead_letter, ...';
+
 ------------------------------------------------------------------------------------------------
 -- A requeued workflow starts over with a retry horizon of its own (sql/workflows.sql).
 ------------------------------------------------------------------------------------------------
@@ -86,10 +94,11 @@ comment on index bitrix_sync.entity_external_mapping_workflow_idx is 'Retention 
 comment on index bitrix_sync.rebind_requests_workflow_idx is 'Retention keeps the workflows of rebind requests (their audit, and the foreign key).';
 
 -- #include sql/settings.sql
--- #include sql/cutover.sql
 -- #include sql/state_machines.sql
 -- #include sql/workflows.sql
 -- #include sql/status.sql
 -- #include sql/alert_mirror.sql
 -- #include sql/dead_letters.sql
 -- #include sql/retention.sql
+-- #include sql/privileges.sql
+-- #include sql/grants.sql

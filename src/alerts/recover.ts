@@ -19,10 +19,11 @@ export function lookupMatch(
   a: { alert_number: string | number; alert_type: string; fingerprint: string },
   s: AlertSettings,
 ): { field: string; value: string | number } {
-  // The settings schema has checked both are smart-process field names.
-  const byNumber = s.fields.alert_number;
+  // A value that is not a smart-process user field name is skipped, as the mirror skips it.
+  const field = (f: string | undefined) => (f !== undefined && /^ufCrm\d*_\w+$/.test(f) ? f : null);
+  const byNumber = field(s.fields.alert_number);
   if (byNumber) return { field: byNumber, value: Number(a.alert_number) };
-  const byFingerprint = s.fields.fingerprint;
+  const byFingerprint = field(s.fields.fingerprint);
   if (byFingerprint) return { field: byFingerprint, value: a.fingerprint };
   return { field: "title", value: alertTitle(a) };
 }

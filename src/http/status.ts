@@ -30,16 +30,26 @@ export async function readiness(pool: pg.Pool, src?: StatusSource): Promise<Read
   const fatal: string[] = [];
   const degraded: string[] = [];
   try {
-    if (!(await migrationsCurrent(pool))) fatal.push("migrations_pending");
+    const current = await migrationsCurrent(pool);
+    if (!current) fatal.push("migrations_pending");
     const { rows } = await pool.query<{ ok: boolean }>(
       `select has_table_privilege('han_app.sync_queue', 'SELECT')
           and has_column_privilege('han_app.sync_queue', 'status', 'UPDATE')
           and has_column_privilege('han_app.client_profile', 'full_name', 'UPDATE') as ok`,
     );
     if (!rows[0]?.ok) fatal.push("queue_grants_missing");
-    if (src?.config.processing && !src.config.sandbox) {
-      const c = await pool.query("select 1 from bitrix_sync.cutover");
-      if (c.rows.length === 0) fatal.push("cutover_not_performed");
+    // Both are SQL's to decide (sql/cutover.sql, sql/settings.sql); an older schema has neither.
+    if (current) {
+      const { rows: s } = await pool.query<{ cutover: boolean; alerts: string | null }>(
+        "select bitrix_sync.cutover_performed() as cutover, bitrix_sync.alert_config_problem() as alerts",
+      );
+      // The claim functions return nothing until the cutover: the receivers record, nothing moves.
+      // Degraded, not not-ready: a load balancer that took the instance out would make the public
+      // receivers unreachable, and the robot does not retry (§10.1). (Sandbox mode performs the
+      // cutover at start; this shows when that failed.)
+      if (src?.config.processing && !s[0]?.cutover) degraded.push("cutover_not_performed");
+      // The alert receiver refuses every event and alerts stay in the database; the rest works.
+      if (s[0]?.alerts) degraded.push(s[0].alerts);
     }
   } catch {
     fatal.push("database_unreachable");

@@ -13,8 +13,28 @@ export interface InboxEvent {
   sourceIp: string | null;
 }
 
-/** Why accept_webhooks() refused an event; nothing was written for it. */
-export type InboxRefusal = "entity_type" | "alert_entity_type_unset";
+/** Why accept_webhooks() refused an event (sql/receiver.sql); nothing was written for it. */
+export const INBOX_REFUSALS = [
+  "alert_config_invalid",
+  "alert_entity_type_unset",
+  "entity_id",
+  "entity_type",
+  "unknown_receiver",
+] as const;
+export type InboxRefusal = (typeof INBOX_REFUSALS)[number];
+
+const isRefusal = (r: string | null | undefined): r is InboxRefusal =>
+  (INBOX_REFUSALS as readonly (string | null | undefined)[]).includes(r);
+
+/**
+ * A failed call whose cause may be one event's data (a data or constraint error, or an error the
+ * function raised) rather than the database: worth retrying the events one by one. A connection,
+ * timeout or lock failure would only fail again, once per event.
+ */
+function mayBeOneEvent(e: unknown): boolean {
+  const code = (e as { code?: unknown }).code;
+  return typeof code === "string" && /^(22|23|BS|P0)/.test(code);
+}
 
 export type InboxOutcome = { accepted: true; inboxId: string } | { accepted: false; refusal: InboxRefusal };
 
@@ -48,7 +68,10 @@ export class InboxWriter {
     this.#maxInFlight = Math.max(opts.maxInFlight ?? 2, 1);
   }
 
-  /** Records one event; rejects with the database error if its group's call fails. */
+  /**
+   * Records one event; rejects with the database error if its call fails. A call that failed on
+   * what may be one event's data is retried event by event, so only that event's request fails.
+   */
   write(event: InboxEvent): Promise<InboxOutcome> {
     return new Promise((resolve, reject) => {
       this.#queue.push({ event, resolve, reject });
@@ -76,30 +99,39 @@ export class InboxWriter {
 
   async #flush(batch: Pending[]): Promise<void> {
     try {
-      const { rows } = await this.#pool.query<{
-        ord: number;
-        inbox_id: string | null;
-        refusal: string | null;
-      }>({
-        name: "bitrix_sync.accept_webhooks",
-        text: SQL,
-        values: [
-          batch.map((p) => p.event.receiver),
-          batch.map((p) => p.event.entityTypeId),
-          batch.map((p) => p.event.entityId),
-          batch.map((p) => p.event.sourceIp),
-        ],
-      });
-      const byOrd = new Map(rows.map((r) => [r.ord, r]));
-      batch.forEach((p, i) => {
-        const r = byOrd.get(i + 1);
-        if (r?.inbox_id != null) p.resolve({ accepted: true, inboxId: r.inbox_id });
-        else if (r?.refusal === "entity_type" || r?.refusal === "alert_entity_type_unset") {
-          p.resolve({ accepted: false, refusal: r.refusal });
-        } else p.reject(new Error("accept_webhooks returned no outcome for an event"));
-      });
+      await this.#call(batch);
     } catch (e) {
+      if (batch.length > 1 && mayBeOneEvent(e)) {
+        // Requests grouped by chance must not share one request's fate: each on its own.
+        for (const p of batch) await this.#flush([p]);
+        return;
+      }
       for (const p of batch) p.reject(e);
     }
+  }
+
+  /** One accept_webhooks() call for `batch`; settles every event, or throws for the call. */
+  async #call(batch: Pending[]): Promise<void> {
+    const { rows } = await this.#pool.query<{
+      ord: number;
+      inbox_id: string | null;
+      refusal: string | null;
+    }>({
+      name: "bitrix_sync.accept_webhooks",
+      text: SQL,
+      values: [
+        batch.map((p) => p.event.receiver),
+        batch.map((p) => p.event.entityTypeId),
+        batch.map((p) => p.event.entityId),
+        batch.map((p) => p.event.sourceIp),
+      ],
+    });
+    const byOrd = new Map(rows.map((r) => [r.ord, r]));
+    batch.forEach((p, i) => {
+      const r = byOrd.get(i + 1);
+      if (r?.inbox_id != null) p.resolve({ accepted: true, inboxId: r.inbox_id });
+      else if (isRefusal(r?.refusal)) p.resolve({ accepted: false, refusal: r.refusal });
+      else p.reject(new Error("accept_webhooks returned no outcome for an event"));
+    });
   }
 }

@@ -36,14 +36,17 @@ type Env = {
 /** Outcome codes of a refused request: the only request-derived thing that is logged. */
 type Reason =
   | RejectReason
+  | "alert_config_invalid"
   | "alert_entity_type_unset"
   | "body_too_large"
   | "body_unreadable"
   | "database_unavailable"
+  | "entity_id"
   | "entity_type"
   | "method_not_allowed"
   | "not_configured"
   | "query_too_large"
+  | "unknown_receiver"
   | "unsupported_media_type";
 
 const ERROR_BODY = {
@@ -188,8 +191,16 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
           sourceIp: clientAddress(peerAddress(c.env), c.req.header(FORWARDED_ADDRESS_HEADER), trustedProxy),
         });
         if (!out.accepted) {
-          if (out.refusal === "entity_type") return reply(c, 400, "entity_type");
-          return reply(c, 503, "alert_entity_type_unset", "receiver_not_configured");
+          switch (out.refusal) {
+            case "entity_type":
+            case "entity_id":
+              return reply(c, 400, out.refusal);
+            case "alert_entity_type_unset":
+            case "alert_config_invalid":
+              return reply(c, 503, out.refusal, "receiver_not_configured");
+            case "unknown_receiver":
+              return reply(c, 503, out.refusal);
+          }
         }
         inboxId = out.inboxId;
       } catch (e) {

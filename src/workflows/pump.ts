@@ -22,9 +22,11 @@ async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number; 
             count(*) filter (where command_type = 'contact.add')::int as adds,
             (extract(epoch from now() - min(greatest(created_at, next_attempt_at))) * 1000)::float8 as oldest_ms
        from bitrix_sync.crm_commands
-      where (status in ('pending', 'retry_wait') and next_attempt_at <= now())
-         -- A holder that died: claim_commands recovers these (uncertain writes, retried reads).
-         or (status in ('leased', 'in_flight') and locked_until < now())`,
+      where ((status in ('pending', 'retry_wait') and next_attempt_at <= now())
+             -- A holder that died: claim_commands recovers these (uncertain writes, retried reads).
+             or (status in ('leased', 'in_flight') and locked_until < now()))
+        -- claim_commands returns nothing before the cutover: no limiter permit for a claim of nothing.
+        and bitrix_sync.cutover_performed()`,
   );
   return { due: rows[0]?.due ?? 0, oldestMs: rows[0]?.oldest_ms ?? 0, adds: rows[0]?.adds ?? 0 };
 }
@@ -177,9 +179,10 @@ async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: Com
     const attemptsSpent = row.attempt_count - row.limit_hits + (f.spendsAttempt ? 1 : 0);
     switch (f.kind) {
       case "transient": {
-        // retry_command dead-letters instead when the retry would pass the horizon (sql/retry.sql).
-        const r = await deps.pool.query<{ status: string }>(
-          "select status from bitrix_sync.retry_command($1, $2, $3, make_interval(secs => $4), $5, $6, $7)",
+        // retry_command dead-letters instead when the retry would pass the horizon (sql/retry.sql),
+        // and hands a reread_before_retry command back to its workflow (also dead_letter, own code).
+        const r = await deps.pool.query<{ status: string; last_error_code: string | null }>(
+          "select status, last_error_code from bitrix_sync.retry_command($1, $2, $3, make_interval(secs => $4), $5, $6, $7)",
           [
             row.id,
             row.lease_token,
@@ -190,7 +193,7 @@ async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: Com
             f.bitrixError ?? null,
           ],
         );
-        if (r.rows[0]?.status === "dead_letter") {
+        if (r.rows[0]?.status === "dead_letter" && r.rows[0]?.last_error_code === "retry_horizon_exceeded") {
           deps.log.error(
             {
               event: "pump.dead_letter",

@@ -52,9 +52,11 @@ export async function startRig(
     settings?: Record<string, unknown>;
     /** Run the service as bitrix_sync_user (least privilege, §13) instead of the superuser. */
     asRuntimeRole?: boolean;
+    /** Perform the cutover on the new database (default true, as on every deployed service). */
+    cutover?: boolean;
   } = {},
 ): Promise<Rig> {
-  const db = await createTestDb();
+  const db = await createTestDb({ cutover: opts.cutover ?? true });
   await setSettings(db, {
     "worker.poll_interval_ms": 500,
     "batch.max_wait_ms": 50,

@@ -54,3 +54,43 @@ export async function withSettings<T>(
     await pool.query("select bitrix_sync.rollback_settings($1, 'test')", [before[0]?.version]);
   }
 }
+
+/**
+ * Writes one raw JSON value into the active settings version with the guards off
+ * (session_replication_role = replica, superuser only): what a version activated before today's
+ * bounds and normalisation may hold (e.g. `1036.0` or `3000000000` for an integer key). Returns a
+ * function that restores the previous value.
+ */
+export async function forceActiveSettingValue(
+  pool: pg.Pool,
+  key: string,
+  rawJson: string,
+): Promise<() => Promise<void>> {
+  const write = async (value: string | null) => {
+    const c = await pool.connect();
+    try {
+      await c.query("begin");
+      await c.query("set local session_replication_role = replica");
+      const { rows } = await c.query<{ old: string | null }>(
+        `with old as (select settings_values -> $1 as v from bitrix_sync.settings_versions where status = 'active')
+         update bitrix_sync.settings_versions
+            set settings_values = case when $2::text is null then settings_values - $1
+                                       else jsonb_set(settings_values, array[$1], $2::jsonb) end
+          where status = 'active'
+         returning (select v::text from old) as old`,
+        [key, value],
+      );
+      await c.query("commit");
+      return rows[0]?.old ?? null;
+    } catch (e) {
+      await c.query("rollback").catch(() => undefined);
+      throw e;
+    } finally {
+      c.release();
+    }
+  };
+  const old = await write(rawJson);
+  return async () => {
+    await write(old);
+  };
+}

@@ -86,6 +86,27 @@ export async function forceRow(
 }
 
 /**
+ * Inserts one row with the triggers off (session_replication_role = replica, superuser only), so a
+ * test can start from a row born in a later state, which the initial-state guards
+ * (sql/row_guards.sql) refuse otherwise. The CHECK constraints still apply. Returns the row.
+ */
+export async function forceInsert(
+  pool: pg.Pool,
+  table: string,
+  values: Record<string, unknown>,
+): Promise<Record<string, unknown>> {
+  const cols = Object.keys(values);
+  return await inTransaction(pool, async (c) => {
+    await c.query("set local session_replication_role = replica");
+    const { rows } = await c.query(
+      `insert into ${table} (${cols.join(", ")}) values (${cols.map((_, i) => `$${i + 1}`).join(", ")}) returning *`,
+      Object.values(values),
+    );
+    return rows[0] as Record<string, unknown>;
+  });
+}
+
+/**
  * Installs an AFTER UPDATE trigger that logs every change of `column` on `table` into
  * public.test_transitions, so a test can assert the exact path a row took inside one function call.
  */

@@ -93,8 +93,17 @@ export interface TestDb {
   drop(): Promise<void>;
 }
 
+export interface TestDbOptions {
+  /**
+   * Run bitrix_sync.perform_cutover() on the new database (default true). A deployed service always
+   * has a cutover: until it runs, the claim functions return nothing (§17). Pass `false` to test
+   * that gate or the cutover itself.
+   */
+  cutover?: boolean;
+}
+
 /** A fresh database cloned from the migrated template. Call `drop()` in `test.after.always`. */
-export async function createTestDb(): Promise<TestDb> {
+export async function createTestDb(opts: TestDbOptions = {}): Promise<TestDb> {
   const template = await templateDatabase();
   const name = `bs_t_${randomBytes(6).toString("hex")}`;
   await withAdmin((c) => c.query(`create database ${name} template ${template}`));
@@ -103,6 +112,7 @@ export async function createTestDb(): Promise<TestDb> {
   // A dropped connection must not crash the test process.
   pool.on("error", () => undefined);
   pool.on("connect", (client) => client.on("error", () => undefined));
+  if (opts.cutover ?? true) await pool.query("select * from bitrix_sync.perform_cutover('test')");
   return {
     url,
     name,

@@ -106,3 +106,66 @@ test.serial("readiness can check migrations and grants under the runtime role", 
   t.deepEqual(body, { status: "ready", problems: [] });
   t.is(res.status, 200);
 });
+
+test.serial(
+  "a rebind, the request closing with a failed one and an App change held during it work under the runtime role",
+  async (t) => {
+    const u = await makeUser(rig.db.pool, { phone: randomPhone() });
+    await finishedWorkflow(rig, u.id);
+    const ask = async (target: number) => {
+      const { rows } = await rig.db.pool.query<{ id: string }>(
+        "select bitrix_sync.request_bitrix_contact_rebind($1, $2, 'least privilege check', 'ops:test') as id",
+        [u.id, String(target)],
+      );
+      return rows[0]?.id;
+    };
+    const outcome = (id: string | undefined) =>
+      waitFor(async () => {
+        const { rows } = await rig.db.pool.query(
+          "select status, failure_code from bitrix_sync.rebind_requests where id = $1 and status not in ('requested', 'in_progress')",
+          [id],
+        );
+        return rows[0];
+      });
+    // A target that does not exist: the trigger closes the request, as the runtime role.
+    t.deepEqual(await outcome(await ask(999_999_999)), {
+      status: "failed",
+      failure_code: "target_not_found",
+    });
+    const target = rig.emulator.store.createContact({ phones: [{ value: randomPhone() }] });
+    rig.emulator.setLatency(300);
+    let id: string | undefined;
+    try {
+      id = await ask(target.id);
+      await waitFor(async () => {
+        const { rows } = await rig.db.pool.query(
+          "select 1 from bitrix_sync.rebind_requests where id = $1 and status = 'in_progress'",
+          [id],
+        );
+        return rows.length > 0;
+      });
+      // Held while the rebind runs; the runtime role's trigger starts it afterwards.
+      await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+        u.id,
+        randomPhone(),
+      ]);
+    } finally {
+      rig.emulator.setLatency(0);
+    }
+    t.deepEqual(await outcome(id), { status: "succeeded", failure_code: null });
+    const held = await rig.db.pool.query(
+      "select held_intent_type from bitrix_sync.workflow_instances where user_id = $1 and workflow_type = 'contact.rebind' and state = 'succeeded'",
+      [u.id],
+    );
+    t.deepEqual(held.rows, [{ held_intent_type: "contact.update" }]);
+    const wf = await waitFor(async () => {
+      const { rows } = await rig.db.pool.query(
+        "select outcome from bitrix_sync.workflow_instances where user_id = $1 and workflow_type = 'contact.update' and state = 'succeeded'",
+        [u.id],
+      );
+      return rows[0];
+    });
+    t.is(wf.outcome, "updated");
+    t.is(target.uf[SANDBOX_FIELDS.userId], u.id);
+  },
+);

@@ -1,7 +1,7 @@
 // The canonical mapping (§4, §6.3): one active link per user and per Contact, history kept.
 import test from "ava";
 import { makeUser } from "../helpers/factories.js";
-import { rejectsWith } from "../helpers/sql-core.js";
+import { forceInsert, rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -83,11 +83,22 @@ test("an active row has no closed_at; a closed or broken row documents when and 
   await rejectsWith(
     t,
     db.pool.query(
-      "insert into bitrix_sync.entity_external_mapping (entity_id, external_id, status, closed_at) values ($1, '3002', 'broken', now())",
+      "insert into bitrix_sync.entity_external_mapping (entity_id, external_id, status, closed_at, close_reason) values ($1, '3002', 'broken', now(), 'x')",
       [a.id],
     ),
+    "BS030",
+    "a link is born active",
+  );
+  await rejectsWith(
+    t,
+    forceInsert(db.pool, "bitrix_sync.entity_external_mapping", {
+      entity_id: a.id,
+      external_id: "3002",
+      status: "broken",
+      closed_at: new Date(),
+    }),
     "23514",
-    "broken without a reason",
+    "broken without a reason, even with the guards off",
   );
   const m = await open(a.id, "3003");
   await db.pool.query("select bitrix_sync.close_mapping($1, 'contact_not_found', null, true)", [m.id]);

@@ -22,6 +22,7 @@ interface Described {
   min_value: number | null;
   max_value: number | null;
   allowed_values: string[] | null;
+  max_length: number | null;
   nullable: boolean;
 }
 
@@ -32,7 +33,7 @@ const bound = (v: number | null | undefined) =>
 function describe(key: string, leaf: z.ZodType): Described {
   const nullable = leaf instanceof z.ZodNullable;
   const inner = (nullable ? (leaf as z.ZodNullable<z.ZodType>).unwrap() : leaf) as z.ZodType;
-  const base = { key, nullable, min_value: null, max_value: null, allowed_values: null };
+  const base = { key, nullable, min_value: null, max_value: null, allowed_values: null, max_length: null };
   if (inner instanceof z.ZodNumber) {
     return {
       ...base,
@@ -41,12 +42,21 @@ function describe(key: string, leaf: z.ZodType): Described {
       max_value: bound(inner.maxValue),
     };
   }
-  // The catalogue's text type means a non-empty string (_settings_errors).
-  if (inner instanceof z.ZodString && inner.minLength === 1) return { ...base, value_type: "text" };
+  // The catalogue's text type means a non-empty string (_settings_errors) of at most max_length.
+  if (inner instanceof z.ZodString && inner.minLength === 1) {
+    return { ...base, value_type: "text", max_length: inner.maxLength };
+  }
   if (inner instanceof z.ZodEnum) {
     return { ...base, value_type: "enum", allowed_values: (inner.options as string[]).map(String).sort() };
   }
-  if (inner instanceof z.ZodRecord) return { ...base, value_type: "json" };
+  // json: an object of some allowed keys, each a non-empty string of at most max_length.
+  if (inner instanceof z.ZodRecord) {
+    const keys =
+      inner.keyType instanceof z.ZodEnum ? (inner.keyType.options as string[]).map(String).sort() : null;
+    const value = inner.valueType;
+    const maxLength = value instanceof z.ZodString && value.minLength === 1 ? value.maxLength : null;
+    return { ...base, value_type: "json", allowed_values: keys, max_length: maxLength };
+  }
   if (inner instanceof z.ZodBoolean) return { ...base, value_type: "boolean" };
   throw new Error(`${key}: a schema type the catalogue has no name for`);
 }
@@ -68,8 +78,11 @@ async function catalogueRows(): Promise<Described[]> {
     min_value: string | null;
     max_value: string | null;
     allowed_values: unknown[] | null;
+    max_length: number | null;
     nullable: boolean;
-  }>("select key, value_type, min_value, max_value, allowed_values, nullable from bitrix_sync.settings");
+  }>(
+    "select key, value_type, min_value, max_value, allowed_values, max_length, nullable from bitrix_sync.settings",
+  );
   return rows
     .map((r) => ({
       key: r.key,
@@ -78,6 +91,7 @@ async function catalogueRows(): Promise<Described[]> {
       max_value: r.max_value === null ? null : Number(r.max_value),
       // Their order carries no meaning (zod's enum lists numeric-looking values first).
       allowed_values: r.allowed_values === null ? null : r.allowed_values.map(String).sort(),
+      max_length: r.max_length,
       nullable: r.nullable,
     }))
     .sort((a, b) => a.key.localeCompare(b.key));
@@ -119,15 +133,28 @@ test("the schema accepts exactly what the database's validation accepts, at and 
       if (row.max_value !== null) probes.push([k, row.max_value], [k, row.max_value + step]);
       probes.push([k, (row.min_value ?? 0) + 0.5]);
     }
-    if (row.value_type === "text") probes.push([k, ""], [k, "STAGE:1"]);
-    for (const v of row.allowed_values ?? []) probes.push([k, v]);
+    if (row.value_type === "text") {
+      probes.push([k, ""], [k, "STAGE:1"]);
+      if (row.max_length !== null)
+        probes.push([k, "S".repeat(row.max_length)], [k, "S".repeat(row.max_length + 1)]);
+    }
+    if (row.value_type === "json") {
+      const [first] = row.allowed_values ?? [];
+      probes.push(
+        [k, { unknown_entry: "ufCrm1_x" }],
+        [k, { [String(first)]: 1 }],
+        [k, { [String(first)]: "" }],
+      );
+      if (row.max_length !== null) {
+        probes.push([k, { [String(first)]: "f".repeat(row.max_length) }]);
+        probes.push([k, { [String(first)]: "f".repeat(row.max_length + 1) }]);
+      }
+    } else {
+      for (const v of row.allowed_values ?? []) probes.push([k, v]);
+    }
   }
   probes.push(["retry.base_ms", 300_000], ["retry.base_ms", 300_001]);
   probes.push(
-    ["alerts.fields", { alert_number: "ufCrm14_1700000001", fingerprint: "ufCrm14_1700000002" }],
-    ["alerts.fields", { alert_nummer: "ufCrm14_1700000001" }],
-    ["alerts.fields", { fingerprint: "UF_CRM_14_1700000002" }],
-    ["alerts.fields", { fingerprint: 17 }],
     ["retention.commands_days", 90],
     ["retention.commands_days", 91],
     ["retention.workflows_days", 30],

@@ -144,3 +144,139 @@ test.serial("settings history cannot be deleted or edited around the guard", asy
     "BS002",
   );
 });
+
+/** propose_settings with the changes as written (JSON text), so 1036.0 reaches the database as such. */
+async function proposeRaw(json: string): Promise<number> {
+  const { rows } = await db.pool.query<{ v: number }>(
+    "select bitrix_sync.propose_settings($1::jsonb, 'ops:test') as v",
+    [json],
+  );
+  return rows[0]?.v ?? -1;
+}
+
+async function storedText(version: number, key: string): Promise<string | undefined> {
+  const { rows } = await db.pool.query<{ v: string }>(
+    "select settings_values ->> $2 as v from bitrix_sync.settings_versions where version = $1",
+    [version, key],
+  );
+  return rows[0]?.v;
+}
+
+test.serial("integer settings are stored as int4 prints them: 1036.0 and 1.0360e3 become 1036", async (t) => {
+  for (const written of ["1036.0", "1.0360e3"]) {
+    const v = await proposeRaw(`{"alerts.entity_type_id": ${written}, "batch.size": 25.00}`);
+    t.is(await storedText(v, "alerts.entity_type_id"), "1036", written);
+    t.is(await storedText(v, "batch.size"), "25", written);
+    t.deepEqual(await validate(v), []);
+  }
+  // A draft written without propose_settings() (by the owner) is normalised when validated.
+  const { rows } = await db.pool.query<{ version: number }>(
+    `insert into bitrix_sync.settings_versions (settings_values, created_by)
+     values ('{"alerts.entity_type_id": 1036.0}'::jsonb, 'owner') returning version`,
+  );
+  const v = rows[0]?.version as number;
+  t.is(await storedText(v, "alerts.entity_type_id"), "1036.0");
+  t.deepEqual(await validate(v), []);
+  t.is(await storedText(v, "alerts.entity_type_id"), "1036");
+  // What every SQL reader does with it.
+  const r = await db.pool.query(
+    "select (settings_values ->> 'alerts.entity_type_id')::integer as id from bitrix_sync.settings_versions where version = $1",
+    [v],
+  );
+  t.is(r.rows[0].id, 1036);
+});
+
+test.serial(
+  "every key is bounded: int4 for the alert IDs, a maximum length for text, known entries for alerts.fields",
+  async (t) => {
+    const cases: Array<[string, string]> = [
+      ['{"alerts.entity_type_id": 2147483648}', "alerts.entity_type_id: must be at most 2147483647"],
+      ['{"alerts.entity_type_id": 1e12}', "alerts.entity_type_id: must be at most 2147483647"],
+      ['{"alerts.responsible_id": 2147483648}', "alerts.responsible_id: must be at most 2147483647"],
+      ['{"alerts.category_id": 2147483648}', "alerts.category_id: must be at most 2147483647"],
+      [`{"alerts.stage_new": "${"S".repeat(65)}"}`, "alerts.stage_new: must be at most 64 characters"],
+      ['{"alerts.fields": {"bogus": "ufCrm1_x"}}', "alerts.fields: unknown entry bogus"],
+      [
+        '{"alerts.fields": {"fingerprint": 7}}',
+        "alerts.fields: entry fingerprint must be a non-empty string",
+      ],
+      [
+        `{"alerts.fields": {"fingerprint": "${"f".repeat(65)}"}}`,
+        "alerts.fields: entry fingerprint must be a non-empty string",
+      ],
+    ];
+    for (const [json, message] of cases) {
+      const errors = await validate(await proposeRaw(json));
+      t.true(
+        errors.some((e) => e.startsWith(message)),
+        `${json.slice(0, 60)}: ${JSON.stringify(errors)}`,
+      );
+    }
+    const ok = await validate(
+      await proposeRaw(
+        `{"alerts.entity_type_id": 2147483647, "alerts.stage_new": "${"S".repeat(64)}", "alerts.fields": {"fingerprint": "ufCrm14_1"}}`,
+      ),
+    );
+    t.deepEqual(ok, []);
+  },
+);
+
+test.serial("the catalogue itself refuses a key without bounds", async (t) => {
+  for (const sql of [
+    "insert into bitrix_sync.settings (key, value_type, description) values ('x.unbounded', 'integer', 'x')",
+    "insert into bitrix_sync.settings (key, value_type, min_value, max_value, description) values ('x.big', 'integer', 0, 3000000000, 'x')",
+    "insert into bitrix_sync.settings (key, value_type, description) values ('x.text', 'text', 'x')",
+    "insert into bitrix_sync.settings (key, value_type, max_length, description) values ('x.json', 'json', 10, 'x')",
+    "update bitrix_sync.settings set max_value = null where key = 'alerts.responsible_id'",
+  ]) {
+    await rejectsWith(t, db.pool.query(sql), "23514", sql);
+  }
+});
+
+test.serial(
+  "a version's values and audit never change once it left draft, not even by the owner",
+  async (t) => {
+    const { rows } = await db.pool.query<{ version: number }>(
+      "select version from bitrix_sync.settings_versions where status = 'active'",
+    );
+    const v = rows[0]?.version as number;
+    for (const set of [
+      `settings_values = settings_values || '{"batch.size": 5000}'`,
+      "created_by = 'someone else'",
+      "activated_by = 'someone else'",
+      "activated_at = now() - interval '1 year'",
+      "validation_errors = '[]'",
+      "based_on = null",
+      "note = 'rewritten'",
+    ]) {
+      await rejectsWith(
+        t,
+        db.pool.query(`update bitrix_sync.settings_versions set ${set} where version = $1`, [v]),
+        "BS031",
+        set,
+      );
+    }
+    // A version is born a draft.
+    await rejectsWith(
+      t,
+      db.pool.query(
+        `insert into bitrix_sync.settings_versions (status, settings_values, created_by, activated_by, activated_at)
+       values ('validated', '{}', 'owner', null, null)`,
+      ),
+      "BS030",
+    );
+    // A draft's values may still change (nobody has validated them yet).
+    const d = await proposeRaw('{"batch.size": 30}');
+    await db.pool.query(
+      `update bitrix_sync.settings_versions set settings_values = settings_values || '{"batch.size": 31}' where version = $1`,
+      [d],
+    );
+    t.deepEqual(await validate(d), []);
+    await rejectsWith(
+      t,
+      db.pool.query("update bitrix_sync.settings_versions set created_by = 'x' where version = $1", [d]),
+      "BS031",
+      "who created it never changes",
+    );
+  },
+);

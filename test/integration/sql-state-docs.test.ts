@@ -20,6 +20,8 @@ interface Section {
   edges: string[];
   /** States named in the first column of the section's "who moves it out" table. */
   described: Set<string>;
+  /** The state drawn as `[*] --> state`: where rows start. */
+  initial: string | undefined;
 }
 
 /** `machine from --event--> to`, one string per edge, so a failing diff reads like the diagram. */
@@ -34,7 +36,10 @@ function parseDoc(text: string): Section[] {
     const machine = /^\s*%% machine: (\w+)\s*$/m.exec(body)?.[1];
     if (!machine) throw new Error(`mermaid block ${i + 1} has no "%% machine: <name>" line`);
     const edges: string[] = [];
+    let initial: string | undefined;
     for (const line of body.split("\n")) {
+      const start = /^\s*\[\*\]\s*-->\s*(\w+)\s*$/.exec(line);
+      if (start) initial = start[1];
       if (line.includes("[*]")) continue;
       const m = /^\s*(\w+)\s*-->\s*(\w+)\s*:\s*(\w+)\s*$/.exec(line);
       if (m) edges.push(edgeKey(machine, m[1] ?? "", m[2] ?? "", m[3] ?? ""));
@@ -49,7 +54,7 @@ function parseDoc(text: string): Section[] {
       const firstCell = row.split("|")[1] ?? "";
       for (const s of firstCell.matchAll(/`(\w+)`/g)) described.add(s[1] ?? "");
     }
-    sections.push({ machine, edges, described });
+    sections.push({ machine, edges, described, initial });
   }
   return sections;
 }
@@ -99,6 +104,23 @@ test("docs/state-machines.md says who moves a row out of every state that has an
   t.deepEqual(missing, []);
 });
 
+test("the state drawn as where rows start is the one each table's insert guard accepts", async (t) => {
+  const sections = parseDoc(readFileSync(DOC, "utf8"));
+  // The guard trigger names the machine; the insert guard on the same table its initial state.
+  const { rows } = await db.pool.query<{ guard: string; initial: string | null }>(`
+    select pg_get_triggerdef(g.oid) as guard, pg_get_triggerdef(i.oid) as initial
+      from pg_trigger g
+      left join pg_trigger i on i.tgrelid = g.tgrelid and i.tgname = '_110_initial_state'
+     where g.tgname like '\\_100\\_guard\\_%'`);
+  t.is(rows.length, 8);
+  for (const r of rows) {
+    const [, machine, column] = /tg__guard_transition\('(\w+)', '(\w+)'\)/.exec(r.guard) ?? [];
+    const initial = new RegExp(`\\(new\\.${column}\\)::text <> '(\\w+)'`).exec(r.initial ?? "")?.[1];
+    t.truthy(initial, `${machine}: no insert guard`);
+    t.is(sections.find((s) => s.machine === machine)?.initial, initial, `${machine}`);
+  }
+});
+
 test("the doc parser rejects a diagram without a machine and an edge without an event", (t) => {
   t.throws(() => parseDoc("```mermaid\nstateDiagram-v2\n  a --> b : go\n```\n"), {
     message: /no "%% machine/,
@@ -112,7 +134,7 @@ test("the doc parser rejects a diagram without a machine and an edge without an 
   );
 });
 
-test("docs/errors.md has a row for every BS SQLSTATE raised in sql/ and migrations/src", (t) => {
+test("docs/errors.md has a row for exactly the BS SQLSTATEs raised in sql/ and migrations/src", (t) => {
   const root = join(import.meta.dirname, "..", "..");
   const raised = new Set<string>();
   for (const dir of ["sql", join("migrations", "src")]) {
@@ -132,4 +154,9 @@ test("docs/errors.md has a row for every BS SQLSTATE raised in sql/ and migratio
     "a code documented twice",
   );
   t.deepEqual([...raised].filter((c) => !rows.includes(c)).sort(), [], "raised but not in docs/errors.md");
+  t.deepEqual(
+    rows.filter((c) => !raised.has(c)),
+    [],
+    "documented but raised nowhere",
+  );
 });

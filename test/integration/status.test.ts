@@ -9,11 +9,13 @@ import { HealthState } from "../../src/observability/health.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { makeUser } from "../helpers/factories.js";
 import { createMemoryLimiter } from "../helpers/memory-limiter.js";
+import { forceActiveSettingValue, setSettings } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
 test.before(async () => {
-  db = await createTestDb();
+  // The first test performs the cutover.
+  db = await createTestDb({ cutover: false });
 });
 test.after.always(async () => {
   await db?.drop();
@@ -51,19 +53,30 @@ async function ready(src?: StatusSource) {
   return { code: res.status, body: (await res.json()) as { status: string; problems: string[] } };
 }
 
+test.serial(
+  "processing without a cutover is degraded (the receivers stay reachable); after the cutover it is ready",
+  async (t) => {
+    const r = await ready(source(PROD));
+    t.is(r.code, 200);
+    t.is(r.body.status, "degraded");
+    t.deepEqual(r.body.problems, ["cutover_not_performed"]);
+    // Sandbox mode performs the cutover at start; if that failed, readiness shows it too.
+    t.deepEqual((await ready(source({}))).body.problems, ["cutover_not_performed"]);
+    t.deepEqual(
+      (await ready(source({ BITRIX_SYNC_ENABLED: "false" }))).body.problems,
+      [],
+      "paused: nothing to wait for",
+    );
+    await db.pool.query("select * from bitrix_sync.perform_cutover('test')");
+    t.deepEqual((await ready(source(PROD))).body, { status: "ready", problems: [] });
+  },
+);
+
 test.serial("live answers without touching the database; ready checks migrations and grants", async (t) => {
   const app = createApp({ pool: db.pool, log });
   t.is((await app.request("/health/live")).status, 200);
   t.deepEqual(await ready(), { code: 200, body: { status: "ready", problems: [] } });
   t.deepEqual(await ready(source({})), { code: 200, body: { status: "ready", problems: [] } });
-});
-
-test.serial("production without cutover is not ready; after cutover it is", async (t) => {
-  const r = await ready(source(PROD));
-  t.is(r.code, 503);
-  t.deepEqual(r.body.problems, ["cutover_not_performed"]);
-  await db.pool.query("select * from bitrix_sync.perform_cutover('test')");
-  t.deepEqual((await ready(source(PROD))).body, { status: "ready", problems: [] });
 });
 
 test.serial(
@@ -121,6 +134,31 @@ test.serial(
     }
   },
 );
+
+test.serial("alerts configured but unusable make readiness degraded with alert_config_invalid", async (t) => {
+  // Not configured at all: nothing to report (the alert receiver answers receiver_not_configured).
+  t.deepEqual((await ready(source(PROD))).body, { status: "ready", problems: [] });
+  for (const raw of ["3000000000", "1036.5"]) {
+    const restore = await forceActiveSettingValue(db.pool, "alerts.entity_type_id", raw);
+    try {
+      const r = await ready(source(PROD));
+      t.is(r.code, 200, raw);
+      t.deepEqual(r.body, { status: "degraded", problems: ["alert_config_invalid"] }, raw);
+    } finally {
+      await restore();
+    }
+  }
+  // A usable entity type with another alerts.* value past today's bounds.
+  await setSettings(db, { "alerts.entity_type_id": 1036 });
+  const restore = await forceActiveSettingValue(db.pool, "alerts.responsible_id", "4294967296");
+  try {
+    t.deepEqual((await ready(source(PROD))).body.problems, ["alert_config_invalid"]);
+  } finally {
+    await restore();
+    await setSettings(db, { "alerts.entity_type_id": null });
+  }
+  t.deepEqual((await ready(source(PROD))).body, { status: "ready", problems: [] });
+});
 
 test.serial("status needs the service token and holds no PII, IDs or secrets", async (t) => {
   const u = await makeUser(db.pool, { fullName: "Secret Name" });

@@ -53,8 +53,11 @@ export function newestFirst(cs: readonly Candidate[]): Candidate[] {
   return [...cs].sort((a, b) => createdMs(b) - createdMs(a) || b.id - a.id);
 }
 
-/** The active user other than `self` that holds `c`, through a mapping or its user_id field. */
-function activeHolder(c: Candidate, self: string, h: Holdings): string | null {
+/**
+ * The active user other than `self` that holds `c`, through a mapping or its user_id field. Either
+ * is enough: a mapping of an inactive user does not free a Contact whose field names an active one.
+ */
+export function activeHolder(c: Candidate, self: string, h: Holdings): string | null {
   const mapped = h.mappedTo.get(c.id);
   if (mapped && mapped !== self && h.activeUsers.has(mapped)) return mapped;
   if (c.userId && c.userId !== self && h.activeUsers.has(c.userId)) return c.userId;

@@ -2,16 +2,20 @@
 // pure functions so they are unit-tested without a database: when a newer intent restarts the pass,
 // and which failed commands are business problems for a person rather than technical failures.
 
-/** Steps whose pending outcome is a read: a newer intent may restart the pass there. */
+/**
+ * Steps whose pending outcome is a read: a newer intent may restart the pass there. No contact.rebind
+ * step is one: an App intent never joins a rebind, it is held until the rebind ends
+ * (start_or_join_workflow), so a rebind's pass never restarts as another intent.
+ */
 export const READ_STEPS: ReadonlySet<string> = new Set([
   "start",
   "manual",
   "read_mapped",
   "find_by_phone",
   "read_candidates",
+  "manual_link_read",
   "read_for_update",
   "final_read",
-  "rebind_read",
 ]);
 
 /** Where a pass stands against the workflow's newest intent. */
@@ -59,6 +63,14 @@ const NOT_FOUND_CODES: ReadonlySet<string> = new Set(["not_found"]);
 export interface LastOutcome {
   status: string;
   last_error_code: string | null;
+}
+
+/**
+ * A write the pump handed back to its workflow instead of sending it again as it was
+ * (params.reread_before_retry, bitrix_sync.retry_command): the workflow waits, reads, then decides.
+ */
+export function handedBack(last: { status: string; response: Record<string, unknown> | null }): boolean {
+  return last.status === "dead_letter" && last.response?.retry_by_workflow === true;
 }
 
 /** The command failed because its Contact does not exist. */

@@ -1,6 +1,6 @@
-// What contact.rebind (§5.4) decides from the read of the target and previous Contacts, as pure
-// functions unit-tested without a database. Refusal codes are persisted (rebind_requests, outcome).
-import type { Candidate, Holdings } from "./candidates.js";
+// What contact.rebind (§5.4) decides from its reads, as pure functions unit-tested without a
+// database. Refusal codes are persisted (rebind_requests.failure_code, workflow outcome).
+import { activeHolder, type Candidate, type Holdings } from "./candidates.js";
 
 /** The admin's request, as bitrix_sync.rebind_requests holds it. */
 export interface RebindRequest {
@@ -25,12 +25,15 @@ export type RebindDecision =
   /** Another active user holds the target (through a mapping or its user_id field): refused. */
   | { kind: "refuse"; code: "target_bound_to_other_user" }
   /**
-   * Bind the target to this user; then clear the previous Contact's user_id when it still carries
-   * this user (null: nothing to clear).
+   * Bind the target to this user; then, when the previous Contact carried this user at the first
+   * read, check it again and clear it (null: nothing to clear).
    */
   | { kind: "bind"; contactId: number; clearPrevious: number | null };
 
-/** The rebind's check of the target (holdings of the target) and of the previous Contact. */
+/**
+ * The rebind's check of the target (§5.4 worker step 2: it must not carry another active user,
+ * whether through a mapping or through its user_id field) and of the previous Contact.
+ */
 export function decideRebind(
   self: string,
   req: RebindRequest,
@@ -38,8 +41,7 @@ export function decideRebind(
   target: Candidate,
   h: Holdings,
 ): RebindDecision {
-  const holder = h.mappedTo.get(target.id) ?? target.userId;
-  if (holder && holder !== self && h.activeUsers.has(holder)) {
+  if (activeHolder(target, self, h) !== null) {
     return { kind: "refuse", code: "target_bound_to_other_user" };
   }
   const previous = req.previous_contact_id
@@ -50,4 +52,12 @@ export function decideRebind(
     contactId: target.id,
     clearPrevious: previous?.userId === self ? previous.id : null,
   };
+}
+
+/**
+ * §5.4 step 4, decided from a fresh read right before every clear (the first one and each retry):
+ * the previous Contact is cleared only while it still carries this user.
+ */
+export function clearsPrevious(self: string, previousId: number, read: readonly Candidate[]): boolean {
+  return read.find((c) => c.id === previousId)?.userId === self;
 }

@@ -113,6 +113,35 @@ export class Step {
     return await this.start();
   }
 
+  /**
+   * Waits and comes back at `step` (running -> waiting_retry). SQL decides whether the retry still
+   * fits the workflow's horizon; past it the workflow fails with retry_horizon_exceeded instead.
+   * `retryAt` is when the failed command asked to be retried (bitrix_sync.retry_command).
+   */
+  async retryLater(code: string, retryAt: unknown, step: string): Promise<void> {
+    this.wf.current_step = step;
+    await this.saveStepData(step);
+    await this.tx.query(
+      `select bitrix_sync.schedule_workflow_retry($1, $2, $3,
+         greatest(coalesce($4::timestamptz, now()) - now(), interval '0'))`,
+      [this.wf.id, this.wf.lease_token, code, typeof retryAt === "string" ? retryAt : null],
+    );
+    this.done = true;
+  }
+
+  /**
+   * An unanswered write that is safe to send again (setting a flag or a user_id) goes out again.
+   * False when the command is past its retry horizon: SQL dead-lettered it instead.
+   */
+  async resendUnanswered(last: CommandRow, code: string): Promise<boolean> {
+    await this.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [last.id, this.wf.lease_token]);
+    const { rows } = await this.tx.query<{ status: string }>(
+      "select status from bitrix_sync.resolve_command_reconcile($1, $2, 'retry', null, $3)",
+      [last.id, this.wf.lease_token, code],
+    );
+    return rows[0]?.status === "retry_wait";
+  }
+
   async manual(code: string): Promise<void> {
     await this.event("need_manual", { last_error_code: code, current_step: "manual" });
   }
@@ -254,15 +283,10 @@ export class Step {
     if (last.status === "succeeded") return await next();
     if (last.status === "uncertain") {
       // Setting a flag or a user_id is idempotent: sending it again cannot duplicate anything.
-      await this.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [
-        last.id,
-        this.wf.lease_token,
-      ]);
-      await this.tx.query(
-        "select bitrix_sync.resolve_command_reconcile($1, $2, 'retry', null, 'idempotent_resend')",
-        [last.id, this.wf.lease_token],
-      );
-      return await this.event("await_crm", { current_step: this.wf.current_step });
+      if (await this.resendUnanswered(last, "idempotent_resend")) {
+        return await this.event("await_crm", { current_step: this.wf.current_step });
+      }
+      return await this.fail("retry_horizon_exceeded");
     }
     if (isNotFound(last)) {
       // The Contact vanished between read and write: start the pass again from the top.

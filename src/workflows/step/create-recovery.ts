@@ -7,26 +7,30 @@ import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
 import { finalRead } from "./map-or-create.js";
 
-/** Resolves the create command under recovery (step_data.recovering). */
+/** Resolves the create command under recovery (step_data.recovering); returns its new status. */
 async function resolveCreate(
   s: Step,
   outcome: "succeeded" | "retry" | "dead_letter",
   extra: { contactId?: number; code?: string } = {},
-): Promise<void> {
+): Promise<string | undefined> {
   const id = s.sd.recovering;
-  await s.tx.query("select bitrix_sync.resolve_command_reconcile($1, $2, $3, $4, $5)", [
-    id,
-    s.wf.lease_token,
-    outcome,
-    extra.contactId === undefined ? null : JSON.stringify({ contact_id: extra.contactId, recovered: true }),
-    extra.code ?? null,
-  ]);
+  const { rows } = await s.tx.query<{ status: string }>(
+    "select status from bitrix_sync.resolve_command_reconcile($1, $2, $3, $4, $5)",
+    [
+      id,
+      s.wf.lease_token,
+      outcome,
+      extra.contactId === undefined ? null : JSON.stringify({ contact_id: extra.contactId, recovered: true }),
+      extra.code ?? null,
+    ],
+  );
   delete s.sd.recovering;
+  return rows[0]?.status;
 }
 
-/** Proved not applied: the same create command goes out again. */
+/** Proved not applied: the same create command goes out again, unless it is past its horizon. */
 async function resendCreate(s: Step): Promise<void> {
-  await resolveCreate(s, "retry");
+  if ((await resolveCreate(s, "retry")) !== "retry_wait") return await s.fail("retry_horizon_exceeded");
   return await s.event("await_crm", { current_step: "create_contact" });
 }
 

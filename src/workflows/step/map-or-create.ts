@@ -3,6 +3,7 @@
 // create is in ./create-recovery.ts. Step names and outcome codes are persisted: keep them.
 import { type AppUser, hasValidPhone, isEligible, snapshotCreated } from "../../app-data.js";
 import { decide } from "../decide/candidates.js";
+import { decideManualLink, manualDecision } from "../decide/manual.js";
 import {
   afterFinalRead,
   afterPhoneSearch,
@@ -23,6 +24,16 @@ export async function startMapOrCreate(s: Step, user: AppUser | null): Promise<v
   if (mapping) {
     s.sd.contact = Number(mapping.external_id);
     return await s.issue("contact.read", { ids: [s.sd.contact], purpose: "apply" }, "read_mapped");
+  }
+  // A person decided for a workflow parked on too many candidates (resume_parked_workflow).
+  const m = manualDecision(s.sd);
+  if (m?.decision === "link_contact") {
+    s.sd.branch = "manual_link";
+    return await s.issue("contact.read", { ids: [m.contactId], purpose: "candidates" }, "manual_link_read");
+  }
+  if (m?.decision === "create_contact") {
+    s.sd.branch = "manual_create";
+    return await s.issue("contact.add", {}, "create_contact");
   }
   return await s.issue("contact.find_by_phone", {}, "find_by_phone");
 }
@@ -104,6 +115,28 @@ async function readCandidates(s: Step, last: CommandRow): Promise<void> {
   }
 }
 
+async function manualLinkRead(s: Step, last: CommandRow): Promise<void> {
+  if (last.status !== "succeeded") return await s.failWith(last);
+  const m = manualDecision(s.sd);
+  if (m?.decision !== "link_contact") return await s.fail("manual_decision_missing");
+  const read = candidatesOf(s.response(last));
+  const d = decideManualLink(s.wf.user_id, m.contactId, read, await s.holdings(read));
+  switch (d.kind) {
+    case "park":
+      return await s.manual(d.code);
+    case "restore":
+      s.sd.contact = d.contactId;
+      await s.openMapping(d.contactId);
+      if (d.fixFlag) return await claimCommand(s, d.contactId, "restore_flag");
+      return await finalRead(s);
+    case "take":
+      s.sd.contact = d.contactId;
+      s.sd.previous_user = d.previousUserId;
+      s.sd.others = [];
+      return await claimCommand(s, d.contactId, "claim_contact");
+  }
+}
+
 async function claimContact(s: Step, last: CommandRow): Promise<void> {
   return await s.afterWrite(last, async () => {
     const contactId = s.sd.contact as number;
@@ -176,6 +209,7 @@ export const mapOrCreateSteps: Readonly<Record<string, AfterStep>> = {
   read_mapped: readMapped,
   find_by_phone: findByPhone,
   read_candidates: readCandidates,
+  manual_link_read: manualLinkRead,
   claim_contact: claimContact,
   restore_flag: (s, last) => s.afterWrite(last, () => finalRead(s)),
   create_contact: createContact,

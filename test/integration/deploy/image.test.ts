@@ -170,15 +170,20 @@ test.serial("the image's CMD starts the service, HEALTHCHECK finds it live, SIGT
   }
   t.true(live, output.join(""));
   // The crontab was found and registered: reconciliation (§10.2, §10.3) and retention would run.
-  const known = await withClient((c) =>
-    c.query<{ identifier: string }>(
-      "select identifier from graphile_worker._private_known_crontabs order by identifier",
-    ),
-  );
-  t.deepEqual(
-    known.rows.map((r) => r.identifier),
-    ["reconcile_alerts", "reconcile_contacts", "retention", "sync_loop"],
-  );
+  // graphile-worker registers the crontab shortly after its runner starts, not before the listener
+  // is live: look for a bounded while.
+  let known: string[] = [];
+  for (let i = 0; i < 60 && known.length < 4; i++) {
+    known = (
+      await withClient((c) =>
+        c.query<{ identifier: string }>(
+          "select identifier from graphile_worker._private_known_crontabs order by identifier",
+        ),
+      )
+    ).rows.map((r) => r.identifier);
+    if (known.length < 4) await new Promise((r) => setTimeout(r, 250));
+  }
+  t.deepEqual(known, ["reconcile_alerts", "reconcile_contacts", "retention", "sync_loop"]);
   service.kill("SIGTERM");
   t.is(await exited, 0, output.join(""));
   t.deepEqual(tree(app), before, "nothing written in the application tree");

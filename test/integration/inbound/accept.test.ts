@@ -2,6 +2,7 @@
 // type and ID, and the peer address; a 200 with a tiny JSON body. Token rotation overlap included.
 import test from "ava";
 import pg from "pg";
+import { InboxWriter } from "../../../src/inbound/inbox.js";
 import {
   ALERT_ENTITY_TYPE_ID,
   captureLogger,
@@ -17,6 +18,7 @@ import {
   setAlertEntityType,
   TOKENS,
 } from "../../helpers/receiver.js";
+import { forceActiveSettingValue } from "../../helpers/settings.js";
 import { createTestDb, type TestDb } from "../../helpers/testdb.js";
 
 let db: TestDb;
@@ -267,6 +269,60 @@ test.serial(
       [ALERT_ENTITY_TYPE_ID + 7],
     );
     t.is(rows[0]?.n, 0);
+  },
+);
+
+test.serial(
+  "a broken alert setting refuses the alert requests only; Contact requests written with them are recorded",
+  async (t) => {
+    // A version activated before the int4 bound: 3e9 cannot be an entityTypeId.
+    const restore = await forceActiveSettingValue(db.pool, "alerts.entity_type_id", "3000000000");
+    try {
+      const app = makeApp(db.pool, captured.log);
+      const before = await inboxCount(db.pool);
+      const kinds = ["contact", "alert", "contact", "alert", "contact"];
+      const replies = await Promise.all(
+        kinds.map((k, i) => {
+          const id = String(9100 + i);
+          return k === "contact"
+            ? app.request(robotUrl("contact", id), robotInit(encodeForm(robotFields("contact", id))))
+            : app.request(robotUrl("alert", id), robotInit(encodeForm(robotFields("alert", id, 1036))));
+        }),
+      );
+      t.deepEqual(
+        replies.map((r) => r.status),
+        [200, 503, 200, 503, 200],
+      );
+      t.is(await inboxCount(db.pool), before + 3);
+    } finally {
+      await restore();
+    }
+  },
+);
+
+test.serial(
+  "an event whose values the database refuses fails alone; the others of its call are written",
+  async (t) => {
+    const writer = new InboxWriter(db.pool);
+    const before = await inboxCount(db.pool);
+    const event = (id: string, sourceIp: string | null) => ({
+      receiver: "contact" as const,
+      entityTypeId: 3,
+      entityId: id,
+      sourceIp,
+    });
+    // Written in one turn, so in one call: the bad address fails the call's parameters (22P02).
+    const results = await Promise.allSettled([
+      writer.write(event("9201", "10.0.0.1")),
+      writer.write(event("9202", "not-an-address")),
+      writer.write(event("9203", null)),
+    ]);
+    t.deepEqual(
+      results.map((r) => r.status),
+      ["fulfilled", "rejected", "fulfilled"],
+    );
+    t.is(((results[1] as PromiseRejectedResult).reason as { code?: string }).code, "22P02");
+    t.is(await inboxCount(db.pool), before + 2);
   },
 );
 

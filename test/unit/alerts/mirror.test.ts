@@ -1,10 +1,10 @@
-// What an alert's smart-process item carries: every key alerts.fields accepts (ALERT_FIELD_KEYS, the
+// What an alert's smart-process item carries: every key alerts.fields accepts (ALERT_FIELD_NAMES, the
 // same list the catalogue's validation holds) is filled by the mirror, and the lookup of an
 // unanswered add prefers the alert number, then the fingerprint, then the title.
 import test from "ava";
 import { alertItemFields, alertTitle } from "../../../src/alerts/mirror.js";
 import { lookupMatch } from "../../../src/alerts/recover.js";
-import { ALERT_FIELD_KEYS } from "../../../src/settings-schema.js";
+import { ALERT_FIELD_NAMES } from "../../../src/settings-schema.js";
 import { testSettings } from "../../helpers/settings.js";
 
 const row = {
@@ -28,7 +28,7 @@ const row = {
 };
 
 test("every alerts.fields key is filled by the mirror", (t) => {
-  const fields = Object.fromEntries(ALERT_FIELD_KEYS.map((k, i) => [k, `ufCrm14_${1000 + i}`]));
+  const fields = Object.fromEntries(ALERT_FIELD_NAMES.map((k, i) => [k, `ufCrm14_${1000 + i}`]));
   const s = testSettings({ "alerts.entity_type_id": 1040, "alerts.fields": fields }).alerts;
   const out = alertItemFields(row, s);
   for (const [key, field] of Object.entries(fields)) t.true(field in out, `${key} -> ${field}`);

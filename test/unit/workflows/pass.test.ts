@@ -1,6 +1,7 @@
 import test from "ava";
 import {
   businessStop,
+  handedBack,
   isNotFound,
   READ_STEPS,
   restartsBeforeStep,
@@ -43,13 +44,33 @@ test("read steps are the steps whose pending outcome is a read (persisted names)
     "final_read",
     "find_by_phone",
     "manual",
+    "manual_link_read",
     "read_candidates",
     "read_for_update",
     "read_mapped",
-    "rebind_read",
     "start",
   ]);
 });
+
+test("no step of contact.rebind restarts the pass: App intents are held until the rebind ends", (t) => {
+  for (const step of ["rebind_read", "rebind_check_previous", "rebind_recheck_previous"]) {
+    t.false(restartsBeforeStep({ step, pass: 1, revision: 2, unresolvedWrite: false }), step);
+  }
+});
+
+// [status, response, handed back to the workflow]
+const handed: Array<[string, Record<string, unknown> | null, boolean]> = [
+  ["dead_letter", { retry_by_workflow: true, retry_at: "2026-01-01T00:00:00Z" }, true],
+  ["dead_letter", null, false],
+  ["dead_letter", { retry_by_workflow: false }, false],
+  ["succeeded", { retry_by_workflow: true }, false],
+  ["retry_wait", null, false],
+];
+for (const [status, response, expected] of handed) {
+  test(`a ${status} command with response ${JSON.stringify(response)} is ${expected ? "" : "not "}handed back`, (t) => {
+    t.is(handedBack({ status, response }), expected);
+  });
+}
 
 // [status, last_error_code, stop]
 const stops: Array<[string, string | null, ReturnType<typeof businessStop>]> = [

@@ -1,6 +1,11 @@
 import test from "ava";
 import type { Candidate, Holdings } from "../../../src/workflows/decide/candidates.js";
-import { decideRebind, rebindReadIds, rebindTarget } from "../../../src/workflows/decide/rebind.js";
+import {
+  clearsPrevious,
+  decideRebind,
+  rebindReadIds,
+  rebindTarget,
+} from "../../../src/workflows/decide/rebind.js";
 
 const ME = "11111111-1111-4111-8111-111111111111";
 const OTHER = "22222222-2222-4222-8222-222222222222";
@@ -97,10 +102,27 @@ const rows: Array<
     { kind: "bind", contactId: 9, clearPrevious: null },
   ],
   [
-    "the mapping decides over the user_id field",
+    // §5.4 worker step 2: the target must not carry another active user's id, whoever its mapping names.
+    "a target mapped to an inactive user whose user_id field names another active user is refused",
     c(9, OTHER),
     [c(9, OTHER)],
     holdings([[9, GONE]]),
+    null,
+    { kind: "refuse", code: "target_bound_to_other_user" },
+  ],
+  [
+    "a target mapped to another active user is refused even when its field names this user",
+    c(9, ME),
+    [c(9, ME)],
+    holdings([[9, OTHER]]),
+    null,
+    { kind: "refuse", code: "target_bound_to_other_user" },
+  ],
+  [
+    "a target whose field names an inactive user and no mapping is taken over",
+    c(9, GONE),
+    [c(9, GONE)],
+    holdings([]),
     null,
     { kind: "bind", contactId: 9, clearPrevious: null },
   ],
@@ -109,5 +131,19 @@ for (const [title, target, read, h, previous, expected] of rows) {
   test(`rebind: ${title}`, (t) => {
     const req = { target_contact_id: String(target.id), previous_contact_id: previous };
     t.deepEqual(decideRebind(ME, req, read, target, h), expected);
+  });
+}
+
+// [title, read of the previous Contact, clears]
+const rechecks: Array<[string, Candidate[], boolean]> = [
+  ["it still carries this user: cleared", [c(4, ME)], true],
+  ["someone put another user on it meanwhile: left alone", [c(4, OTHER)], false],
+  ["its user_id was emptied meanwhile (a clear that landed): left alone", [c(4, null)], false],
+  ["it was deleted: left alone", [], false],
+  ["only another Contact was read: left alone", [c(5, ME)], false],
+];
+for (const [title, read, expected] of rechecks) {
+  test(`before every clear the previous Contact is read again; ${title}`, (t) => {
+    t.is(clearsPrevious(ME, 4, read), expected);
   });
 }

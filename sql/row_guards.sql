@@ -1,0 +1,154 @@
+-- Row guards beyond the state edges (§6.3, §5.4, §12.3, §17; issue 10): a row is born in its
+-- machine's initial state, and the columns that identify a row or record who did what never change.
+-- Triggers, so they hold for every writer: the runtime role (whose grants already leave these
+-- columns out, sql/privileges.sql), the admin functions and the schema owner's own accidents.
+-- Tests and repairs that must start a row elsewhere turn triggers off explicitly
+-- (session_replication_role = replica, superuser only). Re-runnable.
+
+create or replace function bitrix_sync.tg__refuse_insert_state() returns trigger
+language plpgsql as $$
+-- TG_ARGV[0]: the initial state in words. The trigger's WHEN clause decides; this only reports.
+begin
+  raise exception 'a new row of %.% must start %', tg_table_schema, tg_table_name, tg_argv[0]
+    using errcode = 'BS030',
+          hint = 'Create rows through their bitrix_sync function; they move on only along bitrix_sync.state_edges (docs/state-machines.md).';
+end $$;
+comment on function bitrix_sync.tg__refuse_insert_state() is
+  'BEFORE INSERT guard, fired by its WHEN clause when a row is inserted in a state other than its machine''s initial one (or already leased or finished). SQLSTATE BS030.';
+
+create or replace function bitrix_sync.tg__refuse_immutable_change() returns trigger
+language plpgsql as $$
+-- TG_ARGV: the columns that never change.
+declare
+  v_old jsonb := to_jsonb(old);
+  v_new jsonb := to_jsonb(new);
+  v_changed text;
+begin
+  select string_agg(c, ', ' order by c) into v_changed
+    from unnest(tg_argv) c
+   where v_old -> c is distinct from v_new -> c;
+  if v_changed is not null then
+    raise exception '%.% never changes %', tg_table_schema, tg_table_name, v_changed
+      using errcode = 'BS031',
+            hint = 'These columns identify the row or record its audit. Open a new row instead: a new mapping (close_mapping, open_mapping), a new rebind request, a new settings version.';
+  end if;
+  return new;
+end $$;
+comment on function bitrix_sync.tg__refuse_immutable_change() is
+  'BEFORE UPDATE guard: refuses a change of any column named in TG_ARGV (identity and audit columns). SQLSTATE BS031.';
+
+create or replace function bitrix_sync.tg_settings_versions__freeze() returns trigger
+language plpgsql as $$
+declare
+  v_old jsonb := to_jsonb(old);
+  v_new jsonb := to_jsonb(new);
+  v_allowed text[];
+  v_changed text;
+begin
+  -- What each step of the settings machine may write; everything else is history once written.
+  v_allowed := case
+    when old.status = 'draft' and new.status = 'draft' then array['settings_values', 'note']
+    when old.status = 'draft' then array['status', 'settings_values', 'validation_errors', 'validated_at']
+    when old.status = 'validated' and new.status = 'active' then array['status', 'activated_by', 'activated_at']
+    when old.status = 'active' and new.status = 'superseded' then array['status', 'superseded_at']
+    -- Any other status change is judged by the guard trigger _100_guard_status.
+    else array['status']
+  end;
+  select string_agg(k, ', ' order by k) into v_changed
+    from jsonb_object_keys(v_new) k
+   where k <> all (v_allowed) and v_old -> k is distinct from v_new -> k;
+  if v_changed is not null then
+    raise exception 'settings version % is %: % can no longer change', old.version, old.status, v_changed
+      using errcode = 'BS031',
+            hint = 'A version''s values and audit are history once it leaves draft. Propose a new version with propose_settings().';
+  end if;
+  return new;
+end $$;
+comment on function bitrix_sync.tg_settings_versions__freeze() is
+  'BEFORE UPDATE guard on settings_versions: values and note change only while a version is a draft; validation, activation and supersession each write only their own audit columns; created_by, based_on, rollback_of never change. SQLSTATE BS031.';
+
+-- Initial states (the [*] arrows of docs/state-machines.md). WHEN keeps the hot inserts (inbox,
+-- commands, queue) free of a PL/pgSQL call.
+drop trigger if exists _110_initial_state on han_app.sync_queue;
+create trigger _110_initial_state before insert on han_app.sync_queue
+  for each row when (new.status <> 'pending' or new.lease_token is not null or new.completed_at is not null)
+  execute function bitrix_sync.tg__refuse_insert_state('pending, without a lease');
+comment on trigger _110_initial_state on han_app.sync_queue is 'Intents are recorded pending (§6.1).';
+
+drop trigger if exists _110_initial_state on bitrix_sync.workflow_instances;
+create trigger _110_initial_state before insert on bitrix_sync.workflow_instances
+  for each row when (new.state <> 'created' or new.lease_token is not null or new.finished_at is not null)
+  execute function bitrix_sync.tg__refuse_insert_state('created, without a lease');
+comment on trigger _110_initial_state on bitrix_sync.workflow_instances is 'Workflows start created (§7.1).';
+
+drop trigger if exists _110_initial_state on bitrix_sync.crm_commands;
+create trigger _110_initial_state before insert on bitrix_sync.crm_commands
+  for each row when (new.status <> 'pending' or new.lease_token is not null or new.sent_at is not null
+                     or new.completed_at is not null)
+  execute function bitrix_sync.tg__refuse_insert_state('pending, never sent, without a lease');
+comment on trigger _110_initial_state on bitrix_sync.crm_commands is 'Commands are issued pending (§7.2).';
+
+drop trigger if exists _110_initial_state on bitrix_sync.webhook_inbox;
+create trigger _110_initial_state before insert on bitrix_sync.webhook_inbox
+  for each row when (new.status <> 'received' or new.lease_token is not null or new.coalesced_into is not null
+                     or new.processed_at is not null)
+  execute function bitrix_sync.tg__refuse_insert_state('received, without a lease');
+comment on trigger _110_initial_state on bitrix_sync.webhook_inbox is 'Webhooks are recorded received (§7.3).';
+
+drop trigger if exists _110_initial_state on bitrix_sync.entity_external_mapping;
+create trigger _110_initial_state before insert on bitrix_sync.entity_external_mapping
+  for each row when (new.status <> 'active')
+  execute function bitrix_sync.tg__refuse_insert_state('active');
+comment on trigger _110_initial_state on bitrix_sync.entity_external_mapping is 'A link is opened active; it is closed or broken only by close_mapping (§6.3).';
+
+drop trigger if exists _110_initial_state on bitrix_sync.rebind_requests;
+create trigger _110_initial_state before insert on bitrix_sync.rebind_requests
+  for each row when (new.status <> 'requested' or new.completed_at is not null or new.failure_code is not null)
+  execute function bitrix_sync.tg__refuse_insert_state('requested');
+comment on trigger _110_initial_state on bitrix_sync.rebind_requests is 'Rebind requests start requested (§5.4).';
+
+drop trigger if exists _110_initial_state on bitrix_sync.business_alerts;
+create trigger _110_initial_state before insert on bitrix_sync.business_alerts
+  for each row when (new.status <> 'open' or new.crm_sync_status <> 'pending' or new.closed_at is not null)
+  execute function bitrix_sync.tg__refuse_insert_state('open, with its CRM mirror pending');
+comment on trigger _110_initial_state on bitrix_sync.business_alerts is 'Alerts open, and are mirrored into the CRM afterwards (§11).';
+
+drop trigger if exists _110_initial_state on bitrix_sync.settings_versions;
+create trigger _110_initial_state before insert on bitrix_sync.settings_versions
+  for each row when (new.status <> 'draft' or new.validation_errors is not null or new.validated_at is not null
+                     or new.activated_by is not null or new.activated_at is not null or new.superseded_at is not null)
+  execute function bitrix_sync.tg__refuse_insert_state('draft, neither validated nor activated');
+comment on trigger _110_initial_state on bitrix_sync.settings_versions is 'A settings version starts as a draft and is validated before it can be activated (§12.3).';
+
+-- Identity and audit columns.
+drop trigger if exists _120_immutable on bitrix_sync.entity_external_mapping;
+create trigger _120_immutable before update on bitrix_sync.entity_external_mapping
+  for each row execute function bitrix_sync.tg__refuse_immutable_change(
+    'id', 'entity_type', 'entity_id', 'external_system', 'external_entity_type', 'external_id', 'opened_at', 'created_at');
+comment on trigger _120_immutable on bitrix_sync.entity_external_mapping is
+  'A link never changes its user or Contact: a new mapping is opened instead (§4).';
+
+drop trigger if exists _120_immutable on bitrix_sync.rebind_requests;
+create trigger _120_immutable before update on bitrix_sync.rebind_requests
+  for each row execute function bitrix_sync.tg__refuse_immutable_change(
+    'id', 'user_id', 'previous_contact_id', 'target_contact_id', 'reason', 'operator_id', 'workflow_id', 'requested_at');
+comment on trigger _120_immutable on bitrix_sync.rebind_requests is
+  'The request, its reason and its operator are audit (§5.4): only its progress changes.';
+
+drop trigger if exists _120_immutable on bitrix_sync.settings_versions;
+create trigger _120_immutable before update on bitrix_sync.settings_versions
+  for each row execute function bitrix_sync.tg_settings_versions__freeze();
+comment on trigger _120_immutable on bitrix_sync.settings_versions is
+  'Values and audit are history once a version leaves draft (§12.3).';
+
+drop trigger if exists _120_immutable on bitrix_sync.cutover;
+create trigger _120_immutable before update on bitrix_sync.cutover
+  for each row execute function bitrix_sync.tg__refuse_immutable_change(
+    'singleton', 'cutover_watermark', 'cancelled_count', 'performed_by', 'performed_at');
+comment on trigger _120_immutable on bitrix_sync.cutover is
+  'The cutover happens once (§17): moving the watermark would silently stop or replay App intake.';
+
+drop trigger if exists _200_forbid_delete on bitrix_sync.cutover;
+create trigger _200_forbid_delete before delete on bitrix_sync.cutover
+  for each row execute function bitrix_sync.tg__forbid_delete();
+comment on trigger _200_forbid_delete on bitrix_sync.cutover is 'The cutover record is kept: deleting it would close the processing gate.';
