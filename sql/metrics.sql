@@ -119,6 +119,11 @@ begin
     select d.source, d.operation, d.error_code, d.count, d.oldest_age_sec from bitrix_sync.status_dead_letters d
   ), alerts as (
     select a.alert_type, a.severity, a.open_count, a.sla_overdue from bitrix_sync.status_alerts a
+  ), mirror as (
+    -- Alerts whose smart-process item is behind; both statuses always present (0 when none).
+    select s.status, coalesce(m.count, 0) as count
+      from unnest(array['pending', 'failed']) s(status)
+      left join bitrix_sync.status_alert_mirror m on m.mirror_status = s.status
   ), events as (
     -- The folded totals plus whatever a concurrent scrape has not folded yet.
     select e.machine, e.kind, e.from_state, e.to_state, sum(e.n) as n
@@ -161,6 +166,9 @@ begin
   union all
   select 'bitrix_sync_business_alerts_sla_overdue', jsonb_build_object('alert_type', a.alert_type, 'severity', a.severity),
          a.sla_overdue::float8 from alerts a
+  union all
+  select 'bitrix_sync_business_alerts_unmirrored', jsonb_build_object('mirror_status', m.status), m.count::float8
+    from mirror m
   union all
   -- A pass over the active mappings: the service asks for it at most once a minute.
   select 'bitrix_sync_mapping_invariant_violations', '{}'::jsonb, count(*)::float8

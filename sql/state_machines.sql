@@ -34,6 +34,8 @@ select machine, from_state, to_state, event
     ('workflow', 'waiting_manual', 'running', 'manual_resume'),
     ('workflow', 'waiting_manual', 'failed', 'fail'),
     ('workflow', 'waiting_manual', 'cancelled', 'cancel'),
+    -- An admin requeues the technical dead letter that failed it (requeue_dead_letter): it starts over.
+    ('workflow', 'failed', 'waiting_retry', 'requeue'),
     -- bitrix_sync.crm_commands (§7.2)
     ('command', 'pending', 'leased', 'claim'),
     ('command', 'pending', 'dead_letter', 'abandon'),

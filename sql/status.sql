@@ -1,12 +1,19 @@
 -- Status views (§14): counts and ages only, never PII, Contact/user IDs or raw errors. Readable by
--- bitrix_sync_admin and used by GET /internal/sync/v1/status.
+-- bitrix_sync_admin and used by GET /internal/sync/v1/status and /metrics.
+--
+-- Each view reads live rows only, through a partial index whose predicate is the view's WHERE
+-- (written the same way, so the planner can prove it), never the finished history that retention
+-- deletes later: a scrape costs the same with a year of history as with a day
+-- (test/integration/status-plans.test.ts).
 
 create or replace view bitrix_sync.status_queue as
 select q.status, count(*)::bigint as count,
        extract(epoch from now() - min(q.created_at))::bigint as oldest_age_sec
   from han_app.sync_queue q
+ where q.status in ('pending', 'leased', 'retry_wait', 'dead_letter')
  group by q.status;
-comment on view bitrix_sync.status_queue is 'han_app.sync_queue depth and oldest age by status.';
+comment on view bitrix_sync.status_queue is
+  'han_app.sync_queue depth and oldest age by live status (pending, leased, retry_wait) and dead_letter; processed and cancelled rows are history, not depth.';
 
 create or replace view bitrix_sync.status_workflows as
 select w.workflow_type, w.state, count(*)::bigint as count,
@@ -20,7 +27,7 @@ create or replace view bitrix_sync.status_commands as
 select c.command_type, c.status, count(*)::bigint as count,
        extract(epoch from now() - min(c.created_at))::bigint as oldest_age_sec
   from bitrix_sync.crm_commands c
- where c.status not in ('succeeded')
+ where c.status <> 'succeeded'
  group by c.command_type, c.status;
 comment on view bitrix_sync.status_commands is 'Unfinished and dead-lettered CRM commands by type and status.';
 
@@ -28,7 +35,7 @@ create or replace view bitrix_sync.status_webhooks as
 select w.receiver, w.status, count(*)::bigint as count,
        extract(epoch from now() - min(w.received_at))::bigint as oldest_age_sec
   from bitrix_sync.webhook_inbox w
- where w.status not in ('processed')
+ where w.status <> 'processed'
  group by w.receiver, w.status;
 comment on view bitrix_sync.status_webhooks is 'Unprocessed webhook inbox rows by receiver and status (webhook lag).';
 
@@ -48,3 +55,14 @@ select a.alert_type, a.severity, count(*)::bigint as open_count,
  where a.status = 'open'
  group by a.alert_type, a.severity;
 comment on view bitrix_sync.status_alerts is 'Open business alerts by type and severity, with how many are past the SLA.';
+
+create or replace view bitrix_sync.status_alert_mirror as
+select a.crm_sync_status as mirror_status, count(*)::bigint as count,
+       extract(epoch from now() - min(a.updated_at))::bigint as oldest_age_sec
+  from bitrix_sync.business_alerts a
+ where a.crm_sync_status <> 'synced'
+ group by a.crm_sync_status;
+comment on view bitrix_sync.status_alert_mirror is
+  'Business alerts whose smart-process item is behind: pending (a change not yet sent, e.g. alerts.entity_type_id unset or an unanswered add being looked up) and failed (could not be mirrored; see technical_dead_letters).';
+-- Privileges: sql/privileges.sql (the runtime reads it for /metrics and the status endpoint, an
+-- admin from psql).

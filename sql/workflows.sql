@@ -256,6 +256,15 @@ end $$;
 comment on function bitrix_sync.save_workflow_step(uuid, uuid, jsonb, text) is
   'Persists the step state (and, when given, the step name) of a running workflow without a state change. Fenced by the workflow''s lease token (BS001).';
 
+create or replace function bitrix_sync._workflow_first_attempt(p_row bitrix_sync.workflow_instances)
+returns timestamptz
+language sql stable as $$
+  -- Intake starts a workflow as soon as it is created; an admin's requeue starts it over.
+  select coalesce(p_row.requeued_at, p_row.created_at)
+$$;
+comment on function bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances) is
+  'Internal: where a workflow''s retry horizon starts: its last requeue by an admin, else its creation.';
+
 create or replace function bitrix_sync.schedule_workflow_retry(
   p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval
 ) returns bitrix_sync.workflow_instances
@@ -266,8 +275,7 @@ declare
 begin
   perform bitrix_sync._check_code(p_error_code);
   v_row := bitrix_sync._held_workflow(p_id, p_lease_token);
-  -- A workflow is first attempted when it is created: intake starts it at once.
-  v_deadline := bitrix_sync._retry_deadline(v_row.created_at);
+  v_deadline := bitrix_sync._retry_deadline(bitrix_sync._workflow_first_attempt(v_row));
   if now() + greatest(p_delay, interval '0') > v_deadline then
     v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'fail',
                jsonb_build_object('last_error_code', 'retry_horizon_exceeded', 'outcome', 'failed'));
@@ -275,7 +283,7 @@ begin
       (source, source_id, workflow_id, operation, error_code, attempt_count, first_attempt_at, deadline_at,
        correlation_id)
     values ('workflow', v_row.id::text, v_row.id, v_row.workflow_type, 'retry_horizon_exceeded',
-            v_row.attempt_count, v_row.created_at, v_deadline, v_row.correlation_id);
+            v_row.attempt_count, bitrix_sync._workflow_first_attempt(v_row), v_deadline, v_row.correlation_id);
   else
     v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'schedule_retry',
                jsonb_build_object('last_error_code', p_error_code,
@@ -285,4 +293,4 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.schedule_workflow_retry(uuid, uuid, text, interval) is
-  'A step failed: running -> waiting_retry (schedule_retry) due after p_delay; when that falls past the horizon (created_at + retry.horizon_sec) -> failed with retry_horizon_exceeded and a technical DLQ row instead. The returned state says which. Fenced by the lease token (BS001).';
+  'A step failed: running -> waiting_retry (schedule_retry) due after p_delay; when that falls past the horizon (created_at, or the last requeue, + retry.horizon_sec) -> failed with retry_horizon_exceeded and a technical DLQ row instead. The returned state says which. Fenced by the lease token (BS001).';

@@ -55,6 +55,8 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
     // Every call, the lanes' and the citizenship dictionary's, is recorded for readiness and
     // status (§14).
     observe: (client) => observedClient(client, health),
+    // ... and every sub-command of an answered batch: a refusal for rights comes with HTTP 200.
+    observeCommands: (results) => health.noteCommands(results),
     log,
   });
   const crmDeps = crm.deps;

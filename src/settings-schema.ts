@@ -70,6 +70,21 @@ export const SettingsSchema = z.object({
     recoveredSpikeRatio: num(0, 1),
     recoveredSpikeThreshold: int(1, 100_000),
   }),
+  retention: z
+    .object({
+      batchSize: int(10, 5000),
+      commandsDays: int(1, 3650),
+      enabled: z.boolean(),
+      queueDays: int(1, 3650),
+      runBudgetSec: int(1, 3000),
+      webhooksDays: int(1, 3650),
+      workflowsDays: int(1, 3650),
+    })
+    // The catalogue's cross-field rule (_settings_errors): a workflow goes only after its commands.
+    .refine((r) => r.commandsDays <= r.workflowsDays, {
+      path: ["commandsDays"],
+      message: "must not exceed retention.workflows_days",
+    }),
   retry: z
     .object({ baseMs: int(10, 600_000), horizonSec: int(60, 604_800), maxMs: int(100, 86_400_000) })
     // The catalogue's cross-field rule (_settings_errors).

@@ -4,6 +4,7 @@
 // rounds at its time budget or when `signal` aborts, and returns when the rounds in progress end.
 import pg from "pg";
 import { runAlertSync } from "./alerts/mirror.js";
+import { runAlertRecovery } from "./alerts/recover.js";
 import type { ServiceContext } from "./context.js";
 import { processAlertWebhooks, processContactWebhooks } from "./inbound/webhooks.js";
 import { runIntake } from "./workflows/intake.js";
@@ -153,9 +154,10 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
     }),
     lane("workflows", async () => {
       const n = await runWorkflows(deps);
+      const r = await runAlertRecovery(deps.pool, deps.settings(), deps.log);
       const a = await runAlertSync(deps.pool, deps.settings().alerts);
-      if (n + a > 0) waker.wake("pump");
-      return n;
+      if (n + r + a > 0) waker.wake("pump");
+      return n + r;
     }),
   ];
   // Several pumps so a slow request does not hold up the next while a token and a slot are free.

@@ -1,8 +1,9 @@
 // Mirrors business alerts into the Bitrix24 smart process (§11): an alert whose row changed
 // (crm_sync_status = pending) gets an alert.add (no item yet) or alert.update command. Entity type,
 // category, stages, fields and responsible come from settings; until alerts.entity_type_id is set,
-// alerts stay pending in the database (visible in bitrix_sync.status_alerts). The pump
-// (src/workflows/pump.ts) sends these commands with the workflows' and reports the ones that fail.
+// alerts stay pending in the database (visible in bitrix_sync.status_alert_mirror). The pump
+// (src/workflows/pump.ts) sends these commands with the workflows' and reports the ones that fail;
+// ./recover.ts takes over the ones that got no answer (an add is looked up before it is sent again).
 import type pg from "pg";
 import type { AlertFieldValue } from "../crm/catalogue.js";
 import type { Settings } from "../settings-schema.js";
@@ -37,9 +38,14 @@ interface AlertRow {
   correlation_id: string | null;
 }
 
+/** The title of an alert's item; it carries the alert number, so an item can be found by it. */
+export function alertTitle(a: { alert_number: string | number; alert_type: string }): string {
+  return `Sync conflict #${a.alert_number}: ${a.alert_type}`;
+}
+
 /** The item fields for one alert: title, stage, category, responsible and the mapped UF fields. */
 export function alertItemFields(a: AlertRow, s: AlertSettings): Record<string, AlertFieldValue> {
-  const out: Record<string, AlertFieldValue> = { title: `Sync conflict #${a.alert_number}: ${a.alert_type}` };
+  const out: Record<string, AlertFieldValue> = { title: alertTitle(a) };
   const stage = a.status === "resolved" ? s.stageResolved : a.item_id === null ? s.stageNew : null;
   if (stage) out.stageId = stage;
   if (a.item_id === null && s.categoryId !== null) out.categoryId = s.categoryId;
@@ -79,8 +85,13 @@ export async function runAlertSync(pool: pg.Pool, s: AlertSettings, limit = 20):
          from bitrix_sync.business_alerts a
          left join bitrix_sync.business_alerts p on p.id = a.previous_alert_id
         where a.crm_sync_status = 'pending'
+          -- One command of an alert at a time, an unanswered one included: a second add while the
+          -- first is unresolved could create a second item.
           and not exists (select 1 from bitrix_sync.crm_commands c
-                           where c.alert_id = a.id and c.status in ('pending', 'leased', 'in_flight', 'retry_wait'))
+                           where c.alert_id = a.id
+                             and c.status in ('pending', 'leased', 'in_flight', 'retry_wait', 'uncertain', 'reconcile'))
+          -- An earlier add may have created the item: ./recover.ts looks it up first.
+          and (a.item_id is not null or not bitrix_sync._alert_add_unsafe(a.id))
         order by a.id
         limit $1
         for update of a skip locked`,
@@ -112,7 +123,9 @@ export async function runAlertSync(pool: pg.Pool, s: AlertSettings, limit = 20):
 
 /**
  * An alert command that will not complete: the alert is marked failed (visible in status), or, when
- * its item was deleted in the CRM, remote_missing (§10.3). Contact commands are left to their workflow.
+ * its item was deleted in the CRM, remote_missing (§10.3). A lookup that failed leaves the add it
+ * was looking for dead-lettered (alert_lookup_failed), never re-sent blindly. Contact commands are
+ * left to their workflow.
  */
 export async function alertCommandFailed(
   pool: pg.Pool,
@@ -120,6 +133,10 @@ export async function alertCommandFailed(
   code: string,
 ): Promise<void> {
   if (!cmd.alert_id) return;
+  if (cmd.command_type === "alert.list") {
+    await pool.query("select bitrix_sync.fail_alert_lookup($1)", [cmd.alert_id]);
+    return;
+  }
   if (code === "not_found" && cmd.command_type !== "alert.add") {
     await pool.query(
       "select bitrix_sync.finish_business_alert($1, 'remote_missing') where exists (select 1 from bitrix_sync.business_alerts where id = $1 and status = 'open')",

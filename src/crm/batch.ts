@@ -21,7 +21,7 @@ import {
   isWrite,
   parseResult,
 } from "./catalogue.js";
-import { type Classification, classify } from "./classify.js";
+import { type Classification, classify, type FailureCode } from "./classify.js";
 import type { CrmClient, HttpResult } from "./client.js";
 import type { CrmLimiter, LimiterPermit, OperatingSample } from "./limiter.js";
 import { toPhpQuery } from "./php-query.js";
@@ -44,6 +44,14 @@ export interface CrmLog {
   warn(obj: object, msg?: string): void;
 }
 
+/** One sub-command of an answered batch, as readiness sees it: its REST method and outcome. */
+export interface CommandObservation {
+  method: string;
+  ok: boolean;
+  /** The classifier's code when it failed. */
+  code: FailureCode | null;
+}
+
 /** What a batch needs: the HTTP client, the limiter, field names, and optionally a logger. */
 export interface CrmDeps {
   client: CrmClient;
@@ -51,6 +59,11 @@ export interface CrmDeps {
   catalogue: CatalogueContext;
   log?: CrmLog;
   now?: () => number;
+  /**
+   * Told the outcome of every sub-command of a batch the portal answered (HTTP 200): a sub-command
+   * refused for rights comes only this way, the transport saw a success (§14 readiness).
+   */
+  observeCommands?: (results: readonly CommandObservation[]) => void;
 }
 
 const KEY = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
@@ -248,6 +261,12 @@ export async function executeBatch(
         };
       }
     }
+    deps.observeCommands?.(
+      toSend.map((p) => {
+        const o = outcomes[p.index];
+        return { method: p.method, ok: o?.ok === true, code: o && !o.ok ? o.failure.code : null };
+      }),
+    );
     if (samples.size > 0) await deps.limiter.noteOperating([...samples.values()]);
     for (const [method, until] of blocks) {
       const end = await deps.limiter.noteMethodBlocked(method, until);

@@ -46,7 +46,15 @@ export type AlertFieldValue = string | number | boolean | null | Array<string | 
 export interface CommandParams {
   "alert.add": { entityTypeId: number; fields: Record<string, AlertFieldValue> };
   "alert.get": { entityTypeId: number; id: number };
-  "alert.list": { entityTypeId: number; ids: number[] };
+  /**
+   * Either the items with these IDs (`ids`), or the items whose `match.field` (a user field, or
+   * `title`) equals `match.value`: the lookup of an unanswered alert.add (src/alerts/recover.ts).
+   */
+  "alert.list": {
+    entityTypeId: number;
+    ids?: number[];
+    match?: { field: string; value: string | number };
+  };
   "alert.update": { entityTypeId: number; id: number; fields: Record<string, AlertFieldValue> };
   "citizenship.list": Record<string, never>;
   "contact.add": {
@@ -197,6 +205,28 @@ function alertFields(fields: Record<string, AlertFieldValue>): ParamObject {
   return out;
 }
 
+const SPA_USER_FIELD = /^ufCrm\d*_[A-Za-z0-9_]{1,60}$/;
+
+function alertListFilter(p: CommandParams["alert.list"]): ParamObject {
+  if (p.match !== undefined) {
+    if (p.ids !== undefined)
+      throw new CommandDataError("invalid_params", "alert.list takes ids or match, not both");
+    const { field, value } = p.match;
+    const okValue =
+      (typeof value === "string" && value.length > 0 && value.length <= 128) ||
+      (typeof value === "number" && Number.isSafeInteger(value));
+    // A smart-process user field, or the item's title (it carries the alert number).
+    if (typeof field !== "string" || !(field === "title" || SPA_USER_FIELD.test(field)) || !okValue) {
+      throw new CommandDataError(
+        "invalid_params",
+        "alert.list match needs the title or a user field, and a value",
+      );
+    }
+    return { [field]: value };
+  }
+  return { "@id": ids(p.ids, PAGE_SIZE, "ids") };
+}
+
 function entityTypeId(n: unknown): number {
   if (!positiveInt(n))
     throw new CommandDataError("invalid_params", "entityTypeId must be a positive integer");
@@ -233,7 +263,7 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
     build: (p) => ({
       entityTypeId: entityTypeId(p.entityTypeId),
       select: ["id", "stageId", "categoryId", "updatedTime"],
-      filter: { "@id": ids(p.ids, PAGE_SIZE, "ids") },
+      filter: alertListFilter(p),
       order: { id: "ASC" },
       start: -1,
     }),

@@ -3,7 +3,7 @@
 import { hostname } from "node:os";
 import type pg from "pg";
 import type { Settings } from "../settings-schema.js";
-import { type CrmDeps, type CrmLog, executeBatch } from "./batch.js";
+import { type CommandObservation, type CrmDeps, type CrmLog, executeBatch } from "./batch.js";
 import { type CrmClient, createCrmClient } from "./client.js";
 import {
   type CitizenshipDictionary,
@@ -36,6 +36,8 @@ export interface CrmOptions {
   settings: () => Settings;
   /** Wraps the HTTP client once, e.g. to record every call's outcome for readiness. */
   observe?: (client: CrmClient) => CrmClient;
+  /** Told each sub-command's outcome of every answered batch (e.g. a refusal for rights). */
+  observeCommands?: (results: readonly CommandObservation[]) => void;
   log?: CrmLog;
 }
 
@@ -64,6 +66,7 @@ export function createCrm(opts: CrmOptions): Crm {
     limiter: opts.limiter,
     catalogue: { fields: opts.fields },
     ...(opts.log ? { log: opts.log } : {}),
+    ...(opts.observeCommands ? { observeCommands: opts.observeCommands } : {}),
   };
   const citizenship = createCitizenshipDictionary({
     ttlMs: opts.settings().citizenship.cacheTtlSec * 1000,

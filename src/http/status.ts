@@ -79,6 +79,8 @@ export async function readiness(pool: pg.Pool, src?: StatusSource): Promise<Read
     if (src.config.processing && now - (h.loopBeatAt ?? h.startedAt) > WORKER_STALL_MS)
       fatal.push("worker_stalled");
     if (h.credentialProblem) fatal.push("crm_credential_rejected");
+    // The same refusal inside an answered batch: the transport saw a 200 (reference §1, §3).
+    if (h.permissionProblems.size > 0) fatal.push("crm_permission_denied");
     if (!src.config.sandbox) {
       const e = src.config.env;
       if (!e.BITRIX_SYNC_PORTAL_HOST || !e.BITRIX_SYNC_PORTAL_MEMBER_ID)
@@ -108,7 +110,7 @@ const iso = (ms: number | null | undefined) =>
 
 /** The internal status document (§14). */
 export async function statusDocument(pool: pg.Pool, src: StatusSource) {
-  const [queue, workflows, commands, webhooks, dlq, alerts, cursors] = await Promise.all([
+  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, cursors] = await Promise.all([
     pool.query(
       "select status, count::int, oldest_age_sec::int from bitrix_sync.status_queue order by status",
     ),
@@ -126,6 +128,9 @@ export async function statusDocument(pool: pg.Pool, src: StatusSource) {
     ),
     pool.query(
       "select alert_type, severity, open_count::int, sla_overdue::int from bitrix_sync.status_alerts order by 1, 2",
+    ),
+    pool.query(
+      "select mirror_status, count::int, oldest_age_sec::int from bitrix_sync.status_alert_mirror order by 1",
     ),
     pool.query(
       "select job_type, watermark, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered from bitrix_sync.reconciliation_cursors order by job_type",
@@ -159,6 +164,7 @@ export async function statusDocument(pool: pg.Pool, src: StatusSource) {
     webhooks: webhooks.rows,
     dead_letters: dlq.rows,
     business_alerts: alerts.rows,
+    alert_mirror: mirror.rows,
     reconciliation: cursors.rows,
     limiter,
     crm: {
@@ -167,6 +173,9 @@ export async function statusDocument(pool: pg.Pool, src: StatusSource) {
       credential_problem: h.credentialProblem
         ? { code: h.credentialProblem.code, at: iso(h.credentialProblem.at) }
         : null,
+      permission_problems: [...h.permissionProblems]
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([method, p]) => ({ method, code: p.code, at: iso(p.at) })),
     },
     worker: { last_heartbeat_at: iso(h.loopBeatAt) },
   };

@@ -1,18 +1,42 @@
 // What the process knows about its own health (§14): the last CRM success, a rejected credential,
-// and the sync loop's heartbeat. Fed by the CRM client wrapper and the loop; read by /health/ready
-// and the status endpoint. Holds codes and times only.
+// methods the portal refuses for rights, and the sync loop's heartbeat. Fed by the CRM client
+// wrapper, the batch and the loop; read by /health/ready and the status endpoint. Holds codes,
+// REST method names and times only.
+import type { CommandObservation } from "../crm/batch.js";
+import type { FailureCode } from "../crm/classify.js";
 import type { CrmClient, HttpResult } from "../crm/client.js";
+
+/** Sub-command failures that mean the webhook's user lacks a right or a scope (§9: permission). */
+const PERMISSION_CODES: ReadonlySet<FailureCode> = new Set([
+  "credential_rejected",
+  "insufficient_scope",
+  "permission_denied",
+]);
 
 export class HealthState {
   lastCrmSuccessAt: number | null = null;
   lastCrmFailure: { code: string; at: number } | null = null;
   /** A 401/403 from the portal: the webhook credential or its rights are gone (not-ready). */
   credentialProblem: { code: string; at: number } | null = null;
+  /**
+   * REST methods a batch answered (HTTP 200) with a sub-command refused for rights: not-ready like
+   * a 401/403, until that method succeeds again.
+   */
+  readonly permissionProblems = new Map<string, { code: string; at: number }>();
   loopBeatAt: number | null = null;
   readonly startedAt = Date.now();
 
   beat(): void {
     this.loopBeatAt = Date.now();
+  }
+
+  noteCommands(results: readonly CommandObservation[]): void {
+    const now = Date.now();
+    for (const r of results) {
+      if (r.ok) this.permissionProblems.delete(r.method);
+      else if (r.code !== null && PERMISSION_CODES.has(r.code))
+        this.permissionProblems.set(r.method, { code: r.code, at: now });
+    }
   }
 
   noteCrm(r: HttpResult): void {

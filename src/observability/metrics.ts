@@ -153,6 +153,13 @@ export const reconciliationRecovered = new Counter({
   registers: [registry],
 });
 
+export const retentionDeleted = new Counter({
+  name: "bitrix_sync_retention_deleted_total",
+  help: "Finished rows deleted by retention, by table (webhooks, commands, workflows, queue).",
+  labelNames: ["table"] as const,
+  registers: [registry],
+});
+
 export const reconciliationSpikes = new Counter({
   name: "bitrix_sync_reconciliation_recovered_spikes_total",
   help: "Reconciliation runs whose recovered-without-webhook count was a spike (reconcile.recovered_spike_threshold and _ratio): webhooks may be lost.",

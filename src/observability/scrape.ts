@@ -113,6 +113,12 @@ export const DATABASE_FAMILIES: readonly Family[] = [
     ["alert_type", "severity"],
   ),
   f(
+    "bitrix_sync_business_alerts_unmirrored",
+    "gauge",
+    "Business alerts whose smart-process item is behind, by mirror status: pending (not sent yet) or failed (could not be mirrored).",
+    ["mirror_status"],
+  ),
+  f(
     "bitrix_sync_mapping_invariant_violations",
     "gauge",
     "Active mappings whose App user is not active (contact.deactivate should have closed them); checked at most once a minute.",

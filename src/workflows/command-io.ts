@@ -239,6 +239,18 @@ export async function projectResult(
       }
       return { item_id: item.id, stage_id: item.stageId };
     }
+    case "alert.list": {
+      const items = (result as CommandResults["alert.list"]).items;
+      if (row.alert_id && row.params.purpose === "find") {
+        // The lookup of an alert's item (src/alerts/recover.ts): settles the add waiting for it.
+        const { rows } = await tx.query<{ outcome: string }>(
+          "select bitrix_sync.resolve_alert_lookup($1, $2) as outcome",
+          [row.alert_id, JSON.stringify(items.map((i) => ({ id: i.id, stage_id: i.stageId })))],
+        );
+        return { item_ids: items.map((i) => i.id), outcome: rows[0]?.outcome ?? null };
+      }
+      return { item_ids: items.map((i) => i.id) };
+    }
     default:
       return {};
   }

@@ -205,12 +205,12 @@ async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: Com
         return;
       }
       case "uncertain":
+        // A workflow's step recovers its own write; an alert's is recovered by src/alerts/recover.ts.
         await deps.pool.query("select bitrix_sync.mark_command_uncertain($1, $2, $3)", [
           row.id,
           row.lease_token,
           f.code,
         ]);
-        await alertCommandFailed(deps.pool, row, f.code);
         return;
       case "permanent":
         await deps.pool.query("select bitrix_sync.dead_letter_command($1, $2, $3, $4, $5)", [

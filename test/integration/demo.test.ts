@@ -82,7 +82,7 @@ test.serial(
     );
     t.regex(
       out,
-      /^status +ready · queue: processed 3 · active workflows: none · .*open alerts: duplicate_contacts 1$/m,
+      /^status +ready · queue: none · active workflows: none · .*open alerts: duplicate_contacts 1$/m,
     );
     t.regex(out, /^done +in [\d.]+ s\./m);
 

@@ -57,6 +57,7 @@ function describe(key: string, leaf: z.ZodType): Described {
     const maxLength = value instanceof z.ZodString && value.minLength === 1 ? value.maxLength : null;
     return { ...base, value_type: "json", allowed_values: keys, max_length: maxLength };
   }
+  if (inner instanceof z.ZodBoolean) return { ...base, value_type: "boolean" };
   throw new Error(`${key}: a schema type the catalogue has no name for`);
 }
 
@@ -153,6 +154,12 @@ test("the schema accepts exactly what the database's validation accepts, at and 
     }
   }
   probes.push(["retry.base_ms", 300_000], ["retry.base_ms", 300_001]);
+  probes.push(
+    ["retention.commands_days", 90],
+    ["retention.commands_days", 91],
+    ["retention.workflows_days", 30],
+    ["retention.workflows_days", 29],
+  );
   for (const [key, value] of probes) {
     const changes = { [key]: value };
     const { rows } = await db.pool.query<{ e: string[] }>("select bitrix_sync._settings_errors($1) as e", [

@@ -2,6 +2,7 @@
 import { Writable } from "node:stream";
 import test from "ava";
 import { loadConfig } from "../../src/config/env.js";
+import { classify } from "../../src/crm/classify.js";
 import { createApp } from "../../src/http/app.js";
 import { type StatusSource, WORKER_STALL_MS } from "../../src/http/status.js";
 import { HealthState } from "../../src/observability/health.js";
@@ -112,6 +113,37 @@ test.serial(
     h.lastCrmSuccessAt = Date.now() - 120_000;
     const shorter = source(PROD, h, { "health.crm_stale_sec": 60 });
     t.deepEqual((await ready(shorter)).body, { status: "degraded", problems: ["crm_stale"] });
+  },
+);
+
+test.serial(
+  "a sub-command refused for rights inside an HTTP-200 batch is not-ready until that method succeeds",
+  async (t) => {
+    // The three forms a refusal for rights takes inside result_error (reference §1, §3).
+    for (const entry of [
+      { error: "ACCESS_DENIED", error_description: "Access denied" },
+      { error: "insufficient_scope", error_description: "The request requires higher privileges" },
+      { error: "", error_description: "Access denied" },
+    ]) {
+      const h = new HealthState();
+      const src = source(PROD, h);
+      h.noteCrm({ type: "reply", status: 200, body: {}, elapsedMs: 5 });
+      const code = classify({ type: "command_error", entry }, { write: true }).code;
+      h.noteCommands([
+        { method: "crm.item.add", ok: false, code },
+        { method: "crm.contact.list", ok: true, code: null },
+      ]);
+      const r = await ready(src);
+      t.is(r.code, 503, `${entry.error || entry.error_description}`);
+      t.deepEqual(r.body.problems, ["crm_permission_denied"]);
+      h.noteCommands([{ method: "crm.contact.list", ok: true, code: null }]);
+      h.noteCrm({ type: "reply", status: 200, body: {}, elapsedMs: 5 });
+      t.is((await ready(src)).code, 503, "a success of another method does not clear it");
+      h.noteCommands([{ method: "crm.item.add", ok: false, code: "server_error" }]);
+      t.is((await ready(src)).code, 503, "nor does another kind of failure of the same method");
+      h.noteCommands([{ method: "crm.item.add", ok: true, code: null }]);
+      t.deepEqual((await ready(src)).body, { status: "ready", problems: [] }, "a later success of it does");
+    }
   },
 );
 

@@ -265,6 +265,45 @@ test("alert commands: smart-process items by entityTypeId", (t) => {
     order: { id: "ASC" },
     start: -1,
   });
+  // The lookup of an unanswered alert.add: by a user field, or by the title.
+  t.deepEqual(
+    buildRequest(
+      { type: "alert.list", params: { entityTypeId: 1040, match: { field: "ufCrm14_1001", value: 42 } } },
+      CTX,
+    ).params.filter,
+    { ufCrm14_1001: 42 },
+  );
+  t.deepEqual(
+    buildRequest(
+      {
+        type: "alert.list",
+        params: { entityTypeId: 1040, match: { field: "title", value: "Sync conflict #42: x" } },
+      },
+      CTX,
+    ).params.filter,
+    { title: "Sync conflict #42: x" },
+  );
+  for (const match of [
+    { field: "stageId", value: "x" },
+    { field: "ufCrm14_1001", value: "" },
+    { field: "ufCrm14_1001", value: 1.5 },
+    { field: "ID", value: 1 },
+  ]) {
+    t.throws(() => buildRequest({ type: "alert.list", params: { entityTypeId: 1040, match } }, CTX), {
+      instanceOf: CommandDataError,
+    });
+  }
+  t.throws(
+    () =>
+      buildRequest(
+        {
+          type: "alert.list",
+          params: { entityTypeId: 1040, ids: [1], match: { field: "title", value: "t" } },
+        },
+        CTX,
+      ),
+    { instanceOf: CommandDataError },
+  );
   t.throws(() =>
     buildRequest(
       { type: "alert.update", params: { entityTypeId: 1040, id: 5, fields: { "bad key": 1 } } },

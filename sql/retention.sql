@@ -1,0 +1,170 @@
+-- Retention (issue 11; docs/admin.md): finished rows are deleted after retention.*_days, in batches of
+-- at most retention.batch_size rows, each batch one short transaction of its own. The hourly
+-- `retention` task (tasks/retention.ts, src/maintenance/retention.ts) calls delete_retention_batch()
+-- per table until a batch deletes nothing; an admin can call the same function from psql.
+--
+-- Locks: a batch picks its rows with FOR UPDATE SKIP LOCKED (a row someone holds is left for the
+-- next run, never waited for) and runs with lock_timeout 200ms, so it never queues behind, or
+-- holds up, the App's writes to han_app.sync_queue: the App inserts new rows and updates active
+-- ones; a batch touches only finished ones, and only their row locks, for milliseconds.
+--
+-- Kept whatever their age (audit): mappings and their history, rebind requests, settings versions,
+-- business alerts, the cutover, technical dead letters; and every row an open dead letter or an
+-- unfinished workflow still refers to, a user's newest workflow (it lets an equal intent be
+-- skipped), the workflows of mappings and rebind requests, and the commands of an alert whose item
+-- is not known yet (they decide whether an add may have landed).
+
+create or replace function bitrix_sync._retention_cutoff(p_key text) returns timestamptz
+language sql stable as $$
+  select now() - make_interval(days => (bitrix_sync._active_setting(p_key) #>> '{}')::integer)
+$$;
+comment on function bitrix_sync._retention_cutoff(text) is
+  'Internal: now minus the retention.*_days setting p_key: rows finished before it may be deleted.';
+
+create or replace function bitrix_sync.delete_retention_batch(p_table text)
+returns integer
+language plpgsql security definer set search_path = pg_catalog, pg_temp set lock_timeout = '200ms' as $$
+declare
+  v_limit integer := (bitrix_sync._active_setting('retention.batch_size') #>> '{}')::integer;
+  v_ids bigint[];
+  v_uuids uuid[];
+  v_count integer;
+begin
+  case p_table
+    when 'webhooks' then
+      -- Processed events (coalesced ones are processed with the event that covered them), and
+      -- dead-lettered ones no open dead letter refers to any more. An event others were coalesced
+      -- into goes after them (the foreign key), so a batch never grows past its size: a flood of
+      -- one Contact is thousands of events coalesced into a few.
+      select array_agg(w.id) into v_ids
+        from (select w.id from bitrix_sync.webhook_inbox w
+               where w.status = 'processed'
+                 and w.processed_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+                 and not exists (select 1 from bitrix_sync.webhook_inbox c where c.coalesced_into = w.id)
+               order by w.processed_at
+               limit v_limit
+               for update skip locked) w;
+      if coalesce(cardinality(v_ids), 0) < v_limit then
+        select coalesce(v_ids, '{}') || coalesce(array_agg(w.id), '{}') into v_ids
+          from (select w.id from bitrix_sync.webhook_inbox w
+                 where w.status = 'dead_letter'
+                   and w.status_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+                   and not exists (select 1 from bitrix_sync.webhook_inbox c where c.coalesced_into = w.id)
+                   and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                                    where d.resolved_at is null and d.source = 'webhook' and d.source_id = w.id::text)
+                 order by w.id
+                 limit v_limit - coalesce(cardinality(v_ids), 0)
+                 for update skip locked) w;
+      end if;
+      delete from bitrix_sync.webhook_inbox w where w.id = any(v_ids);
+    when 'commands' then
+      select array_agg(c.id) into v_ids
+        from (select c.id from bitrix_sync.crm_commands c
+                left join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+                left join bitrix_sync.business_alerts a on a.id = c.alert_id
+               where c.completed_at < bitrix_sync._retention_cutoff('retention.commands_days')
+                 and c.status in ('succeeded', 'dead_letter')
+                 and (c.workflow_id is null or w.state in ('succeeded', 'failed', 'cancelled'))
+                 and (c.alert_id is null or a.item_id is not null)
+                 and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                                  where d.resolved_at is null
+                                    and (d.command_id = c.id or d.workflow_id = c.workflow_id))
+               order by c.completed_at
+               limit v_limit
+               for update of c skip locked) c;
+      delete from bitrix_sync.crm_commands c where c.id = any(v_ids);
+    when 'workflows' then
+      select array_agg(w.id) into v_uuids
+        from (select w.id from bitrix_sync.workflow_instances w
+               where w.state in ('succeeded', 'failed', 'cancelled')
+                 and w.finished_at < bitrix_sync._retention_cutoff('retention.workflows_days')
+                 and not exists (select 1 from bitrix_sync.crm_commands c where c.workflow_id = w.id)
+                 and exists (select 1 from bitrix_sync.workflow_instances n
+                                  where n.user_id = w.user_id and n.created_at > w.created_at)
+                 and not exists (select 1 from bitrix_sync.rebind_requests r where r.workflow_id = w.id)
+                 and not exists (select 1 from bitrix_sync.entity_external_mapping m where m.workflow_id = w.id)
+                 and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                                  where d.resolved_at is null and d.workflow_id = w.id)
+               order by w.finished_at
+               limit v_limit
+               for update skip locked) w;
+      delete from bitrix_sync.workflow_instances w where w.id = any(v_uuids);
+    when 'queue' then
+      select array_agg(q.id) into v_uuids
+        from (select q.id from han_app.sync_queue q
+               where q.status in ('processed', 'cancelled', 'dead_letter')
+                 and q.completed_at < bitrix_sync._retention_cutoff('retention.queue_days')
+                 and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                                  where d.resolved_at is null and d.source = 'sync_queue' and d.source_id = q.id::text)
+                 and q.id not in (select w.source_task_id from bitrix_sync.workflow_instances w
+                                   where w.state not in ('succeeded', 'failed', 'cancelled')
+                                     and w.source_task_id is not null)
+               limit v_limit
+               for update skip locked) q;
+      delete from han_app.sync_queue q where q.id = any(v_uuids);
+    else
+      raise exception 'retention knows the tables webhooks, commands, workflows and queue, not %', p_table
+        using errcode = 'BS004', hint = 'Example: select bitrix_sync.delete_retention_batch(''webhooks'');';
+  end case;
+  get diagnostics v_count = row_count;
+  return v_count;
+end $$;
+comment on function bitrix_sync.delete_retention_batch(text) is
+  'Deletes one batch (at most retention.batch_size rows) of finished rows of one table past its retention.*_days: webhooks (processed; dead-lettered with no open dead letter; an event others were coalesced into after them), commands (succeeded or dead-lettered, of finished workflows or of alerts with an item, with no open dead letter), workflows (finished, commands gone, not the user''s newest, not referred to by a mapping, a rebind request or an open dead letter) or queue (processed, cancelled or dead-lettered intents no open dead letter or unfinished workflow refers to). Rows are picked FOR UPDATE SKIP LOCKED under lock_timeout 200ms. Returns rows deleted; call again until it returns 0.';
+
+create or replace function bitrix_sync.retention_preview()
+returns table (table_name text, deletable bigint, oldest_finished_at timestamptz, kept_days integer)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select 'webhooks', count(*), min(coalesce(w.processed_at, w.status_at)),
+         (bitrix_sync._active_setting('retention.webhooks_days') #>> '{}')::integer
+    from bitrix_sync.webhook_inbox w
+   where (w.status = 'processed' and w.processed_at < bitrix_sync._retention_cutoff('retention.webhooks_days'))
+      or (w.status = 'dead_letter' and w.status_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+          and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                           where d.resolved_at is null and d.source = 'webhook' and d.source_id = w.id::text))
+  union all
+  select 'commands', count(*), min(c.completed_at),
+         (bitrix_sync._active_setting('retention.commands_days') #>> '{}')::integer
+    from bitrix_sync.crm_commands c
+    left join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+    left join bitrix_sync.business_alerts a on a.id = c.alert_id
+   where c.completed_at < bitrix_sync._retention_cutoff('retention.commands_days')
+     and c.status in ('succeeded', 'dead_letter')
+     and (c.workflow_id is null or w.state in ('succeeded', 'failed', 'cancelled'))
+     and (c.alert_id is null or a.item_id is not null)
+     and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                      where d.resolved_at is null and (d.command_id = c.id or d.workflow_id = c.workflow_id))
+  union all
+  -- Workflows whose commands go in the same run count too: they are deleted right after them.
+  select 'workflows', count(*), min(w.finished_at),
+         (bitrix_sync._active_setting('retention.workflows_days') #>> '{}')::integer
+    from bitrix_sync.workflow_instances w
+   where w.state in ('succeeded', 'failed', 'cancelled')
+     and w.finished_at < bitrix_sync._retention_cutoff('retention.workflows_days')
+     and not exists (select 1 from bitrix_sync.crm_commands c
+                      where c.workflow_id = w.id
+                        and (c.completed_at is null
+                             or c.completed_at >= bitrix_sync._retention_cutoff('retention.commands_days')
+                             or exists (select 1 from bitrix_sync.technical_dead_letters d
+                                         where d.resolved_at is null and d.command_id = c.id)))
+     and exists (select 1 from bitrix_sync.workflow_instances n
+                      where n.user_id = w.user_id and n.created_at > w.created_at)
+     and not exists (select 1 from bitrix_sync.rebind_requests r where r.workflow_id = w.id)
+     and not exists (select 1 from bitrix_sync.entity_external_mapping m where m.workflow_id = w.id)
+     and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                      where d.resolved_at is null and d.workflow_id = w.id)
+  union all
+  select 'queue', count(*), min(q.completed_at),
+         (bitrix_sync._active_setting('retention.queue_days') #>> '{}')::integer
+    from han_app.sync_queue q
+   where q.status in ('processed', 'cancelled', 'dead_letter')
+     and q.completed_at < bitrix_sync._retention_cutoff('retention.queue_days')
+     and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                      where d.resolved_at is null and d.source = 'sync_queue' and d.source_id = q.id::text)
+     and q.id not in (select w.source_task_id from bitrix_sync.workflow_instances w
+                       where w.state not in ('succeeded', 'failed', 'cancelled') and w.source_task_id is not null)
+$$;
+comment on function bitrix_sync.retention_preview() is
+  'Admin: what the next retention run would delete, per table (webhooks, commands, workflows, queue): how many rows, the oldest finish time among them and the retention.*_days in force. Reads only; counts the history, so run it by hand, not from a scrape.';
+
+-- Privileges: sql/privileges.sql.

@@ -1,0 +1,265 @@
+// Alert mirroring that recovers (§11, issue 11): an alert.add or alert.update that fails or gets no
+// answer is retried like any command, and an unanswered add is looked up by the alert's field
+// before anything is sent again, so one alert never has two smart-process items. Real sync loop,
+// real PostgreSQL, the emulator over HTTP with its "reply lost after commit" fault.
+import { randomBytes, randomUUID } from "node:crypto";
+import test from "ava";
+import { readiness } from "../../src/http/status.js";
+import { collectDatabaseGauges, registry } from "../../src/observability/metrics.js";
+import { asRole } from "../helpers/dead-letters.js";
+import { type Rig, startRig, waitFor } from "../helpers/e2e.js";
+import { setSettings } from "../helpers/settings.js";
+import { one } from "../helpers/sql-core.js";
+
+const FIELDS = {
+  alert_number: "ufCrm14_1001",
+  fingerprint: "ufCrm14_1002",
+  occurrence_count: "ufCrm14_1003",
+  type: "ufCrm14_1004",
+};
+const ALERTS = {
+  "alerts.entity_type_id": 1040,
+  "alerts.stage_new": "DT1040_7:NEW",
+  "alerts.stage_resolved": "DT1040_7:SUCCESS",
+  "alerts.stage_closed_without_resolution": "DT1040_7:FAIL",
+  "alerts.fields": FIELDS,
+};
+
+let rig: Rig;
+test.before(async () => {
+  rig = await startRig({
+    settings: {
+      ...ALERTS,
+      "alerts.reconcile_interval_sec": 86_400,
+      "reconcile.contacts_interval_sec": 86_400,
+    },
+  });
+  // Both reconciliations ran just now: their hourly crontab entries find nothing due during these
+  // tests, so the faults queued for crm.item.list below meet only the alert lookups.
+  await rig.db.pool.query(
+    `insert into bitrix_sync.reconciliation_cursors (job_type, last_run_started_at, last_success_at, last_run_status)
+     values ('contacts', now(), now(), 'succeeded'), ('alerts', now(), now(), 'succeeded')
+     on conflict (job_type) do update set last_run_started_at = now(), last_run_status = 'succeeded'`,
+  );
+  await rig.runtime.settings.refresh();
+  await rig.startWorker();
+});
+test.after.always(async () => {
+  await rig?.close();
+});
+
+interface AlertRow {
+  id: string;
+  alert_number: string;
+  item_id: string | null;
+  crm_sync_status: string;
+}
+
+async function raise(): Promise<AlertRow> {
+  return await one<AlertRow>(
+    rig.db.pool,
+    "select * from bitrix_sync.raise_business_alert('duplicate_contacts', 'low', $1, $2, '501', null, '[\"501\", \"502\"]', '{}', null)",
+    [randomBytes(32).toString("hex"), randomUUID()],
+  );
+}
+
+const alert = (id: string) =>
+  one<AlertRow>(rig.db.pool, "select * from bitrix_sync.business_alerts where id = $1", [id]);
+
+/** The smart-process items that carry this alert's number. */
+const itemsOf = (a: AlertRow) =>
+  [...rig.emulator.store.items.values()].filter(
+    (i) => String(i.uf[FIELDS.alert_number]) === String(a.alert_number),
+  );
+
+async function commands(alertId: string) {
+  const { rows } = await rig.db.pool.query<{
+    id: string;
+    command_type: string;
+    status: string;
+    attempt_count: number;
+    response: Record<string, unknown> | null;
+    last_error_code: string | null;
+  }>("select * from bitrix_sync.crm_commands where alert_id = $1 order by id", [alertId]);
+  return rows;
+}
+
+const synced = (id: string) =>
+  waitFor(
+    async () => {
+      const a = await alert(id);
+      const busy = (await commands(id)).some((c) => !["succeeded", "dead_letter"].includes(c.status));
+      return a.item_id !== null && a.crm_sync_status === "synced" && !busy ? a : null;
+    },
+    20_000,
+    `alert ${id} mirrored`,
+  );
+
+test.serial(
+  "an alert.add whose reply is lost after commit is looked up and recorded, never added twice",
+  async (t) => {
+    rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 3_000 }, { method: "crm.item.add" });
+    const a = await raise();
+    const done = await synced(a.id);
+    t.is(itemsOf(a).length, 1, "one smart-process item for the alert");
+    t.is(String(itemsOf(a)[0]?.id), String(done.item_id));
+    const cmds = await commands(a.id);
+    t.like(cmds[0], { command_type: "alert.add", status: "succeeded", attempt_count: 1 });
+    t.like(cmds[0]?.response, { recovered: true, item_id: Number(done.item_id) });
+    t.like(cmds[1], { command_type: "alert.list", status: "succeeded" });
+    t.like(cmds[1]?.response, { outcome: "found" });
+    t.is(
+      rig.emulator.log.filter((e) => e.commands.includes("crm.item.add") && e.fault === undefined).length >=
+        0,
+      true,
+    );
+  },
+);
+
+test.serial("an unanswered alert.add that did not land is looked up, then sent again once", async (t) => {
+  // The connection drops before the portal executes anything: the client cannot tell, so the add is
+  // uncertain; the lookup finds nothing and the same add goes out again.
+  rig.emulator.failNext("reset_before_execute", { method: "crm.item.add" });
+  const a = await raise();
+  await synced(a.id);
+  t.is(itemsOf(a).length, 1);
+  const cmds = await commands(a.id);
+  const add = cmds.find((c) => c.command_type === "alert.add");
+  const lookup = cmds.find((c) => c.command_type === "alert.list");
+  t.like(lookup?.response, { outcome: "not_found" });
+  t.like(add, { status: "succeeded", attempt_count: 2 });
+});
+
+test.serial("an alert.update with no answer is sent again after the backoff", async (t) => {
+  const a = await raise();
+  await synced(a.id);
+  rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 3_000 }, { method: "crm.item.update" });
+  // A repeat of the conflict: the item must show two occurrences.
+  await rig.db.pool.query(
+    "select bitrix_sync.raise_business_alert('duplicate_contacts', 'low', fingerprint, user_id, '501', null, '[\"501\", \"502\"]', '{}', null) from bitrix_sync.business_alerts where id = $1",
+    [a.id],
+  );
+  await synced(a.id);
+  const update = (await commands(a.id)).find((c) => c.command_type === "alert.update");
+  t.like(update, { status: "succeeded", attempt_count: 2 });
+  t.is(itemsOf(a).length, 1);
+  t.is(Number(itemsOf(a)[0]?.uf[FIELDS.occurrence_count]), 2);
+});
+
+test.serial("a rate-limited alert.add is retried with the commands' backoff", async (t) => {
+  rig.emulator.failNext("QUERY_LIMIT_EXCEEDED", { method: "crm.item.add" });
+  const a = await raise();
+  await synced(a.id);
+  t.is(itemsOf(a).length, 1);
+  const add = (await commands(a.id)).find((c) => c.command_type === "alert.add");
+  t.like(add, { status: "succeeded", attempt_count: 2 });
+});
+
+test.serial("without an alert field, an unanswered add is looked up by the item's title", async (t) => {
+  await setSettings(rig.db, { "alerts.fields": { type: FIELDS.type } });
+  await rig.runtime.settings.refresh();
+  try {
+    rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 3_000 }, { method: "crm.item.add" });
+    const a = await raise();
+    const done = await synced(a.id);
+    const items = [...rig.emulator.store.items.values()].filter((i) =>
+      i.title.includes(`#${a.alert_number}:`),
+    );
+    t.is(items.length, 1);
+    t.is(String(items[0]?.id), String(done.item_id));
+    const lookup = (await commands(a.id)).find((c) => c.command_type === "alert.list");
+    t.like(lookup?.response, { outcome: "found" });
+  } finally {
+    await setSettings(rig.db, { "alerts.fields": FIELDS });
+    await rig.runtime.settings.refresh();
+  }
+});
+
+test.serial(
+  "a lookup refused for good: the add is dead-lettered, never re-sent, visible in status, metrics and readiness; a requeue finds the item",
+  async (t) => {
+    const src = {
+      config: rig.runtime.config,
+      health: rig.runtime.health,
+      limiter: rig.runtime.crm.limiter,
+      settings: rig.runtime.settings,
+    };
+    rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 3_000 }, { method: "crm.item.add" });
+    rig.emulator.failNext(
+      { kind: "command_error", error: "ACCESS_DENIED", description: "Access denied", status: 400 },
+      { method: "crm.item.list" },
+    );
+    const a = await raise();
+    const dl = await waitFor(async () => {
+      const { rows } = await rig.db.pool.query<{ id: string; error_code: string }>(
+        `select d.id, d.error_code from bitrix_sync.technical_dead_letters d
+           join bitrix_sync.crm_commands c on c.id = d.command_id
+          where c.alert_id = $1 and c.command_type = 'alert.add' and d.resolved_at is null`,
+        [a.id],
+      );
+      return rows[0];
+    });
+    t.is(dl.error_code, "alert_lookup_failed");
+    t.is((await alert(a.id)).crm_sync_status, "failed");
+    const view = await rig.db.pool.query<{ mirror_status: string; count: string }>(
+      "select * from bitrix_sync.status_alert_mirror",
+    );
+    t.true(view.rows.some((r) => r.mirror_status === "failed" && Number(r.count) >= 1));
+    await collectDatabaseGauges(rig.db.pool);
+    const gauge =
+      (await registry.getSingleMetric("bitrix_sync_business_alerts_unmirrored")?.get())?.values ?? [];
+    t.true(gauge.some((v) => v.labels.mirror_status === "failed" && v.value >= 1));
+    // The lookup's refusal for rights came inside an answered batch: readiness drops as for a 403.
+    t.true((await readiness(rig.db.pool, src)).problems.includes("crm_permission_denied"));
+    // Nothing more is sent for the alert: its first add may have landed (it did).
+    await new Promise((r) => setTimeout(r, 1_500));
+    t.deepEqual(
+      (await commands(a.id)).map((c) => `${c.command_type} ${c.status}`),
+      ["alert.add dead_letter", "alert.list dead_letter"],
+    );
+    t.is(itemsOf(a).length, 1);
+
+    await asRole(
+      rig.db.pool,
+      "bitrix_sync_admin",
+      "select * from bitrix_sync.requeue_dead_letter($1, 'ops:test', 'smart-process rights fixed')",
+      [dl.id],
+    );
+    const done = await synced(a.id);
+    t.is(String(done.item_id), String(itemsOf(a)[0]?.id), "the item the lost add created was found and kept");
+    t.deepEqual(
+      (await commands(a.id)).map((c) => `${c.command_type} ${c.status}`),
+      ["alert.add dead_letter", "alert.list dead_letter", "alert.list succeeded", "alert.update succeeded"],
+      "looked up, then updated: never a second add",
+    );
+    t.is(itemsOf(a).length, 1);
+    t.false(
+      (await readiness(rig.db.pool, src)).problems.includes("crm_permission_denied"),
+      "a later success of crm.item.list clears it",
+    );
+  },
+);
+
+test.serial(
+  "a new occurrence of an alert whose add may have landed looks the item up before anything else",
+  async (t) => {
+    rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 3_000 }, { method: "crm.item.add" });
+    rig.emulator.failNext(
+      { kind: "command_error", error: "ACCESS_DENIED", description: "Access denied", status: 400 },
+      { method: "crm.item.list" },
+    );
+    const a = await raise();
+    await waitFor(async () => ((await alert(a.id)).crm_sync_status === "failed" ? true : null));
+    await rig.db.pool.query(
+      "select bitrix_sync.raise_business_alert('duplicate_contacts', 'low', fingerprint, user_id, '501', null, '[\"501\", \"502\"]', '{}', null) from bitrix_sync.business_alerts where id = $1",
+      [a.id],
+    );
+    await synced(a.id);
+    t.deepEqual(
+      (await commands(a.id)).map((c) => c.command_type),
+      ["alert.add", "alert.list", "alert.list", "alert.update"],
+    );
+    t.is(itemsOf(a).length, 1);
+    t.is(Number(itemsOf(a)[0]?.uf[FIELDS.occurrence_count]), 2);
+  },
+);
