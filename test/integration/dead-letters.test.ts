@@ -4,7 +4,8 @@
 // horizon of its own, and the open-DLQ gauge counts unacknowledged entries only.
 import { randomUUID } from "node:crypto";
 import test from "ava";
-import { collectDatabaseGauges, registry } from "../../src/observability/metrics.js";
+import { registry } from "../../src/observability/metrics.js";
+import { collectScrape } from "../../src/observability/scrape.js";
 import {
   alertWithDeadUpdate,
   asRole,
@@ -103,7 +104,7 @@ test.serial(
   async (t) => {
     const { dl } = await workflowFailedByCommand(db.pool);
     const gauge = async () => {
-      await collectDatabaseGauges(db.pool);
+      await collectScrape({ pool: db.pool });
       const m = (await registry.getSingleMetric("bitrix_sync_dead_letters_open")?.get())?.values ?? [];
       return m
         .filter(

@@ -5,7 +5,8 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import test from "ava";
 import { readiness } from "../../src/http/status.js";
-import { collectDatabaseGauges, registry } from "../../src/observability/metrics.js";
+import { registry } from "../../src/observability/metrics.js";
+import { collectScrape } from "../../src/observability/scrape.js";
 import { asRole } from "../helpers/dead-letters.js";
 import { type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { setSettings } from "../helpers/settings.js";
@@ -205,7 +206,7 @@ test.serial(
       "select * from bitrix_sync.status_alert_mirror",
     );
     t.true(view.rows.some((r) => r.mirror_status === "failed" && Number(r.count) >= 1));
-    await collectDatabaseGauges(rig.db.pool);
+    await collectScrape({ pool: rig.db.pool });
     const gauge =
       (await registry.getSingleMetric("bitrix_sync_business_alerts_unmirrored")?.get())?.values ?? [];
     t.true(gauge.some((v) => v.labels.mirror_status === "failed" && v.value >= 1));

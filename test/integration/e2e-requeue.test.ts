@@ -4,7 +4,8 @@
 // finishes, readiness recovers, and the open-DLQ gauge is back where it was.
 import test from "ava";
 import { readiness } from "../../src/http/status.js";
-import { collectDatabaseGauges, registry } from "../../src/observability/metrics.js";
+import { registry } from "../../src/observability/metrics.js";
+import { collectScrape } from "../../src/observability/scrape.js";
 import { asRole } from "../helpers/dead-letters.js";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
@@ -20,7 +21,7 @@ test.after.always(async () => {
 });
 
 const openGauge = async () => {
-  await collectDatabaseGauges(rig.db.pool);
+  await collectScrape({ pool: rig.db.pool });
   const values = (await registry.getSingleMetric("bitrix_sync_dead_letters_open")?.get())?.values ?? [];
   return values.reduce((n, v) => n + v.value, 0);
 };
