@@ -2,10 +2,11 @@
 // settings). main.ts builds them once and registers them here; a task run by the graphile-worker
 // CLI, where main.ts is not involved, builds them from the environment on first use.
 import { hostname } from "node:os";
-import pg from "pg";
+import type pg from "pg";
 import { type Config, loadConfig } from "./config/env.js";
 import type { ServiceContext } from "./context.js";
 import { type Crm, type CrmDeps, createCrm, createPortalLimiter } from "./crm/index.js";
+import { createPool } from "./db/pools.js";
 import { HealthState, observedClient } from "./observability/health.js";
 import { createLogger, type Logger } from "./observability/logger.js";
 import { createSettingsCache, type SettingsCache } from "./settings-cache.js";
@@ -100,7 +101,7 @@ export function runtime(): Promise<Runtime> {
     const databaseUrl = config.secrets.BITRIX_SYNC_DATABASE_URL;
     if (!databaseUrl) throw new Error("BITRIX_SYNC_DATABASE_URL is required");
     const log = createLogger({ level: config.env.LOG_LEVEL, environment: config.env.SERVICE_ENVIRONMENT });
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: config.env.BITRIX_SYNC_DB_POOL_SIZE });
+    const pool = createPool(databaseUrl, "work", { max: config.env.BITRIX_SYNC_DB_POOL_SIZE });
     return await buildRuntime({
       config,
       log,

@@ -1,9 +1,12 @@
 // Prometheus metrics (§15). Labels are low-cardinality only: command type, outcome, safe code,
 // receiver, state. Never a user id, Contact id, phone, email or fingerprint. Queue, workflow,
 // command, inbox, DLQ and alert gauges are read from the SQL status views at scrape time, so every
-// replica reports the same numbers.
+// replica reports the same numbers. A scrape waits for them at most METRICS_DEADLINE_MS; when the
+// database does not answer in time the gauges keep their last values and
+// bitrix_sync_metrics_database_up says 0.
 import type pg from "pg";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { withDeadline } from "../db/deadline.js";
 
 export const registry = new Registry();
 
@@ -107,6 +110,30 @@ const mappingViolations = new Gauge({
   help: "Active mappings whose user is not active (should be closed by contact.deactivate).",
   registers: [registry],
 });
+
+const databaseUp = new Gauge({
+  name: "bitrix_sync_metrics_database_up",
+  help: "1 when this scrape read the database gauges in time; 0 when they hold the values of an earlier scrape.",
+  registers: [registry],
+});
+
+/** A scrape answers within this, with or without fresh database gauges. */
+export const METRICS_DEADLINE_MS = 3_000;
+
+/** Refreshes the database gauges within the deadline; never throws. True when they are fresh. */
+export async function refreshDatabaseGauges(
+  pool: pg.Pool,
+  deadlineMs = METRICS_DEADLINE_MS,
+): Promise<boolean> {
+  try {
+    await withDeadline(collectDatabaseGauges(pool), deadlineMs);
+    databaseUp.set(1);
+    return true;
+  } catch {
+    databaseUp.set(0);
+    return false;
+  }
+}
 
 /** Reads the status views into the gauges. */
 export async function collectDatabaseGauges(pool: pg.Pool): Promise<void> {
