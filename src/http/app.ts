@@ -21,6 +21,8 @@ export interface AppDeps {
   receiver?: ReceiverConfig;
   /** The running service (readiness matrix, status, metrics); absent: database checks only. */
   status?: StatusSource;
+  /** Sampling of the receivers' refusal log lines (default: 10 per receiver and reason a minute). */
+  receiverLogSampling?: { perWindow?: number; windowMs?: number };
 }
 
 /** `Authorization: Bearer <token>`; the scheme is case-insensitive (RFC 7235 §2.1). */
@@ -55,7 +57,10 @@ export function createApp(deps: AppDeps): Hono {
     return c.text(await registry.metrics(), 200, { "content-type": registry.contentType });
   });
 
-  app.route(RECEIVER_BASE_PATH, receiverRoutes({ inbox, log: deps.log, config: deps.receiver }));
+  app.route(
+    RECEIVER_BASE_PATH,
+    receiverRoutes({ inbox, log: deps.log, config: deps.receiver, logSampling: deps.receiverLogSampling }),
+  );
 
   app.notFound((c) => c.json({ error: "not_found" }, 404));
   app.onError((err, c) => {
