@@ -2,6 +2,7 @@
 import { Writable } from "node:stream";
 import test from "ava";
 import { loadConfig } from "../../src/config/env.js";
+import { createPool } from "../../src/db/pools.js";
 import { createApp } from "../../src/http/app.js";
 import { CRM_STALE_MS, type StatusSource, WORKER_STALL_MS } from "../../src/http/status.js";
 import { HealthState } from "../../src/observability/health.js";
@@ -18,7 +19,7 @@ test.after.always(async () => {
   await db?.drop();
 });
 
-const TOKEN = "status-token-0b7c2d9e4f";
+const TOKEN = "status-token-0b7c2d9e4f6a1c3e5b7d9f2a4c6e8b0d";
 const log = createLogger({ destination: new Writable({ write: (_c, _e, cb) => cb() }) });
 
 function source(env: Record<string, string>, health = new HealthState()): StatusSource {
@@ -140,3 +141,47 @@ test.serial("metrics report depths with low-cardinality labels only", async (t) 
   t.false(text.includes(u.id));
   t.false(text.includes(u.phone));
 });
+
+test.serial("the Bearer scheme is matched case-insensitively (RFC 7235)", async (t) => {
+  const app = createApp({ pool: db.pool, log, status: source({}) });
+  for (const scheme of ["Bearer", "bearer", "BEARER", "bEaReR"]) {
+    const res = await app.request("/internal/sync/v1/status", {
+      headers: { authorization: `${scheme} ${TOKEN}` },
+    });
+    t.is(res.status, 200, scheme);
+  }
+  for (const header of [`Basic ${TOKEN}`, `Bearer${TOKEN}`, `Bearer ${TOKEN}x`, TOKEN]) {
+    const res = await app.request("/internal/sync/v1/status", { headers: { authorization: header } });
+    t.is(res.status, 401);
+  }
+});
+
+test.serial(
+  "with the database down, status answers 503 with a reason and what the process knows",
+  async (t) => {
+    // Nothing listens on port 1 of loopback: every connection is refused at once.
+    const down = createPool("postgres://postgres@127.0.0.1:1/postgres", "status");
+    try {
+      const app = createApp({ pool: down, log, status: source({}) });
+      const res = await app.request("/internal/sync/v1/status", {
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      t.is(res.status, 503);
+      const body = (await res.json()) as Record<string, unknown>;
+      t.is(body.error, "database_unreachable");
+      t.deepEqual(body.readiness, { status: "not_ready", problems: ["database_unreachable"] });
+      t.is(body.mode, "full");
+      t.is(typeof body.worker, "object");
+
+      const ready = await app.request("/health/ready");
+      t.is(ready.status, 503);
+      t.deepEqual(await ready.json(), { status: "not_ready", problems: ["database_unreachable"] });
+
+      const metrics = await app.request("/metrics");
+      t.is(metrics.status, 200);
+      t.regex(await metrics.text(), /^bitrix_sync_metrics_database_up 0$/m);
+    } finally {
+      await down.end();
+    }
+  },
+);
