@@ -12,6 +12,7 @@ import { createApp } from "./http/app.js";
 import { createHttpServer } from "./http/server.js";
 import { receiverConfig } from "./inbound/config.js";
 import { dataDir, embeddedDir } from "./local/data-dir.js";
+import { sandboxHashKey } from "./local/sandbox-hash-key.js";
 import { sandboxFirstIds } from "./local/sandbox-ids.js";
 import { type SandboxTokens, withSandboxTokens } from "./local/sandbox-tokens.js";
 import { connectHost, removeOwnServiceFile, runningService, writeServiceFile } from "./local/service-file.js";
@@ -104,6 +105,16 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   });
   stops.push(() => crmEndpoint.close());
 
+  if (config.sandbox && config.secrets.BITRIX_SYNC_HASH_KEY === undefined) {
+    const k = sandboxHashKey(local);
+    config.secrets.BITRIX_SYNC_HASH_KEY = k.key;
+    log.warn(
+      { event: "sandbox.hash_key", created: k.created, kept: k.kept },
+      k.kept
+        ? `SANDBOX MODE: no BITRIX_SYNC_HASH_KEY configured; hashes of personal data use the sandbox key ${k.created ? "generated now and kept" : "kept"} in the local data folder`
+        : "SANDBOX MODE: no BITRIX_SYNC_HASH_KEY configured and the local data folder cannot keep one; hashes of personal data use a key generated for this run only",
+    );
+  }
   const runtime = await buildRuntime({
     config,
     log,

@@ -7,6 +7,7 @@ import { type Config, loadConfig } from "./config/env.js";
 import type { ServiceContext } from "./context.js";
 import { type Crm, type CrmDeps, createCrm, createPortalLimiter } from "./crm/index.js";
 import { createPool } from "./db/pools.js";
+import { configureHashKey } from "./hash.js";
 import { HealthState, observedClient } from "./observability/health.js";
 import { createLogger, type Logger } from "./observability/logger.js";
 import { createSettingsCache, type SettingsCache } from "./settings-cache.js";
@@ -38,6 +39,8 @@ export interface RuntimeInput {
 
 export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
   const { config, log, pool } = input;
+  // Hashes over personal data are keyed (src/hash.ts); with sync disabled the key may be absent.
+  configureHashKey(config.secrets.BITRIX_SYNC_HASH_KEY);
   const settings = await createSettingsCache(pool, { log });
   const timeoutMs = config.env.BITRIX_SYNC_HTTP_TIMEOUT_SEC * 1000;
   const limiter = createPortalLimiter(pool, input.crmEndpoint.portalHost, timeoutMs, settings.get);

@@ -18,8 +18,7 @@ export function serviceEnv(
   return {
     PATH: process.env.PATH ?? "",
     HOME: process.env.HOME ?? "/tmp",
-    ...testServiceEnv(crm),
-    BITRIX_SYNC_DATABASE_URL: databaseUrl,
+    ...testServiceEnv(crm, { BITRIX_SYNC_DATABASE_URL: databaseUrl }),
     BITRIX_SYNC_MIGRATE_ON_START: "false",
     PORT: "0",
     HOST: "127.0.0.1",

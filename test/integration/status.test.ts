@@ -7,6 +7,7 @@ import { createApp } from "../../src/http/app.js";
 import { CRM_STALE_MS, type StatusSource, WORKER_STALL_MS } from "../../src/http/status.js";
 import { HealthState } from "../../src/observability/health.js";
 import { createLogger } from "../../src/observability/logger.js";
+import { loadConfigWithSecretFiles } from "../helpers/config.js";
 import { makeUser } from "../helpers/factories.js";
 import { createMemoryLimiter } from "../helpers/memory-limiter.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -23,7 +24,7 @@ const TOKEN = "status-token-0b7c2d9e4f6a1c3e5b7d9f2a4c6e8b0d";
 const log = createLogger({ destination: new Writable({ write: (_c, _e, cb) => cb() }) });
 
 function source(env: Record<string, string>, health = new HealthState()): StatusSource {
-  const config = loadConfig({ SECRETS_SOURCE: "env", BITRIX_SYNC_SERVICE_TOKEN: TOKEN, ...env });
+  const config = loadConfigWithSecretFiles({ BITRIX_SYNC_SERVICE_TOKEN: TOKEN, ...env });
   health.beat();
   return {
     config,
@@ -38,8 +39,9 @@ const PROD = {
   BITRIX_SYNC_CRM_REST_WEBHOOK_URL: "https://portal.example.invalid/rest/1/secretsecret/",
   BITRIX_SYNC_PORTAL_HOST: "portal.example.invalid",
   BITRIX_SYNC_PORTAL_MEMBER_ID: "member-1",
-  BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: "t1-contact-token-value",
-  BITRIX_SYNC_ALERT_RECEIVER_TOKEN: "t2-alert-token-value",
+  BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: "t1-contact-token-value-0123456789abcdef",
+  BITRIX_SYNC_ALERT_RECEIVER_TOKEN: "t2-alert-token-value-0123456789abcdef0",
+  BITRIX_SYNC_HASH_KEY: "t3-hash-key-value-0123456789abcdef012345",
   BITRIX_SYNC_CONTACT_USER_ID_FIELD: "UF_CRM_1",
   BITRIX_SYNC_CONTACT_REGISTERED_FIELD: "UF_CRM_2",
   BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: "UF_CRM_3",
