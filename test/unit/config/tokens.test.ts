@@ -6,7 +6,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
 import { ConfigError, loadConfig } from "../../../src/config/env.js";
-import { TOKEN_SECRETS } from "../../../src/config/tokens.js";
+import { TOKEN_SECRETS, tokenProblems } from "../../../src/config/tokens.js";
+import { sandboxHashKey } from "../../../src/local/sandbox-hash-key.js";
+import { withSandboxTokens } from "../../../src/local/sandbox-tokens.js";
 
 const GOOD = {
   BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: "contact-0123456789abcdef0123456789abcdef",
@@ -163,4 +165,17 @@ test("SECRETS_SOURCE=env is refused when sync is enabled", (t) => {
     /SECRETS_SOURCE=env is for local use only and is refused when BITRIX_SYNC_ENABLED=true/,
   );
   t.deepEqual(problems({ ...GOOD, SECRETS_SOURCE: "env", BITRIX_SYNC_ENABLED: "false" }), []);
+});
+
+test("what the sandbox generates passes the same rules", (t) => {
+  const { config } = withSandboxTokens(loadConfig({ SECRETS_SOURCE: "env" }));
+  const dir = mkdtempSync(join(tmpdir(), "bitrix-sync-sandbox-key-"));
+  try {
+    const k = sandboxHashKey(dir);
+    t.true(k.created && k.kept);
+    t.deepEqual(sandboxHashKey(dir), { key: k.key, created: false, kept: true }, "kept across runs");
+    t.deepEqual(tokenProblems({ ...config.secrets, BITRIX_SYNC_HASH_KEY: k.key }), []);
+  } finally {
+    rmSync(dir, { recursive: true });
+  }
 });
