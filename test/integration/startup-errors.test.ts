@@ -126,7 +126,9 @@ test("a missing secret file names the secret and the file, and exits 66", async 
   );
 });
 
-test("a token that breaks the rules is named, never shown, and exits 78", async (t) => {
+// Serial, so it adds no process to those the other tests of this file start at once against their
+// 20 s deadlines.
+test.serial("a token that breaks the rules is named, never shown, and exits 78", async (t) => {
   const dir = secretsDir("none");
   const weak = "tok-weak-4e1a";
   writeFileSync(join(dir, "BITRIX_SYNC_SERVICE_TOKEN"), `${weak}\n`);
