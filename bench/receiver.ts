@@ -2,28 +2,31 @@
 // receiver on loopback (issue 6; goal ≥ 3 000/s and p99 < 20 ms on 2 cores).
 //
 // The server runs in a child process (this file with --serve), exactly as the service builds it
-// (createApp + @hono/node-server + a pg.Pool), against a freshly migrated database on
+// (createApp on the service's receiver and status pools, src/db/pools.ts, and its HTTP server,
+// src/http/server.ts), against a freshly migrated database on
 // TEST_DATABASE_URL's server or, without it, on an embedded PostgreSQL. autocannon drives it from
 // this process with valid robot requests for a rotating set of Contacts. Afterwards the number of
 // inbox rows must equal the number of 200 replies.
 //
-// Knobs: BENCH_REQUESTS (default 60000), BENCH_CONNECTIONS (32), BENCH_POOL (10), BENCH_IN_FLIGHT
+// Knobs: BENCH_REQUESTS (default 60000), BENCH_CONNECTIONS (32), BENCH_POOL (receiver pool, 3), BENCH_IN_FLIGHT
 // (grouped inbox calls in flight, default 2), BENCH_PROFILE_DIR
 // (write a V8 CPU profile of the server there).
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
+import type { AddressInfo } from "node:net";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { serve } from "@hono/node-server";
 import autocannon from "autocannon";
 import pg from "pg";
 import { startEmbedded } from "../src/db/embedded.js";
 import { migrateDatabase } from "../src/db/migrate.js";
+import { createPool } from "../src/db/pools.js";
 import { withDatabase } from "../src/db/url.js";
 import { createApp } from "../src/http/app.js";
+import { createHttpServer } from "../src/http/server.js";
 import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUERY_BYTES } from "../src/inbound/config.js";
 import { createLogger } from "../src/observability/logger.js";
 
@@ -33,10 +36,12 @@ const MEMBER = randomBytes(16).toString("hex");
 
 async function serveMode(): Promise<void> {
   const url = process.env.BENCH_DB_URL as string;
-  const pool = new pg.Pool({ connectionString: url, max: Number(process.env.BENCH_POOL ?? 10) });
+  const pool = createPool(url, "status");
+  const receiverPool = createPool(url, "receiver", { max: Number(process.env.BENCH_POOL ?? 3) });
   const log = createLogger({ level: "warn", destination: process.stderr });
   const app = createApp({
     pool,
+    receiverPool,
     log,
     receiver: {
       tokens: { contact: { current: process.env.BENCH_TOKEN }, alert: {} },
@@ -47,12 +52,13 @@ async function serveMode(): Promise<void> {
       inbox: process.env.BENCH_IN_FLIGHT ? { maxInFlight: Number(process.env.BENCH_IN_FLIGHT) } : undefined,
     },
   });
-  const server = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, (info) => {
-    process.stdout.write(`${JSON.stringify({ port: info.port })}\n`);
+  const server = createHttpServer(app);
+  server.listen(0, "127.0.0.1", () => {
+    process.stdout.write(`${JSON.stringify({ port: (server.address() as AddressInfo).port })}\n`);
   });
   process.on("SIGTERM", () => {
     server.close();
-    void pool.end().then(() => process.exit(0));
+    void Promise.all([pool.end(), receiverPool.end()]).then(() => process.exit(0));
   });
 }
 
@@ -74,7 +80,7 @@ function robotBody(id: number): string {
 async function mainMode(): Promise<number> {
   const amount = Number(process.env.BENCH_REQUESTS ?? 60_000);
   const connections = Number(process.env.BENCH_CONNECTIONS ?? 32);
-  const poolSize = Number(process.env.BENCH_POOL ?? 10);
+  const poolSize = Number(process.env.BENCH_POOL ?? 3);
   // Other processes on the machine shift the figures; the 1-minute load average says how much.
   const loadBefore = (loadavg()[0] ?? 0).toFixed(1);
 

@@ -5,7 +5,7 @@
 import type pg from "pg";
 import type { CitizenshipDictionary, ContactRecord } from "./crm/contact-fields.js";
 import { isValidRuPhone, pickEmail } from "./crm/contact-fields.js";
-import { sha256, stableHash } from "./hash.js";
+import { contentHash, piiHash } from "./hash.js";
 
 export type Db = pg.PoolClient | pg.Pool | pg.Client;
 
@@ -60,13 +60,16 @@ export function hasValidPhone(u: AppUser): boolean {
 }
 
 /**
- * SHA-256 of the App-master content an intent wants in the CRM. Equal hashes mean semantically equal
- * intents (DESIGN.md, adopted guarantees). Only App-master fields count: phone and status.
+ * The keyed hash (src/hash.ts) of the App-master content an intent wants in the CRM. Equal hashes
+ * mean semantically equal intents (DESIGN.md, adopted guarantees). Only App-master fields count:
+ * phone and status. A workflow recorded before the hash key existed holds a legacy hash, which never
+ * equals a new one: its next intent runs one pass more, which reads the Contact and finds nothing
+ * to write.
  */
 export function desiredContentHash(intent: string, u: AppUser | null): string {
-  if (!u) return stableHash({ intent, missing: true });
+  if (!u) return contentHash({ intent, missing: true });
   const active = u.identityStatus === "active" && u.profileStatus === "active";
-  return stableHash({ intent, active, phone: intent === "contact.deactivate" ? null : u.phone });
+  return contentHash({ intent, active, phone: intent === "contact.deactivate" ? null : u.phone });
 }
 
 export interface Snapshot {
@@ -150,6 +153,11 @@ export type ApplyResult =
   | { applied: false; stale: true }
   | { applied: false; stale: false; reason: "unknown_citizenship"; enumId: string };
 
+/** The name and e-mail a Contact gives the App: NAME trimmed, the e-mail by the pick rule (§3.3). */
+export function crmMasterValues(contact: ContactRecord): { name: string | null; email: string | null } {
+  return { name: contact.name?.trim() ? contact.name.trim() : null, email: pickEmail(contact.emails) };
+}
+
 /**
  * Writes the Contact's CRM-master fields into the App profile in the caller's transaction through
  * bitrix_sync.apply_crm_master_fields (han.sync_suppress set, so no App->CRM intent is recorded),
@@ -190,8 +198,7 @@ export async function applyCrmMaster(
     }
     citizenship = found.item.value;
   }
-  const name = contact.name?.trim() ? contact.name.trim() : null;
-  const email = pickEmail(contact.emails);
+  const { name, email } = crmMasterValues(contact);
 
   await tx.query(
     "select bitrix_sync.apply_crm_master_fields($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
@@ -201,8 +208,8 @@ export async function applyCrmMaster(
       name,
       citizenship,
       email,
-      sha256(name),
-      sha256(email),
+      piiHash(name),
+      piiHash(email),
       contact.citizenshipEnumId,
       loadedAt === null ? null : new Date(loadedAt),
       contact.registered,

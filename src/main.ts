@@ -2,17 +2,18 @@
 // data folder is .data/pg (kept across restarts); with no CRM webhook configured it runs in sandbox
 // mode against the built-in Bitrix24 emulator. A startup failure prints one line naming the cause and
 // the fix and exits with its own code (src/startup/errors.ts, docs/operations.md).
-import type { Server } from "node:http";
-import { createAdaptorServer } from "@hono/node-server";
-import pg from "pg";
+import type pg from "pg";
 import { type Config, loadConfig } from "./config/env.js";
 import { startEmbedded } from "./db/embedded.js";
 import { migrateDatabase } from "./db/migrate.js";
+import { createServicePools } from "./db/pools.js";
 import { redactUrl } from "./db/url.js";
 import { startCrmEndpoint } from "./emulator/sandbox.js";
 import { createApp } from "./http/app.js";
+import { createHttpServer } from "./http/server.js";
 import { receiverConfig } from "./inbound/config.js";
 import { dataDir, embeddedDir } from "./local/data-dir.js";
+import { sandboxHashKey } from "./local/sandbox-hash-key.js";
 import { sandboxFirstIds } from "./local/sandbox-ids.js";
 import { type SandboxTokens, withSandboxTokens } from "./local/sandbox-tokens.js";
 import { connectHost, removeOwnServiceFile, runningService, writeServiceFile } from "./local/service-file.js";
@@ -103,17 +104,13 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
     }
   }
 
-  const pool = new pg.Pool({
-    connectionString: databaseUrl,
-    max: config.env.BITRIX_SYNC_DB_POOL_SIZE,
-    application_name: "bitrix-sync",
-  });
+  // One pool per use, each with its own deadlines (src/db/pools.ts).
+  const pools = createServicePools(databaseUrl, { workMax: config.env.BITRIX_SYNC_DB_POOL_SIZE });
+  const pool = pools.work;
   pool.on("error", (err) =>
     log.warn({ event: "db.pool.error", code: (err as { code?: string }).code }, "idle client error"),
   );
-  // A client that dies while checked out must not crash the process; the query using it fails instead.
-  pool.on("connect", (client) => client.on("error", () => undefined));
-  stops.unshift(() => pool.end());
+  stops.unshift(() => pools.end());
 
   if (config.sandbox) {
     log.warn(
@@ -129,6 +126,16 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   });
   stops.push(() => crmEndpoint.close());
 
+  if (config.sandbox && config.secrets.BITRIX_SYNC_HASH_KEY === undefined) {
+    const k = sandboxHashKey(local);
+    config.secrets.BITRIX_SYNC_HASH_KEY = k.key;
+    log.warn(
+      { event: "sandbox.hash_key", created: k.created, kept: k.kept },
+      k.kept
+        ? `SANDBOX MODE: no BITRIX_SYNC_HASH_KEY configured; hashes of personal data use the sandbox key ${k.created ? "generated now and kept" : "kept"} in the local data folder`
+        : "SANDBOX MODE: no BITRIX_SYNC_HASH_KEY configured and the local data folder cannot keep one; hashes of personal data use a key generated for this run only",
+    );
+  }
   const runtime = await buildRuntime({
     config,
     log,
@@ -141,7 +148,8 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   stops.unshift(() => runtime.close());
 
   const app = createApp({
-    pool,
+    pool: pools.status,
+    receiverPool: pools.receiver,
     log,
     receiver: receiverConfig(config),
     status: {
@@ -152,8 +160,8 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
     },
   });
   // Bound before the runner starts, so a port taken since the check above claims no work.
-  const server = createAdaptorServer({ fetch: app.fetch, hostname: host });
-  const boundPort = await listen(server as Server, host, port, holder);
+  const server = createHttpServer(app, { hostname: host });
+  const boundPort = await listen(server, host, port, holder);
 
   if (config.processing) {
     const runner = await startRunner({ pool, log });

@@ -2,10 +2,12 @@
 // settings). main.ts builds them once and registers them here; a task run by the graphile-worker
 // CLI, where main.ts is not involved, builds them from the environment on first use.
 import { hostname } from "node:os";
-import pg from "pg";
+import type pg from "pg";
 import { type Config, loadConfig } from "./config/env.js";
 import type { ServiceContext } from "./context.js";
 import { type Crm, type CrmDeps, createCrm, createPortalLimiter } from "./crm/index.js";
+import { createPool } from "./db/pools.js";
+import { configureHashKey } from "./hash.js";
 import { HealthState, observedClient } from "./observability/health.js";
 import { createLogger, type Logger } from "./observability/logger.js";
 import { createSettingsCache, type SettingsCache } from "./settings-cache.js";
@@ -37,6 +39,8 @@ export interface RuntimeInput {
 
 export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
   const { config, log, pool } = input;
+  // Hashes over personal data are keyed (src/hash.ts); with sync disabled the key may be absent.
+  configureHashKey(config.secrets.BITRIX_SYNC_HASH_KEY);
   const settings = await createSettingsCache(pool, { log });
   const timeoutMs = config.env.BITRIX_SYNC_HTTP_TIMEOUT_SEC * 1000;
   const limiter = createPortalLimiter(pool, input.crmEndpoint.portalHost, timeoutMs, settings.get);
@@ -102,7 +106,7 @@ export function runtime(): Promise<Runtime> {
     const databaseUrl = config.secrets.BITRIX_SYNC_DATABASE_URL;
     if (!databaseUrl) throw new Error("BITRIX_SYNC_DATABASE_URL is required");
     const log = createLogger({ level: config.env.LOG_LEVEL, environment: config.env.SERVICE_ENVIRONMENT });
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: config.env.BITRIX_SYNC_DB_POOL_SIZE });
+    const pool = createPool(databaseUrl, "work", { max: config.env.BITRIX_SYNC_DB_POOL_SIZE });
     return await buildRuntime({
       config,
       log,

@@ -85,6 +85,9 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
   const listener = new pg.Client({
     connectionString: opts.connectionString,
     application_name: "bitrix-sync-listen",
+    // Bounded like the pools' connections (src/db/pools.ts); without LISTEN the lanes poll.
+    connectionTimeoutMillis: 10_000,
+    keepAlive: true,
   });
   try {
     await listener.connect();

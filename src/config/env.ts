@@ -5,6 +5,7 @@ import { z } from "zod";
 import { type Cidr, parseCidrList } from "./cidr.js";
 import { toRestFieldName } from "./fields.js";
 import { loadSecrets, type Secrets, secretLocation } from "./secrets.js";
+import { tokenProblems } from "./tokens.js";
 
 const boolish = z
   .enum(["true", "false", "1", "0", "yes", "no"])
@@ -140,6 +141,12 @@ export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
       "BITRIX_SYNC_ENABLED=true but BITRIX_SYNC_CRM_REST_WEBHOOK_URL is not configured: sandbox mode is refused when sync is enabled",
     );
   }
+  if (env.BITRIX_SYNC_ENABLED === true && env.SECRETS_SOURCE === "env") {
+    invalid(
+      "SECRETS_SOURCE",
+      "SECRETS_SOURCE=env is for local use only and is refused when BITRIX_SYNC_ENABLED=true: put the secrets in files in BITRIX_SYNC_SECRETS_DIR (SECRETS_SOURCE=file)",
+    );
+  }
   if (env.BITRIX_SYNC_ENABLED === true) {
     for (const k of [
       "BITRIX_SYNC_CONTACT_USER_ID_FIELD",
@@ -150,7 +157,12 @@ export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
     ] as const) {
       if (env[k] === undefined) invalid(k, `${k}: required when BITRIX_SYNC_ENABLED=true`);
     }
-    for (const k of ["BITRIX_SYNC_CONTACT_RECEIVER_TOKEN", "BITRIX_SYNC_ALERT_RECEIVER_TOKEN"] as const) {
+    for (const k of [
+      "BITRIX_SYNC_CONTACT_RECEIVER_TOKEN",
+      "BITRIX_SYNC_ALERT_RECEIVER_TOKEN",
+      "BITRIX_SYNC_SERVICE_TOKEN",
+      "BITRIX_SYNC_HASH_KEY",
+    ] as const) {
       if (secrets[k] === undefined) {
         problems.push({
           variable: k,
@@ -160,6 +172,7 @@ export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
       }
     }
   }
+  problems.push(...tokenProblems(secrets));
   if (!sandbox && env.BITRIX_SYNC_PORTAL_HOST === undefined) {
     invalid(
       "BITRIX_SYNC_PORTAL_HOST",

@@ -224,6 +224,9 @@ limit_req_zone $binary_remote_addr zone=bitrix_sync_webhooks:1m rate=${s.ratePer
 upstream bitrix_sync_receivers {
   server ${s.upstream};
   keepalive 16;
+  # Shorter than the service's own keep-alive timeout (src/http/server.ts), so nginx closes an idle
+  # connection before the service does and never sends a robot's request on a closing one.
+  keepalive_timeout 5s;
 }
 
 server {

@@ -9,6 +9,8 @@ export const SECRET_NAMES = [
   "BITRIX_SYNC_CONTACT_RECEIVER_TOKEN",
   "BITRIX_SYNC_ALERT_RECEIVER_TOKEN",
   "BITRIX_SYNC_SERVICE_TOKEN",
+  // The key of the HMAC over personal data (src/hash.ts); required when sync is enabled.
+  "BITRIX_SYNC_HASH_KEY",
 ] as const;
 export type SecretName = (typeof SECRET_NAMES)[number];
 

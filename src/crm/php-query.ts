@@ -50,6 +50,18 @@ export function toPhpQuery(params: ParamObject): string {
 
 type Tree = { [key: string]: Tree | string };
 
+/**
+ * Keys that would reach Object.prototype through a plain object (`__proto__[x]=1` polluted every
+ * object of the process): a pair naming one of them anywhere in its path is dropped. PHP has no such
+ * keys in any Bitrix24 method's parameters, so nothing legitimate is lost.
+ */
+const FORBIDDEN_KEYS = new Set(["__proto__", "constructor", "prototype"]);
+
+/** Null-prototype, so a lookup sees own keys only, even for names no one checked. */
+function tree(): Tree {
+  return Object.create(null) as Tree;
+}
+
 function dec(s: string): string {
   try {
     return decodeURIComponent(s.replace(/\+/g, " "));
@@ -71,9 +83,12 @@ function listify(node: Tree | string): unknown {
   return out;
 }
 
-/** Parses a PHP-style query string into nested objects and arrays (all leaves are strings). */
+/**
+ * Parses a PHP-style query string into nested objects and arrays (all leaves are strings). A pair
+ * whose key path holds `__proto__`, `constructor` or `prototype` is ignored.
+ */
 export function parsePhpQuery(qs: string): Record<string, unknown> {
-  const root: Tree = {};
+  const root = tree();
   for (const part of qs.split("&")) {
     if (part === "") continue;
     const eq = part.indexOf("=");
@@ -83,6 +98,7 @@ export function parsePhpQuery(qs: string): Record<string, unknown> {
     if (!m) continue;
     const path = [m[1] as string];
     for (const seg of (m[2] ?? "").matchAll(/\[([^[\]]*)\]/g)) path.push(seg[1] as string);
+    if (path.some((k) => FORBIDDEN_KEYS.has(k))) continue;
     let node: Tree = root;
     for (let i = 0; i < path.length; i++) {
       let key = path[i] as string;
@@ -91,9 +107,9 @@ export function parsePhpQuery(qs: string): Record<string, unknown> {
       if (last) {
         node[key] = value;
       } else {
-        const next = node[key];
+        const next = Object.hasOwn(node, key) ? node[key] : undefined;
         if (next === undefined || typeof next === "string") {
-          const fresh: Tree = {};
+          const fresh = tree();
           node[key] = fresh;
           node = fresh;
         } else {

@@ -1,8 +1,10 @@
 // The one HTTP listener (DESIGN.md): health, the receivers, internal status and metrics. Thin:
-// handlers call src/ and SQL; errors are generic JSON with no ids or stack.
+// handlers call src/ and SQL; errors are generic JSON with no ids or stack. Every handler that asks
+// the database answers within a deadline (docs/operations.md, "Bounded waits").
 import { Hono } from "hono";
 import type pg from "pg";
 import type { ReceiverConfig } from "../inbound/config.js";
+import { InboxWriter } from "../inbound/inbox.js";
 import { RECEIVER_BASE_PATH, receiverRoutes } from "../inbound/routes.js";
 import { secretMatcher } from "../inbound/token.js";
 import type { Logger } from "../observability/logger.js";
@@ -11,22 +13,32 @@ import { collectScrape } from "../observability/scrape.js";
 import { readiness, type StatusSource, statusDocument } from "./status.js";
 
 export interface AppDeps {
+  /** The status endpoints' pool (src/db/pools.ts, use "status"); the receivers' too unless receiverPool is given. */
   pool: pg.Pool;
+  /** The receivers' pool (use "receiver"): inbox writes and the readiness probe of that path. */
+  receiverPool?: pg.Pool;
   log: Logger;
   /** Robot webhook receivers (§10.1); absent: they answer 503 receiver_not_configured. */
   receiver?: ReceiverConfig;
   /** The running service (readiness matrix, status, metrics); absent: database checks only. */
   status?: StatusSource;
+  /** Sampling of the receivers' refusal log lines (default: 10 per receiver and reason a minute). */
+  receiverLogSampling?: { perWindow?: number; windowMs?: number };
 }
+
+/** `Authorization: Bearer <token>`; the scheme is case-insensitive (RFC 7235 §2.1). */
+const BEARER = /^bearer +(\S+) *$/i;
 
 export function createApp(deps: AppDeps): Hono {
   const app = new Hono();
+  const inbox = new InboxWriter(deps.receiverPool ?? deps.pool, deps.receiver?.inbox);
+  const probe = () => inbox.probe();
 
   app.get("/health/live", (c) => c.json({ status: "live" }));
 
   // §14: not_ready answers 503; degraded (a CRM outage shorter than a credential problem) 200.
   app.get("/health/ready", async (c) => {
-    const r = await readiness(deps.pool, deps.status);
+    const r = await readiness(deps.pool, deps.status, probe);
     return c.json(r, r.status === "not_ready" ? 503 : 200);
   });
 
@@ -35,17 +47,21 @@ export function createApp(deps: AppDeps): Hono {
   const serviceTokenOk = secretMatcher([serviceToken]);
   app.get("/internal/sync/v1/status", async (c) => {
     if (!deps.status || !serviceToken) return c.json({ error: "status_not_configured" }, 503);
-    const m = /^Bearer (\S+)$/.exec(c.req.header("authorization") ?? "");
+    const m = BEARER.exec(c.req.header("authorization") ?? "");
     if (!m?.[1] || !serviceTokenOk(m[1])) return c.json({ error: "unauthorized" }, 401);
-    return c.json(await statusDocument(deps.pool, deps.status));
+    const doc = await statusDocument(deps.pool, deps.status, probe);
+    return c.json(doc.body, doc.ok ? 200 : 503);
   });
 
   app.get("/metrics", async (c) => {
-    await collectScrape({ pool: deps.pool, ...(deps.status ? { status: deps.status } : {}) });
+    await collectScrape({ pool: deps.pool, probe, ...(deps.status ? { status: deps.status } : {}) });
     return c.text(await registry.metrics(), 200, { "content-type": registry.contentType });
   });
 
-  app.route(RECEIVER_BASE_PATH, receiverRoutes({ pool: deps.pool, log: deps.log, config: deps.receiver }));
+  app.route(
+    RECEIVER_BASE_PATH,
+    receiverRoutes({ inbox, log: deps.log, config: deps.receiver, logSampling: deps.receiverLogSampling }),
+  );
 
   app.notFound((c) => c.json({ error: "not_found" }, 404));
   app.onError((err, c) => {

@@ -1,9 +1,14 @@
 // §14: readiness matrix, the internal status document and Prometheus metrics. Nothing here returns
 // PII, Contact or user IDs, URLs with credentials or raw errors: counts, ages, codes and times only.
+//
+// Every answer has a deadline (docs/operations.md, "Bounded waits"): what the database does not
+// tell in time is reported as a problem code, next to what the process knows by itself.
 import type pg from "pg";
 import type { Config } from "../config/env.js";
 import type { CrmLimiter } from "../crm/limiter.js";
+import { databaseProblem, isTimeout, withDeadline } from "../db/deadline.js";
 import { migrationsCurrent } from "../db/migrate.js";
+import { InboxProbeRefused } from "../inbound/inbox.js";
 import type { HealthState } from "../observability/health.js";
 import type { SettingsCache } from "../settings-cache.js";
 
@@ -18,9 +23,13 @@ export interface StatusSource {
    */
   settings: Pick<SettingsCache, "get" | "version" | "problem">;
 }
-
 /** The sync loop beats every round (at most the poll interval, 5 s); silence this long is a stall. */
 export const WORKER_STALL_MS = 90_000;
+
+/** Readiness answers within this, whatever the database does. */
+export const READINESS_DEADLINE_MS = 2_500;
+/** The status document's database part; past it the answer is 503 with what the process knows. */
+export const STATUS_DEADLINE_MS = 4_000;
 
 /** Readiness verdicts, worst last. */
 export const READINESS_STATUSES = ["ready", "degraded", "not_ready"] as const;
@@ -29,9 +38,13 @@ export const READINESS_STATUSES = ["ready", "degraded", "not_ready"] as const;
 export const READINESS_PROBLEMS = [
   "alert_config_invalid",
   "crm_credential_rejected",
+  "crm_permission_denied",
   "crm_stale",
   "cutover_not_performed",
+  "database_timeout",
   "database_unreachable",
+  "inbox_write_failed",
+  "inbox_write_timeout",
   "migrations_pending",
   "portal_identity_missing",
   "queue_grants_missing",
@@ -45,34 +58,69 @@ export interface Readiness {
   problems: string[];
 }
 
-export async function readiness(pool: pg.Pool, src?: StatusSource): Promise<Readiness> {
+/** The write path of the receivers, exercised without keeping anything (InboxWriter.probe). */
+export type InboxProbe = () => Promise<void>;
+
+async function databaseChecks(
+  pool: pg.Pool,
+  src?: StatusSource,
+): Promise<{ fatal: string[]; degraded: string[] }> {
   const fatal: string[] = [];
   const degraded: string[] = [];
-  try {
-    const current = await migrationsCurrent(pool);
-    if (!current) fatal.push("migrations_pending");
-    const { rows } = await pool.query<{ ok: boolean }>(
-      `select has_table_privilege('han_app.sync_queue', 'SELECT')
-          and has_column_privilege('han_app.sync_queue', 'status', 'UPDATE')
-          and has_column_privilege('han_app.client_profile', 'full_name', 'UPDATE') as ok`,
+  const current = await migrationsCurrent(pool);
+  if (!current) fatal.push("migrations_pending");
+  const { rows } = await pool.query<{ ok: boolean }>(
+    `select has_table_privilege('han_app.sync_queue', 'SELECT')
+        and has_column_privilege('han_app.sync_queue', 'status', 'UPDATE')
+        and has_column_privilege('han_app.client_profile', 'full_name', 'UPDATE') as ok`,
+  );
+  if (!rows[0]?.ok) fatal.push("queue_grants_missing");
+  // Both are SQL's to decide (sql/cutover.sql, sql/settings.sql); an older schema has neither.
+  if (current) {
+    const { rows: s } = await pool.query<{ cutover: boolean; alerts: string | null }>(
+      "select bitrix_sync.cutover_performed() as cutover, bitrix_sync.alert_config_problem() as alerts",
     );
-    if (!rows[0]?.ok) fatal.push("queue_grants_missing");
-    // Both are SQL's to decide (sql/cutover.sql, sql/settings.sql); an older schema has neither.
-    if (current) {
-      const { rows: s } = await pool.query<{ cutover: boolean; alerts: string | null }>(
-        "select bitrix_sync.cutover_performed() as cutover, bitrix_sync.alert_config_problem() as alerts",
-      );
-      // The claim functions return nothing until the cutover: the receivers record, nothing moves.
-      // Degraded, not not-ready: a load balancer that took the instance out would make the public
-      // receivers unreachable, and the robot does not retry (§10.1). (Sandbox mode performs the
-      // cutover at start; this shows when that failed.)
-      if (src?.config.processing && !s[0]?.cutover) degraded.push("cutover_not_performed");
-      // The alert receiver refuses every event and alerts stay in the database; the rest works.
-      if (s[0]?.alerts) degraded.push(s[0].alerts);
-    }
-  } catch {
-    fatal.push("database_unreachable");
+    // The claim functions return nothing until the cutover: the receivers record, nothing moves.
+    // Degraded, not not-ready: a load balancer that took the instance out would make the public
+    // receivers unreachable, and the robot does not retry (§10.1). (Sandbox mode performs the
+    // cutover at start; this shows when that failed.)
+    if (src?.config.processing && !s[0]?.cutover) degraded.push("cutover_not_performed");
+    // The alert receiver refuses every event and alerts stay in the database; the rest works.
+    if (s[0]?.alerts) degraded.push(s[0].alerts);
   }
+  return { fatal, degraded };
+}
+
+/**
+ * Why the inbox probe failed: a timeout (a lock held on the inbox, a slow database or a full
+ * receiver pool), a refusal by the database (e.g. a missing privilege), or no database at all.
+ */
+function inboxProblem(e: unknown): string {
+  if (isTimeout(e)) return "inbox_write_timeout";
+  if (e instanceof InboxProbeRefused) return "inbox_write_failed";
+  const code = (e as { code?: unknown }).code;
+  // A SQLSTATE outside connection exceptions (08) and operator intervention (57P): the database
+  // answered and said no.
+  if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && !/^(08|57P)/.test(code))
+    return "inbox_write_failed";
+  return "database_unreachable";
+}
+
+export async function readiness(pool: pg.Pool, src?: StatusSource, probe?: InboxProbe): Promise<Readiness> {
+  const [db, write] = await Promise.all([
+    withDeadline(databaseChecks(pool, src), READINESS_DEADLINE_MS).catch((e) => ({
+      fatal: [databaseProblem(e)],
+      degraded: [] as string[],
+    })),
+    probe
+      ? withDeadline(probe(), READINESS_DEADLINE_MS).then(
+          () => [],
+          (e) => [inboxProblem(e)],
+        )
+      : [],
+  ]);
+  const fatal: string[] = [...new Set([...db.fatal, ...write])];
+  const degraded: string[] = [...db.degraded];
   if (src) {
     const now = Date.now();
     const h = src.health;
@@ -108,8 +156,46 @@ export async function readiness(pool: pg.Pool, src?: StatusSource): Promise<Read
 const iso = (ms: number | null | undefined) =>
   ms === null || ms === undefined ? null : new Date(ms).toISOString();
 
-/** The internal status document (§14). */
-export async function statusDocument(pool: pg.Pool, src: StatusSource) {
+/** What the process knows about itself, without the database. */
+function processStatus(src: StatusSource) {
+  const h = src.health;
+  return {
+    mode: src.config.env.BITRIX_SYNC_MODE,
+    sandbox: src.config.sandbox,
+    processing: src.config.processing,
+    settings_version: src.settings.version(),
+    settings_refused_version: src.settings.problem()?.version ?? null,
+    crm: {
+      last_success_at: iso(h.lastCrmSuccessAt),
+      last_failure: h.lastCrmFailure ? { code: h.lastCrmFailure.code, at: iso(h.lastCrmFailure.at) } : null,
+      credential_problem: h.credentialProblem
+        ? { code: h.credentialProblem.code, at: iso(h.credentialProblem.at) }
+        : null,
+      permission_problems: [...h.permissionProblems]
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([method, p]) => ({ method, code: p.code, at: iso(p.at) })),
+    },
+    worker: { last_heartbeat_at: iso(h.loopBeatAt) },
+  };
+}
+
+async function limiterStatus(src: StatusSource): Promise<unknown> {
+  try {
+    const l = await withDeadline(src.limiter.state(), STATUS_DEADLINE_MS);
+    return {
+      tokens: l.tokens,
+      rate: l.rate,
+      rate_factor: l.rateFactor,
+      in_flight: l.inFlight,
+      throttled_until: iso(l.throttledUntil),
+      blocked_methods: l.blockedMethods.map((b) => ({ method: b.method, until: iso(b.until) })),
+    };
+  } catch {
+    return { error: "unavailable" };
+  }
+}
+
+async function databaseStatus(pool: pg.Pool) {
   const [queue, workflows, commands, webhooks, dlq, alerts, mirror, cursors] = await Promise.all([
     pool.query(
       "select status, count::int, oldest_age_sec::int from bitrix_sync.status_queue order by status",
@@ -136,28 +222,7 @@ export async function statusDocument(pool: pg.Pool, src: StatusSource) {
       "select job_type, watermark, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered from bitrix_sync.reconciliation_cursors order by job_type",
     ),
   ]);
-  let limiter: unknown = null;
-  try {
-    const l = await src.limiter.state();
-    limiter = {
-      tokens: l.tokens,
-      rate: l.rate,
-      rate_factor: l.rateFactor,
-      in_flight: l.inFlight,
-      throttled_until: iso(l.throttledUntil),
-      blocked_methods: l.blockedMethods.map((b) => ({ method: b.method, until: iso(b.until) })),
-    };
-  } catch {
-    limiter = { error: "unavailable" };
-  }
-  const h = src.health;
   return {
-    mode: src.config.env.BITRIX_SYNC_MODE,
-    sandbox: src.config.sandbox,
-    processing: src.config.processing,
-    settings_version: src.settings.version(),
-    settings_refused_version: src.settings.problem()?.version ?? null,
-    readiness: await readiness(pool, src),
     queue: queue.rows,
     workflows: workflows.rows,
     commands: commands.rows,
@@ -166,17 +231,28 @@ export async function statusDocument(pool: pg.Pool, src: StatusSource) {
     business_alerts: alerts.rows,
     alert_mirror: mirror.rows,
     reconciliation: cursors.rows,
-    limiter,
-    crm: {
-      last_success_at: iso(h.lastCrmSuccessAt),
-      last_failure: h.lastCrmFailure ? { code: h.lastCrmFailure.code, at: iso(h.lastCrmFailure.at) } : null,
-      credential_problem: h.credentialProblem
-        ? { code: h.credentialProblem.code, at: iso(h.credentialProblem.at) }
-        : null,
-      permission_problems: [...h.permissionProblems]
-        .sort(([a], [b]) => a.localeCompare(b))
-        .map(([method, p]) => ({ method, code: p.code, at: iso(p.at) })),
-    },
-    worker: { last_heartbeat_at: iso(h.loopBeatAt) },
   };
+}
+
+/**
+ * The internal status document (§14). `ok` false: the database part failed or missed its deadline;
+ * the document then holds `error` (database_timeout or database_unreachable), readiness and what
+ * the process knows, and is answered 503.
+ */
+export async function statusDocument(
+  pool: pg.Pool,
+  src: StatusSource,
+  probe?: InboxProbe,
+): Promise<{ ok: boolean; body: Record<string, unknown> }> {
+  const [ready, db, limiter] = await Promise.all([
+    readiness(pool, src, probe),
+    withDeadline(databaseStatus(pool), STATUS_DEADLINE_MS).then(
+      (rows) => ({ ok: true as const, rows }),
+      (e) => ({ ok: false as const, error: databaseProblem(e) }),
+    ),
+    limiterStatus(src),
+  ]);
+  const known = processStatus(src);
+  if (!db.ok) return { ok: false, body: { error: db.error, ...known, readiness: ready, limiter } };
+  return { ok: true, body: { ...known, readiness: ready, ...db.rows, limiter } };
 }

@@ -28,7 +28,7 @@ export interface ReceiverConfig {
   maxQueryBytes: number;
   /** Proxies whose X-Real-IP is recorded as the source address (client-address.ts); default none. */
   trustedProxies?: readonly Cidr[];
-  /** Grouping of inbox writes (defaults: up to 200 events per call, 2 calls in flight). */
+  /** Grouping and bounds of inbox writes (defaults: 200 events per call, 2 calls in flight, 1 000 waiting, 1.5 s wait). */
   inbox?: InboxWriterOptions;
 }
 

@@ -3,6 +3,12 @@
 // each request is answered only after that commit. On loopback with 2 cores this is the difference
 // between ~1 300 and several thousand accepted requests per second (docs/receivers.md, benchmark):
 // the per-request cost was the database socket write and the commit, not the HTTP work.
+//
+// Every wait is bounded (docs/receivers.md, "Bounded waits"): the queue holds at most `maxPending`
+// events (beyond that a write fails at once), an event not sent within `maxQueueWaitMs` fails
+// without being sent, and the call itself runs on the receiver pool, whose statement and lock
+// timeouts end it within seconds (src/db/pools.ts). A failed or timed-out call rolls back as a
+// whole: every event of the group is answered 503 and none has a row.
 import type pg from "pg";
 import type { ReceiverName } from "./config.js";
 
@@ -43,38 +49,92 @@ export interface InboxWriterOptions {
   maxBatch?: number;
   /** Calls in flight at once; each holds a pool connection while it runs. */
   maxInFlight?: number;
+  /** Events waiting to be sent; a write beyond this fails at once with InboxBusyError. */
+  maxPending?: number;
+  /** How long an event may wait to be sent; after that it fails with InboxBusyError, unsent. */
+  maxQueueWaitMs?: number;
 }
+
+/** Why the writer refused an event before sending it; the event has no row. */
+export type InboxBusyReason = "queue_full" | "queue_wait";
+
+/** An event the writer did not send: the queue was full, or the database too slow to take it in time. */
+export class InboxBusyError extends Error {
+  override name = "InboxBusyError";
+  readonly reason: InboxBusyReason;
+  constructor(reason: InboxBusyReason) {
+    super(reason === "queue_full" ? "the inbox queue is full" : "the event waited too long to be sent");
+    this.reason = reason;
+  }
+}
+
+/** The probe's event was refused by accept_webhooks (the database answered, but would not write). */
+export class InboxProbeRefused extends Error {
+  override name = "InboxProbeRefused";
+}
+
+/** Defaults: a robot burst of a few hundred is normal; thousands waiting means the database is stuck. */
+export const DEFAULT_MAX_PENDING = 1_000;
+export const DEFAULT_MAX_QUEUE_WAIT_MS = 1_500;
+/** The readiness probe's own lock and statement limits: it must answer well inside readiness's deadline. */
+const PROBE_LOCK_TIMEOUT = "500ms";
+const PROBE_STATEMENT_TIMEOUT = "1000ms";
 
 interface Pending {
   event: InboxEvent;
+  /** When the event may no longer be sent (ms since the epoch). */
+  sendBy: number;
   resolve: (o: InboxOutcome) => void;
   reject: (e: unknown) => void;
 }
 
 const SQL = "select ord, inbox_id, refusal from bitrix_sync.accept_webhooks($1, $2, $3, $4)";
 
+function params(events: readonly InboxEvent[]): unknown[] {
+  return [
+    events.map((e) => e.receiver),
+    events.map((e) => e.entityTypeId),
+    events.map((e) => e.entityId),
+    events.map((e) => e.sourceIp),
+  ];
+}
+
 /** Writes inbox events in groups; `write` resolves after the event's row is committed. */
 export class InboxWriter {
   readonly #pool: pg.Pool;
   readonly #maxBatch: number;
   readonly #maxInFlight: number;
+  readonly #maxPending: number;
+  readonly #maxQueueWaitMs: number;
   #queue: Pending[] = [];
   #inFlight = 0;
   #scheduled = false;
+  #sweeper: NodeJS.Timeout | undefined;
 
   constructor(pool: pg.Pool, opts: InboxWriterOptions = {}) {
     this.#pool = pool;
     this.#maxBatch = Math.min(Math.max(opts.maxBatch ?? 200, 1), 1000);
     this.#maxInFlight = Math.max(opts.maxInFlight ?? 2, 1);
+    this.#maxPending = Math.max(opts.maxPending ?? DEFAULT_MAX_PENDING, 1);
+    this.#maxQueueWaitMs = Math.max(opts.maxQueueWaitMs ?? DEFAULT_MAX_QUEUE_WAIT_MS, 1);
+  }
+
+  /** Events waiting to be sent now. */
+  get pending(): number {
+    return this.#queue.length;
   }
 
   /**
-   * Records one event; rejects with the database error if its call fails. A call that failed on
-   * what may be one event's data is retried event by event, so only that event's request fails.
+   * Records one event; rejects with InboxBusyError when it was not sent (queue full or waited too
+   * long), or with the database error if its call failed. Either way it has no row. A call that
+   * failed on what may be one event's data is retried event by event, so only that event's request
+   * fails.
    */
   write(event: InboxEvent): Promise<InboxOutcome> {
+    if (this.#queue.length >= this.#maxPending) return Promise.reject(new InboxBusyError("queue_full"));
     return new Promise((resolve, reject) => {
-      this.#queue.push({ event, resolve, reject });
+      this.#queue.push({ event, sendBy: Date.now() + this.#maxQueueWaitMs, resolve, reject });
+      this.#watchQueue();
       // Wait for the rest of this event-loop turn: requests parsed together are written together.
       if (!this.#scheduled) {
         this.#scheduled = true;
@@ -86,7 +146,62 @@ export class InboxWriter {
     });
   }
 
+  /**
+   * The write path end to end without keeping anything: one Contact event through the same
+   * statement, in a transaction that is rolled back, with a short lock and statement timeout. It
+   * takes the locks a real write takes, so a locked inbox, a missing privilege or a full receiver
+   * pool fail it. Resolves when the write would have worked.
+   */
+  async probe(): Promise<void> {
+    const c = await this.#pool.connect();
+    try {
+      await c.query("begin");
+      await c.query(`set local lock_timeout = '${PROBE_LOCK_TIMEOUT}'`);
+      await c.query(`set local statement_timeout = '${PROBE_STATEMENT_TIMEOUT}'`);
+      const { rows } = await c.query<{ inbox_id: string | null }>(
+        SQL,
+        params([{ receiver: "contact", entityTypeId: 3, entityId: "1", sourceIp: null }]),
+      );
+      if (rows[0]?.inbox_id == null) throw new InboxProbeRefused("accept_webhooks refused the probe event");
+    } finally {
+      // A connection that cannot even roll back is closed, not handed to the next request.
+      const clean = await c.query("rollback").then(
+        () => true,
+        () => false,
+      );
+      c.release(clean ? undefined : new Error("rollback failed"));
+    }
+  }
+
+  /** While events wait, fail those past their send-by time, so their requests end on time. */
+  #watchQueue(): void {
+    if (this.#sweeper !== undefined) return;
+    this.#sweeper = setInterval(
+      () => {
+        this.#expire();
+        if (this.#queue.length === 0) {
+          clearInterval(this.#sweeper);
+          this.#sweeper = undefined;
+        }
+      },
+      Math.min(100, this.#maxQueueWaitMs),
+    );
+    this.#sweeper.unref();
+  }
+
+  #expire(): void {
+    const now = Date.now();
+    if (this.#queue.every((p) => p.sendBy > now)) return;
+    const keep: Pending[] = [];
+    for (const p of this.#queue) {
+      if (p.sendBy > now) keep.push(p);
+      else p.reject(new InboxBusyError("queue_wait"));
+    }
+    this.#queue = keep;
+  }
+
   #pump(): void {
+    this.#expire();
     while (this.#inFlight < this.#maxInFlight && this.#queue.length > 0) {
       const batch = this.#queue.splice(0, this.#maxBatch);
       this.#inFlight++;
@@ -119,12 +234,7 @@ export class InboxWriter {
     }>({
       name: "bitrix_sync.accept_webhooks",
       text: SQL,
-      values: [
-        batch.map((p) => p.event.receiver),
-        batch.map((p) => p.event.entityTypeId),
-        batch.map((p) => p.event.entityId),
-        batch.map((p) => p.event.sourceIp),
-      ],
+      values: params(batch.map((p) => p.event)),
     });
     const byOrd = new Map(rows.map((r) => [r.ord, r]));
     batch.forEach((p, i) => {

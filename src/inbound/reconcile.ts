@@ -5,11 +5,13 @@
 // 10 000 changed Contacts cost about ten HTTP requests. The watermark moves only after a whole run
 // succeeded. Each run counts Contacts the App was behind on without a webhook having repaired them;
 // a spike raises the ops alert of §10.2.
+import { crmMasterValues } from "../app-data.js";
 import type { ServiceContext } from "../context.js";
 import { executeBatch } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
+import { matchesPiiHash } from "../hash.js";
 import {
   reconciliationRecovered,
   reconciliationRuns,
@@ -45,6 +47,33 @@ class RunFailed extends Error {
   constructor(readonly code: string) {
     super(`reconciliation run failed: ${code}`);
   }
+}
+
+interface SnapshotHashes {
+  name_hash: string | null;
+  email_hash: string | null;
+  citizenship_enum_id: string | null;
+  stale: boolean;
+}
+
+/**
+ * Whether applying `contact` left the App's CRM-master values as they were. The hashes before are
+ * compared with the applied values themselves, so a snapshot written before the hash key existed
+ * (legacy form, src/hash.ts) is not counted as a change, and the switch raises no recovery spike.
+ */
+function sameValues(
+  before: SnapshotHashes | undefined,
+  after: SnapshotHashes | undefined,
+  contact: ContactRecord | undefined,
+): boolean {
+  if (!before || !after || !contact) return false;
+  const { name, email } = crmMasterValues(contact);
+  return (
+    matchesPiiHash(before.name_hash, name) &&
+    matchesPiiHash(before.email_hash, email) &&
+    before.citizenship_enum_id === after.citizenship_enum_id &&
+    before.stale === after.stale
+  );
 }
 
 async function send(deps: ServiceContext, commands: CrmCommand[], counter: { requests: number }) {
@@ -157,9 +186,10 @@ export async function reconcileContacts(
     }
     // What the App held before: the CRM timestamp and the hashes of the CRM-master values.
     const snapshotOf = async (ids: number[]) => {
-      const { rows } = await deps.pool.query<{ contact_id: string; crm_updated_at: Date | null; h: string }>(
-        `select contact_id, crm_updated_at,
-                concat_ws('|', name_hash, email_hash, citizenship_enum_id, stale::text) as h
+      const { rows } = await deps.pool.query<
+        SnapshotHashes & { contact_id: string; crm_updated_at: Date | null }
+      >(
+        `select contact_id, crm_updated_at, name_hash, email_hash, citizenship_enum_id, stale
            from bitrix_sync.contact_snapshots where contact_id = any($1)`,
         [ids.map(String)],
       );
@@ -204,7 +234,7 @@ export async function reconcileContacts(
     // Updated = the App's CRM-master values changed; each such Contact had been missed by webhooks.
     const after = await snapshotOf(applied);
     for (const id of applied) {
-      if (before.get(id)?.h !== after.get(id)?.h) {
+      if (!sameValues(before.get(id), after.get(id), contacts.get(id))) {
         report.updated++;
         report.recovered++;
       } else {

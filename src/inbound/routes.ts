@@ -3,29 +3,35 @@
 // is 200. No business work happens here.
 //
 // Nothing from the request's query string or body is ever logged, put in a reply or a label: log
-// lines carry the route, the receiver, the status and a safe reason code.
+// lines carry the route, the receiver, the status and a safe reason code. Refusals are logged
+// sampled (the first few per receiver and reason a minute, then one line with the count); the
+// metric counts every one.
 import { isIP } from "node:net";
 import type { HttpBindings } from "@hono/node-server";
 import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono";
-import type pg from "pg";
 import { cidrMatcher } from "../config/cidr.js";
+import { isTimeout } from "../db/deadline.js";
+import { LogSampler } from "../observability/log-sampler.js";
 import type { Logger } from "../observability/logger.js";
 import { webhookAccepted, webhookRejected } from "../observability/metrics.js";
 import { clientAddress, FORWARDED_ADDRESS_HEADER } from "./client-address.js";
 import { RECEIVERS, type ReceiverConfig } from "./config.js";
 import { checkToken, type PortalIdentity, parseRobotEvent, type RejectReason, rawQuery } from "./contract.js";
-import { InboxWriter } from "./inbox.js";
+import { InboxBusyError, type InboxWriter } from "./inbox.js";
 import { secretMatcher } from "./token.js";
 
 /** Where the receivers are mounted; the log `route` field is this plus the receiver name. */
 export const RECEIVER_BASE_PATH = "/bitrix/sync/webhook";
 
 export interface ReceiverDeps {
-  pool: pg.Pool;
+  /** The grouped inbox writer, on the receiver pool (src/db/pools.ts). */
+  inbox: InboxWriter;
   log: Logger;
   /** Undefined: both receivers answer 503 receiver_not_configured. */
   config?: ReceiverConfig;
+  /** Refusal log lines per receiver and reason and window (default 10 a minute). */
+  logSampling?: { perWindow?: number; windowMs?: number };
 }
 
 type Env = {
@@ -40,12 +46,15 @@ type Reason =
   | "alert_entity_type_unset"
   | "body_too_large"
   | "body_unreadable"
+  | "database_timeout"
   | "database_unavailable"
   | "entity_id"
   | "entity_type"
   | "method_not_allowed"
   | "not_configured"
   | "query_too_large"
+  | "queue_full"
+  | "queue_wait"
   | "unknown_receiver"
   | "unsupported_media_type";
 
@@ -125,7 +134,32 @@ async function readBounded(req: Request, limit: number): Promise<Uint8Array | "t
 export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
   const app = new Hono<Env>();
   const cfg = deps.config;
-  const inbox = new InboxWriter(deps.pool, cfg?.inbox);
+  const inbox = deps.inbox;
+  // What each sampling key logs, so the summary line carries the same safe fields.
+  const sampled = new Map<string, { fields: Record<string, unknown>; error: boolean }>();
+  const sampler = new LogSampler({
+    ...deps.logSampling,
+    onSuppressed: (key, suppressed, windowMs) => {
+      const k = sampled.get(key);
+      if (!k) return;
+      const fields = {
+        ...k.fields,
+        event: `${k.fields.event}.suppressed`,
+        suppressed,
+        windowSec: windowMs / 1000,
+      };
+      const message = "more receiver requests like this in the last window; counted, not logged one by one";
+      if (k.error) deps.log.error(fields, message);
+      else deps.log.warn(fields, message);
+    },
+  });
+  /** Writes the line unless its kind was already logged often enough in this window. */
+  const logSampled = (key: string, fields: Record<string, unknown>, error: boolean, message: string) => {
+    if (!sampler.admit(key)) return;
+    if (!sampled.has(key)) sampled.set(key, { fields, error });
+    if (error) deps.log.error(fields, message);
+    else deps.log.warn(fields, message);
+  };
   const portal: PortalIdentity | undefined =
     cfg?.portalHost !== undefined && cfg.memberId !== undefined
       ? { host: cfg.portalHost.toLowerCase(), memberId: secretMatcher([cfg.memberId]) }
@@ -141,8 +175,12 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
     const reply = (c: Context<Env>, status: keyof typeof ERROR_BODY, reason: Reason, error?: string) => {
       const fields = { event: "receiver.rejected", route, receiver, status, reason };
       webhookRejected.inc({ receiver, reason });
-      if (status === 503) deps.log.error(fields, "receiver request refused");
-      else deps.log.warn(fields, "receiver request refused");
+      logSampled(
+        `rejected:${receiver}:${status}:${reason}`,
+        fields,
+        status === 503,
+        "receiver request refused",
+      );
       const headers: Record<string, string> = { ...NO_STORE };
       if (status === 405) headers.allow = "POST";
       return c.json({ error: error ?? ERROR_BODY[status] }, status, headers);
@@ -204,18 +242,19 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
         }
         inboxId = out.inboxId;
       } catch (e) {
+        // Nothing was written for this event (docs/receivers.md, "Bounded waits"): the robot does
+        // not retry, and Contact reconciliation picks the change up.
+        if (e instanceof InboxBusyError) return reply(c, 503, e.reason);
         // Only the SQLSTATE: the message or detail of a database error may quote the parameters.
         const code = (e as { code?: unknown }).code;
-        deps.log.error(
-          {
-            event: "receiver.insert_failed",
-            route,
-            receiver,
-            sqlstate: typeof code === "string" ? code : undefined,
-          },
+        const sqlstate = typeof code === "string" ? code : undefined;
+        logSampled(
+          `insert_failed:${receiver}:${sqlstate}`,
+          { event: "receiver.insert_failed", route, receiver, sqlstate },
+          true,
           "could not record the webhook",
         );
-        return reply(c, 503, "database_unavailable");
+        return reply(c, 503, isTimeout(e) ? "database_timeout" : "database_unavailable");
       }
       webhookAccepted.inc({ receiver });
       deps.log.debug({ event: "receiver.accepted", route, receiver, inboxId }, "webhook recorded");

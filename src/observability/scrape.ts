@@ -5,7 +5,9 @@
 // over from an earlier scrape. Concurrent scrapes share one collection.
 import type pg from "pg";
 import { Counter, Gauge } from "prom-client";
+import { withDeadline } from "../db/deadline.js";
 import {
+  type InboxProbe,
   READINESS_PROBLEMS,
   READINESS_STATUSES,
   type Readiness,
@@ -202,6 +204,8 @@ const crmLastSuccess = new Gauge({
 export interface ScrapeSource {
   pool: pg.Pool;
   status?: StatusSource;
+  /** The receivers' write path (InboxWriter.probe), as readiness exercises it. */
+  probe?: InboxProbe;
 }
 
 interface Row {
@@ -225,8 +229,11 @@ export function collectScrape(src: ScrapeSource): Promise<void> {
 async function collect(src: ScrapeSource): Promise<void> {
   const checkMappings = Date.now() - lastMappingCheck >= MAPPING_CHECK_INTERVAL_MS;
   const [rows, ready] = await Promise.all([
-    withDeadline(readSnapshot(src.pool, src.status?.limiter.bucket ?? null, checkMappings)).catch(() => null),
-    withDeadline(readiness(src.pool, src.status)).catch(() => null),
+    withDeadline(
+      readSnapshot(src.pool, src.status?.limiter.bucket ?? null, checkMappings),
+      SCRAPE_DEADLINE_MS,
+    ).catch(() => null),
+    withDeadline(readiness(src.pool, src.status, src.probe), SCRAPE_DEADLINE_MS).catch(() => null),
   ]);
   // Everything below is synchronous: a concurrent registry read sees all old or all new values.
   setDatabase(rows, checkMappings);
@@ -298,14 +305,4 @@ function setProcess(status: StatusSource | undefined): void {
 function clear(m: Gauge<string> | Counter<string>, unlabelled: boolean): void {
   m.reset();
   if (unlabelled) m.remove();
-}
-
-/** Rejects when `p` has not settled within the scrape deadline (`p` itself runs on and cleans up). */
-function withDeadline<T>(p: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error("scrape deadline passed")), SCRAPE_DEADLINE_MS);
-  });
-  p.catch(() => undefined);
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }

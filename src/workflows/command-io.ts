@@ -3,11 +3,18 @@
 // App at send time ("hydration") and never stored. A result is reduced to a safe projection in the
 // completion transaction; a read of purpose "apply" writes CRM-master fields into the App there.
 import type pg from "pg";
-import { applyCrmMaster, type Db, isEligible, loadAppUser, snapshotPhone } from "../app-data.js";
+import {
+  applyCrmMaster,
+  type Db,
+  isEligible,
+  loadAppUser,
+  loadSnapshot,
+  snapshotPhone,
+} from "../app-data.js";
 import type { CommandResults, CommandType, CrmCommand } from "../crm/catalogue.js";
 import type { CitizenshipDictionary, ContactRecord } from "../crm/contact-fields.js";
 import { isValidRuPhone, type PhonePlan, phoneChange } from "../crm/contact-fields.js";
-import { sha256 } from "../hash.js";
+import { isLegacyHash, legacySha256, piiHash } from "../hash.js";
 import type { CommandRow } from "./types.js";
 
 /** A command the pump can send, plus what its handler needs to know about what was sent. */
@@ -90,7 +97,7 @@ export async function hydrate(
           value: {
             userId,
             cmd: { type, key, params: { phones: [phone] } },
-            memo: { phoneHash: sha256(phone) },
+            memo: { phoneHash: piiHash(phone) },
           },
         };
       }
@@ -116,9 +123,9 @@ export async function hydrate(
               },
             },
             memo: {
-              phoneHash: sha256(phone),
-              nameHash: sha256(name),
-              emailHash: sha256(email),
+              phoneHash: piiHash(phone),
+              nameHash: piiHash(name),
+              emailHash: piiHash(email),
               citizenshipEnumId: cit?.id ?? null,
             },
           },
@@ -140,7 +147,7 @@ export async function hydrate(
           ? { entryId: ph.entry_id, valueType: ph.value_type || "MOBILE" }
           : { append: true };
         params.phones = [phoneChange(plan, phone)];
-        memo.phoneHash = sha256(phone);
+        memo.phoneHash = piiHash(phone);
       }
       return { ok: true, value: { userId, cmd: { type, key, params }, memo } };
     }
@@ -157,6 +164,20 @@ export async function hydrate(
     default:
       return { ok: false, failure: { kind: "permanent", code: "invalid_params" } };
   }
+}
+
+/**
+ * A snapshot written before the hash key existed holds the phone bitrix-sync wrote as plain SHA-256
+ * (src/hash.ts). Here, and only here, both that hash and the Contact's numbers are at hand: the
+ * entry it matches has its hash rewritten in the keyed form, so the update step, which compares
+ * keyed hashes, overwrites that entry instead of appending a second one.
+ */
+async function upgradeLegacyPhoneHash(tx: pg.PoolClient, c: ContactRecord): Promise<void> {
+  const snap = await loadSnapshot(tx, String(c.id));
+  if (!snap?.phoneHash || !isLegacyHash(snap.phoneHash)) return;
+  const entry = c.phones.find((e) => legacySha256(e.value.trim()) === snap.phoneHash);
+  const upgraded = entry ? piiHash(entry.value.trim()) : null;
+  if (upgraded) await snapshotPhone(tx, snap.contactId, snap.userId, upgraded);
 }
 
 function contactSummary(c: ContactRecord) {
@@ -207,11 +228,12 @@ export async function projectResult(
       const contacts = (result as CommandResults["contact.read"]).contacts;
       const purpose = row.params.purpose;
       if (purpose === "phones") {
+        for (const c of contacts) await upgradeLegacyPhoneHash(tx, c);
         return {
           contacts: contacts.map((c) => ({
             ...contactSummary(c),
             // The entry type is kept so an overwrite does not change it; the number only as a hash.
-            phones: c.phones.map((e) => ({ id: e.id, type: e.valueType, hash: sha256(e.value.trim()) })),
+            phones: c.phones.map((e) => ({ id: e.id, type: e.valueType, hash: piiHash(e.value.trim()) })),
           })),
         };
       }

@@ -1,6 +1,9 @@
 // End-to-end rig: a cloned test database, the Bitrix24 emulator over loopback HTTP, the real
 // runtime (CRM client, PostgreSQL limiter) and a real graphile-worker runner with tasks/ and crontab.
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Writable } from "node:stream";
 import { makeWorkerUtils } from "graphile-worker";
 import pg from "pg";
@@ -26,19 +29,45 @@ export interface Rig {
 }
 
 export const TEST_MEMBER_ID = "test-member-0001";
+// Test values that pass the service's token rules (src/config/tokens.ts): 32+ URL-safe characters,
+// all different.
 export const TEST_CONTACT_TOKEN = "contact-token-5f0b3c1e9a7d4b2c8e6f";
 export const TEST_ALERT_TOKEN = "alert-token-8d2e4a6c0b9f1e3d5c7a";
+export const TEST_SERVICE_TOKEN = "service-token-2c4e6a8b0d1f3e5c7a9b";
+export const TEST_HASH_KEY = "hash-key-9e7c5a3b1d0f2e4c6a8b0d2f4e6c";
 
-/** The service's environment in tests: sync enabled against the emulator, secrets from env. */
-export function testServiceEnv(crm: { url: string; host: string }): Record<string, string> {
-  return {
-    SECRETS_SOURCE: "env",
-    BITRIX_SYNC_ENABLED: "true",
+const secretDirs: string[] = [];
+process.once("exit", () => {
+  for (const d of secretDirs) rmSync(d, { recursive: true, force: true });
+});
+
+/**
+ * The service's environment in tests: sync enabled against the emulator. Secrets are files in a
+ * folder of their own, as in production (SECRETS_SOURCE=env is refused when sync is enabled);
+ * `secrets` adds or replaces some (e.g. BITRIX_SYNC_DATABASE_URL for a child process).
+ */
+export function testServiceEnv(
+  crm: { url: string; host: string },
+  secrets: Record<string, string> = {},
+): Record<string, string> {
+  const dir = mkdtempSync(join(tmpdir(), "bitrix-sync-test-secrets-"));
+  secretDirs.push(dir);
+  const files: Record<string, string> = {
     BITRIX_SYNC_CRM_REST_WEBHOOK_URL: crm.url,
-    BITRIX_SYNC_PORTAL_HOST: crm.host,
-    BITRIX_SYNC_PORTAL_MEMBER_ID: TEST_MEMBER_ID,
     BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: TEST_CONTACT_TOKEN,
     BITRIX_SYNC_ALERT_RECEIVER_TOKEN: TEST_ALERT_TOKEN,
+    BITRIX_SYNC_SERVICE_TOKEN: TEST_SERVICE_TOKEN,
+    BITRIX_SYNC_HASH_KEY: TEST_HASH_KEY,
+    ...secrets,
+  };
+  for (const [name, value] of Object.entries(files))
+    writeFileSync(join(dir, name), `${value}\n`, { mode: 0o600 });
+  return {
+    SECRETS_SOURCE: "file",
+    BITRIX_SYNC_SECRETS_DIR: dir,
+    BITRIX_SYNC_ENABLED: "true",
+    BITRIX_SYNC_PORTAL_HOST: crm.host,
+    BITRIX_SYNC_PORTAL_MEMBER_ID: TEST_MEMBER_ID,
     BITRIX_SYNC_CONTACT_USER_ID_FIELD: SANDBOX_FIELDS.userId,
     BITRIX_SYNC_CONTACT_REGISTERED_FIELD: SANDBOX_FIELDS.registered,
     BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: SANDBOX_FIELDS.citizenship,

@@ -14,12 +14,12 @@ export function serviceEnv(
   databaseUrl: string,
   crm: { url: string; host: string },
   extra: Record<string, string> = {},
+  secrets: Record<string, string> = {},
 ) {
   return {
     PATH: process.env.PATH ?? "",
     HOME: process.env.HOME ?? "/tmp",
-    ...testServiceEnv(crm),
-    BITRIX_SYNC_DATABASE_URL: databaseUrl,
+    ...testServiceEnv(crm, { BITRIX_SYNC_DATABASE_URL: databaseUrl, ...secrets }),
     BITRIX_SYNC_MIGRATE_ON_START: "false",
     PORT: "0",
     HOST: "127.0.0.1",

@@ -73,7 +73,10 @@ test.serial(
       pool: db.pool,
       log,
       status: {
-        config: loadConfig({ SECRETS_SOURCE: "env", BITRIX_SYNC_SERVICE_TOKEN: "settings-cache-token-1" }),
+        config: loadConfig({
+          SECRETS_SOURCE: "env",
+          BITRIX_SYNC_SERVICE_TOKEN: "settings-cache-token-1-0123456789abcdef",
+        }),
         health: Object.assign(new HealthState(), { loopBeatAt: Date.now() }),
         limiter: createMemoryLimiter({ settings: () => cache.get().limiter }),
         settings: cache,
@@ -83,7 +86,7 @@ test.serial(
     t.is(ready.status, 200);
     t.deepEqual(await ready.json(), { status: "degraded", problems: ["settings_unparsable"] });
     const status = await app.request("/internal/sync/v1/status", {
-      headers: { authorization: "Bearer settings-cache-token-1" },
+      headers: { authorization: "Bearer settings-cache-token-1-0123456789abcdef" },
     });
     t.like(await status.json(), { settings_version: good, settings_refused_version: bad });
 

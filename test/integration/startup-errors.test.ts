@@ -13,7 +13,7 @@ import { cleanEnv, type ProcessResult, runService } from "../helpers/run-process
 const DB_PASSWORD = "pw-Qx7vLm2Rk9";
 const DB_USER = "svc_user_m4k2";
 const WEBHOOK_SECRET = "whsecret8f3k2m9q";
-const TOKEN = "tok-alert-5b9e1c7d3a";
+const TOKEN = "tok-alert-5b9e1c7d3a0f2e4c6b8a1d3f5e7c";
 
 const dirs: string[] = [];
 test.after.always(() => {
@@ -94,6 +94,8 @@ function secretsDir(omit: string): string {
     BITRIX_SYNC_CRM_REST_WEBHOOK_URL: `https://portal.bitrix24.test/rest/1/${WEBHOOK_SECRET}/\n`,
     BITRIX_SYNC_ALERT_RECEIVER_TOKEN: TOKEN,
     BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: `${TOKEN}-contact`,
+    BITRIX_SYNC_SERVICE_TOKEN: `${TOKEN}-service`,
+    BITRIX_SYNC_HASH_KEY: `${TOKEN}-hash-key`,
   };
   for (const [name, value] of Object.entries(files)) if (name !== omit) writeFileSync(join(d, name), value);
   return d;
@@ -122,6 +124,24 @@ test("a missing secret file names the secret and the file, and exits 66", async 
       `secret BITRIX_SYNC_CONTACT_RECEIVER_TOKEN is required when BITRIX_SYNC_ENABLED=true, but the file ${dir}/BITRIX_SYNC_CONTACT_RECEIVER_TOKEN is missing`,
     ),
   );
+});
+
+// Serial, so it adds no process to those the other tests of this file start at once against their
+// 20 s deadlines.
+test.serial("a token that breaks the rules is named, never shown, and exits 78", async (t) => {
+  const dir = secretsDir("none");
+  const weak = "tok-weak-4e1a";
+  writeFileSync(join(dir, "BITRIX_SYNC_SERVICE_TOKEN"), `${weak}\n`);
+  const r = await runService(
+    cleanEnv({ ...PRODUCTION, BITRIX_SYNC_SECRETS_DIR: dir, BITRIX_SYNC_DATA_DIR: tempDir() }),
+  );
+  assertFailure(
+    t,
+    r,
+    EXIT.config,
+    /^bitrix-sync: cannot start: invalid configuration: BITRIX_SYNC_SERVICE_TOKEN: must be 32 to 512 characters long: generate one with `openssl rand -hex 32`\. Fix it and start again\.$/,
+  );
+  t.false((r.stdout + r.stderr).includes(weak));
 });
 
 test("an unreadable secret file names the secret and exits 66", async (t) => {

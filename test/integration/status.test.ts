@@ -3,10 +3,12 @@ import { Writable } from "node:stream";
 import test from "ava";
 import { loadConfig } from "../../src/config/env.js";
 import { classify } from "../../src/crm/classify.js";
+import { createPool } from "../../src/db/pools.js";
 import { createApp } from "../../src/http/app.js";
 import { type StatusSource, WORKER_STALL_MS } from "../../src/http/status.js";
 import { HealthState } from "../../src/observability/health.js";
 import { createLogger } from "../../src/observability/logger.js";
+import { loadConfigWithSecretFiles } from "../helpers/config.js";
 import { makeUser } from "../helpers/factories.js";
 import { createMemoryLimiter } from "../helpers/memory-limiter.js";
 import { forceActiveSettingValue, setSettings, testSettings } from "../helpers/settings.js";
@@ -21,7 +23,7 @@ test.after.always(async () => {
   await db?.drop();
 });
 
-const TOKEN = "status-token-0b7c2d9e4f";
+const TOKEN = "status-token-0b7c2d9e4f6a1c3e5b7d9f2a4c6e8b0d";
 const log = createLogger({ destination: new Writable({ write: (_c, _e, cb) => cb() }) });
 
 function source(
@@ -29,7 +31,7 @@ function source(
   health = new HealthState(),
   settings: Record<string, unknown> = {},
 ): StatusSource {
-  const config = loadConfig({ SECRETS_SOURCE: "env", BITRIX_SYNC_SERVICE_TOKEN: TOKEN, ...env });
+  const config = loadConfigWithSecretFiles({ BITRIX_SYNC_SERVICE_TOKEN: TOKEN, ...env });
   health.beat();
   const s = testSettings(settings);
   return {
@@ -45,8 +47,9 @@ const PROD = {
   BITRIX_SYNC_CRM_REST_WEBHOOK_URL: "https://portal.example.invalid/rest/1/secretsecret/",
   BITRIX_SYNC_PORTAL_HOST: "portal.example.invalid",
   BITRIX_SYNC_PORTAL_MEMBER_ID: "member-1",
-  BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: "t1-contact-token-value",
-  BITRIX_SYNC_ALERT_RECEIVER_TOKEN: "t2-alert-token-value",
+  BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: "t1-contact-token-value-0123456789abcdef",
+  BITRIX_SYNC_ALERT_RECEIVER_TOKEN: "t2-alert-token-value-0123456789abcdef0",
+  BITRIX_SYNC_HASH_KEY: "t3-hash-key-value-0123456789abcdef012345",
   BITRIX_SYNC_CONTACT_USER_ID_FIELD: "UF_CRM_1",
   BITRIX_SYNC_CONTACT_REGISTERED_FIELD: "UF_CRM_2",
   BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: "UF_CRM_3",
@@ -222,3 +225,47 @@ test.serial("metrics report depths with low-cardinality labels only", async (t) 
   t.false(text.includes(u.id));
   t.false(text.includes(u.phone));
 });
+
+test.serial("the Bearer scheme is matched case-insensitively (RFC 7235)", async (t) => {
+  const app = createApp({ pool: db.pool, log, status: source({}) });
+  for (const scheme of ["Bearer", "bearer", "BEARER", "bEaReR"]) {
+    const res = await app.request("/internal/sync/v1/status", {
+      headers: { authorization: `${scheme} ${TOKEN}` },
+    });
+    t.is(res.status, 200, scheme);
+  }
+  for (const header of [`Basic ${TOKEN}`, `Bearer${TOKEN}`, `Bearer ${TOKEN}x`, TOKEN]) {
+    const res = await app.request("/internal/sync/v1/status", { headers: { authorization: header } });
+    t.is(res.status, 401);
+  }
+});
+
+test.serial(
+  "with the database down, status answers 503 with a reason and what the process knows",
+  async (t) => {
+    // Nothing listens on port 1 of loopback: every connection is refused at once.
+    const down = createPool("postgres://postgres@127.0.0.1:1/postgres", "status");
+    try {
+      const app = createApp({ pool: down, log, status: source({}) });
+      const res = await app.request("/internal/sync/v1/status", {
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      t.is(res.status, 503);
+      const body = (await res.json()) as Record<string, unknown>;
+      t.is(body.error, "database_unreachable");
+      t.deepEqual(body.readiness, { status: "not_ready", problems: ["database_unreachable"] });
+      t.is(body.mode, "full");
+      t.is(typeof body.worker, "object");
+
+      const ready = await app.request("/health/ready");
+      t.is(ready.status, 503);
+      t.deepEqual(await ready.json(), { status: "not_ready", problems: ["database_unreachable"] });
+
+      const metrics = await app.request("/metrics");
+      t.is(metrics.status, 200);
+      t.regex(await metrics.text(), /^bitrix_sync_metrics_database_up 0$/m);
+    } finally {
+      await down.end();
+    }
+  },
+);

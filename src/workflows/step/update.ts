@@ -2,7 +2,7 @@
 // rule, ../decide/update.ts) and the registration flag if they differ. Without a link it runs as
 // map_or_create. Step names and outcome codes are persisted: keep them.
 import { type AppUser, hasValidPhone, isEligible, loadAppUser, loadSnapshot } from "../../app-data.js";
-import { sha256 } from "../../hash.js";
+import { piiHash } from "../../hash.js";
 import { isNotFound } from "../decide/pass.js";
 import { checkUpdateRead, planContactUpdate } from "../decide/update.js";
 import type { CommandRow } from "../types.js";
@@ -43,7 +43,7 @@ async function afterReadForUpdate(s: Step, last: CommandRow): Promise<void> {
   }
   const c = check.contact;
   const user = await loadAppUser(s.tx, s.wf.user_id);
-  const desired = user && hasValidPhone(user) ? sha256(user.phone) : null;
+  const desired = user && hasValidPhone(user) ? piiHash(user.phone) : null;
   // The phone became invalid (or the user vanished) since the pass started: the start step decides again.
   if (desired === null) return await s.start();
   const snap = await loadSnapshot(s.tx, String(c.id));

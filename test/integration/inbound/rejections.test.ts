@@ -1,7 +1,9 @@
 // Every refused variant of the robot contract (§10.1) gets its status and a generic body, and no
 // inbox row: this file's database never sees a valid request, so webhook_inbox stays empty.
 import test from "ava";
+import { createApp } from "../../../src/http/app.js";
 import type { ReceiverConfig } from "../../../src/inbound/config.js";
+import { registry } from "../../../src/observability/metrics.js";
 import {
   ALERT_ENTITY_TYPE_ID,
   captureLogger,
@@ -348,4 +350,38 @@ test.serial("refusals log a reason code and never a value from the request", asy
   ]) {
     t.false(logs.includes(secret), `logs must not contain ${secret.slice(0, 8)}...`);
   }
+});
+
+test.serial("refusal warnings are sampled per reason; the metric still counts every request", async (t) => {
+  const sampledLog = captureLogger();
+  const app = createApp({
+    pool: db.pool,
+    log: sampledLog.log,
+    receiver: receiverConfigFor(),
+    receiverLogSampling: { perWindow: 5, windowMs: 300 },
+  });
+  const count = async () => {
+    const text = await registry.getSingleMetricAsString("bitrix_sync_webhook_requests_total");
+    const m = /receiver="contact",result="token_invalid"\} (\d+)/.exec(text);
+    return Number(m?.[1] ?? 0);
+  };
+  const before = await count();
+  for (let i = 0; i < 40; i++) {
+    const res = await app.request(
+      robotUrl("contact", "42", "wrong-token"),
+      robotInit(encodeForm(robotFields("contact", "42"))),
+    );
+    t.is(res.status, 403);
+  }
+  t.is((await count()) - before, 40, "every refusal is counted");
+  const lines = () =>
+    sampledLog
+      .text()
+      .split("\n")
+      .filter((l) => l.includes('"reason":"token_invalid"'));
+  t.is(lines().filter((l) => l.includes('"event":"receiver.rejected"')).length, 5, "five lines, not forty");
+  await new Promise((r) => setTimeout(r, 500));
+  const summary = lines().filter((l) => l.includes('"event":"receiver.rejected.suppressed"'));
+  t.is(summary.length, 1);
+  t.regex(summary[0] ?? "", /"suppressed":35/);
 });

@@ -80,3 +80,82 @@ test("round trip: parse(toPhpQuery(x)) equals x with every leaf as a string", (t
     ),
   );
 });
+
+const FORBIDDEN = ["__proto__", "constructor", "prototype"];
+
+/** Every own key at every depth of a parsed value. */
+function allKeys(v: unknown, out: string[] = []): string[] {
+  if (v !== null && typeof v === "object") {
+    for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
+      out.push(k);
+      allKeys(x, out);
+    }
+  }
+  return out;
+}
+
+function prototypeUntouched(t: { deepEqual: (a: unknown, b: unknown, m?: string) => void }) {
+  t.deepEqual(Object.getOwnPropertyNames(Object.prototype).sort(), PROTO_NAMES, "Object.prototype unchanged");
+  t.deepEqual(
+    Object.getOwnPropertyNames(Array.prototype).sort(),
+    ARRAY_PROTO_NAMES,
+    "Array.prototype unchanged",
+  );
+}
+const PROTO_NAMES = Object.getOwnPropertyNames(Object.prototype).sort();
+const ARRAY_PROTO_NAMES = Object.getOwnPropertyNames(Array.prototype).sort();
+
+test("prototype keys are never written: __proto__, constructor and prototype pairs are dropped", (t) => {
+  for (const qs of [
+    "__proto__[polluted]=1",
+    "__proto__%5Bpolluted%5D=1",
+    "constructor[prototype][polluted]=1",
+    "a[__proto__][polluted]=1",
+    "a[0]=x&a[__proto__][polluted]=1",
+    "a[constructor][prototype][polluted]=1",
+    "prototype=1&ok=2",
+  ]) {
+    const out = parsePhpQuery(qs);
+    t.is(({} as Record<string, unknown>).polluted, undefined, qs);
+    t.false(
+      allKeys(out).some((k) => FORBIDDEN.includes(k)),
+      qs,
+    );
+    prototypeUntouched(t);
+  }
+  t.deepEqual(parsePhpQuery("prototype=1&ok=2"), { ok: "2" });
+  t.deepEqual(parsePhpQuery("a[0]=x&a[__proto__][polluted]=1"), { a: ["x"] });
+});
+
+test("property: no generated query string writes a prototype key or touches a prototype", (t) => {
+  const segment = fc.oneof(
+    fc.constantFrom(...FORBIDDEN, "", "0", "1", "a", "toString", "hasOwnProperty", "__defineGetter__"),
+    fc.string({ maxLength: 6 }),
+  );
+  const pathKey = fc
+    .tuple(
+      segment.filter((s) => s !== ""),
+      fc.array(segment, { maxLength: 4 }),
+      fc.boolean(),
+    )
+    .map(([head, rest, encode]) => {
+      const k = head + rest.map((s) => `[${s}]`).join("");
+      return encode ? encodeURIComponent(k) : k;
+    });
+  const qs = fc
+    .array(fc.tuple(pathKey, fc.string({ maxLength: 5 })), { maxLength: 8 })
+    .map((pairs) => pairs.map(([k, v]) => `${k}=${encodeURIComponent(v)}`).join("&"));
+  t.notThrows(() =>
+    fc.assert(
+      fc.property(qs, (s) => {
+        const out = parsePhpQuery(s);
+        if (allKeys(out).some((k) => FORBIDDEN.includes(k))) return false;
+        if (({} as Record<string, unknown>).polluted !== undefined) return false;
+        const names = Object.getOwnPropertyNames(Object.prototype).sort();
+        return JSON.stringify(names) === JSON.stringify(PROTO_NAMES);
+      }),
+      { numRuns: 2_000 },
+    ),
+  );
+  prototypeUntouched(t);
+});

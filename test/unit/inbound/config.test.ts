@@ -3,6 +3,9 @@ import { loadConfig, SANDBOX_MEMBER_ID, SANDBOX_PORTAL_HOST } from "../../../src
 import { receiverConfig } from "../../../src/inbound/config.js";
 
 const base = { SECRETS_SOURCE: "env" } as NodeJS.ProcessEnv;
+const C1 = "c1-contact-current-0123456789abcdef0123";
+const C0 = "c0-contact-previous-0123456789abcdef012";
+const A1 = "a1-alert-current-0123456789abcdef012345";
 
 test("sandbox: the portal identity defaults to the sandbox's, tokens have no default", (t) => {
   const rc = receiverConfig(loadConfig({ ...base }));
@@ -21,14 +24,14 @@ test("configured tokens, previous tokens and portal identity are passed through"
       BITRIX_SYNC_CRM_REST_WEBHOOK_URL: "https://portal.example/rest/1/x/",
       BITRIX_SYNC_PORTAL_HOST: "portal.example",
       BITRIX_SYNC_PORTAL_MEMBER_ID: "abc",
-      BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: "c1",
-      BITRIX_SYNC_CONTACT_RECEIVER_TOKEN_PREVIOUS: "c0",
-      BITRIX_SYNC_ALERT_RECEIVER_TOKEN: "a1",
+      BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: C1,
+      BITRIX_SYNC_CONTACT_RECEIVER_TOKEN_PREVIOUS: C0,
+      BITRIX_SYNC_ALERT_RECEIVER_TOKEN: A1,
     }),
   );
   t.deepEqual(rc.tokens, {
-    contact: { current: "c1", previous: "c0" },
-    alert: { current: "a1", previous: undefined },
+    contact: { current: C1, previous: C0 },
+    alert: { current: A1, previous: undefined },
   });
   t.is(rc.portalHost, "portal.example");
   t.is(rc.memberId, "abc");
