@@ -41,6 +41,8 @@ export interface FuzzReport {
   valid: number;
   byTransport: Record<string, number>;
   statuses: Record<string, number>;
+  /** What the stalled requests ended with: 408 or a closed connection, or a refusal that did not need the body. */
+  stalledOutcomes: Record<string, number>;
   /** Until the last answer of a request that was not stalled on purpose. */
   seconds: number;
   rate: number;
@@ -335,6 +337,7 @@ export async function runReceiverFuzz(opts: FuzzOptions): Promise<FuzzReport> {
       valid: validKeys.size,
       byTransport: {},
       statuses: {},
+      stalledOutcomes: {},
       seconds,
       rate: sent.length / seconds,
       rowsForMalformed: 0,
@@ -346,6 +349,9 @@ export async function runReceiverFuzz(opts: FuzzOptions): Promise<FuzzReport> {
     for (const x of sent) {
       report.byTransport[x.transport] = (report.byTransport[x.transport] ?? 0) + 1;
       report.statuses[String(x.outcome)] = (report.statuses[String(x.outcome)] ?? 0) + 1;
+      if (x.transport === "stalled") {
+        report.stalledOutcomes[String(x.outcome)] = (report.stalledOutcomes[String(x.outcome)] ?? 0) + 1;
+      }
       if (typeof x.outcome === "number" && x.outcome >= 500) report.fiveXx++;
       if (!x.valid) continue;
       const n = rowsOf.get(`${x.receiver}:${x.id}`) ?? 0;

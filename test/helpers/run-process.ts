@@ -52,7 +52,7 @@ export function runService(
     process.execPath,
     ["--import", "tsx", "src/main.ts"],
     env,
-    opts.timeoutMs ?? 20_000,
+    opts.timeoutMs ?? 60_000,
     opts.as,
   );
 }

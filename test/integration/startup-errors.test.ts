@@ -1,6 +1,7 @@
 // Startup errors of the real service process (`node --import tsx src/main.ts`): each failing
 // condition prints one line on stderr naming the cause and the fix, exits with its own code
-// (docs/operations.md), and no secret reaches the output.
+// (docs/operations.md), and no secret reaches the output. The cases run one at a time: each starts
+// a process that compiles the service, and eight at once on a busy 2-core machine outran any bound.
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
@@ -39,7 +40,7 @@ function assertFailure(t: import("ava").ExecutionContext, r: ProcessResult, code
   t.false(all.includes("    at "), "no stack trace");
 }
 
-test("a taken HTTP port names the port and PORT=, exits 75, and touches no database", async (t) => {
+test.serial("a taken HTTP port names the port and PORT=, exits 75, and touches no database", async (t) => {
   const holder: Server = createServer();
   await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", () => resolve()));
   const port = (holder.address() as { port: number }).port;
@@ -66,7 +67,7 @@ test("a taken HTTP port names the port and PORT=, exits 75, and touches no datab
   }
 });
 
-test("an unreachable database names host:port without credentials and exits 69", async (t) => {
+test.serial("an unreachable database names host:port without credentials and exits 69", async (t) => {
   const closed = await freePort();
   const r = await runService(
     cleanEnv({
@@ -111,7 +112,7 @@ const PRODUCTION = {
   PORT: "0",
 };
 
-test("a missing secret file names the secret and the file, and exits 66", async (t) => {
+test.serial("a missing secret file names the secret and the file, and exits 66", async (t) => {
   const dir = secretsDir("BITRIX_SYNC_CONTACT_RECEIVER_TOKEN");
   const r = await runService(
     cleanEnv({ ...PRODUCTION, BITRIX_SYNC_SECRETS_DIR: dir, BITRIX_SYNC_DATA_DIR: tempDir() }),
@@ -144,7 +145,7 @@ test.serial("a token that breaks the rules is named, never shown, and exits 78",
   t.false((r.stdout + r.stderr).includes(weak));
 });
 
-test("an unreadable secret file names the secret and exits 66", async (t) => {
+test.serial("an unreadable secret file names the secret and exits 66", async (t) => {
   const dir = secretsDir("BITRIX_SYNC_DATABASE_URL");
   // A folder where the file should be cannot be read by anyone, root included.
   mkdirSync(join(dir, "BITRIX_SYNC_DATABASE_URL"));
@@ -159,7 +160,7 @@ test("an unreadable secret file names the secret and exits 66", async (t) => {
   );
 });
 
-test("a secret file without read permission names the secret and exits 66", async (t) => {
+test.serial("a secret file without read permission names the secret and exits 66", async (t) => {
   const dir = secretsDir("none");
   chmodSync(join(dir, "BITRIX_SYNC_ALERT_RECEIVER_TOKEN"), 0o000);
   // Root reads any file: run as an unprivileged user then (nobody, 65534).
@@ -176,7 +177,7 @@ test("a secret file without read permission names the secret and exits 66", asyn
   );
 });
 
-test("a secrets folder that does not exist is named, and exits 66", async (t) => {
+test.serial("a secrets folder that does not exist is named, and exits 66", async (t) => {
   const dir = join(tempDir(), "no-such-folder");
   const r = await runService(
     cleanEnv({ ...PRODUCTION, BITRIX_SYNC_SECRETS_DIR: dir, BITRIX_SYNC_DATA_DIR: tempDir() }),
@@ -189,7 +190,7 @@ test("a secrets folder that does not exist is named, and exits 66", async (t) =>
   );
 });
 
-test("an invalid variable is named and exits 78", async (t) => {
+test.serial("an invalid variable is named and exits 78", async (t) => {
   const r = await runService(
     cleanEnv({
       SECRETS_SOURCE: "env",

@@ -361,8 +361,8 @@ test.serial("refusal warnings are sampled per reason; the metric still counts ev
     receiverLogSampling: { perWindow: 5, windowMs: 300 },
   });
   const count = async () => {
-    const text = await registry.getSingleMetricAsString("bitrix_sync_webhook_requests_total");
-    const m = /receiver="contact",result="token_invalid"\} (\d+)/.exec(text);
+    const text = await registry.getSingleMetricAsString("bitrix_sync_webhook_rejected_total");
+    const m = /receiver="contact",reason="token_invalid"\} (\d+)/.exec(text);
     return Number(m?.[1] ?? 0);
   };
   const before = await count();
