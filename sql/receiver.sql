@@ -17,8 +17,13 @@
 -- alerts.entity_type_id is not set (503); BS022 unknown receiver and BS004 bad arrays are bugs in
 -- the caller and fail the whole call.
 
+-- Issue 12 added each request's trace context (an array with a default): the four-array form is
+-- replaced.
+drop function if exists bitrix_sync.accept_webhooks(text[], integer[], text[], inet[]);
+
 create or replace function bitrix_sync.accept_webhooks(
-  p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[]
+  p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[],
+  p_trace_contexts text[] default null
 ) returns table (ord integer, inbox_id bigint, refusal text)
 language plpgsql as $$
 declare
@@ -27,9 +32,10 @@ declare
   v_expected integer;
 begin
   if coalesce(cardinality(p_entity_type_ids), 0) <> v_n or coalesce(cardinality(p_entity_ids), 0) <> v_n
-     or coalesce(cardinality(p_source_ips), 0) <> v_n or v_n > 1000 then
-    raise exception 'accept_webhooks needs four arrays of one length, at most 1000'
-      using errcode = 'BS004', hint = 'Pass receiver, entity type, entity ID and source IP per event, in that order.';
+     or coalesce(cardinality(p_source_ips), 0) <> v_n or v_n > 1000
+     or (p_trace_contexts is not null and cardinality(p_trace_contexts) <> v_n) then
+    raise exception 'accept_webhooks needs four (or five) arrays of one length, at most 1000'
+      using errcode = 'BS004', hint = 'Pass receiver, entity type, entity ID, source IP and optionally trace context per event, in that order.';
   end if;
   if 'alert' = any(p_receivers) then
     v_alert_type := (bitrix_sync.active_settings() ->> 'alerts.entity_type_id')::integer;
@@ -51,8 +57,9 @@ begin
     elsif p_entity_type_ids[i] is distinct from v_expected then
       refusal := 'entity_type';
     else
-      insert into bitrix_sync.webhook_inbox (receiver, entity_type_id, entity_id, source_ip)
-      values (p_receivers[i], p_entity_type_ids[i], p_entity_ids[i], p_source_ips[i])
+      insert into bitrix_sync.webhook_inbox (receiver, entity_type_id, entity_id, source_ip, trace_context)
+      values (p_receivers[i], p_entity_type_ids[i], p_entity_ids[i], p_source_ips[i],
+              bitrix_sync._trace_context(p_trace_contexts[i]))
       returning id into inbox_id;
     end if;
     return next;
@@ -65,8 +72,8 @@ begin
     perform pg_notify('bitrix_sync_webhooks', 'alert');
   end if;
 end $$;
-comment on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[]) is
-  'Receiver entry point (§10.1): for each event (parallel arrays), checks the entity type against the receiver (3 for contact, alerts.entity_type_id for alert) and inserts an inbox row; returns per event its 1-based ord and the inbox id, or a refusal (entity_type, alert_entity_type_unset) and no row.';
+comment on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[], text[]) is
+  'Receiver entry point (§10.1): for each event (parallel arrays), checks the entity type against the receiver (3 for contact, alerts.entity_type_id for alert) and inserts an inbox row with the request''s trace context (W3C traceparent, malformed ones ignored); returns per event its 1-based ord and the inbox id, or a refusal (entity_type, alert_entity_type_unset) and no row.';
 
 create or replace function bitrix_sync.accept_webhook(
   p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet default null
@@ -91,7 +98,7 @@ end $$;
 comment on function bitrix_sync.accept_webhook(text, integer, text, inet) is
   'One event through accept_webhooks(), for psql and scripts: returns the inbox id; BS020 wrong entity type, BS021 alert receiver not configured; nothing is written then.';
 
-revoke all on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[]) from public;
+revoke all on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[], text[]) from public;
 revoke all on function bitrix_sync.accept_webhook(text, integer, text, inet) from public;
-grant execute on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[]) to bitrix_sync_user;
+grant execute on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[], text[]) to bitrix_sync_user;
 grant execute on function bitrix_sync.accept_webhook(text, integer, text, inet) to bitrix_sync_user;
