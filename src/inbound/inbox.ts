@@ -11,12 +11,17 @@ export interface InboxEvent {
   entityTypeId: number;
   entityId: string;
   sourceIp: string | null;
+  /** W3C traceparent of the request's inbox write span, stored with the row; null when tracing is off. */
+  traceContext: string | null;
 }
 
 /** Why accept_webhooks() refused an event; nothing was written for it. */
 export type InboxRefusal = "entity_type" | "alert_entity_type_unset";
 
-export type InboxOutcome = { accepted: true; inboxId: string } | { accepted: false; refusal: InboxRefusal };
+/** `group`: how many events shared the call (one round trip and one commit). */
+export type InboxOutcome =
+  | { accepted: true; inboxId: string; group: number }
+  | { accepted: false; refusal: InboxRefusal; group: number };
 
 export interface InboxWriterOptions {
   /** Events per call (accept_webhooks takes at most 1000). */
@@ -31,7 +36,7 @@ interface Pending {
   reject: (e: unknown) => void;
 }
 
-const SQL = "select ord, inbox_id, refusal from bitrix_sync.accept_webhooks($1, $2, $3, $4)";
+const SQL = "select ord, inbox_id, refusal from bitrix_sync.accept_webhooks($1, $2, $3, $4, $5)";
 
 /** Writes inbox events in groups; `write` resolves after the event's row is committed. */
 export class InboxWriter {
@@ -88,14 +93,16 @@ export class InboxWriter {
           batch.map((p) => p.event.entityTypeId),
           batch.map((p) => p.event.entityId),
           batch.map((p) => p.event.sourceIp),
+          batch.map((p) => p.event.traceContext),
         ],
       });
       const byOrd = new Map(rows.map((r) => [r.ord, r]));
       batch.forEach((p, i) => {
         const r = byOrd.get(i + 1);
-        if (r?.inbox_id != null) p.resolve({ accepted: true, inboxId: r.inbox_id });
+        const group = batch.length;
+        if (r?.inbox_id != null) p.resolve({ accepted: true, inboxId: r.inbox_id, group });
         else if (r?.refusal === "entity_type" || r?.refusal === "alert_entity_type_unset") {
-          p.resolve({ accepted: false, refusal: r.refusal });
+          p.resolve({ accepted: false, refusal: r.refusal, group });
         } else p.reject(new Error("accept_webhooks returned no outcome for an event"));
       });
     } catch (e) {

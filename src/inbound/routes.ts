@@ -2,8 +2,11 @@
 // checks run in a fixed order (docs/receivers.md), then SQL records the event durably and the reply
 // is 200. No business work happens here.
 //
-// Nothing from the request's query string or body is ever logged, put in a reply or a label: log
-// lines carry the route, the receiver, the status and a safe reason code.
+// Nothing from the request's query string or body is ever logged, put in a reply, a label or a span:
+// log lines carry a request id, the route, the receiver, the status and a safe reason code. Each
+// request is a span (bitrix_sync.webhook.receive) with the inbox write as its child; the write's
+// context is stored with the inbox row, so the event's processing is traced under it (§15, §16).
+import { randomUUID } from "node:crypto";
 import { isIP } from "node:net";
 import type { HttpBindings } from "@hono/node-server";
 import type { Context, MiddlewareHandler } from "hono";
@@ -12,6 +15,7 @@ import type pg from "pg";
 import { cidrMatcher } from "../config/cidr.js";
 import type { Logger } from "../observability/logger.js";
 import { webhookRequests } from "../observability/metrics.js";
+import { inSpan, markFailed, type Span, SpanKind, traceparentOf } from "../observability/tracing.js";
 import { clientAddress, FORWARDED_ADDRESS_HEADER } from "./client-address.js";
 import { RECEIVERS, type ReceiverConfig } from "./config.js";
 import { checkToken, type PortalIdentity, parseRobotEvent, type RejectReason, rawQuery } from "./contract.js";
@@ -30,7 +34,7 @@ export interface ReceiverDeps {
 
 type Env = {
   Bindings: Partial<HttpBindings> | undefined;
-  Variables: { body: Uint8Array; query: string };
+  Variables: { body: Uint8Array; query: string; requestId: string; span: Span };
 };
 
 /** Outcome codes of a refused request: the only request-derived thing that is logged. */
@@ -57,6 +61,10 @@ const ERROR_BODY = {
 } as const;
 
 const NO_STORE = { "cache-control": "no-store" };
+
+/** The request method for a span: a client can send any token, so unknown ones are folded. */
+const METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"]);
+const spanMethod = (m: string) => (METHODS.has(m) ? m : "_OTHER");
 
 /** The peer address of the TCP connection (never a header), IPv4-mapped IPv6 unwrapped. */
 export function peerAddress(bindings: Partial<HttpBindings> | undefined): string | null {
@@ -136,7 +144,15 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
     const matcher = tokens?.current ? secretMatcher([tokens.current, tokens.previous]) : undefined;
 
     const reply = (c: Context<Env>, status: keyof typeof ERROR_BODY, reason: Reason, error?: string) => {
-      const fields = { event: "receiver.rejected", route, receiver, status, reason };
+      const fields = {
+        event: "receiver.rejected",
+        requestId: c.get("requestId"),
+        route,
+        receiver,
+        status,
+        reason,
+      };
+      c.get("span")?.setAttribute("bitrix_sync.webhook.reason", reason);
       webhookRequests.inc({ receiver, result: reason });
       if (status === 503) deps.log.error(fields, "receiver request refused");
       else deps.log.warn(fields, "receiver request refused");
@@ -144,6 +160,28 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
       if (status === 405) headers.allow = "POST";
       return c.json({ error: error ?? ERROR_BODY[status] }, status, headers);
     };
+
+    // The request's span, a new trace: a robot sends no context, and one from outside is not trusted.
+    const traced: MiddlewareHandler<Env> = (c, next) =>
+      inSpan(
+        "bitrix_sync.webhook.receive",
+        {
+          root: true,
+          kind: SpanKind.SERVER,
+          attributes: {
+            "http.request.method": spanMethod(c.req.method),
+            "http.route": route,
+            "bitrix_sync.webhook.receiver": receiver,
+          },
+        },
+        async (span) => {
+          c.set("requestId", randomUUID());
+          c.set("span", span);
+          await next();
+          span.setAttribute("http.response.status_code", c.res.status);
+          if (c.res.status >= 500) markFailed(span, String(c.res.status));
+        },
+      );
 
     // 1. method, 2. configured, 3. content type, 4. sizes: before anything is read or compared.
     const gate: MiddlewareHandler<Env> = async (c, next) => {
@@ -173,7 +211,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
       await next();
     };
 
-    app.all(`/${receiver}`, gate, token, async (c) => {
+    app.all(`/${receiver}`, traced, gate, token, async (c) => {
       // 6. the form and the document (400), 7. the portal identity (403).
       const ev = parseRobotEvent(receiver, c.get("query"), c.get("body"), portal as PortalIdentity);
       if (!ev.ok) return reply(c, ev.status, ev.reason);
@@ -181,12 +219,28 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
       // requests that arrived together: one round trip and one commit).
       let inboxId: string;
       try {
-        const out = await inbox.write({
-          receiver,
-          entityTypeId: ev.entityTypeId,
-          entityId: ev.entityId,
-          sourceIp: clientAddress(peerAddress(c.env), c.req.header(FORWARDED_ADDRESS_HEADER), trustedProxy),
-        });
+        const sourceIp = clientAddress(
+          peerAddress(c.env),
+          c.req.header(FORWARDED_ADDRESS_HEADER),
+          trustedProxy,
+        );
+        const out = await inSpan(
+          "bitrix_sync.inbox.write",
+          { attributes: { "bitrix_sync.webhook.receiver": receiver } },
+          async (span) => {
+            const o = await inbox.write({
+              receiver,
+              entityTypeId: ev.entityTypeId,
+              entityId: ev.entityId,
+              sourceIp,
+              traceContext: traceparentOf(span),
+            });
+            span.setAttribute("bitrix_sync.inbox.group_size", o.group);
+            if (o.accepted) span.setAttribute("bitrix_sync.inbox.id", o.inboxId);
+            else span.setAttribute("bitrix_sync.outcome", o.refusal);
+            return o;
+          },
+        );
         if (!out.accepted) {
           if (out.refusal === "entity_type") return reply(c, 400, "entity_type");
           return reply(c, 503, "alert_entity_type_unset", "receiver_not_configured");
@@ -198,6 +252,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
         deps.log.error(
           {
             event: "receiver.insert_failed",
+            requestId: c.get("requestId"),
             route,
             receiver,
             sqlstate: typeof code === "string" ? code : undefined,
@@ -207,7 +262,10 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
         return reply(c, 503, "database_unavailable");
       }
       webhookRequests.inc({ receiver, result: "accepted" });
-      deps.log.debug({ event: "receiver.accepted", route, receiver, inboxId }, "webhook recorded");
+      deps.log.debug(
+        { event: "receiver.accepted", requestId: c.get("requestId"), route, receiver, inboxId },
+        "webhook recorded",
+      );
       return c.json({ status: "accepted" }, 200, NO_STORE);
     });
   }
