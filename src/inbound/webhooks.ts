@@ -12,7 +12,14 @@ import { executeBatch } from "../crm/batch.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
 import { webhookOutcomes } from "../observability/metrics.js";
-import { linksTo, markFailed, type Span, storedParent, tracer, withSpan } from "../observability/tracing.js";
+import {
+  linksTo,
+  markFailed,
+  type Span,
+  startSpan,
+  storedParent,
+  withSpan,
+} from "../observability/tracing.js";
 import { activeMappings, applyContact, type MappedContact } from "./apply-contact.js";
 
 interface InboxRow {
@@ -30,17 +37,14 @@ const CLAIM = `select id, receiver, entity_id, lease_token, attempt_count, recei
 
 /** The processing span of one claimed event, a child of its receiver request's inbox write. */
 function processSpan(r: InboxRow): Span {
-  return tracer.startSpan(
-    "bitrix_sync.inbox.process",
-    {
-      attributes: {
-        "bitrix_sync.inbox.id": String(r.id),
-        "bitrix_sync.webhook.receiver": r.receiver,
-        "bitrix_sync.inbox.attempt": r.attempt_count,
-      },
+  return startSpan("bitrix_sync.inbox.process", {
+    parent: storedParent(r.trace_context),
+    attributes: {
+      "bitrix_sync.inbox.id": String(r.id),
+      "bitrix_sync.webhook.receiver": r.receiver,
+      "bitrix_sync.inbox.attempt": r.attempt_count,
     },
-    storedParent(r.trace_context),
-  );
+  });
 }
 
 /** Ends an event's span with its outcome code. */

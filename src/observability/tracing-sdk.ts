@@ -15,6 +15,8 @@ import { safeErrorCode, setTracingEnabled } from "./tracing.js";
 const EXPORT_TIMEOUT_MS = 5_000;
 /** At most this many finished spans wait for export; more are dropped. */
 const MAX_QUEUE = 4_096;
+/** Spans per export request. */
+const EXPORT_BATCH = 512;
 const FAILURE_LOG_EVERY_MS = 60_000;
 
 export interface TracingOptions {
@@ -49,7 +51,9 @@ export async function startTracing(opts: TracingOptions): Promise<Tracing | null
   const exporter = new otlp.OTLPTraceExporter({
     url: tracesUrl(opts.endpoint),
     timeoutMillis: EXPORT_TIMEOUT_MS,
-    concurrencyLimit: 2,
+    // Requests in flight at once (a burst or a flush sends several batches together); past it a
+    // batch is dropped, so a hanging collector holds at most this many.
+    concurrencyLimit: 32,
   });
   let lastFailureLog = 0;
   let failures = 0;
@@ -81,7 +85,7 @@ export async function startTracing(opts: TracingOptions): Promise<Tracing | null
   const processor = new sdk.BatchSpanProcessor({
     exporter: observed,
     maxQueueSize: MAX_QUEUE,
-    maxExportBatchSize: 512,
+    maxExportBatchSize: EXPORT_BATCH,
     scheduledDelayMillis: opts.scheduledDelayMs ?? 1_000,
     exportTimeoutMillis: EXPORT_TIMEOUT_MS,
   });

@@ -1,6 +1,7 @@
 // Spans through @opentelemetry/api only (docs/observability.md). Until src/observability/
-// tracing-sdk.ts registers an SDK (OTEL_EXPORTER_OTLP_ENDPOINT set), every call here is the API's
-// no-op, and the helpers that would format, parse or link contexts return at their first line.
+// tracing-sdk.ts registers an SDK (OTEL_EXPORTER_OTLP_ENDPOINT set), every helper here returns at its
+// first line: no span, no context, not even the API's no-op objects are made on the hot paths
+// (npm run bench:tracing measures it).
 //
 // What may go into a span (§15, §16): fixed span names, low-cardinality attributes, internal IDs
 // (workflow, command, inbox, intent and correlation IDs: UUIDs and bigints of this service, not
@@ -10,6 +11,7 @@ import {
   type Attributes,
   type Context,
   context,
+  INVALID_SPAN_CONTEXT,
   isSpanContextValid,
   type Link,
   ROOT_CONTEXT,
@@ -28,6 +30,9 @@ export { SpanKind };
 export const tracer = trace.getTracer("bitrix-sync");
 
 let enabled = false;
+
+/** What the helpers hand out while tracing is off: one shared span whose methods do nothing. */
+const OFF_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
 
 /** Set by the SDK's start and shutdown: while false, context helpers do no work at all. */
 export function setTracingEnabled(on: boolean): void {
@@ -133,6 +138,7 @@ export interface SpanOptions {
  * safe code and is rethrown unchanged.
  */
 export function inSpan<T>(name: string, opts: SpanOptions, fn: (span: Span) => Promise<T>): Promise<T> {
+  if (!enabled) return fn(OFF_SPAN);
   const { parent, ...spanOpts } = opts;
   return tracer.startActiveSpan(name, spanOpts, parent ?? context.active(), async (span) => {
     try {
@@ -144,6 +150,13 @@ export function inSpan<T>(name: string, opts: SpanOptions, fn: (span: Span) => P
       span.end();
     }
   });
+}
+
+/** Starts a span that the caller ends (one that outlives a call, such as a command's send). */
+export function startSpan(name: string, opts: SpanOptions): Span {
+  if (!enabled) return OFF_SPAN;
+  const { parent, ...spanOpts } = opts;
+  return tracer.startSpan(name, spanOpts, parent ?? context.active());
 }
 
 /** Runs `fn` with `span` active, so the log lines and child spans it makes belong to it. */

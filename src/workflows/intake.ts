@@ -15,8 +15,8 @@ import {
   markFailed,
   type Span,
   spanContextOf,
+  startSpan,
   traceparentOf,
-  tracer,
 } from "../observability/tracing.js";
 
 interface QueueRow {
@@ -53,7 +53,7 @@ export async function runIntake(deps: ServiceContext): Promise<number> {
         },
       },
       (span) => {
-        tracer.startSpan("bitrix_sync.queue.wait", { startTime: row.created_at }).end(row.claimed_at);
+        startSpan("bitrix_sync.queue.wait", { startTime: row.created_at }).end(row.claimed_at);
         return takeIntent(deps, row, span);
       },
     );

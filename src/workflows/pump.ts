@@ -18,8 +18,8 @@ import {
   markFailed,
   type Span,
   safeErrorCode,
+  startSpan,
   storedParent,
-  tracer,
   withSpan,
 } from "../observability/tracing.js";
 import { BusinessFailure, type Hydrated, hydrate, NotReady, projectResult } from "./command-io.js";
@@ -178,7 +178,7 @@ function commandSpan(row: CommandRow, batchId: string): Span {
   };
   if (row.workflow_id) attributes["bitrix_sync.workflow.id"] = row.workflow_id;
   if (row.correlation_id) attributes["bitrix_sync.correlation.id"] = row.correlation_id;
-  return tracer.startSpan("bitrix_sync.crm.command", { attributes }, storedParent(row.trace_context));
+  return startSpan("bitrix_sync.crm.command", { attributes, parent: storedParent(row.trace_context) });
 }
 
 /** The IDs a log line about a command carries (internal IDs, never the user's or the Contact's). */
