@@ -1,8 +1,9 @@
 // Traces (issue 12, docs/observability.md): the real service process exporting OTLP/HTTP to a
 // receiver written here. One App->CRM sync and one robot webhook give the span trees the docs
 // describe, linked across the durable queue; a command resent by another process after a crash is
-// still traced under the step that issued it; a collector that hangs neither slows nor breaks the
-// service; and nothing personal or secret is in any exported byte or log line.
+// still traced under the step that issued it; a forced reconciliation run is a trace of its own; a
+// collector that hangs neither slows nor breaks the service; and nothing personal or secret is in
+// any exported byte or log line.
 import { randomUUID } from "node:crypto";
 import test, { type ExecutionContext } from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
@@ -212,6 +213,14 @@ test.serial(
         return rows[0]?.status === "processed" ? rows[0] : null;
       });
       t.is(inbox.outcome, "applied");
+      // An operator's forced reconciliation run: a trace of its own.
+      await db.pool.query(`select graphile_worker.add_job('reconcile_contacts', '{"force": true}'::json)`);
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          "select 1 from bitrix_sync.reconciliation_cursors where job_type = 'contacts' and last_run_status = 'succeeded'",
+        );
+        return rows.length > 0;
+      });
 
       const { code } = await stop(svc);
       t.is(code, 0);
@@ -290,6 +299,22 @@ test.serial(
       t.is(process.traceId, written.traceId);
       t.is(process.attributes["bitrix_sync.outcome"], "applied");
       batchOf(t, spans, process);
+
+      // Reconciliation: a root span; its CRM batches and their HTTP calls are its children.
+      const run = named(spans, "bitrix_sync.reconcile.run").find(
+        (s) => s.attributes["bitrix_sync.reconcile.job"] === "contacts",
+      );
+      if (!run) return t.fail("no reconciliation run span");
+      t.is(run.parentSpanId, "");
+      t.is(run.attributes["bitrix_sync.outcome"], "succeeded");
+      t.true(Number(run.attributes["bitrix_sync.reconcile.scanned"]) >= 1, "the renamed Contact was scanned");
+      const listed = spans.filter((s) => s.name === "bitrix_sync.crm.batch" && s.parentSpanId === run.spanId);
+      t.true(listed.length >= 1);
+      t.true(
+        listed.every((b) =>
+          spans.some((s) => s.name === "bitrix_sync.crm.http" && s.parentSpanId === b.spanId),
+        ),
+      );
 
       // Nothing personal or secret in any exported byte, nor in any span name or attribute.
       const exported = Buffer.concat(otlp.bodies).toString("utf8");
