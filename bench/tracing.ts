@@ -53,7 +53,7 @@ const UNITS: Unit[] = [
     traced: () =>
       inSpan(
         "bitrix_sync.webhook.receive",
-        {
+        () => ({
           root: true,
           kind: SpanKind.SERVER,
           attributes: {
@@ -61,7 +61,7 @@ const UNITS: Unit[] = [
             "http.route": "/bitrix/sync/webhook/contact",
             "bitrix_sync.webhook.receiver": "contact",
           },
-        },
+        }),
         async (span) => {
           await inSpan(
             "bitrix_sync.inbox.write",
@@ -115,7 +115,7 @@ const UNITS: Unit[] = [
     },
     traced: async () => {
       const spans = Array.from({ length: BATCH }, (_, i) =>
-        startSpan("bitrix_sync.crm.command", {
+        startSpan("bitrix_sync.crm.command", () => ({
           parent: storedParent(STORED),
           attributes: {
             "bitrix_sync.command.id": String(1000 + i),
@@ -123,11 +123,14 @@ const UNITS: Unit[] = [
             "bitrix_sync.command.attempt": 1,
             "bitrix_sync.batch.id": "ff3bd0be-34a6-4c44-a25a-c6d1cbc5bafe",
           },
-        }),
+        })),
       );
       await inSpan(
         "bitrix_sync.crm.batch",
-        { attributes: { "bitrix_sync.batch.size": BATCH }, links: linksTo(spans) },
+        () => ({
+          attributes: { "bitrix_sync.batch.size": BATCH, "bitrix_sync.batch.command_types": "contact.add" },
+          links: linksTo(spans),
+        }),
         async (batch) => {
           await inSpan(
             "bitrix_sync.crm.http",

@@ -125,22 +125,21 @@ export async function executeBatch(
 ): Promise<CommandOutcome[]> {
   if (commands.length > MAX_BATCH_SIZE)
     throw new RangeError(`a batch holds at most ${MAX_BATCH_SIZE} commands`);
-  const attributes: Attributes = {
-    "bitrix_sync.batch.size": commands.length,
-    "bitrix_sync.batch.command_types": [...new Set(commands.map((c) => c.type))].sort().join(","),
+  const spanOptions = () => {
+    const attributes: Attributes = {
+      "bitrix_sync.batch.size": commands.length,
+      "bitrix_sync.batch.command_types": [...new Set(commands.map((c) => c.type))].sort().join(","),
+    };
+    if (opts.batchId) attributes["bitrix_sync.batch.id"] = opts.batchId;
+    return { attributes, ...(opts.links && opts.links.length > 0 ? { links: opts.links } : {}) };
   };
-  if (opts.batchId) attributes["bitrix_sync.batch.id"] = opts.batchId;
-  return await inSpan(
-    "bitrix_sync.crm.batch",
-    { attributes, ...(opts.links && opts.links.length > 0 ? { links: opts.links } : {}) },
-    async (span) => {
-      const outcomes = await sendBatch(deps, commands, opts);
-      let ok = 0;
-      for (const o of outcomes) if (o?.ok) ok++;
-      span.setAttributes({ "bitrix_sync.batch.ok": ok, "bitrix_sync.batch.failed": outcomes.length - ok });
-      return outcomes;
-    },
-  );
+  return await inSpan("bitrix_sync.crm.batch", spanOptions, async (span) => {
+    const outcomes = await sendBatch(deps, commands, opts);
+    let ok = 0;
+    for (const o of outcomes) if (o?.ok) ok++;
+    span.setAttributes({ "bitrix_sync.batch.ok": ok, "bitrix_sync.batch.failed": outcomes.length - ok });
+    return outcomes;
+  });
 }
 
 async function sendBatch(

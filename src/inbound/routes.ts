@@ -165,7 +165,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
     const traced: MiddlewareHandler<Env> = (c, next) =>
       inSpan(
         "bitrix_sync.webhook.receive",
-        {
+        () => ({
           root: true,
           kind: SpanKind.SERVER,
           attributes: {
@@ -173,7 +173,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
             "http.route": route,
             "bitrix_sync.webhook.receiver": receiver,
           },
-        },
+        }),
         async (span) => {
           c.set("requestId", randomUUID());
           c.set("span", span);

@@ -37,14 +37,14 @@ const CLAIM = `select id, receiver, entity_id, lease_token, attempt_count, recei
 
 /** The processing span of one claimed event, a child of its receiver request's inbox write. */
 function processSpan(r: InboxRow): Span {
-  return startSpan("bitrix_sync.inbox.process", {
+  return startSpan("bitrix_sync.inbox.process", () => ({
     parent: storedParent(r.trace_context),
     attributes: {
       "bitrix_sync.inbox.id": String(r.id),
       "bitrix_sync.webhook.receiver": r.receiver,
       "bitrix_sync.inbox.attempt": r.attempt_count,
     },
-  });
+  }));
 }
 
 /** Ends an event's span with its outcome code. */

@@ -135,11 +135,16 @@ export interface SpanOptions {
 
 /**
  * Runs `fn` in a new active span that ends when `fn` settles. A throw marks the span failed with a
- * safe code and is rethrown unchanged.
+ * safe code and is rethrown unchanged. `opts` as a function is called only while tracing is on, so
+ * the hot paths build no attributes otherwise.
  */
-export function inSpan<T>(name: string, opts: SpanOptions, fn: (span: Span) => Promise<T>): Promise<T> {
+export function inSpan<T>(
+  name: string,
+  opts: SpanOptions | (() => SpanOptions),
+  fn: (span: Span) => Promise<T>,
+): Promise<T> {
   if (!enabled) return fn(OFF_SPAN);
-  const { parent, ...spanOpts } = opts;
+  const { parent, ...spanOpts } = typeof opts === "function" ? opts() : opts;
   return tracer.startActiveSpan(name, spanOpts, parent ?? context.active(), async (span) => {
     try {
       return await fn(span);
@@ -153,9 +158,9 @@ export function inSpan<T>(name: string, opts: SpanOptions, fn: (span: Span) => P
 }
 
 /** Starts a span that the caller ends (one that outlives a call, such as a command's send). */
-export function startSpan(name: string, opts: SpanOptions): Span {
+export function startSpan(name: string, opts: SpanOptions | (() => SpanOptions)): Span {
   if (!enabled) return OFF_SPAN;
-  const { parent, ...spanOpts } = opts;
+  const { parent, ...spanOpts } = typeof opts === "function" ? opts() : opts;
   return tracer.startSpan(name, spanOpts, parent ?? context.active());
 }
 

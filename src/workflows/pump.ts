@@ -170,15 +170,17 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
 
 /** The span of one send of a command, a child of the step that issued it. */
 function commandSpan(row: CommandRow, batchId: string): Span {
-  const attributes: Attributes = {
-    "bitrix_sync.command.id": String(row.id),
-    "bitrix_sync.command.type": row.command_type,
-    "bitrix_sync.command.attempt": row.attempt_count + 1,
-    "bitrix_sync.batch.id": batchId,
-  };
-  if (row.workflow_id) attributes["bitrix_sync.workflow.id"] = row.workflow_id;
-  if (row.correlation_id) attributes["bitrix_sync.correlation.id"] = row.correlation_id;
-  return startSpan("bitrix_sync.crm.command", { attributes, parent: storedParent(row.trace_context) });
+  return startSpan("bitrix_sync.crm.command", () => {
+    const attributes: Attributes = {
+      "bitrix_sync.command.id": String(row.id),
+      "bitrix_sync.command.type": row.command_type,
+      "bitrix_sync.command.attempt": row.attempt_count + 1,
+      "bitrix_sync.batch.id": batchId,
+    };
+    if (row.workflow_id) attributes["bitrix_sync.workflow.id"] = row.workflow_id;
+    if (row.correlation_id) attributes["bitrix_sync.correlation.id"] = row.correlation_id;
+    return { attributes, parent: storedParent(row.trace_context) };
+  });
 }
 
 /** The IDs a log line about a command carries (internal IDs, never the user's or the Contact's). */
