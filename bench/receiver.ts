@@ -8,6 +8,7 @@
 // this process with valid robot requests for a rotating set of Contacts. Afterwards the number of
 // inbox rows must equal the number of 200 replies.
 //
+// With OTEL_EXPORTER_OTLP_ENDPOINT set the server exports its spans there (npm run bench:tracing).
 // Knobs: BENCH_REQUESTS (default 60000), BENCH_CONNECTIONS (32), BENCH_POOL (receiver pool, 3), BENCH_IN_FLIGHT
 // (grouped inbox calls in flight, default 2), BENCH_PROFILE_DIR
 // (write a V8 CPU profile of the server there).
@@ -29,6 +30,7 @@ import { createApp } from "../src/http/app.js";
 import { createHttpServer } from "../src/http/server.js";
 import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUERY_BYTES } from "../src/inbound/config.js";
 import { createLogger } from "../src/observability/logger.js";
+import { startTracing } from "../src/observability/tracing-sdk.js";
 
 const TOKEN = randomBytes(32).toString("hex");
 const HOST = "bench-portal.bitrix24.test";
@@ -39,6 +41,13 @@ async function serveMode(): Promise<void> {
   const pool = createPool(url, "status");
   const receiverPool = createPool(url, "receiver", { max: Number(process.env.BENCH_POOL ?? 3) });
   const log = createLogger({ level: "warn", destination: process.stderr });
+  // npm run bench:tracing runs this server once more with the SDK exporting (issue 12).
+  const tracing = await startTracing({
+    endpoint: process.env.OTEL_EXPORTER_OTLP_ENDPOINT,
+    serviceVersion: "bench",
+    environment: "bench",
+    log,
+  });
   const app = createApp({
     pool,
     receiverPool,
@@ -58,6 +67,7 @@ async function serveMode(): Promise<void> {
   });
   process.on("SIGTERM", () => {
     server.close();
+    // With OTEL_EXPORTER_OTLP_ENDPOINT set the server exports its spans there (npm run bench:tracing).
     void Promise.all([pool.end(), receiverPool.end()]).then(() => process.exit(0));
   });
 }

@@ -23,8 +23,13 @@ end $$;
 comment on function bitrix_sync._wake_workflow(uuid) is
   'waiting_crm -> running for the workflow owning a command that succeeded, failed for good or became uncertain.';
 
+-- Issue 12 added the issuing step's trace context (a parameter with a default): the five-argument
+-- form is replaced.
+drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text);
+
 create or replace function bitrix_sync.issue_command(
-  p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text
+  p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text,
+  p_trace_context text default null
 ) returns bitrix_sync.crm_commands
 language plpgsql as $$
 declare
@@ -35,16 +40,17 @@ begin
   if not found or v_wf.state <> 'running' or v_wf.lease_token is distinct from p_lease_token then
     perform bitrix_sync._refuse_stale('workflow', p_workflow_id::text);
   end if;
-  insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id)
-  values (p_workflow_id, p_command_type, coalesce(p_params, '{}'::jsonb), v_wf.revision, v_wf.correlation_id)
+  insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id, trace_context)
+  values (p_workflow_id, p_command_type, coalesce(p_params, '{}'::jsonb), v_wf.revision, v_wf.correlation_id,
+          bitrix_sync._trace_context(p_trace_context))
   returning * into v_cmd;
   perform bitrix_sync.fire_workflow_event(p_workflow_id, p_lease_token, 'await_crm',
                                           jsonb_build_object('current_step', p_step));
   perform pg_notify('bitrix_sync_commands', '');
   return v_cmd;
 end $$;
-comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text) is
-  'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm at step p_step. The unique index allows one active command per workflow.';
+comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text) is
+  'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm at step p_step. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it.';
 
 create or replace function bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb)
 returns bitrix_sync.crm_commands

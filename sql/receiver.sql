@@ -21,8 +21,13 @@
 -- event's data. Only BS004 for arrays of different lengths (no event can be told apart) fails the
 -- whole call, as does the database itself failing.
 
+-- Issue 12 added each request's trace context (an array with a default): the four-array form is
+-- replaced.
+drop function if exists bitrix_sync.accept_webhooks(text[], integer[], text[], inet[]);
+
 create or replace function bitrix_sync.accept_webhooks(
-  p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[]
+  p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[],
+  p_trace_contexts text[] default null
 ) returns table (ord integer, inbox_id bigint, refusal text)
 language plpgsql as $$
 declare
@@ -34,9 +39,10 @@ declare
   v_alert boolean := false;
 begin
   if coalesce(cardinality(p_entity_type_ids), 0) <> v_n or coalesce(cardinality(p_entity_ids), 0) <> v_n
-     or coalesce(cardinality(p_source_ips), 0) <> v_n or v_n > 1000 then
-    raise exception 'accept_webhooks needs four arrays of one length, at most 1000'
-      using errcode = 'BS004', hint = 'Pass receiver, entity type, entity ID and source IP per event, in that order.';
+     or coalesce(cardinality(p_source_ips), 0) <> v_n or v_n > 1000
+     or (p_trace_contexts is not null and cardinality(p_trace_contexts) <> v_n) then
+    raise exception 'accept_webhooks needs four (or five) arrays of one length, at most 1000'
+      using errcode = 'BS004', hint = 'Pass receiver, entity type, entity ID, source IP and optionally trace context per event, in that order.';
   end if;
   if 'alert' = any(p_receivers) then
     begin
@@ -69,8 +75,9 @@ begin
       refusal := 'entity_id';
     end if;
     if refusal is null then
-      insert into bitrix_sync.webhook_inbox (receiver, entity_type_id, entity_id, source_ip)
-      values (p_receivers[i], p_entity_type_ids[i], p_entity_ids[i], p_source_ips[i])
+      insert into bitrix_sync.webhook_inbox (receiver, entity_type_id, entity_id, source_ip, trace_context)
+      values (p_receivers[i], p_entity_type_ids[i], p_entity_ids[i], p_source_ips[i],
+              bitrix_sync._trace_context(p_trace_contexts[i]))
       returning id into inbox_id;
       if p_receivers[i] = 'contact' then
         v_contact := true;
@@ -88,8 +95,8 @@ begin
     perform pg_notify('bitrix_sync_webhooks', 'alert');
   end if;
 end $$;
-comment on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[]) is
-  'Receiver entry point (§10.1): for each event (parallel arrays), checks the receiver, the entity type (3 for contact, alerts.entity_type_id for alert) and the entity ID and inserts an inbox row; returns per event its 1-based ord and the inbox id, or a refusal (entity_type, entity_id, alert_entity_type_unset, alert_config_invalid, unknown_receiver) and no row. One event''s refusal never fails another''s.';
+comment on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[], text[]) is
+  'Receiver entry point (§10.1): for each event (parallel arrays), checks the receiver, the entity type (3 for contact, alerts.entity_type_id for alert) and the entity ID and inserts an inbox row with the request''s trace context (W3C traceparent, malformed ones ignored); returns per event its 1-based ord and the inbox id, or a refusal (entity_type, entity_id, alert_entity_type_unset, alert_config_invalid, unknown_receiver) and no row. One event''s refusal never fails another''s.';
 
 create or replace function bitrix_sync.accept_webhook(
   p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet default null
@@ -124,4 +131,5 @@ begin
   end case;
 end $$;
 comment on function bitrix_sync.accept_webhook(text, integer, text, inet) is
-  'One event through accept_webhooks(), for an operator with psql re-recording a robot call that was lost (the robot does not retry): returns the inbox id; BS020 wrong entity type, BS004 malformed ID, BS021/BS023 alert receiver not configured or unusable, BS022 unknown receiver; nothing is written then. Security definer: the admin role has no table rights.';
+comment on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[], text[]) is
+  'Receiver entry point (§10.1): for each event (parallel arrays), checks the receiver, the entity type (3 for contact, alerts.entity_type_id for alert) and the entity ID and inserts an inbox row with the request''s trace context (W3C traceparent, malformed ones ignored); returns per event its 1-based ord and the inbox id, or a refusal (entity_type, entity_id, alert_entity_type_unset, alert_config_invalid, unknown_receiver) and no row. One event''s refusal never fails another''s.';

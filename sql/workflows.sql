@@ -1,12 +1,18 @@
 -- Workflows (§7.1): one active workflow per user; persisted transitions by event name, fenced by
 -- the lease token of the worker stepping the workflow.
 
+-- Issue 12 added the intent's trace context (a parameter with a default, and the workflow's previous
+-- context in the result): the four-argument form is replaced.
+drop function if exists bitrix_sync.start_or_join_workflow(uuid, text, uuid, text);
+
 create or replace function bitrix_sync.start_or_join_workflow(
-  p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text
-) returns table (workflow_id uuid, action text)
+  p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text,
+  p_trace_context text default null
+) returns table (workflow_id uuid, action text, previous_trace_context text)
 language plpgsql as $$
 declare
   v_row bitrix_sync.workflow_instances;
+  v_trace text := bitrix_sync._trace_context(p_trace_context);
 begin
   for v_try in 1..3 loop
     select * into v_row from bitrix_sync.workflow_instances w
@@ -20,30 +26,32 @@ begin
       if v_row.workflow_type = 'contact.rebind' then
         if v_row.held_intent_type is not distinct from p_intent_type
            and v_row.held_content_hash is not distinct from p_content_hash then
-          return query select v_row.id, 'unchanged'::text;
+          return query select v_row.id, 'unchanged'::text, v_row.trace_context;
           return;
         end if;
         update bitrix_sync.workflow_instances w
            set held_intent_type = p_intent_type, held_source_task_id = p_source_task_id,
                held_content_hash = p_content_hash, held_at = now()
          where w.id = v_row.id;
-        return query select v_row.id, 'held'::text;
+        return query select v_row.id, 'held'::text, v_row.trace_context;
         return;
       end if;
       -- Same intent with the same desired content: nothing new to converge to.
       if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
-        return query select v_row.id, 'unchanged'::text;
+        return query select v_row.id, 'unchanged'::text, v_row.trace_context;
         return;
       end if;
       update bitrix_sync.workflow_instances w
          set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
              content_hash = p_content_hash,
+             -- The workflow now converges to this intent: its remaining steps belong to its trace.
+             trace_context = coalesce(v_trace, w.trace_context),
              -- A workflow parked in waiting_manual may now be fixable by the newer intent
              -- (manual_resume); a waiting_retry one is due at once.
              state = case when w.state = 'waiting_manual' then 'running' else w.state end,
              next_attempt_at = least(w.next_attempt_at, now())
        where w.id = v_row.id;
-      return query select v_row.id, 'joined'::text;
+      return query select v_row.id, 'joined'::text, v_row.trace_context;
       return;
     end if;
     -- The user's last workflow already converged to exactly this content: a semantically equal intent.
@@ -53,12 +61,13 @@ begin
                          where l.user_id = p_user_id order by l.created_at desc limit 1)
             and w.state = 'succeeded' and w.intent_type = p_intent_type
             and w.content_hash = p_content_hash) then
-      return query select null::uuid, 'unchanged'::text;
+      return query select null::uuid, 'unchanged'::text, null::text;
       return;
     end if;
     begin
-      insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
-      values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash)
+      insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash,
+                                                  trace_context)
+      values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash, v_trace)
       returning * into v_row;
     exception when unique_violation then
       -- Two intents of one user claimed at once: the other call started the workflow first and has
@@ -69,12 +78,12 @@ begin
       continue;
     end;
     perform pg_notify('bitrix_sync_workflows', '');
-    return query select v_row.id, 'started'::text;
+    return query select v_row.id, 'started'::text, null::text;
     return;
   end loop;
 end $$;
-comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text) is
-  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged). An active contact.rebind is not joined: the intent is held on it (action held) and starts when the rebind ends.';
+comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text, text) is
+  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step) and the workflow takes the intent''s trace context (W3C traceparent; malformed ones are ignored). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged). An active contact.rebind is not joined: the intent is held on it (action held) and starts when the rebind ends. previous_trace_context is the joined, held or unchanged workflow''s context before the call, for a span link.';
 
 create or replace function bitrix_sync.tg_workflow_instances__start_held_intent() returns trigger
 language plpgsql as $$

@@ -18,6 +18,7 @@ import { sandboxFirstIds } from "./local/sandbox-ids.js";
 import { type SandboxTokens, withSandboxTokens } from "./local/sandbox-tokens.js";
 import { connectHost, removeOwnServiceFile, runningService, writeServiceFile } from "./local/service-file.js";
 import { createLogger, type Logger } from "./observability/logger.js";
+import { startTracing, type Tracing } from "./observability/tracing-sdk.js";
 import { buildRuntime, registerRuntime } from "./runtime.js";
 import { checkDatabase, migrationStartupError } from "./startup/database.js";
 import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./startup/errors.js";
@@ -44,6 +45,11 @@ async function performSandboxCutover(pool: pg.Pool, log: Logger): Promise<void> 
 }
 
 type Stop = () => Promise<void>;
+
+/** The whole shutdown's bound; past it the process exits 1. */
+const SHUTDOWN_MS = 30_000;
+/** At most this long for the last spans to reach the collector. */
+const TRACING_FLUSH_MS = 5_000;
 
 /** The startup error's lines on stderr, where a person looks first; never a secret. */
 function report(e: StartupError): void {
@@ -219,6 +225,22 @@ async function main(): Promise<void> {
   const log = createLogger({ level: loaded.env.LOG_LEVEL, environment: loaded.env.SERVICE_ENVIRONMENT });
   const { config, generated } = withSandboxTokens(loaded);
   const stops: Stop[] = [];
+  // Before anything else starts, so every span is exported; last to stop, so the final ones are too.
+  let tracing: Tracing | null = null;
+  try {
+    tracing = await startTracing({
+      endpoint: config.env.OTEL_EXPORTER_OTLP_ENDPOINT,
+      serviceVersion: process.env.npm_package_version ?? "0.1.0",
+      environment: config.env.SERVICE_ENVIRONMENT,
+      log,
+    });
+  } catch (e) {
+    // Tracing is an aid: a service that cannot start it runs without it.
+    log.error(
+      { event: "tracing.start_failed", errorName: e instanceof Error ? e.name : typeof e },
+      "could not start the trace exporter; running without tracing",
+    );
+  }
   try {
     await start({ config, generated, log, stops, stopping: new AbortController() });
   } catch (e) {
@@ -239,6 +261,7 @@ async function main(): Promise<void> {
       );
     }
     await runStops(stops, log);
+    await tracing?.shutdown(TRACING_FLUSH_MS);
     process.exit(known?.exitCode ?? EXIT.unexpected);
   }
 
@@ -247,12 +270,15 @@ async function main(): Promise<void> {
     if (shuttingDown) return;
     shuttingDown = true;
     log.info({ event: "shutdown.begin", signal }, "stopping");
+    const deadline = Date.now() + SHUTDOWN_MS;
     const timer = setTimeout(() => {
       log.error({ event: "shutdown.timeout" }, "shutdown took too long; exiting");
       process.exit(1);
-    }, 30_000);
+    }, SHUTDOWN_MS);
     timer.unref();
     await runStops(stops, log);
+    // The last spans (this shutdown's included) within what is left of the bound.
+    await tracing?.shutdown(Math.min(TRACING_FLUSH_MS, deadline - Date.now() - 1_000));
     log.info({ event: "shutdown.done" }, "stopped");
     process.exit(exitCode);
   };

@@ -1,6 +1,7 @@
 // What a change of an alert's smart-process item means for the alert (§10.3): a terminal stage
 // closes it, a deleted item makes it remote_missing. Used by the alert webhooks and the alert
 // reconciliation.
+import type { Link } from "@opentelemetry/api";
 import type { ServiceContext } from "../context.js";
 import { executeBatch } from "../crm/batch.js";
 import type { AlertItem } from "../crm/catalogue.js";
@@ -14,6 +15,8 @@ export async function refreshAlertItems(
   deps: ServiceContext,
   s: AlertSettings,
   itemIds: number[],
+  /** Span links to the inbox events this read serves. */
+  links?: Link[],
 ): Promise<number> {
   if (s.entityTypeId === null || itemIds.length === 0) return 0;
   const commands = [];
@@ -23,7 +26,7 @@ export async function refreshAlertItems(
       params: { entityTypeId: s.entityTypeId, ids: itemIds.slice(i, i + 50) },
     });
   }
-  const outcomes = await executeBatch(deps.crm, commands);
+  const outcomes = await executeBatch(deps.crm, commands, links ? { links } : {});
   const items = new Map<number, AlertItem>();
   for (const o of outcomes) {
     if (!o.ok)

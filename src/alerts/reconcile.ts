@@ -1,6 +1,7 @@
 // Alert reconciliation (§10.3): every open alert with a smart-process item is polled (default
 // hourly) in batches; a terminal stage closes it, a deleted item makes it remote_missing.
 import type { ServiceContext } from "../context.js";
+import { inSpan } from "../observability/tracing.js";
 import { refreshAlertItems } from "./items.js";
 import type { AlertSettings } from "./mirror.js";
 
@@ -19,6 +20,28 @@ export async function reconcileAlerts(
   );
   const token = cur[0]?.lease_token;
   if (!token) return { ran: false, polled: 0, changed: 0 };
+  // A run is a trace of its own; its CRM batches and HTTP calls are its children.
+  return await inSpan(
+    "bitrix_sync.reconcile.run",
+    { root: true, attributes: { "bitrix_sync.reconcile.job": "alerts" } },
+    async (span) => {
+      const r = await runClaimed(deps, s, token);
+      span.setAttributes({
+        "bitrix_sync.outcome": "succeeded",
+        "bitrix_sync.reconcile.scanned": r.polled,
+        "bitrix_sync.reconcile.updated": r.changed,
+      });
+      return r;
+    },
+  );
+}
+
+/** Polls the open alerts' items once the cursor is held; records the run's end or its failure. */
+async function runClaimed(
+  deps: ServiceContext,
+  s: AlertSettings,
+  token: string,
+): Promise<{ ran: true; polled: number; changed: number }> {
   const { rows } = await deps.pool.query<{ item_id: string }>(
     "select item_id from bitrix_sync.business_alerts where status = 'open' and item_id is not null order by item_id",
   );

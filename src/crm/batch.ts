@@ -4,6 +4,7 @@
 // command gets its own verdict (a write that may have been applied is uncertain) and the caller
 // decides per command; nothing here re-sends it.
 
+import type { Attributes, Link } from "@opentelemetry/api";
 import {
   batchDuration,
   batchSize,
@@ -11,6 +12,7 @@ import {
   RATE_LIMIT_CODES,
   rateLimited,
 } from "../observability/metrics.js";
+import { inSpan } from "../observability/tracing.js";
 import {
   buildRequest,
   type CatalogueContext,
@@ -120,18 +122,51 @@ interface Prepared {
   line: string;
 }
 
+export interface BatchOptions {
+  /** A limiter permit the caller already holds (the pump does); otherwise one is acquired here. */
+  permit?: LimiterPermit;
+  signal?: AbortSignal;
+  /** Span links to the work this batch serves (each command's or inbox event's span). */
+  links?: Link[];
+  /** The pump's batch id (crm_commands.batch_id), for the span. */
+  batchId?: string;
+}
+
 /**
  * Sends up to 50 commands as one `batch` (halt=0) under one limiter permit and returns one outcome
  * per command, in input order. Pass `permit` when the caller already holds one (the pump does);
- * otherwise one is acquired here. Limit signals from the reply are reported to the limiter.
+ * otherwise one is acquired here. Limit signals from the reply are reported to the limiter. The
+ * batch is a span (bitrix_sync.crm.batch) with the HTTP call as its child.
  */
 export async function executeBatch(
   deps: CrmDeps,
   commands: readonly CrmCommand[],
-  opts: { permit?: LimiterPermit; signal?: AbortSignal } = {},
+  opts: BatchOptions = {},
 ): Promise<CommandOutcome[]> {
   if (commands.length > MAX_BATCH_SIZE)
     throw new RangeError(`a batch holds at most ${MAX_BATCH_SIZE} commands`);
+  const spanOptions = () => {
+    const attributes: Attributes = {
+      "bitrix_sync.batch.size": commands.length,
+      "bitrix_sync.batch.command_types": [...new Set(commands.map((c) => c.type))].sort().join(","),
+    };
+    if (opts.batchId) attributes["bitrix_sync.batch.id"] = opts.batchId;
+    return { attributes, ...(opts.links && opts.links.length > 0 ? { links: opts.links } : {}) };
+  };
+  return await inSpan("bitrix_sync.crm.batch", spanOptions, async (span) => {
+    const outcomes = await sendBatch(deps, commands, opts);
+    let ok = 0;
+    for (const o of outcomes) if (o?.ok) ok++;
+    span.setAttributes({ "bitrix_sync.batch.ok": ok, "bitrix_sync.batch.failed": outcomes.length - ok });
+    return outcomes;
+  });
+}
+
+async function sendBatch(
+  deps: CrmDeps,
+  commands: readonly CrmCommand[],
+  opts: BatchOptions,
+): Promise<CommandOutcome[]> {
   const now = deps.now ?? Date.now;
   const outcomes: CommandOutcome[] = new Array(commands.length);
   const keys = new Set<string>();

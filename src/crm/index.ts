@@ -13,6 +13,7 @@ import {
 } from "./contact-fields.js";
 import { type CrmLimiter, createPgLimiter } from "./limiter.js";
 import { CrmError } from "./redact.js";
+import { tracedClient } from "./traced-client.js";
 
 export * from "./backoff.js";
 export * from "./batch.js";
@@ -55,11 +56,13 @@ export interface Crm {
 
 /** Builds the CRM client. Throws CrmConfigError when the URL breaks §12.2/§16. */
 export function createCrm(opts: CrmOptions): Crm {
-  const raw = createCrmClient({
-    webhookUrl: opts.webhookUrl,
-    portalHost: opts.portalHost,
-    timeoutMs: opts.timeoutMs,
-  });
+  const raw = tracedClient(
+    createCrmClient({
+      webhookUrl: opts.webhookUrl,
+      portalHost: opts.portalHost,
+      timeoutMs: opts.timeoutMs,
+    }),
+  );
   const client = opts.observe ? opts.observe(raw) : raw;
   const deps: CrmDeps = {
     client,

@@ -17,6 +17,8 @@ export interface InboxEvent {
   entityTypeId: number;
   entityId: string;
   sourceIp: string | null;
+  /** W3C traceparent of the request's inbox write span, stored with the row; absent when tracing is off. */
+  traceContext?: string | null;
 }
 
 /** Why accept_webhooks() refused an event (sql/receiver.sql); nothing was written for it. */
@@ -42,7 +44,10 @@ function mayBeOneEvent(e: unknown): boolean {
   return typeof code === "string" && /^(22|23|BS|P0)/.test(code);
 }
 
-export type InboxOutcome = { accepted: true; inboxId: string } | { accepted: false; refusal: InboxRefusal };
+/** `group`: how many events shared the call (one round trip and one commit). */
+export type InboxOutcome =
+  | { accepted: true; inboxId: string; group: number }
+  | { accepted: false; refusal: InboxRefusal; group: number };
 
 export interface InboxWriterOptions {
   /** Events per call (accept_webhooks takes at most 1000). */
@@ -88,7 +93,7 @@ interface Pending {
   reject: (e: unknown) => void;
 }
 
-const SQL = "select ord, inbox_id, refusal from bitrix_sync.accept_webhooks($1, $2, $3, $4)";
+const SQL = "select ord, inbox_id, refusal from bitrix_sync.accept_webhooks($1, $2, $3, $4, $5)";
 
 function params(events: readonly InboxEvent[]): unknown[] {
   return [
@@ -96,6 +101,7 @@ function params(events: readonly InboxEvent[]): unknown[] {
     events.map((e) => e.entityTypeId),
     events.map((e) => e.entityId),
     events.map((e) => e.sourceIp),
+    events.map((e) => e.traceContext ?? null),
   ];
 }
 
@@ -237,10 +243,11 @@ export class InboxWriter {
       values: params(batch.map((p) => p.event)),
     });
     const byOrd = new Map(rows.map((r) => [r.ord, r]));
+    const group = batch.length;
     batch.forEach((p, i) => {
       const r = byOrd.get(i + 1);
-      if (r?.inbox_id != null) p.resolve({ accepted: true, inboxId: r.inbox_id });
-      else if (isRefusal(r?.refusal)) p.resolve({ accepted: false, refusal: r.refusal });
+      if (r?.inbox_id != null) p.resolve({ accepted: true, inboxId: r.inbox_id, group });
+      else if (isRefusal(r?.refusal)) p.resolve({ accepted: false, refusal: r.refusal, group });
       else p.reject(new Error("accept_webhooks returned no outcome for an event"));
     });
   }

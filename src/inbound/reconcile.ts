@@ -19,6 +19,7 @@ import {
   reconciliationSpikes,
   reconciliationUpdated,
 } from "../observability/metrics.js";
+import { inSpan, markFailed } from "../observability/tracing.js";
 import type { Settings } from "../settings-schema.js";
 import { activeMappings, applyContact, type ContactOutcome, type MappedContact } from "./apply-contact.js";
 
@@ -41,6 +42,15 @@ export interface ReconcileReport {
   spike: boolean;
   errorCode?: string;
   outcomes: Partial<Record<ContactOutcome | "unchanged", number>>;
+}
+
+/** The claimed cursor: the run's lease and where its window starts. */
+interface Claim {
+  lease_token: string;
+  watermark: Date | null;
+  started: Date;
+  cutover: Date | null;
+  baseline: number | null;
 }
 
 class RunFailed extends Error {
@@ -150,13 +160,7 @@ export async function reconcileContacts(
   };
   // Claim the run (sql/reconciliation.sql): the cursor row is the lock, a run that died is taken over
   // after reconcile.lease_sec, and the run's start time becomes the next watermark.
-  const { rows: claimed } = await deps.pool.query<{
-    lease_token: string;
-    watermark: Date | null;
-    started: Date;
-    cutover: Date | null;
-    baseline: number | null;
-  }>(
+  const { rows: claimed } = await deps.pool.query<Claim>(
     `select r.lease_token, r.watermark, r.last_run_started_at as started,
             (select cutover_watermark from bitrix_sync.cutover) as cutover,
             r.recovered_baseline::float8 as baseline
@@ -167,6 +171,33 @@ export async function reconcileContacts(
   const claim = claimed[0];
   if (!claim) return report;
   report.ran = true;
+  // A run is a trace of its own; its CRM batches and HTTP calls are its children.
+  return await inSpan(
+    "bitrix_sync.reconcile.run",
+    { root: true, attributes: { "bitrix_sync.reconcile.job": "contacts" } },
+    async (span) => {
+      await runClaimed(deps, s, claim, report);
+      span.setAttributes({
+        "bitrix_sync.outcome": report.status,
+        "bitrix_sync.reconcile.scanned": report.scanned,
+        "bitrix_sync.reconcile.mapped": report.mapped,
+        "bitrix_sync.reconcile.updated": report.updated,
+        "bitrix_sync.reconcile.recovered": report.recovered,
+        "bitrix_sync.reconcile.requests": report.requests,
+      });
+      if (report.errorCode) markFailed(span, report.errorCode);
+      return report;
+    },
+  );
+}
+
+/** The run itself, once the cursor is held: fills `report`; a failure is recorded, not thrown. */
+async function runClaimed(
+  deps: ServiceContext,
+  s: ReconcileSettings,
+  claim: Claim,
+  report: ReconcileReport,
+): Promise<void> {
   const from =
     claim.watermark ?? claim.cutover ?? new Date(claim.started.getTime() - s.contactsIntervalSec * 1000);
   const since = toPortalTimestamp(new Date(from.getTime() - s.overlapSec * 1000));
@@ -300,5 +331,4 @@ export async function reconcileContacts(
       "Contact reconciliation run failed; watermark kept",
     );
   }
-  return report;
 }

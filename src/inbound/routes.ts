@@ -2,10 +2,13 @@
 // checks run in a fixed order (docs/receivers.md), then SQL records the event durably and the reply
 // is 200. No business work happens here.
 //
-// Nothing from the request's query string or body is ever logged, put in a reply or a label: log
-// lines carry the route, the receiver, the status and a safe reason code. Refusals are logged
-// sampled (the first few per receiver and reason a minute, then one line with the count); the
-// metric counts every one.
+// Nothing from the request's query string or body is ever logged, put in a reply, a label or a span:
+// log lines carry a request id, the route, the receiver, the status and a safe reason code.
+// Refusals are logged sampled (the first few per receiver and reason a minute, then one line with
+// the count); the metric counts every one. Each request is a span (bitrix_sync.webhook.receive)
+// with the inbox write as its child; the write's context is stored with the inbox row, so the
+// event's processing is traced under it (§15, §16).
+import { randomUUID } from "node:crypto";
 import { isIP } from "node:net";
 import type { HttpBindings } from "@hono/node-server";
 import type { Context, MiddlewareHandler } from "hono";
@@ -15,6 +18,7 @@ import { isTimeout } from "../db/deadline.js";
 import { LogSampler } from "../observability/log-sampler.js";
 import type { Logger } from "../observability/logger.js";
 import { webhookAccepted, webhookRejected } from "../observability/metrics.js";
+import { inSpan, markFailed, type Span, SpanKind, traceparentOf } from "../observability/tracing.js";
 import { clientAddress, FORWARDED_ADDRESS_HEADER } from "./client-address.js";
 import { RECEIVERS, type ReceiverConfig } from "./config.js";
 import { checkToken, type PortalIdentity, parseRobotEvent, type RejectReason, rawQuery } from "./contract.js";
@@ -36,7 +40,7 @@ export interface ReceiverDeps {
 
 type Env = {
   Bindings: Partial<HttpBindings> | undefined;
-  Variables: { body: Uint8Array; query: string };
+  Variables: { body: Uint8Array; query: string; requestId: string; span: Span };
 };
 
 /** Outcome codes of a refused request: the only request-derived thing that is logged. */
@@ -69,6 +73,10 @@ const ERROR_BODY = {
 } as const;
 
 const NO_STORE = { "cache-control": "no-store" };
+
+/** The request method for a span: a client can send any token, so unknown ones are folded. */
+const METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"]);
+const spanMethod = (m: string) => (METHODS.has(m) ? m : "_OTHER");
 
 /** The peer address of the TCP connection (never a header), IPv4-mapped IPv6 unwrapped. */
 export function peerAddress(bindings: Partial<HttpBindings> | undefined): string | null {
@@ -173,7 +181,15 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
     const matcher = tokens?.current ? secretMatcher([tokens.current, tokens.previous]) : undefined;
 
     const reply = (c: Context<Env>, status: keyof typeof ERROR_BODY, reason: Reason, error?: string) => {
-      const fields = { event: "receiver.rejected", route, receiver, status, reason };
+      const fields = {
+        event: "receiver.rejected",
+        requestId: c.get("requestId"),
+        route,
+        receiver,
+        status,
+        reason,
+      };
+      c.get("span")?.setAttribute("bitrix_sync.webhook.reason", reason);
       webhookRejected.inc({ receiver, reason });
       logSampled(
         `rejected:${receiver}:${status}:${reason}`,
@@ -185,6 +201,28 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
       if (status === 405) headers.allow = "POST";
       return c.json({ error: error ?? ERROR_BODY[status] }, status, headers);
     };
+
+    // The request's span, a new trace: a robot sends no context, and one from outside is not trusted.
+    const traced: MiddlewareHandler<Env> = (c, next) =>
+      inSpan(
+        "bitrix_sync.webhook.receive",
+        () => ({
+          root: true,
+          kind: SpanKind.SERVER,
+          attributes: {
+            "http.request.method": spanMethod(c.req.method),
+            "http.route": route,
+            "bitrix_sync.webhook.receiver": receiver,
+          },
+        }),
+        async (span) => {
+          c.set("requestId", randomUUID());
+          c.set("span", span);
+          await next();
+          span.setAttribute("http.response.status_code", c.res.status);
+          if (c.res.status >= 500) markFailed(span, String(c.res.status));
+        },
+      );
 
     // 1. method, 2. configured, 3. content type, 4. sizes: before anything is read or compared.
     const gate: MiddlewareHandler<Env> = async (c, next) => {
@@ -214,7 +252,7 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
       await next();
     };
 
-    app.all(`/${receiver}`, gate, token, async (c) => {
+    app.all(`/${receiver}`, traced, gate, token, async (c) => {
       // 6. the form and the document (400), 7. the portal identity (403).
       const ev = parseRobotEvent(receiver, c.get("query"), c.get("body"), portal as PortalIdentity);
       if (!ev.ok) return reply(c, ev.status, ev.reason);
@@ -222,12 +260,28 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
       // requests that arrived together: one round trip and one commit).
       let inboxId: string;
       try {
-        const out = await inbox.write({
-          receiver,
-          entityTypeId: ev.entityTypeId,
-          entityId: ev.entityId,
-          sourceIp: clientAddress(peerAddress(c.env), c.req.header(FORWARDED_ADDRESS_HEADER), trustedProxy),
-        });
+        const sourceIp = clientAddress(
+          peerAddress(c.env),
+          c.req.header(FORWARDED_ADDRESS_HEADER),
+          trustedProxy,
+        );
+        const out = await inSpan(
+          "bitrix_sync.inbox.write",
+          { attributes: { "bitrix_sync.webhook.receiver": receiver } },
+          async (span) => {
+            const o = await inbox.write({
+              receiver,
+              entityTypeId: ev.entityTypeId,
+              entityId: ev.entityId,
+              sourceIp,
+              traceContext: traceparentOf(span),
+            });
+            span.setAttribute("bitrix_sync.inbox.group_size", o.group);
+            if (o.accepted) span.setAttribute("bitrix_sync.inbox.id", o.inboxId);
+            else span.setAttribute("bitrix_sync.outcome", o.refusal);
+            return o;
+          },
+        );
         if (!out.accepted) {
           switch (out.refusal) {
             case "entity_type":
@@ -250,14 +304,17 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
         const sqlstate = typeof code === "string" ? code : undefined;
         logSampled(
           `insert_failed:${receiver}:${sqlstate}`,
-          { event: "receiver.insert_failed", route, receiver, sqlstate },
+          { event: "receiver.insert_failed", requestId: c.get("requestId"), route, receiver, sqlstate },
           true,
           "could not record the webhook",
         );
         return reply(c, 503, isTimeout(e) ? "database_timeout" : "database_unavailable");
       }
       webhookAccepted.inc({ receiver });
-      deps.log.debug({ event: "receiver.accepted", route, receiver, inboxId }, "webhook recorded");
+      deps.log.debug(
+        { event: "receiver.accepted", requestId: c.get("requestId"), route, receiver, inboxId },
+        "webhook recorded",
+      );
       return c.json({ status: "accepted" }, 200, NO_STORE);
     });
   }

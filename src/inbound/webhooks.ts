@@ -1,6 +1,9 @@
 // Processing of accepted robot webhooks (§10.1–§10.3): the webhooks lane of the sync loop claims
 // the inbox rows of each receiver. A Contact event reads the Contact by ID and applies it to the App;
 // an alert event refreshes the smart-process item's alert (src/alerts/items.ts).
+//
+// Each claimed event is a span (bitrix_sync.inbox.process) under the context its receiver request
+// stored with it; the one CRM read that serves a round's events links to all of them.
 import { refreshAlertItems } from "../alerts/items.js";
 import type { AlertSettings } from "../alerts/mirror.js";
 import type { ServiceContext } from "../context.js";
@@ -9,6 +12,14 @@ import { executeBatch } from "../crm/batch.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
 import { countRetry, timedClaim, webhookApplyLag, webhookOutcomes } from "../observability/metrics.js";
+import {
+  linksTo,
+  markFailed,
+  type Span,
+  startSpan,
+  storedParent,
+  withSpan,
+} from "../observability/tracing.js";
 import { activeMappings, applyContact, type MappedContact } from "./apply-contact.js";
 
 interface InboxRow {
@@ -18,11 +29,34 @@ interface InboxRow {
   lease_token: string;
   attempt_count: number;
   received_at: Date;
+  trace_context: string | null;
 }
+
+const CLAIM = `select id, receiver, entity_id, lease_token, attempt_count, received_at, trace_context
+                 from bitrix_sync.claim_webhooks($1, $2, make_interval(secs => $3), $4)`;
 
 /** Receipt to committed processing of the row (the oldest event of its coalesced group). */
 function observeLag(r: InboxRow): void {
   webhookApplyLag.observe({ receiver: r.receiver }, Math.max(0, Date.now() - r.received_at.getTime()) / 1000);
+}
+
+/** The processing span of one claimed event, a child of its receiver request's inbox write. */
+function processSpan(r: InboxRow): Span {
+  return startSpan("bitrix_sync.inbox.process", () => ({
+    parent: storedParent(r.trace_context),
+    attributes: {
+      "bitrix_sync.inbox.id": String(r.id),
+      "bitrix_sync.webhook.receiver": r.receiver,
+      "bitrix_sync.inbox.attempt": r.attempt_count,
+    },
+  }));
+}
+
+/** Ends an event's span with its outcome code. */
+function finish(span: Span, outcome: string, failed = false): void {
+  span.setAttribute("bitrix_sync.outcome", outcome);
+  if (failed) markFailed(span, outcome);
+  span.end();
 }
 
 /** Retries (or, for a permanent failure, dead-letters) claimed events; SQL gives up past the horizon. */
@@ -49,7 +83,7 @@ async function retryRows(
     if (out[0]?.status === "retry_wait") countRetry("webhooks", code);
     if (out[0]?.status === "dead_letter") {
       deps.log.error(
-        { event: "webhook.dead_letter", receiver: r.receiver, code: "retry_horizon_exceeded" },
+        { event: "webhook.dead_letter", receiver: r.receiver, inboxId: r.id, code: "retry_horizon_exceeded" },
         "webhook given up after the retry horizon",
       );
     }
@@ -60,60 +94,83 @@ async function retryRows(
 export async function processContactWebhooks(deps: ServiceContext, limit = 50): Promise<number> {
   const s = deps.settings();
   const { rows } = await timedClaim("webhooks", () =>
-    deps.pool.query<InboxRow>(
-      "select id, receiver, entity_id, lease_token, attempt_count, received_at from bitrix_sync.claim_webhooks($1, $2, make_interval(secs => $3), 'contact')",
-      [deps.workerId, limit, s.lease.ttlSec],
-    ),
+    deps.pool.query<InboxRow>(CLAIM, [deps.workerId, limit, s.lease.ttlSec, "contact"]),
   );
   if (rows.length === 0) return 0;
-  const mappings = await activeMappings(
-    deps.pool,
-    rows.map((r) => Number(r.entity_id)),
-  );
-  const mapped = rows.filter((r) => mappings.has(Number(r.entity_id)));
-  for (const r of rows.filter((x) => !mappings.has(Number(x.entity_id)))) {
-    // Not ours (or no longer active): acknowledged, App untouched, counted by outcome only.
-    await deps.pool.query("select bitrix_sync.complete_webhook($1, $2, 'unknown_mapping')", [
-      r.id,
-      r.lease_token,
-    ]);
-    webhookOutcomes.inc({ receiver: "contact", outcome: "unknown_mapping" });
-    observeLag(r);
-    deps.log.info(
-      { event: "webhook.processed", receiver: "contact", outcome: "unknown_mapping" },
-      "webhook for an unmapped Contact",
+  const spans = new Map(rows.map((r) => [r.id, processSpan(r)]));
+  const spanOf = (r: InboxRow) => spans.get(r.id) as Span;
+  try {
+    const mappings = await activeMappings(
+      deps.pool,
+      rows.map((r) => Number(r.entity_id)),
     );
-  }
-  if (mapped.length === 0) return rows.length;
-  const [o] = await executeBatch(deps.crm, [
-    { type: "contact.read", params: { ids: mapped.map((r) => Number(r.entity_id)) } },
-  ]);
-  if (!o?.ok) {
-    const f = o && !o.ok ? o.failure : null;
-    await retryRows(deps, mapped, f?.code ?? "batch_result_missing", f?.kind === "permanent");
-    return rows.length;
-  }
-  const byId = new Map((o.result as { contacts: ContactRecord[] }).contacts.map((c) => [c.id, c]));
-  for (const r of mapped) {
-    const m = mappings.get(Number(r.entity_id)) as MappedContact;
-    try {
-      const outcome = await inTransaction(deps.pool, async (c) => {
-        const out = await applyContact(c, deps, m, byId.get(m.contactId), "webhook", r.received_at);
-        await c.query("select bitrix_sync.complete_webhook($1, $2, $3)", [r.id, r.lease_token, out]);
-        return out;
+    const mapped = rows.filter((r) => mappings.has(Number(r.entity_id)));
+    for (const r of rows.filter((x) => !mappings.has(Number(x.entity_id)))) {
+      // Not ours (or no longer active): acknowledged, App untouched, counted by outcome only.
+      await withSpan(spanOf(r), async () => {
+        await deps.pool.query("select bitrix_sync.complete_webhook($1, $2, 'unknown_mapping')", [
+          r.id,
+          r.lease_token,
+        ]);
+        webhookOutcomes.inc({ receiver: "contact", outcome: "unknown_mapping" });
+        observeLag(r);
+        deps.log.info(
+          { event: "webhook.processed", receiver: "contact", inboxId: r.id, outcome: "unknown_mapping" },
+          "webhook for an unmapped Contact",
+        );
       });
-      webhookOutcomes.inc({ receiver: "contact", outcome });
-      observeLag(r);
-      deps.log.info({ event: "webhook.processed", receiver: "contact", outcome }, "webhook processed");
-    } catch (e) {
-      deps.log.warn(
-        { event: "webhook.process_failed", receiver: "contact", sqlstate: (e as { code?: string }).code },
-        "webhook not processed; will retry",
-      );
-      await retryRows(deps, [r], "apply_failed", false).catch(() => undefined);
+      finish(spanOf(r), "unknown_mapping");
     }
+    if (mapped.length === 0) return rows.length;
+    const [o] = await executeBatch(
+      deps.crm,
+      [{ type: "contact.read", params: { ids: mapped.map((r) => Number(r.entity_id)) } }],
+      { links: linksTo(mapped.map(spanOf)) },
+    );
+    if (!o?.ok) {
+      const f = o && !o.ok ? o.failure : null;
+      const code = f?.code ?? "batch_result_missing";
+      await retryRows(deps, mapped, code, f?.kind === "permanent");
+      for (const r of mapped) finish(spanOf(r), code, true);
+      return rows.length;
+    }
+    const byId = new Map((o.result as { contacts: ContactRecord[] }).contacts.map((c) => [c.id, c]));
+    for (const r of mapped) {
+      const m = mappings.get(Number(r.entity_id)) as MappedContact;
+      await withSpan(spanOf(r), async () => {
+        try {
+          const outcome = await inTransaction(deps.pool, async (c) => {
+            const out = await applyContact(c, deps, m, byId.get(m.contactId), "webhook", r.received_at);
+            await c.query("select bitrix_sync.complete_webhook($1, $2, $3)", [r.id, r.lease_token, out]);
+            return out;
+          });
+          webhookOutcomes.inc({ receiver: "contact", outcome });
+          observeLag(r);
+          deps.log.info(
+            { event: "webhook.processed", receiver: "contact", inboxId: r.id, outcome },
+            "webhook processed",
+          );
+          finish(spanOf(r), outcome);
+        } catch (e) {
+          deps.log.warn(
+            {
+              event: "webhook.process_failed",
+              receiver: "contact",
+              inboxId: r.id,
+              sqlstate: (e as { code?: string }).code,
+            },
+            "webhook not processed; will retry",
+          );
+          await retryRows(deps, [r], "apply_failed", false).catch(() => undefined);
+          finish(spanOf(r), "apply_failed", true);
+        }
+      });
+    }
+    return rows.length;
+  } finally {
+    // Whatever ended the round early (a database error) ends the spans still open, unlabelled.
+    for (const span of spans.values()) if (span.isRecording()) span.end();
   }
-  return rows.length;
 }
 
 /** One round of the alert receiver's inbox. Returns rows handled. */
@@ -124,31 +181,35 @@ export async function processAlertWebhooks(
 ): Promise<number> {
   const settings = deps.settings();
   const { rows } = await timedClaim("webhooks", () =>
-    deps.pool.query<InboxRow>(
-      "select id, receiver, entity_id, lease_token, attempt_count, received_at from bitrix_sync.claim_webhooks($1, $2, make_interval(secs => $3), 'alert')",
-      [deps.workerId, limit, settings.lease.ttlSec],
-    ),
+    deps.pool.query<InboxRow>(CLAIM, [deps.workerId, limit, settings.lease.ttlSec, "alert"]),
   );
   if (rows.length === 0) return 0;
+  const spans = rows.map(processSpan);
   try {
-    await refreshAlertItems(
-      deps,
-      s,
-      rows.map((r) => Number(r.entity_id)),
-    );
-  } catch (e) {
-    await retryRows(
-      deps,
-      rows,
-      String((e as { code?: string }).code ?? "alert_read_failed"),
-      (e as { kind?: string }).kind === "permanent",
-    );
+    try {
+      await refreshAlertItems(
+        deps,
+        s,
+        rows.map((r) => Number(r.entity_id)),
+        linksTo(spans),
+      );
+    } catch (e) {
+      const code = String((e as { code?: string }).code ?? "alert_read_failed");
+      await retryRows(deps, rows, code, (e as { kind?: string }).kind === "permanent");
+      for (const span of spans) finish(span, code, true);
+      return rows.length;
+    }
+    for (const [i, r] of rows.entries()) {
+      await deps.pool.query("select bitrix_sync.complete_webhook($1, $2, 'refreshed')", [
+        r.id,
+        r.lease_token,
+      ]);
+      webhookOutcomes.inc({ receiver: "alert", outcome: "refreshed" });
+      observeLag(r);
+      finish(spans[i] as Span, "refreshed");
+    }
     return rows.length;
+  } finally {
+    for (const span of spans) if (span.isRecording()) span.end();
   }
-  for (const r of rows) {
-    await deps.pool.query("select bitrix_sync.complete_webhook($1, $2, 'refreshed')", [r.id, r.lease_token]);
-    webhookOutcomes.inc({ receiver: "alert", outcome: "refreshed" });
-    observeLag(r);
-  }
-  return rows.length;
 }

@@ -1,32 +1,34 @@
-// JSON logs (§15): event name, service/version/environment, ids and safe codes only. Anything that
-// could carry a secret or PII is redacted by key before it is written, as a second line of defence;
-// the first is never passing such values to the logger at all.
+// JSON logs (§15): event name, service/version/environment, ids and safe codes only. A line written
+// inside a span carries its trace_id and span_id. Anything that could carry a secret or PII is
+// redacted by key before it is written, as a second line of defence; the first is never passing such
+// values to the logger at all (docs/observability.md lists the fields).
 import pino from "pino";
+import { maskPii } from "../crm/redact.js";
+import { traceLogFields } from "./tracing.js";
 
 export type Logger = pino.Logger;
 
+/** Keys whose values are secrets or whole request parts: replaced by [redacted]. */
+const SECRET_KEYS = ["url", "webhookUrl", "token", "password", "connectionString", "body", "query"];
+/** Keys whose values are personal: masked to their first two and last two characters (§15). */
+const PERSONAL_KEYS = ["phone", "email", "name", "fullName", "userId", "contactId"];
+
 export const REDACT_PATHS = [
-  "url",
-  "*.url",
-  "webhookUrl",
-  "*.webhookUrl",
-  "token",
-  "*.token",
-  "password",
-  "*.password",
-  "connectionString",
-  "*.connectionString",
-  "body",
-  "*.body",
-  "query",
-  "*.query",
-  "phone",
-  "*.phone",
-  "email",
-  "*.email",
+  ...[...SECRET_KEYS, ...PERSONAL_KEYS].flatMap((k) => [k, `*.${k}`]),
   "req.url",
   "req.headers.authorization",
 ];
+
+const PERSONAL = new Set(PERSONAL_KEYS);
+
+/** pino's censor: masks a personal value, redacts everything else on the list. */
+export function censor(value: unknown, path: string[]): unknown {
+  const key = path[path.length - 1];
+  if (key !== undefined && PERSONAL.has(key) && (typeof value === "string" || typeof value === "number")) {
+    return maskPii(String(value));
+  }
+  return "[redacted]";
+}
 
 export interface LoggerOptions {
   level?: string;
@@ -44,7 +46,8 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
         version: process.env.npm_package_version ?? "0.1.0",
         env: opts.environment,
       },
-      redact: { paths: REDACT_PATHS, censor: "[redacted]" },
+      redact: { paths: REDACT_PATHS, censor },
+      mixin: traceLogFields,
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
     },

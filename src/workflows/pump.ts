@@ -2,6 +2,7 @@
 // src/alerts/mirror.ts, in Bitrix24 batches through the shared limiter, and settles each result
 // with exactly one SQL transition. src/sync-loop.ts runs one pump per in-flight slot.
 import { randomUUID } from "node:crypto";
+import type { Attributes } from "@opentelemetry/api";
 import type pg from "pg";
 import { alertCommandFailed } from "../alerts/mirror.js";
 import type { ServiceContext } from "../context.js";
@@ -12,6 +13,15 @@ import { isWrite } from "../crm/catalogue.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
 import { countRetry, timedClaim } from "../observability/metrics.js";
+import {
+  linksTo,
+  markFailed,
+  type Span,
+  safeErrorCode,
+  startSpan,
+  storedParent,
+  withSpan,
+} from "../observability/tracing.js";
 import { BusinessFailure, type Hydrated, hydrate, NotReady, projectResult } from "./command-io.js";
 import type { CommandRow } from "./types.js";
 
@@ -87,7 +97,7 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
     } catch (e) {
       if (!(e instanceof NotReady)) {
         deps.log.warn(
-          { event: "pump.hydrate_failed", commandId: row.id, ...safeError(e) },
+          { event: "pump.hydrate_failed", ...commandIds(row), ...safeError(e) },
           "command not prepared",
         );
       }
@@ -119,16 +129,69 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
     await permit.release();
     return { sent: 0, waitMs: 0 };
   }
-  const outcomes = await executeBatch(
-    deps.crm,
-    sending.map((r) => r.h.cmd),
-    { permit, ...(signal ? { signal } : {}) },
-  );
+  // Each send is a span under the step that issued the command (its stored context, whichever
+  // process stored it); the batch, shared by many intents, links to all of them.
+  const spans = sending.map(({ row }) => commandSpan(row, batchId));
+  let outcomes: CommandOutcome[];
+  try {
+    outcomes = await executeBatch(
+      deps.crm,
+      sending.map((r) => r.h.cmd),
+      { permit, batchId, links: linksTo(spans), ...(signal ? { signal } : {}) },
+    );
+  } catch (e) {
+    for (const span of spans) {
+      markFailed(span, safeErrorCode(e));
+      span.end();
+    }
+    throw e;
+  }
   for (const [i, { row, h }] of sending.entries()) {
     const o = outcomes[i];
-    if (o) await settle(deps, row, h, o);
+    const span = spans[i] as Span;
+    if (o) {
+      span.setAttribute("bitrix_sync.outcome", o.ok ? "ok" : o.failure.kind);
+      if (!o.ok) span.setAttribute("bitrix_sync.error.code", o.failure.code);
+      await withSpan(span, async () => {
+        await settle(deps, row, h, o);
+        deps.log.debug(
+          {
+            event: "pump.settled",
+            ...commandIds(row),
+            commandType: row.command_type,
+            outcome: o.ok ? "ok" : o.failure.kind,
+            code: o.ok ? undefined : o.failure.code,
+          },
+          "command result recorded",
+        );
+      });
+    }
+    span.end();
   }
   return { sent: sending.length, waitMs: 0 };
+}
+
+/** The span of one send of a command, a child of the step that issued it. */
+function commandSpan(row: CommandRow, batchId: string): Span {
+  return startSpan("bitrix_sync.crm.command", () => {
+    const attributes: Attributes = {
+      "bitrix_sync.command.id": String(row.id),
+      "bitrix_sync.command.type": row.command_type,
+      "bitrix_sync.command.attempt": row.attempt_count + 1,
+      "bitrix_sync.batch.id": batchId,
+    };
+    if (row.workflow_id) attributes["bitrix_sync.workflow.id"] = row.workflow_id;
+    if (row.correlation_id) attributes["bitrix_sync.correlation.id"] = row.correlation_id;
+    return { attributes, parent: storedParent(row.trace_context) };
+  });
+}
+
+/** The IDs a log line about a command carries (internal IDs, never the user's or the Contact's). */
+function commandIds(row: CommandRow): Record<string, string> {
+  const ids: Record<string, string> = { commandId: String(row.id) };
+  if (row.workflow_id) ids.workflowId = row.workflow_id;
+  if (row.correlation_id) ids.correlationId = row.correlation_id;
+  return ids;
 }
 
 async function settleQuietly(
@@ -194,7 +257,7 @@ async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: Com
           deps.log.error(
             {
               event: "pump.dead_letter",
-              commandId: row.id,
+              ...commandIds(row),
               commandType: row.command_type,
               code: "retry_horizon_exceeded",
             },
@@ -234,7 +297,7 @@ async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: Com
   } catch (e) {
     if (sqlstate(e) === "BS001") return; // our lease ended: the new holder settles it
     deps.log.warn(
-      { event: "pump.settle_failed", commandId: row.id, write, ...safeError(e) },
+      { event: "pump.settle_failed", ...commandIds(row), write, ...safeError(e) },
       "command result not recorded",
     );
     // Leave it in_flight: lease expiry turns a write into uncertain and a read into a retry.

@@ -1,11 +1,13 @@
 // The workflows lane of the App->CRM flow (DESIGN.md): claims runnable workflows and advances each
 // by one persisted step (src/workflows/step/). A step that throws is rescheduled with backoff; SQL
-// fails the workflow instead once the retry would pass the horizon.
+// fails the workflow instead once the retry would pass the horizon. Each step is a span under the
+// context stored with the workflow (its intent's intake span), whichever process runs it.
 import type { ServiceContext } from "../context.js";
 import { retryDelayMs } from "../crm/backoff.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
 import { countRetry, timedClaim } from "../observability/metrics.js";
+import { inSpan, markFailed, type Span, storedParent } from "../observability/tracing.js";
 import { runStep } from "./step/dispatch.js";
 import type { WorkflowRow } from "./types.js";
 
@@ -19,34 +21,77 @@ export async function runWorkflows(deps: ServiceContext): Promise<number> {
     ),
   );
   for (const wf of rows) {
-    try {
-      await inTransaction(deps.pool, (c) => runStep(c, wf));
-    } catch (e) {
-      if (sqlstate(e) === "BS001") continue; // lease lost: the new holder carries on
-      deps.log.warn(
-        {
-          event: "workflow.step_failed",
-          workflowId: wf.id,
-          workflowType: wf.workflow_type,
-          step: wf.current_step,
-          ...safeError(e),
+    await inSpan(
+      "bitrix_sync.workflow.step",
+      {
+        parent: storedParent(wf.trace_context),
+        attributes: {
+          "bitrix_sync.workflow.id": wf.id,
+          "bitrix_sync.workflow.type": wf.workflow_type,
+          "bitrix_sync.workflow.intent": wf.intent_type,
+          "bitrix_sync.workflow.step": wf.current_step,
+          "bitrix_sync.workflow.attempt": wf.attempt_count,
+          "bitrix_sync.correlation.id": wf.correlation_id,
         },
-        "workflow step failed; scheduled for retry",
-      );
-      const r = await deps.pool
-        .query<{ state: string }>(
-          "select state from bitrix_sync.schedule_workflow_retry($1, $2, 'step_failed', make_interval(secs => $3))",
-          [wf.id, wf.lease_token, retryDelayMs(wf.attempt_count, s.retry) / 1000],
-        )
-        .catch(() => null);
-      if (r?.rows[0]?.state === "waiting_retry") countRetry("workflows", "step_failed");
-      if (r?.rows[0]?.state === "failed") {
-        deps.log.error(
-          { event: "workflow.dead_letter", workflowId: wf.id, code: "retry_horizon_exceeded" },
-          "workflow failed after the retry horizon",
-        );
-      }
-    }
+      },
+      (span) => step(deps, wf, span),
+    );
   }
   return rows.length;
+}
+
+async function step(deps: ServiceContext, wf: WorkflowRow, span: Span): Promise<void> {
+  const s = deps.settings();
+  try {
+    const r = await inTransaction(deps.pool, (c) => runStep(c, wf));
+    span.setAttribute("bitrix_sync.workflow.event", r.event);
+    if (r.commandType) span.setAttribute("bitrix_sync.command.type", r.commandType);
+    if (r.outcome) span.setAttribute("bitrix_sync.outcome", r.outcome);
+    if (r.code) span.setAttribute("bitrix_sync.error.code", r.code);
+    deps.log.debug(
+      {
+        event: "workflow.step",
+        workflowId: wf.id,
+        correlationId: wf.correlation_id,
+        workflowType: wf.workflow_type,
+        step: wf.current_step,
+        workflowEvent: r.event,
+        commandType: r.commandType,
+        outcome: r.outcome,
+        code: r.code,
+      },
+      "workflow step done",
+    );
+  } catch (e) {
+    if (sqlstate(e) === "BS001") {
+      span.setAttribute("bitrix_sync.workflow.event", "lease_lost"); // the new holder carries on
+      return;
+    }
+    markFailed(span, safeError(e).sqlstate ?? safeError(e).errorName);
+    const ids = { workflowId: wf.id, correlationId: wf.correlation_id };
+    deps.log.warn(
+      {
+        event: "workflow.step_failed",
+        ...ids,
+        workflowType: wf.workflow_type,
+        step: wf.current_step,
+        ...safeError(e),
+      },
+      "workflow step failed; scheduled for retry",
+    );
+    const r = await deps.pool
+      .query<{ state: string }>(
+        "select state from bitrix_sync.schedule_workflow_retry($1, $2, 'step_failed', make_interval(secs => $3))",
+        [wf.id, wf.lease_token, retryDelayMs(wf.attempt_count, s.retry) / 1000],
+      )
+      .catch(() => null);
+    span.setAttribute("bitrix_sync.workflow.event", r?.rows[0]?.state === "failed" ? "fail" : "retry");
+    if (r?.rows[0]?.state === "waiting_retry") countRetry("workflows", "step_failed");
+    if (r?.rows[0]?.state === "failed") {
+      deps.log.error(
+        { event: "workflow.dead_letter", ...ids, code: "retry_horizon_exceeded" },
+        "workflow failed after the retry horizon",
+      );
+    }
+  }
 }

@@ -21,6 +21,8 @@ export interface WorkflowRow {
   deadline_at: Date;
   lease_token: string | null;
   correlation_id: string;
+  /** W3C traceparent of the intent's intake span (docs/observability.md); null when tracing was off. */
+  trace_context: string | null;
   created_at: Date;
 }
 
@@ -56,5 +58,7 @@ export interface CommandRow {
   response: Record<string, unknown> | null;
   last_error_code: string | null;
   correlation_id: string | null;
+  /** W3C traceparent of the step span that issued the command; null when tracing was off. */
+  trace_context: string | null;
   created_at: Date;
 }

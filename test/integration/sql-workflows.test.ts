@@ -26,7 +26,7 @@ async function start(
   contentHash: string | null = hash("a"),
   taskId: string = randomUUID(),
 ): Promise<{ workflow_id: string; action: string }> {
-  return one(q, "select * from bitrix_sync.start_or_join_workflow($1, $2, $3, $4)", [
+  return one(q, "select workflow_id, action from bitrix_sync.start_or_join_workflow($1, $2, $3, $4)", [
     userId,
     intent,
     taskId,

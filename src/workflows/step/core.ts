@@ -9,6 +9,7 @@
 import type pg from "pg";
 import { type AlertInput, raiseAlert } from "../../alerts/raise.js";
 import { type AppUser, loadAppUser, markSnapshotStale } from "../../app-data.js";
+import { activeTraceparent } from "../../observability/tracing.js";
 import type { Candidate, Holdings } from "../decide/candidates.js";
 import {
   behindNewestIntent,
@@ -33,10 +34,21 @@ export interface StepTable {
   after: Readonly<Record<string, AfterStep>>;
 }
 
+/** What a step ended with, for its span: the persisted event and, when one was issued, the command. */
+export interface StepResult {
+  event: string;
+  commandType?: string;
+  /** The workflow's outcome code when the step finished it. */
+  outcome?: string;
+  /** The safe error code a failed or manual step recorded. */
+  code?: string;
+}
+
 export class Step {
   /** The pass's safe state (IDs, flags, counts), saved with every transition. */
   sd: StepData;
   private done = false;
+  private result: StepResult = { event: "none" };
 
   constructor(
     readonly tx: pg.PoolClient,
@@ -51,14 +63,17 @@ export class Step {
   /** Issues the next command and waits for it at `step` (running -> waiting_crm). */
   async issue(type: string, params: Record<string, unknown>, step: string): Promise<void> {
     await this.saveStepData();
-    await this.tx.query("select bitrix_sync.issue_command($1, $2, $3, $4, $5)", [
+    // The step's own span context goes with the command: its sends are traced under this step.
+    await this.tx.query("select bitrix_sync.issue_command($1, $2, $3, $4, $5, $6)", [
       this.wf.id,
       this.wf.lease_token,
       type,
       JSON.stringify(params),
       step,
+      activeTraceparent(),
     ]);
     this.done = true;
+    this.result = { event: "await_crm", commandType: type };
   }
 
   async event(event: string, changes: Record<string, unknown> = {}): Promise<void> {
@@ -69,6 +84,9 @@ export class Step {
       JSON.stringify({ step_data: this.sd, ...changes }),
     ]);
     this.done = true;
+    this.result = { event };
+    if (typeof changes.outcome === "string") this.result.outcome = changes.outcome;
+    if (typeof changes.last_error_code === "string") this.result.code = changes.last_error_code;
   }
 
   private async saveStepData(step?: string): Promise<void> {
@@ -233,7 +251,7 @@ export class Step {
   // ---- the step ----------------------------------------------------------------------------
 
   /** Runs until a command is issued or the workflow leaves `running`. */
-  async run(): Promise<void> {
+  async run(): Promise<StepResult> {
     // Converge to the newest intent (DESIGN.md): between read steps, never while a write is unresolved.
     if (
       restartsBeforeStep({
@@ -252,6 +270,7 @@ export class Step {
       await this.dispatch(last);
     }
     if (!this.done) throw new Error("workflow step did not reach a persisted transition");
+    return this.result;
   }
 
   /** The intent the current pass executes. */

@@ -3,7 +3,7 @@
 // unique across workflows (a contact.update without a link runs map_or_create's steps).
 import type pg from "pg";
 import type { WorkflowRow } from "../types.js";
-import { type AfterStep, Step, type StepTable } from "./core.js";
+import { type AfterStep, Step, type StepResult, type StepTable } from "./core.js";
 import { createRecoverySteps } from "./create-recovery.js";
 import { deactivateSteps, startDeactivate } from "./deactivate.js";
 import { mapOrCreateSteps, startMapOrCreate } from "./map-or-create.js";
@@ -33,6 +33,6 @@ export const STEP_TABLE: StepTable = {
 };
 
 /** Runs one step of `wf` in `tx` (the caller holds the workflow's lease and commits). */
-export async function runStep(tx: pg.PoolClient, wf: WorkflowRow): Promise<void> {
+export async function runStep(tx: pg.PoolClient, wf: WorkflowRow): Promise<StepResult> {
   return await new Step(tx, wf, STEP_TABLE).run();
 }
