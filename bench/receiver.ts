@@ -67,8 +67,9 @@ async function serveMode(): Promise<void> {
   });
   process.on("SIGTERM", () => {
     server.close();
-    // With OTEL_EXPORTER_OTLP_ENDPOINT set the server exports its spans there (npm run bench:tracing).
-    void Promise.all([pool.end(), receiverPool.end()]).then(() => process.exit(0));
+    void Promise.all([pool.end(), receiverPool.end()])
+      .then(() => tracing?.shutdown(2_000))
+      .then(() => process.exit(0));
   });
 }
 
