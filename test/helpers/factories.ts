@@ -21,15 +21,19 @@ export async function makeUser(
 ): Promise<UserRow> {
   const id = randomUUID();
   const phone = opts.phone === undefined ? randomPhone() : opts.phone;
-  await db.query("insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, $3)", [
-    id,
-    phone,
-    opts.status ?? "active",
-  ]);
-  if (opts.profile !== false) {
+  if (opts.profile === false) {
+    await db.query("insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, $3)", [
+      id,
+      phone,
+      opts.status ?? "active",
+    ]);
+  } else {
+    // Identity and profile in one statement, so one transaction, as the App signs a user up: the
+    // trigger then records one coalesced intent, not two that a fast worker could take apart.
     await db.query(
-      "insert into han_app.client_profile (user_id, full_name, record_status) values ($1, $2, $3)",
-      [id, opts.fullName ?? "Test User", opts.status ?? "active"],
+      `with u as (insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, $3) returning id)
+       insert into han_app.client_profile (user_id, full_name, record_status) select id, $4, $3 from u`,
+      [id, phone, opts.status ?? "active", opts.fullName ?? "Test User"],
     );
   }
   return { id, phone: phone ?? "" };

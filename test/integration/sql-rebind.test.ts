@@ -343,7 +343,7 @@ test("an App intent arriving during a rebind is held, not joined, and starts whe
   const start = (intent: string, hash: string) =>
     one<{ workflow_id: string; action: string }>(
       db.pool,
-      "select * from bitrix_sync.start_or_join_workflow($1, $2, $3, $4)",
+      "select workflow_id, action from bitrix_sync.start_or_join_workflow($1, $2, $3, $4)",
       [r.user.id, intent, randomUUID(), hash.padEnd(64, "0")],
     );
   t.deepEqual(await start("contact.update", "a"), { workflow_id: r.workflowId, action: "held" });
