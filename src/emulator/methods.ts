@@ -735,6 +735,11 @@ export function methodScope(method: string): string {
   return method.slice(0, method.indexOf(".") > 0 ? method.indexOf(".") : method.length);
 }
 
+/** A boolean parameter as JSON, a form or a query string sends it. */
+function isTrue(v: unknown): boolean {
+  return v === true || v === 1 || ["true", "1", "Y"].includes(str(v));
+}
+
 const BASIC_METHODS = new Set(["batch", "scope", "methods", "method.get"]);
 /** Every scope a portal knows, for `scope` with full=true (a subset of the documented list). */
 const ALL_SCOPES = ["bizproc", "calendar", "crm", "department", "disk", "im", "task", "user"];
@@ -746,14 +751,14 @@ function granted(store: PortalStore, method: string): boolean {
 
 /** `scope`: the webhook's scopes; full=true lists every scope of the portal. */
 const scopeMethod: MethodHandler = (params, store) => {
-  const full = ["true", "1", "Y"].includes(str(param(params, "full")));
+  const full = isTrue(param(params, "full"));
   return { ok: true, result: full ? [...ALL_SCOPES] : [...store.scopes] };
 };
 
 /** `methods` (deprecated for method.get): methods the webhook may call, of one scope, or all. */
 const methodsMethod: MethodHandler = (params, store) => {
   const names = [...BASIC_METHODS, ...Object.keys(METHODS).filter((m) => !BASIC_METHODS.has(m))];
-  const full = ["true", "1", "Y"].includes(str(param(params, "full")));
+  const full = isTrue(param(params, "full"));
   const scope = param(params, "scope");
   const out =
     scope !== undefined
