@@ -132,7 +132,8 @@ async function run(client: CrmClient, config: Config, settings: Settings | null)
           "edit the incoming webhook in the portal and give it the crm scope (§13)",
         ),
   );
-  if (scopes.some((s) => s !== "crm")) {
+  // `basic` (scope, method.get, batch) every webhook has; anything else beyond crm is too much.
+  if (scopes.some((s) => s !== "crm" && s !== "basic")) {
     out[out.length - 1] = {
       ...(out.at(-1) as CheckResult),
       ...(scopes.includes("crm")
@@ -522,6 +523,6 @@ async function probeOpened(
     `reconcile.opened_filter=${configured}: opened=${configured} returns no Contact although Contacts exist${others.length > 0 ? `; opened=${others.join(" and opened=")} does return some` : ""}`,
     others.length > 0
       ? `set reconcile.opened_filter to ${others[0]} (docs/admin.md), or reconciliation finds nothing`
-      : "no value finds open Contacts: check the technical user's access to Contacts",
+      : "no value finds an open Contact: either no Contact is open (OPENED=Y) or the technical user cannot see them; reconciliation would find nothing either",
   );
 }
