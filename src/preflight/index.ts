@@ -69,11 +69,13 @@ function secretValues(raw: NodeJS.ProcessEnv, secrets: Record<string, string | u
   const owner = ownerUrl(raw);
   if (owner) values.add(owner);
   for (const v of [...values]) {
-    // The pieces of a URL that carry a credential, on their own too.
+    // The pieces of a URL that carry a credential, on their own too: a password, and the webhook
+    // code in a Bitrix24 webhook URL's path (/rest/<user>/<code>/).
     try {
       const u = new URL(v);
       if (u.password) values.add(decodeURIComponent(u.password));
-      for (const part of u.pathname.split("/")) if (part.length >= 8) values.add(part);
+      const code = /^\/rest\/\d+\/([^/]+)\/?$/.exec(u.pathname)?.[1];
+      if (code && code.length >= 4) values.add(code);
     } catch {
       // not a URL
     }
