@@ -1,7 +1,7 @@
 // Preflight, proxy (§12.2, §16): the allow-list is not empty while the receivers are enabled, and the
 // public nginx configuration rendered from this environment passes `nginx -t`. Application readiness
 // cannot see the proxy, so this is where both are checked.
-import { spawnSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import { lookup } from "node:dns/promises";
 import { accessSync, constants, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,6 +12,20 @@ import { OPTIONAL_SECRET_NAMES, SECRET_NAMES } from "../config/secrets.js";
 import { type CheckResult, check, notChecked } from "./types.js";
 
 const ALLOW_LIST = "BITRIX_WEBHOOK_ALLOWED_CIDRS";
+
+/**
+ * Runs a program without blocking the event loop (the portal checks' HTTP calls may be in flight in
+ * the same process). `status` null: it could not be started (e.g. not installed).
+ */
+function run(file: string, args: string[]): Promise<{ status: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(file, args, { encoding: "utf8", timeout: 60_000 }, (err, _stdout, stderr) => {
+      if (!err) return resolve({ status: 0, stderr });
+      const code = (err as NodeJS.ErrnoException & { code?: unknown }).code;
+      resolve({ status: typeof code === "number" ? code : null, stderr: String(stderr ?? "") });
+    });
+  });
+}
 
 function render(
   raw: NodeJS.ProcessEnv,
@@ -102,8 +116,8 @@ function readable(path: string): boolean {
  * one), the log files (in the folder), an upstream name that does not resolve here (127.0.0.1).
  */
 async function nginxTest(r: NginxRender): Promise<CheckResult> {
-  const v = spawnSync("nginx", ["-v"], { encoding: "utf8" });
-  if (v.error || v.status !== 0) {
+  const v = await run("nginx", ["-v"]);
+  if (v.status !== 0) {
     return check(
       "proxy.nginx_config",
       "unknown",
@@ -118,26 +132,22 @@ async function nginxTest(r: NginxRender): Promise<CheckResult> {
     if (!readable(s.certificate) || !readable(s.certificateKey)) {
       const cert = join(dir, "cert.pem");
       const key = join(dir, "key.pem");
-      const o = spawnSync(
-        "openssl",
-        [
-          "req",
-          "-x509",
-          "-newkey",
-          "rsa:2048",
-          "-nodes",
-          "-days",
-          "1",
-          "-subj",
-          "/CN=preflight",
-          "-keyout",
-          key,
-          "-out",
-          cert,
-        ],
-        { stdio: "ignore" },
-      );
-      if (o.error || o.status !== 0) {
+      const o = await run("openssl", [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=preflight",
+        "-keyout",
+        key,
+        "-out",
+        cert,
+      ]);
+      if (o.status !== 0) {
         return check(
           "proxy.nginx_config",
           "unknown",
@@ -174,9 +184,7 @@ async function nginxTest(r: NginxRender): Promise<CheckResult> {
         "",
       ].join("\n"),
     );
-    const t = spawnSync("nginx", ["-t", "-q", "-e", join(dir, "startup-error.log"), "-p", dir, "-c", main], {
-      encoding: "utf8",
-    });
+    const t = await run("nginx", ["-t", "-q", "-e", join(dir, "startup-error.log"), "-p", dir, "-c", main]);
     const with_ = notes.length > 0 ? ` (tested with ${notes.join(", ")})` : "";
     if (t.status === 0) {
       return check("proxy.nginx_config", "ok", `the rendered configuration passes nginx -t${with_}`);

@@ -56,6 +56,8 @@ export async function deployment(opts: {
     writeFileSync(join(secretsDir, k), `${v}\n`, { mode: 0o600 });
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? "",
+    // Generous: the emulator shares this process with other tests on a loaded machine.
+    BITRIX_SYNC_HTTP_TIMEOUT_SEC: "30",
     BITRIX_SYNC_ENABLED: "false",
     BITRIX_SYNC_CONTACT_USER_ID_FIELD: SANDBOX_FIELDS.userId,
     BITRIX_SYNC_CONTACT_REGISTERED_FIELD: SANDBOX_FIELDS.registered,
