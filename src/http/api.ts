@@ -3,6 +3,7 @@
 // API_PATHS, the receivers answer what src/inbound/refusals.ts lists, and `npm run docs:openapi`
 // (src/http/openapi.ts) generates docs/openapi.json from this file, so the document cannot drift.
 import { z } from "zod";
+import { EnvSchema } from "../config/env.js";
 import { ROBOT_FORM, ROBOT_QUERY } from "../inbound/contract.js";
 import { RECEIVER_REFUSALS, type RefusalStatus } from "../inbound/refusals.js";
 import { READINESS_PROBLEMS, READINESS_STATUSES } from "./status.js";
@@ -36,7 +37,7 @@ export const ReadinessBody = z.object({
 const safeCode = z.string().meta({ description: "A safe error code, never a message." });
 
 const ProcessStatus = z.object({
-  mode: z.enum(["full"]),
+  mode: EnvSchema.shape.BITRIX_SYNC_MODE.unwrap(),
   sandbox: z.boolean(),
   processing: z.boolean(),
   settings_version: z.number().int().nullable(),
