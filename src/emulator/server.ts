@@ -9,8 +9,8 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { Socket } from "node:net";
 import { parsePhpQuery } from "../crm/php-query.js";
 import { LeakyBucket, OperatingMeter, type OperatingOptions } from "./limits.js";
-import { formatPortalTime, METHODS, type MethodReply } from "./methods.js";
-import { PortalStore, type SmartProcessDef } from "./store.js";
+import { formatPortalTime, METHODS, type MethodReply, scopeRefusal } from "./methods.js";
+import { type EnumElement, PortalStore, type SmartProcessDef, type UserFieldType } from "./store.js";
 
 /** A fault to inject into the next matching request (or command). */
 export type Fault =
@@ -76,6 +76,12 @@ export interface EmulatorOptions {
   now?: () => number;
   /** IDs of the first new Contact and item (see StoreOptions.firstIds). */
   firstIds?: { contact?: number; item?: number };
+  /** A portal set up wrongly: an integration field of another type, or missing (null). */
+  userFieldTypes?: Partial<Record<"userId" | "registered" | "citizenship", UserFieldType>>;
+  /** The citizenship list's elements; [] is a list without items. */
+  citizenship?: EnumElement[];
+  /** Scopes the webhook was given; default ["crm"]. Other methods answer insufficient_scope. */
+  scopes?: string[];
 }
 
 /** A running emulator. */
@@ -173,6 +179,9 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     now: clock,
     ...(opts.smartProcesses ? { smartProcesses: opts.smartProcesses } : {}),
     firstIds: opts.firstIds,
+    ...(opts.userFieldTypes ? { userFieldTypes: opts.userFieldTypes } : {}),
+    ...(opts.citizenship ? { citizenship: opts.citizenship } : {}),
+    ...(opts.scopes ? { scopes: opts.scopes } : {}),
   });
   const bucket = new LeakyBucket(opts.rate?.drainPerSec ?? 2, opts.rate?.threshold ?? 50, clock);
   const operating = new OperatingMeter(
@@ -248,6 +257,8 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
         started,
       };
     }
+    const refused = scopeRefusal(store, method);
+    if (refused) return { reply: refused, started };
     if (operating.blocked(method)) {
       return {
         reply: {
