@@ -1,0 +1,170 @@
+// What bench:engine, bench:storm and bench:outage share: an embedded PostgreSQL of their own (with
+// pg_stat_statements preloaded, so the database time of every statement can be read and the
+// shared server is never touched), the end-to-end rig of the tests on it (emulator, runtime,
+// graphile-worker and the sync loop), new App users in one statement, and the readings.
+import { randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { availableParallelism, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { startEmbedded } from "../src/db/embedded.js";
+import type { EmulatorOptions } from "../src/emulator/server.js";
+import { type Rig, startRig } from "../test/helpers/e2e.js";
+import { randomPhone } from "../test/helpers/factories.js";
+
+export interface BenchRig extends Rig {
+  /** True when pg_stat_statements answers on this server. */
+  statements: boolean;
+  stopAll(): Promise<void>;
+}
+
+/**
+ * Starts an embedded server in a temporary folder with pg_stat_statements preloaded, points the test
+ * helpers at it and starts the rig. BENCH_DATABASE_URL uses an existing server instead (then the
+ * readings fall back to pg_stat_database when pg_stat_statements is not loaded there).
+ */
+export async function startBenchRig(opts: {
+  emulator?: Partial<EmulatorOptions>;
+  settings?: Record<string, unknown>;
+}): Promise<BenchRig> {
+  let stopServer: (() => Promise<void>) | undefined;
+  let dir: string | undefined;
+  if (process.env.BENCH_DATABASE_URL) {
+    process.env.TEST_DATABASE_URL = process.env.BENCH_DATABASE_URL;
+  } else {
+    dir = mkdtempSync(join(tmpdir(), "bitrix-sync-bench-"));
+    const srv = await startEmbedded({
+      dir,
+      persistent: false,
+      settings: { shared_preload_libraries: "pg_stat_statements", "pg_stat_statements.track": "top" },
+    });
+    process.env.TEST_DATABASE_URL = srv.url;
+    stopServer = srv.stop;
+  }
+  const rig = await startRig(opts);
+  let statements = false;
+  try {
+    await rig.db.pool.query("create extension if not exists pg_stat_statements");
+    await rig.db.pool.query("select pg_stat_statements_reset()");
+    statements = true;
+  } catch {
+    statements = false;
+  }
+  return Object.assign(rig, {
+    statements,
+    async stopAll() {
+      await rig.close();
+      if (stopServer) await stopServer();
+      if (dir) rmSync(dir, { recursive: true, force: true });
+    },
+  });
+}
+
+/** New App users (identity and profile) in one statement, as the App signs them up; their ids. */
+export async function insertUsers(rig: Rig, n: number): Promise<string[]> {
+  const ids = Array.from({ length: n }, () => randomUUID());
+  const phones = ids.map(() => randomPhone());
+  await rig.db.pool.query(
+    `with u as (insert into han_app.user_identity (id, phone_number) select * from unnest($1::uuid[], $2::text[]) returning id)
+     insert into han_app.client_profile (user_id) select id from u`,
+    [ids, phones],
+  );
+  return ids;
+}
+
+/** Waits until `n` workflows have succeeded; throws after `timeoutMs`. */
+export async function waitSucceeded(rig: Rig, n: number, timeoutMs: number, pollMs = 50): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const { rows } = await rig.db.pool.query<{ n: number }>(
+      "select count(*)::int as n from bitrix_sync.workflow_instances where state = 'succeeded'",
+    );
+    if ((rows[0]?.n ?? 0) >= n) return;
+    if (Date.now() > end) throw new Error(`only ${rows[0]?.n} of ${n} workflows succeeded`);
+    await new Promise((r) => setTimeout(r, pollMs));
+  }
+}
+
+export async function countCommands(rig: Rig): Promise<number> {
+  const { rows } = await rig.db.pool.query<{ n: number }>(
+    "select count(*)::int as n from bitrix_sync.crm_commands",
+  );
+  return rows[0]?.n ?? 0;
+}
+
+export interface DbReading {
+  /** Milliseconds of statement execution in the bench's database since the last reset. */
+  totalMs: number;
+  source: "pg_stat_statements" | "pg_stat_database.active_time";
+  top: Array<{ query: string; calls: number; totalMs: number; meanMs: number; rows: number }>;
+}
+
+/** Zeroes the statement statistics (pg_stat_statements) or notes where active_time stands. */
+export async function resetDbReading(rig: BenchRig): Promise<number> {
+  if (rig.statements) {
+    await rig.db.pool.query("select pg_stat_statements_reset()");
+    return 0;
+  }
+  const { rows } = await rig.db.pool.query<{ t: number }>(
+    "select active_time::float8 as t from pg_stat_database where datname = current_database()",
+  );
+  return rows[0]?.t ?? 0;
+}
+
+/** Database time since `resetDbReading` (whose return value is `base`), and the top statements. */
+export async function readDb(rig: BenchRig, base: number, topN = 12): Promise<DbReading> {
+  if (!rig.statements) {
+    // active_time is flushed when a backend's transaction ends; a moment lets the last ones report.
+    await new Promise((r) => setTimeout(r, 600));
+    const { rows } = await rig.db.pool.query<{ t: number }>(
+      "select active_time::float8 as t from pg_stat_database where datname = current_database()",
+    );
+    return { totalMs: (rows[0]?.t ?? 0) - base, source: "pg_stat_database.active_time", top: [] };
+  }
+  const { rows } = await rig.db.pool.query<{
+    query: string;
+    calls: string;
+    total: number;
+    rows: string;
+  }>(
+    `select s.query, s.calls, s.total_exec_time as total, s.rows
+       from pg_stat_statements s
+      where s.dbid = (select oid from pg_database where datname = current_database())
+        and s.query not like '%pg_stat_statements%'
+      order by s.total_exec_time desc`,
+  );
+  const totalMs = rows.reduce((s, r) => s + r.total, 0);
+  return {
+    totalMs,
+    source: "pg_stat_statements",
+    top: rows.slice(0, topN).map((r) => ({
+      query: r.query.replace(/\s+/g, " ").trim(),
+      calls: Number(r.calls),
+      totalMs: r.total,
+      meanMs: r.total / Math.max(1, Number(r.calls)),
+      rows: Number(r.rows),
+    })),
+  };
+}
+
+export function printTop(reading: DbReading, width = 110): void {
+  if (reading.top.length === 0) return;
+  console.log("  top statements by database time (pg_stat_statements):");
+  console.log("      total ms     calls   mean ms      rows  statement");
+  for (const t of reading.top) {
+    const q = t.query.length > width ? `${t.query.slice(0, width - 1)}…` : t.query;
+    console.log(
+      `  ${t.totalMs.toFixed(0).padStart(10)} ${String(t.calls).padStart(9)} ${t.meanMs.toFixed(3).padStart(9)} ${String(t.rows).padStart(9)}  ${q}`,
+    );
+  }
+}
+
+export function load(): string {
+  return loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ");
+}
+
+/** A line about the machine, printed with every figure: other work on it moves the numbers. */
+export function machineLine(): string {
+  return `load average ${load()} (1/5/15 min), ${availableParallelism()} cores`;
+}
