@@ -76,7 +76,7 @@ export async function waitSucceeded(rig: Rig, n: number, timeoutMs: number, poll
   const end = Date.now() + timeoutMs;
   for (;;) {
     const { rows } = await rig.db.pool.query<{ n: number }>(
-      "select count(*)::int as n from bitrix_sync.workflow_instances where state = 'succeeded'",
+      "select /* bench */ count(*)::int as n from bitrix_sync.workflow_instances where state = 'succeeded'",
     );
     if ((rows[0]?.n ?? 0) >= n) return;
     if (Date.now() > end) throw new Error(`only ${rows[0]?.n} of ${n} workflows succeeded`);
@@ -86,7 +86,7 @@ export async function waitSucceeded(rig: Rig, n: number, timeoutMs: number, poll
 
 export async function countCommands(rig: Rig): Promise<number> {
   const { rows } = await rig.db.pool.query<{ n: number }>(
-    "select count(*)::int as n from bitrix_sync.crm_commands",
+    "select /* bench */ count(*)::int as n from bitrix_sync.crm_commands",
   );
   return rows[0]?.n ?? 0;
 }
@@ -129,7 +129,7 @@ export async function readDb(rig: BenchRig, base: number, topN = 12): Promise<Db
     `select s.query, s.calls, s.total_exec_time as total, s.rows
        from pg_stat_statements s
       where s.dbid = (select oid from pg_database where datname = current_database())
-        and s.query not like '%pg_stat_statements%'
+        and s.query not like '%pg_stat_statements%' and s.query not like '%/* bench */%'
       order by s.total_exec_time desc`,
   );
   const totalMs = rows.reduce((s, r) => s + r.total, 0);

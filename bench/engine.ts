@@ -30,7 +30,7 @@ async function backlogRun(rig: BenchRig): Promise<{ seconds: number; commands: n
   const cpu = process.cpuUsage();
   const started = Date.now();
   await rig.startWorker();
-  await waitSucceeded(rig, USERS, 30 * 60_000, 20);
+  await waitSucceeded(rig, USERS, 30 * 60_000, 25);
   const seconds = (Date.now() - started) / 1000;
   const used = process.cpuUsage(cpu);
   const commands = await countCommands(rig);

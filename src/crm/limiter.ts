@@ -117,14 +117,14 @@ export interface PgLimiterOptions {
   /** A slot frees itself this long after it was taken; must exceed the HTTP timeout. */
   slotTtlMs: number;
   adaptive?: Partial<AdaptiveSettings>;
-  /** Upper bound of one wait between polls, ms (default 250). */
+  /** Upper bound of one wait between polls, ms (default 1000); the bucket says how long to wait. */
   maxPollMs?: number;
 }
 
 /** The PostgreSQL limiter shared by every replica (sql/limiter.sql). */
 export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
   const adaptive = { ...DEFAULT_ADAPTIVE, ...opts.adaptive };
-  const maxPoll = opts.maxPollMs ?? 250;
+  const maxPoll = opts.maxPollMs ?? 1000;
   const { pool, bucket } = opts;
 
   /** Polls the bucket until a token and a slot are granted; rejects only if `signal` aborts. */
