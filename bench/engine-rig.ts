@@ -6,6 +6,7 @@ import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
+import pg from "pg";
 import { startEmbedded } from "../src/db/embedded.js";
 import type { EmulatorOptions } from "../src/emulator/server.js";
 import { type Rig, startRig } from "../test/helpers/e2e.js";
@@ -35,7 +36,12 @@ export async function startBenchRig(opts: {
     const srv = await startEmbedded({
       dir,
       persistent: false,
-      settings: { shared_preload_libraries: "pg_stat_statements", "pg_stat_statements.track": "top" },
+      settings: {
+        shared_preload_libraries: "pg_stat_statements",
+        "pg_stat_statements.track": "top",
+        // Per-function time (pg_stat_user_functions): which function or trigger the time goes to.
+        track_functions: "all",
+      },
     });
     process.env.TEST_DATABASE_URL = srv.url;
     stopServer = srv.stop;
@@ -63,11 +69,20 @@ export async function startBenchRig(opts: {
 export async function insertUsers(rig: Rig, n: number): Promise<string[]> {
   const ids = Array.from({ length: n }, () => randomUUID());
   const phones = ids.map(() => randomPhone());
-  await rig.db.pool.query(
-    `with u as (insert into han_app.user_identity (id, phone_number) select * from unnest($1::uuid[], $2::text[]) returning id)
+  // A connection of its own, closed at once: a backend that exits reports its function statistics
+  // (the App's trigger) then, not later into the engine's measurement.
+  const app = new pg.Client({ connectionString: rig.db.url });
+  await app.connect();
+  try {
+    await app.query(
+      `with u as (insert into han_app.user_identity (id, phone_number) select * from unnest($1::uuid[], $2::text[]) returning id)
      insert into han_app.client_profile (user_id) select id from u`,
-    [ids, phones],
-  );
+      [ids, phones],
+    );
+  } finally {
+    await app.end();
+  }
+  await new Promise((r) => setTimeout(r, 200));
   return ids;
 }
 
@@ -102,6 +117,7 @@ export interface DbReading {
 export async function resetDbReading(rig: BenchRig): Promise<number> {
   if (rig.statements) {
     await rig.db.pool.query("select pg_stat_statements_reset()");
+    await rig.db.pool.query("select pg_stat_reset()");
     return 0;
   }
   const { rows } = await rig.db.pool.query<{ t: number }>(
@@ -144,6 +160,23 @@ export async function readDb(rig: BenchRig, base: number, topN = 12): Promise<Db
       rows: Number(r.rows),
     })),
   };
+}
+
+/** Functions and triggers by their own time (pg_stat_user_functions), when track_functions is on. */
+export async function printTopFunctions(rig: BenchRig, topN = 10): Promise<void> {
+  const { rows } = await rig.db.pool.query<{ name: string; calls: string; self: number; total: number }>(
+    `select /* bench */ f.schemaname || '.' || f.funcname as name, f.calls, f.self_time as self, f.total_time as total
+       from pg_stat_user_functions f order by f.self_time desc limit $1`,
+    [topN],
+  );
+  if (rows.length === 0) return;
+  console.log("  top functions by their own time (pg_stat_user_functions):");
+  console.log("       self ms   total ms     calls  self µs/call  function");
+  for (const r of rows) {
+    console.log(
+      `  ${r.self.toFixed(0).padStart(10)} ${r.total.toFixed(0).padStart(10)} ${String(r.calls).padStart(9)} ${((r.self * 1000) / Math.max(1, Number(r.calls))).toFixed(1).padStart(13)}  ${r.name}`,
+    );
+  }
 }
 
 export function printTop(reading: DbReading, width = 110): void {

@@ -15,6 +15,7 @@ import {
   insertUsers,
   machineLine,
   printTop,
+  printTopFunctions,
   readDb,
   resetDbReading,
   startBenchRig,
@@ -43,6 +44,7 @@ async function backlogRun(rig: BenchRig): Promise<{ seconds: number; commands: n
       `service process CPU ${((used.user + used.system) / 1000 / commands).toFixed(3)} ms per command`,
   );
   printTop(reading);
+  await printTopFunctions(rig);
   return { seconds, commands, cpuMs: reading.totalMs };
 }
 

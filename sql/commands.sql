@@ -162,12 +162,16 @@ begin
     raise exception 'send_commands needs one lease token per command id'
       using errcode = 'BS004', hint = 'Pass the ids and tokens returned by claim_commands(), in the same order.';
   end if;
+  -- The horizon of _retry_deadline(), read once for the batch instead of once per row.
   return query
+  with h as (
+    select make_interval(secs => (bitrix_sync._active_setting('retry.horizon_sec') #>> '{}')::double precision) as horizon
+  )
   update bitrix_sync.crm_commands c
      set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
          first_sent_at = coalesce(c.first_sent_at, now()),
-         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now()))
-    from unnest(p_ids, p_lease_tokens) as t(id, token)
+         deadline_at = coalesce(c.first_sent_at, now()) + h.horizon
+    from unnest(p_ids, p_lease_tokens) as t(id, token), h
    where c.id = t.id and c.status = 'leased' and c.lease_token = t.token
   returning c.id;
 end $$;

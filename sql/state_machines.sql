@@ -88,9 +88,21 @@ create or replace function bitrix_sync.tg__guard_transition() returns trigger
 language plpgsql as $$
 -- TG_ARGV[0]: machine name in state_edges; TG_ARGV[1]: the state column.
 declare
-  v_from text := to_jsonb(old) ->> tg_argv[1];
-  v_to text := to_jsonb(new) ->> tg_argv[1];
+  v_from text;
+  v_to text;
 begin
+  -- The column by name, without turning both whole rows into JSON on every transition (issue 14):
+  -- a field of OLD/NEW is resolved when the line runs, so only the table's own column is read.
+  if tg_argv[1] = 'status' then
+    v_from := old.status;
+    v_to := new.status;
+  elsif tg_argv[1] = 'state' then
+    v_from := old.state;
+    v_to := new.state;
+  else
+    v_from := to_jsonb(old) ->> tg_argv[1];
+    v_to := to_jsonb(new) ->> tg_argv[1];
+  end if;
   if v_from is distinct from v_to
      and not exists (select 1 from bitrix_sync.state_edges e
                       where e.machine = tg_argv[0] and e.from_state = v_from and e.to_state = v_to) then

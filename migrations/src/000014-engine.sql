@@ -4,6 +4,7 @@
 -- forward when it answers again (bring_forward_commands).
 set local lock_timeout = '10s';
 
+-- #include sql/state_machines.sql
 -- #include sql/commands.sql
 -- #include sql/privileges.sql
 -- #include sql/grants.sql

@@ -205,10 +205,14 @@ export class Step {
   }
 
   async activeMapping(): Promise<{ id: string; external_id: string } | null> {
-    const { rows } = await this.tx.query<{ id: string; external_id: string }>(
-      "select id, external_id from bitrix_sync.active_mapping_for_user($1) where id is not null",
-      [this.wf.user_id],
-    );
+    // What active_mapping_for_user() returns, read where the partial unique index answers it, as a
+    // prepared statement: the function form is planned anew on every call.
+    const { rows } = await this.tx.query<{ id: string; external_id: string }>({
+      name: "bitrix_sync.step.active_mapping",
+      text: `select id, external_id from bitrix_sync.entity_external_mapping
+              where external_system = 'bitrix24' and entity_type = 'user' and entity_id = $1 and status = 'active'`,
+      values: [this.wf.user_id],
+    });
     return rows[0] ?? null;
   }
 
