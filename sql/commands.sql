@@ -164,7 +164,7 @@ begin
   end if;
   -- The horizon of _retry_deadline(), read once for the batch instead of once per row.
   return query
-  with h as (
+  with h as materialized (
     select make_interval(secs => (bitrix_sync._active_setting('retry.horizon_sec') #>> '{}')::double precision) as horizon
   )
   update bitrix_sync.crm_commands c

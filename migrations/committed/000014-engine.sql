@@ -1,11 +1,12 @@
 --! Previous: sha1:c28caa0eba149ad2fbba3584c32228160fae1c51
---! Hash: sha1:3a26caf1097ed13e213035f8c759aa1f76878a39
+--! Hash: sha1:a543fba8ef635ba0bf1fb5f6719b58bb9ebed57c
 --! Message: engine
 
 -- Engine efficiency (issue 14): a step persists its state and its command in one call
 -- (issue_command takes the step state), the pump settles a batch in one statement
 -- (complete_commands), and retries that wait only because the whole portal failed are brought
--- forward when it answers again (bring_forward_commands).
+-- forward when it answers again (bring_forward_commands); a reply to a request sent under a cut
+-- rate doubles the rate back (note_crm_answered); the state guard no longer turns rows into JSON.
 set local lock_timeout = '10s';
 
 -- >>> sql/state_machines.sql (included)
@@ -375,7 +376,7 @@ begin
   end if;
   -- The horizon of _retry_deadline(), read once for the batch instead of once per row.
   return query
-  with h as (
+  with h as materialized (
     select make_interval(secs => (bitrix_sync._active_setting('retry.horizon_sec') #>> '{}')::double precision) as horizon
   )
   update bitrix_sync.crm_commands c
@@ -761,6 +762,268 @@ end $$;
 comment on function bitrix_sync.reject_command(bigint, uuid, text) is
   'leased|in_flight -> dead_letter for a business failure (invalid phone, unknown citizenship): no technical DLQ row; the workflow wakes, parks in waiting_manual and raises a business alert (§9). Refuses stale tokens (BS001).';
 -- <<< sql/commands.sql
+-- >>> sql/limiter.sql (included)
+-- CRM rate limiter (§8, §9), shared by every replica through PostgreSQL. The TypeScript side
+-- (src/crm/limiter.ts) calls acquire_crm_request() before each HTTP request and
+-- release_crm_request() after it; replies feed note_rate_limited(), note_method_blocked() and
+-- note_crm_operating(). Settings (rate, burst, in-flight cap) come in as parameters, read by the
+-- caller from bitrix_sync.active_settings(). Re-runnable. Errors: SQLSTATE BS010..BS012. Who may call
+-- what: sql/privileges.sql.
+
+create or replace function bitrix_sync._check_limiter_name(p_what text, p_value text) returns void
+language plpgsql immutable as $$
+begin
+  if p_value is null or length(p_value) not between 1 and 200 then
+    raise exception 'limiter % must be a non-empty name of at most 200 characters', p_what
+      using errcode = 'BS012', hint = 'Pass the portal host as the bucket and a REST method name as the method.';
+  end if;
+end $$;
+comment on function bitrix_sync._check_limiter_name(text, text) is
+  'Refuses an empty or oversized bucket/holder/method name with BS012.';
+
+create or replace function bitrix_sync.acquire_crm_request(
+  p_bucket text,
+  p_holder text,
+  p_refill_per_sec double precision,
+  p_burst integer,
+  p_max_in_flight integer,
+  p_slot_ttl_ms integer,
+  p_recovery_per_sec double precision default 0.05
+) returns table (granted boolean, slot_id uuid, wait_ms integer, tokens double precision,
+                 rate double precision, in_flight integer, decided_at timestamptz)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+  v_rate double precision;
+  v_tokens double precision;
+  v_in_flight integer;
+  v_next_expiry timestamptz;
+  v_slot uuid;
+  v_wait integer;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  perform bitrix_sync._check_limiter_name('holder', p_holder);
+  if p_refill_per_sec is null or p_refill_per_sec <= 0 or p_burst is null or p_burst < 1
+     or p_max_in_flight is null or p_max_in_flight < 1 or p_slot_ttl_ms is null or p_slot_ttl_ms < 1
+     or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
+    raise exception 'limiter settings out of range: refill %, burst %, max in flight %, slot ttl % ms',
+      p_refill_per_sec, p_burst, p_max_in_flight, p_slot_ttl_ms
+      using errcode = 'BS010',
+            hint = 'Check limiter.refill_per_sec (> 0), limiter.burst (>= 1) and limiter.max_in_flight (>= 1) in bitrix_sync.settings.';
+  end if;
+
+  insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
+  values (p_bucket, p_burst, clock_timestamp())
+  on conflict (bucket) do nothing;
+  -- One row lock serialises every replica's decision for this bucket; the clock is read after it.
+  select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  v_now := clock_timestamp();
+
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  v_rate := p_refill_per_sec * v_factor;
+  v_tokens := least(p_burst::double precision,
+                    v_row.tokens + v_rate * greatest(0, extract(epoch from v_now - v_row.refilled_at)));
+
+  delete from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket and s.expires_at <= v_now;
+  select count(*)::integer, min(s.expires_at) into v_in_flight, v_next_expiry
+    from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket;
+
+  if v_row.throttled_until is not null and v_row.throttled_until > v_now then
+    v_wait := ceil(extract(epoch from v_row.throttled_until - v_now) * 1000)::integer;
+  elsif v_in_flight >= p_max_in_flight then
+    -- Slots are normally released long before they expire: suggest polling soon.
+    v_wait := least(100, greatest(1, ceil(extract(epoch from v_next_expiry - v_now) * 1000)))::integer;
+  elsif v_tokens < 1 then
+    v_wait := greatest(1, ceil((1 - v_tokens) / v_rate * 1000))::integer;
+  else
+    v_tokens := v_tokens - 1;
+    insert into bitrix_sync.crm_inflight_slots as s (bucket, holder, acquired_at, expires_at)
+    values (p_bucket, p_holder, v_now, v_now + make_interval(secs => p_slot_ttl_ms / 1000.0))
+    returning s.slot_id into v_slot;
+    v_in_flight := v_in_flight + 1;
+  end if;
+
+  update bitrix_sync.crm_rate_buckets b
+     set tokens = greatest(0, v_tokens), refilled_at = v_now, rate_factor = v_factor,
+         rate_changed_at = v_now, updated_at = v_now
+   where b.bucket = p_bucket;
+
+  return query select v_slot is not null, v_slot, coalesce(v_wait, 0), v_tokens, v_rate, v_in_flight, v_now;
+end $$;
+comment on function bitrix_sync.acquire_crm_request(text, text, double precision, integer, integer, integer, double precision) is
+  'Takes one token and one in-flight slot for an HTTP request to the portal, or says how long to wait (wait_ms). decided_at is the server time of the decision. Shared by every replica (§8).';
+
+create or replace function bitrix_sync.release_crm_request(p_slot_id uuid) returns boolean
+language plpgsql as $$
+begin
+  delete from bitrix_sync.crm_inflight_slots s where s.slot_id = p_slot_id;
+  return found;
+end $$;
+comment on function bitrix_sync.release_crm_request(uuid) is
+  'Frees an in-flight slot when its request has a reply or failed. false when the slot had already expired.';
+
+create or replace function bitrix_sync.note_rate_limited(
+  p_bucket text,
+  p_decrease double precision default 0.5,
+  p_min_factor double precision default 0.1,
+  p_cooldown_ms integer default 1000,
+  p_recovery_per_sec double precision default 0.05
+) returns double precision
+language plpgsql as $$
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if p_decrease is null or p_decrease <= 0 or p_decrease > 1 or p_min_factor is null or p_min_factor <= 0
+     or p_min_factor > 1 or p_cooldown_ms is null or p_cooldown_ms < 0 or p_recovery_per_sec is null
+     or p_recovery_per_sec < 0 then
+    raise exception 'rate cut parameters out of range: decrease %, min factor %, cool-down % ms',
+      p_decrease, p_min_factor, p_cooldown_ms
+      using errcode = 'BS010', hint = 'decrease and min factor are in (0, 1]; the cool-down is not negative.';
+  end if;
+  insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
+  values (p_bucket, 0, clock_timestamp())
+  on conflict (bucket) do nothing;
+  select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  v_now := clock_timestamp();
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  -- Both in-flight requests often come back refused together: cut once per cool-down window.
+  if v_row.throttled_until is not null and v_row.throttled_until > v_now then
+    return v_row.rate_factor;
+  end if;
+  v_factor := greatest(p_min_factor, v_factor * p_decrease);
+  update bitrix_sync.crm_rate_buckets b
+     set rate_factor = v_factor, rate_changed_at = v_now, tokens = 0, refilled_at = v_now,
+         throttled_until = v_now + make_interval(secs => p_cooldown_ms / 1000.0),
+         rate_limited_count = b.rate_limited_count + 1, updated_at = v_now
+   where b.bucket = p_bucket;
+  return v_factor;
+end $$;
+comment on function bitrix_sync.note_rate_limited(text, double precision, double precision, integer, double precision) is
+  'QUERY_LIMIT_EXCEEDED: empties the bucket, pauses it for the cool-down and multiplies the rate by p_decrease; acquire_crm_request() lets it climb back linearly. Returns the new rate factor.';
+
+create or replace function bitrix_sync.note_crm_answered(
+  p_bucket text,
+  p_increase double precision default 2,
+  p_recovery_per_sec double precision default 0.05
+) returns double precision
+language plpgsql as $$
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if p_increase is null or p_increase < 1 or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
+    raise exception 'rate increase out of range: increase %, recovery % per second', p_increase, p_recovery_per_sec
+      using errcode = 'BS010', hint = 'The increase is at least 1; the recovery is not negative.';
+  end if;
+  select * into v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  if not found then
+    return 1.0;
+  end if;
+  v_now := clock_timestamp();
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  -- A refusal inside its cool-down is fresher news than this reply: the cut stands.
+  if v_factor >= 1.0 or (v_row.throttled_until is not null and v_row.throttled_until > v_now) then
+    return v_factor;
+  end if;
+  v_factor := least(1.0, v_factor * p_increase);
+  update bitrix_sync.crm_rate_buckets b
+     set rate_factor = v_factor, rate_changed_at = v_now, updated_at = v_now
+   where b.bucket = p_bucket;
+  return v_factor;
+end $$;
+comment on function bitrix_sync.note_crm_answered(text, double precision, double precision) is
+  'The portal answered a request sent while the rate was cut: the limit has passed, so the rate factor is multiplied by p_increase (up to 1) instead of only climbing back linearly. Nothing changes inside a refusal''s cool-down. Returns the new rate factor.';
+
+create or replace function bitrix_sync.note_method_blocked(
+  p_bucket text, p_method text, p_until timestamptz default null
+) returns timestamptz
+language plpgsql as $$
+declare
+  v_now timestamptz := clock_timestamp();
+  v_reset timestamptz;
+  v_old timestamptz;
+  v_until timestamptz;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  perform bitrix_sync._check_limiter_name('method', p_method);
+  select m.operating_reset_at, m.blocked_until into v_reset, v_old
+    from bitrix_sync.crm_method_blocks m where m.bucket = p_bucket and m.method = p_method for update;
+  -- The refusal carries no timing: use the caller's estimate, the last reset time a reply of this
+  -- method reported, or a minute, whichever is latest (reference §2).
+  v_until := greatest(coalesce(p_until, v_now + interval '1 minute'),
+                      case when v_reset > v_now then v_reset end,
+                      case when v_old > v_now then v_old end);
+  insert into bitrix_sync.crm_method_blocks as m (bucket, method, blocked_until, updated_at)
+  values (p_bucket, p_method, v_until, v_now)
+  on conflict (bucket, method) do update set blocked_until = excluded.blocked_until, updated_at = excluded.updated_at;
+  return v_until;
+end $$;
+comment on function bitrix_sync.note_method_blocked(text, text, timestamptz) is
+  'OPERATION_TIME_LIMIT: blocks one REST method (only that one) until the later of p_until and its last operating_reset_at. Returns the end of the block.';
+
+create or replace function bitrix_sync.note_crm_operating(
+  p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamptz[]
+) returns void
+language plpgsql as $$
+declare
+  v_now timestamptz := clock_timestamp();
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if coalesce(cardinality(p_methods), 0) <> coalesce(cardinality(p_operating), 0)
+     or coalesce(cardinality(p_methods), 0) <> coalesce(cardinality(p_reset_at), 0) then
+    raise exception 'operating samples must have one method, one operating time and one reset time each'
+      using errcode = 'BS011', hint = 'Pass three arrays of the same length.';
+  end if;
+  for i in 1 .. coalesce(cardinality(p_methods), 0) loop
+    perform bitrix_sync._check_limiter_name('method', p_methods[i]);
+    insert into bitrix_sync.crm_method_blocks as m (bucket, method, operating, operating_reset_at, updated_at)
+    values (p_bucket, p_methods[i], greatest(0, p_operating[i]), p_reset_at[i], v_now)
+    on conflict (bucket, method) do update
+      set operating = excluded.operating,
+          operating_reset_at = coalesce(excluded.operating_reset_at, m.operating_reset_at),
+          updated_at = excluded.updated_at;
+  end loop;
+end $$;
+comment on function bitrix_sync.note_crm_operating(text, text[], double precision[], timestamptz[]) is
+  'Records time.operating and time.operating_reset_at per REST method from replies, so a later OPERATION_TIME_LIMIT knows when the method frees.';
+
+create or replace function bitrix_sync.blocked_crm_methods(p_bucket text)
+returns table (method text, blocked_until timestamptz)
+language sql stable as $$
+  select m.method, m.blocked_until
+    from bitrix_sync.crm_method_blocks m
+   where m.bucket = p_bucket and m.blocked_until > clock_timestamp()
+   order by m.method
+$$;
+comment on function bitrix_sync.blocked_crm_methods(text) is
+  'REST methods blocked by OPERATION_TIME_LIMIT right now, with the end of each block. The pump holds their commands back.';
+
+create or replace function bitrix_sync.crm_limiter_state(p_bucket text)
+returns table (tokens double precision, rate_factor double precision, in_flight integer,
+               throttled_until timestamptz, rate_limited_count bigint)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select b.tokens, b.rate_factor,
+         (select count(*)::integer from bitrix_sync.crm_inflight_slots s
+           where s.bucket = b.bucket and s.expires_at > clock_timestamp()),
+         case when b.throttled_until > clock_timestamp() then b.throttled_until end,
+         b.rate_limited_count
+    from bitrix_sync.crm_rate_buckets b
+   where b.bucket = p_bucket
+$$;
+comment on function bitrix_sync.crm_limiter_state(text) is
+  'Limiter state for /internal/sync/v1/status (§14): tokens as last stored, rate factor, live in-flight slots, cool-down end. Security definer so the admin role can read it without table grants.';
+-- <<< sql/limiter.sql
 -- >>> sql/privileges.sql (included)
 -- The privilege catalogue (§13, DESIGN.md "Roles"; issue 10): for every schema, table, view,
 -- sequence and function of the project, what each of the three roles may do, written out, "nothing"
@@ -969,6 +1232,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
   ('function', 'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
   ('function', 'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_crm_answered(text,double precision,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
   ('function', 'bitrix_sync.release_crm_request(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
   -- runtime functions: inbox processing, mapping, snapshots, alerts, rebind workflow, reconciliation
   ('function', 'bitrix_sync.claim_webhooks(text,integer,interval,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox (gated by the cutover).'),
