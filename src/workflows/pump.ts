@@ -313,7 +313,11 @@ async function completeTogether(
  */
 async function notePortal(deps: ServiceContext, outcomes: CommandOutcome[]): Promise<void> {
   const watch = watchOf(deps);
-  const answered = outcomes.some((o) => o?.ok || (o && !o.ok && !PORTAL_WIDE_CODES.includes(o.failure.code)));
+  // A reply about some command: a success, or a failure of that command rather than of the portal.
+  // Commands held back before sending (a blocked method, bad data) say nothing about the portal.
+  const answered = outcomes.some(
+    (o) => o?.ok || (o && !o.ok && o.sent && !PORTAL_WIDE_CODES.includes(o.failure.code)),
+  );
   if (!answered) {
     if (outcomes.some((o) => o && !o.ok && o.sent)) watch.down = true;
     return;
