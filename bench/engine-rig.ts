@@ -18,21 +18,21 @@ export interface BenchRig extends Rig {
   stopAll(): Promise<void>;
 }
 
+let server: Promise<{ stop: () => Promise<void> }> | undefined;
+
 /**
- * Starts an embedded server in a temporary folder with pg_stat_statements preloaded, points the test
- * helpers at it and starts the rig. BENCH_DATABASE_URL uses an existing server instead (then the
- * readings fall back to pg_stat_database when pg_stat_statements is not loaded there).
+ * The benches' server, started once per process (the test helpers keep their migrated template per
+ * server): an embedded one in a temporary folder with pg_stat_statements preloaded, or
+ * BENCH_DATABASE_URL's (then the readings fall back to pg_stat_database when pg_stat_statements is
+ * not loaded there).
  */
-export async function startBenchRig(opts: {
-  emulator?: Partial<EmulatorOptions>;
-  settings?: Record<string, unknown>;
-}): Promise<BenchRig> {
-  let stopServer: (() => Promise<void>) | undefined;
-  let dir: string | undefined;
-  if (process.env.BENCH_DATABASE_URL) {
-    process.env.TEST_DATABASE_URL = process.env.BENCH_DATABASE_URL;
-  } else {
-    dir = mkdtempSync(join(tmpdir(), "bitrix-sync-bench-"));
+function benchServer(): Promise<{ stop: () => Promise<void> }> {
+  server ??= (async () => {
+    if (process.env.BENCH_DATABASE_URL) {
+      process.env.TEST_DATABASE_URL = process.env.BENCH_DATABASE_URL;
+      return { stop: async () => undefined };
+    }
+    const dir = mkdtempSync(join(tmpdir(), "bitrix-sync-bench-"));
     const srv = await startEmbedded({
       dir,
       persistent: false,
@@ -44,8 +44,28 @@ export async function startBenchRig(opts: {
       },
     });
     process.env.TEST_DATABASE_URL = srv.url;
-    stopServer = srv.stop;
-  }
+    return {
+      async stop() {
+        await srv.stop();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  })();
+  return server;
+}
+
+/** Stops the benches' server (call once, at the end). */
+export async function stopBenchServer(): Promise<void> {
+  if (server) await (await server).stop();
+  server = undefined;
+}
+
+/** The end-to-end rig on a database of its own on the benches' server. */
+export async function startBenchRig(opts: {
+  emulator?: Partial<EmulatorOptions>;
+  settings?: Record<string, unknown>;
+}): Promise<BenchRig> {
+  await benchServer();
   const rig = await startRig(opts);
   let statements = false;
   try {
@@ -59,8 +79,6 @@ export async function startBenchRig(opts: {
     statements,
     async stopAll() {
       await rig.close();
-      if (stopServer) await stopServer();
-      if (dir) rmSync(dir, { recursive: true, force: true });
     },
   });
 }

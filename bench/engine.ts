@@ -19,6 +19,7 @@ import {
   readDb,
   resetDbReading,
   startBenchRig,
+  stopBenchServer,
   waitSucceeded,
 } from "./engine-rig.js";
 
@@ -136,5 +137,9 @@ async function ceiling(): Promise<void> {
   }
 }
 
-if (MODE === "unlimited" || MODE === "both") await unlimited();
-if (MODE === "ceiling" || MODE === "both") await ceiling();
+try {
+  if (MODE === "unlimited" || MODE === "both") await unlimited();
+  if (MODE === "ceiling" || MODE === "both") await ceiling();
+} finally {
+  await stopBenchServer();
+}

@@ -4,7 +4,14 @@
 // forward through the limiter. Prints how long after the recovery the last user was synced (goal
 // <= 15 s), and the requests refused after it (goal: none; no thundering herd).
 // Env: BENCH_USERS (default 40), BENCH_OUTAGE_SEC (default 120), BENCH_DATABASE_URL.
-import { countCommands, insertUsers, machineLine, startBenchRig, waitSucceeded } from "./engine-rig.js";
+import {
+  countCommands,
+  insertUsers,
+  machineLine,
+  startBenchRig,
+  stopBenchServer,
+  waitSucceeded,
+} from "./engine-rig.js";
 
 const USERS = Number(process.env.BENCH_USERS ?? 40);
 const OUTAGE_SEC = Number(process.env.BENCH_OUTAGE_SEC ?? 120);
@@ -70,4 +77,5 @@ try {
   );
 } finally {
   await rig.stopAll();
+  await stopBenchServer();
 }

@@ -3,7 +3,14 @@
 // at its real limit (2 requests/s, leaky bucket of 50). Prints the drain time against the ideal
 // (storm + commands ÷ 100/s; goal <= 1.05 x) and the requests refused after the storm (goal: none).
 // Env: BENCH_USERS (default 1000), BENCH_STORM_SEC (default 60), BENCH_DATABASE_URL.
-import { countCommands, insertUsers, machineLine, startBenchRig, waitSucceeded } from "./engine-rig.js";
+import {
+  countCommands,
+  insertUsers,
+  machineLine,
+  startBenchRig,
+  stopBenchServer,
+  waitSucceeded,
+} from "./engine-rig.js";
 
 const USERS = Number(process.env.BENCH_USERS ?? 1000);
 const STORM_SEC = Number(process.env.BENCH_STORM_SEC ?? 60);
@@ -59,4 +66,5 @@ try {
   );
 } finally {
   await rig.stopAll();
+  await stopBenchServer();
 }
