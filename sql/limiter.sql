@@ -146,7 +146,7 @@ comment on function bitrix_sync.note_rate_limited(text, double precision, double
 
 create or replace function bitrix_sync.note_crm_answered(
   p_bucket text,
-  p_increase double precision default 2,
+  p_increase double precision default 4,
   p_recovery_per_sec double precision default 0.05
 ) returns double precision
 language plpgsql as $$

@@ -1,5 +1,5 @@
 --! Previous: sha1:c28caa0eba149ad2fbba3584c32228160fae1c51
---! Hash: sha1:14c2ec03db15143aa80863f4227b9be9b9280a9c
+--! Hash: sha1:8712c7eb86943fa97abd989961e12774f2644136
 --! Message: engine
 
 -- Engine efficiency (issue 14): a step persists its state and its command in one call
@@ -926,7 +926,7 @@ comment on function bitrix_sync.note_rate_limited(text, double precision, double
 
 create or replace function bitrix_sync.note_crm_answered(
   p_bucket text,
-  p_increase double precision default 2,
+  p_increase double precision default 4,
   p_recovery_per_sec double precision default 0.05
 ) returns double precision
 language plpgsql as $$

@@ -21,7 +21,7 @@ export interface AdaptiveSettings {
   recoveryPerSec: number;
   /** No request for this long after a refusal; further refusals inside it do not cut again (default 1000). */
   cooldownMs: number;
-  /** A reply to a request sent under a cut rate multiplies the factor by this (default 2). */
+  /** A reply to a request sent under a cut rate multiplies the factor by this (default 4). */
   increase: number;
 }
 
@@ -30,7 +30,7 @@ export const DEFAULT_ADAPTIVE: AdaptiveSettings = {
   minFactor: 0.1,
   recoveryPerSec: 0.05,
   cooldownMs: 1000,
-  increase: 2,
+  increase: 4,
 };
 
 /** Permission to send one HTTP request. Release it when the reply (or the failure) is in. */
