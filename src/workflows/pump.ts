@@ -284,14 +284,17 @@ async function completeTogether(
       list.map((c) => JSON.stringify(c.projection)),
     ]);
     for (const c of list) {
-      deps.log.debug(
-        {
-          event: "pump.settled",
-          ...commandIds(c.row),
-          commandType: c.row.command_type,
-          outcome: "ok",
-        },
-        "command result recorded",
+      // Under the command's own span, as a command settled on its own: the line carries its ids.
+      withSpan(c.span, () =>
+        deps.log.debug(
+          {
+            event: "pump.settled",
+            ...commandIds(c.row),
+            commandType: c.row.command_type,
+            outcome: "ok",
+          },
+          "command result recorded",
+        ),
       );
     }
   } catch (e) {
