@@ -8,7 +8,7 @@ import { runAlertRecovery } from "./alerts/recover.js";
 import type { ServiceContext } from "./context.js";
 import { processAlertWebhooks, processContactWebhooks } from "./inbound/webhooks.js";
 import { runIntake } from "./workflows/intake.js";
-import { runPump } from "./workflows/pump.js";
+import { startPump } from "./workflows/pump.js";
 import { runWorkflows } from "./workflows/stepper.js";
 
 export interface LoopOptions {
@@ -131,11 +131,35 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
     }
   };
 
+  // One pump lane per process: it starts a batch (one limiter permit, a claim, the send marker) and
+  // lets it fly while it starts the next, up to limiter.max_in_flight batches in flight at once.
+  const flights = new Set<Promise<void>>();
   const pumpLane = () =>
     lane("pump", async () => {
-      const r = await runPump(deps, opts.signal);
-      if (r.sent > 0) {
-        waker.wake("workflows");
+      if (flights.size >= Math.max(1, deps.settings().limiter.maxInFlight)) {
+        await Promise.race(flights);
+        return 1;
+      }
+      const r = await startPump(deps, opts.signal);
+      if (r.flight) {
+        const f: Promise<void> = r.flight
+          .catch((e) => {
+            deps.log.warn(
+              {
+                event: "loop.round_failed",
+                lane: "pump",
+                errorName: (e as Error).name,
+                sqlstate: (e as { code?: string }).code,
+              },
+              "CRM batch failed",
+            );
+          })
+          .finally(() => {
+            flights.delete(f);
+            waker.wake("workflows");
+            waker.wake("pump");
+          });
+        flights.add(f);
         return r.sent;
       }
       // Negative: "nothing now, look again in this many ms" (a batch filling up).
@@ -163,10 +187,11 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
       return n + r;
     }),
   ];
-  // Several pumps so a slow request does not hold up the next while a token and a slot are free.
-  for (let i = 0; i < deps.settings().limiter.maxInFlight; i++) lanes.push(pumpLane());
+  lanes.push(pumpLane());
   try {
     await Promise.all(lanes);
+    // The batches still in flight settle before the loop returns (their send markers are committed).
+    await Promise.allSettled([...flights]);
   } finally {
     clearTimeout(budgetEnd);
     opts.signal?.removeEventListener("abort", onAbort);

@@ -102,6 +102,8 @@ export interface Emulator {
    * command's method. `skip` lets that many matches through first (e.g. fail the second page only).
    */
   failNext(fault: Fault | FaultShorthand, opts?: { method?: string; times?: number; skip?: number }): void;
+  /** Drops every queued fault (the end of a storm or an outage scripted with `times`). */
+  clearFaults(): void;
   /** Latency for every request from now on. */
   setLatency(ms: number): void;
   /** The webhook is deleted in the portal: every call answers 401. */
@@ -508,6 +510,9 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
         times: o.times ?? 1,
         skip: o.skip ?? 0,
       });
+    },
+    clearFaults() {
+      faults.length = 0;
     },
     setLatency(ms) {
       latencyMs = ms;

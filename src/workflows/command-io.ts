@@ -4,6 +4,7 @@
 // completion transaction; a read of purpose "apply" writes CRM-master fields into the App there.
 import type pg from "pg";
 import {
+  type AppUser,
   applyCrmMaster,
   type Db,
   isEligible,
@@ -76,6 +77,8 @@ export async function hydrate(
   row: CommandRow,
   userId: string | null,
   dictionary: CitizenshipDictionary,
+  /** Users already read for the whole batch (loadAppUsers); a user missing from it is read here. */
+  users?: ReadonlyMap<string, AppUser | null>,
 ): Promise<{ ok: true; value: Hydrated } | { ok: false; failure: HydrateFailure }> {
   const p = row.params;
   const type = row.command_type as CommandType;
@@ -84,7 +87,11 @@ export async function hydrate(
     case "contact.find_by_phone":
     case "contact.add":
     case "contact.update": {
-      const user = userId ? await loadAppUser(db, userId) : null;
+      const user = !userId
+        ? null
+        : users?.has(userId)
+          ? (users.get(userId) ?? null)
+          : await loadAppUser(db, userId);
       if (!user) return { ok: false, failure: { kind: "permanent", code: "invalid_params" } };
       const needsPhone = type !== "contact.update" || p.phone !== undefined;
       if (needsPhone && !isValidRuPhone(user.phone)) {
@@ -190,6 +197,41 @@ function contactSummary(c: ContactRecord) {
   };
 }
 
+/**
+ * The safe projection of a successful result that has no side effects (no write to the App, the
+ * snapshots or the alerts), or null when the command's result has some (projectResult then runs in
+ * the completion transaction). The pump completes the former together with the rest of its batch,
+ * in one statement.
+ */
+export function projectionOnly(
+  row: CommandRow,
+  result: CommandResults[CommandType],
+  h: Hydrated,
+): Record<string, unknown> | null {
+  const memo = h.memo;
+  switch (row.command_type) {
+    case "contact.find_by_phone":
+      return { contact_ids: (result as CommandResults["contact.find_by_phone"]).contactIds };
+    case "contact.add":
+      return {
+        contact_id: (result as CommandResults["contact.add"]).contactId,
+        written: {
+          phone_hash: memo.phoneHash ?? null,
+          name_hash: memo.nameHash ?? null,
+          email_hash: memo.emailHash ?? null,
+          citizenship_enum_id: memo.citizenshipEnumId ?? null,
+        },
+      };
+    case "contact.read": {
+      const purpose = row.params.purpose;
+      if (purpose === "phones" || purpose === "apply") return null;
+      return { contacts: (result as CommandResults["contact.read"]).contacts.map(contactSummary) };
+    }
+    default:
+      return null;
+  }
+}
+
 export interface HandlerContext {
   dictionary: CitizenshipDictionary;
 }
@@ -206,20 +248,10 @@ export async function projectResult(
   h: Hydrated,
   ctx: HandlerContext,
 ): Promise<Record<string, unknown>> {
+  const only = projectionOnly(row, result, h);
+  if (only) return only;
   const memo = h.memo;
   switch (row.command_type) {
-    case "contact.find_by_phone":
-      return { contact_ids: (result as CommandResults["contact.find_by_phone"]).contactIds };
-    case "contact.add":
-      return {
-        contact_id: (result as CommandResults["contact.add"]).contactId,
-        written: {
-          phone_hash: memo.phoneHash ?? null,
-          name_hash: memo.nameHash ?? null,
-          email_hash: memo.emailHash ?? null,
-          citizenship_enum_id: memo.citizenshipEnumId ?? null,
-        },
-      };
     case "contact.update":
       if (memo.phoneHash && h.userId)
         await snapshotPhone(tx, String(row.params.contact_id), h.userId, memo.phoneHash);
