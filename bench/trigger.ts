@@ -141,6 +141,14 @@ function runPgbench(
   });
 }
 
+/** The server's WAL counters (server-wide: other databases' writes count too). */
+async function walStats(c: pg.Client): Promise<{ bytes: number; fpi: number }> {
+  const { rows } = await c.query<{ b: string; f: string }>(
+    "select wal_bytes::text as b, wal_fpi::text as f from pg_stat_wal",
+  );
+  return { bytes: Number(rows[0]?.b), fpi: Number(rows[0]?.f) };
+}
+
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = Math.floor(s.length / 2);
@@ -206,7 +214,10 @@ async function main(): Promise<number> {
         const start = (await c.query<{ t: Date }>("select clock_timestamp() as t")).rows[0]?.t as Date;
         const load = loadavg()[0] ?? 0;
         loads.push(load);
+        const wal0 = await walStats(c);
         const r = await runPgbench(bin, dbUrl, scriptFile);
+        const wal1 = await walStats(c);
+        const walPerTx = `WAL ${((wal1.bytes - wal0.bytes) / r.tx).toFixed(0)} B/tx, ${((wal1.fpi - wal0.fpi) / r.tx).toFixed(2)} FPI/tx`;
         got[on ? "with" : "without"] = r.tps;
         let check = "";
         if (on) {
@@ -225,7 +236,7 @@ async function main(): Promise<number> {
         }
         console.log(
           `  round ${round + 1} ${on ? `with triggers (${n})` : "without triggers"}: ${r.tps.toFixed(0)} TPS ` +
-            `(${r.tx} transactions), load ${load.toFixed(2)}${check}`,
+            `(${r.tx} transactions), ${walPerTx}, load ${load.toFixed(2)}${check}`,
         );
       }
       ratios.push((got.with as number) / (got.without as number));

@@ -2,9 +2,9 @@
 -- the App's own transaction, so a rolled-back business update leaves no intent behind.
 --
 -- Lean on the App's writes (issue 14; docs/performance-intent-writes.md):
--- - The triggers' WHEN clauses decide whether anything happened (an active insert, a record status
---   entering or leaving active, a phone change of an active user) and whether bitrix-sync itself is
---   writing (han.sync_suppress): every other write, no-op updates included, never enters PL/pgSQL.
+-- - The triggers' WHEN clauses keep every write that changes no tracked field (no-op updates
+--   included) out of PL/pgSQL. They are short on purpose: PostgreSQL parses a trigger's WHEN (and a
+--   table's CHECK constraints) again for every statement, so a long one costs every App update.
 -- - The function only names the intent and writes it: no whole-row JSON, one INSERT … ON CONFLICT
 --   that coalesces into the user's active intent of the same task.
 -- - The wake-up NOTIFY is sent only while a sync loop is asleep waiting for intents (it holds the
@@ -20,8 +20,7 @@ declare
   v_reason text;
   v_subject text := case tg_table_name when 'user_identity' then 'identity' else 'profile' end;
 begin
-  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo. The
-  -- triggers' WHEN clauses test it already; this holds for any other caller.
+  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo.
   if current_setting('han.sync_suppress', true) = 'true' then
     return null;
   end if;
@@ -38,9 +37,10 @@ begin
   elsif old.record_status <> 'active' and new.record_status = 'active' then
     v_task := 'contact.map_or_create';
     v_reason := v_subject || '_reactivated';
-  elsif tg_table_name = 'user_identity' and new.record_status = 'active' and tg_argv[0] = 'phone' then
-    -- Fired only through _500_enqueue_contact_sync_update on user_identity, whose WHEN clause saw
-    -- phone_number change (IS DISTINCT FROM).
+  elsif tg_argv[0] = 'phone' and new.record_status = 'active' then
+    -- Only _500_enqueue_contact_sync_update on user_identity passes 'phone'; its WHEN clause fires
+    -- for a phone_number or record_status that changed (IS DISTINCT FROM), and the status did not
+    -- enter or leave active, so the phone changed.
     v_task := 'contact.update';
     v_reason := 'identity_phone_changed';
   else
@@ -93,7 +93,7 @@ drop trigger if exists _500_enqueue_contact_sync_insert on han_app.user_identity
 create trigger _500_enqueue_contact_sync_insert
   after insert on han_app.user_identity
   for each row
-  when (new.record_status = 'active' and current_setting('han.sync_suppress', true) is distinct from 'true')
+  when (new.record_status = 'active')
   execute function han_app.enqueue_contact_sync();
 comment on trigger _500_enqueue_contact_sync_insert on han_app.user_identity is
   'Records contact.map_or_create for an active identity (§6.2).';
@@ -102,9 +102,7 @@ drop trigger if exists _500_enqueue_contact_sync_update on han_app.user_identity
 create trigger _500_enqueue_contact_sync_update
   after update of phone_number, record_status on han_app.user_identity
   for each row
-  when (((old.record_status = 'active') <> (new.record_status = 'active')
-         or (new.record_status = 'active' and old.phone_number is distinct from new.phone_number))
-        and current_setting('han.sync_suppress', true) is distinct from 'true')
+  when (old.phone_number is distinct from new.phone_number or old.record_status is distinct from new.record_status)
   execute function han_app.enqueue_contact_sync('phone');
 comment on trigger _500_enqueue_contact_sync_update on han_app.user_identity is
   'Records contact.update (phone change of an active identity), contact.deactivate (leaving active) or contact.map_or_create (back to active) (§6.2).';
@@ -114,7 +112,7 @@ drop trigger if exists _500_enqueue_contact_sync_insert on han_app.client_profil
 create trigger _500_enqueue_contact_sync_insert
   after insert on han_app.client_profile
   for each row
-  when (new.record_status = 'active' and current_setting('han.sync_suppress', true) is distinct from 'true')
+  when (new.record_status = 'active')
   execute function han_app.enqueue_contact_sync();
 comment on trigger _500_enqueue_contact_sync_insert on han_app.client_profile is
   'Records contact.map_or_create for an active profile (§6.2).';
@@ -123,8 +121,7 @@ drop trigger if exists _500_enqueue_contact_sync_update on han_app.client_profil
 create trigger _500_enqueue_contact_sync_update
   after update of record_status on han_app.client_profile
   for each row
-  when ((old.record_status = 'active') <> (new.record_status = 'active')
-        and current_setting('han.sync_suppress', true) is distinct from 'true')
+  when (old.record_status is distinct from new.record_status)
   execute function han_app.enqueue_contact_sync();
 comment on trigger _500_enqueue_contact_sync_update on han_app.client_profile is
   'Records contact.deactivate / contact.map_or_create when the profile leaves or returns to active (§6.2).';

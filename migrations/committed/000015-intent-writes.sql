@@ -1,5 +1,5 @@
 --! Previous: sha1:c28caa0eba149ad2fbba3584c32228160fae1c51
---! Hash: sha1:c9bf372c5ce2939d1722f4a5093242387bd9db94
+--! Hash: sha1:8ef0697eb476c4f4c8b1db4b815ea017166ec764
 --! Message: intent-writes
 
 -- Leaner intent writes on the App's hot path (issue 14; docs/performance-intent-writes.md): the
@@ -13,9 +13,9 @@ set local lock_timeout = '10s';
 -- the App's own transaction, so a rolled-back business update leaves no intent behind.
 --
 -- Lean on the App's writes (issue 14; docs/performance-intent-writes.md):
--- - The triggers' WHEN clauses decide whether anything happened (an active insert, a record status
---   entering or leaving active, a phone change of an active user) and whether bitrix-sync itself is
---   writing (han.sync_suppress): every other write, no-op updates included, never enters PL/pgSQL.
+-- - The triggers' WHEN clauses keep every write that changes no tracked field (no-op updates
+--   included) out of PL/pgSQL. They are short on purpose: PostgreSQL parses a trigger's WHEN (and a
+--   table's CHECK constraints) again for every statement, so a long one costs every App update.
 -- - The function only names the intent and writes it: no whole-row JSON, one INSERT … ON CONFLICT
 --   that coalesces into the user's active intent of the same task.
 -- - The wake-up NOTIFY is sent only while a sync loop is asleep waiting for intents (it holds the
@@ -31,8 +31,7 @@ declare
   v_reason text;
   v_subject text := case tg_table_name when 'user_identity' then 'identity' else 'profile' end;
 begin
-  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo. The
-  -- triggers' WHEN clauses test it already; this holds for any other caller.
+  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo.
   if current_setting('han.sync_suppress', true) = 'true' then
     return null;
   end if;
@@ -49,9 +48,10 @@ begin
   elsif old.record_status <> 'active' and new.record_status = 'active' then
     v_task := 'contact.map_or_create';
     v_reason := v_subject || '_reactivated';
-  elsif tg_table_name = 'user_identity' and new.record_status = 'active' and tg_argv[0] = 'phone' then
-    -- Fired only through _500_enqueue_contact_sync_update on user_identity, whose WHEN clause saw
-    -- phone_number change (IS DISTINCT FROM).
+  elsif tg_argv[0] = 'phone' and new.record_status = 'active' then
+    -- Only _500_enqueue_contact_sync_update on user_identity passes 'phone'; its WHEN clause fires
+    -- for a phone_number or record_status that changed (IS DISTINCT FROM), and the status did not
+    -- enter or leave active, so the phone changed.
     v_task := 'contact.update';
     v_reason := 'identity_phone_changed';
   else
@@ -104,7 +104,7 @@ drop trigger if exists _500_enqueue_contact_sync_insert on han_app.user_identity
 create trigger _500_enqueue_contact_sync_insert
   after insert on han_app.user_identity
   for each row
-  when (new.record_status = 'active' and current_setting('han.sync_suppress', true) is distinct from 'true')
+  when (new.record_status = 'active')
   execute function han_app.enqueue_contact_sync();
 comment on trigger _500_enqueue_contact_sync_insert on han_app.user_identity is
   'Records contact.map_or_create for an active identity (§6.2).';
@@ -113,9 +113,7 @@ drop trigger if exists _500_enqueue_contact_sync_update on han_app.user_identity
 create trigger _500_enqueue_contact_sync_update
   after update of phone_number, record_status on han_app.user_identity
   for each row
-  when (((old.record_status = 'active') <> (new.record_status = 'active')
-         or (new.record_status = 'active' and old.phone_number is distinct from new.phone_number))
-        and current_setting('han.sync_suppress', true) is distinct from 'true')
+  when (old.phone_number is distinct from new.phone_number or old.record_status is distinct from new.record_status)
   execute function han_app.enqueue_contact_sync('phone');
 comment on trigger _500_enqueue_contact_sync_update on han_app.user_identity is
   'Records contact.update (phone change of an active identity), contact.deactivate (leaving active) or contact.map_or_create (back to active) (§6.2).';
@@ -125,7 +123,7 @@ drop trigger if exists _500_enqueue_contact_sync_insert on han_app.client_profil
 create trigger _500_enqueue_contact_sync_insert
   after insert on han_app.client_profile
   for each row
-  when (new.record_status = 'active' and current_setting('han.sync_suppress', true) is distinct from 'true')
+  when (new.record_status = 'active')
   execute function han_app.enqueue_contact_sync();
 comment on trigger _500_enqueue_contact_sync_insert on han_app.client_profile is
   'Records contact.map_or_create for an active profile (§6.2).';
@@ -134,8 +132,7 @@ drop trigger if exists _500_enqueue_contact_sync_update on han_app.client_profil
 create trigger _500_enqueue_contact_sync_update
   after update of record_status on han_app.client_profile
   for each row
-  when ((old.record_status = 'active') <> (new.record_status = 'active')
-        and current_setting('han.sync_suppress', true) is distinct from 'true')
+  when (old.record_status is distinct from new.record_status)
   execute function han_app.enqueue_contact_sync();
 comment on trigger _500_enqueue_contact_sync_update on han_app.client_profile is
   'Records contact.deactivate / contact.map_or_create when the profile leaves or returns to active (§6.2).';
@@ -185,6 +182,22 @@ comment on index han_app.sync_queue_claim_live_idx is
   'Claim order (§6.1 columns status, next_attempt_at, created_at) over live intents only; finished rows are not indexed (issue 14).';
 -- squawk-ignore require-concurrent-index-deletion
 drop index if exists han_app.sync_queue_claim_idx;
+
+-- The same CHECKs on the intents, written so that their stored expression is small: PostgreSQL
+-- parses every CHECK of a table from its stored text (and simplifies it) again for each INSERT or
+-- UPDATE statement, and an IN list over varchar is stored as an array of casts that makes the
+-- trigger's one INSERT pay that again and again. `status::text = any ('{...}'::text[])` admits
+-- exactly the values `status in (...)` admits. Replacing them takes the table's exclusive lock for
+-- the validation scan of the rows retention keeps (every existing row satisfied the same condition).
+alter table han_app.sync_queue drop constraint if exists sync_queue_status_check,
+  -- squawk-ignore constraint-missing-not-valid
+  add constraint sync_queue_status_check
+  check (status::text = any ('{pending,leased,processed,retry_wait,dead_letter,cancelled}'::text[]));
+alter table han_app.sync_queue drop constraint if exists sync_queue_task_type_check,
+  -- squawk-ignore constraint-missing-not-valid
+  add constraint sync_queue_task_type_check
+  check (status::text = any ('{processed,dead_letter,cancelled}'::text[])
+         or task_type::text = any ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[]));
 
 -- >>> sql/privileges.sql (included)
 -- The privilege catalogue (§13, DESIGN.md "Roles"; issue 10): for every schema, table, view,

@@ -276,7 +276,7 @@ test.serial(
       for (;;) {
         const { rows } = await db.pool.query<{ n: number }>(
           `select count(*)::int as n from pg_locks
-          where locktype = 'advisory' and classid = 727014 and objid = 1 and not granted`,
+          where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014 and objid = 1 and not granted`,
         );
         if (rows[0]?.n === 1) break;
         await new Promise((r) => setTimeout(r, 10));
@@ -310,7 +310,7 @@ test.serial(
       }
       await l.c.query("select bitrix_sync.unwatch_intake()");
       const { rows } = await db.pool.query<{ n: number }>(
-        "select count(*)::int as n from pg_locks where locktype = 'advisory' and classid = 727014",
+        "select count(*)::int as n from pg_locks where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014",
       );
       t.is(rows[0]?.n, 0, "unwatch releases the watch");
     } finally {
@@ -332,7 +332,7 @@ test.serial(
       await app.query("update han_app.user_identity set phone_number = '+79990007788' where id = $1", [u.id]);
       t.false((await l.c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w")).rows[0]?.w);
       const { rows } = await db.pool.query<{ n: number }>(
-        "select count(*)::int as n from pg_locks where locktype = 'advisory' and classid = 727014 and pid = $1",
+        "select count(*)::int as n from pg_locks where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014 and pid = $1",
         [(await l.c.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p],
       );
       t.is(rows[0]?.n, 0, "nothing held after giving up");
