@@ -168,7 +168,11 @@ function serverCpu(postmaster: number | null): number | null {
   let ticks = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
   for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
     const f = stat(pid);
-    if (f && Number(f[1]) === postmaster) ticks += Number(f[11]) + Number(f[12]);
+    if (f && Number(f[1]) === postmaster) {
+      // An exited backend not reaped yet: its time is in neither place. Ask again shortly.
+      if (f[0] === "Z") return Number.NaN;
+      ticks += Number(f[11]) + Number(f[12]);
+    }
   }
   return ticks / tick;
 }
@@ -257,10 +261,14 @@ async function main(): Promise<number> {
         const wal0 = await walStats(c);
         const cpu0 = serverCpu(postmaster);
         const r = await runPgbench(bin, dbUrl, scriptFile);
-        const cpu1 = serverCpu(postmaster);
+        let cpu1 = serverCpu(postmaster);
+        for (let i = 0; i < 50 && Number.isNaN(cpu1); i++) {
+          await new Promise((r) => setTimeout(r, 100));
+          cpu1 = serverCpu(postmaster);
+        }
         const wal1 = await walStats(c);
         let cpuText = "";
-        if (cpu0 !== null && cpu1 !== null) {
+        if (cpu0 !== null && cpu1 !== null && !Number.isNaN(cpu0) && !Number.isNaN(cpu1)) {
           const us = ((cpu1 - cpu0) / r.tx) * 1e6;
           cpuPerTx[on ? "with" : "without"]?.push(us);
           cpuText = `, server CPU ${us.toFixed(0)} us/tx`;
