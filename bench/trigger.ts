@@ -8,9 +8,7 @@
 // user's phone. Rounds alternate "with triggers" and "without" (the project's triggers on
 // han_app.user_identity and han_app.client_profile disabled), in alternating order, each starting
 // from the same queue (the intents of the previous round removed and the tables vacuumed). The ratio
-// is the median of the rounds' ratios. On its own embedded server the bench also prints the
-// server's CPU per App transaction, which the machine's other load disturbs far less than TPS.
-// After every run with triggers, every user whose phone changed
+// is the median of the rounds' ratios. After every run with triggers, every user whose phone changed
 // must have its pending contact.update intent: the bench fails otherwise.
 //
 // Knobs: BENCH_USERS (default 20000), BENCH_HISTORY (finished intents, default 50000),
@@ -147,36 +145,6 @@ function runPgbench(
   });
 }
 
-/**
- * CPU seconds the whole server has spent so far (postmaster, its live children, and the children it
- * has reaped: pgbench's backends exit at the end of a run). Only when the server runs on this
- * machine; server-wide, so meaningful on the bench's own embedded server.
- */
-function serverCpu(postmaster: number | null): number | null {
-  if (postmaster === null) return null;
-  const tick = 100; // USER_HZ on Linux
-  const stat = (pid: number | string) => {
-    try {
-      return readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? null;
-    } catch {
-      return null;
-    }
-  };
-  const own = stat(postmaster);
-  if (!own) return null;
-  // Fields after "comm": [0] state, [1] ppid, ..., [11] utime, [12] stime, [13] cutime, [14] cstime.
-  let ticks = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
-  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
-    const f = stat(pid);
-    if (f && Number(f[1]) === postmaster) {
-      // An exited backend not reaped yet: its time is in neither place. Ask again shortly.
-      if (f[0] === "Z") return Number.NaN;
-      ticks += Number(f[11]) + Number(f[12]);
-    }
-  }
-  return ticks / tick;
-}
-
 /** The server's WAL counters (server-wide: other databases' writes count too). */
 async function walStats(c: pg.Client): Promise<{ bytes: number; fpi: number }> {
   const { rows } = await c.query<{ b: string; f: string }>(
@@ -226,14 +194,6 @@ async function main(): Promise<number> {
         "select current_setting('synchronous_commit') as s, current_setting('fsync') as f, current_setting('server_version') as v",
       )
     ).rows[0];
-    // The postmaster, when the server is the bench's own (embedded) one: its CPU is the App's cost.
-    let postmaster: number | null = null;
-    if (stopEmbedded) {
-      const pid = (await c.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p;
-      const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ");
-      postmaster = f ? Number(f[1]) : null;
-    }
-    const cpuPerTx: Record<string, number[]> = { with: [], without: [] };
     const scriptFile = join(work, "app-mix.sql");
     writeFileSync(scriptFile, SCRIPT);
 
@@ -259,22 +219,9 @@ async function main(): Promise<number> {
         const load = loadavg()[0] ?? 0;
         loads.push(load);
         const wal0 = await walStats(c);
-        const cpu0 = serverCpu(postmaster);
         const r = await runPgbench(bin, dbUrl, scriptFile);
-        let cpu1 = serverCpu(postmaster);
-        for (let i = 0; i < 50 && Number.isNaN(cpu1); i++) {
-          await new Promise((r) => setTimeout(r, 100));
-          cpu1 = serverCpu(postmaster);
-        }
         const wal1 = await walStats(c);
-        let cpuText = "";
-        if (cpu0 !== null && cpu1 !== null && !Number.isNaN(cpu0) && !Number.isNaN(cpu1)) {
-          const us = ((cpu1 - cpu0) / r.tx) * 1e6;
-          cpuPerTx[on ? "with" : "without"]?.push(us);
-          cpuText = `, server CPU ${us.toFixed(0)} us/tx`;
-        }
         const walPerTx = `WAL ${((wal1.bytes - wal0.bytes) / r.tx).toFixed(0)} B/tx, ${((wal1.fpi - wal0.fpi) / r.tx).toFixed(2)} FPI/tx`;
-        got[on ? "with" : "without"] = r.tps;
         let check = "";
         if (on) {
           // Durability of the intents: every user whose phone changed has its pending contact.update.
@@ -292,7 +239,7 @@ async function main(): Promise<number> {
         }
         console.log(
           `  round ${round + 1} ${on ? `with triggers (${n})` : "without triggers"}: ${r.tps.toFixed(0)} TPS ` +
-            `(${r.tx} transactions), ${walPerTx}${cpuText}, load ${load.toFixed(2)}${check}`,
+            `(${r.tx} transactions), ${walPerTx}, load ${load.toFixed(2)}${check}`,
         );
       }
       ratios.push((got.with as number) / (got.without as number));
@@ -310,14 +257,6 @@ async function main(): Promise<number> {
         .map((x) => x.toFixed(2))
         .join(" ")}`,
     );
-    if (cpuPerTx.with?.length && cpuPerTx.without?.length) {
-      const w = median(cpuPerTx.with);
-      const wo = median(cpuPerTx.without);
-      console.log(
-        `  server CPU per App transaction (median): with ${w.toFixed(0)} us, without ${wo.toFixed(0)} us; ` +
-          `the triggers add ${(w - wo).toFixed(0)} us (CPU ratio without/with ${(wo / w).toFixed(3)})`,
-      );
-    }
     console.log(`  intents missing: ${missing}`);
     console.log(`  goal ${ratio >= GOAL && missing === 0 ? "met" : "MISSED"}`);
     return missing === 0 ? 0 : 1;
