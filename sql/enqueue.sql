@@ -1,7 +1,7 @@
 -- Enqueue trigger (§6.2): App changes that matter to the CRM become han_app.sync_queue intents in
 -- the App's own transaction, so a rolled-back business update leaves no intent behind.
 --
--- Lean on the App's writes (issue 14; docs/performance-intent-writes.md):
+-- Lean on the App's writes (issue 14; docs/performance.md, "Intent writes"):
 -- - The triggers' WHEN clauses keep every write that changes no tracked field (no-op updates
 --   included) out of PL/pgSQL. They are short on purpose: PostgreSQL parses a trigger's WHEN (and a
 --   table's CHECK constraints) again for every statement, so a long one costs every App update.

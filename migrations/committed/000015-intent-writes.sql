@@ -1,8 +1,8 @@
 --! Previous: sha1:c28caa0eba149ad2fbba3584c32228160fae1c51
---! Hash: sha1:8ef0697eb476c4f4c8b1db4b815ea017166ec764
+--! Hash: sha1:1c0b75df4f33f33428fde46d16893ac232c45411
 --! Message: intent-writes
 
--- Leaner intent writes on the App's hot path (issue 14; docs/performance-intent-writes.md): the
+-- Leaner intent writes on the App's hot path (issue 14; docs/performance.md, "Intent writes"): the
 -- enqueue triggers decide in their WHEN clauses, the trigger function writes the intent without
 -- whole-row JSON, the wake-up NOTIFY is sent only while a sync loop sleeps on the intake watch, and
 -- the claim index covers only live intents.
@@ -12,7 +12,7 @@ set local lock_timeout = '10s';
 -- Enqueue trigger (§6.2): App changes that matter to the CRM become han_app.sync_queue intents in
 -- the App's own transaction, so a rolled-back business update leaves no intent behind.
 --
--- Lean on the App's writes (issue 14; docs/performance-intent-writes.md):
+-- Lean on the App's writes (issue 14; docs/performance.md, "Intent writes"):
 -- - The triggers' WHEN clauses keep every write that changes no tracked field (no-op updates
 --   included) out of PL/pgSQL. They are short on purpose: PostgreSQL parses a trigger's WHEN (and a
 --   table's CHECK constraints) again for every statement, so a long one costs every App update.

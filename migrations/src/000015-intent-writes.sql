@@ -1,4 +1,4 @@
--- Leaner intent writes on the App's hot path (issue 14; docs/performance-intent-writes.md): the
+-- Leaner intent writes on the App's hot path (issue 14; docs/performance.md, "Intent writes"): the
 -- enqueue triggers decide in their WHEN clauses, the trigger function writes the intent without
 -- whole-row JSON, the wake-up NOTIFY is sent only while a sync loop sleeps on the intake watch, and
 -- the claim index covers only live intents.
