@@ -2,6 +2,11 @@
 // the CRM pump, each repeated while there is work and otherwise woken by NOTIFY, with a fallback
 // poll (worker.poll_interval_ms, at most 5 s) so a lost NOTIFY costs seconds. It stops starting new
 // rounds at its time budget or when `signal` aborts, and returns when the rounds in progress end.
+//
+// The App's intents NOTIFY only while a loop sleeps on the intake watch (sql/enqueue.sql): before
+// its intake sleeps, the loop takes the watch on its LISTEN connection (which waits for the App
+// transactions that recorded an intent without a NOTIFY), looks at the queue once more, and
+// releases the watch when it wakes. A busy loop thus costs the App no NOTIFY per transaction.
 import pg from "pg";
 import { runAlertSync } from "./alerts/mirror.js";
 import { runAlertRecovery } from "./alerts/recover.js";
@@ -89,6 +94,7 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
     connectionTimeoutMillis: 10_000,
     keepAlive: true,
   });
+  let listening = false;
   try {
     await listener.connect();
     listener.on("notification", (n) => {
@@ -99,6 +105,7 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
     });
     listener.on("error", () => undefined); // the fallback poll keeps things moving
     for (const ch of Object.keys(CHANNELS)) await listener.query(`listen ${ch}`);
+    listening = true;
   } catch (e) {
     deps.log.warn(
       { event: "loop.listen_failed", errorName: (e as Error).name },
@@ -106,7 +113,9 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
     );
   }
 
-  const lane = async (name: Lane, round: () => Promise<number>) => {
+  /** The lane's sleep: until woken or `ms` have passed. */
+  type Sleep = (ms: number) => Promise<void>;
+  const lane = async (name: Lane, round: () => Promise<number>, sleep?: Sleep) => {
     while (active()) {
       deps.health?.beat();
       let waitMs = deps.settings().worker.pollIntervalMs;
@@ -127,7 +136,7 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
         waitMs = Math.min(waitMs, 1000);
       }
       if (!active()) break;
-      await waker.wait(name, waitMs);
+      await (sleep ? sleep(waitMs) : waker.wait(name, waitMs));
     }
   };
 
@@ -166,12 +175,35 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
       return Number.isFinite(r.waitMs) ? -Math.max(1, r.waitMs) : 0;
     });
 
+  const intakeRound = async () => {
+    const n = await runIntake(deps);
+    if (n > 0) waker.wake("workflows");
+    return n;
+  };
+  // Intake sleeps on the intake watch (bitrix_sync.watch_intake()) when LISTEN works: only then do
+  // the App's intents NOTIFY. Without the watch (another loop holds it, a long App transaction, no
+  // LISTEN) the fallback poll covers the wait.
+  const intakeSleep: Sleep = async (ms) => {
+    let watching = false;
+    if (listening) {
+      try {
+        const { rows } = await listener.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w");
+        watching = rows[0]?.w === true;
+      } catch {
+        watching = false;
+      }
+    }
+    try {
+      // Intents committed before the watch was taken sent no NOTIFY: look once more.
+      if (watching && active() && (await intakeRound().catch(() => 0)) > 0) return;
+      await waker.wait("intake", ms);
+    } finally {
+      if (watching) await listener.query("select bitrix_sync.unwatch_intake()").catch(() => undefined);
+    }
+  };
+
   const lanes = [
-    lane("intake", async () => {
-      const n = await runIntake(deps);
-      if (n > 0) waker.wake("workflows");
-      return n;
-    }),
+    lane("intake", intakeRound, intakeSleep),
     // Woken by the receivers' NOTIFY, one per call however many requests it grouped
     // (sql/receiver.sql); the fallback poll covers a lost one.
     lane("webhooks", async () => {
