@@ -220,6 +220,7 @@ async function main(): Promise<number> {
         loads.push(load);
         const wal0 = await walStats(c);
         const r = await runPgbench(bin, dbUrl, scriptFile);
+        got[on ? "with" : "without"] = r.tps;
         const wal1 = await walStats(c);
         const walPerTx = `WAL ${((wal1.bytes - wal0.bytes) / r.tx).toFixed(0)} B/tx, ${((wal1.fpi - wal0.fpi) / r.tx).toFixed(2)} FPI/tx`;
         let check = "";
