@@ -1,6 +1,7 @@
 // The recovery of an uncertain contact.add (§7.2 uncertain -> reconcile), part of
-// contact.map_or_create: the create may have landed, so the workflow searches by phone and reads the
-// Contacts found before it decides; it never creates blindly. The create command is resolved
+// contact.map_or_create: the create may have landed, so the workflow searches for Contacts carrying
+// the user's id (what the create wrote, whatever the App's phone is now) and reads the Contacts found
+// before it decides; it never creates blindly. The create command is resolved
 // (succeeded with the Contact found, or retry) in the same transaction as the decision.
 import { afterRecoveryRead, candidatesOf, foundIds, recoveredBranch } from "../decide/map-or-create.js";
 import type { CommandRow } from "../types.js";

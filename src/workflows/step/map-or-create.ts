@@ -181,11 +181,12 @@ async function createContact(s: Step, last: CommandRow): Promise<void> {
     return await s.succeed("created");
   }
   if (last.status === "uncertain") {
-    // The create may have landed: search by phone (first for this user_id), never create blindly
-    // (./create-recovery.ts).
+    // The create may have landed: search for Contacts carrying this user id (what the create wrote;
+    // the App's phone may have changed since it was sent, so a search by phone could miss it), never
+    // create blindly (./create-recovery.ts).
     await s.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [last.id, s.wf.lease_token]);
     s.sd.recovering = last.id;
-    return await s.issue("contact.find_by_phone", {}, "recover_find");
+    return await s.issue("contact.find_by_user_id", {}, "recover_find");
   }
   return await s.failWith(last);
 }
