@@ -245,3 +245,33 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  "a phone update whose reply is lost is settled by a fresh read: the new phone once, no technical dead letter",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the superseded update was dead-lettered with a
+    // technical dead letter row although nothing failed.
+    const { u, contact } = await linked();
+    const next = randomPhone();
+    rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 5_000 }, { method: "crm.contact.update" });
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, next]);
+    const wf = await finishedWorkflow(rig, u.id, 30_000);
+    t.is(wf.state, "succeeded");
+    t.deepEqual(
+      contact.phones.map((p) => p.value),
+      [next],
+      "the number landed once; the fresh read saw it",
+    );
+    const cmd = await rig.db.pool.query(
+      `select c.status, c.last_error_code from bitrix_sync.crm_commands c
+        where c.workflow_id = $1 and c.command_type = 'contact.update' order by c.id`,
+      [wf.id],
+    );
+    t.deepEqual(cmd.rows[0], { status: "dead_letter", last_error_code: "superseded_by_reread" });
+    const dl = await rig.db.pool.query(
+      "select count(*)::int as n from bitrix_sync.technical_dead_letters where workflow_id = $1",
+      [wf.id],
+    );
+    t.is(dl.rows[0].n, 0);
+  },
+);

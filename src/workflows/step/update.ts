@@ -55,10 +55,12 @@ async function afterReadForUpdate(s: Step, last: CommandRow): Promise<void> {
 async function afterUpdate(s: Step, last: CommandRow): Promise<void> {
   if (last.status === "succeeded") return await s.succeed("updated");
   if (last.status === "uncertain") {
-    // An append may have landed: read again and plan from what the Contact holds now.
+    // An append may have landed: read again and plan from what the Contact holds now. Superseded,
+    // not dead-lettered: nothing failed for good, so no technical dead letter (the chaos suite found
+    // one per lost phone update).
     await s.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [last.id, s.wf.lease_token]);
     await s.tx.query(
-      "select bitrix_sync.resolve_command_reconcile($1, $2, 'dead_letter', null, 'superseded_by_reread')",
+      "select bitrix_sync.resolve_command_reconcile($1, $2, 'superseded', null, 'superseded_by_reread')",
       [last.id, s.wf.lease_token],
     );
     return await readForUpdate(s);
