@@ -227,7 +227,13 @@ async function main(): Promise<number> {
     runtimePassword,
     new URL(server.url).password,
   ]);
-  const violations = [...settleViolations, ...faults.problems, ...inv.violations, ...rate.violations, ...leaks];
+  const violations = [
+    ...settleViolations,
+    ...faults.problems,
+    ...inv.violations,
+    ...rate.violations,
+    ...leaks,
+  ];
 
   const byStatus: Record<string, number> = {};
   for (const e of emulator.log) {

@@ -72,7 +72,8 @@ export async function checkInvariants(
       where status = 'active' and entity_type = 'user' and external_system = 'bitrix24'`,
   );
   const activeMaps = new Map<string, string[]>();
-  for (const m of mappings) activeMaps.set(m.entity_id, [...(activeMaps.get(m.entity_id) ?? []), m.external_id]);
+  for (const m of mappings)
+    activeMaps.set(m.entity_id, [...(activeMaps.get(m.entity_id) ?? []), m.external_id]);
 
   const contactsOfUser = new Map<string, StoredContact[]>();
   for (const c of contacts) {
@@ -87,7 +88,8 @@ export async function checkInvariants(
     if (!eligible) {
       if (maps.length > 0) v.push(`inactive user ${u.id} still has an active mapping`);
       for (const c of contactsOfUser.get(u.id) ?? []) {
-        if (c.uf[fields.registered] !== 0) v.push(`inactive user ${u.id}: Contact ${c.id} not flagged inactive`);
+        if (c.uf[fields.registered] !== 0)
+          v.push(`inactive user ${u.id}: Contact ${c.id} not flagged inactive`);
       }
       continue;
     }

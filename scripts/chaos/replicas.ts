@@ -74,7 +74,9 @@ export class Replica {
         // The startup error lines (src/startup/errors.ts) name the cause and never a secret.
         const why = this.text()
           .split("\n")
-          .filter((l) => l.startsWith("bitrix-sync:") || l.includes('"level":"fatal"') || l.includes('"level":60'))
+          .filter(
+            (l) => l.startsWith("bitrix-sync:") || l.includes('"level":"fatal"') || l.includes('"level":60'),
+          )
           .slice(-3)
           .join(" | ");
         throw new Error(`${this.name} exited during startup: ${why}`);

@@ -115,10 +115,10 @@ export class Traffic {
       await this.appTx("phone_changed", async (c) => {
         const u = await this.someUser(c, true);
         if (!u) return false;
-        await c.query("update han_app.user_identity set phone_number = $2, updated_at = now() where id = $1", [
-          u.id,
-          phone,
-        ]);
+        await c.query(
+          "update han_app.user_identity set phone_number = $2, updated_at = now() where id = $1",
+          [u.id, phone],
+        );
         return true;
       });
     } else if (r < 67) {

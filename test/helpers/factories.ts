@@ -22,11 +22,10 @@ export async function makeUser(
   const id = randomUUID();
   const phone = opts.phone === undefined ? randomPhone() : opts.phone;
   if (opts.profile === false) {
-    await db.query("insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, $3)", [
-      id,
-      phone,
-      opts.status ?? "active",
-    ]);
+    await db.query(
+      "insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, $3)",
+      [id, phone, opts.status ?? "active"],
+    );
   } else {
     // Identity and profile in one statement, so one transaction, as the App signs a user up: the
     // trigger then records one coalesced intent, not two that a fast worker could take apart.

@@ -77,7 +77,10 @@ test.serial(
     );
     // The reply is held; the client gives up after its 2 s deadline. The App changes the phone first.
     const phone = randomPhone();
-    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, phone]);
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+      u.id,
+      phone,
+    ]);
     const wf = await finishedWorkflow(rig, u.id, 30_000);
     t.is(wf.state, "succeeded");
     const mine = [...rig.emulator.store.contacts.values()].filter((c) => c.uf[F.userId] === u.id);
@@ -99,6 +102,25 @@ test.serial(
          join bitrix_sync.workflow_instances w on w.id = c.workflow_id
         where w.user_id = $1 and c.command_type = 'contact.add'`,
       [u.id],
+    );
+    t.deepEqual(add.rows, [{ status: "succeeded", response: { contact_id: mine[0]?.id, recovered: true } }]);
+  },
+);
+
+test.serial(
+  "a slow portal executes the create after the client gave up: the recovery waits for it and adopts it",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the recovery searched while the portal was still
+    // executing the create, found nothing, and sent a second one.
+    rig.emulator.failNext({ kind: "latency", ms: 3_500 }, { method: "crm.contact.add" });
+    const u = await makeUser(rig.db.pool, { phone: randomPhone() });
+    const wf = await finishedWorkflow(rig, u.id, 30_000);
+    t.is(wf.state, "succeeded");
+    const mine = [...rig.emulator.store.contacts.values()].filter((c) => c.uf[F.userId] === u.id);
+    t.is(mine.length, 1, "never a second create");
+    const add = await rig.db.pool.query(
+      "select status, response from bitrix_sync.crm_commands where workflow_id = $1 and command_type = 'contact.add'",
+      [wf.id],
     );
     t.deepEqual(add.rows, [{ status: "succeeded", response: { contact_id: mine[0]?.id, recovered: true } }]);
   },

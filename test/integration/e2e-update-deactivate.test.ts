@@ -247,11 +247,12 @@ test.serial(
 );
 
 test.serial(
-  "a phone update whose reply is lost is settled by a fresh read: the new phone once, no technical dead letter",
+  "an appended phone whose reply is lost is settled by a fresh read: the new phone once, no technical dead letter",
   async (t) => {
     // Found by the chaos suite (docs/reliability.md): the superseded update was dead-lettered with a
     // technical dead letter row although nothing failed.
     const { u, contact } = await linked();
+    contact.phones = []; // a manager removed the number: the new one is appended
     const next = randomPhone();
     rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 5_000 }, { method: "crm.contact.update" });
     await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, next]);
@@ -273,5 +274,45 @@ test.serial(
       [wf.id],
     );
     t.is(dl.rows[0].n, 0);
+  },
+);
+
+test.serial(
+  "a phone update the portal executes late does not overwrite a newer phone sent after it",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the read after the unanswered update came before
+    // the slow portal executed it, the newer phone was written, then the late update put the older
+    // number back.
+    const { u, contact } = await linked();
+    const second = randomPhone();
+    const third = randomPhone();
+    rig.emulator.failNext({ kind: "latency", ms: 3_500 }, { method: "crm.contact.update" });
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+      u.id,
+      second,
+    ]);
+    await waitFor(
+      async () =>
+        (
+          await rig.db.pool.query(
+            `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+              where w.user_id = $1 and c.command_type = 'contact.update' and c.status = 'in_flight'`,
+            [u.id],
+          )
+        ).rows.length > 0,
+      20_000,
+      "the update to be sent",
+    );
+    // While the portal still holds the update, the App changes the phone again.
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+      u.id,
+      third,
+    ]);
+    await finishedWorkflow(rig, u.id, 30_000);
+    await new Promise((r) => setTimeout(r, 2_000)); // nothing late may land after the end
+    t.deepEqual(
+      contact.phones.map((p) => p.value),
+      [third],
+    );
   },
 );

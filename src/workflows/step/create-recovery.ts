@@ -60,6 +60,8 @@ async function recoverRead(s: Step, last: CommandRow): Promise<void> {
 
 /** The steps of the create recovery, by the name persisted in current_step. */
 export const createRecoverySteps: Readonly<Record<string, AfterStep>> = {
+  // Back from waiting_retry once a late execution of the create would have landed.
+  recover_search: (s) => s.issue("contact.find_by_user_id", {}, "recover_find"),
   recover_find: recoverFind,
   recover_read: recoverRead,
 };

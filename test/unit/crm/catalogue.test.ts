@@ -68,7 +68,9 @@ test("find_by_user_id: the legacy list filtered by the user id field's physical 
   t.throws(() => buildRequest({ type: "contact.find_by_user_id", params: { userId: "not-a-uuid" } }, CTX), {
     instanceOf: CommandDataError,
   });
-  t.deepEqual(parseResult("contact.find_by_user_id", [{ ID: "7" }, { ID: "12" }], CTX), { contactIds: [7, 12] });
+  t.deepEqual(parseResult("contact.find_by_user_id", [{ ID: "7" }, { ID: "12" }], CTX), {
+    contactIds: [7, 12],
+  });
   t.deepEqual(parseResult("contact.find_by_user_id", [], CTX), { contactIds: [] });
   t.is(parseResult("contact.find_by_user_id", [{ ID: "x" }], CTX), null);
 });

@@ -21,6 +21,9 @@ test("every persisted step name has exactly one handler", (t) => {
     "rebind_target",
     "recover_find",
     "recover_read",
+    "recover_search",
+    "reread_for_update",
+    "resend_write",
     "restore_flag",
     "update_contact",
   ]);
