@@ -13,7 +13,7 @@ import { SANDBOX_FIELDS } from "../src/config/env.js";
 import { type EmbeddedServer, startEmbedded } from "../src/db/embedded.js";
 import { migrateDatabase } from "../src/db/migrate.js";
 import { startEmulator } from "../src/emulator/server.js";
-import { checkInvariants, checkOutput, checkRate, openWork } from "./chaos/checks.js";
+import { checkInvariants, checkOutput, checkRate, historyOf, openWork } from "./chaos/checks.js";
 import { Faults, SIGTERM_BOUND_MS } from "./chaos/faults.js";
 import { Replica } from "./chaos/replicas.js";
 import { Traffic } from "./chaos/traffic.js";
@@ -218,6 +218,21 @@ async function main(): Promise<number> {
 
   const inv = await checkInvariants(pool, emulator, SANDBOX_FIELDS);
   const rate = checkRate(emulator.log, PORTAL_RATE, faults.windows);
+  const history = await historyOf(pool, inv.suspects);
+  const adds = emulator.log
+    .filter((e) => e.commands.includes("crm.contact.add"))
+    .map(
+      (e) =>
+        `  ${new Date(e.at).toISOString().slice(11, 23)} add x${e.commands.filter((m) => m === "crm.contact.add").length} status ${e.status}${e.fault ? ` fault ${e.fault}` : ""} answered ${new Date(e.finishedAt).toISOString().slice(11, 23)}`,
+    );
+  if (inv.suspects.length > 0) {
+    for (const c of inv.suspects.flatMap((u) =>
+      [...emulator.store.contacts.values()].filter((x) => x.uf[SANDBOX_FIELDS.userId] === u),
+    )) {
+      history.push(`Contact ${c.id} created ${new Date(c.createdTime).toISOString().slice(11, 19)}`);
+    }
+    history.push("contact.add requests:", ...adds);
+  }
 
   for (const r of replicas) await r.stop("SIGTERM");
   const outputs = new Map(replicas.map((r) => [r.name, r.text()]));
@@ -243,7 +258,7 @@ async function main(): Promise<number> {
   const injected = emulator.log.filter((e) => e.fault !== undefined).length;
   const refusals = emulator.log.filter((e) => e.status !== 200).length;
   const commands = emulator.log.flatMap((e) => e.commands);
-  const adds = commands.filter((m) => m === "crm.contact.add").length;
+  const addCount = commands.filter((m) => m === "crm.contact.add").length;
   const sigtermMax = Math.max(0, ...faults.sigterms.map((x) => x.tookMs ?? 0));
   const result = {
     minutes: MINUTES,
@@ -261,7 +276,7 @@ async function main(): Promise<number> {
     bucketRefusals: rate.bucketRefusals,
     maxBucketLevel: Number(rate.maxLevel.toFixed(1)),
     commandsSent: commands.length,
-    contactAdds: adds,
+    contactAdds: addCount,
     contacts: inv.contacts,
     users: inv.users,
     duplicates: inv.duplicates,
@@ -291,7 +306,7 @@ async function main(): Promise<number> {
       `  CRM edits             ${traffic.stats.crmEdits}`,
       `  requests              ${result.requests} (${Object.entries(byStatus)
         .map(([k, n]) => `${k}: ${n}`)
-        .join(", ")}), ${result.commandsSent} commands, ${adds} contact.add`,
+        .join(", ")}), ${result.commandsSent} commands, ${addCount} contact.add`,
       `  refusals              ${refusals} (injected ${injected}, by the portal's own limit ${rate.bucketRefusals}); bucket peak ${result.maxBucketLevel}/${PORTAL_RATE.threshold}`,
       `  users                 ${inv.users.active} active, ${inv.users.inactive} inactive; ${inv.contacts} Contacts`,
       `  duplicates            ${inv.duplicates} (goal 0)`,
@@ -300,6 +315,7 @@ async function main(): Promise<number> {
       `  time to settle        ${result.settleSeconds} s after the last fault`,
       `  invariant violations  ${violations.length} (goal 0)`,
       ...violations.slice(0, 50).map((x) => `    - ${x}`),
+      ...history,
       `  load average          ${result.loadAverage}; wall clock ${result.wallSeconds} s`,
       `CHAOS_RESULT ${JSON.stringify(result)}`,
       "",

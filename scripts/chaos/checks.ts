@@ -16,6 +16,8 @@ export interface Fields {
 
 export interface CheckResult {
   violations: string[];
+  /** Users with more than one Contact, for the history. */
+  suspects: string[];
   /** Contacts beyond the first that carry the same user id: creates the service repeated. */
   duplicates: number;
   /** Intents that did not reach their end: dead-lettered, failed, parked or still open. */
@@ -174,7 +176,9 @@ export async function checkInvariants(
   const technicalDeadLetters = dl.reduce((a, r) => a + r.n, 0);
   for (const r of dl) v.push(`${r.n} technical dead letters (${r.code ?? "no code"})`);
 
+  const suspects = [...contactsOfUser].filter(([, cs]) => cs.length > 1).map(([uid]) => uid);
   return {
+    suspects,
     violations: v,
     duplicates,
     lostIntents,
@@ -182,6 +186,32 @@ export async function checkInvariants(
     contacts: contacts.length,
     technicalDeadLetters,
   };
+}
+
+/**
+ * The history of the users a violation names (workflows and commands: types, states, codes, times;
+ * internal IDs only), for finding the cause after a failed run.
+ */
+export async function historyOf(pool: pg.Pool, userIds: string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const id of userIds.slice(0, 5)) {
+    const { rows } = await pool.query<{ line: string }>(
+      `select format('%s wf %s %s %s/%s rev %s out %s err %s', to_char(w.created_at, 'HH24:MI:SS.MS'),
+                     left(w.id::text, 8), w.intent_type, w.state, w.current_step, w.revision, w.outcome,
+                     w.last_error_code) as line, w.created_at as at
+         from bitrix_sync.workflow_instances w where w.user_id = $1
+       union all
+       select format('%s   cmd %s %s %s err %s sent %s upd %s resp %s', to_char(c.created_at, 'HH24:MI:SS.MS'),
+                     c.id, c.command_type, c.status, c.last_error_code, to_char(c.sent_at, 'HH24:MI:SS.MS'),
+                     to_char(c.updated_at, 'HH24:MI:SS.MS'), c.response ->> 'contact_id'), c.created_at
+         from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+        where w.user_id = $1
+       order by at`,
+      [id],
+    );
+    out.push(`history of user ${id}:`, ...rows.map((r) => `  ${r.line}`));
+  }
+  return out;
 }
 
 export interface RateResult {
