@@ -84,10 +84,25 @@ export class Faults {
     this.lastFaultEnd = Math.max(this.lastFaultEnd, to);
   }
 
+  /**
+   * Starts a replica as an orchestrator does: again after a pause while it fails (it refuses to start
+   * while the database is away, with its startup error), up to a minute.
+   */
+  private async startPersistently(r: Replica): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await r.start();
+      } catch (e) {
+        if (attempt >= 20) throw e;
+        await sleep(3_000);
+      }
+    }
+  }
+
   /** Restarts a stopped replica after `afterMs`, in the background. */
   private restartLater(r: Replica, afterMs: number) {
     const p = sleep(afterMs)
-      .then(() => r.start())
+      .then(() => this.startPersistently(r))
       .catch((e) => {
         this.problems.push(`${r.name} did not start again: ${(e as Error).message}`);
       })
@@ -187,7 +202,9 @@ export class Faults {
     while (this.restarts.size > 0) await Promise.allSettled([...this.restarts]);
     for (const r of this.t.replicas) {
       if (!r.running) {
-        await r.start().catch((e) => this.problems.push(`${r.name} did not start: ${(e as Error).message}`));
+        await this.startPersistently(r).catch((e) =>
+          this.problems.push(`${r.name} did not start: ${(e as Error).message}`),
+        );
       }
     }
     this.lastFaultEnd = Math.max(this.lastFaultEnd, Date.now());

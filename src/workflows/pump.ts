@@ -110,6 +110,17 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
     await permit.release();
     return { sent: 0, waitMs: 0 };
   }
+  if (signal?.aborted) {
+    // SIGTERM after the claim: nothing has left, so the commands go back unsent (release_command,
+    // no attempt spent) for another replica, rather than waiting out their lease.
+    await permit.release();
+    for (const { row } of ready) {
+      await deps.pool
+        .query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token])
+        .catch(() => undefined);
+    }
+    return { sent: 0, waitMs: 0 };
+  }
 
   // The durable "send started" marker, committed before any byte leaves (§7.2, adopted guarantees).
   const batchId = randomUUID();
@@ -137,7 +148,9 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
     outcomes = await executeBatch(
       deps.crm,
       sending.map((r) => r.h.cmd),
-      { permit, batchId, links: linksTo(spans), ...(signal ? { signal } : {}) },
+      // No abort signal: on SIGTERM a request already out finishes within the HTTP timeout and its
+      // result is recorded (R8, docs/reliability.md), instead of being cut off and left uncertain.
+      { permit, batchId, links: linksTo(spans) },
     );
   } catch (e) {
     for (const span of spans) {

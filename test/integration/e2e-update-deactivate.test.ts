@@ -188,6 +188,46 @@ test.serial(
   },
 );
 
+test.serial(
+  "a user whose phone changed while inactive comes back: the previous Contact is linked again with the new phone, not a second one",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the phone search found nothing under the new
+    // number and a second Contact was created.
+    const { u, contact } = await linked();
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [
+      u.id,
+    ]);
+    await newestWorkflow(u.id, "contact.deactivate");
+    contact.name = "Renamed While Away";
+    rig.emulator.store.touch(contact);
+    const next = randomPhone();
+    const before = rig.emulator.store.contacts.size;
+    await rig.db.pool.query(
+      "update han_app.user_identity set record_status = 'active', phone_number = $2 where id = $1",
+      [u.id, next],
+    );
+    const wf = await finishedWorkflow(rig, u.id, 30_000);
+    t.is(wf.state, "succeeded");
+    t.is(rig.emulator.store.contacts.size, before, "no second Contact");
+    t.deepEqual(
+      contact.phones.map((p) => p.value),
+      [next],
+      "the number bitrix-sync wrote is overwritten by the new one",
+    );
+    t.is(contact.uf[F.registered], 1);
+    const m = await rig.db.pool.query(
+      "select external_id from bitrix_sync.entity_external_mapping where entity_id = $1 and status = 'active'",
+      [u.id],
+    );
+    t.deepEqual(
+      m.rows.map((r) => r.external_id),
+      [String(contact.id)],
+    );
+    const p = await rig.db.pool.query("select full_name from han_app.client_profile where user_id = $1", [u.id]);
+    t.is(p.rows[0]?.full_name, "Renamed While Away", "the CRM-master fields applied by the final read");
+  },
+);
+
 test.serial("applying CRM-master fields enqueues no App->CRM work", async (t) => {
   const { u } = await linked();
   // makeUser inserts identity and profile in two transactions: intake may finish the first intent

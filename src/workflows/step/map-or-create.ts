@@ -71,13 +71,61 @@ async function readMapped(s: Step, last: CommandRow): Promise<void> {
   }
 }
 
+/**
+ * Before a create: a user who was deactivated and comes back, with a phone changed meanwhile, is not
+ * found by the phone search, yet the Contact of their last link still carries their user id (the
+ * chaos suite found a second Contact created for such a user). That Contact is read once per pass;
+ * if it is still theirs it is linked again (step read_previous), else the create goes ahead.
+ */
+async function createUnlessPrevious(s: Step): Promise<void> {
+  if (!s.sd.previous_checked) {
+    const { rows } = await s.tx.query<{ external_id: string }>(
+      `select external_id from bitrix_sync.entity_external_mapping
+        where entity_id = $1 and entity_type = 'user' and external_system = 'bitrix24'
+          and status = 'closed' and close_reason = 'deactivated'
+        order by closed_at desc limit 1`,
+      [s.wf.user_id],
+    );
+    const previous = Number(rows[0]?.external_id);
+    if (Number.isSafeInteger(previous) && previous > 0) {
+      s.sd.previous_checked = true;
+      return await s.issue("contact.read", { ids: [previous], purpose: "candidates" }, "read_previous");
+    }
+  }
+  s.sd.branch ??= "B0";
+  return await s.issue("contact.add", {}, "create_contact");
+}
+
+/**
+ * Step read_previous: the Contact of the user's last link, if it still carries their user id and no
+ * other active user holds it, is linked again; the update steps then write the App's phone and the
+ * flag (read_for_update), and the final read applies its CRM-master fields.
+ */
+async function readPrevious(s: Step, last: CommandRow): Promise<void> {
+  if (last.status !== "succeeded") return await createUnlessPrevious(s);
+  const mine = candidatesOf(s.response(last)).find((c) => c.userId === s.wf.user_id);
+  if (mine) {
+    const { rows } = await s.tx.query(
+      "select 1 from bitrix_sync.active_mapping_for_contact($1) where id is not null",
+      [String(mine.id)],
+    );
+    if (rows.length === 0) {
+      s.sd.contact = mine.id;
+      s.sd.branch = "previous";
+      await s.openMapping(mine.id);
+      return await s.issue("contact.read", { ids: [mine.id], purpose: "phones" }, "read_for_update");
+    }
+  }
+  return await createUnlessPrevious(s);
+}
+
 async function findByPhone(s: Step, last: CommandRow): Promise<void> {
   if (last.status !== "succeeded") return await s.failWith(last);
   const d = afterPhoneSearch(foundIds(s.response(last)));
   switch (d.kind) {
     case "create":
       s.sd.branch = "B0";
-      return await s.issue("contact.add", {}, "create_contact");
+      return await createUnlessPrevious(s);
     case "too_many":
       await s.alert({ type: "too_many_candidates", userId: s.wf.user_id, candidates: d.ids });
       return await s.manual("too_many_candidates");
@@ -112,7 +160,7 @@ async function readCandidates(s: Step, last: CommandRow): Promise<void> {
           details: { branch: d.branch, candidate_count: d.candidates.length },
         });
       }
-      return await s.issue("contact.add", {}, "create_contact");
+      return await createUnlessPrevious(s);
   }
 }
 
@@ -214,6 +262,7 @@ export const mapOrCreateSteps: Readonly<Record<string, AfterStep>> = {
   read_mapped: readMapped,
   find_by_phone: findByPhone,
   read_candidates: readCandidates,
+  read_previous: readPrevious,
   manual_link_read: manualLinkRead,
   claim_contact: claimContact,
   restore_flag: (s, last) => s.afterWrite(last, () => finalRead(s)),

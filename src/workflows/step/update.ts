@@ -7,7 +7,7 @@ import { isNotFound, lateWriteSettledAt } from "../decide/pass.js";
 import { checkUpdateRead, planContactUpdate } from "../decide/update.js";
 import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
-import { startMapOrCreate } from "./map-or-create.js";
+import { finalRead, startMapOrCreate } from "./map-or-create.js";
 
 /** Reads the linked Contact's phones and flag (the projection holds phone hashes, not numbers). */
 function readForUpdate(s: Step): Promise<void> {
@@ -48,12 +48,16 @@ async function afterReadForUpdate(s: Step, last: CommandRow): Promise<void> {
   if (desired === null) return await s.start();
   const snap = await loadSnapshot(s.tx, String(c.id));
   const plan = planContactUpdate(c, desired, snap?.phoneHash);
-  if (plan.kind === "succeed") return await s.succeed(plan.outcome);
+  // A Contact linked again by map_or_create (step read_previous) ends with the final read, which
+  // applies its CRM-master fields.
+  if (plan.kind === "succeed")
+    return s.sd.branch === "previous" ? await finalRead(s) : await s.succeed(plan.outcome);
   return await s.issue("contact.update", plan.params, "update_contact");
 }
 
 async function afterUpdate(s: Step, last: CommandRow): Promise<void> {
-  if (last.status === "succeeded") return await s.succeed("updated");
+  if (last.status === "succeeded")
+    return s.sd.branch === "previous" ? await finalRead(s) : await s.succeed("updated");
   if (last.status === "uncertain") {
     const phone = last.params.phone as { entry_id?: number } | undefined;
     // A phone overwritten by its entry ID (or a flag) is idempotent: resent with the App's phone of

@@ -14,6 +14,7 @@ test("every persisted step name has exactly one handler", (t) => {
     "read_candidates",
     "read_for_update",
     "read_mapped",
+    "read_previous",
     "rebind_check_previous",
     "rebind_clear_previous",
     "rebind_read",
