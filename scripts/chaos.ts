@@ -201,8 +201,16 @@ async function main(): Promise<number> {
   let settled = await waitUntil(idle, SETTLE_BOUND_MS);
   const { rows: nowRows } = await pool.query<{ now: Date }>("select now()");
   const forcedAt = nowRows[0]?.now as Date;
-  await pool.query("select graphile_worker.add_job('reconcile_contacts', json_build_object('force', true))");
+  // A forced run is skipped while a run a killed replica claimed still holds the cursor (until
+  // reconcile.lease_sec): ask again every few seconds, as an operator would.
+  let asked = 0;
   const reconciled = await waitUntil(async () => {
+    if (Date.now() - asked > 5_000) {
+      asked = Date.now();
+      await pool.query(
+        "select graphile_worker.add_job('reconcile_contacts', json_build_object('force', true))",
+      );
+    }
     const { rows } = await pool.query(
       `select 1 from bitrix_sync.reconciliation_cursors
         where job_type = 'contacts' and last_run_status = 'succeeded' and last_run_started_at >= $1`,

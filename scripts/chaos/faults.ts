@@ -5,8 +5,11 @@ import type pg from "pg";
 import type { Emulator } from "../../src/emulator/server.js";
 import type { Replica, ReplicaExit } from "./replicas.js";
 
-/** How long a SIGTERM'd replica may take to exit (docs/reliability.md, the drain bound). */
-export const SIGTERM_BOUND_MS = 25_000;
+/**
+ * How long a SIGTERM'd replica may take to exit: the drain bound of docs/reliability.md, the HTTP
+ * timeout (2 s in the chaos run) plus 15 s.
+ */
+export const SIGTERM_BOUND_MS = 17_000;
 
 export type FaultKind =
   | "replica_sigkill"

@@ -223,7 +223,9 @@ test.serial(
       m.rows.map((r) => r.external_id),
       [String(contact.id)],
     );
-    const p = await rig.db.pool.query("select full_name from han_app.client_profile where user_id = $1", [u.id]);
+    const p = await rig.db.pool.query("select full_name from han_app.client_profile where user_id = $1", [
+      u.id,
+    ]);
     t.is(p.rows[0]?.full_name, "Renamed While Away", "the CRM-master fields applied by the final read");
   },
 );
