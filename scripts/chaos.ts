@@ -226,7 +226,14 @@ async function main(): Promise<number> {
 
   const inv = await checkInvariants(pool, emulator, SANDBOX_FIELDS);
   const rate = checkRate(emulator.log, PORTAL_RATE, faults.windows);
-  const history = await historyOf(pool, inv.suspects);
+  // The users a violation names: their history is printed with the figures.
+  const named = new Set([
+    ...inv.suspects,
+    ...inv.violations.flatMap(
+      (v) => v.match(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g) ?? [],
+    ),
+  ]);
+  const history = await historyOf(pool, [...named]);
   const adds = emulator.log
     .filter((e) => e.commands.includes("crm.contact.add"))
     .map(

@@ -230,6 +230,32 @@ test.serial(
   },
 );
 
+test.serial(
+  "a phone change, a deactivation and a return taken together: the pass that runs as map_or_create writes the new phone",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the intents joined one workflow, the pass ran as
+    // the newest (map_or_create), found the link active and never looked at the phone.
+    const { u, contact } = await linked();
+    await rig.stopWorker();
+    const next = randomPhone();
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, next]);
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [
+      u.id,
+    ]);
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'active' where id = $1", [
+      u.id,
+    ]);
+    await rig.startWorker();
+    const wf = await finishedWorkflow(rig, u.id, 30_000);
+    t.is(wf.state, "succeeded");
+    t.deepEqual(
+      contact.phones.map((p) => p.value),
+      [next],
+    );
+    t.is(contact.uf[F.registered], 1);
+  },
+);
+
 test.serial("applying CRM-master fields enqueues no App->CRM work", async (t) => {
   const { u } = await linked();
   // makeUser inserts identity and profile in two transactions: intake may finish the first intent

@@ -1,7 +1,15 @@
 // contact.map_or_create (§5.1): link the user to their Contact, found through the active mapping or
 // by phone (branches B0–B2.2, ../decide/candidates.ts), or create one. The recovery of an uncertain
 // create is in ./create-recovery.ts. Step names and outcome codes are persisted: keep them.
-import { type AppUser, hasValidPhone, isEligible, snapshotCreated } from "../../app-data.js";
+import {
+  type AppUser,
+  hasValidPhone,
+  isEligible,
+  loadAppUser,
+  loadSnapshot,
+  snapshotCreated,
+} from "../../app-data.js";
+import { piiHash } from "../../hash.js";
 import { decide } from "../decide/candidates.js";
 import { decideManualLink, manualDecision } from "../decide/manual.js";
 import {
@@ -65,10 +73,26 @@ async function readMapped(s: Step, last: CommandRow): Promise<void> {
     case "user_id_mismatch":
       return await userIdMismatch(s);
     case "restore_flag":
-      return await claimCommand(s, s.sd.contact as number, "restore_flag");
     case "succeed":
+      // A pass that runs as map_or_create may carry a phone change that joined the workflow (the
+      // newest intent decides the pass): unless the snapshot says the Contact holds the App's phone,
+      // the update steps write it, and the flag (found by the chaos suite: a return coalesced with a
+      // phone change left the old number on the Contact).
+      if (await phoneBehind(s)) {
+        s.sd.branch = "mapped_phone";
+        return await s.issue("contact.read", { ids: [s.sd.contact], purpose: "phones" }, "read_for_update");
+      }
+      if (d.kind === "restore_flag") return await claimCommand(s, s.sd.contact as number, "restore_flag");
       return await s.succeed(d.outcome);
   }
+}
+
+/** The App's phone is not the one the snapshot says bitrix-sync last wrote to the linked Contact. */
+async function phoneBehind(s: Step): Promise<boolean> {
+  const user = await loadAppUser(s.tx, s.wf.user_id);
+  if (!user || !hasValidPhone(user)) return false;
+  const snap = await loadSnapshot(s.tx, String(s.sd.contact));
+  return snap?.phoneHash !== piiHash(user.phone as string);
 }
 
 /**

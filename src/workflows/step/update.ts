@@ -9,6 +9,11 @@ import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
 import { finalRead, startMapOrCreate } from "./map-or-create.js";
 
+/** map_or_create passes that use the update steps: they end with map_or_create's final read. */
+function endsWithFinalRead(s: Step): boolean {
+  return s.sd.branch === "previous" || s.sd.branch === "mapped_phone";
+}
+
 /** Reads the linked Contact's phones and flag (the projection holds phone hashes, not numbers). */
 function readForUpdate(s: Step): Promise<void> {
   return s.issue("contact.read", { ids: [s.sd.contact], purpose: "phones" }, "read_for_update");
@@ -48,16 +53,16 @@ async function afterReadForUpdate(s: Step, last: CommandRow): Promise<void> {
   if (desired === null) return await s.start();
   const snap = await loadSnapshot(s.tx, String(c.id));
   const plan = planContactUpdate(c, desired, snap?.phoneHash);
-  // A Contact linked again by map_or_create (step read_previous) ends with the final read, which
-  // applies its CRM-master fields.
+  // A pass of map_or_create that came here (a Contact linked again, or a phone behind) ends with the
+  // final read, which applies the CRM-master fields.
   if (plan.kind === "succeed")
-    return s.sd.branch === "previous" ? await finalRead(s) : await s.succeed(plan.outcome);
+    return endsWithFinalRead(s) ? await finalRead(s) : await s.succeed(plan.outcome);
   return await s.issue("contact.update", plan.params, "update_contact");
 }
 
 async function afterUpdate(s: Step, last: CommandRow): Promise<void> {
   if (last.status === "succeeded")
-    return s.sd.branch === "previous" ? await finalRead(s) : await s.succeed("updated");
+    return endsWithFinalRead(s) ? await finalRead(s) : await s.succeed("updated");
   if (last.status === "uncertain") {
     const phone = last.params.phone as { entry_id?: number } | undefined;
     // A phone overwritten by its entry ID (or a flag) is idempotent: resent with the App's phone of
