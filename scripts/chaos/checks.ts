@@ -201,6 +201,15 @@ export async function historyOf(pool: pg.Pool, userIds: string[]): Promise<strin
                      w.last_error_code) as line, w.created_at as at
          from bitrix_sync.workflow_instances w where w.user_id = $1
        union all
+       select format('%s   intent %s %s %s att %s upd %s', to_char(q.created_at, 'HH24:MI:SS.MS'), q.task_type,
+                     q.payload_json ->> 'reason', q.status, q.attempt_count, to_char(q.updated_at, 'HH24:MI:SS.MS')),
+              q.created_at
+         from han_app.sync_queue q where q.entity_id = $1
+       union all
+       select format('%s   App identity %s, updated %s', to_char(u.created_at, 'HH24:MI:SS.MS'), u.record_status,
+                     to_char(u.updated_at, 'HH24:MI:SS.MS')), u.created_at
+         from han_app.user_identity u where u.id = $1
+       union all
        select format('%s   cmd %s %s %s err %s sent %s upd %s resp %s', to_char(c.created_at, 'HH24:MI:SS.MS'),
                      c.id, c.command_type, c.status, c.last_error_code, to_char(c.sent_at, 'HH24:MI:SS.MS'),
                      to_char(c.updated_at, 'HH24:MI:SS.MS'), c.response ->> 'contact_id'), c.created_at
