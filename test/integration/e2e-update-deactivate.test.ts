@@ -256,6 +256,48 @@ test.serial(
   },
 );
 
+test.serial(
+  "a phone change joining while the last step of the create runs is not marked processed without a pass",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the step used the revision read when it was
+    // claimed; the join bumped it meanwhile and the workflow succeeded with the new intent unsent.
+    const c = await rig.db.pool.connect();
+    try {
+      // Creating the Contact's snapshot waits for this lock: the create's last step stalls there.
+      await c.query("begin");
+      await c.query("lock table bitrix_sync.contact_snapshots in exclusive mode");
+      const u = await makeUser(rig.db.pool, { phone: randomPhone() });
+      await waitFor(
+        async () =>
+          (
+            await rig.db.pool.query(
+              `select 1 from pg_locks l join pg_class r on r.oid = l.relation
+                where r.relname = 'contact_snapshots' and not l.granted`,
+            )
+          ).rows.length > 0,
+        20_000,
+        "the create's step to wait for the snapshot",
+      );
+      const next = randomPhone();
+      await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, next]);
+      // Time for the intake to take the phone change while the step still waits.
+      await new Promise((r) => setTimeout(r, 1_500));
+      await c.query("rollback");
+      await finishedWorkflow(rig, u.id, 30_000);
+      const mine = [...rig.emulator.store.contacts.values()].filter((x) => x.uf[F.userId] === u.id);
+      t.is(mine.length, 1);
+      t.deepEqual(
+        mine[0]?.phones.map((p) => p.value),
+        [next],
+        "the phone change reached the Contact",
+      );
+    } finally {
+      await c.query("rollback").catch(() => undefined);
+      c.release();
+    }
+  },
+);
+
 test.serial("applying CRM-master fields enqueues no App->CRM work", async (t) => {
   const { u } = await linked();
   // makeUser inserts identity and profile in two transactions: intake may finish the first intent

@@ -258,6 +258,16 @@ export class Step {
 
   /** Runs until a command is issued or the workflow leaves `running`. */
   async run(): Promise<StepResult> {
+    // The step holds its workflow's row from here to its commit, and works with the revision read
+    // now: the one of the claim may be stale, and a newer intent joining between the claim and the
+    // end of the step would be marked as processed without a pass (found by the chaos suite: a
+    // phone change lost that way). A join that comes now waits for the step, then finds the
+    // workflow still running (and the pass restarts for it) or finished (and starts a new one).
+    const { rows: fresh } = await this.tx.query<{ revision: number }>(
+      "select revision from bitrix_sync.workflow_instances where id = $1 for update",
+      [this.wf.id],
+    );
+    if (fresh[0]) this.wf.revision = fresh[0].revision;
     // Converge to the newest intent (DESIGN.md): between read steps, never while a write is unresolved.
     if (
       restartsBeforeStep({
