@@ -24,33 +24,44 @@ comment on function bitrix_sync._wake_workflow(uuid) is
   'waiting_crm -> running for the workflow owning a command that succeeded, failed for good or became uncertain.';
 
 -- Issue 12 added the issuing step's trace context (a parameter with a default): the five-argument
--- form is replaced.
+-- form is replaced. Issue 14 added the step state, so one call persists the whole step: the
+-- six-argument form is replaced too.
 drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text);
+drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text);
 
 create or replace function bitrix_sync.issue_command(
   p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text,
-  p_trace_context text default null
+  p_trace_context text default null, p_step_data jsonb default null
 ) returns bitrix_sync.crm_commands
 language plpgsql as $$
 declare
   v_wf bitrix_sync.workflow_instances;
   v_cmd bitrix_sync.crm_commands;
 begin
-  select * into v_wf from bitrix_sync.workflow_instances where id = p_workflow_id for update;
-  if not found or v_wf.state <> 'running' or v_wf.lease_token is distinct from p_lease_token then
+  if p_step_data is not null and jsonb_typeof(p_step_data) <> 'object' then
+    raise exception 'step data must be a JSON object'
+      using errcode = 'BS004', hint = 'Pass the workflow''s safe step state (IDs, flags, counts), e.g. ''{"pass": 1}''.';
+  end if;
+  -- running -> waiting_crm (event await_crm; the guard trigger checks the edge) under the caller's
+  -- lease, with the step and its state in the same row version: one write of the workflow per step.
+  update bitrix_sync.workflow_instances w
+     set state = 'waiting_crm', current_step = coalesce(p_step, w.current_step),
+         step_data = coalesce(p_step_data, w.step_data), next_attempt_at = now(),
+         lease_token = null, locked_by = null, locked_until = null
+   where w.id = p_workflow_id and w.state = 'running' and w.lease_token = p_lease_token
+  returning * into v_wf;
+  if not found then
     perform bitrix_sync._refuse_stale('workflow', p_workflow_id::text);
   end if;
   insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id, trace_context)
   values (p_workflow_id, p_command_type, coalesce(p_params, '{}'::jsonb), v_wf.revision, v_wf.correlation_id,
           bitrix_sync._trace_context(p_trace_context))
   returning * into v_cmd;
-  perform bitrix_sync.fire_workflow_event(p_workflow_id, p_lease_token, 'await_crm',
-                                          jsonb_build_object('current_step', p_step));
   perform pg_notify('bitrix_sync_commands', '');
   return v_cmd;
 end $$;
-comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text) is
-  'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm at step p_step. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it.';
+comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text, jsonb) is
+  'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm (await_crm) at step p_step, storing p_step_data (the step state, a JSON object) in the same write when given. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it. Refuses a stale lease or a workflow not running (BS001).';
 
 create or replace function bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb)
 returns bitrix_sync.crm_commands
@@ -151,12 +162,16 @@ begin
     raise exception 'send_commands needs one lease token per command id'
       using errcode = 'BS004', hint = 'Pass the ids and tokens returned by claim_commands(), in the same order.';
   end if;
+  -- The horizon of _retry_deadline(), read once for the batch instead of once per row.
   return query
+  with h as materialized (
+    select make_interval(secs => (bitrix_sync._active_setting('retry.horizon_sec') #>> '{}')::double precision) as horizon
+  )
   update bitrix_sync.crm_commands c
      set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
          first_sent_at = coalesce(c.first_sent_at, now()),
-         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now()))
-    from unnest(p_ids, p_lease_tokens) as t(id, token)
+         deadline_at = coalesce(c.first_sent_at, now()) + h.horizon
+    from unnest(p_ids, p_lease_tokens) as t(id, token), h
    where c.id = t.id and c.status = 'leased' and c.lease_token = t.token
   returning c.id;
 end $$;
@@ -184,6 +199,70 @@ begin
 end $$;
 comment on function bitrix_sync.complete_command(bigint, uuid, jsonb) is
   'in_flight -> succeeded with a safe response projection, and wakes the workflow. Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[])
+returns setof bigint
+language plpgsql as $$
+begin
+  if coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_lease_tokens), 0)
+     or coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_responses), 0) then
+    raise exception 'complete_commands needs one lease token and one response per command id'
+      using errcode = 'BS004', hint = 'Pass three arrays of the same length, in the same order.';
+  end if;
+  -- One statement for the whole batch: the commands still held under their tokens succeed, and the
+  -- workflows waiting for them wake (waiting_crm -> running, crm_replied) as complete_command does.
+  return query
+  with done as (
+    update bitrix_sync.crm_commands c
+       set status = 'succeeded', response = t.response, completed_at = now(), last_error_code = null,
+           lease_token = null, locked_by = null, locked_until = null
+      from unnest(p_ids, p_lease_tokens, p_responses) as t(id, token, response)
+     where c.id = t.id and c.status = 'in_flight' and c.lease_token = t.token
+    returning c.id, c.workflow_id
+  ), woken as (
+    update bitrix_sync.workflow_instances w
+       set state = 'running', next_attempt_at = now()
+     where w.id in (select d.workflow_id from done d where d.workflow_id is not null)
+       and w.state = 'waiting_crm'
+    returning w.id
+  )
+  select d.id from done d;
+  if found then
+    perform pg_notify('bitrix_sync_workflows', '');
+  end if;
+end $$;
+comment on function bitrix_sync.complete_commands(bigint[], uuid[], jsonb[]) is
+  'in_flight -> succeeded for many commands in one call, each with its safe response projection, waking their workflows (waiting_crm -> running). Returns the ids completed; a command whose token is stale is left alone (its new holder settles it), where complete_command would refuse it with BS001.';
+
+create or replace function bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer default null)
+returns integer
+language plpgsql as $$
+declare
+  v_n integer;
+begin
+  if p_limit is not null and p_limit < 1 then
+    raise exception 'bring_forward_commands needs a positive limit or none'
+      using errcode = 'BS004', hint = 'Pass 1 for a probe, null for every waiting retry.';
+  end if;
+  -- Retries that wait only because the portal as a whole failed (the caller's codes): due now. They
+  -- are claimed batch by batch through the limiter like any due command, so this is no stampede.
+  with picked as (
+    select c.id from bitrix_sync.crm_commands c
+     where c.status = 'retry_wait' and c.next_attempt_at > now() and c.last_error_code = any(p_codes)
+     order by c.next_attempt_at, c.id
+     limit p_limit
+     for update skip locked
+  )
+  update bitrix_sync.crm_commands c set next_attempt_at = now()
+    from picked where c.id = picked.id;
+  get diagnostics v_n = row_count;
+  if v_n > 0 then
+    perform pg_notify('bitrix_sync_commands', '');
+  end if;
+  return v_n;
+end $$;
+comment on function bitrix_sync.bring_forward_commands(text[], integer) is
+  'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). The pump calls it with one command as a probe while the portal fails, and for all of them when the portal answers again. Returns how many.';
 
 create or replace function bitrix_sync.release_command(p_id bigint, p_lease_token uuid)
 returns bitrix_sync.crm_commands

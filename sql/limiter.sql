@@ -144,6 +144,42 @@ end $$;
 comment on function bitrix_sync.note_rate_limited(text, double precision, double precision, integer, double precision) is
   'QUERY_LIMIT_EXCEEDED: empties the bucket, pauses it for the cool-down and multiplies the rate by p_decrease; acquire_crm_request() lets it climb back linearly. Returns the new rate factor.';
 
+create or replace function bitrix_sync.note_crm_answered(
+  p_bucket text,
+  p_increase double precision default 4,
+  p_recovery_per_sec double precision default 0.05
+) returns double precision
+language plpgsql as $$
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if p_increase is null or p_increase < 1 or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
+    raise exception 'rate increase out of range: increase %, recovery % per second', p_increase, p_recovery_per_sec
+      using errcode = 'BS010', hint = 'The increase is at least 1; the recovery is not negative.';
+  end if;
+  select * into v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  if not found then
+    return 1.0;
+  end if;
+  v_now := clock_timestamp();
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  -- A refusal inside its cool-down is fresher news than this reply: the cut stands.
+  if v_factor >= 1.0 or (v_row.throttled_until is not null and v_row.throttled_until > v_now) then
+    return v_factor;
+  end if;
+  v_factor := least(1.0, v_factor * p_increase);
+  update bitrix_sync.crm_rate_buckets b
+     set rate_factor = v_factor, rate_changed_at = v_now, updated_at = v_now
+   where b.bucket = p_bucket;
+  return v_factor;
+end $$;
+comment on function bitrix_sync.note_crm_answered(text, double precision, double precision) is
+  'The portal answered a request sent while the rate was cut: the limit has passed, so the rate factor is multiplied by p_increase (up to 1) instead of only climbing back linearly. Nothing changes inside a refusal''s cool-down. Returns the new rate factor.';
+
 create or replace function bitrix_sync.note_method_blocked(
   p_bucket text, p_method text, p_until timestamptz default null
 ) returns timestamptz

@@ -19,26 +19,22 @@ export interface AppUser {
   citizenship: string | null;
 }
 
-/** The user's identity and profile, or null when the identity does not exist. */
-export async function loadAppUser(db: Db, userId: string): Promise<AppUser | null> {
-  const { rows } = await db.query<{
-    id: string;
-    phone_number: string | null;
-    identity_status: string;
-    profile_status: string | null;
-    full_name: string | null;
-    email: string | null;
-    citizenship: string | null;
-  }>(
-    `select u.id, u.phone_number, u.record_status as identity_status, p.record_status as profile_status,
+interface AppUserRow {
+  id: string;
+  phone_number: string | null;
+  identity_status: string;
+  profile_status: string | null;
+  full_name: string | null;
+  email: string | null;
+  citizenship: string | null;
+}
+
+const APP_USER_COLUMNS = `u.id, u.phone_number, u.record_status as identity_status, p.record_status as profile_status,
             p.full_name, p.email, p.citizenship
        from han_app.user_identity u
-       left join han_app.client_profile p on p.user_id = u.id
-      where u.id = $1`,
-    [userId],
-  );
-  const r = rows[0];
-  if (!r) return null;
+       left join han_app.client_profile p on p.user_id = u.id`;
+
+function appUserOf(r: AppUserRow): AppUser {
   return {
     id: r.id,
     phone: r.phone_number,
@@ -48,6 +44,27 @@ export async function loadAppUser(db: Db, userId: string): Promise<AppUser | nul
     email: r.email,
     citizenship: r.citizenship,
   };
+}
+
+/** The user's identity and profile, or null when the identity does not exist. */
+export async function loadAppUser(db: Db, userId: string): Promise<AppUser | null> {
+  const { rows } = await db.query<AppUserRow>(`select ${APP_USER_COLUMNS} where u.id = $1`, [userId]);
+  const r = rows[0];
+  return r ? appUserOf(r) : null;
+}
+
+/**
+ * Several users in one query (the pump hydrates a whole batch at once). Every id asked for is a key
+ * of the result: null when the identity does not exist.
+ */
+export async function loadAppUsers(db: Db, userIds: readonly string[]): Promise<Map<string, AppUser | null>> {
+  const out = new Map<string, AppUser | null>(userIds.map((id) => [id, null]));
+  if (userIds.length === 0) return out;
+  const { rows } = await db.query<AppUserRow>(`select ${APP_USER_COLUMNS} where u.id = any($1::uuid[])`, [
+    [...new Set(userIds)],
+  ]);
+  for (const r of rows) out.set(r.id, appUserOf(r));
+  return out;
 }
 
 /** Identity and profile both active: the user may be linked to a Contact (§5.1 "eligible"). */

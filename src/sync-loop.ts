@@ -2,13 +2,18 @@
 // the CRM pump, each repeated while there is work and otherwise woken by NOTIFY, with a fallback
 // poll (worker.poll_interval_ms, at most 5 s) so a lost NOTIFY costs seconds. It stops starting new
 // rounds at its time budget or when `signal` aborts, and returns when the rounds in progress end.
+//
+// The App's intents NOTIFY only while a loop sleeps on the intake watch (sql/enqueue.sql): before
+// its intake sleeps, the loop takes the watch on its LISTEN connection (which waits for the App
+// transactions that recorded an intent without a NOTIFY), looks at the queue once more, and
+// releases the watch when it wakes. A busy loop thus costs the App no NOTIFY per transaction.
 import pg from "pg";
 import { runAlertSync } from "./alerts/mirror.js";
 import { runAlertRecovery } from "./alerts/recover.js";
 import type { ServiceContext } from "./context.js";
 import { processAlertWebhooks, processContactWebhooks } from "./inbound/webhooks.js";
 import { runIntake } from "./workflows/intake.js";
-import { runPump } from "./workflows/pump.js";
+import { startPump } from "./workflows/pump.js";
 import { runWorkflows } from "./workflows/stepper.js";
 
 export interface LoopOptions {
@@ -89,6 +94,7 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
     connectionTimeoutMillis: 10_000,
     keepAlive: true,
   });
+  let listening = false;
   try {
     await listener.connect();
     listener.on("notification", (n) => {
@@ -99,6 +105,7 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
     });
     listener.on("error", () => undefined); // the fallback poll keeps things moving
     for (const ch of Object.keys(CHANNELS)) await listener.query(`listen ${ch}`);
+    listening = true;
   } catch (e) {
     deps.log.warn(
       { event: "loop.listen_failed", errorName: (e as Error).name },
@@ -106,7 +113,9 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
     );
   }
 
-  const lane = async (name: Lane, round: () => Promise<number>) => {
+  /** The lane's sleep: until woken or `ms` have passed. */
+  type Sleep = (ms: number) => Promise<void>;
+  const lane = async (name: Lane, round: () => Promise<number>, sleep?: Sleep) => {
     while (active()) {
       deps.health?.beat();
       let waitMs = deps.settings().worker.pollIntervalMs;
@@ -127,27 +136,74 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
         waitMs = Math.min(waitMs, 1000);
       }
       if (!active()) break;
-      await waker.wait(name, waitMs);
+      await (sleep ? sleep(waitMs) : waker.wait(name, waitMs));
     }
   };
 
+  // One pump lane per process: it starts a batch (one limiter permit, a claim, the send marker) and
+  // lets it fly while it starts the next, up to limiter.max_in_flight batches in flight at once.
+  const flights = new Set<Promise<void>>();
   const pumpLane = () =>
     lane("pump", async () => {
-      const r = await runPump(deps, opts.signal);
-      if (r.sent > 0) {
-        waker.wake("workflows");
+      if (flights.size >= Math.max(1, deps.settings().limiter.maxInFlight)) {
+        await Promise.race(flights);
+        return 1;
+      }
+      const r = await startPump(deps, opts.signal);
+      if (r.flight) {
+        const f: Promise<void> = r.flight
+          .catch((e) => {
+            deps.log.warn(
+              {
+                event: "loop.round_failed",
+                lane: "pump",
+                errorName: (e as Error).name,
+                sqlstate: (e as { code?: string }).code,
+              },
+              "CRM batch failed",
+            );
+          })
+          .finally(() => {
+            flights.delete(f);
+            waker.wake("workflows");
+            waker.wake("pump");
+          });
+        flights.add(f);
         return r.sent;
       }
       // Negative: "nothing now, look again in this many ms" (a batch filling up).
       return Number.isFinite(r.waitMs) ? -Math.max(1, r.waitMs) : 0;
     });
 
+  const intakeRound = async () => {
+    const n = await runIntake(deps);
+    if (n > 0) waker.wake("workflows");
+    return n;
+  };
+  // Intake sleeps on the intake watch (bitrix_sync.watch_intake()) when LISTEN works: only then do
+  // the App's intents NOTIFY. Without the watch (another loop holds it, a long App transaction, no
+  // LISTEN) the fallback poll covers the wait.
+  const intakeSleep: Sleep = async (ms) => {
+    let watching = false;
+    if (listening) {
+      try {
+        const { rows } = await listener.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w");
+        watching = rows[0]?.w === true;
+      } catch {
+        watching = false;
+      }
+    }
+    try {
+      // Intents committed before the watch was taken sent no NOTIFY: look once more.
+      if (watching && active() && (await intakeRound().catch(() => 0)) > 0) return;
+      await waker.wait("intake", ms);
+    } finally {
+      if (watching) await listener.query("select bitrix_sync.unwatch_intake()").catch(() => undefined);
+    }
+  };
+
   const lanes = [
-    lane("intake", async () => {
-      const n = await runIntake(deps);
-      if (n > 0) waker.wake("workflows");
-      return n;
-    }),
+    lane("intake", intakeRound, intakeSleep),
     // Woken by the receivers' NOTIFY, one per call however many requests it grouped
     // (sql/receiver.sql); the fallback poll covers a lost one.
     lane("webhooks", async () => {
@@ -163,10 +219,11 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
       return n + r;
     }),
   ];
-  // Several pumps so a slow request does not hold up the next while a token and a slot are free.
-  for (let i = 0; i < deps.settings().limiter.maxInFlight; i++) lanes.push(pumpLane());
+  lanes.push(pumpLane());
   try {
     await Promise.all(lanes);
+    // The batches still in flight settle before the loop returns (their send markers are committed).
+    await Promise.allSettled([...flights]);
   } finally {
     clearTimeout(budgetEnd);
     opts.signal?.removeEventListener("abort", onAbort);

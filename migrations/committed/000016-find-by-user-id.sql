@@ -1,5 +1,5 @@
---! Previous: sha1:c28caa0eba149ad2fbba3584c32228160fae1c51
---! Hash: sha1:e4c7080f73deff9dc37fd0c4005d646ab70d4b6a
+--! Previous: sha1:2326a1604f43275ce2bd36ef27b53804baa51257
+--! Hash: sha1:9e1a9fd54bb1053cbd9f454e376b1f1b1c18102b
 --! Message: find-by-user-id
 
 -- A lost create's recovery searches for Contacts carrying the user's id (issue 15: the chaos suite

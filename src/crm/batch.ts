@@ -315,6 +315,7 @@ async function sendBatch(
     }
   }
   if (lowerRate) await deps.limiter.noteRateLimited();
+  else if (maps && permit.reduced) await deps.limiter.noteAnswered?.(permit);
   countOutcomes(outcomes);
 
   deps.log?.info(

@@ -21,6 +21,8 @@ export interface AdaptiveSettings {
   recoveryPerSec: number;
   /** No request for this long after a refusal; further refusals inside it do not cut again (default 1000). */
   cooldownMs: number;
+  /** A reply to a request sent under a cut rate multiplies the factor by this (default 4). */
+  increase: number;
 }
 
 export const DEFAULT_ADAPTIVE: AdaptiveSettings = {
@@ -28,12 +30,15 @@ export const DEFAULT_ADAPTIVE: AdaptiveSettings = {
   minFactor: 0.1,
   recoveryPerSec: 0.05,
   cooldownMs: 1000,
+  increase: 4,
 };
 
 /** Permission to send one HTTP request. Release it when the reply (or the failure) is in. */
 export interface LimiterPermit {
   /** When the token was granted, by the limiter's clock (epoch ms). */
   readonly grantedAt: number;
+  /** The rate was cut (after a limit refusal) when the token was granted. */
+  readonly reduced?: boolean;
   release(): Promise<void>;
 }
 
@@ -65,6 +70,11 @@ export interface CrmLimiter {
   acquire(opts?: { signal?: AbortSignal }): Promise<LimiterPermit>;
   /** The portal answered QUERY_LIMIT_EXCEEDED (or another limit refusal): cut the rate. */
   noteRateLimited(): Promise<void>;
+  /**
+   * The portal answered a request sent under `permit` (no limit refusal). When the rate was cut, the
+   * limit has passed: the rate climbs back faster than its linear recovery.
+   */
+  noteAnswered?(permit: LimiterPermit): Promise<void>;
   /** OPERATION_TIME_LIMIT for `method`: block it until `until` (epoch ms). Returns the effective end. */
   noteMethodBlocked(method: string, until: number): Promise<number>;
   /** Records operating times from replies (the next block uses the latest reset time). */
@@ -117,14 +127,14 @@ export interface PgLimiterOptions {
   /** A slot frees itself this long after it was taken; must exceed the HTTP timeout. */
   slotTtlMs: number;
   adaptive?: Partial<AdaptiveSettings>;
-  /** Upper bound of one wait between polls, ms (default 250). */
+  /** Upper bound of one wait between polls, ms (default 1000); the bucket says how long to wait. */
   maxPollMs?: number;
 }
 
 /** The PostgreSQL limiter shared by every replica (sql/limiter.sql). */
 export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
   const adaptive = { ...DEFAULT_ADAPTIVE, ...opts.adaptive };
-  const maxPoll = opts.maxPollMs ?? 250;
+  const maxPoll = opts.maxPollMs ?? 1000;
   const { pool, bucket } = opts;
 
   /** Polls the bucket until a token and a slot are granted; rejects only if `signal` aborts. */
@@ -137,8 +147,9 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         slot_id: string | null;
         wait_ms: number;
         decided_at: Date;
+        rate: number;
       }>(
-        `select granted, slot_id, wait_ms, decided_at
+        `select granted, slot_id, wait_ms, decided_at, rate
            from bitrix_sync.acquire_crm_request($1, $2, $3, $4, $5, $6, $7)`,
         [
           bucket,
@@ -156,6 +167,7 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         let released = false;
         return {
           grantedAt: r.decided_at.getTime(),
+          reduced: r.rate < s.refillPerSec * 0.999,
           async release() {
             if (released) return;
             released = true;
@@ -188,6 +200,14 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         adaptive.decrease,
         adaptive.minFactor,
         adaptive.cooldownMs,
+        adaptive.recoveryPerSec,
+      ]);
+    },
+    async noteAnswered(permit) {
+      if (!permit.reduced) return;
+      await pool.query("select bitrix_sync.note_crm_answered($1, $2, $3)", [
+        bucket,
+        adaptive.increase,
         adaptive.recoveryPerSec,
       ]);
     },

@@ -29,6 +29,8 @@ interface EmbeddedOptions {
   persistent: boolean;
   port?: number;
   onLog?: (line: string) => void;
+  /** Extra `-c name=value` server settings (e.g. shared_preload_libraries=pg_stat_statements for a bench). */
+  settings?: Record<string, string>;
 }
 
 async function answers(url: string): Promise<boolean> {
@@ -148,7 +150,13 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
     authMethod: "scram-sha-256",
     persistent: opts.persistent,
     createPostgresUser: process.getuid?.() === 0,
-    postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"],
+    postgresFlags: [
+      "-c",
+      "listen_addresses=127.0.0.1",
+      "-c",
+      "max_connections=200",
+      ...Object.entries(opts.settings ?? {}).flatMap(([k, v]) => ["-c", `${k}=${v}`]),
+    ],
     onLog: (m: unknown) => log(String(m)),
     onError: (m: unknown) => log(String(m)),
   });

@@ -621,8 +621,179 @@ const itemList: MethodHandler = (params, store) => {
   return { ok: true, result: { items: rows }, total, ...(next !== undefined ? { next } : {}) };
 };
 
+// ---------------------------------------------------------------------------------------------
+// Metadata: crm.item.fields, crm.category.list, crm.status.list (what preflight reads)
+// ---------------------------------------------------------------------------------------------
+
+/** One field description of crm.item.fields (api-reference/crm/universal/crm-item-fields.md). */
+function fieldInfo(type: string, upperName: string, extra: Record<string, unknown> = {}) {
+  return {
+    type,
+    isRequired: false,
+    isReadOnly: false,
+    isImmutable: false,
+    isMultiple: false,
+    isDynamic: upperName.startsWith("UF_"),
+    title: upperName,
+    upperName,
+    ...extra,
+  };
+}
+
+const SYSTEM_ITEM_FIELDS: Array<[string, string, string]> = [
+  ["id", "integer", "ID"],
+  ["createdTime", "datetime", "CREATED_TIME"],
+  ["updatedTime", "datetime", "UPDATED_TIME"],
+  ["assignedById", "user", "ASSIGNED_BY_ID"],
+  ["opened", "boolean", "OPENED"],
+];
+
+/** The UF's type as crm.item.fields names it: a list is `enumeration` with `items` [{ID, VALUE}]. */
+const itemFields: MethodHandler = (params, store) => {
+  const e = entity(params, store);
+  if (isReply(e)) return e;
+  const fields: Record<string, unknown> = {};
+  for (const [name, type, upper] of SYSTEM_ITEM_FIELDS) fields[name] = fieldInfo(type, upper);
+  if (e.kind === "contact") {
+    fields.name = fieldInfo("string", "NAME");
+    fields.lastName = fieldInfo("string", "LAST_NAME");
+    fields.fm = fieldInfo("crm_multifield", "FM", { isMultiple: true });
+    for (const f of store.userFields) {
+      fields[ufRestName(f.fieldName)] = fieldInfo(
+        f.userTypeId,
+        f.fieldName,
+        f.list ? { items: f.list.map((i) => ({ ID: i.ID, VALUE: i.VALUE })) } : {},
+      );
+    }
+  } else {
+    fields.title = fieldInfo("string", "TITLE");
+    fields.stageId = fieldInfo("crm_status", "STAGE_ID");
+    fields.categoryId = fieldInfo("crm_category", "CATEGORY_ID");
+    fields.contactId = fieldInfo("crm_contact", "CONTACT_ID");
+    for (const f of e.def.fields ?? []) {
+      const m = /^ufCrm(\d+)_(\d+)$/.exec(f);
+      fields[f] = fieldInfo("string", m ? `UF_CRM_${m[1]}_${m[2]}` : f.toUpperCase());
+    }
+  }
+  return { ok: true, result: { fields } };
+};
+
+/** crm.category.list {entityTypeId}: a smart process's funnels; Contacts have the default one (0). */
+const categoryList: MethodHandler = (params, store) => {
+  const e = entity(params, store);
+  if (isReply(e)) return e;
+  const cat = (id: number, entityTypeId: number) => ({
+    id,
+    name: id === 0 ? "General" : `Funnel ${id}`,
+    sort: 500,
+    entityTypeId,
+    isDefault: "Y",
+  });
+  const categories =
+    e.kind === "contact" ? [cat(0, CONTACT_TYPE_ID)] : [cat(e.def.categoryId, e.def.entityTypeId)];
+  return { ok: true, result: { categories }, total: categories.length };
+};
+
+/**
+ * crm.status.list: reference lists; a smart process's stages are ENTITY_ID
+ * DYNAMIC_<entityTypeId>_STAGE_<categoryId>, each with STATUS_ID as the item's stageId.
+ */
+const statusList: MethodHandler = (params, store) => {
+  const filter = obj(param(params, "filter")) ?? {};
+  const wanted = filter.ENTITY_ID === undefined ? null : str(filter.ENTITY_ID);
+  const rows: Array<Record<string, unknown>> = [];
+  let n = 1;
+  for (const p of store.smartProcesses) {
+    const entityId = `DYNAMIC_${p.entityTypeId}_STAGE_${p.categoryId}`;
+    p.stages.forEach((stage, i) => {
+      const id = n++;
+      if (wanted !== null && wanted !== entityId) return;
+      const last = i >= p.stages.length - 2;
+      rows.push({
+        ID: String(id),
+        ENTITY_ID: entityId,
+        STATUS_ID: stage,
+        NAME: stage.slice(stage.indexOf(":") + 1),
+        NAME_INIT: "",
+        SORT: String((i + 1) * 10),
+        SYSTEM: i === 0 || last ? "Y" : "N",
+        CATEGORY_ID: String(p.categoryId),
+        SEMANTICS: !last ? null : i === p.stages.length - 2 ? "S" : "F",
+      });
+    });
+  }
+  return { ok: true, result: rows, total: rows.length };
+};
+
+// ---------------------------------------------------------------------------------------------
+// System methods: scope, methods, method.get (api-reference/common/system/)
+// ---------------------------------------------------------------------------------------------
+
+/** Scope of a REST method: `basic` ones every webhook may call, the rest by their module. */
+export function methodScope(method: string): string {
+  if (BASIC_METHODS.has(method)) return "basic";
+  return method.slice(0, method.indexOf(".") > 0 ? method.indexOf(".") : method.length);
+}
+
+/** A boolean parameter as JSON, a form or a query string sends it. */
+function isTrue(v: unknown): boolean {
+  return v === true || v === 1 || ["true", "1", "Y"].includes(str(v));
+}
+
+const BASIC_METHODS = new Set(["batch", "scope", "methods", "method.get"]);
+/** Every scope a portal knows, for `scope` with full=true (a subset of the documented list). */
+const ALL_SCOPES = ["bizproc", "calendar", "crm", "department", "disk", "im", "task", "user"];
+
+function granted(store: PortalStore, method: string): boolean {
+  const s = methodScope(method);
+  return s === "basic" || store.scopes.includes(s);
+}
+
+/** `scope`: the webhook's scopes; full=true lists every scope of the portal. */
+const scopeMethod: MethodHandler = (params, store) => {
+  const full = isTrue(param(params, "full"));
+  return { ok: true, result: full ? [...ALL_SCOPES] : [...store.scopes] };
+};
+
+/** `methods` (deprecated for method.get): methods the webhook may call, of one scope, or all. */
+const methodsMethod: MethodHandler = (params, store) => {
+  const names = [...BASIC_METHODS, ...Object.keys(METHODS).filter((m) => !BASIC_METHODS.has(m))];
+  const full = isTrue(param(params, "full"));
+  const scope = param(params, "scope");
+  const out =
+    scope !== undefined
+      ? names.filter((m) => methodScope(m) === (str(scope) === "" ? "basic" : str(scope)))
+      : full
+        ? names
+        : names.filter((m) => granted(store, m));
+  return { ok: true, result: [...new Set(out)] };
+};
+
+/** `method.get {name}`: isExisting (the portal has it) and isAvailable (the webhook's scopes allow it). */
+const methodGet: MethodHandler = (params, store) => {
+  const name = str(param(params, "name"));
+  const isExisting = name === "batch" || name in METHODS;
+  return { ok: true, result: { isExisting, isAvailable: isExisting && granted(store, name) } };
+};
+
+/** A call of a method outside the webhook's scopes (reference §1: 401 per b24pysdk, 403 per EN docs). */
+export function scopeRefusal(store: PortalStore, method: string): MethodReply | null {
+  if (!(method in METHODS) || granted(store, method)) return null;
+  return fail(
+    401,
+    "insufficient_scope",
+    "The request requires higher privileges than provided by the webhook token",
+  );
+}
+
 /** Every method the emulator serves, by REST name. */
 export const METHODS: Record<string, MethodHandler> = {
+  scope: scopeMethod,
+  methods: methodsMethod,
+  "method.get": methodGet,
+  "crm.category.list": categoryList,
+  "crm.item.fields": itemFields,
+  "crm.status.list": statusList,
   "crm.contact.add": contactAdd,
   "crm.contact.get": contactGet,
   "crm.contact.list": contactList,

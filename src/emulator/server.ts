@@ -9,8 +9,8 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { Socket } from "node:net";
 import { parsePhpQuery } from "../crm/php-query.js";
 import { LeakyBucket, OperatingMeter, type OperatingOptions } from "./limits.js";
-import { formatPortalTime, METHODS, type MethodReply } from "./methods.js";
-import { PortalStore, type SmartProcessDef } from "./store.js";
+import { formatPortalTime, METHODS, type MethodReply, scopeRefusal } from "./methods.js";
+import { type EnumElement, PortalStore, type SmartProcessDef, type UserFieldType } from "./store.js";
 
 /** A fault to inject into the next matching request (or command). */
 export type Fault =
@@ -76,6 +76,12 @@ export interface EmulatorOptions {
   now?: () => number;
   /** IDs of the first new Contact and item (see StoreOptions.firstIds). */
   firstIds?: { contact?: number; item?: number };
+  /** A portal set up wrongly: an integration field of another type, or missing (null). */
+  userFieldTypes?: Partial<Record<"userId" | "registered" | "citizenship", UserFieldType>>;
+  /** The citizenship list's elements; [] is a list without items. */
+  citizenship?: EnumElement[];
+  /** Scopes the webhook was given; default ["crm"]. Other methods answer insufficient_scope. */
+  scopes?: string[];
 }
 
 /** A running emulator. */
@@ -96,6 +102,8 @@ export interface Emulator {
    * command's method. `skip` lets that many matches through first (e.g. fail the second page only).
    */
   failNext(fault: Fault | FaultShorthand, opts?: { method?: string; times?: number; skip?: number }): void;
+  /** Drops every queued fault (the end of a storm or an outage scripted with `times`). */
+  clearFaults(): void;
   /** Latency for every request from now on. */
   setLatency(ms: number): void;
   /**
@@ -103,8 +111,6 @@ export interface Emulator {
    * faults wait meanwhile. Faults of an outage are logged like queued ones.
    */
   setOutage(fault: Fault | FaultShorthand | null): void;
-  /** Drops every queued fault that has not fired yet. */
-  clearFaults(): void;
   /** The webhook is deleted in the portal: every call answers 401. */
   revokeCredential(): void;
   restoreCredential(): void;
@@ -180,6 +186,9 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     now: clock,
     ...(opts.smartProcesses ? { smartProcesses: opts.smartProcesses } : {}),
     firstIds: opts.firstIds,
+    ...(opts.userFieldTypes ? { userFieldTypes: opts.userFieldTypes } : {}),
+    ...(opts.citizenship ? { citizenship: opts.citizenship } : {}),
+    ...(opts.scopes ? { scopes: opts.scopes } : {}),
   });
   const bucket = new LeakyBucket(opts.rate?.drainPerSec ?? 2, opts.rate?.threshold ?? 50, clock);
   const operating = new OperatingMeter(
@@ -256,6 +265,8 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
         started,
       };
     }
+    const refused = scopeRefusal(store, method);
+    if (refused) return { reply: refused, started };
     if (operating.blocked(method)) {
       return {
         reply: {
@@ -508,11 +519,11 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
         skip: o.skip ?? 0,
       });
     },
-    setLatency(ms) {
-      latencyMs = ms;
-    },
     clearFaults() {
       faults.length = 0;
+    },
+    setLatency(ms) {
+      latencyMs = ms;
     },
     setOutage(f) {
       const e = f === null ? null : expand(f);

@@ -64,7 +64,15 @@ export interface SmartProcessDef {
   typeId: number;
   categoryId: number;
   stages: string[];
+  /**
+   * The SPA's user fields (camelCase, ufCrm<typeId>_<n>) as crm.item.fields describes them. Writes
+   * to other ufCrm<typeId>_ names are still kept, so older tests need not list theirs.
+   */
+  fields?: string[];
 }
+
+/** What a Contact user field may be made into, or null for "the field does not exist". */
+export type UserFieldType = UserFieldDef["userTypeId"] | null;
 
 export interface StoreOptions {
   /** Physical names of the integration's three Contact user fields. */
@@ -79,6 +87,15 @@ export interface StoreOptions {
    * refers to, so a new Contact never takes the ID of one an old mapping holds.
    */
   firstIds?: { contact?: number; item?: number };
+  /**
+   * A portal set up wrongly: the type each integration field really has (null: it does not exist).
+   * Default string, boolean and enumeration.
+   */
+  userFieldTypes?: Partial<Record<"userId" | "registered" | "citizenship", UserFieldType>>;
+  /** The citizenship list's elements (default DEFAULT_CITIZENSHIP); [] is a list without items. */
+  citizenship?: EnumElement[];
+  /** The scopes the webhook was given (`scope`, `method.get`); default ["crm"]. */
+  scopes?: string[];
 }
 
 /** The citizenship list the sandbox portal starts with. */
@@ -96,6 +113,8 @@ export const DEFAULT_SMART_PROCESS: SmartProcessDef = {
   typeId: 14,
   categoryId: 7,
   stages: ["DT1040_7:NEW", "DT1040_7:PREPARATION", "DT1040_7:SUCCESS", "DT1040_7:FAIL"],
+  // One user field per logical alert field (ALERT_FIELD_NAMES has 14).
+  fields: Array.from({ length: 14 }, (_, i) => `ufCrm14_${1001 + i}`),
 };
 
 /** Formats epoch ms as the portal does: ISO 8601, seconds, numeric offset. */
@@ -144,6 +163,8 @@ export class PortalStore {
   readonly items = new Map<number, StoredItem>();
   readonly userFields: UserFieldDef[];
   readonly smartProcesses: SmartProcessDef[];
+  /** Scopes of the webhook: a method of another scope answers insufficient_scope. */
+  readonly scopes: string[];
   readonly fields: StoreOptions["fields"];
   readonly utcOffsetMinutes: number;
   private nextContactId = 1;
@@ -158,16 +179,21 @@ export class PortalStore {
     this.nextContactId = opts.firstIds?.contact ?? 1;
     this.nextItemId = opts.firstIds?.item ?? 1;
     this.smartProcesses = opts.smartProcesses ?? [DEFAULT_SMART_PROCESS];
-    this.userFields = [
-      { id: 201, fieldName: opts.fields.userId, userTypeId: "string" },
-      { id: 202, fieldName: opts.fields.registered, userTypeId: "boolean" },
-      {
-        id: 203,
-        fieldName: opts.fields.citizenship,
-        userTypeId: "enumeration",
-        list: DEFAULT_CITIZENSHIP.map((e) => ({ ...e })),
-      },
+    this.scopes = opts.scopes ?? ["crm"];
+    const types = opts.userFieldTypes ?? {};
+    const defs: Array<[number, string, UserFieldType]> = [
+      [201, opts.fields.userId, types.userId === undefined ? "string" : types.userId],
+      [202, opts.fields.registered, types.registered === undefined ? "boolean" : types.registered],
+      [203, opts.fields.citizenship, types.citizenship === undefined ? "enumeration" : types.citizenship],
     ];
+    this.userFields = [];
+    for (const [id, fieldName, userTypeId] of defs) {
+      if (userTypeId === null) continue;
+      const def: UserFieldDef = { id, fieldName, userTypeId };
+      if (userTypeId === "enumeration")
+        def.list = (opts.citizenship ?? DEFAULT_CITIZENSHIP).map((e) => ({ ...e }));
+      this.userFields.push(def);
+    }
   }
 
   /** Current time rounded to the second, as stored by the portal. */

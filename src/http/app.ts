@@ -10,6 +10,7 @@ import { secretMatcher } from "../inbound/token.js";
 import type { Logger } from "../observability/logger.js";
 import { registry } from "../observability/metrics.js";
 import { collectScrape } from "../observability/scrape.js";
+import { API_PATHS, LiveBody } from "./api.js";
 import { readiness, type StatusSource, statusDocument } from "./status.js";
 
 export interface AppDeps {
@@ -34,10 +35,12 @@ export function createApp(deps: AppDeps): Hono {
   const inbox = new InboxWriter(deps.receiverPool ?? deps.pool, deps.receiver?.inbox);
   const probe = () => inbox.probe();
 
-  app.get("/health/live", (c) => c.json({ status: "live" }));
+  // Paths, bodies and answers: src/http/api.ts, from which docs/openapi.json is generated.
+  const live = LiveBody.parse({ status: "live" });
+  app.get(API_PATHS.live, (c) => c.json(live));
 
   // §14: not_ready answers 503; degraded (a CRM outage shorter than a credential problem) 200.
-  app.get("/health/ready", async (c) => {
+  app.get(API_PATHS.ready, async (c) => {
     const r = await readiness(deps.pool, deps.status, probe);
     return c.json(r, r.status === "not_ready" ? 503 : 200);
   });
@@ -45,7 +48,7 @@ export function createApp(deps: AppDeps): Hono {
   // Internal only: the public nginx exposes the receivers and nothing else (deploy/nginx).
   const serviceToken = deps.status?.config.secrets.BITRIX_SYNC_SERVICE_TOKEN;
   const serviceTokenOk = secretMatcher([serviceToken]);
-  app.get("/internal/sync/v1/status", async (c) => {
+  app.get(API_PATHS.status, async (c) => {
     if (!deps.status || !serviceToken) return c.json({ error: "status_not_configured" }, 503);
     const m = BEARER.exec(c.req.header("authorization") ?? "");
     if (!m?.[1] || !serviceTokenOk(m[1])) return c.json({ error: "unauthorized" }, 401);
@@ -53,7 +56,7 @@ export function createApp(deps: AppDeps): Hono {
     return c.json(doc.body, doc.ok ? 200 : 503);
   });
 
-  app.get("/metrics", async (c) => {
+  app.get(API_PATHS.metrics, async (c) => {
     await collectScrape({ pool: deps.pool, probe, ...(deps.status ? { status: deps.status } : {}) });
     return c.text(await registry.metrics(), 200, { "content-type": registry.contentType });
   });

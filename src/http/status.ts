@@ -4,6 +4,7 @@
 // Every answer has a deadline (docs/operations.md, "Bounded waits"): what the database does not
 // tell in time is reported as a problem code, next to what the process knows by itself.
 import type pg from "pg";
+import type { z } from "zod";
 import type { Config } from "../config/env.js";
 import type { CrmLimiter } from "../crm/limiter.js";
 import { databaseProblem, isTimeout, withDeadline } from "../db/deadline.js";
@@ -11,6 +12,7 @@ import { migrationsCurrent } from "../db/migrate.js";
 import { InboxProbeRefused } from "../inbound/inbox.js";
 import type { HealthState } from "../observability/health.js";
 import type { SettingsCache } from "../settings-cache.js";
+import type { LimiterStatus, ReadinessBody, StatusBody, StatusUnavailableBody } from "./api.js";
 
 /** What the HTTP layer may ask the running service about itself. */
 export interface StatusSource {
@@ -53,10 +55,9 @@ export const READINESS_PROBLEMS = [
   "worker_stalled",
 ] as const;
 
-export interface Readiness {
-  status: (typeof READINESS_STATUSES)[number];
-  problems: string[];
-}
+/** The readiness answer; its schema is ReadinessBody (src/http/api.ts, docs/openapi.json). */
+export type Readiness = z.infer<typeof ReadinessBody>;
+export type ReadinessProblem = (typeof READINESS_PROBLEMS)[number];
 
 /** The write path of the receivers, exercised without keeping anything (InboxWriter.probe). */
 export type InboxProbe = () => Promise<void>;
@@ -64,9 +65,9 @@ export type InboxProbe = () => Promise<void>;
 async function databaseChecks(
   pool: pg.Pool,
   src?: StatusSource,
-): Promise<{ fatal: string[]; degraded: string[] }> {
-  const fatal: string[] = [];
-  const degraded: string[] = [];
+): Promise<{ fatal: ReadinessProblem[]; degraded: ReadinessProblem[] }> {
+  const fatal: ReadinessProblem[] = [];
+  const degraded: ReadinessProblem[] = [];
   const current = await migrationsCurrent(pool);
   if (!current) fatal.push("migrations_pending");
   const { rows } = await pool.query<{ ok: boolean }>(
@@ -77,7 +78,8 @@ async function databaseChecks(
   if (!rows[0]?.ok) fatal.push("queue_grants_missing");
   // Both are SQL's to decide (sql/cutover.sql, sql/settings.sql); an older schema has neither.
   if (current) {
-    const { rows: s } = await pool.query<{ cutover: boolean; alerts: string | null }>(
+    // alert_config_problem() answers alert_config_invalid or null (sql/settings.sql).
+    const { rows: s } = await pool.query<{ cutover: boolean; alerts: "alert_config_invalid" | null }>(
       "select bitrix_sync.cutover_performed() as cutover, bitrix_sync.alert_config_problem() as alerts",
     );
     // The claim functions return nothing until the cutover: the receivers record, nothing moves.
@@ -95,7 +97,7 @@ async function databaseChecks(
  * Why the inbox probe failed: a timeout (a lock held on the inbox, a slow database or a full
  * receiver pool), a refusal by the database (e.g. a missing privilege), or no database at all.
  */
-function inboxProblem(e: unknown): string {
+function inboxProblem(e: unknown): ReadinessProblem {
   if (isTimeout(e)) return "inbox_write_timeout";
   if (e instanceof InboxProbeRefused) return "inbox_write_failed";
   const code = (e as { code?: unknown }).code;
@@ -110,7 +112,7 @@ export async function readiness(pool: pg.Pool, src?: StatusSource, probe?: Inbox
   const [db, write] = await Promise.all([
     withDeadline(databaseChecks(pool, src), READINESS_DEADLINE_MS).catch((e) => ({
       fatal: [databaseProblem(e)],
-      degraded: [] as string[],
+      degraded: [] as ReadinessProblem[],
     })),
     probe
       ? withDeadline(probe(), READINESS_DEADLINE_MS).then(
@@ -119,8 +121,8 @@ export async function readiness(pool: pg.Pool, src?: StatusSource, probe?: Inbox
         )
       : [],
   ]);
-  const fatal: string[] = [...new Set([...db.fatal, ...write])];
-  const degraded: string[] = [...db.degraded];
+  const fatal: ReadinessProblem[] = [...new Set([...db.fatal, ...write])];
+  const degraded: ReadinessProblem[] = [...db.degraded];
   if (src) {
     const now = Date.now();
     const h = src.health;
@@ -179,7 +181,7 @@ function processStatus(src: StatusSource) {
   };
 }
 
-async function limiterStatus(src: StatusSource): Promise<unknown> {
+async function limiterStatus(src: StatusSource): Promise<z.input<typeof LimiterStatus>> {
   try {
     const l = await withDeadline(src.limiter.state(), STATUS_DEADLINE_MS);
     return {
@@ -243,7 +245,9 @@ export async function statusDocument(
   pool: pg.Pool,
   src: StatusSource,
   probe?: InboxProbe,
-): Promise<{ ok: boolean; body: Record<string, unknown> }> {
+): Promise<
+  { ok: true; body: z.input<typeof StatusBody> } | { ok: false; body: z.input<typeof StatusUnavailableBody> }
+> {
   const [ready, db, limiter] = await Promise.all([
     readiness(pool, src, probe),
     withDeadline(databaseStatus(pool), STATUS_DEADLINE_MS).then(

@@ -1,32 +1,19 @@
 // The robot webhook contract of §10.1, as pure functions: the query token, then the form body with
 // PHP-bracket keys, then the portal identity. No I/O and no logging here; each refusal carries a
-// safe reason code (docs/receivers.md lists them) and never a value from the request.
+// safe reason code (src/inbound/refusals.ts lists them) and never a value from the request. The
+// form's fields are validated with ROBOT_FORM, the zod schemas docs/openapi.json is generated from.
+import { z } from "zod";
 import type { ReceiverName } from "./config.js";
+import type { ReasonOf } from "./refusals.js";
 import type { SecretMatcher } from "./token.js";
 
 /** Safe, low-cardinality reason codes: the only thing a refusal may log. */
-export type RejectReason =
-  | "token_missing"
-  | "token_invalid"
-  | "query_encoding"
-  | "query_unexpected"
-  | "id_missing"
-  | "body_encoding"
-  | "body_too_many_fields"
-  | "body_unexpected_field"
-  | "body_duplicate_field"
-  | "body_missing_field"
-  | "document_type"
-  | "document_id"
-  | "id_mismatch"
-  | "portal_domain"
-  | "portal_member";
+export type RejectReason = ReasonOf<400> | ReasonOf<403>;
 
-export interface Rejected {
-  ok: false;
-  status: 400 | 403;
-  reason: RejectReason;
-}
+export type Rejected = { ok: false } & (
+  | { status: 400; reason: ReasonOf<400> }
+  | { status: 403; reason: ReasonOf<403> }
+);
 
 export interface RobotEvent {
   ok: true;
@@ -52,6 +39,8 @@ export const DOCUMENT_TYPES: Record<ReceiverName, string> = {
 const CONTACT_DOCUMENT = /^CONTACT_([1-9][0-9]{0,17})$/;
 // The entity type fits a PostgreSQL integer; the item ID matches webhook_inbox.entity_id.
 const DYNAMIC_DOCUMENT = /^DYNAMIC_([1-9][0-9]{0,8})_([1-9][0-9]{0,17})$/;
+/** An ID as the query and the document carry it: canonical decimal digits, no leading zero. */
+const ENTITY_ID = /^[1-9][0-9]{0,17}$/;
 const DOCUMENT_KEY = /^document_id\[([0-2])\]$/;
 // auth[...] members other than domain and member_id are allowed and ignored (the platform adds
 // client_endpoint and server_endpoint, and might add more); they are never used or stored.
@@ -102,7 +91,54 @@ function splitPairs(raw: string, max: number): Pairs {
   return out;
 }
 
-const reject = (status: 400 | 403, reason: RejectReason): Rejected => ({ ok: false, status, reason });
+function reject(status: 400, reason: ReasonOf<400>): Rejected;
+function reject(status: 403, reason: ReasonOf<403>): Rejected;
+function reject(status: 400 | 403, reason: RejectReason): Rejected {
+  return { ok: false, status, reason } as Rejected;
+}
+
+/** The robot's query string: the receiver's token and the document's ID, nothing else. */
+export const ROBOT_QUERY = z
+  .object({
+    token: z.string().min(1).meta({
+      description:
+        "The receiver's token (BITRIX_SYNC_CONTACT_RECEIVER_TOKEN or BITRIX_SYNC_ALERT_RECEIVER_TOKEN, or its _PREVIOUS during a rotation), compared in constant time. Exactly once.",
+    }),
+    ID: z
+      .string()
+      .regex(ENTITY_ID)
+      .meta({ description: "The document's ID; must equal the ID in document_id[2]." }),
+  })
+  .strict();
+
+/**
+ * The robot's form body (application/x-www-form-urlencoded, PHP-bracket keys, each at most once),
+ * one schema per receiver. Besides these, only other `auth[<lower-case name>]` members are allowed
+ * (the platform may add some); they are ignored. At most 12 fields.
+ */
+function robotForm(receiver: ReceiverName, document: RegExp, example: string) {
+  return z
+    .object({
+      "document_id[0]": z.literal("crm"),
+      "document_id[1]": z.literal(DOCUMENT_TYPES[receiver]),
+      "document_id[2]": z
+        .string()
+        .regex(document)
+        .meta({ examples: [example] }),
+      "auth[domain]": z
+        .string()
+        .meta({ description: "The portal's host; must equal BITRIX_SYNC_PORTAL_HOST." }),
+      "auth[member_id]": z
+        .string()
+        .meta({ description: "The portal's member ID; must equal BITRIX_SYNC_PORTAL_MEMBER_ID." }),
+    })
+    .catchall(z.string().meta({ description: "Other auth[<lower-case name>] members: allowed, ignored." }));
+}
+
+export const ROBOT_FORM = {
+  contact: robotForm("contact", CONTACT_DOCUMENT, "CONTACT_42"),
+  alert: robotForm("alert", DYNAMIC_DOCUMENT, "DYNAMIC_1040_5"),
+} as const;
 
 /** The raw query string of a URL, without `?` and fragment ("" when absent). */
 export function rawQuery(url: string): string {
@@ -193,17 +229,28 @@ export function parseRobotEvent(
     return reject(400, "body_missing_field");
   if (domain === undefined || memberId === undefined) return reject(400, "body_missing_field");
 
-  if (doc0 !== "crm" || doc1 !== DOCUMENT_TYPES[receiver]) return reject(400, "document_type");
+  const form = ROBOT_FORM[receiver].safeParse({
+    "document_id[0]": doc0,
+    "document_id[1]": doc1,
+    "document_id[2]": doc2,
+    "auth[domain]": domain,
+    "auth[member_id]": memberId,
+  });
+  if (!form.success) {
+    const bad = new Set(form.error.issues.map((i) => i.path[0]));
+    return reject(
+      400,
+      bad.has("document_id[0]") || bad.has("document_id[1]") ? "document_type" : "document_id",
+    );
+  }
   let entityTypeId: number;
   let entityId: string;
   if (receiver === "contact") {
-    const m = CONTACT_DOCUMENT.exec(doc2);
-    if (!m) return reject(400, "document_id");
+    const m = CONTACT_DOCUMENT.exec(doc2) as RegExpExecArray;
     entityTypeId = 3;
     entityId = m[1] as string;
   } else {
-    const m = DYNAMIC_DOCUMENT.exec(doc2);
-    if (!m) return reject(400, "document_id");
+    const m = DYNAMIC_DOCUMENT.exec(doc2) as RegExpExecArray;
     entityTypeId = Number(m[1]);
     entityId = m[2] as string;
   }

@@ -21,8 +21,9 @@ import { webhookAccepted, webhookRejected } from "../observability/metrics.js";
 import { inSpan, markFailed, type Span, SpanKind, traceparentOf } from "../observability/tracing.js";
 import { clientAddress, FORWARDED_ADDRESS_HEADER } from "./client-address.js";
 import { RECEIVERS, type ReceiverConfig } from "./config.js";
-import { checkToken, type PortalIdentity, parseRobotEvent, type RejectReason, rawQuery } from "./contract.js";
+import { checkToken, type PortalIdentity, parseRobotEvent, rawQuery } from "./contract.js";
 import { InboxBusyError, type InboxWriter } from "./inbox.js";
+import { type ErrorOf, RECEIVER_REFUSALS, type ReasonOf, type RefusalStatus } from "./refusals.js";
 import { secretMatcher } from "./token.js";
 
 /** Where the receivers are mounted; the log `route` field is this plus the receiver name. */
@@ -43,34 +44,10 @@ type Env = {
   Variables: { body: Uint8Array; query: string; requestId: string; span: Span };
 };
 
-/** Outcome codes of a refused request: the only request-derived thing that is logged. */
-type Reason =
-  | RejectReason
-  | "alert_config_invalid"
-  | "alert_entity_type_unset"
-  | "body_too_large"
-  | "body_unreadable"
-  | "database_timeout"
-  | "database_unavailable"
-  | "entity_id"
-  | "entity_type"
-  | "method_not_allowed"
-  | "not_configured"
-  | "query_too_large"
-  | "queue_full"
-  | "queue_wait"
-  | "unknown_receiver"
-  | "unsupported_media_type";
-
-const ERROR_BODY = {
-  400: "bad_request",
-  403: "forbidden",
-  405: "method_not_allowed",
-  413: "payload_too_large",
-  414: "uri_too_long",
-  415: "unsupported_media_type",
-  503: "unavailable",
-} as const;
+/** The body's error code of each refusal status (the first listed; 503 may also say receiver_not_configured). */
+const ERROR_BODY = Object.fromEntries(
+  Object.entries(RECEIVER_REFUSALS).map(([status, r]) => [status, r.errors[0]]),
+) as { [S in RefusalStatus]: ErrorOf<S> };
 
 const NO_STORE = { "cache-control": "no-store" };
 
@@ -180,7 +157,12 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
     // No current token means the receiver is off: never accept without a token.
     const matcher = tokens?.current ? secretMatcher([tokens.current, tokens.previous]) : undefined;
 
-    const reply = (c: Context<Env>, status: keyof typeof ERROR_BODY, reason: Reason, error?: string) => {
+    const reply = <S extends RefusalStatus>(
+      c: Context<Env>,
+      status: S,
+      reason: ReasonOf<S>,
+      error?: ErrorOf<S>,
+    ) => {
       const fields = {
         event: "receiver.rejected",
         requestId: c.get("requestId"),

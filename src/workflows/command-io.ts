@@ -4,6 +4,7 @@
 // completion transaction; a read of purpose "apply" writes CRM-master fields into the App there.
 import type pg from "pg";
 import {
+  type AppUser,
   applyCrmMaster,
   type Db,
   isEligible,
@@ -76,6 +77,8 @@ export async function hydrate(
   row: CommandRow,
   userId: string | null,
   dictionary: CitizenshipDictionary,
+  /** Users already read for the whole batch (loadAppUsers); a user missing from it is read here. */
+  users?: ReadonlyMap<string, AppUser | null>,
 ): Promise<{ ok: true; value: Hydrated } | { ok: false; failure: HydrateFailure }> {
   const p = row.params;
   const type = row.command_type as CommandType;
@@ -84,7 +87,11 @@ export async function hydrate(
     case "contact.find_by_phone":
     case "contact.add":
     case "contact.update": {
-      const user = userId ? await loadAppUser(db, userId) : null;
+      const user = !userId
+        ? null
+        : users?.has(userId)
+          ? (users.get(userId) ?? null)
+          : await loadAppUser(db, userId);
       if (!user) return { ok: false, failure: { kind: "permanent", code: "invalid_params" } };
       const needsPhone = type !== "contact.update" || p.phone !== undefined;
       if (needsPhone && !isValidRuPhone(user.phone)) {
@@ -194,22 +201,17 @@ function contactSummary(c: ContactRecord) {
   };
 }
 
-export interface HandlerContext {
-  dictionary: CitizenshipDictionary;
-}
-
 /**
- * The safe projection of a successful result, computed in the completion transaction. Side effects
- * happen here too: CRM-master fields into the App (read, purpose apply), the phone hash of what was
- * written (update), the smart-process item of an alert.
+ * The safe projection of a successful result that has no side effects (no write to the App, the
+ * snapshots or the alerts), or null when the command's result has some (projectResult then runs in
+ * the completion transaction). The pump completes the former together with the rest of its batch,
+ * in one statement.
  */
-export async function projectResult(
-  tx: pg.PoolClient,
+export function projectionOnly(
   row: CommandRow,
   result: CommandResults[CommandType],
   h: Hydrated,
-  ctx: HandlerContext,
-): Promise<Record<string, unknown>> {
+): Record<string, unknown> | null {
   const memo = h.memo;
   switch (row.command_type) {
     case "contact.find_by_phone":
@@ -226,6 +228,36 @@ export async function projectResult(
           citizenship_enum_id: memo.citizenshipEnumId ?? null,
         },
       };
+    case "contact.read": {
+      const purpose = row.params.purpose;
+      if (purpose === "phones" || purpose === "apply") return null;
+      return { contacts: (result as CommandResults["contact.read"]).contacts.map(contactSummary) };
+    }
+    default:
+      return null;
+  }
+}
+
+export interface HandlerContext {
+  dictionary: CitizenshipDictionary;
+}
+
+/**
+ * The safe projection of a successful result, computed in the completion transaction. Side effects
+ * happen here too: CRM-master fields into the App (read, purpose apply), the phone hash of what was
+ * written (update), the smart-process item of an alert.
+ */
+export async function projectResult(
+  tx: pg.PoolClient,
+  row: CommandRow,
+  result: CommandResults[CommandType],
+  h: Hydrated,
+  ctx: HandlerContext,
+): Promise<Record<string, unknown>> {
+  const only = projectionOnly(row, result, h);
+  if (only) return only;
+  const memo = h.memo;
+  switch (row.command_type) {
     case "contact.update":
       if (memo.phoneHash && h.userId)
         await snapshotPhone(tx, String(row.params.contact_id), h.userId, memo.phoneHash);

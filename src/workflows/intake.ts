@@ -19,6 +19,7 @@ import {
   startSpan,
   traceparentOf,
 } from "../observability/tracing.js";
+import { stepConcurrency } from "./stepper.js";
 
 interface QueueRow {
   id: string;
@@ -42,25 +43,40 @@ export async function runIntake(deps: ServiceContext): Promise<number> {
       [deps.workerId, s.claim.size, s.lease.ttlSec],
     ),
   );
+  // One user's intents in the order claimed (a later one joins the workflow the earlier started);
+  // different users' at once, each intent in its own transaction.
+  const byUser = new Map<string, QueueRow[]>();
   for (const row of rows) {
-    await inSpan(
-      "bitrix_sync.intake",
-      {
-        // A new trace per intent, starting where the intent did.
-        root: true,
-        startTime: row.created_at,
-        attributes: {
-          "bitrix_sync.intent.id": row.id,
-          "bitrix_sync.intent.type": row.task_type,
-          "bitrix_sync.queue.attempt": row.attempt_count,
-        },
-      },
-      (span) => {
-        startSpan("bitrix_sync.queue.wait", { startTime: row.created_at }).end(row.claimed_at);
-        return takeIntent(deps, row, span);
-      },
-    );
+    const list = byUser.get(row.entity_id);
+    if (list) list.push(row);
+    else byUser.set(row.entity_id, [row]);
   }
+  const users = [...byUser.values()];
+  let next = 0;
+  const worker = async () => {
+    for (let list = users[next++]; list; list = users[next++]) {
+      for (const row of list) {
+        await inSpan(
+          "bitrix_sync.intake",
+          {
+            // A new trace per intent, starting where the intent did.
+            root: true,
+            startTime: row.created_at,
+            attributes: {
+              "bitrix_sync.intent.id": row.id,
+              "bitrix_sync.intent.type": row.task_type,
+              "bitrix_sync.queue.attempt": row.attempt_count,
+            },
+          },
+          (span) => {
+            startSpan("bitrix_sync.queue.wait", { startTime: row.created_at }).end(row.claimed_at);
+            return takeIntent(deps, row, span);
+          },
+        );
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(users.length, stepConcurrency(deps)) }, worker));
   return rows.length;
 }
 

@@ -1,15 +1,19 @@
 // The pump lane (DESIGN.md flow): sends the commands of all workflows, and the alert commands of
 // src/alerts/mirror.ts, in Bitrix24 batches through the shared limiter, and settles each result
-// with exactly one SQL transition. src/sync-loop.ts runs one pump per in-flight slot.
+// with exactly one SQL transition (successes that are only projected: one statement for the
+// batch). src/sync-loop.ts starts batches and keeps up to limiter.max_in_flight of them in flight.
 import { randomUUID } from "node:crypto";
 import type { Attributes } from "@opentelemetry/api";
 import type pg from "pg";
 import { alertCommandFailed } from "../alerts/mirror.js";
+import { type AppUser, loadAppUsers } from "../app-data.js";
 import type { ServiceContext } from "../context.js";
 import { retryDelayMs } from "../crm/backoff.js";
 import { type CommandOutcome, type CrmDeps, executeBatch } from "../crm/batch.js";
 import type { CommandType } from "../crm/catalogue.js";
 import { isWrite } from "../crm/catalogue.js";
+import type { FailureCode } from "../crm/classify.js";
+import type { LimiterPermit } from "../crm/limiter.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
 import { countRetry, timedClaim } from "../observability/metrics.js";
@@ -22,7 +26,14 @@ import {
   storedParent,
   withSpan,
 } from "../observability/tracing.js";
-import { BusinessFailure, type Hydrated, hydrate, NotReady, projectResult } from "./command-io.js";
+import {
+  BusinessFailure,
+  type Hydrated,
+  hydrate,
+  NotReady,
+  projectionOnly,
+  projectResult,
+} from "./command-io.js";
 import type { CommandRow } from "./types.js";
 
 /** Due commands waiting (including expired leases to recover), and how long the oldest has waited (ms). */
@@ -43,16 +54,80 @@ async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number; 
 
 export type PumpResult = { sent: number; waitMs: number };
 
+/** A batch whose send marker is committed: `flight` sends it and settles every command. */
+export type PumpStart = PumpResult & { flight?: Promise<void> };
+
+/**
+ * Failures of the portal as a whole rather than of one command: server errors, lost or refused
+ * connections, replies that are not JSON, limit refusals. Retries waiting for one of these are
+ * brought forward when the portal answers again (bring_forward_commands).
+ */
+export const PORTAL_WIDE_CODES: readonly FailureCode[] = [
+  "server_error",
+  "connect_failed",
+  "connect_timeout",
+  "connection_lost",
+  "timeout_no_reply",
+  "request_timeout",
+  "dns_failure",
+  "tls_failure",
+  "malformed_reply",
+  "query_limit_exceeded",
+  "rate_limited",
+];
+
+/** While the portal fails, one waiting retry is brought forward this often as a probe. */
+export const PROBE_INTERVAL_MS = 3000;
+
+/**
+ * What this process knows about the portal. `down`: the last batch failed as a whole. `answered`:
+ * some batch got a reply since the process started (until then a success also brings retries
+ * forward once, in case the process started during an outage).
+ */
+interface PortalWatch {
+  down: boolean;
+  answered: boolean;
+  lastProbeAt: number;
+}
+const watches = new WeakMap<object, PortalWatch>();
+
+function watchOf(deps: ServiceContext): PortalWatch {
+  let w = watches.get(deps.crm);
+  if (!w) {
+    w = { down: false, answered: false, lastProbeAt: 0 };
+    watches.set(deps.crm, w);
+  }
+  return w;
+}
+
+/** Retries waiting for a portal-wide failure become due now (at most `limit`; null: all). */
+async function bringForward(deps: ServiceContext, limit: number | null): Promise<number> {
+  const { rows } = await deps.pool.query<{ n: number }>(
+    "select bitrix_sync.bring_forward_commands($1, $2) as n",
+    [PORTAL_WIDE_CODES, limit],
+  );
+  return rows[0]?.n ?? 0;
+}
+
 /**
  * One batch: waits (at most batch.max_wait_ms from the oldest due command) for the batch to fill,
- * claims up to batch.size commands, hydrates them, takes a limiter permit, commits the send marker,
- * sends one Bitrix24 batch and settles every command on its own. Returns commands sent, or how long
- * to wait before the next look when there was nothing to do.
+ * takes one limiter permit, claims up to batch.size commands, hydrates them and commits the send
+ * marker. The returned `flight` sends the Bitrix24 batch and settles every command; the caller may
+ * start the next batch meanwhile (src/sync-loop.ts keeps up to limiter.max_in_flight in flight).
+ * Without a batch, says how long to wait before the next look.
  */
-export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promise<PumpResult> {
+export async function startPump(deps: ServiceContext, signal?: AbortSignal): Promise<PumpStart> {
   const s = deps.settings();
-  const b = await backlog(deps.pool);
-  if (b.due === 0) return { sent: 0, waitMs: Number.POSITIVE_INFINITY };
+  const watch = watchOf(deps);
+  let b = await backlog(deps.pool);
+  if (b.due === 0 && watch.down && Date.now() - watch.lastProbeAt >= PROBE_INTERVAL_MS) {
+    // The portal failed last time and nothing is due: one waiting retry goes as a probe.
+    watch.lastProbeAt = Date.now();
+    if ((await bringForward(deps, 1)) > 0) b = await backlog(deps.pool);
+  }
+  if (b.due === 0) {
+    return { sent: 0, waitMs: watch.down ? PROBE_INTERVAL_MS : Number.POSITIVE_INFINITY };
+  }
   if (b.due < s.batch.size && b.oldestMs < s.batch.maxWaitMs) {
     return { sent: 0, waitMs: Math.max(1, s.batch.maxWaitMs - b.oldestMs) };
   }
@@ -69,6 +144,7 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
   }
   // Claimed together with each command's user (the workflow's), for hydration and the result.
   let rows: Array<CommandRow & { owner_user_id: string | null }>;
+  let users: Map<string, AppUser | null>;
   try {
     ({ rows } = await timedClaim("pump", () =>
       deps.pool.query<CommandRow & { owner_user_id: string | null }>(
@@ -78,6 +154,11 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
         [deps.workerId, s.batch.size, s.lease.ttlSec],
       ),
     ));
+    // The App's data of every user of the batch, read once.
+    users = await loadAppUsers(
+      deps.pool,
+      rows.flatMap((r) => (r.owner_user_id ? [r.owner_user_id] : [])),
+    );
   } catch (e) {
     await permit.release();
     throw e;
@@ -90,7 +171,7 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
   const ready: Array<{ row: CommandRow; h: Hydrated }> = [];
   for (const row of rows) {
     try {
-      const r = await hydrate(deps.pool, row, row.owner_user_id, deps.dictionary);
+      const r = await hydrate(deps.pool, row, row.owner_user_id, deps.dictionary, users);
       if (r.ok) ready.push({ row, h: r.value });
       else if (r.failure.kind === "business") await settleQuietly(deps, row, "reject", r.failure.code);
       else await settleQuietly(deps, row, "dead_letter", r.failure.code);
@@ -140,6 +221,24 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
     await permit.release();
     return { sent: 0, waitMs: 0 };
   }
+  return { sent: sending.length, waitMs: 0, flight: fly(deps, sending, permit, batchId, signal) };
+}
+
+/** One batch start to end, awaited: what a caller without a dispatcher of its own uses. */
+export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promise<PumpResult> {
+  const r = await startPump(deps, signal);
+  if (r.flight) await r.flight;
+  return { sent: r.sent, waitMs: r.waitMs };
+}
+
+/** Sends a marked batch under its permit and settles every command. */
+async function fly(
+  deps: ServiceContext,
+  sending: Array<{ row: CommandRow; h: Hydrated }>,
+  permit: LimiterPermit,
+  batchId: string,
+  signal?: AbortSignal,
+): Promise<void> {
   // Each send is a span under the step that issued the command (its stored context, whichever
   // process stored it); the batch, shared by many intents, links to all of them.
   const spans = sending.map(({ row }) => commandSpan(row, batchId));
@@ -159,29 +258,116 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
     }
     throw e;
   }
+  await notePortal(deps, outcomes);
+
+  // Successes that are only projected complete in one statement; every other outcome is settled on
+  // its own (its own transaction, side effects and SQL transition).
+  const together: Array<{ row: CommandRow; projection: Record<string, unknown>; span: Span }> = [];
   for (const [i, { row, h }] of sending.entries()) {
     const o = outcomes[i];
     const span = spans[i] as Span;
-    if (o) {
-      span.setAttribute("bitrix_sync.outcome", o.ok ? "ok" : o.failure.kind);
-      if (!o.ok) span.setAttribute("bitrix_sync.error.code", o.failure.code);
-      await withSpan(span, async () => {
-        await settle(deps, row, h, o);
+    if (!o) {
+      span.end();
+      continue;
+    }
+    span.setAttribute("bitrix_sync.outcome", o.ok ? "ok" : o.failure.kind);
+    if (!o.ok) span.setAttribute("bitrix_sync.error.code", o.failure.code);
+    const projection = o.ok ? projectionOnly(row, o.result, h) : null;
+    if (projection) {
+      together.push({ row, projection, span });
+      continue;
+    }
+    await withSpan(span, async () => {
+      await settle(deps, row, h, o);
+      logSettled(deps, row, o);
+    });
+    span.end();
+  }
+  if (together.length > 0) await completeTogether(deps, together);
+}
+
+async function completeTogether(
+  deps: ServiceContext,
+  list: Array<{ row: CommandRow; projection: Record<string, unknown>; span: Span }>,
+): Promise<void> {
+  try {
+    await deps.pool.query("select bitrix_sync.complete_commands($1::bigint[], $2::uuid[], $3::jsonb[])", [
+      list.map((c) => c.row.id),
+      list.map((c) => c.row.lease_token),
+      list.map((c) => JSON.stringify(c.projection)),
+    ]);
+    for (const c of list) {
+      // Under the command's own span, as a command settled on its own: the line carries its ids.
+      withSpan(c.span, () =>
         deps.log.debug(
           {
             event: "pump.settled",
-            ...commandIds(row),
-            commandType: row.command_type,
-            outcome: o.ok ? "ok" : o.failure.kind,
-            code: o.ok ? undefined : o.failure.code,
+            ...commandIds(c.row),
+            commandType: c.row.command_type,
+            outcome: "ok",
           },
           "command result recorded",
-        );
-      });
+        ),
+      );
     }
-    span.end();
+  } catch (e) {
+    for (const c of list) markFailed(c.span, safeErrorCode(e));
+    deps.log.warn(
+      { event: "pump.settle_failed", commands: list.length, ...safeError(e) },
+      "command results not recorded",
+    );
+    // Left in_flight: lease expiry turns a write into uncertain and a read into a retry.
+  } finally {
+    for (const c of list) c.span.end();
   }
-  return { sent: sending.length, waitMs: 0 };
+}
+
+/**
+ * Keeps the portal's state for this process from a batch's outcomes. A batch that failed as a
+ * whole with a portal-wide code marks it down (the pump then probes); the first reply after that
+ * (or the first of the process) brings the retries waiting for such failures forward.
+ */
+async function notePortal(deps: ServiceContext, outcomes: CommandOutcome[]): Promise<void> {
+  const watch = watchOf(deps);
+  // A reply about some command: a success, or a failure of that command rather than of the portal.
+  // Commands held back before sending (a blocked method, bad data) say nothing about the portal.
+  const answered = outcomes.some(
+    (o) => o?.ok || (o && !o.ok && o.sent && !PORTAL_WIDE_CODES.includes(o.failure.code)),
+  );
+  if (!answered) {
+    if (outcomes.some((o) => o && !o.ok && o.sent)) watch.down = true;
+    return;
+  }
+  if (watch.down || !watch.answered) {
+    const wasDown = watch.down;
+    watch.down = false;
+    watch.answered = true;
+    try {
+      const n = await bringForward(deps, null);
+      if (n > 0 || wasDown) {
+        deps.log.info(
+          { event: "pump.portal_recovered", broughtForward: n },
+          "the portal answers again; waiting retries are due now",
+        );
+      }
+    } catch (e) {
+      watch.answered = false; // try again after the next reply
+      deps.log.warn({ event: "pump.bring_forward_failed", ...safeError(e) }, "retries not brought forward");
+    }
+  }
+}
+
+function logSettled(deps: ServiceContext, row: CommandRow, o: CommandOutcome): void {
+  deps.log.debug(
+    {
+      event: "pump.settled",
+      ...commandIds(row),
+      commandType: row.command_type,
+      outcome: o.ok ? "ok" : o.failure.kind,
+      code: o.ok ? undefined : o.failure.code,
+    },
+    "command result recorded",
+  );
 }
 
 /** The span of one send of a command, a child of the step that issued it. */

@@ -279,7 +279,10 @@ test.serial(
         "the create's step to wait for the snapshot",
       );
       const next = randomPhone();
-      await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, next]);
+      await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+        u.id,
+        next,
+      ]);
       // Time for the intake to take the phone change while the step still waits.
       await new Promise((r) => setTimeout(r, 1_500));
       await c.query("rollback");

@@ -194,18 +194,153 @@ test("SET LOCAL han.sync_suppress = 'true' records nothing, and does not leak in
   }
 });
 
-test("the trigger NOTIFYs bitrix_sync_queue without naming the user", async (t) => {
-  const listener = new pg.Client({ connectionString: db.url });
-  await listener.connect();
-  try {
-    const got: string[] = [];
-    listener.on("notification", (n) => got.push(`${n.channel}:${n.payload ?? ""}`));
-    await listener.query("listen bitrix_sync_queue");
+/** A LISTEN connection on bitrix_sync_queue that records what arrives. */
+async function listen(): Promise<{ c: pg.Client; got: string[]; until: (p: string) => Promise<void> }> {
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  const got: string[] = [];
+  const waiters: Array<() => void> = [];
+  c.on("notification", (n) => {
+    got.push(n.payload ?? "");
+    for (const w of waiters.splice(0)) w();
+  });
+  await c.query("listen bitrix_sync_queue");
+  const until = async (payload: string) => {
+    while (!got.includes(payload)) await new Promise<void>((r) => waiters.push(r));
+  };
+  return { c, got, until };
+}
+
+/** A NOTIFY from a transaction of its own: notifications arrive in commit order, so everything
+ * committed before it has arrived once it has. */
+async function marker(): Promise<string> {
+  const m = `marker:${Math.random()}`;
+  await db.pool.query("select pg_notify('bitrix_sync_queue', $1)", [m]);
+  return m;
+}
+
+test.serial(
+  "while a sync loop watches the intake, the trigger NOTIFYs bitrix_sync_queue without naming the user",
+  async (t) => {
+    const l = await listen();
+    try {
+      const { rows } = await l.c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w");
+      t.true(rows[0]?.w, "the watch is free");
+      const u = await makeUser(db.pool);
+      const m = await marker();
+      await l.until(m);
+      const before = l.got.slice(0, l.got.indexOf(m));
+      t.deepEqual(before, ["contact.map_or_create"]);
+      t.false(l.got.some((g) => g.includes(u.id)));
+      await l.c.query("select bitrix_sync.unwatch_intake()");
+    } finally {
+      await l.c.end();
+    }
+  },
+);
+
+test.serial(
+  "while no loop watches the intake (it is busy), intents send no NOTIFY and queue no commit",
+  async (t) => {
+    const l = await listen();
+    try {
+      const u = await makeUser(db.pool);
+      await db.pool.query("update han_app.user_identity set phone_number = '+79990005566' where id = $1", [
+        u.id,
+      ]);
+      const m = await marker();
+      await l.until(m);
+      t.deepEqual(l.got, [m]);
+      // The intents are there all the same.
+      t.deepEqual(
+        (await queueRows(db.pool, u.id)).map((r) => r.task_type),
+        ["contact.map_or_create", "contact.update"],
+      );
+    } finally {
+      await l.c.end();
+    }
+  },
+);
+
+test.serial(
+  "a loop taking the watch waits for App transactions that recorded an intent without a NOTIFY",
+  async (t) => {
     const u = await makeUser(db.pool);
-    for (let i = 0; i < 50 && got.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
-    t.true(got.length >= 1);
-    t.true(got.every((g) => g.startsWith("bitrix_sync_queue:contact.") && !g.includes(u.id)));
-  } finally {
-    await listener.end();
-  }
-});
+    const app = await db.pool.connect();
+    const l = await listen();
+    try {
+      await app.query("begin");
+      await app.query("update han_app.user_identity set phone_number = '+79990006677' where id = $1", [u.id]);
+      // The loop's intake found nothing and goes to sleep: its watch waits for the App transaction.
+      const watch = l.c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w");
+      for (;;) {
+        const { rows } = await db.pool.query<{ n: number }>(
+          `select count(*)::int as n from pg_locks
+          where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014 and objid = 1 and not granted`,
+        );
+        if (rows[0]?.n === 1) break;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      // Meanwhile a new intent does NOTIFY: the loop is about to sleep.
+      await makeUser(db.pool);
+      await app.query("commit");
+      t.true((await watch).rows[0]?.w);
+      // Once the watch is held, the intent of the waited-for transaction is visible to the look the
+      // loop takes before sleeping.
+      t.is(
+        (await queueRows(db.pool, u.id)).filter(
+          (r) => r.task_type === "contact.update" && r.status === "pending",
+        ).length,
+        1,
+      );
+      const m = await marker();
+      await l.until(m);
+      t.deepEqual(
+        l.got.slice(0, l.got.indexOf(m)),
+        ["contact.map_or_create"],
+        "the new intent NOTIFYs while the loop waits",
+      );
+      // A second loop does not watch as well: one sleeper is woken for all.
+      const second = new pg.Client({ connectionString: db.url });
+      await second.connect();
+      try {
+        t.false((await second.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w")).rows[0]?.w);
+      } finally {
+        await second.end();
+      }
+      await l.c.query("select bitrix_sync.unwatch_intake()");
+      const { rows } = await db.pool.query<{ n: number }>(
+        "select count(*)::int as n from pg_locks where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014",
+      );
+      t.is(rows[0]?.n, 0, "unwatch releases the watch");
+    } finally {
+      await app.query("rollback").catch(() => undefined);
+      app.release();
+      await l.c.end();
+    }
+  },
+);
+
+test.serial(
+  "a long App transaction holding the watch makes the loop give up watching (it polls) after 1 s",
+  async (t) => {
+    const u = await makeUser(db.pool);
+    const app = await db.pool.connect();
+    const l = await listen();
+    try {
+      await app.query("begin");
+      await app.query("update han_app.user_identity set phone_number = '+79990007788' where id = $1", [u.id]);
+      t.false((await l.c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w")).rows[0]?.w);
+      const { rows } = await db.pool.query<{ n: number }>(
+        "select count(*)::int as n from pg_locks where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014 and pid = $1",
+        [(await l.c.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p],
+      );
+      t.is(rows[0]?.n, 0, "nothing held after giving up");
+      await app.query("commit");
+    } finally {
+      await app.query("rollback").catch(() => undefined);
+      app.release();
+      await l.c.end();
+    }
+  },
+);

@@ -800,3 +800,99 @@ test("a hand-written UPDATE that skips a command edge is refused (BS002)", async
     "BS002",
   );
 });
+
+// ---------------------------------------------------------------------------------------------
+// issue 14: the step state with the command, a batch completed at once, retries brought forward
+
+test("issue_command stores the step state in the same write; a state that is not an object is refused", async (t) => {
+  const wf = await runningWorkflow(db.pool);
+  await rejectsWith(
+    t,
+    db.pool.query(
+      "select bitrix_sync.issue_command($1, $2, 'contact.read', '{}', 'read_contact', null, '[1]')",
+      [wf.id, wf.token],
+    ),
+    "BS004",
+  );
+  await one(
+    db.pool,
+    "select * from bitrix_sync.issue_command($1, $2, 'contact.read', '{}', 'read_contact', null, $3)",
+    [wf.id, wf.token, JSON.stringify({ pass: 1, contact: 7 })],
+  );
+  t.like(await workflow(wf.id), {
+    state: "waiting_crm",
+    current_step: "read_contact",
+    step_data: { pass: 1, contact: 7 },
+  });
+  // Without it the state is kept as it was.
+  const other = await runningWorkflow(db.pool);
+  await forceRow(db.pool, "bitrix_sync.workflow_instances", other.id, { step_data: { pass: 2 } });
+  await pendingCommand(db.pool, other);
+  t.deepEqual((await workflow(other.id)).step_data, { pass: 2 });
+});
+
+test("complete_commands completes a batch in one call, wakes each workflow, and leaves a stale token alone", async (t) => {
+  const a = await inFlightCommand(db.pool, { type: "contact.find_by_phone" });
+  const b = await inFlightCommand(db.pool, { type: "contact.add" });
+  const stale = await inFlightCommand(db.pool, { type: "contact.find_by_phone" });
+  const { rows } = await db.pool.query<{ id: string }>(
+    "select c as id from bitrix_sync.complete_commands($1::bigint[], $2::uuid[], $3::jsonb[]) c",
+    [
+      [a.cmd.id, b.cmd.id, stale.cmd.id],
+      [a.token, b.token, randomUUID()],
+      [JSON.stringify({ contact_ids: [] }), JSON.stringify({ contact_id: 5 }), "{}"],
+    ],
+  );
+  t.deepEqual(rows.map((r) => String(r.id)).sort(), [String(a.cmd.id), String(b.cmd.id)].sort());
+  t.like(await get(a.cmd.id), { status: "succeeded", lease_token: null, response: { contact_ids: [] } });
+  t.like(await get(b.cmd.id), { status: "succeeded", response: { contact_id: 5 } });
+  t.like(await get(stale.cmd.id), { status: "in_flight", lease_token: stale.token });
+  t.is((await workflow(a.wf.id)).state, "running");
+  t.is((await workflow(b.wf.id)).state, "running");
+  t.is((await workflow(stale.wf.id)).state, "waiting_crm");
+  t.deepEqual(await pathOf(db.pool, "crm_commands", a.cmd.id), ["in_flight", "succeeded"]);
+  await rejectsWith(
+    t,
+    db.pool.query("select bitrix_sync.complete_commands($1::bigint[], $2::uuid[], $3::jsonb[])", [
+      [a.cmd.id],
+      [],
+      ["{}"],
+    ]),
+    "BS004",
+  );
+});
+
+test("bring_forward_commands makes retries of portal-wide failures due: one as a probe, then all", async (t) => {
+  // A code of this test's own, so concurrent tests' retries are never touched.
+  const code = `portal_down_${randomUUID().slice(0, 8)}`;
+  const waiting = async (minutes: number, errorCode: string) => {
+    const { cmd } = await inFlightCommand(db.pool, { type: "contact.find_by_phone" });
+    await forceRow(db.pool, "bitrix_sync.crm_commands", cmd.id, {
+      status: "retry_wait",
+      lease_token: null,
+      locked_by: null,
+      locked_until: null,
+      last_error_code: errorCode,
+      next_attempt_at: new Date(Date.now() + minutes * 60_000),
+    });
+    return cmd.id;
+  };
+  const later = await waiting(30, code);
+  const sooner = await waiting(10, code);
+  const other = await waiting(5, "invalid_argument");
+  const bring = (limit: number | null) =>
+    one<{ n: number }>(db.pool, "select bitrix_sync.bring_forward_commands($1, $2) as n", [[code], limit]);
+
+  t.is((await bring(1)).n, 1, "a probe brings one forward");
+  t.true((await get(sooner)).next_attempt_at.getTime() <= Date.now() + 1000, "the earliest one");
+  t.true((await get(later)).next_attempt_at.getTime() > Date.now() + 60_000);
+  t.is((await bring(null)).n, 1, "then every other one of those codes");
+  t.true((await get(later)).next_attempt_at.getTime() <= Date.now() + 1000);
+  t.is((await get(later)).status, "retry_wait", "due, claimed like any due command");
+  t.true(
+    (await get(other)).next_attempt_at.getTime() > Date.now() + 60_000,
+    "other failures keep their backoff",
+  );
+  t.is((await bring(null)).n, 0);
+  await rejectsWith(t, bring(0), "BS004");
+});

@@ -68,15 +68,16 @@ export class Step {
 
   /** Issues the next command and waits for it at `step` (running -> waiting_crm). */
   async issue(type: string, params: Record<string, unknown>, step: string): Promise<void> {
-    await this.saveStepData();
-    // The step's own span context goes with the command: its sends are traced under this step.
-    await this.tx.query("select bitrix_sync.issue_command($1, $2, $3, $4, $5, $6)", [
+    // One call persists the step state, the command and the wait. The step's own span context goes
+    // with the command: its sends are traced under this step.
+    await this.tx.query("select bitrix_sync.issue_command($1, $2, $3, $4, $5, $6, $7)", [
       this.wf.id,
       this.wf.lease_token,
       type,
       JSON.stringify(params),
       step,
       activeTraceparent(),
+      JSON.stringify(this.sd),
     ]);
     this.done = true;
     this.result = { event: "await_crm", commandType: type };
@@ -187,20 +188,37 @@ export class Step {
 
   // ---- reads -------------------------------------------------------------------------------
 
-  private async lastCommand(): Promise<CommandRow | null> {
-    const { rows } = await this.tx.query<CommandRow>(
-      // The most recently changed command: after a recovery search, the re-sent create is newer than the search.
-      "select * from bitrix_sync.crm_commands where workflow_id = $1 and alert_id is null order by updated_at desc, id desc limit 1",
+  /**
+   * The workflow's last command and whether one of its writes is unresolved, in one query. The last
+   * command is the most recently changed one: after a recovery search, the re-sent create is newer
+   * than the search.
+   */
+  private async lastCommandAndUnresolved(): Promise<{ last: CommandRow | null; unresolvedWrite: boolean }> {
+    const { rows } = await this.tx.query<CommandRow & { _unresolved_write: boolean; _has_last: boolean }>(
+      `select c.*, c.id is not null as _has_last,
+              exists (select 1 from bitrix_sync.crm_commands u
+                       where u.workflow_id = $1 and u.status in ('uncertain', 'reconcile')) as _unresolved_write
+         from (select 1) one
+         left join lateral (select * from bitrix_sync.crm_commands
+                             where workflow_id = $1 and alert_id is null
+                             order by updated_at desc, id desc limit 1) c on true`,
       [this.wf.id],
     );
-    return rows[0] ?? null;
+    const r = rows[0];
+    if (!r) return { last: null, unresolvedWrite: false };
+    const { _unresolved_write: unresolvedWrite, _has_last: hasLast, ...row } = r;
+    return { last: hasLast ? (row as CommandRow) : null, unresolvedWrite };
   }
 
   async activeMapping(): Promise<{ id: string; external_id: string } | null> {
-    const { rows } = await this.tx.query<{ id: string; external_id: string }>(
-      "select id, external_id from bitrix_sync.active_mapping_for_user($1) where id is not null",
-      [this.wf.user_id],
-    );
+    // What active_mapping_for_user() returns, read where the partial unique index answers it, as a
+    // prepared statement: the function form is planned anew on every call.
+    const { rows } = await this.tx.query<{ id: string; external_id: string }>({
+      name: "bitrix_sync.step.active_mapping",
+      text: `select id, external_id from bitrix_sync.entity_external_mapping
+              where external_system = 'bitrix24' and entity_type = 'user' and entity_id = $1 and status = 'active'`,
+      values: [this.wf.user_id],
+    });
     return rows[0] ?? null;
   }
 
@@ -269,19 +287,22 @@ export class Step {
     );
     if (fresh[0]) this.wf.revision = fresh[0].revision;
     // Converge to the newest intent (DESIGN.md): between read steps, never while a write is unresolved.
+    const read = await this.lastCommandAndUnresolved();
     if (
       restartsBeforeStep({
         step: this.wf.current_step,
         pass: this.sd.pass,
         revision: this.wf.revision,
-        unresolvedWrite: await this.hasUnresolvedWrite(),
+        unresolvedWrite: read.unresolvedWrite,
       })
     ) {
       this.sd = { pass: this.wf.revision, as: this.wf.intent_type };
-      await this.saveStepData("start");
+      // Already at start (a new workflow): the step's transition writes the new state with its
+      // step, so no write of its own is needed here.
+      if (this.wf.current_step !== "start") await this.saveStepData("start");
       this.wf.current_step = "start";
     }
-    const last = this.wf.current_step === "start" ? null : await this.lastCommand();
+    const last = this.wf.current_step === "start" ? null : read.last;
     for (let guard = 0; guard < 8 && !this.done; guard++) {
       await this.dispatch(last);
     }

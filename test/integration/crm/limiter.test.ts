@@ -143,6 +143,30 @@ test("after QUERY_LIMIT_EXCEEDED the rate drops, pauses, and climbs back gradual
   t.is(Number(rows[0].rate_limited_count), 1);
 });
 
+test("a reply after a cut doubles the rate back, never inside a refusal's cool-down", async (t) => {
+  const factor = async () =>
+    Number(
+      (await db.pool.query("select rate_factor from bitrix_sync.crm_rate_buckets where bucket = 'answered'"))
+        .rows[0].rate_factor,
+    );
+  // No linear recovery here (0 per second), so only the replies move the factor.
+  const answered = () => db.pool.query("select bitrix_sync.note_crm_answered('answered', 2, 0)");
+  await db.pool.query("select * from bitrix_sync.acquire_crm_request('answered', 'h', 2, 5, 2, 1000, 0)");
+  await db.pool.query("select bitrix_sync.note_rate_limited('answered', 0.25, 0.1, 600000, 0)");
+  t.is(await factor(), 0.25);
+  await answered();
+  t.is(await factor(), 0.25, "inside the cool-down the refusal stands");
+  await db.pool.query(
+    "update bitrix_sync.crm_rate_buckets set throttled_until = null where bucket = 'answered'",
+  );
+  await answered();
+  t.is(await factor(), 0.5);
+  await answered();
+  t.is(await factor(), 1);
+  await answered();
+  t.is(await factor(), 1, "never above the configured rate");
+});
+
 test("OPERATION_TIME_LIMIT blocks one method of one bucket until the later of the hint and the last reset", async (t) => {
   const l = limiterOn(db.pool, "methods", { refillPerSec: 2, burst: 5, maxInFlight: 2 });
   const otherBucket = limiterOn(db.pool, "methods-2", { refillPerSec: 2, burst: 5, maxInFlight: 2 });
@@ -181,6 +205,7 @@ test("errors carry a BS01x SQLSTATE, a sentence and a HINT", async (t) => {
     ["select * from bitrix_sync.acquire_crm_request($1, 'h', 0, 1, 1, 1000)", ["b"], "BS010"],
     ["select * from bitrix_sync.acquire_crm_request($1, 'h', 2, 0, 1, 1000)", ["b"], "BS010"],
     ["select bitrix_sync.note_rate_limited($1, 2)", ["b"], "BS010"],
+    ["select bitrix_sync.note_crm_answered($1, 0.5)", ["b"], "BS010"],
     ["select bitrix_sync.note_crm_operating($1, array['m'], array[1.0, 2.0], array[now()])", ["b"], "BS011"],
     ["select * from bitrix_sync.acquire_crm_request($1, 'h', 2, 1, 1, 1000)", [""], "BS012"],
     ["select bitrix_sync.note_method_blocked('b', $1)", [""], "BS012"],
@@ -201,6 +226,7 @@ test("the runtime role may use the limiter; public may not", async (t) => {
     "bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)",
     "bitrix_sync.release_crm_request(uuid)",
     "bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)",
+    "bitrix_sync.note_crm_answered(text,double precision,double precision)",
     "bitrix_sync.note_method_blocked(text,text,timestamptz)",
     "bitrix_sync.note_crm_operating(text,text[],double precision[],timestamptz[])",
     "bitrix_sync.blocked_crm_methods(text)",
@@ -245,9 +271,10 @@ test("every limiter table, column and function is commented", async (t) => {
     `select p.oid::regprocedure::text as name, obj_description(p.oid, 'pg_proc') as c from pg_proc p
       where p.pronamespace = 'bitrix_sync'::regnamespace
         and p.proname in ('acquire_crm_request', 'release_crm_request', 'note_rate_limited', 'note_method_blocked',
-                          'note_crm_operating', 'blocked_crm_methods', 'crm_limiter_state', '_check_limiter_name')`,
+                          'note_crm_operating', 'blocked_crm_methods', 'crm_limiter_state', '_check_limiter_name',
+                          'note_crm_answered')`,
   );
-  t.is(fns.length, 8);
+  t.is(fns.length, 9);
   for (const r of fns) t.truthy(r.c, r.name);
   const { rows: cols } = await db.pool.query<{ name: string }>(
     `select a.attrelid::regclass || '.' || a.attname as name from pg_attribute a

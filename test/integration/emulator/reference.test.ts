@@ -482,3 +482,92 @@ test("the request log records method, status, batch size and sub-methods", async
   });
   t.true((e.log[1]?.at ?? 0) >= (e.log[0]?.at ?? Infinity));
 });
+
+// System methods (api-reference/common/system/scope.md, method-get.md, methods.md): what preflight
+// asks to learn the webhook's rights.
+test("scope lists the webhook's scopes; full=true every scope of the portal", async (t) => {
+  const e = await emu({ scopes: ["crm", "user"] });
+  const mine = await call(e, "scope", {});
+  t.is(mine.status, 200);
+  t.deepEqual(mine.json.result, ["crm", "user"]);
+  const all = await call(e, "scope", { full: true });
+  t.true(all.json.result.includes("crm") && all.json.result.includes("task"));
+});
+
+test("method.get: isExisting and isAvailable as the docs' value combinations", async (t) => {
+  const e = await emu({ scopes: ["user"] });
+  t.deepEqual((await call(e, "method.get", { name: "crm.item.list" })).json.result, {
+    isExisting: true,
+    isAvailable: false,
+  });
+  t.deepEqual((await call(e, "method.get", { name: "crm.nothing.here" })).json.result, {
+    isExisting: false,
+    isAvailable: false,
+  });
+  t.deepEqual((await call(e, "method.get", { name: "batch" })).json.result, {
+    isExisting: true,
+    isAvailable: true,
+  });
+  const withCrm = await emu();
+  t.deepEqual((await call(withCrm, "method.get", { name: "crm.item.list" })).json.result, {
+    isExisting: true,
+    isAvailable: true,
+  });
+  const listed = await call(withCrm, "methods", {});
+  t.true(listed.json.result.includes("crm.contact.add"));
+  t.true(listed.json.result.includes("method.get"));
+});
+
+test("a method outside the webhook's scopes answers insufficient_scope, directly and in a batch", async (t) => {
+  const e = await emu({ scopes: ["user"] });
+  const direct = await call(e, "crm.contact.list", {});
+  t.is(direct.status, 401);
+  t.is(direct.json.error, "insufficient_scope");
+  const batch = await call(e, "batch", { halt: 0, cmd: { a: "crm.contact.list", b: "scope" } });
+  t.is(batch.status, 200);
+  t.is(batch.json.result.result_error.a.error, "insufficient_scope");
+  t.deepEqual(batch.json.result.result.b, ["user"]);
+});
+
+test("crm.item.fields describes a Contact's list field with items and a smart process's fields", async (t) => {
+  const e = await emu();
+  const contact = await call(e, "crm.item.fields", { entityTypeId: 3 });
+  t.is(contact.status, 200);
+  const cit = contact.json.result.fields[`ufCrm_${F.citizenship.slice("UF_CRM_".length)}`];
+  t.is(cit.type, "enumeration");
+  t.is(cit.upperName, F.citizenship);
+  t.deepEqual(cit.items[0], { ID: "45", VALUE: "Россия" });
+  t.is(contact.json.result.fields[REG].type, "boolean");
+  const spa = await call(e, "crm.item.fields", { entityTypeId: 1040 });
+  t.is(spa.json.result.fields.ufCrm14_1001.upperName, "UF_CRM_14_1001");
+  t.is(spa.json.result.fields.stageId.type, "crm_status");
+  const missing = await call(e, "crm.item.fields", { entityTypeId: 999 });
+  t.is(missing.status, 400);
+  t.is(missing.json.error, "NOT_FOUND");
+});
+
+test("crm.category.list and crm.status.list give a smart process's category and stages", async (t) => {
+  const e = await emu();
+  const cats = await call(e, "crm.category.list", { entityTypeId: 1040 });
+  t.is(cats.json.result.categories[0].id, 7);
+  const stages = await call(e, "crm.status.list", { filter: { ENTITY_ID: "DYNAMIC_1040_STAGE_7" } });
+  t.deepEqual(
+    stages.json.result.map((s: Wire) => s.STATUS_ID),
+    ["DT1040_7:NEW", "DT1040_7:PREPARATION", "DT1040_7:SUCCESS", "DT1040_7:FAIL"],
+  );
+  t.deepEqual(
+    stages.json.result.map((s: Wire) => s.SEMANTICS),
+    [null, null, "S", "F"],
+  );
+  const none = await call(e, "crm.status.list", { filter: { ENTITY_ID: "DYNAMIC_1040_STAGE_8" } });
+  t.deepEqual(none.json.result, []);
+});
+
+test("a portal set up wrongly: a field missing or of another type, a list without items", async (t) => {
+  const e = await emu({ userFieldTypes: { registered: null, userId: "double" }, citizenship: [] });
+  const r = await call(e, "crm.contact.userfield.list", {});
+  const byName = new Map(r.json.result.map((f: Wire) => [f.FIELD_NAME, f]));
+  t.false(byName.has(F.registered));
+  t.is((byName.get(F.userId) as Wire).USER_TYPE_ID, "double");
+  t.deepEqual((byName.get(F.citizenship) as Wire).LIST, []);
+});

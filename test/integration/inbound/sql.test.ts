@@ -167,7 +167,7 @@ test.serial(
         public_ok: false,
       },
       {
-        fn: "bitrix_sync.accept_webhooks(text[],integer[],text[],inet[])",
+        fn: "bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])",
         user_ok: true,
         admin_ok: false,
         public_ok: false,

@@ -1,0 +1,221 @@
+// What bench:engine, bench:storm and bench:outage share: an embedded PostgreSQL of their own (with
+// pg_stat_statements preloaded, so the database time of every statement can be read and the
+// shared server is never touched), the end-to-end rig of the tests on it (emulator, runtime,
+// graphile-worker and the sync loop), new App users in one statement, and the readings.
+import { randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { availableParallelism, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { startEmbedded } from "../src/db/embedded.js";
+import type { EmulatorOptions } from "../src/emulator/server.js";
+import { type Rig, startRig } from "../test/helpers/e2e.js";
+import { randomPhone } from "../test/helpers/factories.js";
+
+export interface BenchRig extends Rig {
+  /** True when pg_stat_statements answers on this server. */
+  statements: boolean;
+  stopAll(): Promise<void>;
+}
+
+let server: Promise<{ stop: () => Promise<void> }> | undefined;
+
+/**
+ * The benches' server, started once per process (the test helpers keep their migrated template per
+ * server): an embedded one in a temporary folder with pg_stat_statements preloaded, or
+ * BENCH_DATABASE_URL's (then the readings fall back to pg_stat_database when pg_stat_statements is
+ * not loaded there).
+ */
+function benchServer(): Promise<{ stop: () => Promise<void> }> {
+  server ??= (async () => {
+    if (process.env.BENCH_DATABASE_URL) {
+      process.env.TEST_DATABASE_URL = process.env.BENCH_DATABASE_URL;
+      return { stop: async () => undefined };
+    }
+    const dir = mkdtempSync(join(tmpdir(), "bitrix-sync-bench-"));
+    const srv = await startEmbedded({
+      dir,
+      persistent: false,
+      settings: {
+        shared_preload_libraries: "pg_stat_statements",
+        "pg_stat_statements.track": "top",
+        // Per-function time (pg_stat_user_functions): which function or trigger the time goes to.
+        track_functions: "all",
+      },
+    });
+    process.env.TEST_DATABASE_URL = srv.url;
+    return {
+      async stop() {
+        await srv.stop();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  })();
+  return server;
+}
+
+/** Stops the benches' server (call once, at the end). */
+export async function stopBenchServer(): Promise<void> {
+  if (server) await (await server).stop();
+  server = undefined;
+}
+
+/** The end-to-end rig on a database of its own on the benches' server. */
+export async function startBenchRig(opts: {
+  emulator?: Partial<EmulatorOptions>;
+  settings?: Record<string, unknown>;
+}): Promise<BenchRig> {
+  await benchServer();
+  const rig = await startRig(opts);
+  let statements = false;
+  try {
+    await rig.db.pool.query("create extension if not exists pg_stat_statements");
+    await rig.db.pool.query("select pg_stat_statements_reset()");
+    statements = true;
+  } catch {
+    statements = false;
+  }
+  return Object.assign(rig, {
+    statements,
+    async stopAll() {
+      await rig.close();
+    },
+  });
+}
+
+/** New App users (identity and profile) in one statement, as the App signs them up; their ids. */
+export async function insertUsers(rig: Rig, n: number): Promise<string[]> {
+  const ids = Array.from({ length: n }, () => randomUUID());
+  const phones = ids.map(() => randomPhone());
+  // A connection of its own, closed at once: a backend that exits reports its function statistics
+  // (the App's trigger) then, not later into the engine's measurement.
+  const app = new pg.Client({ connectionString: rig.db.url });
+  await app.connect();
+  try {
+    await app.query(
+      `with u as (insert into han_app.user_identity (id, phone_number) select * from unnest($1::uuid[], $2::text[]) returning id)
+     insert into han_app.client_profile (user_id) select id from u`,
+      [ids, phones],
+    );
+  } finally {
+    await app.end();
+  }
+  await new Promise((r) => setTimeout(r, 200));
+  return ids;
+}
+
+/** Waits until `n` workflows have succeeded; throws after `timeoutMs`. */
+export async function waitSucceeded(rig: Rig, n: number, timeoutMs: number, pollMs = 50): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const { rows } = await rig.db.pool.query<{ n: number }>(
+      "select /* bench */ count(*)::int as n from bitrix_sync.workflow_instances where state = 'succeeded'",
+    );
+    if ((rows[0]?.n ?? 0) >= n) return;
+    if (Date.now() > end) throw new Error(`only ${rows[0]?.n} of ${n} workflows succeeded`);
+    await new Promise((r) => setTimeout(r, pollMs));
+  }
+}
+
+export async function countCommands(rig: Rig): Promise<number> {
+  const { rows } = await rig.db.pool.query<{ n: number }>(
+    "select /* bench */ count(*)::int as n from bitrix_sync.crm_commands",
+  );
+  return rows[0]?.n ?? 0;
+}
+
+export interface DbReading {
+  /** Milliseconds of statement execution in the bench's database since the last reset. */
+  totalMs: number;
+  source: "pg_stat_statements" | "pg_stat_database.active_time";
+  top: Array<{ query: string; calls: number; totalMs: number; meanMs: number; rows: number }>;
+}
+
+/** Zeroes the statement statistics (pg_stat_statements) or notes where active_time stands. */
+export async function resetDbReading(rig: BenchRig): Promise<number> {
+  if (rig.statements) {
+    await rig.db.pool.query("select pg_stat_statements_reset()");
+    await rig.db.pool.query("select pg_stat_reset()");
+    return 0;
+  }
+  const { rows } = await rig.db.pool.query<{ t: number }>(
+    "select active_time::float8 as t from pg_stat_database where datname = current_database()",
+  );
+  return rows[0]?.t ?? 0;
+}
+
+/** Database time since `resetDbReading` (whose return value is `base`), and the top statements. */
+export async function readDb(rig: BenchRig, base: number, topN = 12): Promise<DbReading> {
+  if (!rig.statements) {
+    // active_time is flushed when a backend's transaction ends; a moment lets the last ones report.
+    await new Promise((r) => setTimeout(r, 600));
+    const { rows } = await rig.db.pool.query<{ t: number }>(
+      "select active_time::float8 as t from pg_stat_database where datname = current_database()",
+    );
+    return { totalMs: (rows[0]?.t ?? 0) - base, source: "pg_stat_database.active_time", top: [] };
+  }
+  const { rows } = await rig.db.pool.query<{
+    query: string;
+    calls: string;
+    total: number;
+    rows: string;
+  }>(
+    `select s.query, s.calls, s.total_exec_time as total, s.rows
+       from pg_stat_statements s
+      where s.dbid = (select oid from pg_database where datname = current_database())
+        and s.query not like '%pg_stat_statements%' and s.query not like '%/* bench */%'
+      order by s.total_exec_time desc`,
+  );
+  const totalMs = rows.reduce((s, r) => s + r.total, 0);
+  return {
+    totalMs,
+    source: "pg_stat_statements",
+    top: rows.slice(0, topN).map((r) => ({
+      query: r.query.replace(/\s+/g, " ").trim(),
+      calls: Number(r.calls),
+      totalMs: r.total,
+      meanMs: r.total / Math.max(1, Number(r.calls)),
+      rows: Number(r.rows),
+    })),
+  };
+}
+
+/** Functions and triggers by their own time (pg_stat_user_functions), when track_functions is on. */
+export async function printTopFunctions(rig: BenchRig, topN = 10): Promise<void> {
+  const { rows } = await rig.db.pool.query<{ name: string; calls: string; self: number; total: number }>(
+    `select /* bench */ f.schemaname || '.' || f.funcname as name, f.calls, f.self_time as self, f.total_time as total
+       from pg_stat_user_functions f order by f.self_time desc limit $1`,
+    [topN],
+  );
+  if (rows.length === 0) return;
+  console.log("  top functions by their own time (pg_stat_user_functions):");
+  console.log("       self ms   total ms     calls  self µs/call  function");
+  for (const r of rows) {
+    console.log(
+      `  ${r.self.toFixed(0).padStart(10)} ${r.total.toFixed(0).padStart(10)} ${String(r.calls).padStart(9)} ${((r.self * 1000) / Math.max(1, Number(r.calls))).toFixed(1).padStart(13)}  ${r.name}`,
+    );
+  }
+}
+
+export function printTop(reading: DbReading, width = 110): void {
+  if (reading.top.length === 0) return;
+  console.log("  top statements by database time (pg_stat_statements):");
+  console.log("      total ms     calls   mean ms      rows  statement");
+  for (const t of reading.top) {
+    const q = t.query.length > width ? `${t.query.slice(0, width - 1)}…` : t.query;
+    console.log(
+      `  ${t.totalMs.toFixed(0).padStart(10)} ${String(t.calls).padStart(9)} ${t.meanMs.toFixed(3).padStart(9)} ${String(t.rows).padStart(9)}  ${q}`,
+    );
+  }
+}
+
+export function load(): string {
+  return loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ");
+}
+
+/** A line about the machine, printed with every figure: other work on it moves the numbers. */
+export function machineLine(): string {
+  return `load average ${load()} (1/5/15 min), ${availableParallelism()} cores`;
+}

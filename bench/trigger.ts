@@ -1,0 +1,273 @@
+// `npm run bench:trigger`: what the project's triggers cost the App's own writes (issue 14; goal:
+// App write TPS with the triggers >= 0.90 of its TPS without them).
+//
+// A freshly migrated database of its own (created and dropped here) on TEST_DATABASE_URL's server or,
+// without it, on an embedded PostgreSQL in a temporary folder. It holds BENCH_USERS App users with
+// their profiles and a history of finished intents (as retention leaves it), then real pgbench runs
+// the App's mix: each transaction edits a profile field (foreign_phone, updated_at) and changes the
+// user's phone. Rounds alternate "with triggers" and "without" (the project's triggers on
+// han_app.user_identity and han_app.client_profile disabled), in alternating order, each starting
+// from the same queue (the intents of the previous round removed and the tables vacuumed). The ratio
+// is the median of the rounds' ratios. After every run with triggers, every user whose phone changed
+// must have its pending contact.update intent: the bench fails otherwise.
+//
+// Knobs: BENCH_USERS (default 20000), BENCH_HISTORY (finished intents, default 50000),
+// BENCH_CLIENTS (pgbench clients, default 8), BENCH_SECONDS (per run, default 10), BENCH_ROUNDS
+// (default 5), BENCH_SETUP_SQL (a file applied after the migrations, to measure a variant),
+// PGBENCH (the pgbench binary; else `pgbench` on PATH or /usr/lib/postgresql/*/bin/pgbench).
+import { spawn, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { startEmbedded } from "../src/db/embedded.js";
+import { migrateDatabase } from "../src/db/migrate.js";
+import { withDatabase } from "../src/db/url.js";
+
+const USERS = Number(process.env.BENCH_USERS ?? 20_000);
+const HISTORY = Number(process.env.BENCH_HISTORY ?? 50_000);
+const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 8);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const GOAL = 0.9;
+
+function findPgbench(): string | null {
+  if (process.env.PGBENCH) return process.env.PGBENCH;
+  const onPath = spawnSync("pgbench", ["--version"], { stdio: "ignore" });
+  if (onPath.status === 0) return "pgbench";
+  const base = "/usr/lib/postgresql";
+  if (!existsSync(base)) return null;
+  for (const v of readdirSync(base).sort().reverse()) {
+    const p = join(base, v, "bin", "pgbench");
+    if (existsSync(p)) return p;
+  }
+  return null;
+}
+
+// The App's transaction. User n has id md5(n)::uuid, so the script needs no lookup table.
+const SCRIPT = `\\set n random(1, ${USERS})
+\\set p random(0, 999999999)
+BEGIN;
+UPDATE han_app.client_profile SET foreign_phone = '+1555' || :p, updated_at = now() WHERE user_id = md5(:n::text)::uuid;
+UPDATE han_app.user_identity SET phone_number = '+79' || lpad(:p::text, 9, '0'), updated_at = now() WHERE id = md5(:n::text)::uuid;
+END;
+`;
+
+async function seed(c: pg.Client): Promise<void> {
+  // The App's users, recorded with the sync suppressed: the bench starts from a settled queue.
+  await c.query("begin");
+  await c.query("set local han.sync_suppress = 'true'");
+  await c.query(
+    `insert into han_app.user_identity (id, phone_number, record_status)
+     select md5(n::text)::uuid, '+79' || lpad(n::text, 9, '0'), 'active' from generate_series(1, $1) n`,
+    [USERS],
+  );
+  await c.query(
+    `insert into han_app.client_profile (user_id, full_name, record_status)
+     select md5(n::text)::uuid, 'User ' || n, 'active' from generate_series(1, $1) n`,
+    [USERS],
+  );
+  await c.query("commit");
+  // Finished intents as retention leaves them (the queue's normal content). Rows start pending, so
+  // the initial-state guard is bypassed for this seed only (superuser, this database only).
+  await c.query("begin");
+  await c.query("set local session_replication_role = replica");
+  await c.query(
+    `insert into han_app.sync_queue (task_type, entity_type, entity_id, dedup_key, payload_json, status,
+                                     attempt_count, next_attempt_at, completed_at, created_at, updated_at)
+     select t, 'user', u, t || ':user:' || u, jsonb_build_object('schema_version', 1, 'user_id', u, 'reason', 'seed'),
+            'processed', 1, ts, ts + interval '1 second', ts, ts + interval '1 second'
+       from (select md5((1 + i % $2)::text)::uuid as u,
+                    (array['contact.map_or_create', 'contact.update', 'contact.deactivate'])[1 + i % 3] as t,
+                    now() - interval '1 day' + i * interval '1 second' as ts
+               from generate_series(1, $1) i) s`,
+    [HISTORY, USERS],
+  );
+  await c.query("commit");
+  // Vacuumed between runs by the bench itself, so autovacuum does not land in one run and not in
+  // another.
+  for (const t of ["han_app.user_identity", "han_app.client_profile", "han_app.sync_queue"])
+    await c.query(`alter table ${t} set (autovacuum_enabled = false)`);
+  await c.query("vacuum analyze han_app.user_identity, han_app.client_profile, han_app.sync_queue");
+}
+
+/** The project's triggers on the App's tables (all user triggers there belong to the project). */
+async function setTriggers(c: pg.Client, on: boolean): Promise<number> {
+  const { rows } = await c.query<{ tbl: string; name: string }>(
+    `select t.tgrelid::regclass::text as tbl, t.tgname as name
+       from pg_trigger t
+      where t.tgrelid in ('han_app.user_identity'::regclass, 'han_app.client_profile'::regclass)
+        and not t.tgisinternal`,
+  );
+  for (const r of rows)
+    await c.query(`alter table ${r.tbl} ${on ? "enable" : "disable"} trigger ${pg.escapeIdentifier(r.name)}`);
+  return rows.length;
+}
+
+/** Back to the seeded queue: the previous run's intents removed, dead rows vacuumed. */
+async function reset(c: pg.Client, seededBefore: Date): Promise<void> {
+  await c.query("begin");
+  await c.query("set local session_replication_role = replica");
+  await c.query("delete from han_app.sync_queue where created_at > $1", [seededBefore]);
+  await c.query("commit");
+  await c.query("vacuum analyze han_app.user_identity, han_app.client_profile, han_app.sync_queue");
+  await c.query("checkpoint").catch(() => undefined);
+}
+
+function runPgbench(
+  bin: string,
+  url: string,
+  scriptFile: string,
+  seconds = SECONDS,
+): Promise<{ tps: number; tx: number }> {
+  return new Promise((resolve, reject) => {
+    const args = ["-n", "-M", "prepared", "-c", String(CLIENTS), "-j", "2", "-T", String(seconds)];
+    args.push("-f", scriptFile, url);
+    const p = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    p.stdout.on("data", (d) => {
+      out += d;
+    });
+    p.stderr.on("data", (d) => {
+      err += d;
+    });
+    p.on("error", reject);
+    p.on("exit", (code) => {
+      const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out);
+      const tx = /number of transactions actually processed: (\d+)/.exec(out);
+      const failed = /number of failed transactions: (\d+)/.exec(out);
+      if (code !== 0 || !tps || !tx || (failed && failed[1] !== "0"))
+        reject(new Error(`pgbench failed (exit ${code}): ${err.trim().split("\n").slice(-3).join(" | ")}`));
+      else resolve({ tps: Number(tps[1]), tx: Number(tx[1]) });
+    });
+  });
+}
+
+/** The server's WAL counters (server-wide: other databases' writes count too). */
+async function walStats(c: pg.Client): Promise<{ bytes: number; fpi: number }> {
+  const { rows } = await c.query<{ b: string; f: string }>(
+    "select wal_bytes::text as b, wal_fpi::text as f from pg_stat_wal",
+  );
+  return { bytes: Number(rows[0]?.b), fpi: Number(rows[0]?.f) };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+}
+
+async function main(): Promise<number> {
+  const bin = findPgbench();
+  if (!bin) {
+    console.error(
+      "bench:trigger needs pgbench (Debian: postgresql-15 or postgresql-client-15; or set PGBENCH). Nothing was run.",
+    );
+    return 2;
+  }
+  let serverUrl = process.env.TEST_DATABASE_URL;
+  let stopEmbedded: (() => Promise<void>) | undefined;
+  let dir: string | undefined;
+  if (!serverUrl) {
+    dir = mkdtempSync(join(tmpdir(), "bitrix-sync-bench-"));
+    const srv = await startEmbedded({ dir, persistent: false });
+    serverUrl = srv.url;
+    stopEmbedded = srv.stop;
+  }
+  const dbName = `bs_bench_trigger_${randomBytes(4).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: withDatabase(serverUrl, "postgres") });
+  await admin.connect();
+  await admin.query(`create database ${dbName}`);
+  const dbUrl = withDatabase(serverUrl, dbName);
+  const c = new pg.Client({ connectionString: dbUrl });
+  const work = mkdtempSync(join(tmpdir(), "bitrix-sync-pgbench-"));
+  try {
+    await migrateDatabase(dbUrl);
+    await c.connect();
+    if (process.env.BENCH_SETUP_SQL) await c.query(readFileSync(process.env.BENCH_SETUP_SQL, "utf8"));
+    await seed(c);
+    const seededBefore = (await c.query<{ t: Date }>("select clock_timestamp() as t")).rows[0]?.t as Date;
+    const settings = (
+      await c.query<{ s: string; f: string; v: string }>(
+        "select current_setting('synchronous_commit') as s, current_setting('fsync') as f, current_setting('server_version') as v",
+      )
+    ).rows[0];
+    const scriptFile = join(work, "app-mix.sql");
+    writeFileSync(scriptFile, SCRIPT);
+
+    const loads: number[] = [];
+    const withTps: number[] = [];
+    const withoutTps: number[] = [];
+    const ratios: number[] = [];
+    let missing = 0;
+    console.log(
+      `trigger bench: PostgreSQL ${settings?.v}, ${cpus().length} CPUs, ${USERS} users, ${HISTORY} finished intents, ` +
+        `${CLIENTS} clients, ${SECONDS} s per run, ${ROUNDS} rounds, synchronous_commit=${settings?.s}, fsync=${settings?.f}`,
+    );
+    // Warm-up (caches, plans), not counted.
+    await reset(c, seededBefore);
+    await runPgbench(bin, dbUrl, scriptFile, Math.min(5, SECONDS));
+    for (let round = 0; round < ROUNDS; round++) {
+      const order = round % 2 === 0 ? [true, false] : [false, true];
+      const got: Record<string, number> = {};
+      for (const on of order) {
+        await reset(c, seededBefore);
+        const n = await setTriggers(c, on);
+        const start = (await c.query<{ t: Date }>("select clock_timestamp() as t")).rows[0]?.t as Date;
+        const load = loadavg()[0] ?? 0;
+        loads.push(load);
+        const wal0 = await walStats(c);
+        const r = await runPgbench(bin, dbUrl, scriptFile);
+        const wal1 = await walStats(c);
+        const walPerTx = `WAL ${((wal1.bytes - wal0.bytes) / r.tx).toFixed(0)} B/tx, ${((wal1.fpi - wal0.fpi) / r.tx).toFixed(2)} FPI/tx`;
+        let check = "";
+        if (on) {
+          // Durability of the intents: every user whose phone changed has its pending contact.update.
+          const { rows } = await c.query<{ changed: string; missing: string; intents: string }>(
+            `select count(*) as changed,
+                    count(*) filter (where not exists (
+                      select 1 from han_app.sync_queue q
+                       where q.dedup_key = 'contact.update:user:' || u.id and q.status = 'pending')) as missing,
+                    (select count(*) from han_app.sync_queue where created_at > $1) as intents
+               from han_app.user_identity u where u.updated_at >= $2`,
+            [seededBefore, start],
+          );
+          missing += Number(rows[0]?.missing);
+          check = `, users changed ${rows[0]?.changed}, intents ${rows[0]?.intents}, missing ${rows[0]?.missing}`;
+        }
+        console.log(
+          `  round ${round + 1} ${on ? `with triggers (${n})` : "without triggers"}: ${r.tps.toFixed(0)} TPS ` +
+            `(${r.tx} transactions), ${walPerTx}, load ${load.toFixed(2)}${check}`,
+        );
+      }
+      ratios.push((got.with as number) / (got.without as number));
+      withTps.push(got.with as number);
+      withoutTps.push(got.without as number);
+    }
+    const ratio = median(ratios);
+    console.log(`  TPS with triggers (median): ${median(withTps).toFixed(0)}`);
+    console.log(`  TPS without triggers (median): ${median(withoutTps).toFixed(0)}`);
+    console.log(
+      `  ratio with/without: ${ratio.toFixed(3)} (rounds: ${ratios.map((x) => x.toFixed(3)).join(", ")}; goal >= ${GOAL})`,
+    );
+    console.log(
+      `  load average during runs: ${Math.min(...loads).toFixed(2)}..${Math.max(...loads).toFixed(2)}; now ${loadavg()
+        .map((x) => x.toFixed(2))
+        .join(" ")}`,
+    );
+    console.log(`  intents missing: ${missing}`);
+    console.log(`  goal ${ratio >= GOAL && missing === 0 ? "met" : "MISSED"}`);
+    return missing === 0 ? 0 : 1;
+  } finally {
+    await c.end().catch(() => undefined);
+    await admin.query(`drop database if exists ${dbName} with (force)`);
+    await admin.end();
+    await stopEmbedded?.();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+process.exitCode = await main();

@@ -1,0 +1,273 @@
+// Preflight, database: reachable, migrated, graphile-worker's schema, the roles' privileges as the
+// catalogue defines them (bitrix_sync.role_privilege_drift), the hot settings valid, and the cutover
+// state (§13, §17). Read-only: nothing but SELECTs.
+import { readdirSync } from "node:fs";
+import { join } from "node:path";
+import pg from "pg";
+import type { Config } from "../config/env.js";
+import { sqlstate } from "../db/errors.js";
+import { migrationsCurrent, migrationsFolder } from "../db/migrate.js";
+import { databaseAddress } from "../db/url.js";
+import { parseSettings, type Settings } from "../settings-schema.js";
+import { type CheckResult, check, notChecked } from "./types.js";
+
+export interface DatabaseChecks {
+  results: CheckResult[];
+  /** The active hot settings, when they could be read and parsed (the portal checks use them). */
+  settings: Settings | null;
+}
+
+const IDS = [
+  "database.reachable",
+  "database.migrations",
+  "database.worker_schema",
+  "database.grants",
+  "database.settings",
+  "database.cutover",
+] as const;
+
+async function connect(url: string, timeoutMs: number): Promise<pg.Client> {
+  const c = new pg.Client({
+    connectionString: url,
+    connectionTimeoutMillis: timeoutMs,
+    query_timeout: timeoutMs,
+    application_name: "bitrix-sync-preflight",
+  });
+  // An error after connecting (the server going away) must not crash the process.
+  c.on("error", () => undefined);
+  await c.connect();
+  return c;
+}
+
+/**
+ * `ownerUrl`: a connection of the schema owner (MIGRATION_DATABASE_URL), which may read the
+ * privilege drift; the service's own role may not (sql/privileges.sql).
+ */
+export async function checkDatabase(config: Config, ownerUrl: string | undefined): Promise<DatabaseChecks> {
+  const url = config.secrets.BITRIX_SYNC_DATABASE_URL;
+  if (url === undefined) {
+    return {
+      settings: null,
+      results: IDS.map((id) =>
+        notChecked(
+          id,
+          "BITRIX_SYNC_DATABASE_URL is not configured (the sandbox's embedded database is not a deployment)",
+          "provide the BITRIX_SYNC_DATABASE_URL secret",
+        ),
+      ),
+    };
+  }
+  const timeoutMs = config.env.BITRIX_SYNC_HTTP_TIMEOUT_SEC * 1000;
+  const where = databaseAddress(url);
+  let c: pg.Client;
+  try {
+    c = await connect(url, timeoutMs);
+  } catch (e) {
+    const code = sqlstate(e) ?? (e as NodeJS.ErrnoException).code ?? "no answer";
+    return {
+      settings: null,
+      results: [
+        check(
+          "database.reachable",
+          "unknown",
+          `could not connect to ${where} (${code})`,
+          "check that PostgreSQL runs and that BITRIX_SYNC_DATABASE_URL's host, port, user and password are right",
+        ),
+        ...IDS.slice(1).map((id) => notChecked(id, `the database at ${where} is not reachable`)),
+      ],
+    };
+  }
+  const results: CheckResult[] = [];
+  let settings: Settings | null = null;
+  try {
+    const who = await c.query<{ role: string; superuser: boolean }>(
+      "select current_user as role, r.rolsuper as superuser from pg_roles r where r.rolname = current_user",
+    );
+    const role = who.rows[0];
+    results.push(
+      role?.role === "bitrix_sync_user"
+        ? check("database.reachable", "ok", `${where} answers; the service connects as bitrix_sync_user`)
+        : check(
+            "database.reachable",
+            "warn",
+            `${where} answers, but the service connects as ${role?.superuser ? "a superuser" : `role ${role?.role ?? "?"}`}, not bitrix_sync_user`,
+            "give the service a connection as bitrix_sync_user (§13); the owner is for migrations only",
+          ),
+    );
+
+    // Migrations: graphile-migrate's table against migrations/committed.
+    const committed = readdirSync(join(migrationsFolder, "committed")).filter((f) =>
+      f.endsWith(".sql"),
+    ).length;
+    const hasTable = await c.query("select to_regclass('graphile_migrate.migrations') is not null as t");
+    let migrated = false;
+    if (!hasTable.rows[0]?.t) {
+      results.push(
+        check(
+          "database.migrations",
+          "fail",
+          `not migrated: graphile_migrate.migrations does not exist (0 of ${committed} migrations applied)`,
+          "run `npm run db:migrate` with the owner's MIGRATION_DATABASE_URL (docs/deployment.md)",
+        ),
+      );
+    } else {
+      const applied = Number(
+        (await c.query<{ n: string }>("select count(*) as n from graphile_migrate.migrations")).rows[0]?.n ??
+          0,
+      );
+      migrated = await migrationsCurrent(c as unknown as pg.PoolClient);
+      results.push(
+        migrated
+          ? check("database.migrations", "ok", `current: ${applied} of ${committed} migrations applied`)
+          : check(
+              "database.migrations",
+              "fail",
+              `behind: ${applied} of ${committed} migrations applied, the newest is not`,
+              "run `npm run db:migrate` with the owner's MIGRATION_DATABASE_URL",
+            ),
+      );
+    }
+
+    const worker = await c.query(
+      "select exists (select 1 from pg_namespace where nspname = 'graphile_worker') as w",
+    );
+    results.push(
+      worker.rows[0]?.w
+        ? check("database.worker_schema", "ok", "graphile_worker's schema is present")
+        : check(
+            "database.worker_schema",
+            "fail",
+            "graphile_worker's schema is missing",
+            "run `npm run db:migrate` as the owner: it installs graphile-worker's schema first",
+          ),
+    );
+
+    if (!migrated) {
+      const why = "the schema is not current (database.migrations)";
+      results.push(notChecked("database.grants", why), notChecked("database.settings", why));
+      results.push(notChecked("database.cutover", why));
+      return { results, settings };
+    }
+
+    results.push(await checkGrants(c, ownerUrl, timeoutMs));
+
+    const active = await c.query<{ s: unknown }>("select bitrix_sync.active_settings() as s");
+    const parsed = parseSettings(active.rows[0]?.s);
+    if (parsed.ok) {
+      settings = parsed.settings;
+      results.push(
+        check(
+          "database.settings",
+          "ok",
+          `active settings version ${parsed.version ?? "(defaults)"} is valid`,
+        ),
+      );
+    } else {
+      results.push(
+        check(
+          "database.settings",
+          "fail",
+          `active settings invalid: ${parsed.errors.join("; ")}`,
+          "propose, validate and activate a corrected version (docs/admin.md)",
+        ),
+      );
+    }
+
+    const cut = await c.query<{ done: boolean }>("select bitrix_sync.cutover_performed() as done");
+    if (cut.rows[0]?.done) {
+      results.push(check("database.cutover", "ok", "the cutover has been performed"));
+    } else {
+      // Before enabling this is the expected state (§17: cut over, then enable); once enabled it
+      // means no work is ever claimed.
+      const enabled = config.env.BITRIX_SYNC_ENABLED === true;
+      results.push(
+        check(
+          "database.cutover",
+          enabled ? "fail" : "warn",
+          enabled
+            ? "BITRIX_SYNC_ENABLED=true but the cutover has not been performed: nothing will be processed"
+            : "the cutover has not been performed yet",
+          "after the stub is stopped, as bitrix_sync_admin: select * from bitrix_sync.perform_cutover('ops:<you>'); then enable (docs/operations.md)",
+        ),
+      );
+    }
+  } catch (e) {
+    const code = sqlstate(e) ?? (e as NodeJS.ErrnoException).code ?? "error";
+    const done = new Set(results.map((r) => r.id));
+    for (const id of IDS) {
+      if (!done.has(id)) results.push(notChecked(id, `the database answered an error (${code})`));
+    }
+  } finally {
+    await c.end().catch(() => undefined);
+  }
+  return { results, settings };
+}
+
+interface Drift {
+  object_type: string;
+  object_name: string;
+  role: string | null;
+  privilege: string | null;
+  column_name: string | null;
+  problem: string;
+}
+
+/** The drift view, read as the owner when given (the service's role may not read it). */
+async function checkGrants(
+  service: pg.Client,
+  ownerUrl: string | undefined,
+  timeoutMs: number,
+): Promise<CheckResult> {
+  let c = service;
+  let owner: pg.Client | null = null;
+  try {
+    if (ownerUrl !== undefined) {
+      try {
+        owner = await connect(ownerUrl, timeoutMs);
+        c = owner;
+      } catch (e) {
+        return check(
+          "database.grants",
+          "unknown",
+          `could not connect with MIGRATION_DATABASE_URL (${sqlstate(e) ?? (e as NodeJS.ErrnoException).code ?? "no answer"})`,
+          "check the owner's connection string",
+        );
+      }
+    }
+    let rows: Drift[];
+    try {
+      rows = (
+        await c.query<Drift>(
+          "select object_type, object_name, role, privilege, column_name, problem from bitrix_sync.role_privilege_drift order by 2, 3, 4, 5",
+        )
+      ).rows;
+    } catch (e) {
+      if (sqlstate(e) === "42501") {
+        return check(
+          "database.grants",
+          "unknown",
+          "the service's role may not read bitrix_sync.role_privilege_drift",
+          "run preflight with the owner's connection in MIGRATION_DATABASE_URL (or MIGRATION_DATABASE_URL_FILE)",
+        );
+      }
+      throw e;
+    }
+    if (rows.length === 0) return check("database.grants", "ok", "roles and grants match sql/privileges.sql");
+    const shown = rows
+      .slice(0, 5)
+      .map((r) =>
+        `${r.problem} ${r.privilege ?? ""}${r.column_name ? ` (${r.column_name})` : ""} on ${r.object_type} ${r.object_name}${r.role ? ` for ${r.role}` : ""}`.replace(
+          /\s+/g,
+          " ",
+        ),
+      );
+    return check(
+      "database.grants",
+      "fail",
+      `${rows.length} difference(s) from the privilege catalogue: ${shown.join("; ")}${rows.length > 5 ? "; ..." : ""}`,
+      "re-apply the catalogue as the owner (psql -f sql/grants.sql) or revoke the manual GRANT; see docs/security.md",
+    );
+  } finally {
+    await owner?.end().catch(() => undefined);
+  }
+}

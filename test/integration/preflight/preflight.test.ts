@@ -1,0 +1,297 @@
+// `npm run preflight` against a deployment made of real parts: the emulator as the portal over
+// loopback (through the service's own CRM client), a migrated PostgreSQL, secret files, the nginx
+// renderer and a real `nginx -t`. Correct, it exits 0; each mistake makes it exit non-zero and name
+// what is wrong; its output never holds a secret, the webhook URL or a Contact's data.
+import { chmodSync } from "node:fs";
+import { join } from "node:path";
+import test, { type ExecutionContext } from "ava";
+import { SANDBOX_FIELDS } from "../../../src/config/env.js";
+import {
+  type CheckResult,
+  formatReport,
+  type PreflightReport,
+  runPreflight,
+} from "../../../src/preflight/index.js";
+import { hasNginx } from "../../helpers/nginx.js";
+import { ALERT_SETTINGS, type Deployment, deployment, SAMPLE_PHONE } from "../../helpers/preflight.js";
+import { runProcess } from "../../helpers/run-process.js";
+import { setSettings } from "../../helpers/settings.js";
+import { createEmptyDb, createTestDb, type TestDb } from "../../helpers/testdb.js";
+
+let db: TestDb;
+const open: Deployment[] = [];
+test.before(async () => {
+  // No cutover yet: preflight runs before it (§17 step 7), which is a warning while disabled.
+  db = await createTestDb({ cutover: false });
+  await setSettings(db, ALERT_SETTINGS);
+});
+test.after.always(async () => {
+  await Promise.all(open.map((d) => d.close()));
+  await db?.drop();
+});
+
+async function deploy(
+  opts: Omit<Parameters<typeof deployment>[0], "databaseUrl"> & { databaseUrl?: string } = {},
+) {
+  const d = await deployment({ databaseUrl: db.url, ...opts });
+  open.push(d);
+  return d;
+}
+
+function byId(r: PreflightReport, id: string): CheckResult {
+  const c = r.results.find((x) => x.id === id);
+  if (!c) throw new Error(`no check ${id}`);
+  return c;
+}
+
+/** The text a person would read, checked for every secret, the webhook URL and the sample phone. */
+function assertNoSecrets(t: ExecutionContext, d: Deployment, text: string) {
+  for (const s of d.secrets) t.false(text.includes(s), "a secret value in the output");
+  t.false(text.includes(d.emulator.secret), "the webhook's secret in the output");
+  t.false(text.includes("/rest/1/"), "the webhook URL's path in the output");
+  t.false(text.includes(SAMPLE_PHONE.slice(2)), "a Contact's phone in the output");
+}
+
+async function preflight(t: ExecutionContext, d: Deployment): Promise<PreflightReport> {
+  const r = await runPreflight(d.env);
+  const text = formatReport(r) + JSON.stringify(r);
+  assertNoSecrets(t, d, text);
+  t.log(formatReport(r));
+  return r;
+}
+
+test("a correct deployment passes: exit 0, every check ok or a warning", async (t) => {
+  const d = await deploy();
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 0);
+  for (const c of r.results)
+    t.true(c.status === "ok" || c.status === "warn", `${c.id}: ${c.status} ${c.detail}`);
+  t.is(byId(r, "portal.contact_fields").status, "ok");
+  t.is(byId(r, "portal.alert_process").status, "ok");
+  t.is(byId(r, "database.grants").status, "ok");
+  t.is(byId(r, "database.cutover").status, "warn");
+  t.regex(
+    byId(r, "portal.probe_registered_form").detail,
+    /crm\.contact\.list returns string "1"\/"0", crm\.item\.list returns string "Y"\/"N"/,
+  );
+  t.regex(byId(r, "portal.probe_date_modify").detail, /same instant/);
+  t.regex(byId(r, "portal.probe_opened_filter").detail, /opened=Y returns Contacts/);
+  t.regex(byId(r, "portal.member_id").detail, /cannot confirm/);
+  if (hasNginx) t.is(byId(r, "proxy.nginx_config").status, "ok");
+});
+
+test("a Contact field missing on the portal fails and names the variable", async (t) => {
+  const d = await deploy({ emulator: { userFieldTypes: { registered: null } } });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  const c = byId(r, "portal.contact_fields");
+  t.is(c.status, "fail");
+  t.regex(
+    c.detail,
+    new RegExp(`BITRIX_SYNC_CONTACT_REGISTERED_FIELD=${SANDBOX_FIELDS.registered} does not exist`),
+  );
+});
+
+test("a mistyped field, and a list without items, fail", async (t) => {
+  const d = await deploy({ emulator: { userFieldTypes: { userId: "double" }, citizenship: [] } });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  const c = byId(r, "portal.contact_fields");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /BITRIX_SYNC_CONTACT_USER_ID_FIELD=\S+ is of type double, needs string/);
+  t.regex(c.detail, /BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD=\S+ is a list without items/);
+});
+
+test("a citizenship field that is not a list fails", async (t) => {
+  const d = await deploy({ emulator: { userFieldTypes: { citizenship: "string" } } });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  t.regex(
+    byId(r, "portal.contact_fields").detail,
+    /CITIZENSHIP_FIELD=\S+ is of type string, needs enumeration/,
+  );
+});
+
+test("a member ID that is not one fails", async (t) => {
+  const d = await deploy({ env: { BITRIX_SYNC_PORTAL_MEMBER_ID: "my-portal" } });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  const c = byId(r, "portal.member_id");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /BITRIX_SYNC_PORTAL_MEMBER_ID does not look like a portal member ID/);
+  t.false(c.detail.includes("my-portal"));
+});
+
+test("a revoked credential is named; the checks behind it are not claimed (exit 2)", async (t) => {
+  const d = await deploy();
+  d.emulator.revokeCredential();
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 2);
+  const c = byId(r, "portal.credential");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /rejected the webhook credential \(INVALID_CREDENTIALS, HTTP 401\)/);
+  t.is(byId(r, "portal.contact_fields").status, "unknown");
+});
+
+test("a webhook without the crm scope fails on the credential and on every method", async (t) => {
+  const d = await deploy({ emulator: { scopes: ["user"] } });
+  const r = await preflight(t, d);
+  t.is(byId(r, "portal.credential").status, "fail");
+  t.regex(byId(r, "portal.credential").detail, /lacks the crm scope/);
+  const m = byId(r, "portal.methods");
+  t.is(m.status, "fail");
+  t.regex(m.detail, /not allowed by the webhook's scopes: crm\.contact\.add, /);
+  t.not(r.exitCode, 0);
+});
+
+test("an empty allow-list while the receivers are enabled fails", async (t) => {
+  const d = await deploy({ env: { BITRIX_WEBHOOK_ALLOWED_CIDRS: "" } });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  const c = byId(r, "proxy.allow_list");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /BITRIX_WEBHOOK_ALLOWED_CIDRS: empty while the receivers are enabled/);
+  // The rest of the nginx configuration is still tested.
+  if (hasNginx) t.is(byId(r, "proxy.nginx_config").status, "ok");
+});
+
+test("a world-readable secret file fails and names the file", async (t) => {
+  const d = await deploy();
+  chmodSync(join(d.secretsDir, "BITRIX_SYNC_SERVICE_TOKEN"), 0o644);
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  const c = byId(r, "config.secret_files");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /readable beyond the service's user: BITRIX_SYNC_SERVICE_TOKEN \(mode 0644\)/);
+});
+
+test("a stub-era variable left over fails", async (t) => {
+  const d = await deploy({
+    env: { BITRIX_SYNC_CRM_BASE_URL: "https://old.example", CONTACT_SYNC_INTERVAL_SEC: "60" },
+  });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  t.regex(byId(r, "config.stub_era").detail, /BITRIX_SYNC_CRM_BASE_URL, CONTACT_SYNC_INTERVAL_SEC/);
+});
+
+test("an invalid configuration: nothing else can be checked (exit 2)", async (t) => {
+  const d = await deploy({ env: { BITRIX_SYNC_CONTACT_USER_ID_FIELD: "userid" } });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 2);
+  t.is(byId(r, "config.variables").status, "fail");
+  t.regex(
+    byId(r, "config.variables").detail,
+    /BITRIX_SYNC_CONTACT_USER_ID_FIELD: must look like UF_CRM_<digits>/,
+  );
+  t.is(byId(r, "database.reachable").status, "unknown");
+});
+
+test("what enabling will require is checked while still disabled", async (t) => {
+  const d = await deploy({ env: { BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: undefined } });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  t.regex(
+    byId(r, "config.variables").detail,
+    /BITRIX_SYNC_ENABLED=true would be refused: BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: required when BITRIX_SYNC_ENABLED=true/,
+  );
+});
+
+test("enabled without a cutover fails on the cutover", async (t) => {
+  const d = await deploy({ env: { BITRIX_SYNC_ENABLED: "true" } });
+  const r = await preflight(t, d);
+  t.is(byId(r, "database.cutover").status, "fail");
+  t.regex(byId(r, "database.cutover").hint ?? "", /perform_cutover/);
+  t.is(r.exitCode, 1);
+});
+
+test("the database unreachable: exit 2, the database checks not claimed", async (t) => {
+  const d = await deploy({ databaseUrl: "postgres://postgres@127.0.0.1:1/none" });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 2);
+  t.is(byId(r, "database.reachable").status, "unknown");
+  t.regex(byId(r, "database.reachable").detail, /could not connect to 127\.0\.0\.1:1/);
+  t.is(byId(r, "database.migrations").status, "unknown");
+  t.is(byId(r, "portal.alert_process").status, "unknown");
+});
+
+test("a database that is not migrated fails on the migrations", async (t) => {
+  const empty = await createEmptyDb();
+  t.teardown(() => empty.drop());
+  const d = await deploy({ databaseUrl: empty.url });
+  const r = await preflight(t, d);
+  t.not(r.exitCode, 0);
+  const c = byId(r, "database.migrations");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /not migrated/);
+  t.is(byId(r, "database.worker_schema").status, "fail");
+});
+
+test("drifted grants fail and name the difference", async (t) => {
+  const drifted = await createTestDb();
+  t.teardown(() => drifted.drop());
+  await setSettings(drifted, ALERT_SETTINGS);
+  await drifted.pool.query("grant select on bitrix_sync.crm_commands to han_app_user");
+  const d = await deploy({ databaseUrl: drifted.url });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  const c = byId(r, "database.grants");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /extra SELECT on table bitrix_sync\.crm_commands for han_app_user/);
+  t.is(byId(r, "database.cutover").status, "ok");
+});
+
+test("an alert smart process that does not match the settings fails", async (t) => {
+  const d = await deploy({
+    emulator: {
+      smartProcesses: [
+        {
+          entityTypeId: 1040,
+          typeId: 14,
+          categoryId: 7,
+          stages: ["DT1040_7:NEW", "DT1040_7:WON", "DT1040_7:FAIL"],
+          fields: ["ufCrm14_1001"],
+        },
+      ],
+    },
+  });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  const c = byId(r, "portal.alert_process");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /field ufCrm14_1002 \(alerts\.fields\.fingerprint\) does not exist/);
+  t.regex(c.detail, /stage DT1040_7:SUCCESS \(alerts\.stage_resolved\) is not a stage of category 7/);
+});
+
+test("the opened filter probe says which value returns Contacts", async (t) => {
+  const other = await createTestDb();
+  t.teardown(() => other.drop());
+  await setSettings(other, { ...ALERT_SETTINGS, "reconcile.opened_filter": "1" });
+  const d = await deploy({ databaseUrl: other.url });
+  const r = await preflight(t, d);
+  const c = byId(r, "portal.probe_opened_filter");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /opened=1 returns no Contact although Contacts exist; opened=Y does return some/);
+  t.regex(c.hint ?? "", /set reconcile\.opened_filter to Y/);
+});
+
+test("as a process: `npm run preflight`'s command, text and --json, exit codes and no secrets", async (t) => {
+  const d = await deploy();
+  const text = await runProcess(process.execPath, ["--import", "tsx", "scripts/preflight.ts"], d.env, 60_000);
+  t.is(text.code, 0, text.stdout + text.stderr);
+  t.regex(text.stdout, /^ok +config\.variables/m);
+  t.regex(text.stdout, /preflight: \d+ ok, \d+ warning\(s\), 0 failed, 0 not checked; exit 0/);
+  assertNoSecrets(t, d, text.stdout + text.stderr);
+
+  d.emulator.revokeCredential();
+  const json = await runProcess(
+    process.execPath,
+    ["--import", "tsx", "scripts/preflight.ts", "--json"],
+    d.env,
+    60_000,
+  );
+  t.is(json.code, 2);
+  const parsed = JSON.parse(json.stdout) as PreflightReport;
+  t.is(parsed.exitCode, 2);
+  t.is(byId(parsed, "portal.credential").status, "fail");
+  assertNoSecrets(t, d, json.stdout + json.stderr);
+});
