@@ -221,7 +221,7 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
     await permit.release();
     return { sent: 0, waitMs: 0 };
   }
-  return { sent: sending.length, waitMs: 0, flight: fly(deps, sending, permit, batchId, signal) };
+  return { sent: sending.length, waitMs: 0, flight: fly(deps, sending, permit, batchId) };
 }
 
 /** One batch start to end, awaited: what a caller without a dispatcher of its own uses. */
@@ -237,7 +237,6 @@ async function fly(
   sending: Array<{ row: CommandRow; h: Hydrated }>,
   permit: LimiterPermit,
   batchId: string,
-  signal?: AbortSignal,
 ): Promise<void> {
   // Each send is a span under the step that issued the command (its stored context, whichever
   // process stored it); the batch, shared by many intents, links to all of them.
