@@ -81,8 +81,8 @@ test.serial(
     );
     const aborted = emulator.log.filter((e) => e.at < sentAt && e.status === 0).length;
     t.is(aborted, 0, "no request was cut off");
-    // Claiming stopped: at most one batch per pump lane could already be past its last look at the
-    // signal; nothing else left after SIGTERM.
+    // Claiming stopped: only batches whose permit was already granted (at most one per in-flight
+    // slot) could still leave after SIGTERM.
     const after = emulator.log.filter((e) => e.at >= sentAt).length;
     t.true(after <= MAX_IN_FLIGHT, `${after} requests left after SIGTERM`);
     t.true(
