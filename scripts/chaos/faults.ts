@@ -59,6 +59,7 @@ export class Faults {
 
   /** Injects faults until `until` (epoch ms). */
   async run(until: number): Promise<void> {
+    const half = Date.now() + (until - Date.now()) / 2;
     while (Date.now() < until) {
       await sleep(randomInt(this.t.long ? 4_000 : 2_000, this.t.long ? 15_000 : 6_000));
       if (Date.now() >= until) break;
@@ -73,9 +74,10 @@ export class Faults {
         "replica_sigkill",
         "reply_lost_after_create",
       ];
-      // The long outage once per run, in its first half; short runs get a short one.
+      // One outage per run (minutes long in the long mode, seconds in the short one).
       if (!this.outageDone) kinds.push("portal_outage", "portal_outage");
-      const kind = pick(kinds);
+      // The outage comes once per run: at random, or at the latest past the middle of the run.
+      const kind = !this.outageDone && Date.now() > half ? "portal_outage" : pick(kinds);
       await this.inject(kind);
     }
     await this.settleReplicas();
