@@ -46,8 +46,14 @@ async function performSandboxCutover(pool: pg.Pool, log: Logger): Promise<void> 
 
 type Stop = () => Promise<void>;
 
-/** The whole shutdown's bound; past it the process exits 1. */
-const SHUTDOWN_MS = 30_000;
+/**
+ * The whole shutdown's bound; past it the process exits 1. A drain (docs/reliability.md) takes at
+ * most the HTTP timeout of a request already out plus its settling; 15 s covers the settling, the
+ * runner's and the pools' stop and the last spans. Never below 30 s.
+ */
+function shutdownBoundMs(config: Config): number {
+  return Math.max(30_000, (config.env.BITRIX_SYNC_HTTP_TIMEOUT_SEC + 15) * 1000);
+}
 /** At most this long for the last spans to reach the collector. */
 const TRACING_FLUSH_MS = 5_000;
 
@@ -270,11 +276,12 @@ async function main(): Promise<void> {
     if (shuttingDown) return;
     shuttingDown = true;
     log.info({ event: "shutdown.begin", signal }, "stopping");
-    const deadline = Date.now() + SHUTDOWN_MS;
+    const boundMs = shutdownBoundMs(config);
+    const deadline = Date.now() + boundMs;
     const timer = setTimeout(() => {
       log.error({ event: "shutdown.timeout" }, "shutdown took too long; exiting");
       process.exit(1);
-    }, SHUTDOWN_MS);
+    }, boundMs);
     timer.unref();
     await runStops(stops, log);
     // The last spans (this shutdown's included) within what is left of the bound.

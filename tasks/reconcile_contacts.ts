@@ -8,12 +8,14 @@ import { runtime } from "../src/runtime.js";
 
 const Payload = z.object({ force: z.boolean().optional() }).passthrough();
 
-const task: Task = async (payload) => {
+const task: Task = async (payload, helpers) => {
   const p = Payload.parse(payload ?? {});
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
   const report = await reconcileContacts(r.services, r.settings.get().reconcile, {
     force: p.force === true,
+    // SIGTERM: the run stops before its next batch and gives the cursor back.
+    signal: AbortSignal.any([r.stopping, helpers.abortSignal ?? new AbortController().signal]),
   });
   if (report.status === "failed") throw new Error(`reconciliation failed: ${report.errorCode}`);
 };

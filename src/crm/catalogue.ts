@@ -23,6 +23,7 @@ export const COMMAND_TYPES = [
   "citizenship.list",
   "contact.add",
   "contact.find_by_phone",
+  "contact.find_by_user_id",
   "contact.list_changed",
   "contact.read",
   "contact.update",
@@ -66,6 +67,8 @@ export interface CommandParams {
     citizenshipEnumId?: string | null;
   };
   "contact.find_by_phone": { phones: string[] };
+  /** The Contacts whose integration user id field holds this App user id (a lost create's recovery). */
+  "contact.find_by_user_id": { userId: string };
   /**
    * `updatedSince`: ISO 8601 with an offset (watermark minus overlap). Paging either by keyset
    * (`afterId`, no COUNT) or by offset (`start`, a multiple of 50: the reply carries `total`, so the
@@ -110,6 +113,8 @@ export interface CommandResults {
   "contact.add": { contactId: number };
   /** At most 20 IDs, as the portal answers (the oldest matches when more exist). */
   "contact.find_by_phone": { contactIds: number[] };
+  /** At most one page (50) of IDs, oldest first. */
+  "contact.find_by_user_id": { contactIds: number[] };
   /**
    * `complete` is false when a full page came back: ask again with afterId = lastId (keyset) or the
    * next offset. `total` is the number of matches, present with offset paging only.
@@ -337,6 +342,22 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
       const list = rec.CONTACT ?? [];
       if (!Array.isArray(list)) return null;
       const out = list.map(intOrNull);
+      return out.every((n) => n !== null && n > 0) ? { contactIds: out as number[] } : null;
+    },
+  },
+  "contact.find_by_user_id": {
+    method: "crm.contact.list",
+    write: false,
+    // The legacy list filters by the user field's physical name (UF_CRM_...), as contact.read selects it.
+    build: (p, ctx) => {
+      if (typeof p.userId !== "string" || !UUID.test(p.userId)) {
+        throw new CommandDataError("invalid_params", "userId must be a UUID");
+      }
+      return { select: ["ID"], filter: { [ctx.fields.userId]: p.userId }, order: { ID: "ASC" } };
+    },
+    parse: (r) => {
+      if (!Array.isArray(r)) return null;
+      const out = r.map((row) => intOrNull(record(row)?.ID));
       return out.every((n) => n !== null && n > 0) ? { contactIds: out as number[] } : null;
     },
   },

@@ -106,6 +106,11 @@ export interface Emulator {
   clearFaults(): void;
   /** Latency for every request from now on. */
   setLatency(ms: number): void;
+  /**
+   * An outage: every request gets this fault (never a command_error) until called with null; queued
+   * faults wait meanwhile. Faults of an outage are logged like queued ones.
+   */
+  setOutage(fault: Fault | FaultShorthand | null): void;
   /** The webhook is deleted in the portal: every call answers 401. */
   revokeCredential(): void;
   restoreCredential(): void;
@@ -201,6 +206,7 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
   const sockets = new Set<Socket>();
   let latencyMs = opts.latencyMs ?? 0;
   let revoked = false;
+  let outage: Fault | null = null;
 
   function takeFault(pred: (q: QueuedFault) => boolean): Fault | undefined {
     const idx = faults.findIndex(pred);
@@ -412,13 +418,15 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
       }
     }
 
-    const fault = takeFault(
-      (q) =>
-        q.fault.kind !== "command_error" &&
-        (q.method === undefined ||
-          q.method === method ||
-          (method === "batch" && batchMethods(params).includes(q.method))),
-    );
+    const fault =
+      outage ??
+      takeFault(
+        (q) =>
+          q.fault.kind !== "command_error" &&
+          (q.method === undefined ||
+            q.method === method ||
+            (method === "batch" && batchMethods(params).includes(q.method))),
+      );
     if (fault) entry.fault = fault.kind;
     const delay = latencyMs + (fault?.kind === "latency" ? fault.ms : 0);
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
@@ -516,6 +524,11 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     },
     setLatency(ms) {
       latencyMs = ms;
+    },
+    setOutage(f) {
+      const e = f === null ? null : expand(f);
+      if (e?.kind === "command_error") throw new TypeError("an outage refuses whole requests");
+      outage = e;
     },
     revokeCredential() {
       revoked = true;

@@ -86,9 +86,18 @@ function sameValues(
   );
 }
 
-async function send(deps: ServiceContext, commands: CrmCommand[], counter: { requests: number }) {
+/** Requests sent by the run, and the process's shutdown signal: a run stops before its next batch. */
+interface Counter {
+  requests: number;
+  signal?: AbortSignal | undefined;
+}
+
+async function send(deps: ServiceContext, commands: CrmCommand[], counter: Counter) {
   const out = [];
   for (let i = 0; i < commands.length; i += BATCH_MAX) {
+    // On SIGTERM the run ends here and gives its cursor back (fail_reconciliation_run keeps the
+    // watermark), rather than holding it until reconcile.lease_sec after the process is gone.
+    if (counter.signal?.aborted) throw new RunFailed("shutdown");
     counter.requests++;
     const res = await executeBatch(deps.crm, commands.slice(i, i + BATCH_MAX));
     for (const o of res) {
@@ -104,7 +113,7 @@ async function changedIds(
   deps: ServiceContext,
   since: string,
   opened: ReconcileSettings["openedFilter"],
-  counter: { requests: number },
+  counter: Counter,
 ) {
   const list = (start: number): CrmCommand => ({
     type: "contact.list_changed",
@@ -145,7 +154,7 @@ async function changedIds(
 export async function reconcileContacts(
   deps: ServiceContext,
   s: ReconcileSettings,
-  opts: { force?: boolean } = {},
+  opts: { force?: boolean; signal?: AbortSignal } = {},
 ): Promise<ReconcileReport> {
   const report: ReconcileReport = {
     ran: false,
@@ -176,7 +185,7 @@ export async function reconcileContacts(
     "bitrix_sync.reconcile.run",
     { root: true, attributes: { "bitrix_sync.reconcile.job": "contacts" } },
     async (span) => {
-      await runClaimed(deps, s, claim, report);
+      await runClaimed(deps, s, claim, report, opts.signal);
       span.setAttributes({
         "bitrix_sync.outcome": report.status,
         "bitrix_sync.reconcile.scanned": report.scanned,
@@ -197,11 +206,12 @@ async function runClaimed(
   s: ReconcileSettings,
   claim: Claim,
   report: ReconcileReport,
+  signal?: AbortSignal,
 ): Promise<void> {
   const from =
     claim.watermark ?? claim.cutover ?? new Date(claim.started.getTime() - s.contactsIntervalSec * 1000);
   const since = toPortalTimestamp(new Date(from.getTime() - s.overlapSec * 1000));
-  const counter = { requests: 0 };
+  const counter: Counter = { requests: 0, signal };
   try {
     const ids = await changedIds(deps, since, s.openedFilter, counter);
     report.scanned = ids.length;

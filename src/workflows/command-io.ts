@@ -160,6 +160,10 @@ export async function hydrate(
     }
     case "contact.read":
       return { ok: true, value: { userId, cmd: { type, key, params: { ids: ids(p.ids) } }, memo: {} } };
+    case "contact.find_by_user_id":
+      // The workflow's own user: nothing of the App's is needed, so a changed phone does not matter.
+      if (!userId) return { ok: false, failure: { kind: "permanent", code: "invalid_params" } };
+      return { ok: true, value: { userId, cmd: { type, key, params: { userId } }, memo: {} } };
     case "alert.add":
     case "alert.update":
     case "alert.get":
@@ -212,6 +216,8 @@ export function projectionOnly(
   switch (row.command_type) {
     case "contact.find_by_phone":
       return { contact_ids: (result as CommandResults["contact.find_by_phone"]).contactIds };
+    case "contact.find_by_user_id":
+      return { contact_ids: (result as CommandResults["contact.find_by_user_id"]).contactIds };
     case "contact.add":
       return {
         contact_id: (result as CommandResults["contact.add"]).contactId,

@@ -191,6 +191,17 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
     await permit.release();
     return { sent: 0, waitMs: 0 };
   }
+  if (signal?.aborted) {
+    // SIGTERM after the claim: nothing has left, so the commands go back unsent (release_command,
+    // no attempt spent) for another replica, rather than waiting out their lease.
+    await permit.release();
+    for (const { row } of ready) {
+      await deps.pool
+        .query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token])
+        .catch(() => undefined);
+    }
+    return { sent: 0, waitMs: 0 };
+  }
 
   // The durable "send started" marker, committed before any byte leaves (§7.2, adopted guarantees).
   const batchId = randomUUID();
@@ -210,7 +221,7 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
     await permit.release();
     return { sent: 0, waitMs: 0 };
   }
-  return { sent: sending.length, waitMs: 0, flight: fly(deps, sending, permit, batchId, signal) };
+  return { sent: sending.length, waitMs: 0, flight: fly(deps, sending, permit, batchId) };
 }
 
 /** One batch start to end, awaited: what a caller without a dispatcher of its own uses. */
@@ -226,7 +237,6 @@ async function fly(
   sending: Array<{ row: CommandRow; h: Hydrated }>,
   permit: LimiterPermit,
   batchId: string,
-  signal?: AbortSignal,
 ): Promise<void> {
   // Each send is a span under the step that issued the command (its stored context, whichever
   // process stored it); the batch, shared by many intents, links to all of them.
@@ -236,7 +246,9 @@ async function fly(
     outcomes = await executeBatch(
       deps.crm,
       sending.map((r) => r.h.cmd),
-      { permit, batchId, links: linksTo(spans), ...(signal ? { signal } : {}) },
+      // No abort signal: on SIGTERM a request already out finishes within the HTTP timeout and its
+      // result is recorded (R8, docs/reliability.md), instead of being cut off and left uncertain.
+      { permit, batchId, links: linksTo(spans) },
     );
   } catch (e) {
     for (const span of spans) {

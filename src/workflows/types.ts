@@ -60,5 +60,8 @@ export interface CommandRow {
   correlation_id: string | null;
   /** W3C traceparent of the step span that issued the command; null when tracing was off. */
   trace_context: string | null;
+  /** The send marker (send_commands); null before the first send. */
+  sent_at: Date | null;
   created_at: Date;
+  updated_at: Date;
 }

@@ -1,7 +1,7 @@
 // Create safety and lease recovery end to end (§7.2, adopted guarantees).
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import { finishedWorkflow, type Rig, startRig } from "../helpers/e2e.js";
+import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 import { rejectsWith } from "../helpers/sql-core.js";
 
@@ -60,6 +60,69 @@ test.serial(
     const wf = await finishedWorkflow(rig, u.id, 30_000);
     t.is(wf.state, "succeeded");
     t.is([...rig.emulator.store.contacts.values()].filter((c) => c.uf[F.userId] === u.id).length, 1);
+  },
+);
+
+test.serial(
+  "the create's reply is lost and the App's phone changes before the recovery: the Contact is found by user id, never created twice",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the recovery searched by the App's phone, read
+    // at send time, so after a phone change it found nothing and created a second Contact.
+    rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 5_000 }, { method: "crm.contact.add" });
+    const u = await makeUser(rig.db.pool, { phone: randomPhone() });
+    await waitFor(
+      async () => [...rig.emulator.store.contacts.values()].some((c) => c.uf[F.userId] === u.id),
+      20_000,
+      "the create to land in the portal",
+    );
+    // The reply is held; the client gives up after its 2 s deadline. The App changes the phone first.
+    const phone = randomPhone();
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+      u.id,
+      phone,
+    ]);
+    const wf = await finishedWorkflow(rig, u.id, 30_000);
+    t.is(wf.state, "succeeded");
+    const mine = [...rig.emulator.store.contacts.values()].filter((c) => c.uf[F.userId] === u.id);
+    t.is(mine.length, 1, "never a second create");
+    t.true(
+      mine[0]?.phones.some((p) => p.value === phone),
+      "the recovered Contact then gets the new phone",
+    );
+    const m = await rig.db.pool.query(
+      "select external_id from bitrix_sync.entity_external_mapping where entity_id = $1 and status = 'active'",
+      [u.id],
+    );
+    t.deepEqual(
+      m.rows.map((r) => r.external_id),
+      [String(mine[0]?.id)],
+    );
+    const add = await rig.db.pool.query(
+      `select c.status, c.response from bitrix_sync.crm_commands c
+         join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+        where w.user_id = $1 and c.command_type = 'contact.add'`,
+      [u.id],
+    );
+    t.deepEqual(add.rows, [{ status: "succeeded", response: { contact_id: mine[0]?.id, recovered: true } }]);
+  },
+);
+
+test.serial(
+  "a slow portal executes the create after the client gave up: the recovery waits for it and adopts it",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the recovery searched while the portal was still
+    // executing the create, found nothing, and sent a second one.
+    rig.emulator.failNext({ kind: "latency", ms: 3_500 }, { method: "crm.contact.add" });
+    const u = await makeUser(rig.db.pool, { phone: randomPhone() });
+    const wf = await finishedWorkflow(rig, u.id, 30_000);
+    t.is(wf.state, "succeeded");
+    const mine = [...rig.emulator.store.contacts.values()].filter((c) => c.uf[F.userId] === u.id);
+    t.is(mine.length, 1, "never a second create");
+    const add = await rig.db.pool.query(
+      "select status, response from bitrix_sync.crm_commands where workflow_id = $1 and command_type = 'contact.add'",
+      [wf.id],
+    );
+    t.deepEqual(add.rows, [{ status: "succeeded", response: { contact_id: mine[0]?.id, recovered: true } }]);
   },
 );
 

@@ -188,6 +188,119 @@ test.serial(
   },
 );
 
+test.serial(
+  "a user whose phone changed while inactive comes back: the previous Contact is linked again with the new phone, not a second one",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the phone search found nothing under the new
+    // number and a second Contact was created.
+    const { u, contact } = await linked();
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [
+      u.id,
+    ]);
+    await newestWorkflow(u.id, "contact.deactivate");
+    contact.name = "Renamed While Away";
+    rig.emulator.store.touch(contact);
+    const next = randomPhone();
+    const before = rig.emulator.store.contacts.size;
+    await rig.db.pool.query(
+      "update han_app.user_identity set record_status = 'active', phone_number = $2 where id = $1",
+      [u.id, next],
+    );
+    const wf = await finishedWorkflow(rig, u.id, 30_000);
+    t.is(wf.state, "succeeded");
+    t.is(rig.emulator.store.contacts.size, before, "no second Contact");
+    t.deepEqual(
+      contact.phones.map((p) => p.value),
+      [next],
+      "the number bitrix-sync wrote is overwritten by the new one",
+    );
+    t.is(contact.uf[F.registered], 1);
+    const m = await rig.db.pool.query(
+      "select external_id from bitrix_sync.entity_external_mapping where entity_id = $1 and status = 'active'",
+      [u.id],
+    );
+    t.deepEqual(
+      m.rows.map((r) => r.external_id),
+      [String(contact.id)],
+    );
+    const p = await rig.db.pool.query("select full_name from han_app.client_profile where user_id = $1", [
+      u.id,
+    ]);
+    t.is(p.rows[0]?.full_name, "Renamed While Away", "the CRM-master fields applied by the final read");
+  },
+);
+
+test.serial(
+  "a phone change, a deactivation and a return taken together: the pass that runs as map_or_create writes the new phone",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the intents joined one workflow, the pass ran as
+    // the newest (map_or_create), found the link active and never looked at the phone.
+    const { u, contact } = await linked();
+    await rig.stopWorker();
+    const next = randomPhone();
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, next]);
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [
+      u.id,
+    ]);
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'active' where id = $1", [
+      u.id,
+    ]);
+    await rig.startWorker();
+    const wf = await finishedWorkflow(rig, u.id, 30_000);
+    t.is(wf.state, "succeeded");
+    t.deepEqual(
+      contact.phones.map((p) => p.value),
+      [next],
+    );
+    t.is(contact.uf[F.registered], 1);
+  },
+);
+
+test.serial(
+  "a phone change joining while the last step of the create runs is not marked processed without a pass",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the step used the revision read when it was
+    // claimed; the join bumped it meanwhile and the workflow succeeded with the new intent unsent.
+    const c = await rig.db.pool.connect();
+    try {
+      // Creating the Contact's snapshot waits for this lock: the create's last step stalls there.
+      await c.query("begin");
+      await c.query("lock table bitrix_sync.contact_snapshots in exclusive mode");
+      const u = await makeUser(rig.db.pool, { phone: randomPhone() });
+      await waitFor(
+        async () =>
+          (
+            await rig.db.pool.query(
+              `select 1 from pg_locks l join pg_class r on r.oid = l.relation
+                where r.relname = 'contact_snapshots' and not l.granted`,
+            )
+          ).rows.length > 0,
+        20_000,
+        "the create's step to wait for the snapshot",
+      );
+      const next = randomPhone();
+      await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+        u.id,
+        next,
+      ]);
+      // Time for the intake to take the phone change while the step still waits.
+      await new Promise((r) => setTimeout(r, 1_500));
+      await c.query("rollback");
+      await finishedWorkflow(rig, u.id, 30_000);
+      const mine = [...rig.emulator.store.contacts.values()].filter((x) => x.uf[F.userId] === u.id);
+      t.is(mine.length, 1);
+      t.deepEqual(
+        mine[0]?.phones.map((p) => p.value),
+        [next],
+        "the phone change reached the Contact",
+      );
+    } finally {
+      await c.query("rollback").catch(() => undefined);
+      c.release();
+    }
+  },
+);
+
 test.serial("applying CRM-master fields enqueues no App->CRM work", async (t) => {
   const { u } = await linked();
   // makeUser inserts identity and profile in two transactions: intake may finish the first intent
@@ -243,5 +356,76 @@ test.serial(
     } finally {
       rig.emulator.setLatency(0);
     }
+  },
+);
+
+test.serial(
+  "an appended phone whose reply is lost is settled by a fresh read: the new phone once, no technical dead letter",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the superseded update was dead-lettered with a
+    // technical dead letter row although nothing failed.
+    const { u, contact } = await linked();
+    contact.phones = []; // a manager removed the number: the new one is appended
+    const next = randomPhone();
+    rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 5_000 }, { method: "crm.contact.update" });
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, next]);
+    const wf = await finishedWorkflow(rig, u.id, 30_000);
+    t.is(wf.state, "succeeded");
+    t.deepEqual(
+      contact.phones.map((p) => p.value),
+      [next],
+      "the number landed once; the fresh read saw it",
+    );
+    const cmd = await rig.db.pool.query(
+      `select c.status, c.last_error_code from bitrix_sync.crm_commands c
+        where c.workflow_id = $1 and c.command_type = 'contact.update' order by c.id`,
+      [wf.id],
+    );
+    t.deepEqual(cmd.rows[0], { status: "dead_letter", last_error_code: "superseded_by_reread" });
+    const dl = await rig.db.pool.query(
+      "select count(*)::int as n from bitrix_sync.technical_dead_letters where workflow_id = $1",
+      [wf.id],
+    );
+    t.is(dl.rows[0].n, 0);
+  },
+);
+
+test.serial(
+  "a phone update the portal executes late does not overwrite a newer phone sent after it",
+  async (t) => {
+    // Found by the chaos suite (docs/reliability.md): the read after the unanswered update came before
+    // the slow portal executed it, the newer phone was written, then the late update put the older
+    // number back.
+    const { u, contact } = await linked();
+    const second = randomPhone();
+    const third = randomPhone();
+    rig.emulator.failNext({ kind: "latency", ms: 3_500 }, { method: "crm.contact.update" });
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+      u.id,
+      second,
+    ]);
+    await waitFor(
+      async () =>
+        (
+          await rig.db.pool.query(
+            `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+              where w.user_id = $1 and c.command_type = 'contact.update' and c.status = 'in_flight'`,
+            [u.id],
+          )
+        ).rows.length > 0,
+      20_000,
+      "the update to be sent",
+    );
+    // While the portal still holds the update, the App changes the phone again.
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+      u.id,
+      third,
+    ]);
+    await finishedWorkflow(rig, u.id, 30_000);
+    await new Promise((r) => setTimeout(r, 2_000)); // nothing late may land after the end
+    t.deepEqual(
+      contact.phones.map((p) => p.value),
+      [third],
+    );
   },
 );

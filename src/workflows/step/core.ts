@@ -15,6 +15,7 @@ import {
   behindNewestIntent,
   businessStop,
   isNotFound,
+  lateWriteSettledAt,
   restartsBeforeStep,
   restartsInsteadOfFinishing,
 } from "../decide/pass.js";
@@ -22,6 +23,11 @@ import type { CommandRow, StepData, WorkflowRow, WorkflowType } from "../types.j
 
 /** What a workflow does with the outcome of its last command at one step. */
 export type AfterStep = (s: Step, last: CommandRow) => Promise<void>;
+
+/** Steps every workflow shares, by the name persisted in current_step. */
+export const sharedSteps: Readonly<Record<string, AfterStep>> = {
+  resend_write: (s, last) => s.resendLateWrite(last),
+};
 
 /** The first step of a pass of one workflow type. */
 export type StartStep = (s: Step, user: AppUser | null) => Promise<void>;
@@ -270,6 +276,16 @@ export class Step {
 
   /** Runs until a command is issued or the workflow leaves `running`. */
   async run(): Promise<StepResult> {
+    // The step holds its workflow's row from here to its commit, and works with the revision read
+    // now: the one of the claim may be stale, and a newer intent joining between the claim and the
+    // end of the step would be marked as processed without a pass (found by the chaos suite: a
+    // phone change lost that way). A join that comes now waits for the step, then finds the
+    // workflow still running (and the pass restarts for it) or finished (and starts a new one).
+    const { rows: fresh } = await this.tx.query<{ revision: number }>(
+      "select revision from bitrix_sync.workflow_instances where id = $1 for update",
+      [this.wf.id],
+    );
+    if (fresh[0]) this.wf.revision = fresh[0].revision;
     // Converge to the newest intent (DESIGN.md): between read steps, never while a write is unresolved.
     const read = await this.lastCommandAndUnresolved();
     if (
@@ -321,13 +337,8 @@ export class Step {
   /** Outcome of a write whose success continues with `next`; uncertain is resolved by retrying it. */
   async afterWrite(last: CommandRow, next: () => Promise<void>): Promise<void> {
     if (last.status === "succeeded") return await next();
-    if (last.status === "uncertain") {
-      // Setting a flag or a user_id is idempotent: sending it again cannot duplicate anything.
-      if (await this.resendUnanswered(last, "idempotent_resend")) {
-        return await this.event("await_crm", { current_step: this.wf.current_step });
-      }
-      return await this.fail("retry_horizon_exceeded");
-    }
+    // Setting a flag or a user_id is idempotent: sending it again cannot duplicate anything.
+    if (last.status === "uncertain") return await this.awaitLateWrite(last);
     if (isNotFound(last)) {
       // The Contact vanished between read and write: start the pass again from the top.
       this.sd = { pass: this.sd.pass, as: this.as() };
@@ -336,6 +347,30 @@ export class Step {
       return await this.start();
     }
     return await this.failWith(last);
+  }
+
+  /**
+   * An unanswered idempotent write (a flag, a user_id, a phone overwritten by its entry ID) is sent
+   * again, but only once a late execution of it would have landed (lateWriteSettledAt): resent at
+   * once, the late original could land after the resend and after a newer write, and put an older
+   * value back (found by the chaos suite). The command stays uncertain meanwhile, so the pass does
+   * not restart over it; step resend_write sends it and comes back to the step that issued it.
+   */
+  async awaitLateWrite(last: CommandRow): Promise<void> {
+    this.sd.resend_step = this.wf.current_step;
+    const settledAt = lateWriteSettledAt(last.sent_at, last.updated_at);
+    return await this.retryLater("awaiting_late_write", settledAt.toISOString(), "resend_write");
+  }
+
+  /** Step resend_write: back from waiting for a late execution, the unanswered write goes again. */
+  async resendLateWrite(last: CommandRow): Promise<void> {
+    const step = typeof this.sd.resend_step === "string" ? this.sd.resend_step : null;
+    delete this.sd.resend_step;
+    if (!step || last.status !== "uncertain") return await this.fail("resend_lost_track");
+    if (await this.resendUnanswered(last, "idempotent_resend")) {
+      return await this.event("await_crm", { current_step: step });
+    }
+    return await this.fail("retry_horizon_exceeded");
   }
 
   /** The first step of a pass: dispatched by the intent the pass executes. */

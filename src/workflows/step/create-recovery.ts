@@ -1,6 +1,7 @@
 // The recovery of an uncertain contact.add (§7.2 uncertain -> reconcile), part of
-// contact.map_or_create: the create may have landed, so the workflow searches by phone and reads the
-// Contacts found before it decides; it never creates blindly. The create command is resolved
+// contact.map_or_create: the create may have landed, so the workflow searches for Contacts carrying
+// the user's id (what the create wrote, whatever the App's phone is now) and reads the Contacts found
+// before it decides; it never creates blindly. The create command is resolved
 // (succeeded with the Contact found, or retry) in the same transaction as the decision.
 import { afterRecoveryRead, candidatesOf, foundIds, recoveredBranch } from "../decide/map-or-create.js";
 import type { CommandRow } from "../types.js";
@@ -59,6 +60,8 @@ async function recoverRead(s: Step, last: CommandRow): Promise<void> {
 
 /** The steps of the create recovery, by the name persisted in current_step. */
 export const createRecoverySteps: Readonly<Record<string, AfterStep>> = {
+  // Back from waiting_retry once a late execution of the create would have landed.
+  recover_search: (s) => s.issue("contact.find_by_user_id", {}, "recover_find"),
   recover_find: recoverFind,
   recover_read: recoverRead,
 };

@@ -3,7 +3,7 @@
 // unique across workflows (a contact.update without a link runs map_or_create's steps).
 import type pg from "pg";
 import type { WorkflowRow } from "../types.js";
-import { type AfterStep, Step, type StepResult, type StepTable } from "./core.js";
+import { type AfterStep, Step, type StepResult, type StepTable, sharedSteps } from "./core.js";
 import { createRecoverySteps } from "./create-recovery.js";
 import { deactivateSteps, startDeactivate } from "./deactivate.js";
 import { mapOrCreateSteps, startMapOrCreate } from "./map-or-create.js";
@@ -29,7 +29,14 @@ export const STEP_TABLE: StepTable = {
     "contact.deactivate": startDeactivate,
     "contact.rebind": startRebind,
   },
-  after: joinSteps(mapOrCreateSteps, createRecoverySteps, updateSteps, deactivateSteps, rebindSteps),
+  after: joinSteps(
+    sharedSteps,
+    mapOrCreateSteps,
+    createRecoverySteps,
+    updateSteps,
+    deactivateSteps,
+    rebindSteps,
+  ),
 };
 
 /** Runs one step of `wf` in `tx` (the caller holds the workflow's lease and commits). */

@@ -1,7 +1,15 @@
 // contact.map_or_create (§5.1): link the user to their Contact, found through the active mapping or
 // by phone (branches B0–B2.2, ../decide/candidates.ts), or create one. The recovery of an uncertain
 // create is in ./create-recovery.ts. Step names and outcome codes are persisted: keep them.
-import { type AppUser, hasValidPhone, isEligible, snapshotCreated } from "../../app-data.js";
+import {
+  type AppUser,
+  hasValidPhone,
+  isEligible,
+  loadAppUser,
+  loadSnapshot,
+  snapshotCreated,
+} from "../../app-data.js";
+import { piiHash } from "../../hash.js";
 import { decide } from "../decide/candidates.js";
 import { decideManualLink, manualDecision } from "../decide/manual.js";
 import {
@@ -11,6 +19,7 @@ import {
   candidatesOf,
   foundIds,
 } from "../decide/map-or-create.js";
+import { lateWriteSettledAt } from "../decide/pass.js";
 import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
 
@@ -64,10 +73,74 @@ async function readMapped(s: Step, last: CommandRow): Promise<void> {
     case "user_id_mismatch":
       return await userIdMismatch(s);
     case "restore_flag":
-      return await claimCommand(s, s.sd.contact as number, "restore_flag");
     case "succeed":
+      // A pass that runs as map_or_create may carry a phone change that joined the workflow (the
+      // newest intent decides the pass): unless the snapshot says the Contact holds the App's phone,
+      // the update steps write it, and the flag (found by the chaos suite: a return coalesced with a
+      // phone change left the old number on the Contact).
+      if (await phoneBehind(s)) {
+        s.sd.branch = "mapped_phone";
+        return await s.issue("contact.read", { ids: [s.sd.contact], purpose: "phones" }, "read_for_update");
+      }
+      if (d.kind === "restore_flag") return await claimCommand(s, s.sd.contact as number, "restore_flag");
       return await s.succeed(d.outcome);
   }
+}
+
+/** The App's phone is not the one the snapshot says bitrix-sync last wrote to the linked Contact. */
+async function phoneBehind(s: Step): Promise<boolean> {
+  const user = await loadAppUser(s.tx, s.wf.user_id);
+  if (!user || !hasValidPhone(user)) return false;
+  const snap = await loadSnapshot(s.tx, String(s.sd.contact));
+  return snap?.phoneHash !== piiHash(user.phone as string);
+}
+
+/**
+ * Before a create: a user who was deactivated and comes back, with a phone changed meanwhile, is not
+ * found by the phone search, yet the Contact of their last link still carries their user id (the
+ * chaos suite found a second Contact created for such a user). That Contact is read once per pass;
+ * if it is still theirs it is linked again (step read_previous), else the create goes ahead.
+ */
+async function createUnlessPrevious(s: Step): Promise<void> {
+  if (!s.sd.previous_checked) {
+    const { rows } = await s.tx.query<{ external_id: string }>(
+      `select external_id from bitrix_sync.entity_external_mapping
+        where entity_id = $1 and entity_type = 'user' and external_system = 'bitrix24'
+          and status = 'closed' and close_reason = 'deactivated'
+        order by closed_at desc limit 1`,
+      [s.wf.user_id],
+    );
+    const previous = Number(rows[0]?.external_id);
+    if (Number.isSafeInteger(previous) && previous > 0) {
+      s.sd.previous_checked = true;
+      return await s.issue("contact.read", { ids: [previous], purpose: "candidates" }, "read_previous");
+    }
+  }
+  s.sd.branch ??= "B0";
+  return await s.issue("contact.add", {}, "create_contact");
+}
+
+/**
+ * Step read_previous: the Contact of the user's last link, if it still carries their user id and no
+ * other active user holds it, is linked again; the update steps then write the App's phone and the
+ * flag (read_for_update), and the final read applies its CRM-master fields.
+ */
+async function readPrevious(s: Step, last: CommandRow): Promise<void> {
+  if (last.status !== "succeeded") return await createUnlessPrevious(s);
+  const mine = candidatesOf(s.response(last)).find((c) => c.userId === s.wf.user_id);
+  if (mine) {
+    const { rows } = await s.tx.query(
+      "select 1 from bitrix_sync.active_mapping_for_contact($1) where id is not null",
+      [String(mine.id)],
+    );
+    if (rows.length === 0) {
+      s.sd.contact = mine.id;
+      s.sd.branch = "previous";
+      await s.openMapping(mine.id);
+      return await s.issue("contact.read", { ids: [mine.id], purpose: "phones" }, "read_for_update");
+    }
+  }
+  return await createUnlessPrevious(s);
 }
 
 async function findByPhone(s: Step, last: CommandRow): Promise<void> {
@@ -76,7 +149,7 @@ async function findByPhone(s: Step, last: CommandRow): Promise<void> {
   switch (d.kind) {
     case "create":
       s.sd.branch = "B0";
-      return await s.issue("contact.add", {}, "create_contact");
+      return await createUnlessPrevious(s);
     case "too_many":
       await s.alert({ type: "too_many_candidates", userId: s.wf.user_id, candidates: d.ids });
       return await s.manual("too_many_candidates");
@@ -111,7 +184,7 @@ async function readCandidates(s: Step, last: CommandRow): Promise<void> {
           details: { branch: d.branch, candidate_count: d.candidates.length },
         });
       }
-      return await s.issue("contact.add", {}, "create_contact");
+      return await createUnlessPrevious(s);
   }
 }
 
@@ -181,11 +254,15 @@ async function createContact(s: Step, last: CommandRow): Promise<void> {
     return await s.succeed("created");
   }
   if (last.status === "uncertain") {
-    // The create may have landed: search by phone (first for this user_id), never create blindly
-    // (./create-recovery.ts).
+    // The create may have landed: search for Contacts carrying this user id (what the create wrote;
+    // the App's phone may have changed since it was sent, so a search by phone could miss it), never
+    // create blindly (./create-recovery.ts).
+    // The search waits until a late execution of the create would have landed (the chaos suite found
+    // a second Contact when a slow portal executed the create after the search had found nothing).
+    const settledAt = lateWriteSettledAt(last.sent_at, last.updated_at);
     await s.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [last.id, s.wf.lease_token]);
     s.sd.recovering = last.id;
-    return await s.issue("contact.find_by_phone", {}, "recover_find");
+    return await s.retryLater("awaiting_late_write", settledAt.toISOString(), "recover_search");
   }
   return await s.failWith(last);
 }
@@ -209,6 +286,7 @@ export const mapOrCreateSteps: Readonly<Record<string, AfterStep>> = {
   read_mapped: readMapped,
   find_by_phone: findByPhone,
   read_candidates: readCandidates,
+  read_previous: readPrevious,
   manual_link_read: manualLinkRead,
   claim_contact: claimContact,
   restore_flag: (s, last) => s.afterWrite(last, () => finalRead(s)),

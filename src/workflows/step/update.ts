@@ -3,11 +3,16 @@
 // map_or_create. Step names and outcome codes are persisted: keep them.
 import { type AppUser, hasValidPhone, isEligible, loadAppUser, loadSnapshot } from "../../app-data.js";
 import { piiHash } from "../../hash.js";
-import { isNotFound } from "../decide/pass.js";
+import { isNotFound, lateWriteSettledAt } from "../decide/pass.js";
 import { checkUpdateRead, planContactUpdate } from "../decide/update.js";
 import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
-import { startMapOrCreate } from "./map-or-create.js";
+import { finalRead, startMapOrCreate } from "./map-or-create.js";
+
+/** map_or_create passes that use the update steps: they end with map_or_create's final read. */
+function endsWithFinalRead(s: Step): boolean {
+  return s.sd.branch === "previous" || s.sd.branch === "mapped_phone";
+}
 
 /** Reads the linked Contact's phones and flag (the projection holds phone hashes, not numbers). */
 function readForUpdate(s: Step): Promise<void> {
@@ -48,20 +53,32 @@ async function afterReadForUpdate(s: Step, last: CommandRow): Promise<void> {
   if (desired === null) return await s.start();
   const snap = await loadSnapshot(s.tx, String(c.id));
   const plan = planContactUpdate(c, desired, snap?.phoneHash);
-  if (plan.kind === "succeed") return await s.succeed(plan.outcome);
+  // A pass of map_or_create that came here (a Contact linked again, or a phone behind) ends with the
+  // final read, which applies the CRM-master fields.
+  if (plan.kind === "succeed")
+    return endsWithFinalRead(s) ? await finalRead(s) : await s.succeed(plan.outcome);
   return await s.issue("contact.update", plan.params, "update_contact");
 }
 
 async function afterUpdate(s: Step, last: CommandRow): Promise<void> {
-  if (last.status === "succeeded") return await s.succeed("updated");
+  if (last.status === "succeeded")
+    return endsWithFinalRead(s) ? await finalRead(s) : await s.succeed("updated");
   if (last.status === "uncertain") {
-    // An append may have landed: read again and plan from what the Contact holds now.
+    const phone = last.params.phone as { entry_id?: number } | undefined;
+    // A phone overwritten by its entry ID (or a flag) is idempotent: resent with the App's phone of
+    // now, once a late execution would have landed (Step.awaitLateWrite).
+    if (!phone || phone.entry_id) return await s.awaitLateWrite(last);
+    // An append may have landed: read again and plan from what the Contact holds now. Superseded,
+    // not dead-lettered: nothing failed for good, so no technical dead letter (the chaos suite found
+    // one per lost phone update). The read waits until a late execution would have landed, or it
+    // could see the old number and a newer phone be overwritten by the late one afterwards.
+    const settledAt = lateWriteSettledAt(last.sent_at, last.updated_at);
     await s.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [last.id, s.wf.lease_token]);
     await s.tx.query(
-      "select bitrix_sync.resolve_command_reconcile($1, $2, 'dead_letter', null, 'superseded_by_reread')",
+      "select bitrix_sync.resolve_command_reconcile($1, $2, 'superseded', null, 'superseded_by_reread')",
       [last.id, s.wf.lease_token],
     );
-    return await readForUpdate(s);
+    return await s.retryLater("awaiting_late_write", settledAt.toISOString(), "reread_for_update");
   }
   if (isNotFound(last)) {
     await s.breakActiveMapping();
@@ -74,4 +91,6 @@ async function afterUpdate(s: Step, last: CommandRow): Promise<void> {
 export const updateSteps: Readonly<Record<string, AfterStep>> = {
   read_for_update: afterReadForUpdate,
   update_contact: afterUpdate,
+  // Back from waiting_retry once a late execution of the unanswered update would have landed.
+  reread_for_update: (s) => readForUpdate(s),
 };

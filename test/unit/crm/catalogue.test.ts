@@ -20,7 +20,7 @@ const CTX: CatalogueContext = {
 };
 const UID = "0b7e7dbd-4fcb-4b38-8d56-1f7c0d1f6b0e";
 
-test("the catalogue is the closed set of ten command types, alphabetical", (t) => {
+test("the catalogue is the closed set of eleven command types, alphabetical", (t) => {
   t.deepEqual(
     [...COMMAND_TYPES],
     [
@@ -31,6 +31,7 @@ test("the catalogue is the closed set of ten command types, alphabetical", (t) =
       "citizenship.list",
       "contact.add",
       "contact.find_by_phone",
+      "contact.find_by_user_id",
       "contact.list_changed",
       "contact.read",
       "contact.update",
@@ -51,11 +52,27 @@ test("each type maps to its REST method; exactly the creates and updates are wri
     "citizenship.list": "crm.contact.userfield.list",
     "contact.add": "crm.contact.add",
     "contact.find_by_phone": "crm.duplicate.findbycomm",
+    "contact.find_by_user_id": "crm.contact.list",
     "contact.list_changed": "crm.item.list",
     "contact.read": "crm.contact.list",
     "contact.update": "crm.contact.update",
   });
   t.deepEqual(COMMAND_TYPES.filter(isWrite), ["alert.add", "alert.update", "contact.add", "contact.update"]);
+});
+
+test("find_by_user_id: the legacy list filtered by the user id field's physical name, IDs only", (t) => {
+  t.deepEqual(buildRequest({ type: "contact.find_by_user_id", params: { userId: UID } }, CTX), {
+    method: "crm.contact.list",
+    params: { select: ["ID"], filter: { [CTX.fields.userId]: UID }, order: { ID: "ASC" } },
+  });
+  t.throws(() => buildRequest({ type: "contact.find_by_user_id", params: { userId: "not-a-uuid" } }, CTX), {
+    instanceOf: CommandDataError,
+  });
+  t.deepEqual(parseResult("contact.find_by_user_id", [{ ID: "7" }, { ID: "12" }], CTX), {
+    contactIds: [7, 12],
+  });
+  t.deepEqual(parseResult("contact.find_by_user_id", [], CTX), { contactIds: [] });
+  t.is(parseResult("contact.find_by_user_id", [{ ID: "x" }], CTX), null);
 });
 
 test("find_by_phone: PHONE search among Contacts, at most 20 numbers, +7 only", (t) => {
@@ -329,6 +346,7 @@ test("every command type builds and round-trips a documented result", (t) => {
     [{ type: "citizenship.list", params: {} }, [{ FIELD_NAME: "UF_CRM_1768493029", LIST: [] }]],
     [{ type: "contact.add", params: { phone: "+79991234567", userId: UID, registered: true } }, 1],
     [{ type: "contact.find_by_phone", params: { phones: ["+79991234567"] } }, []],
+    [{ type: "contact.find_by_user_id", params: { userId: UID } }, [{ ID: "7" }]],
     [{ type: "contact.list_changed", params: { updatedSince: "2026-01-01T00:00:00+03:00" } }, { items: [] }],
     [{ type: "contact.read", params: { ids: [1] } }, [{ ID: "1" }]],
     [{ type: "contact.update", params: { id: 1, registered: true } }, true],

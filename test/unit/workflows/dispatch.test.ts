@@ -14,6 +14,7 @@ test("every persisted step name has exactly one handler", (t) => {
     "read_candidates",
     "read_for_update",
     "read_mapped",
+    "read_previous",
     "rebind_check_previous",
     "rebind_clear_previous",
     "rebind_read",
@@ -21,6 +22,9 @@ test("every persisted step name has exactly one handler", (t) => {
     "rebind_target",
     "recover_find",
     "recover_read",
+    "recover_search",
+    "reread_for_update",
+    "resend_write",
     "restore_flag",
     "update_contact",
   ]);

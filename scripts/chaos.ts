@@ -1,0 +1,353 @@
+// `npm run chaos`: N replicas of the real service (CHAOS_REPLICAS, default 3) on one PostgreSQL
+// database and one emulated portal, under App and CRM traffic, with faults injected at random for
+// CHAOS_MINUTES (default 1); then the faults stop, the run settles (with one reconciliation run) and
+// the invariants of docs/reliability.md are checked against the portal's final state. Prints the
+// figures; exits 1 on any violation. The database is always an embedded PostgreSQL of the run's own
+// (it restarts it), never a shared server.
+import { randomBytes, randomInt } from "node:crypto";
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { SANDBOX_FIELDS } from "../src/config/env.js";
+import { type EmbeddedServer, startEmbedded } from "../src/db/embedded.js";
+import { migrateDatabase } from "../src/db/migrate.js";
+import { startEmulator } from "../src/emulator/server.js";
+import { checkInvariants, checkOutput, checkRate, historyOf, openWork } from "./chaos/checks.js";
+import { Faults, SIGTERM_BOUND_MS } from "./chaos/faults.js";
+import { Replica } from "./chaos/replicas.js";
+import { Traffic } from "./chaos/traffic.js";
+
+const MINUTES = Number(process.env.CHAOS_MINUTES ?? "1");
+const REPLICAS = Number(process.env.CHAOS_REPLICAS ?? "3");
+/** Long runs (soaks) get minutes-long outages and slower faults. */
+const LONG = MINUTES >= 10;
+/** How long the run may take to settle after the last fault before that counts as a violation. */
+const SETTLE_BOUND_MS = (LONG ? 300 : 90) * 1000;
+const PORTAL_RATE = { drainPerSec: 2, threshold: 50 };
+const MEMBER_ID = "chaos-member-0001";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const token = (prefix: string) => `${prefix}-${randomBytes(24).toString("hex")}`;
+const loads = () =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(" ");
+
+function say(line: string) {
+  process.stdout.write(`[chaos +${((Date.now() - started) / 1000).toFixed(1)}s] ${line}\n`);
+}
+
+const started = Date.now();
+
+/** Activates a settings version through the validated path (propose, validate, activate). */
+async function activateSettings(pool: pg.Pool, changes: Record<string, unknown>) {
+  const { rows } = await pool.query<{ v: number }>("select bitrix_sync.propose_settings($1, 'chaos') as v", [
+    JSON.stringify(changes),
+  ]);
+  const v = rows[0]?.v;
+  const { rows: errs } = await pool.query<{ e: string[] }>(
+    "select bitrix_sync.validate_settings_version($1) as e",
+    [v],
+  );
+  if ((errs[0]?.e ?? []).length > 0) throw new Error(`chaos settings refused: ${JSON.stringify(errs[0]?.e)}`);
+  await pool.query("select bitrix_sync.activate_settings_version($1, 'chaos')", [v]);
+}
+
+async function waitUntil(probe: () => Promise<boolean>, boundMs: number): Promise<boolean> {
+  const end = Date.now() + boundMs;
+  while (Date.now() < end) {
+    if (await probe().catch(() => false)) return true;
+    await sleep(250);
+  }
+  return false;
+}
+
+async function main(): Promise<number> {
+  const dir = mkdtempSync(join(tmpdir(), "bitrix-sync-chaos-"));
+  // initdb runs as the `postgres` system user when we are root: it must be able to enter the folder.
+  chmodSync(dir, 0o755);
+  const pgDir = join(dir, "pg");
+  const secretsDir = join(dir, "secrets");
+  mkdirSync(secretsDir, { mode: 0o700 });
+  say(
+    `mode ${LONG ? "long" : "short"}: ${MINUTES} min of faults, ${REPLICAS} replicas; load average ${loads()}`,
+  );
+
+  let server: EmbeddedServer = await startEmbedded({ dir: pgDir, persistent: true });
+  const admin = new pg.Client({ connectionString: server.url });
+  await admin.connect();
+  await admin.query("create database bitrix_sync_chaos");
+  await admin.end();
+  const dbUrl = new URL(server.url);
+  dbUrl.pathname = "/bitrix_sync_chaos";
+  await migrateDatabase(dbUrl.toString());
+
+  const pool = new pg.Pool({
+    connectionString: dbUrl.toString(),
+    max: 6,
+    application_name: "bitrix-sync-chaos",
+    connectionTimeoutMillis: 5_000,
+  });
+  pool.on("error", () => undefined);
+  await pool.query("select * from bitrix_sync.perform_cutover('chaos')");
+  await activateSettings(pool, {
+    "worker.poll_interval_ms": 500,
+    "batch.max_wait_ms": 50,
+    "lease.ttl_sec": 5,
+    "retry.base_ms": 100,
+    "retry.max_ms": 2000,
+    "reconcile.lease_sec": 60,
+    "reconcile.contacts_interval_sec": 60,
+    "reconcile.overlap_sec": 10,
+  });
+  // The service runs as its runtime role (§13), as deployed.
+  const runtimePassword = randomBytes(18).toString("base64url");
+  await pool.query(`alter role bitrix_sync_user login password '${runtimePassword}'`);
+  const serviceUrl = new URL(dbUrl.toString());
+  serviceUrl.username = "bitrix_sync_user";
+  serviceUrl.password = runtimePassword;
+
+  const emulator = await startEmulator({
+    fields: SANDBOX_FIELDS,
+    rate: PORTAL_RATE,
+    // A ten-second window of one-second buckets: a blocked method is free again within seconds.
+    operating: { limitSec: 480, windowMs: 10_000, bucketMs: 1_000 },
+  });
+  const secrets: Record<string, string> = {
+    BITRIX_SYNC_DATABASE_URL: serviceUrl.toString(),
+    BITRIX_SYNC_CRM_REST_WEBHOOK_URL: emulator.url,
+    BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: token("contact"),
+    BITRIX_SYNC_ALERT_RECEIVER_TOKEN: token("alert"),
+    BITRIX_SYNC_SERVICE_TOKEN: token("service"),
+    BITRIX_SYNC_HASH_KEY: token("hash"),
+  };
+  for (const [k, v] of Object.entries(secrets)) writeFileSync(join(secretsDir, k), `${v}\n`, { mode: 0o600 });
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? "",
+    HOME: process.env.HOME ?? "/tmp",
+    SECRETS_SOURCE: "file",
+    BITRIX_SYNC_SECRETS_DIR: secretsDir,
+    BITRIX_SYNC_ENABLED: "true",
+    BITRIX_SYNC_PORTAL_HOST: emulator.host,
+    BITRIX_SYNC_PORTAL_MEMBER_ID: MEMBER_ID,
+    BITRIX_SYNC_CONTACT_USER_ID_FIELD: SANDBOX_FIELDS.userId,
+    BITRIX_SYNC_CONTACT_REGISTERED_FIELD: SANDBOX_FIELDS.registered,
+    BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: SANDBOX_FIELDS.citizenship,
+    BITRIX_SYNC_HTTP_TIMEOUT_SEC: "2",
+    BITRIX_SYNC_MIGRATE_ON_START: "false",
+    BITRIX_SYNC_DATA_DIR: join(dir, "data"),
+    PORT: "0",
+    HOST: "127.0.0.1",
+    LOG_LEVEL: "info",
+  };
+  const replicas = Array.from({ length: REPLICAS }, (_, i) => new Replica(`replica-${i + 1}`, env));
+  await Promise.all(replicas.map((r) => r.start()));
+  say(`replicas listening on ${replicas.map((r) => r.port).join(", ")}; load average ${loads()}`);
+
+  const traffic = new Traffic(pool, emulator, replicas, {
+    token: secrets.BITRIX_SYNC_CONTACT_RECEIVER_TOKEN as string,
+    portalHost: emulator.host,
+    memberId: MEMBER_ID,
+    userIdField: SANDBOX_FIELDS.userId,
+    citizenshipField: SANDBOX_FIELDS.citizenship,
+  });
+  const faults = new Faults({
+    emulator,
+    replicas,
+    pool,
+    long: LONG,
+    async restartDatabase(downMs) {
+      await server.stop();
+      await sleep(downMs);
+      server = await startEmbedded({ dir: pgDir, persistent: true });
+    },
+  });
+
+  const chaosEnd = Date.now() + MINUTES * 60_000;
+  let trafficOn = true;
+  const appLoop = (async () => {
+    while (trafficOn) {
+      await traffic.appStep();
+      await sleep(randomInt(100, 500));
+    }
+  })();
+  const crmLoop = (async () => {
+    await sleep(5_000); // the first Contacts
+    while (trafficOn) {
+      await traffic.crmStep();
+      await sleep(randomInt(300, 1_500));
+    }
+  })();
+  const progress = setInterval(() => {
+    say(
+      `faults ${JSON.stringify(faults.counts)}; requests ${emulator.log.length}; contacts ${emulator.store.contacts.size}; load average ${loads()}`,
+    );
+  }, 30_000);
+
+  await faults.run(chaosEnd);
+  trafficOn = false;
+  traffic.webhookFaults = false;
+  await Promise.all([appLoop, crmLoop]);
+  await traffic.drain();
+  await faults.settleReplicas();
+  clearInterval(progress);
+  const lastFault = faults.lastFaultEnd;
+  say(`faults stopped; settling; load average ${loads()}`);
+
+  // Settle: the open work drains, then one reconciliation run, then the work it started drains.
+  const idle = async () => Object.values(await openWork(pool)).every((n) => n === 0);
+  const settleViolations: string[] = [];
+  let settled = await waitUntil(idle, SETTLE_BOUND_MS);
+  const { rows: nowRows } = await pool.query<{ now: Date }>("select now()");
+  const forcedAt = nowRows[0]?.now as Date;
+  // A forced run is skipped while a run a killed replica claimed still holds the cursor (until
+  // reconcile.lease_sec): ask again every few seconds, as an operator would.
+  let asked = 0;
+  const reconciled = await waitUntil(async () => {
+    if (Date.now() - asked > 5_000) {
+      asked = Date.now();
+      await pool.query(
+        "select graphile_worker.add_job('reconcile_contacts', json_build_object('force', true))",
+      );
+    }
+    const { rows } = await pool.query(
+      `select 1 from bitrix_sync.reconciliation_cursors
+        where job_type = 'contacts' and last_run_status = 'succeeded' and last_run_started_at >= $1`,
+      [forcedAt],
+    );
+    return rows.length > 0;
+  }, SETTLE_BOUND_MS);
+  if (!reconciled) settleViolations.push("the reconciliation run did not finish");
+  settled = (await waitUntil(idle, SETTLE_BOUND_MS)) && settled;
+  const settleMs = Date.now() - lastFault;
+  if (!settled) settleViolations.push(`open work left ${SETTLE_BOUND_MS / 1000} s after the last fault`);
+  say(`settled in ${(settleMs / 1000).toFixed(1)} s after the last fault; checking`);
+
+  const inv = await checkInvariants(pool, emulator, SANDBOX_FIELDS);
+  const rate = checkRate(emulator.log, PORTAL_RATE, faults.windows);
+  // The users a violation names: their history is printed with the figures.
+  const named = new Set([
+    ...inv.suspects,
+    ...inv.violations.flatMap(
+      (v) => v.match(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g) ?? [],
+    ),
+  ]);
+  const history = await historyOf(pool, [...named]);
+  const adds = emulator.log
+    .filter((e) => e.commands.includes("crm.contact.add"))
+    .map(
+      (e) =>
+        `  ${new Date(e.at).toISOString().slice(11, 23)} add x${e.commands.filter((m) => m === "crm.contact.add").length} status ${e.status}${e.fault ? ` fault ${e.fault}` : ""} answered ${new Date(e.finishedAt).toISOString().slice(11, 23)}`,
+    );
+  if (inv.suspects.length > 0) {
+    for (const c of inv.suspects.flatMap((u) =>
+      [...emulator.store.contacts.values()].filter((x) => x.uf[SANDBOX_FIELDS.userId] === u),
+    )) {
+      history.push(`Contact ${c.id} created ${new Date(c.createdTime).toISOString().slice(11, 19)}`);
+    }
+    history.push("contact.add requests:", ...adds);
+  }
+
+  for (const r of replicas) await r.stop("SIGTERM");
+  const outputs = new Map(replicas.map((r) => [r.name, r.text()]));
+  const leaks = checkOutput(outputs, traffic.personal, [
+    ...Object.values(secrets),
+    emulator.secret,
+    runtimePassword,
+    new URL(server.url).password,
+  ]);
+  const violations = [
+    ...settleViolations,
+    ...faults.problems,
+    ...inv.violations,
+    ...rate.violations,
+    ...leaks,
+  ];
+
+  const byStatus: Record<string, number> = {};
+  for (const e of emulator.log) {
+    const k = e.status === 0 ? "no answer" : String(e.status);
+    byStatus[k] = (byStatus[k] ?? 0) + 1;
+  }
+  const injected = emulator.log.filter((e) => e.fault !== undefined).length;
+  const refusals = emulator.log.filter((e) => e.status !== 200).length;
+  const commands = emulator.log.flatMap((e) => e.commands);
+  const addCount = commands.filter((m) => m === "crm.contact.add").length;
+  const sigtermMax = Math.max(0, ...faults.sigterms.map((x) => x.tookMs ?? 0));
+  const result = {
+    minutes: MINUTES,
+    replicas: REPLICAS,
+    replicaStarts: replicas.reduce((a, r) => a + r.starts, 0),
+    faults: faults.counts,
+    webhooks: traffic.stats.webhooks,
+    app: traffic.stats.app,
+    appFailed: traffic.stats.appFailed,
+    crmEdits: traffic.stats.crmEdits,
+    requests: emulator.log.length,
+    requestsByStatus: byStatus,
+    refusals,
+    injectedFaultRequests: injected,
+    bucketRefusals: rate.bucketRefusals,
+    maxBucketLevel: Number(rate.maxLevel.toFixed(1)),
+    commandsSent: commands.length,
+    contactAdds: addCount,
+    contacts: inv.contacts,
+    users: inv.users,
+    duplicates: inv.duplicates,
+    lostIntents: inv.lostIntents,
+    technicalDeadLetters: inv.technicalDeadLetters,
+    sigterms: faults.sigterms.length,
+    sigtermMaxMs: sigtermMax,
+    sigtermBoundMs: SIGTERM_BOUND_MS,
+    settleSeconds: Number((settleMs / 1000).toFixed(1)),
+    violations: violations.length,
+    loadAverage: loads(),
+    wallSeconds: Number(((Date.now() - started) / 1000).toFixed(1)),
+  };
+  process.stdout.write(
+    [
+      "",
+      "chaos run",
+      `  faults by kind        ${Object.entries(faults.counts)
+        .map(([k, n]) => `${k} ${n}`)
+        .join(", ")}`,
+      `  webhooks              ${Object.entries(traffic.stats.webhooks)
+        .map(([k, n]) => `${k} ${n}`)
+        .join(", ")}`,
+      `  App actions           ${Object.entries(traffic.stats.app)
+        .map(([k, n]) => `${k} ${n}`)
+        .join(", ")} (refused while the database was away: ${traffic.stats.appFailed})`,
+      `  CRM edits             ${traffic.stats.crmEdits}`,
+      `  requests              ${result.requests} (${Object.entries(byStatus)
+        .map(([k, n]) => `${k}: ${n}`)
+        .join(", ")}), ${result.commandsSent} commands, ${addCount} contact.add`,
+      `  refusals              ${refusals} (injected ${injected}, by the portal's own limit ${rate.bucketRefusals}); bucket peak ${result.maxBucketLevel}/${PORTAL_RATE.threshold}`,
+      `  users                 ${inv.users.active} active, ${inv.users.inactive} inactive; ${inv.contacts} Contacts`,
+      `  duplicates            ${inv.duplicates} (goal 0)`,
+      `  lost intents          ${inv.lostIntents} (goal 0)`,
+      `  SIGTERM exits         ${faults.sigterms.length}, slowest ${sigtermMax} ms (bound ${SIGTERM_BOUND_MS} ms)`,
+      `  time to settle        ${result.settleSeconds} s after the last fault`,
+      `  invariant violations  ${violations.length} (goal 0)`,
+      ...violations.slice(0, 50).map((x) => `    - ${x}`),
+      ...history,
+      `  load average          ${result.loadAverage}; wall clock ${result.wallSeconds} s`,
+      `CHAOS_RESULT ${JSON.stringify(result)}`,
+      "",
+    ].join("\n"),
+  );
+
+  await pool.end().catch(() => undefined);
+  await emulator.close().catch(() => undefined);
+  await server.stop().catch(() => undefined);
+  rmSync(dir, { recursive: true, force: true });
+  return violations.length === 0 ? 0 : 1;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (e) => {
+    process.stderr.write(`chaos run failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.exit(2);
+  },
+);

@@ -1,0 +1,288 @@
+// The chaos run's invariants, checked after the run has settled, against the emulator's final state
+// (the portal's truth) and the database. Each violation is one line naming the rule and internal IDs
+// only (user and Contact IDs, no personal data).
+import type pg from "pg";
+import { pickEmail } from "../../src/crm/contact-fields.js";
+import type { Emulator, RequestLogEntry } from "../../src/emulator/server.js";
+import { DEFAULT_CITIZENSHIP, phoneKey, type StoredContact } from "../../src/emulator/store.js";
+import type { Window } from "./faults.js";
+import type { Personal } from "./traffic.js";
+
+export interface Fields {
+  userId: string;
+  registered: string;
+  citizenship: string;
+}
+
+export interface CheckResult {
+  violations: string[];
+  /** Users with more than one Contact, for the history. */
+  suspects: string[];
+  /** Contacts beyond the first that carry the same user id: creates the service repeated. */
+  duplicates: number;
+  /** Intents that did not reach their end: dead-lettered, failed, parked or still open. */
+  lostIntents: number;
+  users: { active: number; inactive: number };
+  contacts: number;
+  technicalDeadLetters: number;
+}
+
+interface UserRow {
+  id: string;
+  phone_number: string | null;
+  identity_status: string;
+  profile_status: string;
+  full_name: string | null;
+  email: string | null;
+  citizenship: string | null;
+}
+
+/** Final states of every machine; anything else is unsettled. */
+const OPEN = {
+  queue: "status in ('pending', 'leased', 'retry_wait')",
+  workflows: "state in ('created', 'running', 'waiting_crm', 'waiting_retry')",
+  commands: "status in ('pending', 'leased', 'in_flight', 'retry_wait', 'uncertain', 'reconcile')",
+  webhooks: "status in ('received', 'coalesced', 'processing', 'retry_wait')",
+} as const;
+
+/** Rows still open in each machine: all zero means the run has settled. */
+export async function openWork(pool: pg.Pool): Promise<Record<string, number>> {
+  const { rows } = await pool.query<Record<string, number>>(
+    `select (select count(*) from han_app.sync_queue where ${OPEN.queue})::int as queue,
+            (select count(*) from bitrix_sync.workflow_instances where ${OPEN.workflows})::int as workflows,
+            (select count(*) from bitrix_sync.crm_commands where ${OPEN.commands})::int as commands,
+            (select count(*) from bitrix_sync.webhook_inbox where ${OPEN.webhooks})::int as webhooks`,
+  );
+  return rows[0] ?? {};
+}
+
+export async function checkInvariants(
+  pool: pg.Pool,
+  emulator: Emulator,
+  fields: Fields,
+): Promise<CheckResult> {
+  const v: string[] = [];
+  const contacts = [...emulator.store.contacts.values()];
+  const byId = new Map(contacts.map((c) => [c.id, c]));
+  const { rows: users } = await pool.query<UserRow>(
+    `select u.id, u.phone_number, u.record_status as identity_status, p.record_status as profile_status,
+            p.full_name, p.email, p.citizenship
+       from han_app.user_identity u join han_app.client_profile p on p.user_id = u.id`,
+  );
+  const { rows: mappings } = await pool.query<{ entity_id: string; external_id: string }>(
+    `select entity_id, external_id from bitrix_sync.entity_external_mapping
+      where status = 'active' and entity_type = 'user' and external_system = 'bitrix24'`,
+  );
+  const activeMaps = new Map<string, string[]>();
+  for (const m of mappings)
+    activeMaps.set(m.entity_id, [...(activeMaps.get(m.entity_id) ?? []), m.external_id]);
+
+  const contactsOfUser = new Map<string, StoredContact[]>();
+  for (const c of contacts) {
+    const u = c.uf[fields.userId];
+    if (typeof u === "string" && u !== "") contactsOfUser.set(u, [...(contactsOfUser.get(u) ?? []), c]);
+  }
+
+  let active = 0;
+  for (const u of users) {
+    const eligible = u.identity_status === "active" && u.profile_status === "active";
+    const maps = activeMaps.get(u.id) ?? [];
+    if (!eligible) {
+      if (maps.length > 0) v.push(`inactive user ${u.id} still has an active mapping`);
+      for (const c of contactsOfUser.get(u.id) ?? []) {
+        if (c.uf[fields.registered] !== 0)
+          v.push(`inactive user ${u.id}: Contact ${c.id} not flagged inactive`);
+      }
+      continue;
+    }
+    active++;
+    if (maps.length !== 1) {
+      v.push(`active user ${u.id} has ${maps.length} active mappings`);
+      continue;
+    }
+    const c = byId.get(Number(maps[0]));
+    if (!c) {
+      v.push(`active user ${u.id} is mapped to Contact ${maps[0]}, which does not exist`);
+      continue;
+    }
+    if (c.uf[fields.userId] !== u.id) v.push(`Contact ${c.id} of user ${u.id} does not carry its user id`);
+    if (c.uf[fields.registered] !== 1) v.push(`Contact ${c.id} of active user ${u.id} not flagged active`);
+    if (!c.phones.some((p) => p.value === u.phone_number))
+      v.push(`Contact ${c.id} of user ${u.id} does not carry the user's phone`);
+    // The App's CRM-master fields equal the Contact's (§3.1, the rules of src/app-data.ts).
+    const name = c.name.trim() === "" ? null : c.name.trim();
+    const email = pickEmail(c.emails.map((e) => ({ id: e.id, valueType: e.valueType, value: e.value })));
+    const enumId = c.uf[fields.citizenship];
+    const citizenship =
+      enumId === null || enumId === undefined
+        ? null
+        : (DEFAULT_CITIZENSHIP.find((e) => e.ID === String(enumId))?.VALUE ?? null);
+    if ((u.full_name ?? null) !== name) v.push(`user ${u.id}: App full_name differs from Contact ${c.id}`);
+    if ((u.email ?? null) !== email) v.push(`user ${u.id}: App email differs from Contact ${c.id}`);
+    if ((u.citizenship ?? null) !== citizenship)
+      v.push(`user ${u.id}: App citizenship differs from Contact ${c.id}`);
+  }
+
+  // No Contact serves two active users.
+  const servedBy = new Map<string, number>();
+  for (const m of mappings) servedBy.set(m.external_id, (servedBy.get(m.external_id) ?? 0) + 1);
+  for (const [cid, n] of servedBy) if (n > 1) v.push(`Contact ${cid} serves ${n} active users`);
+
+  // One Contact per user id, and no phone on two Contacts: every App phone of the run was new, so a
+  // second Contact with it can only be one the service created twice.
+  let duplicates = 0;
+  for (const [uid, cs] of contactsOfUser) {
+    if (cs.length > 1) {
+      duplicates += cs.length - 1;
+      v.push(`user ${uid} has ${cs.length} Contacts: ${cs.map((c) => c.id).join(", ")}`);
+    }
+  }
+  const byPhone = new Map<string, number[]>();
+  for (const c of contacts) {
+    for (const p of new Set(c.phones.map((x) => phoneKey(x.value)))) {
+      byPhone.set(p, [...(byPhone.get(p) ?? []), c.id]);
+    }
+  }
+  for (const ids of byPhone.values()) {
+    if (ids.length > 1) v.push(`one phone on ${ids.length} Contacts: ${ids.join(", ")}`);
+  }
+
+  // Every intent settled: nothing open, leased or parked; nothing dead-lettered or failed.
+  const open = await openWork(pool);
+  for (const [k, n] of Object.entries(open)) if (n > 0) v.push(`${n} ${k} rows not settled`);
+  const { rows: lost } = await pool.query<{ what: string; code: string | null; n: number }>(
+    `select 'intent dead_letter' as what, last_error_code as code, count(*)::int as n
+       from han_app.sync_queue where status = 'dead_letter' group by 2
+     union all
+     select 'workflow ' || state, coalesce(last_error_code, outcome), count(*)::int
+       from bitrix_sync.workflow_instances where state in ('failed', 'waiting_manual') group by 1, 2`,
+  );
+  let lostIntents = Object.values(open).reduce((a, b) => a + b, 0);
+  for (const r of lost) {
+    lostIntents += r.n;
+    v.push(`${r.n} ${r.what} (${r.code ?? "no code"})`);
+  }
+  const { rows: leases } = await pool.query<{ what: string; n: number }>(
+    `select 'queue' as what, count(*)::int as n from han_app.sync_queue where lease_token is not null
+     union all select 'workflows', count(*)::int from bitrix_sync.workflow_instances where lease_token is not null
+     union all select 'commands', count(*)::int from bitrix_sync.crm_commands where lease_token is not null
+     union all select 'webhooks', count(*)::int from bitrix_sync.webhook_inbox where lease_token is not null
+     union all select 'reconciliation', count(*)::int from bitrix_sync.reconciliation_cursors where last_run_status = 'running'`,
+  );
+  for (const r of leases) if (r.n > 0) v.push(`${r.n} ${r.what} rows still hold a lease`);
+  const { rows: dl } = await pool.query<{ code: string | null; n: number }>(
+    "select error_code as code, count(*)::int as n from bitrix_sync.technical_dead_letters group by 1",
+  );
+  const technicalDeadLetters = dl.reduce((a, r) => a + r.n, 0);
+  for (const r of dl) v.push(`${r.n} technical dead letters (${r.code ?? "no code"})`);
+
+  const suspects = [...contactsOfUser].filter(([, cs]) => cs.length > 1).map(([uid]) => uid);
+  return {
+    suspects,
+    violations: v,
+    duplicates,
+    lostIntents,
+    users: { active, inactive: users.length - active },
+    contacts: contacts.length,
+    technicalDeadLetters,
+  };
+}
+
+/**
+ * The history of the users a violation names (workflows and commands: types, states, codes, times;
+ * internal IDs only), for finding the cause after a failed run.
+ */
+export async function historyOf(pool: pg.Pool, userIds: string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const id of userIds.slice(0, 5)) {
+    const { rows } = await pool.query<{ line: string }>(
+      `select format('%s wf %s %s %s/%s rev %s out %s err %s', to_char(w.created_at, 'HH24:MI:SS.MS'),
+                     left(w.id::text, 8), w.intent_type, w.state, w.current_step, w.revision, w.outcome,
+                     w.last_error_code) as line, w.created_at as at
+         from bitrix_sync.workflow_instances w where w.user_id = $1
+       union all
+       select format('%s   intent %s %s %s att %s upd %s', to_char(q.created_at, 'HH24:MI:SS.MS'), q.task_type,
+                     q.payload_json ->> 'reason', q.status, q.attempt_count, to_char(q.updated_at, 'HH24:MI:SS.MS')),
+              q.created_at
+         from han_app.sync_queue q where q.entity_id = $1
+       union all
+       select format('%s   App identity %s, updated %s', to_char(u.created_at, 'HH24:MI:SS.MS'), u.record_status,
+                     to_char(u.updated_at, 'HH24:MI:SS.MS')), u.created_at
+         from han_app.user_identity u where u.id = $1
+       union all
+       select format('%s   cmd %s %s %s err %s sent %s upd %s resp %s', to_char(c.created_at, 'HH24:MI:SS.MS'),
+                     c.id, c.command_type, c.status, c.last_error_code, to_char(c.sent_at, 'HH24:MI:SS.MS'),
+                     to_char(c.updated_at, 'HH24:MI:SS.MS'), c.response ->> 'contact_id'), c.created_at
+         from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+        where w.user_id = $1
+       order by at`,
+      [id],
+    );
+    out.push(`history of user ${id}:`, ...rows.map((r) => `  ${r.line}`));
+  }
+  return out;
+}
+
+export interface RateResult {
+  violations: string[];
+  /** Requests the portal's own bucket refused (not injected). */
+  bucketRefusals: number;
+  /** Highest level of the portal's bucket, replayed from the accepted requests. */
+  maxLevel: number;
+}
+
+/**
+ * The portal's limit across all replicas together: the leaky bucket replayed over every request it
+ * counted must stay within its threshold, and no request may be refused by the bucket itself (the
+ * injected storms' refusals are labelled as faults in the log and do not count).
+ */
+export function checkRate(
+  log: readonly RequestLogEntry[],
+  rate: { drainPerSec: number; threshold: number },
+  windows: readonly Window[],
+): RateResult {
+  const v: string[] = [];
+  let level = 0;
+  let last = log[0]?.at ?? 0;
+  let maxLevel = 0;
+  let bucketRefusals = 0;
+  for (const e of log) {
+    level = Math.max(0, level - ((e.at - last) / 1000) * rate.drainPerSec);
+    last = e.at;
+    const refusedByBucket = e.status === 503 && e.fault === undefined && e.commands.length === 0;
+    if (refusedByBucket) {
+      bucketRefusals++;
+      const after = windows.filter((w) => w.kind === "query_limit_storm" && w.to <= e.at).at(-1);
+      v.push(
+        `request at +${e.at - (log[0]?.at ?? 0)} ms refused by the portal's rate limit${after ? `, ${e.at - after.to} ms after a storm ended` : ""}`,
+      );
+      continue;
+    }
+    level += 1;
+    maxLevel = Math.max(maxLevel, level);
+  }
+  if (maxLevel > rate.threshold) v.push(`portal bucket reached ${maxLevel.toFixed(1)} > ${rate.threshold}`);
+  return { violations: v, bucketRefusals, maxLevel };
+}
+
+/**
+ * Personal data and secrets must not appear in any replica's output. Phones are looked up as whole
+ * digit runs (with or without the +), so a timestamp that happens to contain a phone's digits does
+ * not count; names and e-mails as whole words.
+ */
+export function checkOutput(outputs: Map<string, string>, personal: Personal, secrets: string[]): string[] {
+  const v: string[] = [];
+  for (const [name, text] of outputs) {
+    const digitRuns = new Set(text.match(/\d+/g) ?? []);
+    const words = new Set(text.match(/[A-Za-z0-9_-]+/g) ?? []);
+    const emails = new Set(text.match(/[A-Za-z0-9._+-]+@[A-Za-z0-9.-]+/g) ?? []);
+    const found = new Map<string, number>();
+    const hit = (what: string) => found.set(what, (found.get(what) ?? 0) + 1);
+    for (const p of personal.phones) if (digitRuns.has(p.replace(/^\+/, ""))) hit("a phone");
+    for (const n of personal.names) if (words.has(n.replace(/^Chaos /, ""))) hit("a name");
+    for (const e of personal.emails) if (emails.has(e)) hit("an e-mail");
+    for (const s of secrets) if (s.length >= 8 && text.includes(s)) hit("a secret");
+    for (const [what, n] of found) v.push(`${name}'s output holds ${what} (${n} distinct values)`);
+  }
+  return v;
+}

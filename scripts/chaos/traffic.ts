@@ -1,0 +1,257 @@
+// The chaos run's load: App traffic written the App's way (SQL on han_app tables as han_app_user, in
+// the App's own transactions, so the enqueue trigger records the intents) and CRM traffic (a manager
+// editing Contacts in the portal, then the Contact robot calling a replica's receiver), with robot
+// webhooks lost, duplicated and delivered out of order.
+import { randomBytes, randomInt, randomUUID } from "node:crypto";
+import type pg from "pg";
+import type { Emulator } from "../../src/emulator/server.js";
+import { DEFAULT_CITIZENSHIP } from "../../src/emulator/store.js";
+import type { Replica } from "./replicas.js";
+
+/** Every value the run made up that counts as personal data: none may reach a replica's output. */
+export interface Personal {
+  phones: Set<string>;
+  names: Set<string>;
+  emails: Set<string>;
+}
+
+export interface RobotIdentity {
+  token: string;
+  portalHost: string;
+  memberId: string;
+  userIdField: string;
+  citizenshipField: string;
+}
+
+export interface TrafficStats {
+  app: Record<string, number>;
+  appFailed: number;
+  crmEdits: number;
+  webhooks: Record<string, number>;
+}
+
+const word = () => randomBytes(6).toString("base64url").replace(/[-_]/g, "x");
+
+/** A valid Russian phone no other user of this run has had. */
+function newPhone(personal: Personal): string {
+  for (;;) {
+    const p = `+79${String(randomInt(0, 1_000_000_000)).padStart(9, "0")}`;
+    if (!personal.phones.has(p)) {
+      personal.phones.add(p);
+      return p;
+    }
+  }
+}
+
+function pick<T>(xs: readonly T[]): T | undefined {
+  return xs.length === 0 ? undefined : xs[randomInt(0, xs.length)];
+}
+
+export class Traffic {
+  readonly personal: Personal = { phones: new Set(), names: new Set(), emails: new Set() };
+  readonly stats: TrafficStats = { app: {}, appFailed: 0, crmEdits: 0, webhooks: {} };
+  /** Webhooks held back, delivered after later ones (out of order). */
+  private held = new Set<Promise<void>>();
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly emulator: Emulator,
+    private readonly replicas: Replica[],
+    private readonly robot: RobotIdentity,
+    /** Webhook faults on (false once the run stops injecting faults). */
+    public webhookFaults = true,
+  ) {}
+
+  private count(kind: string) {
+    this.stats.app[kind] = (this.stats.app[kind] ?? 0) + 1;
+  }
+
+  /** One App transaction as han_app_user. A failure is the App's (the database was away): counted. */
+  private async appTx(kind: string, fn: (c: pg.PoolClient) => Promise<boolean>): Promise<void> {
+    let c: pg.PoolClient | null = null;
+    try {
+      c = await this.pool.connect();
+      await c.query("begin");
+      await c.query("set local role han_app_user");
+      const did = await fn(c);
+      await c.query("commit");
+      if (did) this.count(kind);
+    } catch {
+      this.stats.appFailed++;
+      await c?.query("rollback").catch(() => undefined);
+    } finally {
+      c?.release(true);
+    }
+  }
+
+  /** A random user in the given identity state, read from the App's tables. */
+  private async someUser(c: pg.PoolClient, active: boolean): Promise<{ id: string } | undefined> {
+    const { rows } = await c.query<{ id: string }>(
+      `select u.id from han_app.user_identity u join han_app.client_profile p on p.user_id = u.id
+        where (u.record_status = 'active' and p.record_status = 'active') = $1
+        order by random() limit 1`,
+      [active],
+    );
+    return rows[0];
+  }
+
+  /** One App action, chosen at random with the run's mix. */
+  async appStep(): Promise<void> {
+    const r = randomInt(0, 100);
+    if (r < 35) {
+      const name = `Chaos ${word()}`;
+      this.personal.names.add(name);
+      const phone = newPhone(this.personal);
+      await this.appTx("user_created", async (c) => {
+        await c.query(
+          `with u as (insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, 'active') returning id)
+           insert into han_app.client_profile (id, user_id, full_name, record_status) select $3, id, $4, 'active' from u`,
+          [randomUUID(), phone, randomUUID(), name],
+        );
+        return true;
+      });
+    } else if (r < 55) {
+      const phone = newPhone(this.personal);
+      await this.appTx("phone_changed", async (c) => {
+        const u = await this.someUser(c, true);
+        if (!u) return false;
+        await c.query(
+          "update han_app.user_identity set phone_number = $2, updated_at = now() where id = $1",
+          [u.id, phone],
+        );
+        return true;
+      });
+    } else if (r < 67) {
+      // Half through the identity, half through the profile: both leave the user not eligible.
+      const table = randomInt(0, 2) === 0 ? "user_identity" : "client_profile";
+      const key = table === "user_identity" ? "id" : "user_id";
+      await this.appTx(`deactivated_${table === "user_identity" ? "identity" : "profile"}`, async (c) => {
+        const u = await this.someUser(c, true);
+        if (!u) return false;
+        await c.query(
+          `update han_app.${table} set record_status = 'inactive', updated_at = now() where ${key} = $1`,
+          [u.id],
+        );
+        return true;
+      });
+    } else if (r < 79) {
+      await this.appTx("returned", async (c) => {
+        const u = await this.someUser(c, false);
+        if (!u) return false;
+        await c.query(
+          "update han_app.user_identity set record_status = 'active', updated_at = now() where id = $1",
+          [u.id],
+        );
+        await c.query(
+          "update han_app.client_profile set record_status = 'active', updated_at = now() where user_id = $1",
+          [u.id],
+        );
+        return true;
+      });
+    } else {
+      // A profile edit the App makes on its own fields: no intent, nothing for the CRM.
+      const foreign = `+4915${String(randomInt(0, 100_000_000)).padStart(8, "0")}`;
+      this.personal.phones.add(foreign);
+      await this.appTx("profile_edited", async (c) => {
+        const u = await this.someUser(c, true);
+        if (!u) return false;
+        await c.query(
+          "update han_app.client_profile set foreign_phone = $2, updated_at = now() where user_id = $1",
+          [u.id, foreign],
+        );
+        return true;
+      });
+    }
+  }
+
+  /** A manager edits a Contact the service linked: name, e-mail or citizenship; the robot fires. */
+  async crmStep(): Promise<void> {
+    const linked = [...this.emulator.store.contacts.values()].filter(
+      (c) => typeof c.uf[this.robot.userIdField] === "string",
+    );
+    const c = pick(linked);
+    if (!c) return;
+    const what = randomInt(0, 3);
+    if (what === 0) {
+      const name = `Chaos ${word()}`;
+      this.personal.names.add(name);
+      c.name = name;
+    } else if (what === 1) {
+      const email = `${word().toLowerCase()}@example.test`;
+      this.personal.emails.add(email);
+      c.emails = [this.emulator.store.newMulti("WORK", email)];
+    } else {
+      c.uf[this.robot.citizenshipField] = (pick(DEFAULT_CITIZENSHIP) ?? { ID: "45" }).ID;
+    }
+    this.emulator.store.touch(c);
+    this.stats.crmEdits++;
+    await this.robotCall(c.id);
+  }
+
+  private countHook(kind: string) {
+    this.stats.webhooks[kind] = (this.stats.webhooks[kind] ?? 0) + 1;
+  }
+
+  /** The robot's call for one edit, with the run's webhook faults. */
+  private async robotCall(contactId: number): Promise<void> {
+    const r = this.webhookFaults ? randomInt(0, 100) : 100;
+    if (r < 12) {
+      this.countHook("lost");
+      return;
+    }
+    if (r < 24) {
+      this.countHook("duplicated");
+      await this.deliver(contactId);
+      await this.deliver(contactId);
+      return;
+    }
+    if (r < 36) {
+      this.countHook("reordered");
+      const p = new Promise<void>((resolve) => setTimeout(resolve, randomInt(1500, 6000)))
+        .then(() => this.deliver(contactId))
+        .finally(() => this.held.delete(p));
+      this.held.add(p);
+      return;
+    }
+    await this.deliver(contactId);
+  }
+
+  /** POSTs the robot's form to a running replica; a refusal or no replica is a lost webhook. */
+  private async deliver(contactId: number): Promise<void> {
+    const port = pick(this.replicas.filter((x) => x.port !== null))?.port;
+    if (!port) {
+      this.countHook("no_replica");
+      return;
+    }
+    const body = new URLSearchParams([
+      ["document_id[0]", "crm"],
+      ["document_id[1]", "CCrmDocumentContact"],
+      ["document_id[2]", `CONTACT_${contactId}`],
+      ["auth[domain]", this.robot.portalHost],
+      ["auth[client_endpoint]", `https://${this.robot.portalHost}/rest/`],
+      ["auth[server_endpoint]", "https://oauth.bitrix24.tech/rest/"],
+      ["auth[member_id]", this.robot.memberId],
+    ]);
+    const query = new URLSearchParams([
+      ["token", this.robot.token],
+      ["ID", String(contactId)],
+    ]);
+    try {
+      const res = await fetch(`http://127.0.0.1:${port}/bitrix/sync/webhook/contact?${query}`, {
+        method: "POST",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: body.toString(),
+        signal: AbortSignal.timeout(5_000),
+      });
+      await res.arrayBuffer();
+      this.countHook(res.status === 200 ? "accepted" : `refused_${res.status}`);
+    } catch {
+      this.countHook("unanswered");
+    }
+  }
+
+  /** Waits for the webhooks held back to be delivered. */
+  async drain(): Promise<void> {
+    while (this.held.size > 0) await Promise.allSettled([...this.held]);
+  }
+}
