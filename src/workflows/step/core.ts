@@ -281,11 +281,20 @@ export class Step {
     // end of the step would be marked as processed without a pass (found by the chaos suite: a
     // phone change lost that way). A join that comes now waits for the step, then finds the
     // workflow still running (and the pass restarts for it) or finished (and starts a new one).
-    const { rows: fresh } = await this.tx.query<{ revision: number }>(
-      "select revision from bitrix_sync.workflow_instances where id = $1 for update",
+    // The revision comes with the intent it names: a pass restarted for revision N executes N's
+    // intent, never the one read at claim time (found by the chaos suite: a deactivation joined by a
+    // return ran as a deactivation for the return's revision, and the returned user lost the link).
+    const { rows: fresh } = await this.tx.query<
+      Pick<WorkflowRow, "revision" | "intent_type" | "trace_context">
+    >(
+      "select revision, intent_type, trace_context from bitrix_sync.workflow_instances where id = $1 for update",
       [this.wf.id],
     );
-    if (fresh[0]) this.wf.revision = fresh[0].revision;
+    if (fresh[0]) {
+      this.wf.revision = fresh[0].revision;
+      this.wf.intent_type = fresh[0].intent_type;
+      this.wf.trace_context = fresh[0].trace_context;
+    }
     // Converge to the newest intent (DESIGN.md): between read steps, never while a write is unresolved.
     const read = await this.lastCommandAndUnresolved();
     if (
