@@ -279,6 +279,7 @@ async function main(): Promise<number> {
     minutes: MINUTES,
     replicas: REPLICAS,
     replicaStarts: replicas.reduce((a, r) => a + r.starts, 0),
+    replicaCrashes: faults.unaskedExits,
     faults: faults.counts,
     webhooks: traffic.stats.webhooks,
     app: traffic.stats.app,
@@ -312,6 +313,11 @@ async function main(): Promise<number> {
       `  faults by kind        ${Object.entries(faults.counts)
         .map(([k, n]) => `${k} ${n}`)
         .join(", ")}`,
+      `  replica crashes       ${
+        Object.entries(faults.unaskedExits)
+          .map(([k, n]) => `${k} ${n}`)
+          .join(", ") || "none"
+      } (each started again, as an orchestrator would)`,
       `  webhooks              ${Object.entries(traffic.stats.webhooks)
         .map(([k, n]) => `${k} ${n}`)
         .join(", ")}`,

@@ -55,7 +55,19 @@ export class Faults {
   private restarts = new Set<Promise<void>>();
   private outageDone = false;
 
-  constructor(private readonly t: FaultTargets) {}
+  /** Replicas that exited without being told, by cause (the crash line's kind and error class). */
+  readonly unaskedExits: Record<string, number> = {};
+
+  constructor(private readonly t: FaultTargets) {
+    // As an orchestrator does (deploy/compose.yaml: restart: unless-stopped): a replica that exits on
+    // its own is started again; the run counts it, and the report names the cause.
+    for (const r of t.replicas) {
+      r.onUnaskedExit = (_exit, cause) => {
+        this.unaskedExits[cause] = (this.unaskedExits[cause] ?? 0) + 1;
+        this.restartLater(r, 1_000);
+      };
+    }
+  }
 
   /** Injects faults until `until` (epoch ms). */
   async run(until: number): Promise<void> {

@@ -23,6 +23,8 @@ export class Replica {
   starts = 0;
   private exited: Promise<ReplicaExit> | null = null;
   private signalledAt: number | null = null;
+  /** Called when a process of this slot exits without having been signalled (a crash). */
+  onUnaskedExit: ((exit: ReplicaExit, cause: string) => void) | null = null;
 
   constructor(
     readonly name: string,
@@ -65,9 +67,18 @@ export class Replica {
           this.child = null;
           this.port = null;
         }
-        resolve({ code, signal, tookMs: this.signalledAt === null ? null : Date.now() - this.signalledAt });
+        const exit = {
+          code,
+          signal,
+          tookMs: this.signalledAt === null ? null : Date.now() - this.signalledAt,
+        };
+        // Only after startup: a replica that fails to start is retried by whoever started it.
+        if (this.signalledAt === null && startedUp && this.onUnaskedExit)
+          this.onUnaskedExit(exit, this.crashCause());
+        resolve(exit);
       }),
     );
+    let startedUp = false;
     const end = Date.now() + START_BOUND_MS;
     while (this.port === null) {
       if (this.child !== child) {
@@ -84,6 +95,19 @@ export class Replica {
       if (Date.now() > end) throw new Error(`${this.name} did not listen within ${START_BOUND_MS} ms`);
       await new Promise((r) => setTimeout(r, 50));
     }
+    startedUp = true;
+  }
+
+  /** The event and error class of the last crash line this slot printed (never a message). */
+  private crashCause(): string {
+    const lines = this.text()
+      .split("\n")
+      .filter((l) => l.includes('"event":"process.crash"'));
+    const last = lines.at(-1);
+    if (!last) return "no crash line";
+    const kind = /"kind":"([A-Za-z]+)"/.exec(last)?.[1] ?? "?";
+    const name = /"errorName":"([A-Za-z]+)"/.exec(last)?.[1] ?? "?";
+    return `${kind} ${name}`;
   }
 
   /** Sends `signal` and waits for the exit. */
