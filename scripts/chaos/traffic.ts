@@ -8,6 +8,8 @@ import type { Emulator } from "../../src/emulator/server.js";
 import { DEFAULT_CITIZENSHIP } from "../../src/emulator/store.js";
 import type { Replica } from "./replicas.js";
 
+const ignore = (): void => undefined;
+
 /** Every value the run made up that counts as personal data: none may reach a replica's output. */
 export interface Personal {
   phones: Set<string>;
@@ -71,6 +73,9 @@ export class Traffic {
     let c: pg.PoolClient | null = null;
     try {
       c = await this.pool.connect();
+      // A database restart can end the connection between two statements: node-postgres then emits
+      // 'error' on the checked-out client, which must not end the run (the next statement fails).
+      c.on("error", ignore);
       await c.query("begin");
       await c.query("set local role han_app_user");
       const did = await fn(c);
@@ -80,6 +85,7 @@ export class Traffic {
       this.stats.appFailed++;
       await c?.query("rollback").catch(() => undefined);
     } finally {
+      c?.off("error", ignore);
       c?.release(true);
     }
   }
