@@ -142,6 +142,10 @@ async function main(): Promise<number> {
     LOG_LEVEL: "info",
   };
   const replicas = Array.from({ length: REPLICAS }, (_, i) => new Replica(`replica-${i + 1}`, env));
+  // However this run ends (a crash of the harness included), no replica outlives it.
+  process.on("exit", () => {
+    for (const r of replicas) r.child?.kill("SIGKILL");
+  });
   await Promise.all(replicas.map((r) => r.start()));
   say(`replicas listening on ${replicas.map((r) => r.port).join(", ")}; load average ${loads()}`);
 
