@@ -59,7 +59,12 @@ export const WORKER_GRANTS_FILE = join(projectRoot, "sql", "worker_grants.sql");
  * a graphile-worker upgrade may have added tables). The same steps as the graphile-migrate CLI with
  * the project's .gmrc. Safe to run concurrently; graphile-migrate takes a lock.
  */
-export async function migrateDatabase(connectionString: string, log?: Logger): Promise<void> {
+export async function migrateDatabase(
+  connectionString: string,
+  log?: Logger,
+  /** A folder with a `committed/` of its own (tests: a database at an earlier release). */
+  folder: string = migrationsFolder,
+): Promise<void> {
   const utils = await makeWorkerUtils({ connectionString });
   try {
     await utils.migrate();
@@ -71,7 +76,7 @@ export async function migrateDatabase(connectionString: string, log?: Logger): P
     if (level === "info") log?.info({ event: "db.migrate" }, message);
   });
   try {
-    await gmMigrate({ connectionString, migrationsFolder, logger });
+    await gmMigrate({ connectionString, migrationsFolder: folder, logger });
   } finally {
     // graphile-migrate keeps its pool open a moment after use and exits the process if that idle
     // pool sees an error (e.g. the database being dropped or renamed). Close it now.

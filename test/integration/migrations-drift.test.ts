@@ -2,7 +2,8 @@
 // migrated from migrations/committed/ has exactly the definitions today's sql/ files give, and
 // graphile-migrate's own CLI (with the project's .gmrc) builds the same database as the service.
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
@@ -80,3 +81,34 @@ test("the service's migrator reapplies the runtime role's rights on graphile-wor
   );
   t.deepEqual(rows[0], { can: true, policy: true });
 });
+
+// The newest migration of each release that reached databases: an upgrade from there must end with
+// the catalogue of a database built in one go, whatever the migrations after it did.
+const RELEASED = ["000005-receivers.sql", "000012-trace-context.sql"];
+
+for (const last of RELEASED) {
+  test(`a database at the release ending with ${last} upgrades to the catalogue of a fresh one`, async (t) => {
+    const committed = join(projectRoot, "migrations", "committed");
+    const names = readdirSync(committed)
+      .filter((f) => f.endsWith(".sql"))
+      .sort();
+    t.true(names.includes(last), `${last} is committed`);
+    const dir = mkdtempSync(join(tmpdir(), "bitrix-sync-release-"));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    mkdirSync(join(dir, "committed"));
+    for (const f of names.slice(0, names.indexOf(last) + 1))
+      copyFileSync(join(committed, f), join(dir, "committed", f));
+
+    const empty = await createEmptyDb();
+    t.teardown(() => empty.drop());
+    await migrateDatabase(empty.url, undefined, dir);
+    await migrateDatabase(empty.url);
+
+    const upgraded = new pg.Client({ connectionString: empty.url });
+    await upgraded.connect();
+    t.teardown(() => upgraded.end());
+    const reference = await createTestDb();
+    t.teardown(() => reference.drop());
+    samePicture(t, await catalogPicture(reference.pool), await catalogPicture(upgraded));
+  });
+}

@@ -1,5 +1,5 @@
---! Previous: sha1:8712c7eb86943fa97abd989961e12774f2644136
---! Hash: sha1:2326a1604f43275ce2bd36ef27b53804baa51257
+--! Previous: sha1:8dc937dbe9c4d92b61e02c3f609a6dbad0e33e08
+--! Hash: sha1:6b3d9dacb5a4561c46b66be3fb280a87e88907b8
 --! Message: intent-writes
 
 -- Leaner intent writes on the App's hot path (issue 14; docs/performance.md, "Intent writes"): the
