@@ -7,12 +7,16 @@ import { runtime } from "../src/runtime.js";
 
 const Payload = z.object({ force: z.boolean().optional() }).passthrough();
 
-const task: Task = async (payload) => {
+const task: Task = async (payload, helpers) => {
   const p = Payload.parse(payload ?? {});
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
   const { alerts } = r.settings.get();
-  await reconcileAlerts(r.services, alerts, alerts.reconcileIntervalSec, { force: p.force === true });
+  await reconcileAlerts(r.services, alerts, alerts.reconcileIntervalSec, {
+    force: p.force === true,
+    // SIGTERM: the run stops before its next batch request and gives the cursor back.
+    signal: AbortSignal.any([r.stopping, helpers.abortSignal ?? new AbortController().signal]),
+  });
 };
 
 export default task;

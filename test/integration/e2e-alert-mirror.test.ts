@@ -4,6 +4,7 @@
 // real PostgreSQL, the emulator over HTTP with its "reply lost after commit" fault.
 import { randomBytes, randomUUID } from "node:crypto";
 import test from "ava";
+import { reconcileAlerts } from "../../src/alerts/reconcile.js";
 import { readiness } from "../../src/http/status.js";
 import { registry } from "../../src/observability/metrics.js";
 import { collectScrape } from "../../src/observability/scrape.js";
@@ -262,5 +263,38 @@ test.serial(
     );
     t.is(itemsOf(a).length, 1);
     t.is(Number(itemsOf(a)[0]?.uf[FIELDS.occurrence_count]), 2);
+  },
+);
+
+test.serial(
+  "an alert reconciliation stopped by shutdown gives its cursor back before its next request",
+  async (t) => {
+    const a = await raise();
+    await synced(a.id);
+    const cursor = () =>
+      one<{ last_run_status: string; last_error_code: string | null; lease_token: string | null }>(
+        rig.db.pool,
+        "select last_run_status, last_error_code, lease_token from bitrix_sync.reconciliation_cursors where job_type = 'alerts'",
+      );
+    const lists = () => rig.emulator.log.filter((e) => e.commands.includes("crm.item.list")).length;
+    const { alerts } = rig.runtime.settings.get();
+    const before = lists();
+    const stop = new AbortController();
+    stop.abort();
+    const r = await reconcileAlerts(rig.runtime.services, alerts, alerts.reconcileIntervalSec, {
+      force: true,
+      signal: stop.signal,
+    });
+    t.like(r, { ran: true, polled: 0, stopped: true });
+    t.is(lists(), before, "no request after the stop");
+    t.like(await cursor(), { last_run_status: "failed", last_error_code: "shutdown", lease_token: null });
+    // The next run (another replica's) starts at once and polls the open alert.
+    const next = await reconcileAlerts(rig.runtime.services, alerts, alerts.reconcileIntervalSec, {
+      force: true,
+    });
+    t.true(next.ran);
+    t.true(next.polled >= 1);
+    t.false(next.stopped === true);
+    t.like(await cursor(), { last_run_status: "succeeded", lease_token: null });
   },
 );
