@@ -239,6 +239,7 @@ returns integer
 language plpgsql as $$
 declare
   v_n integer;
+  v_w integer := 0;
 begin
   if p_limit is not null and p_limit < 1 then
     raise exception 'bring_forward_commands needs a positive limit or none'
@@ -259,10 +260,27 @@ begin
   if v_n > 0 then
     perform pg_notify('bitrix_sync_commands', '');
   end if;
-  return v_n;
+  -- When the portal answers again (no limit; a probe is one command): workflows that wait in
+  -- waiting_retry for the same reason (a command past its own retries handed back to its workflow
+  -- with a portal-wide code) are due now too. Their step reads before it writes, and what it issues
+  -- goes through the limiter. Waits for other reasons (a late write that may still land) keep theirs.
+  if p_limit is null then
+    with picked as (
+      select w.id from bitrix_sync.workflow_instances w
+       where w.state = 'waiting_retry' and w.next_attempt_at > now() and w.last_error_code = any(p_codes)
+       for update skip locked
+    )
+    update bitrix_sync.workflow_instances w set next_attempt_at = now()
+      from picked where w.id = picked.id;
+    get diagnostics v_w = row_count;
+    if v_w > 0 then
+      perform pg_notify('bitrix_sync_workflows', '');
+    end if;
+  end if;
+  return v_n + v_w;
 end $$;
 comment on function bitrix_sync.bring_forward_commands(text[], integer) is
-  'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). The pump calls it with one command as a probe while the portal fails, and for all of them when the portal answers again. Returns how many.';
+  'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). With no limit, also makes waiting_retry workflows whose last error is one of p_codes due now (a command handed back to its workflow). The pump calls it with one command as a probe while the portal fails, and with no limit when the portal answers again. Returns how many commands and workflows.';
 
 create or replace function bitrix_sync.release_command(p_id bigint, p_lease_token uuid)
 returns bitrix_sync.crm_commands

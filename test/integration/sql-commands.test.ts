@@ -880,14 +880,42 @@ test("bring_forward_commands makes retries of portal-wide failures due: one as a
   const later = await waiting(30, code);
   const sooner = await waiting(10, code);
   const other = await waiting(5, "invalid_argument");
+  // Workflows waiting in waiting_retry: one whose command was handed back with the portal-wide code,
+  // one waiting for a late write that may still land.
+  const waitingWorkflow = async (errorCode: string) => {
+    const { wf } = await inFlightCommand(db.pool, { type: "contact.find_by_phone" });
+    await forceRow(db.pool, "bitrix_sync.workflow_instances", wf.id, {
+      state: "waiting_retry",
+      lease_token: null,
+      locked_by: null,
+      locked_until: null,
+      last_error_code: errorCode,
+      next_attempt_at: new Date(Date.now() + 30 * 60_000),
+    });
+    return wf.id;
+  };
+  const handedBack = await waitingWorkflow(code);
+  const lateWrite = await waitingWorkflow("awaiting_late_write");
+  const workflowDue = async (id: string) =>
+    (
+      await one<{ at: Date }>(
+        db.pool,
+        "select next_attempt_at as at from bitrix_sync.workflow_instances where id = $1",
+        [id],
+      )
+    ).at.getTime() <=
+    Date.now() + 1000;
   const bring = (limit: number | null) =>
     one<{ n: number }>(db.pool, "select bitrix_sync.bring_forward_commands($1, $2) as n", [[code], limit]);
 
   t.is((await bring(1)).n, 1, "a probe brings one forward");
   t.true((await get(sooner)).next_attempt_at.getTime() <= Date.now() + 1000, "the earliest one");
   t.true((await get(later)).next_attempt_at.getTime() > Date.now() + 60_000);
-  t.is((await bring(null)).n, 1, "then every other one of those codes");
+  t.false(await workflowDue(handedBack), "a probe is one command, never a workflow");
+  t.is((await bring(null)).n, 2, "then every other command and workflow of those codes");
   t.true((await get(later)).next_attempt_at.getTime() <= Date.now() + 1000);
+  t.true(await workflowDue(handedBack), "the handed-back workflow is due");
+  t.false(await workflowDue(lateWrite), "a wait for a late write keeps its time");
   t.is((await get(later)).status, "retry_wait", "due, claimed like any due command");
   t.true(
     (await get(other)).next_attempt_at.getTime() > Date.now() + 60_000,
