@@ -52,6 +52,22 @@ async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number; 
   return { due: rows[0]?.due ?? 0, oldestMs: rows[0]?.oldest_ms ?? 0, adds: rows[0]?.adds ?? 0 };
 }
 
+/** How often a batch holding its token looks whether it is full before its max wait ends. */
+const FILL_POLL_MS = 50;
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const t = setTimeout(done, Math.max(1, ms));
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
 export type PumpResult = { sent: number; waitMs: number };
 
 /** A batch whose send marker is committed: `flight` sends it and settles every command. */
@@ -110,9 +126,9 @@ async function bringForward(deps: ServiceContext, limit: number | null): Promise
 }
 
 /**
- * One batch: waits (at most batch.max_wait_ms from the oldest due command) for the batch to fill,
- * takes one limiter permit, claims up to batch.size commands, hydrates them and commits the send
- * marker. The returned `flight` sends the Bitrix24 batch and settles every command; the caller may
+ * One batch: takes one limiter permit, waits for the batch to fill (at most batch.max_wait_ms from
+ * the oldest due command, counting the wait for the permit), claims up to batch.size commands,
+ * hydrates them and commits the send marker. The returned `flight` sends the Bitrix24 batch and settles every command; the caller may
  * start the next batch meanwhile (src/sync-loop.ts keeps up to limiter.max_in_flight in flight).
  * Without a batch, says how long to wait before the next look.
  */
@@ -128,19 +144,32 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
   if (b.due === 0) {
     return { sent: 0, waitMs: watch.down ? PROBE_INTERVAL_MS : Number.POSITIVE_INFINITY };
   }
-  if (b.due < s.batch.size && b.oldestMs < s.batch.maxWaitMs) {
-    return { sent: 0, waitMs: Math.max(1, s.batch.maxWaitMs - b.oldestMs) };
-  }
   // Warm the citizenship dictionary outside any permit (a create's hydration may need it).
   if (b.adds > 0) await deps.dictionary.findByValue("").catch(() => undefined);
 
-  // Take the permit first: while it waits for a token the batch keeps filling.
+  // Take the permit first: while it waits for a token the batch keeps filling. The fill wait
+  // (batch.max_wait_ms from the oldest due command) runs alongside the wait for the token rather
+  // than before it: when the bucket makes the batch wait anyway, it does not also wait to fill.
   let permit: Awaited<ReturnType<CrmDeps["limiter"]["acquire"]>>;
   try {
     const wait = AbortSignal.timeout(Math.max(1000, (s.lease.ttlSec * 1000) / 2));
     permit = await deps.crm.limiter.acquire({ signal: signal ? AbortSignal.any([signal, wait]) : wait });
   } catch {
     return { sent: 0, waitMs: 100 };
+  }
+  if (b.due < s.batch.size && b.oldestMs < s.batch.maxWaitMs) {
+    // The token came before the batch's flush time (size or max wait, §8): fill until then.
+    const fillBy = Date.now() + (s.batch.maxWaitMs - b.oldestMs);
+    try {
+      b = await backlog(deps.pool);
+      while (b.due < s.batch.size && Date.now() < fillBy && !signal?.aborted) {
+        await sleep(Math.min(FILL_POLL_MS, fillBy - Date.now()), signal);
+        b = await backlog(deps.pool);
+      }
+    } catch (e) {
+      await permit.release();
+      throw e;
+    }
   }
   // Claimed together with each command's user (the workflow's), for hydration and the result.
   let rows: Array<CommandRow & { owner_user_id: string | null }>;
