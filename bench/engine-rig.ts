@@ -3,7 +3,7 @@
 // shared server is never touched), the end-to-end rig of the tests on it (emulator, runtime,
 // graphile-worker and the sync loop), new App users in one statement, and the readings.
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -67,6 +67,12 @@ export async function startBenchRig(opts: {
 }): Promise<BenchRig> {
   await benchServer();
   const rig = await startRig(opts);
+  // A variant to measure (the "before" of a change, or a trigger dropped to bound its cost): SQL
+  // applied as the owner after the migrations.
+  if (process.env.BENCH_SETUP_SQL) {
+    await rig.db.pool.query(readFileSync(process.env.BENCH_SETUP_SQL, "utf8"));
+    console.log(`  variant: ${process.env.BENCH_SETUP_SQL} applied`);
+  }
   let statements = false;
   try {
     await rig.db.pool.query("create extension if not exists pg_stat_statements");
@@ -127,6 +133,8 @@ export async function countCommands(rig: Rig): Promise<number> {
 export interface DbReading {
   /** Milliseconds of statement execution in the bench's database since the last reset. */
   totalMs: number;
+  /** Top-level statements executed (pg_stat_statements only). */
+  calls?: number;
   source: "pg_stat_statements" | "pg_stat_database.active_time";
   top: Array<{ query: string; calls: number; totalMs: number; meanMs: number; rows: number }>;
 }
@@ -145,7 +153,11 @@ export async function resetDbReading(rig: BenchRig): Promise<number> {
 }
 
 /** Database time since `resetDbReading` (whose return value is `base`), and the top statements. */
-export async function readDb(rig: BenchRig, base: number, topN = 12): Promise<DbReading> {
+export async function readDb(
+  rig: BenchRig,
+  base: number,
+  topN = Number(process.env.BENCH_TOP ?? 12),
+): Promise<DbReading> {
   if (!rig.statements) {
     // active_time is flushed when a backend's transaction ends; a moment lets the last ones report.
     await new Promise((r) => setTimeout(r, 600));
@@ -169,6 +181,7 @@ export async function readDb(rig: BenchRig, base: number, topN = 12): Promise<Db
   const totalMs = rows.reduce((s, r) => s + r.total, 0);
   return {
     totalMs,
+    calls: rows.reduce((s, r) => s + Number(r.calls), 0),
     source: "pg_stat_statements",
     top: rows.slice(0, topN).map((r) => ({
       query: r.query.replace(/\s+/g, " ").trim(),
@@ -218,4 +231,40 @@ export function load(): string {
 /** A line about the machine, printed with every figure: other work on it moves the numbers. */
 export function machineLine(): string {
   return `load average ${load()} (1/5/15 min), ${availableParallelism()} cores`;
+}
+
+/**
+ * CPU time (ms) the PostgreSQL server's processes have used so far: the postmaster's children alive
+ * now, and what exited children left in the postmaster's totals. Read from /proc, so only for a
+ * server on this machine (the embedded one); null otherwise. Unlike statement time, it does not grow
+ * when a backend waits for the CPU, and it counts parsing, commits and the protocol too.
+ */
+export async function pgServerCpuMs(rig: BenchRig): Promise<number | null> {
+  try {
+    const { rows } = await rig.db.pool.query<{ dir: string }>(
+      "select setting as dir from pg_settings where name = 'data_directory' /* bench */",
+    );
+    const { readFileSync, readdirSync } = await import("node:fs");
+    const postmaster = Number(readFileSync(`${rows[0]?.dir}/postmaster.pid`, "utf8").split("\n")[0]);
+    const ticks = 100; // USER_HZ on Linux
+    const stat = (pid: number | string) => {
+      const text = readFileSync(`/proc/${pid}/stat`, "utf8");
+      return text.slice(text.lastIndexOf(")") + 2).split(" "); // fields from the 3rd on
+    };
+    const own = stat(postmaster);
+    // utime, stime, cutime, cstime are fields 14-17 (indices 11-14 after the name).
+    let total = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
+    for (const pid of readdirSync("/proc")) {
+      if (!/^\d+$/.test(pid)) continue;
+      try {
+        const f = stat(pid);
+        if (Number(f[1]) === postmaster) total += Number(f[11]) + Number(f[12]);
+      } catch {
+        // the process ended meanwhile
+      }
+    }
+    return (total * 1000) / ticks;
+  } catch {
+    return null;
+  }
 }

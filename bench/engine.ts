@@ -14,6 +14,7 @@ import {
   countCommands,
   insertUsers,
   machineLine,
+  pgServerCpuMs,
   printTop,
   printTopFunctions,
   readDb,
@@ -29,12 +30,14 @@ const MODE = process.env.BENCH_MODE ?? "both";
 async function backlogRun(rig: BenchRig): Promise<{ seconds: number; commands: number; cpuMs: number }> {
   await insertUsers(rig, USERS);
   const base = await resetDbReading(rig);
+  const pgCpu = await pgServerCpuMs(rig);
   const cpu = process.cpuUsage();
   const started = Date.now();
   await rig.startWorker();
   await waitSucceeded(rig, USERS, 30 * 60_000, 25);
   const seconds = (Date.now() - started) / 1000;
   const used = process.cpuUsage(cpu);
+  const pgCpuAfter = await pgServerCpuMs(rig);
   const commands = await countCommands(rig);
   const reading = await readDb(rig, base);
   console.log(
@@ -44,6 +47,12 @@ async function backlogRun(rig: BenchRig): Promise<{ seconds: number; commands: n
     `  database time ${(reading.totalMs / 1000).toFixed(2)} s (${reading.source}): ${(reading.totalMs / commands).toFixed(3)} ms per command; ` +
       `service process CPU ${((used.user + used.system) / 1000 / commands).toFixed(3)} ms per command`,
   );
+  if (pgCpu !== null && pgCpuAfter !== null) {
+    console.log(
+      `  PostgreSQL server CPU ${((pgCpuAfter - pgCpu) / 1000).toFixed(2)} s (/proc): ${((pgCpuAfter - pgCpu) / commands).toFixed(3)} ms per command; ` +
+        `${reading.calls === undefined ? "?" : (reading.calls / commands).toFixed(1)} statements per command`,
+    );
+  }
   printTop(reading);
   await printTopFunctions(rig);
   return { seconds, commands, cpuMs: reading.totalMs };

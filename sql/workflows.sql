@@ -85,6 +85,40 @@ end $$;
 comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text, text) is
   'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step) and the workflow takes the intent''s trace context (W3C traceparent; malformed ones are ignored). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged). An active contact.rebind is not joined: the intent is held on it (action held) and starts when the rebind ends. previous_trace_context is the joined, held or unchanged workflow''s context before the call, for a span link.';
 
+create or replace function bitrix_sync.take_sync_tasks(
+  p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[],
+  p_trace_contexts text[]
+) returns table (task_id uuid, workflow_id uuid, action text, previous_trace_context text)
+language plpgsql as $$
+declare
+  v_n integer := coalesce(cardinality(p_ids), 0);
+  v_out record;
+begin
+  if coalesce(cardinality(p_lease_tokens), 0) <> v_n or coalesce(cardinality(p_user_ids), 0) <> v_n
+     or coalesce(cardinality(p_intent_types), 0) <> v_n or coalesce(cardinality(p_content_hashes), 0) <> v_n
+     or coalesce(cardinality(p_trace_contexts), 0) <> v_n or v_n > 1000 then
+    raise exception 'take_sync_tasks needs six arrays of one length, at most 1000'
+      using errcode = 'BS004',
+            hint = 'Pass intent ID, lease token, user ID, intent type, content hash and trace context per claimed intent, in claim order.';
+  end if;
+  -- In the order given (claim order): a user's later intent joins the workflow its earlier one
+  -- started. Any refusal (a stale lease: BS001) fails the whole call, and the caller takes the
+  -- intents one by one instead.
+  for i in 1 .. v_n loop
+    select * into v_out
+      from bitrix_sync.start_or_join_workflow(p_user_ids[i], p_intent_types[i], p_ids[i], p_content_hashes[i],
+                                              p_trace_contexts[i]);
+    perform bitrix_sync.complete_sync_task(p_ids[i], p_lease_tokens[i]);
+    task_id := p_ids[i];
+    workflow_id := v_out.workflow_id;
+    action := v_out.action;
+    previous_trace_context := v_out.previous_trace_context;
+    return next;
+  end loop;
+end $$;
+comment on function bitrix_sync.take_sync_tasks(uuid[], uuid[], uuid[], text[], text[], text[]) is
+  'Intake of a claimed batch in one call: for each intent, in the order given, start_or_join_workflow() and complete_sync_task() under its lease token, as the caller would one intent per transaction. One row per intent (its workflow, the action, the previous trace context). A stale lease refuses the whole call (BS001); arrays of different lengths or over 1000 elements BS004.';
+
 create or replace function bitrix_sync.tg_workflow_instances__start_held_intent() returns trigger
 language plpgsql as $$
 begin
