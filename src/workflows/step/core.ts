@@ -189,25 +189,47 @@ export class Step {
   // ---- reads -------------------------------------------------------------------------------
 
   /**
-   * The workflow's last command and whether one of its writes is unresolved, in one query. The last
-   * command is the most recently changed one: after a recovery search, the re-sent create is newer
-   * than the search.
+   * Where the step starts, in one call (step_context): the workflow's row locked until the step
+   * commits, with its revision, intent and trace context, then, read after the lock, its last
+   * command (the most recently changed one: after a recovery search, the re-sent create is newer
+   * than the search) and whether one of its writes is unresolved.
    */
-  private async lastCommandAndUnresolved(): Promise<{ last: CommandRow | null; unresolvedWrite: boolean }> {
-    const { rows } = await this.tx.query<CommandRow & { _unresolved_write: boolean; _has_last: boolean }>(
-      `select c.*, c.id is not null as _has_last,
-              exists (select 1 from bitrix_sync.crm_commands u
-                       where u.workflow_id = $1 and u.status in ('uncertain', 'reconcile')) as _unresolved_write
-         from (select 1) one
-         left join lateral (select * from bitrix_sync.crm_commands
-                             where workflow_id = $1 and alert_id is null
-                             order by updated_at desc, id desc limit 1) c on true`,
+  private async stepContext(): Promise<{
+    fresh: Pick<WorkflowRow, "revision" | "intent_type" | "trace_context"> | null;
+    last: CommandRow | null;
+    unresolvedWrite: boolean;
+  }> {
+    const { rows } = await this.tx.query<
+      CommandRow & {
+        _revision: number | null;
+        _intent_type: WorkflowRow["intent_type"];
+        _trace_context: string | null;
+        _unresolved_write: boolean;
+        _has_last: boolean;
+      }
+    >(
+      `select s.revision as _revision, s.intent_type as _intent_type, s.trace_context as _trace_context,
+              s.unresolved_write as _unresolved_write, (s.last_command).id is not null as _has_last,
+              (s.last_command).*
+         from bitrix_sync.step_context($1) s`,
       [this.wf.id],
     );
     const r = rows[0];
-    if (!r) return { last: null, unresolvedWrite: false };
-    const { _unresolved_write: unresolvedWrite, _has_last: hasLast, ...row } = r;
-    return { last: hasLast ? (row as CommandRow) : null, unresolvedWrite };
+    if (!r) return { fresh: null, last: null, unresolvedWrite: false };
+    const {
+      _revision: revision,
+      _intent_type: intentType,
+      _trace_context: traceContext,
+      _unresolved_write: unresolvedWrite,
+      _has_last: hasLast,
+      ...row
+    } = r;
+    return {
+      fresh:
+        revision === null ? null : { revision, intent_type: intentType, trace_context: traceContext },
+      last: hasLast ? (row as CommandRow) : null,
+      unresolvedWrite,
+    };
   }
 
   async activeMapping(): Promise<{ id: string; external_id: string } | null> {
@@ -284,19 +306,13 @@ export class Step {
     // The revision comes with the intent it names: a pass restarted for revision N executes N's
     // intent, never the one read at claim time (found by the chaos suite: a deactivation joined by a
     // return ran as a deactivation for the return's revision, and the returned user lost the link).
-    const { rows: fresh } = await this.tx.query<
-      Pick<WorkflowRow, "revision" | "intent_type" | "trace_context">
-    >(
-      "select revision, intent_type, trace_context from bitrix_sync.workflow_instances where id = $1 for update",
-      [this.wf.id],
-    );
-    if (fresh[0]) {
-      this.wf.revision = fresh[0].revision;
-      this.wf.intent_type = fresh[0].intent_type;
-      this.wf.trace_context = fresh[0].trace_context;
+    const read = await this.stepContext();
+    if (read.fresh) {
+      this.wf.revision = read.fresh.revision;
+      this.wf.intent_type = read.fresh.intent_type;
+      this.wf.trace_context = read.fresh.trace_context;
     }
     // Converge to the newest intent (DESIGN.md): between read steps, never while a write is unresolved.
-    const read = await this.lastCommandAndUnresolved();
     if (
       restartsBeforeStep({
         step: this.wf.current_step,
