@@ -347,6 +347,15 @@ async function main(): Promise<number> {
     ].join("\n"),
   );
 
+  // The replicas' logs, kept when something went wrong (they hold no secret or personal value: the
+  // leak check above reads the same text). CHAOS_LOG_DIR keeps them always.
+  const crashed = Object.keys(faults.unaskedExits).length > 0;
+  const keepLogs = process.env.CHAOS_LOG_DIR ?? (violations.length > 0 || crashed ? `${dir}-logs` : null);
+  if (keepLogs) {
+    mkdirSync(keepLogs, { recursive: true });
+    for (const [name, text] of outputs) writeFileSync(join(keepLogs, `${name}.log`), text);
+    process.stdout.write(`replica logs: ${keepLogs}\n`);
+  }
   await pool.end().catch(() => undefined);
   await emulator.close().catch(() => undefined);
   await server.stop().catch(() => undefined);

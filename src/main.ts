@@ -5,6 +5,7 @@
 import type pg from "pg";
 import { type Config, loadConfig } from "./config/env.js";
 import { startEmbedded } from "./db/embedded.js";
+import { crashFields } from "./db/errors.js";
 import { migrateDatabase } from "./db/migrate.js";
 import { createServicePools } from "./db/pools.js";
 import { redactUrl } from "./db/url.js";
@@ -44,7 +45,11 @@ async function performSandboxCutover(pool: pg.Pool, log: Logger): Promise<void> 
   }
 }
 
-type Stop = () => Promise<void>;
+/** One step of the shutdown, named for its log lines. */
+type Stop = (() => Promise<void>) & { step?: string };
+const named = (step: string, fn: () => Promise<void>): Stop => Object.assign(fn, { step });
+/** However late the shutdown is, each later step still gets this long (the pools, the embedded server). */
+const MIN_STOP_STEP_MS = 1_500;
 
 /**
  * The whole shutdown's bound; past it the process exits 1. A drain (docs/reliability.md) takes at
@@ -62,12 +67,40 @@ function report(e: StartupError): void {
   for (const line of e.lines) console.error(`${LINE_PREFIX} ${line}`);
 }
 
-async function runStops(stops: Stop[], log: Logger): Promise<void> {
+/**
+ * Runs the shutdown steps in order. A step that runs past `drainDeadline` (the database unreachable
+ * while the runner gives its leases back, say) is no longer waited for: what it left (a lease, an
+ * in-flight slot) expires by itself, as after a crash. Slow and abandoned steps are logged by name.
+ */
+async function runStops(stops: Stop[], log: Logger, drainDeadline = Number.POSITIVE_INFINITY): Promise<void> {
   for (const stop of stops) {
+    const started = Date.now();
+    const budgetMs = Math.max(MIN_STOP_STEP_MS, drainDeadline - started);
+    let timer: NodeJS.Timeout | undefined;
     try {
-      await stop();
+      const outcome = await Promise.race([
+        stop().then(() => "done" as const),
+        new Promise<"late">((resolve) => {
+          timer = setTimeout(() => resolve("late"), Math.min(budgetMs, 2 ** 31 - 1));
+          timer.unref();
+        }),
+      ]);
+      const tookMs = Date.now() - started;
+      if (outcome === "late") {
+        log.warn(
+          { event: "shutdown.step_abandoned", step: stop.step, tookMs },
+          "a shutdown step ran out of time",
+        );
+      } else if (tookMs >= 1_000) {
+        log.info({ event: "shutdown.step_slow", step: stop.step, tookMs }, "a shutdown step took long");
+      }
     } catch (e) {
-      log.warn({ event: "shutdown.step_failed", errorName: (e as Error).name }, "a shutdown step failed");
+      log.warn(
+        { event: "shutdown.step_failed", step: stop.step, errorName: (e as Error).name },
+        "a shutdown step failed",
+      );
+    } finally {
+      clearTimeout(timer);
     }
   }
 }
@@ -102,7 +135,7 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
     );
     const srv = await startEmbedded({ dir, persistent: true });
     databaseUrl = srv.url;
-    stops.unshift(() => srv.stop());
+    stops.unshift(named("embedded_db", () => srv.stop()));
   } else {
     await checkDatabase(databaseUrl);
   }
@@ -122,7 +155,7 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   pool.on("error", (err) =>
     log.warn({ event: "db.pool.error", code: (err as { code?: string }).code }, "idle client error"),
   );
-  stops.unshift(() => pools.end());
+  stops.unshift(named("db_pools", () => pools.end()));
 
   if (config.sandbox) {
     log.warn(
@@ -136,7 +169,7 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
     log,
     firstIds: config.sandbox ? await sandboxFirstIds(pool) : undefined,
   });
-  stops.push(() => crmEndpoint.close());
+  stops.push(named("crm_endpoint", () => crmEndpoint.close()));
 
   if (config.sandbox && config.secrets.BITRIX_SYNC_HASH_KEY === undefined) {
     const k = sandboxHashKey(local);
@@ -157,7 +190,7 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
     stopping: stopping.signal,
   });
   registerRuntime(runtime);
-  stops.unshift(() => runtime.close());
+  stops.unshift(named("runtime", () => runtime.close()));
 
   const app = createApp({
     pool: pools.status,
@@ -177,10 +210,12 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
 
   if (config.processing) {
     const runner = await startRunner({ pool, log });
-    stops.unshift(async () => {
-      stopping.abort();
-      await runner.stop();
-    });
+    stops.unshift(
+      named("runner", async () => {
+        stopping.abort();
+        await runner.stop();
+      }),
+    );
     // Start the sync loop now rather than at the next cron minute.
     await runner.addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" });
   } else {
@@ -191,10 +226,13 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   }
   // On SIGTERM the listener closes first, then claiming stops (docs/operations.md).
   stops.unshift(
-    () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-      }),
+    named(
+      "http",
+      () =>
+        new Promise<void>((resolve) => {
+          server.close(() => resolve());
+        }),
+    ),
   );
 
   if (config.sandbox) {
@@ -207,7 +245,7 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
         http: { host: connectHost(host), port: boundPort },
         sandbox: { crmWebhookUrl: crmEndpoint.webhookUrl, ...generated },
       });
-      stops.unshift(async () => removeOwnServiceFile(local));
+      stops.unshift(named("service_file", async () => removeOwnServiceFile(local)));
     } catch (e) {
       log.warn(
         { event: "sandbox.service_file_failed", code: (e as NodeJS.ErrnoException).code },
@@ -283,7 +321,9 @@ async function main(): Promise<void> {
       process.exit(1);
     }, boundMs);
     timer.unref();
-    await runStops(stops, log);
+    // The drain (the listener, the runner's in-flight batches, at most one HTTP timeout) gets until
+    // HTTP timeout + 9 s; each step after that at least MIN_STOP_STEP_MS: HTTP timeout + 15 s in all.
+    await runStops(stops, log, Date.now() + (config.env.BITRIX_SYNC_HTTP_TIMEOUT_SEC + 9) * 1000);
     // The last spans (this shutdown's included) within what is left of the bound.
     await tracing?.shutdown(Math.min(TRACING_FLUSH_MS, deadline - Date.now() - 1_000));
     log.info({ event: "shutdown.done" }, "stopped");
@@ -293,10 +333,7 @@ async function main(): Promise<void> {
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
   // A bug must not leave the embedded server or leases behind: stop cleanly, then exit non-zero.
   const crash = (kind: string) => (e: unknown) => {
-    log.fatal(
-      { event: "process.crash", kind, errorName: e instanceof Error ? e.name : typeof e },
-      "unexpected error; stopping",
-    );
+    log.fatal({ event: "process.crash", kind, ...crashFields(e) }, "unexpected error; stopping");
     void shutdown(kind, 1);
   };
   process.on("uncaughtException", crash("uncaughtException"));

@@ -13,3 +13,27 @@ export function safeError(e: unknown): { sqlstate?: string; errorName: string } 
   const s = sqlstate(e);
   return { ...(s ? { sqlstate: s } : {}), errorName: e instanceof Error ? e.name : typeof e };
 }
+
+/**
+ * What a crash line says about the error: its class, a SQLSTATE or a Node.js error code, and where
+ * it was thrown (the stack's frames: code locations only). Never its message, which can quote
+ * values or a connection string.
+ */
+export function crashFields(e: unknown): {
+  errorName: string;
+  sqlstate?: string;
+  code?: string;
+  frames?: string[];
+} {
+  const out: { errorName: string; sqlstate?: string; code?: string; frames?: string[] } = safeError(e);
+  const code = (e as { code?: unknown } | null)?.code;
+  if (typeof code === "string" && /^[A-Z][A-Z0-9_]{1,40}$/.test(code)) out.code = code;
+  const stack = e instanceof Error && typeof e.stack === "string" ? e.stack : "";
+  const frames = stack
+    .split("\n")
+    .filter((l) => /^\s+at /.test(l))
+    .slice(0, 8)
+    .map((l) => l.trim().replace(/^at /, "").slice(0, 200));
+  if (frames.length > 0) out.frames = frames;
+  return out;
+}
