@@ -78,8 +78,11 @@ async function runStops(stops: Stop[], log: Logger, drainDeadline = Number.POSIT
     const budgetMs = Math.max(MIN_STOP_STEP_MS, drainDeadline - started);
     let timer: NodeJS.Timeout | undefined;
     try {
+      const done = stop().then(() => "done" as const);
+      // An abandoned step that fails later must not count as an unhandled rejection (a crash).
+      done.catch(() => undefined);
       const outcome = await Promise.race([
-        stop().then(() => "done" as const),
+        done,
         new Promise<"late">((resolve) => {
           timer = setTimeout(() => resolve("late"), Math.min(budgetMs, 2 ** 31 - 1));
           timer.unref();
