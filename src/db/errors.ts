@@ -1,17 +1,31 @@
 // What of a PostgreSQL error may be looked at and logged: its SQLSTATE (a refusal such as BS001 is
 // handled by code), never its message, which may quote data.
 
-/** The error's SQLSTATE, when it has one. */
-export function sqlstate(e: unknown): string | undefined {
+/** The error's code as given: a SQLSTATE, or a Node.js code such as ECONNREFUSED. */
+function codeOf(e: unknown): string | undefined {
   return typeof e === "object" && e !== null && "code" in e
     ? String((e as { code: unknown }).code)
     : undefined;
 }
 
-/** The error's SQLSTATE or class name: safe to log (messages may quote data). */
-export function safeError(e: unknown): { sqlstate?: string; errorName: string } {
+/** The error's SQLSTATE (five characters, e.g. BS001 or 57P01), when it has one. */
+export function sqlstate(e: unknown): string | undefined {
+  const c = codeOf(e);
+  return c !== undefined && /^[0-9A-Z]{5}$/.test(c) ? c : undefined;
+}
+
+/**
+ * The error's SQLSTATE, or its Node.js error code (a refused or reset connection), and its class
+ * name: safe to log (messages may quote data).
+ */
+export function safeError(e: unknown): { sqlstate?: string; code?: string; errorName: string } {
   const s = sqlstate(e);
-  return { ...(s ? { sqlstate: s } : {}), errorName: e instanceof Error ? e.name : typeof e };
+  const c = s === undefined ? codeOf(e) : undefined;
+  return {
+    ...(s ? { sqlstate: s } : {}),
+    ...(c && /^E[A-Z0-9_]{2,40}$/.test(c) ? { code: c } : {}),
+    errorName: e instanceof Error ? e.name : typeof e,
+  };
 }
 
 /**
@@ -27,7 +41,9 @@ export function crashFields(e: unknown): {
 } {
   const out: { errorName: string; sqlstate?: string; code?: string; frames?: string[] } = safeError(e);
   const code = (e as { code?: unknown } | null)?.code;
-  if (typeof code === "string" && /^[A-Z][A-Z0-9_]{1,40}$/.test(code)) out.code = code;
+  if (out.sqlstate === undefined && typeof code === "string" && /^[A-Z][A-Z0-9_]{1,40}$/.test(code)) {
+    out.code = code;
+  }
   const stack = e instanceof Error && typeof e.stack === "string" ? e.stack : "";
   const frames = stack
     .split("\n")
