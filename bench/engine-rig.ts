@@ -268,3 +268,60 @@ export async function pgServerCpuMs(rig: BenchRig): Promise<number | null> {
     return null;
   }
 }
+
+/**
+ * An installation's history before the measurement (BENCH_HISTORY users, default none): users already
+ * linked, each with a succeeded workflow, its two succeeded commands and an active mapping, written in
+ * their final states as superuser with the triggers off (no intents, no guards), then ANALYZE. On an
+ * empty database the planner's statistics say the engine's tables are empty while the run fills them,
+ * and it may pick any index for a lookup it estimates at one row (the active-mapping read scanned
+ * every active row through the other partial index); with history it plans as a running installation
+ * does once autovacuum has analysed its tables.
+ */
+export async function seedHistory(rig: Rig, users: number): Promise<void> {
+  if (users <= 0) return;
+  const c = new pg.Client({ connectionString: rig.db.url });
+  await c.connect();
+  try {
+    await c.query("begin");
+    await c.query("set local session_replication_role = replica");
+    await c.query(
+      `create temp table h on commit drop as
+         select gen_random_uuid() as user_id, gen_random_uuid() as wf_id, g as n from generate_series(1, $1::int) g`,
+      [users],
+    );
+    await c.query(
+      `insert into han_app.user_identity (id, phone_number)
+         select user_id, '+7990' || lpad(n::text, 7, '0') from h`,
+    );
+    await c.query("insert into han_app.client_profile (user_id) select user_id from h");
+    await c.query(
+      `insert into bitrix_sync.workflow_instances
+         (id, workflow_type, intent_type, user_id, state, current_step, revision, processed_revision, finished_at,
+          outcome, created_at, updated_at)
+       select wf_id, 'contact.map_or_create', 'contact.map_or_create', user_id, 'succeeded', 'created', 1, 1,
+              now() - interval '1 day', 'created', now() - interval '1 day', now() - interval '1 day' from h`,
+    );
+    await c.query(
+      `insert into bitrix_sync.crm_commands
+         (workflow_id, command_type, params, status, attempt_count, sent_at, first_sent_at, completed_at, response,
+          created_at, updated_at)
+       select wf_id, t, '{}', 'succeeded', 1, now() - interval '1 day', now() - interval '1 day',
+              now() - interval '1 day', '{}', now() - interval '1 day', now() - interval '1 day'
+         from h cross join (values ('contact.find_by_phone'), ('contact.add')) v(t)`,
+    );
+    await c.query(
+      `insert into bitrix_sync.entity_external_mapping (entity_id, external_id, workflow_id, opened_at)
+         select user_id, (1000000 + n)::text, wf_id, now() - interval '1 day' from h`,
+    );
+    await c.query("commit");
+    await c.query(
+      "analyze han_app.user_identity, han_app.client_profile, han_app.sync_queue, bitrix_sync.workflow_instances, bitrix_sync.crm_commands, bitrix_sync.entity_external_mapping",
+    );
+  } catch (e) {
+    await c.query("rollback").catch(() => undefined);
+    throw e;
+  } finally {
+    await c.end();
+  }
+}

@@ -8,6 +8,8 @@
 //   ceiling: the portal's real limit (2 requests/s, 100 ms latency), batch.size 50. Prints commands/s
 //     while a backlog exists (goal >= 0.95 x 100) and mean commands per request (goal: full batches).
 // Env: BENCH_USERS (default 3000), BENCH_MODE (unlimited | ceiling | both, default both),
+// BENCH_HISTORY (users already linked before the run, default 0: an empty installation),
+// BENCH_SETUP_SQL (SQL applied after the migrations: a variant), BENCH_TOP (statements listed),
 // BENCH_DATABASE_URL (an existing server instead of the embedded one).
 import {
   type BenchRig,
@@ -19,6 +21,7 @@ import {
   printTopFunctions,
   readDb,
   resetDbReading,
+  seedHistory,
   startBenchRig,
   stopBenchServer,
   waitSucceeded,
@@ -26,19 +29,28 @@ import {
 
 const USERS = Number(process.env.BENCH_USERS ?? 3000);
 const MODE = process.env.BENCH_MODE ?? "both";
+/** Users already linked before the run (seedHistory): a running installation rather than an empty one. */
+const HISTORY = Number(process.env.BENCH_HISTORY ?? 0);
 
 async function backlogRun(rig: BenchRig): Promise<{ seconds: number; commands: number; cpuMs: number }> {
+  if (HISTORY > 0) {
+    await seedHistory(rig, HISTORY);
+    console.log(
+      `  history: ${HISTORY} users already linked (succeeded workflows, commands, mappings), analysed`,
+    );
+  }
   await insertUsers(rig, USERS);
+  const commandsBefore = await countCommands(rig);
   const base = await resetDbReading(rig);
   const pgCpu = await pgServerCpuMs(rig);
   const cpu = process.cpuUsage();
   const started = Date.now();
   await rig.startWorker();
-  await waitSucceeded(rig, USERS, 30 * 60_000, 25);
+  await waitSucceeded(rig, HISTORY + USERS, 30 * 60_000, 25);
   const seconds = (Date.now() - started) / 1000;
   const used = process.cpuUsage(cpu);
   const pgCpuAfter = await pgServerCpuMs(rig);
-  const commands = await countCommands(rig);
+  const commands = (await countCommands(rig)) - commandsBefore;
   const reading = await readDb(rig, base);
   console.log(
     `  ${USERS} users settled in ${seconds.toFixed(2)} s: ${commands} CRM commands, ${(commands / seconds).toFixed(0)} commands/s`,

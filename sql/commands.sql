@@ -1,6 +1,13 @@
 -- CRM commands (§7.2, §8, §9): issued by a workflow step, claimed by the pump under a lease,
 -- marked in_flight (the durable "send started" marker) before the HTTP batch leaves, and completed
 -- per sub-result. A write with no reply becomes uncertain and is never resent blindly.
+-- Fenced single-row statements test the state with IS NOT DISTINCT FROM (or wrap an IN list in
+-- IS TRUE), never with a bare = or IN (issue 14). Same result for these NOT NULL columns, but the
+-- planner cannot prove a partial index's predicate from it, so the row is found by its primary key.
+-- With a bare comparison, statistics taken while few rows were live (an installation whose history
+-- is finished work) made the planner prefer a live-state partial index that looked empty, and every
+-- transition then scanned the whole backlog: quadratic in the backlog, until the next ANALYZE, which
+-- on a table with a long history can be far off.
 
 create or replace function bitrix_sync._is_write_command(p_command_type text) returns boolean
 language sql immutable parallel safe as $$
@@ -15,7 +22,7 @@ begin
   -- A command reached an outcome the workflow must look at: waiting_crm -> running (crm_replied).
   update bitrix_sync.workflow_instances
      set state = 'running', next_attempt_at = now()
-   where id = p_workflow_id and state = 'waiting_crm';
+   where id = p_workflow_id and state is not distinct from 'waiting_crm';
   if found then
     perform pg_notify('bitrix_sync_workflows', '');
   end if;
@@ -48,7 +55,7 @@ begin
      set state = 'waiting_crm', current_step = coalesce(p_step, w.current_step),
          step_data = coalesce(p_step_data, w.step_data), next_attempt_at = now(),
          lease_token = null, locked_by = null, locked_until = null
-   where w.id = p_workflow_id and w.state = 'running' and w.lease_token = p_lease_token
+   where w.id = p_workflow_id and w.state is not distinct from 'running' and w.lease_token = p_lease_token
   returning * into v_wf;
   if not found then
     perform bitrix_sync._refuse_stale('workflow', p_workflow_id::text);
@@ -172,7 +179,7 @@ begin
          first_sent_at = coalesce(c.first_sent_at, now()),
          deadline_at = coalesce(c.first_sent_at, now()) + h.horizon
     from unnest(p_ids, p_lease_tokens) as t(id, token), h
-   where c.id = t.id and c.status = 'leased' and c.lease_token = t.token
+   where c.id = t.id and c.status is not distinct from 'leased' and c.lease_token = t.token
   returning c.id;
 end $$;
 comment on function bitrix_sync.send_commands(bigint[], uuid[], uuid) is
@@ -187,7 +194,7 @@ begin
   update bitrix_sync.crm_commands
      set status = 'succeeded', response = p_response, completed_at = now(), last_error_code = null,
          lease_token = null, locked_by = null, locked_until = null
-   where id = p_id and status = 'in_flight' and lease_token = p_lease_token
+   where id = p_id and status is not distinct from 'in_flight' and lease_token = p_lease_token
   returning * into v_row;
   if not found then
     perform bitrix_sync._refuse_stale('command', p_id::text);
@@ -217,13 +224,13 @@ begin
        set status = 'succeeded', response = t.response, completed_at = now(), last_error_code = null,
            lease_token = null, locked_by = null, locked_until = null
       from unnest(p_ids, p_lease_tokens, p_responses) as t(id, token, response)
-     where c.id = t.id and c.status = 'in_flight' and c.lease_token = t.token
+     where c.id = t.id and c.status is not distinct from 'in_flight' and c.lease_token = t.token
     returning c.id, c.workflow_id
   ), woken as (
     update bitrix_sync.workflow_instances w
        set state = 'running', next_attempt_at = now()
      where w.id in (select d.workflow_id from done d where d.workflow_id is not null)
-       and w.state = 'waiting_crm'
+       and w.state is not distinct from 'waiting_crm'
     returning w.id
   )
   select d.id from done d;
@@ -290,7 +297,7 @@ declare
 begin
   update bitrix_sync.crm_commands
      set status = 'pending', lease_token = null, locked_by = null, locked_until = null
-   where id = p_id and status = 'leased' and lease_token = p_lease_token
+   where id = p_id and status is not distinct from 'leased' and lease_token = p_lease_token
   returning * into v_row;
   if not found then
     perform bitrix_sync._refuse_stale('command', p_id::text);
@@ -364,7 +371,7 @@ begin
   perform bitrix_sync._check_code(p_error_code);
   perform bitrix_sync._check_bitrix_error(p_bitrix_error);
   select * into v_row from bitrix_sync.crm_commands
-   where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
+   where id = p_id and (status in ('leased', 'in_flight')) is true and lease_token = p_lease_token
    for update;
   if not found then
     perform bitrix_sync._refuse_stale('command', p_id::text);
@@ -415,7 +422,7 @@ begin
   update bitrix_sync.crm_commands
      set status = 'uncertain', last_error_code = p_error_code,
          lease_token = null, locked_by = null, locked_until = null
-   where id = p_id and status = 'in_flight' and lease_token = p_lease_token
+   where id = p_id and status is not distinct from 'in_flight' and lease_token = p_lease_token
   returning * into v_row;
   if not found then
     perform bitrix_sync._refuse_stale('command', p_id::text);
@@ -439,7 +446,7 @@ begin
   perform bitrix_sync._check_code(p_error_code);
   perform bitrix_sync._check_bitrix_error(p_bitrix_error);
   select * into v_row from bitrix_sync.crm_commands
-   where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
+   where id = p_id and (status in ('leased', 'in_flight')) is true and lease_token = p_lease_token
    for update;
   if not found then
     perform bitrix_sync._refuse_stale('command', p_id::text);
@@ -457,7 +464,7 @@ declare
 begin
   select c.* into v_row from bitrix_sync.crm_commands c
     join bitrix_sync.workflow_instances w on w.id = c.workflow_id
-   where c.id = p_command_id and w.state = 'running' and w.lease_token = p_workflow_token
+   where c.id = p_command_id and w.state is not distinct from 'running' and w.lease_token = p_workflow_token
    for update of c;
   if not found then
     perform bitrix_sync._refuse_stale('workflow of command', p_command_id::text);
@@ -555,7 +562,7 @@ begin
   update bitrix_sync.crm_commands
      set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
          lease_token = null, locked_by = null, locked_until = null
-   where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
+   where id = p_id and (status in ('leased', 'in_flight')) is true and lease_token = p_lease_token
   returning * into v_row;
   if not found then
     perform bitrix_sync._refuse_stale('command', p_id::text);

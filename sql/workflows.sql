@@ -1,5 +1,12 @@
 -- Workflows (§7.1): one active workflow per user; persisted transitions by event name, fenced by
 -- the lease token of the worker stepping the workflow.
+-- Fenced single-row statements test the state with IS NOT DISTINCT FROM (or wrap an IN list in
+-- IS TRUE), never with a bare = or IN (issue 14). Same result for these NOT NULL columns, but the
+-- planner cannot prove a partial index's predicate from it, so the row is found by its primary key.
+-- With a bare comparison, statistics taken while few rows were live (an installation whose history
+-- is finished work) made the planner prefer a live-state partial index that looked empty, and every
+-- transition then scanned the whole backlog: quadratic in the backlog, until the next ANALYZE, which
+-- on a table with a long history can be far off.
 
 -- Issue 12 added the intent's trace context (a parameter with a default, and the workflow's previous
 -- context in the result): the four-argument form is replaced.
@@ -247,7 +254,7 @@ declare
   v_row bitrix_sync.workflow_instances;
 begin
   update bitrix_sync.workflow_instances set locked_until = now() + p_lease
-   where id = p_id and state = 'running' and lease_token = p_lease_token
+   where id = p_id and state is not distinct from 'running' and lease_token = p_lease_token
   returning * into v_row;
   if not found then
     perform bitrix_sync._refuse_stale('workflow', p_id::text);
@@ -264,7 +271,7 @@ declare
   v_row bitrix_sync.workflow_instances;
 begin
   select * into v_row from bitrix_sync.workflow_instances
-   where id = p_id and state = 'running' and lease_token = p_lease_token
+   where id = p_id and state is not distinct from 'running' and lease_token = p_lease_token
    for update;
   if not found then
     perform bitrix_sync._refuse_stale('workflow', p_id::text);

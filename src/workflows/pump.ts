@@ -177,9 +177,10 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
   try {
     ({ rows } = await timedClaim("pump", () =>
       deps.pool.query<CommandRow & { owner_user_id: string | null }>(
-        `select c.*, w.user_id as owner_user_id
-           from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3)) c
-           left join bitrix_sync.workflow_instances w on w.id = c.workflow_id`,
+        // The owner by primary key, per claimed row: a join let the planner, which takes a
+        // function's result for 1000 rows, hash the whole workflow table on every claim.
+        `select c.*, (select w.user_id from bitrix_sync.workflow_instances w where w.id = c.workflow_id) as owner_user_id
+           from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3)) c`,
         [deps.workerId, s.batch.size, s.lease.ttlSec],
       ),
     ));
