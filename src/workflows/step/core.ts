@@ -225,8 +225,7 @@ export class Step {
       ...row
     } = r;
     return {
-      fresh:
-        revision === null ? null : { revision, intent_type: intentType, trace_context: traceContext },
+      fresh: revision === null ? null : { revision, intent_type: intentType, trace_context: traceContext },
       last: hasLast ? (row as CommandRow) : null,
       unresolvedWrite,
     };
