@@ -281,25 +281,41 @@ end $$;
 comment on function bitrix_sync._held_workflow(uuid, uuid) is
   'Internal: the running workflow, locked, when the caller presents its current lease token; otherwise BS001.';
 
+-- step_context() was first a PL/pgSQL function with several OUT columns, one of them a row
+-- (plpgsql_check refuses that composite OUT variable), then a SQL function, which PostgreSQL plans
+-- anew on every call: PL/pgSQL returning one composite value keeps its plans for the session.
+drop function if exists bitrix_sync.step_context(uuid);
+drop type if exists bitrix_sync.step_context_t;
+create type bitrix_sync.step_context_t as (
+  revision integer, intent_type text, trace_context text, unresolved_write boolean,
+  last_command bitrix_sync.crm_commands
+);
+comment on type bitrix_sync.step_context_t is
+  'What step_context() returns: the locked workflow''s revision, intent and trace context, whether one of its writes is unresolved, and its last command (all fields null when none).';
+
 create or replace function bitrix_sync.step_context(p_id uuid)
-returns table (revision integer, intent_type text, trace_context text, unresolved_write boolean,
-               last_command bitrix_sync.crm_commands)
-language sql volatile as $$
+returns bitrix_sync.step_context_t
+language plpgsql as $$
+declare
+  v_out bitrix_sync.step_context_t;
+  v_last bitrix_sync.crm_commands;
+begin
   -- The workflow's row is held from here to the step's commit: a join (start_or_join_workflow) that
-  -- comes now waits for the step.
-  select 1 from bitrix_sync.workflow_instances w where w.id = p_id for update;
-  -- A statement of its own, and this function volatile, so a snapshot taken after the lock was
-  -- granted: whatever the holder it waited for committed is seen. The last command is the most
-  -- recently changed one (after a recovery search, the re-sent create is newer than the search).
-  select w.revision, w.intent_type::text, w.trace_context,
-         exists (select 1 from bitrix_sync.crm_commands u
-                  where u.workflow_id = p_id and u.status in ('uncertain', 'reconcile')),
-         (select c from bitrix_sync.crm_commands c
-           where c.workflow_id = p_id and c.alert_id is null
-           order by c.updated_at desc, c.id desc limit 1)
-    from (select 1) one
-    left join bitrix_sync.workflow_instances w on w.id = p_id
-$$;
+  -- comes now waits for the step. Its revision, intent and trace context are read under that lock.
+  select w.revision, w.intent_type, w.trace_context
+    into v_out.revision, v_out.intent_type, v_out.trace_context
+    from bitrix_sync.workflow_instances w where w.id = p_id for update;
+  -- A statement of its own, so a snapshot taken after the lock was granted: whatever the holder it
+  -- waited for committed is seen. The last command is the most recently changed one (after a
+  -- recovery search, the re-sent create is newer than the search).
+  select c.* into v_last from bitrix_sync.crm_commands c
+   where c.workflow_id = p_id and c.alert_id is null
+   order by c.updated_at desc, c.id desc limit 1;
+  v_out.last_command := v_last;
+  v_out.unresolved_write := exists (select 1 from bitrix_sync.crm_commands u
+                                     where u.workflow_id = p_id and u.status in ('uncertain', 'reconcile'));
+  return v_out;
+end $$;
 comment on function bitrix_sync.step_context(uuid) is
   'What a workflow step starts from, in one call inside the step''s transaction: locks the workflow row (FOR UPDATE) and returns its revision, intent and trace context, then, read after the lock, its last command (null fields when none) and whether one of its writes is unresolved (uncertain or reconcile). One row; revision is null when the workflow does not exist.';
 

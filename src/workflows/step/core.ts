@@ -232,12 +232,15 @@ export class Step {
   }
 
   async activeMapping(): Promise<{ id: string; external_id: string } | null> {
-    // What active_mapping_for_user() returns, read where the partial unique index answers it, as a
-    // prepared statement: the function form is planned anew on every call.
+    // What active_mapping_for_user() returns, as a prepared statement (the function form is planned
+    // anew on every call). The system and entity type are fixed by CHECKs, so only the user and the
+    // status are tested, and the status with IS NOT DISTINCT FROM: the user's own index answers it
+    // whatever the statistics say. With `status = 'active'` and the system, statistics of an empty
+    // table let the planner take the Contact side's partial index and scan every active link.
     const { rows } = await this.tx.query<{ id: string; external_id: string }>({
       name: "bitrix_sync.step.active_mapping",
       text: `select id, external_id from bitrix_sync.entity_external_mapping
-              where external_system = 'bitrix24' and entity_type = 'user' and entity_id = $1 and status = 'active'`,
+              where entity_id = $1 and status is not distinct from 'active'`,
       values: [this.wf.user_id],
     });
     return rows[0] ?? null;
