@@ -3,6 +3,7 @@
 // with exactly one SQL transition (successes that are only projected: one statement for the
 // batch). src/sync-loop.ts starts batches and keeps up to limiter.max_in_flight of them in flight.
 import { randomUUID } from "node:crypto";
+import { setTimeout as delay } from "node:timers/promises";
 import type { Attributes } from "@opentelemetry/api";
 import type pg from "pg";
 import { alertCommandFailed } from "../alerts/mirror.js";
@@ -54,19 +55,6 @@ async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number; 
 
 /** How often a batch holding its token looks whether it is full before its max wait ends. */
 const FILL_POLL_MS = 50;
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = () => {
-      clearTimeout(t);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const t = setTimeout(done, Math.max(1, ms));
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}
 
 export type PumpResult = { sent: number; waitMs: number };
 
@@ -163,7 +151,10 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
     try {
       b = await backlog(deps.pool);
       while (b.due < s.batch.size && Date.now() < fillBy && !signal?.aborted) {
-        await sleep(Math.min(FILL_POLL_MS, fillBy - Date.now()), signal);
+        // A shutdown ends the wait early; the caller sees the signal and releases the batch.
+        await delay(Math.max(1, Math.min(FILL_POLL_MS, fillBy - Date.now())), undefined, { signal }).catch(
+          () => undefined,
+        );
         b = await backlog(deps.pool);
       }
     } catch (e) {
