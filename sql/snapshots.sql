@@ -71,6 +71,13 @@ begin
     raise exception 'the source of CRM-master fields is app_create, webhook or reconciliation, not %', p_source
       using errcode = 'BS004', hint = 'Name the path that read the Contact.';
   end if;
+  -- An older read than the snapshot changes nothing. The caller checks this first; the check here,
+  -- under the snapshot row's lock, also holds when two steps of one transaction (a step group, see
+  -- src/db/statement-batcher.ts) read the snapshot before either wrote it.
+  select * into v_row from bitrix_sync.contact_snapshots s where s.contact_id = p_contact_id for update;
+  if found and p_crm_updated_at < v_row.crm_updated_at then
+    return v_row;
+  end if;
   -- For the rest of the caller's transaction: the App's trigger records no intent for this write.
   perform set_config('han.sync_suppress', 'true', true);
   update han_app.client_profile
@@ -98,4 +105,4 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.apply_crm_master_fields(uuid, text, text, text, text, text, text, text, timestamptz, boolean, timestamptz, timestamptz, text, timestamptz) is
-  'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source). The caller has checked the read is not older than the snapshot.';
+  'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';

@@ -2,12 +2,15 @@
 // by one persisted step (src/workflows/step/). A step that throws is rescheduled with backoff; SQL
 // fails the workflow instead once the retry would pass the horizon. Each step is a span under the
 // context stored with the workflow (its intent's intake span), whichever process runs it.
+import type pg from "pg";
 import type { ServiceContext } from "../context.js";
 import { retryDelayMs } from "../crm/backoff.js";
 import { safeError, sqlstate } from "../db/errors.js";
+import { StatementBatcher } from "../db/statement-batcher.js";
 import { inTransaction } from "../db/tx.js";
 import { countRetry, timedClaim } from "../observability/metrics.js";
 import { inSpan, markFailed, type Span, storedParent } from "../observability/tracing.js";
+import type { StepResult } from "./step/core.js";
 import { runStep } from "./step/dispatch.js";
 import type { WorkflowRow } from "./types.js";
 
@@ -20,32 +23,117 @@ export async function runWorkflows(deps: ServiceContext): Promise<number> {
       [deps.workerId, s.claim.size, s.lease.ttlSec],
     ),
   );
-  // Steps of different workflows are independent (each holds its own lease and runs in its own
-  // transaction): several run at once, so the round's time is not the sum of its round trips. The
-  // pool keeps connections for the other lanes.
-  let next = 0;
-  const worker = async () => {
-    for (let wf = rows[next++]; wf; wf = rows[next++]) {
-      const w = wf;
-      await inSpan(
-        "bitrix_sync.workflow.step",
-        {
-          parent: storedParent(w.trace_context),
-          attributes: {
-            "bitrix_sync.workflow.id": w.id,
-            "bitrix_sync.workflow.type": w.workflow_type,
-            "bitrix_sync.workflow.intent": w.intent_type,
-            "bitrix_sync.workflow.step": w.current_step,
-            "bitrix_sync.workflow.attempt": w.attempt_count,
-            "bitrix_sync.correlation.id": w.correlation_id,
-          },
-        },
-        (span) => step(deps, w, span),
-      );
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(rows.length, stepConcurrency(deps)) }, worker));
+  // The claimed workflows are stepped in a few groups at once, each group in one transaction whose
+  // identical statements go to the server as one (src/db/statement-batcher.ts). Groups use at most
+  // half the pool: the rest is for the other lanes.
+  const groups = Math.min(stepConcurrency(deps), Math.ceil(rows.length / GROUP_TARGET));
+  const parts: WorkflowRow[][] = Array.from({ length: groups }, () => []);
+  for (const [i, wf] of rows.entries()) parts[i % groups]?.push(wf);
+  await Promise.all(parts.map((part) => stepGroup(deps, part)));
   return rows.length;
+}
+
+/** Workflows per group, when the claim has enough of them to fill the groups. */
+const GROUP_TARGET = 12;
+
+function stepSpan(w: WorkflowRow, fn: (span: Span) => Promise<void>): Promise<void> {
+  return inSpan(
+    "bitrix_sync.workflow.step",
+    {
+      parent: storedParent(w.trace_context),
+      attributes: {
+        "bitrix_sync.workflow.id": w.id,
+        "bitrix_sync.workflow.type": w.workflow_type,
+        "bitrix_sync.workflow.intent": w.intent_type,
+        "bitrix_sync.workflow.step": w.current_step,
+        "bitrix_sync.workflow.attempt": w.attempt_count,
+        "bitrix_sync.correlation.id": w.correlation_id,
+      },
+    },
+    fn,
+  );
+}
+
+/**
+ * Steps `rows` in one transaction. Each step still decides alone, with its own span, under its own
+ * lease and fences; only the statements travel together. If anything fails (a statement, a step,
+ * the commit), the transaction is rolled back and each step runs again alone, one after the other,
+ * in a transaction of its own, exactly as a single step does: a step that failed there fails again
+ * on its own, and the others are not held back by it.
+ */
+async function stepGroup(deps: ServiceContext, rows: WorkflowRow[]): Promise<void> {
+  if (rows.length === 1) {
+    const wf = rows[0] as WorkflowRow;
+    return await stepSpan(wf, (span) => step(deps, wf, span));
+  }
+  // The steps change their rows as they go; a step run again alone starts from the claimed row.
+  const claimed = rows.map((wf) => structuredClone(wf));
+  let committed!: (ok: boolean) => void;
+  const outcome = new Promise<boolean>((r) => {
+    committed = r;
+  });
+  let alone = Promise.resolve();
+  const runAlone = (i: number, span: Span): Promise<void> => {
+    alone = alone.then(() => step(deps, claimed[i] as WorkflowRow, span));
+    return alone;
+  };
+
+  let conn: pg.PoolClient;
+  try {
+    conn = await deps.pool.connect();
+  } catch {
+    committed(false);
+    await Promise.all(rows.map((wf, i) => stepSpan(wf, (span) => runAlone(i, span))));
+    return;
+  }
+  const batcher = new StatementBatcher(conn);
+  let begun = false;
+  try {
+    await conn.query("begin");
+    begun = true;
+  } catch (e) {
+    batcher.fail(e);
+  }
+  let pending = rows.length;
+  let allDecided!: () => void;
+  const decided = new Promise<void>((r) => {
+    allDecided = r;
+  });
+  const runs = rows.map((wf, i) =>
+    stepSpan(wf, async (span) => {
+      let r: StepResult | null = null;
+      try {
+        if (!batcher.failure) r = await runStep(batcher.client(), wf);
+      } catch (e) {
+        batcher.fail(e);
+      }
+      if (--pending === 0) allDecided();
+      if (r && (await outcome)) return report(deps, wf, span, r);
+      await runAlone(i, span);
+    }),
+  );
+  await decided;
+  let ok = false;
+  let broken = false;
+  if (begun && !batcher.failure) {
+    try {
+      await conn.query("commit");
+      ok = true;
+    } catch {
+      ok = false;
+    }
+  }
+  if (begun && !ok) {
+    broken = !(await conn.query("rollback").then(
+      () => true,
+      () => false,
+    ));
+  }
+  conn.release(broken || !begun || undefined);
+  if (!ok)
+    deps.log.debug({ event: "workflow.group_retried", workflows: rows.length }, "workflow group ran alone");
+  committed(ok);
+  await Promise.all(runs);
 }
 
 /** Steps run at once: half the pool (at least 1, at most 8), the rest is for the other lanes. */
@@ -55,57 +143,66 @@ export function stepConcurrency(deps: Pick<ServiceContext, "pool">): number {
 }
 
 async function step(deps: ServiceContext, wf: WorkflowRow, span: Span): Promise<void> {
-  const s = deps.settings();
   try {
     const r = await inTransaction(deps.pool, (c) => runStep(c, wf));
-    span.setAttribute("bitrix_sync.workflow.event", r.event);
-    if (r.commandType) span.setAttribute("bitrix_sync.command.type", r.commandType);
-    if (r.outcome) span.setAttribute("bitrix_sync.outcome", r.outcome);
-    if (r.code) span.setAttribute("bitrix_sync.error.code", r.code);
-    deps.log.debug(
-      {
-        event: "workflow.step",
-        workflowId: wf.id,
-        correlationId: wf.correlation_id,
-        workflowType: wf.workflow_type,
-        step: wf.current_step,
-        workflowEvent: r.event,
-        commandType: r.commandType,
-        outcome: r.outcome,
-        code: r.code,
-      },
-      "workflow step done",
-    );
+    report(deps, wf, span, r);
   } catch (e) {
-    if (sqlstate(e) === "BS001") {
-      span.setAttribute("bitrix_sync.workflow.event", "lease_lost"); // the new holder carries on
-      return;
-    }
-    markFailed(span, safeError(e).sqlstate ?? safeError(e).errorName);
-    const ids = { workflowId: wf.id, correlationId: wf.correlation_id };
-    deps.log.warn(
-      {
-        event: "workflow.step_failed",
-        ...ids,
-        workflowType: wf.workflow_type,
-        step: wf.current_step,
-        ...safeError(e),
-      },
-      "workflow step failed; scheduled for retry",
+    await stepFailed(deps, wf, span, e);
+  }
+}
+
+/** A committed step: its span's attributes and its debug line. */
+function report(deps: ServiceContext, wf: WorkflowRow, span: Span, r: StepResult): void {
+  span.setAttribute("bitrix_sync.workflow.event", r.event);
+  if (r.commandType) span.setAttribute("bitrix_sync.command.type", r.commandType);
+  if (r.outcome) span.setAttribute("bitrix_sync.outcome", r.outcome);
+  if (r.code) span.setAttribute("bitrix_sync.error.code", r.code);
+  deps.log.debug(
+    {
+      event: "workflow.step",
+      workflowId: wf.id,
+      correlationId: wf.correlation_id,
+      workflowType: wf.workflow_type,
+      step: wf.current_step,
+      workflowEvent: r.event,
+      commandType: r.commandType,
+      outcome: r.outcome,
+      code: r.code,
+    },
+    "workflow step done",
+  );
+}
+
+async function stepFailed(deps: ServiceContext, wf: WorkflowRow, span: Span, e: unknown): Promise<void> {
+  const s = deps.settings();
+  if (sqlstate(e) === "BS001") {
+    span.setAttribute("bitrix_sync.workflow.event", "lease_lost"); // the new holder carries on
+    return;
+  }
+  markFailed(span, safeError(e).sqlstate ?? safeError(e).errorName);
+  const ids = { workflowId: wf.id, correlationId: wf.correlation_id };
+  deps.log.warn(
+    {
+      event: "workflow.step_failed",
+      ...ids,
+      workflowType: wf.workflow_type,
+      step: wf.current_step,
+      ...safeError(e),
+    },
+    "workflow step failed; scheduled for retry",
+  );
+  const r = await deps.pool
+    .query<{ state: string }>(
+      "select state from bitrix_sync.schedule_workflow_retry($1, $2, 'step_failed', make_interval(secs => $3))",
+      [wf.id, wf.lease_token, retryDelayMs(wf.attempt_count, s.retry) / 1000],
+    )
+    .catch(() => null);
+  span.setAttribute("bitrix_sync.workflow.event", r?.rows[0]?.state === "failed" ? "fail" : "retry");
+  if (r?.rows[0]?.state === "waiting_retry") countRetry("workflows", "step_failed");
+  if (r?.rows[0]?.state === "failed") {
+    deps.log.error(
+      { event: "workflow.dead_letter", ...ids, code: "retry_horizon_exceeded" },
+      "workflow failed after the retry horizon",
     );
-    const r = await deps.pool
-      .query<{ state: string }>(
-        "select state from bitrix_sync.schedule_workflow_retry($1, $2, 'step_failed', make_interval(secs => $3))",
-        [wf.id, wf.lease_token, retryDelayMs(wf.attempt_count, s.retry) / 1000],
-      )
-      .catch(() => null);
-    span.setAttribute("bitrix_sync.workflow.event", r?.rows[0]?.state === "failed" ? "fail" : "retry");
-    if (r?.rows[0]?.state === "waiting_retry") countRetry("workflows", "step_failed");
-    if (r?.rows[0]?.state === "failed") {
-      deps.log.error(
-        { event: "workflow.dead_letter", ...ids, code: "retry_horizon_exceeded" },
-        "workflow failed after the retry horizon",
-      );
-    }
   }
 }

@@ -181,3 +181,28 @@ test("apply_crm_master_fields writes the profile and the snapshot, and no App in
   t.is(await queued(), before + 1);
   await rejectsWith(t, apply(db.pool, u.id, id, "manual"), "BS004");
 });
+
+test("apply_crm_master_fields leaves the profile and the snapshot alone for a read older than the snapshot", async (t) => {
+  const u = await makeUser(db.pool);
+  const id = contactId();
+  const write = (name: string, updatedAt: string) =>
+    one<Snapshot>(
+      db.pool,
+      `select * from bitrix_sync.apply_crm_master_fields($1, $2, $3, null, null, $4, null, null, null, true,
+         null, $5, 'webhook')`,
+      [u.id, id, name, h(name === "Newer Name" ? "3" : "4"), updatedAt],
+    );
+  await write("Newer Name", "2026-03-01T10:00:00Z");
+  const kept = await write("Older Name", "2026-02-01T10:00:00Z");
+  t.deepEqual(kept.crm_updated_at, new Date("2026-03-01T10:00:00Z"));
+  t.is(kept.name_hash, h("3"));
+  const p = await one<{ full_name: string }>(
+    db.pool,
+    "select full_name from han_app.client_profile where user_id = $1",
+    [u.id],
+  );
+  t.is(p.full_name, "Newer Name");
+  // The same moment again is applied (a re-read of the same version).
+  const same = await write("Newer Name", "2026-03-01T10:00:00Z");
+  t.is(same.last_applied_source, "webhook");
+});
