@@ -72,10 +72,12 @@ async function stepGroup(deps: ServiceContext, rows: WorkflowRow[]): Promise<voi
   const outcome = new Promise<boolean>((r) => {
     committed = r;
   });
-  let alone = Promise.resolve();
+  // Run again alone one after the other, so a failed group takes one connection, not one per step.
+  let alone: Promise<void> = Promise.resolve();
   const runAlone = (i: number, span: Span): Promise<void> => {
-    alone = alone.then(() => step(deps, claimed[i] as WorkflowRow, span));
-    return alone;
+    const run = alone.then(() => step(deps, claimed[i] as WorkflowRow, span));
+    alone = run.catch(() => undefined);
+    return run;
   };
 
   let conn: pg.PoolClient;
@@ -136,7 +138,7 @@ async function stepGroup(deps: ServiceContext, rows: WorkflowRow[]): Promise<voi
   await Promise.all(runs);
 }
 
-/** Steps run at once: half the pool (at least 1, at most 8), the rest is for the other lanes. */
+/** Step groups run at once: half the pool (at least 1, at most 8), the rest is for the other lanes. */
 export function stepConcurrency(deps: Pick<ServiceContext, "pool">): number {
   const max = (deps.pool as { options?: { max?: number } }).options?.max ?? 10;
   return Math.max(1, Math.min(8, Math.floor(max / 2)));
