@@ -183,6 +183,14 @@ async function main(): Promise<number> {
       await sleep(randomInt(300, 1_500));
     }
   })();
+  // An operator's rebinds: now and then a linked user is moved to the CRM team's duplicate Contact.
+  const opsLoop = (async () => {
+    await sleep(15_000); // the first links
+    while (trafficOn) {
+      await traffic.rebindStep();
+      await sleep(randomInt(3_000, 10_000));
+    }
+  })();
   const progress = setInterval(() => {
     say(
       `faults ${JSON.stringify(faults.counts)}; requests ${emulator.log.length}; contacts ${emulator.store.contacts.size}; load average ${loads()}`,
@@ -192,7 +200,7 @@ async function main(): Promise<number> {
   await faults.run(chaosEnd);
   trafficOn = false;
   traffic.webhookFaults = false;
-  await Promise.all([appLoop, crmLoop]);
+  await Promise.all([appLoop, crmLoop, opsLoop]);
   await traffic.drain();
   await faults.settleReplicas();
   clearInterval(progress);
@@ -228,7 +236,13 @@ async function main(): Promise<number> {
   if (!settled) settleViolations.push(`open work left ${SETTLE_BOUND_MS / 1000} s after the last fault`);
   say(`settled in ${(settleMs / 1000).toFixed(1)} s after the last fault; checking`);
 
-  const inv = await checkInvariants(pool, emulator, SANDBOX_FIELDS);
+  const inv = await checkInvariants(pool, emulator, SANDBOX_FIELDS, traffic.rebindPairs);
+  const { rows: rebindRows } = await pool.query<{ status: string; outcome: string | null; n: number }>(
+    "select status, outcome, count(*)::int as n from bitrix_sync.rebind_requests group by 1, 2 order by 3 desc",
+  );
+  const rebindOutcomes = Object.fromEntries(
+    rebindRows.map((r) => [r.outcome ? `${r.status}/${r.outcome}` : r.status, r.n]),
+  );
   const rate = checkRate(emulator.log, PORTAL_RATE, faults.windows);
   // The users a violation names: their history is printed with the figures.
   const named = new Set([
@@ -289,6 +303,8 @@ async function main(): Promise<number> {
     app: traffic.stats.app,
     appFailed: traffic.stats.appFailed,
     crmEdits: traffic.stats.crmEdits,
+    rebindRequests: traffic.stats.rebinds,
+    rebindOutcomes,
     requests: emulator.log.length,
     requestsByStatus: byStatus,
     refusals,
@@ -329,6 +345,15 @@ async function main(): Promise<number> {
         .map(([k, n]) => `${k} ${n}`)
         .join(", ")} (refused while the database was away: ${traffic.stats.appFailed})`,
       `  CRM edits             ${traffic.stats.crmEdits}`,
+      `  rebinds               asked: ${
+        Object.entries(traffic.stats.rebinds)
+          .map(([k, n]) => `${k} ${n}`)
+          .join(", ") || "none"
+      }; requests ended: ${
+        Object.entries(rebindOutcomes)
+          .map(([k, n]) => `${k} ${n}`)
+          .join(", ") || "none"
+      }`,
       `  requests              ${result.requests} (${Object.entries(byStatus)
         .map(([k, n]) => `${k}: ${n}`)
         .join(", ")}), ${result.commandsSent} commands, ${addCount} contact.add`,

@@ -5,7 +5,7 @@
 import type pg from "pg";
 import { type Config, loadConfig } from "./config/env.js";
 import { startEmbedded } from "./db/embedded.js";
-import { crashFields } from "./db/errors.js";
+import { crashFields, isJobBookkeepingLoss } from "./db/errors.js";
 import { migrateDatabase } from "./db/migrate.js";
 import { createServicePools } from "./db/pools.js";
 import { redactUrl } from "./db/url.js";
@@ -340,7 +340,17 @@ async function main(): Promise<void> {
     void shutdown(kind, 1);
   };
   process.on("uncaughtException", crash("uncaughtException"));
-  process.on("unhandledRejection", crash("unhandledRejection"));
+  process.on("unhandledRejection", (e) => {
+    // graphile-worker's unawaited job bookkeeping, failed by a database restart: not a crash.
+    if (isJobBookkeepingLoss(e)) {
+      log.error(
+        { event: "worker.job_bookkeeping_lost", ...crashFields(e) },
+        "graphile-worker could not record a finished job (the database connection failed); the job stays locked until its lock expires, the crontab starts the next run",
+      );
+      return;
+    }
+    crash("unhandledRejection")(e);
+  });
 }
 
 await main();

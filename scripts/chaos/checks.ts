@@ -56,10 +56,15 @@ export async function openWork(pool: pg.Pool): Promise<Record<string, number>> {
   return rows[0] ?? {};
 }
 
+/** A rebind's business refusals: an outcome for a person, not a lost intent (docs/admin.md). */
+const REBIND_REFUSALS = ["user_not_eligible", "target_bound_to_other_user", "target_not_found"];
+
 export async function checkInvariants(
   pool: pg.Pool,
   emulator: Emulator,
   fields: Fields,
+  /** Contacts of the run's rebinds (a user's previous Contact and its duplicate share a phone). */
+  rebindPairs: ReadonlySet<number> = new Set(),
 ): Promise<CheckResult> {
   const v: string[] = [];
   const contacts = [...emulator.store.contacts.values()];
@@ -139,6 +144,7 @@ export async function checkInvariants(
   }
   const byPhone = new Map<string, number[]>();
   for (const c of contacts) {
+    if (rebindPairs.has(c.id)) continue;
     for (const p of new Set(c.phones.map((x) => phoneKey(x.value)))) {
       byPhone.set(p, [...(byPhone.get(p) ?? []), c.id]);
     }
@@ -155,7 +161,13 @@ export async function checkInvariants(
        from han_app.sync_queue where status = 'dead_letter' group by 2
      union all
      select 'workflow ' || state, coalesce(last_error_code, outcome), count(*)::int
-       from bitrix_sync.workflow_instances where state in ('failed', 'waiting_manual') group by 1, 2`,
+       from bitrix_sync.workflow_instances where state in ('failed', 'waiting_manual')
+        and not (workflow_type = 'contact.rebind' and state = 'failed' and last_error_code = any($1::text[]))
+      group by 1, 2
+     union all
+     select 'rebind request ' || status, null, count(*)::int
+       from bitrix_sync.rebind_requests where status in ('requested', 'in_progress') group by 1`,
+    [REBIND_REFUSALS],
   );
   let lostIntents = Object.values(open).reduce((a, b) => a + b, 0);
   for (const r of lost) {

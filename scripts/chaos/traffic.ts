@@ -30,6 +30,8 @@ export interface TrafficStats {
   appFailed: number;
   crmEdits: number;
   webhooks: Record<string, number>;
+  /** Rebind requests by what the admin function answered: requested, or the SQLSTATE of a refusal. */
+  rebinds: Record<string, number>;
 }
 
 const word = () => randomBytes(6).toString("base64url").replace(/[-_]/g, "x");
@@ -51,7 +53,12 @@ function pick<T>(xs: readonly T[]): T | undefined {
 
 export class Traffic {
   readonly personal: Personal = { phones: new Set(), names: new Set(), emails: new Set() };
-  readonly stats: TrafficStats = { app: {}, appFailed: 0, crmEdits: 0, webhooks: {} };
+  readonly stats: TrafficStats = { app: {}, appFailed: 0, crmEdits: 0, webhooks: {}, rebinds: {} };
+  /**
+   * Contacts a rebind made share a phone with the user's previous Contact (the CRM team's duplicate
+   * of the same person): the one-phone-one-Contact check leaves these pairs out.
+   */
+  readonly rebindPairs = new Set<number>();
   /** Webhooks held back, delivered after later ones (out of order). */
   private held = new Set<Promise<void>>();
 
@@ -192,6 +199,54 @@ export class Traffic {
     this.emulator.store.touch(c);
     this.stats.crmEdits++;
     await this.robotCall(c.id);
+  }
+
+  /**
+   * An operator rebinds a linked user to the CRM team's duplicate of their Contact: a new Contact in
+   * the portal with the same name, phone, e-mail and citizenship, then
+   * request_bitrix_contact_rebind as bitrix_sync_admin. A refusal (BS005 to BS007: the user changed
+   * meanwhile, a rebind or workflow is open) is counted by its SQLSTATE.
+   */
+  async rebindStep(): Promise<void> {
+    let c: pg.PoolClient | null = null;
+    let outcome = "failed";
+    try {
+      c = await this.pool.connect();
+      c.on("error", ignore);
+      const { rows } = await c.query<{ user_id: string; contact_id: string }>(
+        `select m.entity_id as user_id, m.external_id as contact_id
+           from bitrix_sync.entity_external_mapping m
+           join han_app.user_identity u on u.id = m.entity_id and u.record_status = 'active'
+           join han_app.client_profile p on p.user_id = u.id and p.record_status = 'active'
+          where m.status = 'active' order by random() limit 1`,
+      );
+      const link = rows[0];
+      const previous = link ? this.emulator.store.contacts.get(Number(link.contact_id)) : undefined;
+      if (!link || !previous) return;
+      const duplicate = this.emulator.store.createContact({
+        name: previous.name,
+        phones: previous.phones.map((x) => ({ valueType: x.valueType, value: x.value })),
+        emails: previous.emails.map((x) => ({ valueType: x.valueType, value: x.value })),
+        uf: { [this.robot.citizenshipField]: previous.uf[this.robot.citizenshipField] ?? null },
+      });
+      this.rebindPairs.add(previous.id);
+      this.rebindPairs.add(duplicate.id);
+      await c.query("begin");
+      await c.query("set local role bitrix_sync_admin");
+      await c.query(
+        "select bitrix_sync.request_bitrix_contact_rebind($1, $2, 'chaos: duplicate merged', 'ops:chaos')",
+        [link.user_id, String(duplicate.id)],
+      );
+      await c.query("commit");
+      outcome = "requested";
+    } catch (e) {
+      outcome = (e as { code?: string }).code ?? "failed";
+      await c?.query("rollback").catch(() => undefined);
+    } finally {
+      c?.off("error", ignore);
+      c?.release(true);
+    }
+    this.stats.rebinds[outcome] = (this.stats.rebinds[outcome] ?? 0) + 1;
   }
 
   private countHook(kind: string) {

@@ -53,3 +53,41 @@ export function crashFields(e: unknown): {
   if (frames.length > 0) out.frames = frames;
   return out;
 }
+
+/** A database connection that failed or went away, as opposed to a statement's own error. */
+const CONNECTION_LOST = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "EPIPE",
+  "57P01", // admin_shutdown: the backend was terminated
+  "57P02", // crash_shutdown
+  "57P03", // cannot_connect_now: the server is starting or stopping
+  "08000",
+  "08001",
+  "08003",
+  "08004",
+  "08006",
+]);
+
+/** True for an error of a lost or refused database connection (see CONNECTION_LOST). */
+export function isConnectionLost(e: unknown): boolean {
+  const c = codeOf(e);
+  if (c !== undefined && CONNECTION_LOST.has(c)) return true;
+  // node-postgres' own errors for a connection that ended carry no code.
+  return e instanceof Error && /^Connection terminated/.test(e.message);
+}
+
+/**
+ * graphile-worker 0.17.3 records a finished job without awaiting it (worker.ts calls completeJob
+ * and failJob and moves on), and does not retry a refused or lost connection: when the database is
+ * away at that moment, the rejection is unhandled. Nothing of the service is lost with it: the job
+ * row stays locked until graphile-worker's lock expiry, the crontab starts the next run meanwhile,
+ * and the sync loop's own state is in its leased rows. True for exactly that rejection: a lost
+ * connection whose stack runs through graphile-worker's job completion or failure.
+ */
+export function isJobBookkeepingLoss(e: unknown): boolean {
+  if (!(e instanceof Error) || !isConnectionLost(e)) return false;
+  return /graphile-worker[\\/].*\b(completeJobs|failJobs)\b/.test(e.stack ?? "");
+}
