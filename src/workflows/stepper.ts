@@ -29,6 +29,9 @@ export async function runWorkflows(deps: ServiceContext): Promise<number> {
   const groups = Math.min(stepConcurrency(deps), Math.ceil(rows.length / GROUP_TARGET));
   const parts: WorkflowRow[][] = Array.from({ length: groups }, () => []);
   for (const [i, wf] of rows.entries()) parts[i % groups]?.push(wf);
+  // A group locks its workflow rows in this order (step_context, one grouped call): by user, as
+  // intake's batches do (take_sync_tasks), so the two never wait for each other in a cycle.
+  for (const part of parts) part.sort((a, b) => (a.user_id < b.user_id ? -1 : a.user_id > b.user_id ? 1 : 0));
   await Promise.all(parts.map((part) => stepGroup(deps, part)));
   return rows.length;
 }
