@@ -62,6 +62,19 @@ export function groupedText(text: string, types: readonly string[]): string {
   );
 }
 
+/** The grouped text of a statement and the name it is prepared under, computed once per text. */
+const groupedCache = new Map<string, { text: string; name: string }>();
+
+function groupedStatement(original: string, types: readonly string[]): { text: string; name: string } {
+  let g = groupedCache.get(original);
+  if (!g) {
+    const text = groupedText(original, types);
+    g = { text, name: `bitrix_sync_b_${createHash("sha1").update(text).digest("hex").slice(0, 24)}` };
+    groupedCache.set(original, g);
+  }
+  return g;
+}
+
 async function parameterTypes(conn: pg.PoolClient, text: string): Promise<string[] | null> {
   let cached = typeCache.get(text);
   if (!cached) {
@@ -92,15 +105,15 @@ async function probeTypes(conn: pg.PoolClient, text: string): Promise<string[] |
     if (!types || types.length === 0 || types.some((t) => t.endsWith("[]") || t === "unknown")) return null;
     return types;
   } catch (e) {
-    // PostgreSQL refused the statement (it is sent alone from now on); anything else is rethrown
-    // by the rollback, which then fails too, and fails the batch.
     await conn.query("rollback to savepoint bitrix_sync_batch_probe");
     const { rows } = await conn.query(
       "select 1 from pg_prepared_statements where name = 'bitrix_sync_batch_probe'",
     );
     if (rows.length > 0) await conn.query("deallocate bitrix_sync_batch_probe");
     await conn.query("release savepoint bitrix_sync_batch_probe");
-    if (!(e as { code?: string }).code) throw e;
+    // Only a refusal of the statement itself (class 42: syntax, names, types) is kept; a timeout or
+    // a lost connection fails this batch and the text is probed again next time.
+    if (!/^42/.test((e as { code?: string }).code ?? "")) throw e;
     return null;
   }
 }
@@ -226,13 +239,13 @@ export class StatementBatcher {
       }
       return;
     }
-    const text = groupedText(first.text, types);
+    const { text, name } = groupedStatement(first.text, types);
     const columns = types.map((_, i) => group.map((p) => p.values[i] ?? null));
     let r: pg.QueryResult;
     try {
       this.stats.statements++;
       r = await this.#conn.query({
-        name: `bitrix_sync_b_${createHash("sha1").update(text).digest("hex").slice(0, 24)}`,
+        name,
         text,
         values: columns,
       });

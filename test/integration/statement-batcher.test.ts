@@ -159,3 +159,14 @@ test("the grouped form and the rules for what is grouped", (t) => {
   t.is(ungroupable("select 1"), "no_parameters");
   t.is(ungroupable("select $1; select 2"), "semicolon");
 });
+
+test("a statement PostgreSQL refuses is sent alone and fails the group with its own error", async (t) => {
+  const { out } = await withBatcher(async (b) => {
+    const results = await Promise.allSettled([
+      b.client().query("select no_such_column from pg_class where oid = $1::oid", [1]),
+      b.client().query("select no_such_column from pg_class where oid = $1::oid", [2]),
+    ]);
+    return results.map((r) => (r.status === "rejected" ? (r.reason as { code?: string }).code : "ok"));
+  });
+  t.deepEqual(out, ["42703", "42703"]);
+});
