@@ -51,6 +51,13 @@ export function countRetry(lane: Lane, code: unknown): void {
   retries.inc({ lane, code: safeLabel(code) });
 }
 
+export const stepGroups = new Counter({
+  name: "bitrix_sync_step_groups_total",
+  help: "Groups of workflow steps run in one transaction, by outcome: committed, or alone (the group failed and was rolled back, and its steps ran again one by one).",
+  labelNames: ["outcome"] as const,
+  registers: [registry],
+});
+
 export const commandOutcomes = new Counter({
   name: "bitrix_sync_crm_command_outcomes_total",
   help: "Results of CRM sub-commands (one per batch entry) by command type, kind (ok, transient, uncertain, permanent, business) and safe code.",

@@ -8,7 +8,7 @@ import { retryDelayMs } from "../crm/backoff.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { StatementBatcher } from "../db/statement-batcher.js";
 import { inTransaction } from "../db/tx.js";
-import { countRetry, timedClaim } from "../observability/metrics.js";
+import { countRetry, stepGroups, timedClaim } from "../observability/metrics.js";
 import { inSpan, markFailed, type Span, storedParent } from "../observability/tracing.js";
 import type { StepResult } from "./step/core.js";
 import { runStep } from "./step/dispatch.js";
@@ -135,6 +135,7 @@ async function stepGroup(deps: ServiceContext, rows: WorkflowRow[]): Promise<voi
     ));
   }
   conn.release(broken || !begun || undefined);
+  stepGroups.inc({ outcome: ok ? "committed" : "alone" });
   if (!ok)
     deps.log.debug({ event: "workflow.group_retried", workflows: rows.length }, "workflow group ran alone");
   committed(ok);

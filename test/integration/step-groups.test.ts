@@ -6,6 +6,7 @@ import { Writable } from "node:stream";
 import test from "ava";
 import type { ServiceContext } from "../../src/context.js";
 import { createLogger } from "../../src/observability/logger.js";
+import { stepGroups } from "../../src/observability/metrics.js";
 import { runWorkflows } from "../../src/workflows/stepper.js";
 import { makeUser } from "../helpers/factories.js";
 import { testSettings } from "../helpers/settings.js";
@@ -64,6 +65,9 @@ async function startWorkflows(n: number): Promise<string[]> {
   return ids;
 }
 
+const groupsEnded = async (outcome: string) =>
+  (await stepGroups.get()).values.find((v) => v.labels.outcome === outcome)?.value ?? 0;
+
 async function states(ids: string[]) {
   const { rows } = await db.pool.query<{ id: string; state: string; code: string | null; commands: number }>(
     `select w.id, w.state, w.last_error_code as code,
@@ -77,7 +81,9 @@ async function states(ids: string[]) {
 test.serial("a claim's steps run together: each workflow issues its command", async (t) => {
   const ids = await startWorkflows(6);
   const lines: string[] = [];
+  const committedBefore = await groupsEnded("committed");
   t.is(await runWorkflows(context(lines)), 6);
+  t.is(await groupsEnded("committed"), committedBefore + 1, "one group, committed");
   const after = await states(ids);
   for (const id of ids) {
     t.is(after.get(id)?.state, "waiting_crm");
