@@ -14,9 +14,9 @@
 //
 // Each call of a volatile function in it sees the writes of the calls before it, as separate
 // statements would. The statement is a server-side prepared statement named after a hash of its
-// text. The parameter types come from PostgreSQL itself (PREPARE of the original text under a savepoint, once per
-// text and process). A statement that cannot be grouped (not a SELECT,
-// an array parameter, a `$` inside a literal) goes alone, as it would without the batcher.
+// text. The parameter types come from PostgreSQL itself (PREPARE of the original text under a
+// savepoint, once per text and process). A statement that cannot be grouped (not a SELECT, an array
+// parameter, a `$` inside a literal) goes alone, as it would without the batcher.
 //
 // Everything runs in the caller's one transaction. The first failure (a statement's error, or a
 // step that throws) fails the whole batch: every later query is refused at once, and the caller
