@@ -1,0 +1,1475 @@
+--! Previous: sha1:940a00110c86167052ed7459f6323788965cc9e6
+--! Hash: sha1:8dc937dbe9c4d92b61e02c3f609a6dbad0e33e08
+--! Message: engine
+
+-- Engine efficiency (issue 14): a step persists its state and its command in one call
+-- (issue_command takes the step state), the pump settles a batch in one statement
+-- (complete_commands), and retries that wait only because the whole portal failed are brought
+-- forward when it answers again (bring_forward_commands); a reply to a request sent under a cut
+-- rate doubles the rate back (note_crm_answered); the state guard no longer turns rows into JSON.
+set local lock_timeout = '10s';
+
+-- >>> sql/state_machines.sql (included)
+-- State machines (§6.1, §7.1, §7.2, §7.3, §6.3): the legal edges as data, and one guard trigger per
+-- table that refuses any UPDATE of the state column not on this list, whoever writes it.
+-- docs/state-machines.md draws the same edges; a test keeps the two equal.
+
+create or replace view bitrix_sync.state_edges as
+select machine, from_state, to_state, event
+  from (values
+    -- han_app.sync_queue (§6.1)
+    ('sync_queue', 'pending', 'leased', 'claim'),
+    ('sync_queue', 'retry_wait', 'leased', 'claim'),
+    ('sync_queue', 'leased', 'processed', 'complete'),
+    ('sync_queue', 'leased', 'retry_wait', 'retry'),
+    ('sync_queue', 'leased', 'dead_letter', 'dead_letter'),
+    ('sync_queue', 'leased', 'cancelled', 'cancel'),
+    ('sync_queue', 'leased', 'pending', 'release'),
+    ('sync_queue', 'retry_wait', 'pending', 'newer_intent'),
+    ('sync_queue', 'pending', 'cancelled', 'cancel'),
+    ('sync_queue', 'retry_wait', 'cancelled', 'cancel'),
+    -- bitrix_sync.workflow_instances (§7.1)
+    ('workflow', 'created', 'running', 'start'),
+    ('workflow', 'created', 'cancelled', 'cancel'),
+    ('workflow', 'running', 'waiting_crm', 'await_crm'),
+    ('workflow', 'running', 'waiting_retry', 'schedule_retry'),
+    ('workflow', 'running', 'waiting_manual', 'need_manual'),
+    ('workflow', 'running', 'succeeded', 'succeed'),
+    ('workflow', 'running', 'failed', 'fail'),
+    ('workflow', 'running', 'cancelled', 'cancel'),
+    ('workflow', 'waiting_crm', 'running', 'crm_replied'),
+    ('workflow', 'waiting_crm', 'failed', 'fail'),
+    ('workflow', 'waiting_crm', 'cancelled', 'cancel'),
+    ('workflow', 'waiting_retry', 'running', 'retry_due'),
+    ('workflow', 'waiting_retry', 'failed', 'fail'),
+    ('workflow', 'waiting_retry', 'cancelled', 'cancel'),
+    ('workflow', 'waiting_manual', 'running', 'manual_resume'),
+    ('workflow', 'waiting_manual', 'failed', 'fail'),
+    ('workflow', 'waiting_manual', 'cancelled', 'cancel'),
+    -- An admin requeues the technical dead letter that failed it (requeue_dead_letter): it starts over.
+    ('workflow', 'failed', 'waiting_retry', 'requeue'),
+    -- bitrix_sync.crm_commands (§7.2)
+    ('command', 'pending', 'leased', 'claim'),
+    ('command', 'pending', 'dead_letter', 'abandon'),
+    ('command', 'leased', 'in_flight', 'send'),
+    ('command', 'leased', 'pending', 'release'),
+    ('command', 'leased', 'retry_wait', 'retry'),
+    ('command', 'leased', 'dead_letter', 'dead_letter'),
+    ('command', 'in_flight', 'succeeded', 'complete'),
+    ('command', 'in_flight', 'retry_wait', 'retry'),
+    ('command', 'in_flight', 'uncertain', 'no_reply'),
+    ('command', 'in_flight', 'dead_letter', 'dead_letter'),
+    ('command', 'retry_wait', 'pending', 'due'),
+    ('command', 'retry_wait', 'dead_letter', 'abandon'),
+    ('command', 'uncertain', 'reconcile', 'reconcile'),
+    ('command', 'reconcile', 'succeeded', 'complete'),
+    ('command', 'reconcile', 'retry_wait', 'retry'),
+    ('command', 'reconcile', 'dead_letter', 'dead_letter'),
+    -- bitrix_sync.webhook_inbox (§7.3)
+    ('webhook', 'received', 'coalesced', 'coalesce'),
+    ('webhook', 'received', 'processing', 'claim'),
+    ('webhook', 'retry_wait', 'processing', 'claim'),
+    ('webhook', 'processing', 'processed', 'complete'),
+    ('webhook', 'processing', 'retry_wait', 'retry'),
+    ('webhook', 'processing', 'dead_letter', 'dead_letter'),
+    ('webhook', 'coalesced', 'processed', 'covered'),
+    -- bitrix_sync.entity_external_mapping (§6.3)
+    ('mapping', 'active', 'closed', 'close'),
+    ('mapping', 'active', 'broken', 'mark_broken'),
+    -- bitrix_sync.business_alerts (§11)
+    ('alert', 'open', 'resolved', 'resolve'),
+    ('alert', 'open', 'closed', 'close'),
+    ('alert', 'open', 'remote_missing', 'remote_missing'),
+    -- bitrix_sync.rebind_requests (§5.4)
+    ('rebind', 'requested', 'in_progress', 'start'),
+    ('rebind', 'requested', 'cancelled', 'cancel'),
+    ('rebind', 'requested', 'failed', 'fail'),
+    ('rebind', 'in_progress', 'succeeded', 'succeed'),
+    ('rebind', 'in_progress', 'failed', 'fail'),
+    ('rebind', 'in_progress', 'cancelled', 'cancel'),
+    -- bitrix_sync.settings_versions (§12.3)
+    ('settings', 'draft', 'validated', 'validate'),
+    ('settings', 'draft', 'rejected', 'validate'),
+    ('settings', 'validated', 'active', 'activate'),
+    ('settings', 'active', 'superseded', 'supersede')
+  ) as e(machine, from_state, to_state, event);
+comment on view bitrix_sync.state_edges is
+  'Every legal state transition of every machine, named by its event. The guard triggers and docs/state-machines.md follow this list.';
+
+create or replace function bitrix_sync.tg__guard_transition() returns trigger
+language plpgsql as $$
+-- TG_ARGV[0]: machine name in state_edges; TG_ARGV[1]: the state column.
+declare
+  v_from text;
+  v_to text;
+begin
+  -- The status column by name (issue 14): turning both whole rows into JSON on every transition cost
+  -- more than the rest of the guard. Another column name takes the generic way.
+  if tg_argv[1] = 'status' then
+    v_from := old.status;
+    v_to := new.status;
+  else
+    v_from := to_jsonb(old) ->> tg_argv[1];
+    v_to := to_jsonb(new) ->> tg_argv[1];
+  end if;
+  if v_from is distinct from v_to
+     and not exists (select 1 from bitrix_sync.state_edges e
+                      where e.machine = tg_argv[0] and e.from_state = v_from and e.to_state = v_to) then
+    raise exception 'illegal % transition % -> %', tg_argv[0], v_from, v_to
+      using errcode = 'BS002',
+            detail = format('table %I.%I', tg_table_schema, tg_table_name),
+            hint = 'Move rows only through the bitrix_sync function for the event; docs/state-machines.md lists the legal edges.';
+  end if;
+  return new;
+end $$;
+comment on function bitrix_sync.tg__guard_transition() is
+  'BEFORE UPDATE guard: refuses a change of the state column (TG_ARGV[1], read directly when it is status) that is not an edge of machine TG_ARGV[0] in bitrix_sync.state_edges. SQLSTATE BS002.';
+
+create or replace function bitrix_sync.tg_workflow_instances__guard_state() returns trigger
+language plpgsql as $$
+begin
+  -- tg__guard_transition for the one machine whose column is "state" (TG_ARGV as there), reading it
+  -- directly.
+  if old.state is distinct from new.state
+     and not exists (select 1 from bitrix_sync.state_edges e
+                      where e.machine = tg_argv[0] and e.from_state = old.state and e.to_state = new.state) then
+    raise exception 'illegal % transition % -> %', tg_argv[0], old.state, new.state
+      using errcode = 'BS002',
+            detail = format('table %I.%I', tg_table_schema, tg_table_name),
+            hint = 'Move rows only through the bitrix_sync function for the event; docs/state-machines.md lists the legal edges.';
+  end if;
+  return new;
+end $$;
+comment on function bitrix_sync.tg_workflow_instances__guard_state() is
+  'BEFORE UPDATE OF state guard of workflow_instances: refuses a change of state that is not an edge of machine TG_ARGV[0] (workflow) in bitrix_sync.state_edges. SQLSTATE BS002.';
+
+create or replace function bitrix_sync.tg__forbid_delete() returns trigger
+language plpgsql as $$
+begin
+  raise exception 'rows of %.% are history and are never deleted', tg_table_schema, tg_table_name
+    using errcode = 'BS003',
+          hint = 'Close or supersede the row through its bitrix_sync function instead.';
+end $$;
+comment on function bitrix_sync.tg__forbid_delete() is
+  'BEFORE DELETE guard for history tables (mapping, settings versions, rebind requests, the cutover). SQLSTATE BS003.';
+
+-- Guards and updated_at stamps, one per table. drop/create keeps this file re-runnable.
+drop trigger if exists _100_guard_status on han_app.sync_queue;
+create trigger _100_guard_status before update of status on han_app.sync_queue
+  for each row execute function bitrix_sync.tg__guard_transition('sync_queue', 'status');
+comment on trigger _100_guard_status on han_app.sync_queue is 'Refuses illegal queue status changes (bitrix_sync.state_edges).';
+
+drop trigger if exists _100_guard_state on bitrix_sync.workflow_instances;
+create trigger _100_guard_state before update of state on bitrix_sync.workflow_instances
+  for each row execute function bitrix_sync.tg_workflow_instances__guard_state('workflow', 'state');
+comment on trigger _100_guard_state on bitrix_sync.workflow_instances is 'Refuses illegal workflow state changes (§7.1).';
+
+drop trigger if exists _100_guard_status on bitrix_sync.crm_commands;
+create trigger _100_guard_status before update of status on bitrix_sync.crm_commands
+  for each row execute function bitrix_sync.tg__guard_transition('command', 'status');
+comment on trigger _100_guard_status on bitrix_sync.crm_commands is 'Refuses illegal command status changes (§7.2).';
+
+drop trigger if exists _100_guard_status on bitrix_sync.webhook_inbox;
+create trigger _100_guard_status before update of status on bitrix_sync.webhook_inbox
+  for each row execute function bitrix_sync.tg__guard_transition('webhook', 'status');
+comment on trigger _100_guard_status on bitrix_sync.webhook_inbox is 'Refuses illegal webhook status changes (§7.3).';
+
+drop trigger if exists _100_guard_status on bitrix_sync.entity_external_mapping;
+create trigger _100_guard_status before update of status on bitrix_sync.entity_external_mapping
+  for each row execute function bitrix_sync.tg__guard_transition('mapping', 'status');
+comment on trigger _100_guard_status on bitrix_sync.entity_external_mapping is 'closed and broken mappings are final.';
+
+drop trigger if exists _100_guard_status on bitrix_sync.business_alerts;
+create trigger _100_guard_status before update of status on bitrix_sync.business_alerts
+  for each row execute function bitrix_sync.tg__guard_transition('alert', 'status');
+comment on trigger _100_guard_status on bitrix_sync.business_alerts is 'Only open alerts change status.';
+
+drop trigger if exists _100_guard_status on bitrix_sync.rebind_requests;
+create trigger _100_guard_status before update of status on bitrix_sync.rebind_requests
+  for each row execute function bitrix_sync.tg__guard_transition('rebind', 'status');
+comment on trigger _100_guard_status on bitrix_sync.rebind_requests is 'Refuses illegal rebind request status changes (§5.4).';
+
+drop trigger if exists _100_guard_status on bitrix_sync.settings_versions;
+create trigger _100_guard_status before update of status on bitrix_sync.settings_versions
+  for each row execute function bitrix_sync.tg__guard_transition('settings', 'status');
+comment on trigger _100_guard_status on bitrix_sync.settings_versions is 'Only validated versions become active (§12.3).';
+
+drop trigger if exists _200_forbid_delete on bitrix_sync.entity_external_mapping;
+create trigger _200_forbid_delete before delete on bitrix_sync.entity_external_mapping
+  for each row execute function bitrix_sync.tg__forbid_delete();
+comment on trigger _200_forbid_delete on bitrix_sync.entity_external_mapping is 'Mapping history is never deleted (§4).';
+
+drop trigger if exists _200_forbid_delete on bitrix_sync.settings_versions;
+create trigger _200_forbid_delete before delete on bitrix_sync.settings_versions
+  for each row execute function bitrix_sync.tg__forbid_delete();
+comment on trigger _200_forbid_delete on bitrix_sync.settings_versions is 'Settings audit is never deleted.';
+
+drop trigger if exists _200_forbid_delete on bitrix_sync.rebind_requests;
+create trigger _200_forbid_delete before delete on bitrix_sync.rebind_requests
+  for each row execute function bitrix_sync.tg__forbid_delete();
+comment on trigger _200_forbid_delete on bitrix_sync.rebind_requests is 'Rebind audit is never deleted.';
+
+do $$
+declare
+  v_table text;
+begin
+  foreach v_table in array array['entity_external_mapping', 'workflow_instances', 'crm_commands', 'business_alerts',
+                                 'rebind_requests', 'contact_snapshots', 'reconciliation_cursors']
+  loop
+    execute format('drop trigger if exists _900_set_updated_at on bitrix_sync.%I', v_table);
+    execute format('create trigger _900_set_updated_at before update on bitrix_sync.%I
+                      for each row execute function bitrix_sync.tg__set_updated_at()', v_table);
+    execute format('comment on trigger _900_set_updated_at on bitrix_sync.%I is %L', v_table,
+                   'Stamps updated_at on every change.');
+  end loop;
+end $$;
+-- <<< sql/state_machines.sql
+-- >>> sql/commands.sql (included)
+-- CRM commands (§7.2, §8, §9): issued by a workflow step, claimed by the pump under a lease,
+-- marked in_flight (the durable "send started" marker) before the HTTP batch leaves, and completed
+-- per sub-result. A write with no reply becomes uncertain and is never resent blindly.
+
+create or replace function bitrix_sync._is_write_command(p_command_type text) returns boolean
+language sql immutable parallel safe as $$
+  select p_command_type in ('contact.add', 'contact.update', 'alert.add', 'alert.update')
+$$;
+comment on function bitrix_sync._is_write_command(text) is
+  'Commands that change the CRM: a lost reply to one of these is uncertain, not retryable.';
+
+create or replace function bitrix_sync._wake_workflow(p_workflow_id uuid) returns void
+language plpgsql as $$
+begin
+  -- A command reached an outcome the workflow must look at: waiting_crm -> running (crm_replied).
+  update bitrix_sync.workflow_instances
+     set state = 'running', next_attempt_at = now()
+   where id = p_workflow_id and state = 'waiting_crm';
+  if found then
+    perform pg_notify('bitrix_sync_workflows', '');
+  end if;
+end $$;
+comment on function bitrix_sync._wake_workflow(uuid) is
+  'waiting_crm -> running for the workflow owning a command that succeeded, failed for good or became uncertain.';
+
+-- Issue 12 added the issuing step's trace context (a parameter with a default): the five-argument
+-- form is replaced. Issue 14 added the step state, so one call persists the whole step: the
+-- six-argument form is replaced too.
+drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text);
+drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text);
+
+create or replace function bitrix_sync.issue_command(
+  p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text,
+  p_trace_context text default null, p_step_data jsonb default null
+) returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_wf bitrix_sync.workflow_instances;
+  v_cmd bitrix_sync.crm_commands;
+begin
+  if p_step_data is not null and jsonb_typeof(p_step_data) <> 'object' then
+    raise exception 'step data must be a JSON object'
+      using errcode = 'BS004', hint = 'Pass the workflow''s safe step state (IDs, flags, counts), e.g. ''{"pass": 1}''.';
+  end if;
+  -- running -> waiting_crm (event await_crm; the guard trigger checks the edge) under the caller's
+  -- lease, with the step and its state in the same row version: one write of the workflow per step.
+  update bitrix_sync.workflow_instances w
+     set state = 'waiting_crm', current_step = coalesce(p_step, w.current_step),
+         step_data = coalesce(p_step_data, w.step_data), next_attempt_at = now(),
+         lease_token = null, locked_by = null, locked_until = null
+   where w.id = p_workflow_id and w.state = 'running' and w.lease_token = p_lease_token
+  returning * into v_wf;
+  if not found then
+    perform bitrix_sync._refuse_stale('workflow', p_workflow_id::text);
+  end if;
+  insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id, trace_context)
+  values (p_workflow_id, p_command_type, coalesce(p_params, '{}'::jsonb), v_wf.revision, v_wf.correlation_id,
+          bitrix_sync._trace_context(p_trace_context))
+  returning * into v_cmd;
+  perform pg_notify('bitrix_sync_commands', '');
+  return v_cmd;
+end $$;
+comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text, jsonb) is
+  'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm (await_crm) at step p_step, storing p_step_data (the step state, a JSON object) in the same write when given. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it. Refuses a stale lease or a workflow not running (BS001).';
+
+create or replace function bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_cmd bitrix_sync.crm_commands;
+begin
+  if p_command_type not like 'alert.%' then
+    raise exception 'alert commands must be alert.* types, got %', p_command_type
+      using errcode = 'BS004', hint = 'Contact commands belong to a workflow: use issue_command().';
+  end if;
+  insert into bitrix_sync.crm_commands (alert_id, command_type, params)
+  values (p_alert_id, p_command_type, coalesce(p_params, '{}'::jsonb))
+  returning * into v_cmd;
+  perform pg_notify('bitrix_sync_commands', '');
+  return v_cmd;
+end $$;
+comment on function bitrix_sync.issue_alert_command(bigint, text, jsonb) is
+  'Queues a smart-process command for a business alert; independent of workflow steps (§7.1).';
+
+create or replace function bitrix_sync.claim_commands(
+  p_worker text, p_limit integer default 20, p_lease interval default interval '60 seconds'
+) returns setof bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row record;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
+    raise exception 'claim needs 1..1000 rows and a positive lease'
+      using errcode = 'BS004', hint = 'Check the batch.size and lease.ttl_sec settings.';
+  end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
+  end if;
+
+  -- A holder that died with a request out: a write may have landed (uncertain), a read is retried.
+  for v_row in
+    select c.id, c.command_type, c.workflow_id from bitrix_sync.crm_commands c
+     where c.status = 'in_flight' and c.locked_until < now()
+     for update skip locked
+  loop
+    if bitrix_sync._is_write_command(v_row.command_type) then
+      update bitrix_sync.crm_commands
+         set status = 'uncertain', lease_token = null, locked_by = null, locked_until = null,
+             last_error_code = 'lease_expired_in_flight'
+       where id = v_row.id;
+      if v_row.workflow_id is not null then
+        perform bitrix_sync._wake_workflow(v_row.workflow_id);
+      end if;
+    else
+      update bitrix_sync.crm_commands
+         set status = 'retry_wait', next_attempt_at = now(), lease_token = null, locked_by = null,
+             locked_until = null, last_error_code = 'lease_expired_in_flight'
+       where id = v_row.id;
+    end if;
+  end loop;
+
+  -- retry_wait -> pending (due), then claim pending and expired leased rows.
+  update bitrix_sync.crm_commands c set status = 'pending'
+   where c.id in (select d.id from bitrix_sync.crm_commands d
+                   where d.status = 'retry_wait' and d.next_attempt_at <= now()
+                   for update skip locked);
+
+  return query
+  with due as (
+    select c.id, c.next_attempt_at as sort_at from bitrix_sync.crm_commands c
+     where c.status = 'pending' and c.next_attempt_at <= now()
+     order by c.next_attempt_at, c.id
+     limit p_limit
+     for update skip locked
+  ), expired as (
+    select c.id, c.locked_until as sort_at from bitrix_sync.crm_commands c
+     where c.status = 'leased' and c.locked_until < now()
+     limit p_limit
+     for update skip locked
+  ), picked as (
+    select id from (select * from due union all select * from expired) x order by sort_at limit p_limit
+  )
+  update bitrix_sync.crm_commands c
+     set status = 'leased', lease_token = gen_random_uuid(), locked_by = left(p_worker, 128),
+         locked_until = now() + p_lease
+    from picked
+   where c.id = picked.id
+  returning c.*;
+end $$;
+comment on function bitrix_sync.claim_commands(text, integer, interval) is
+  'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover().';
+
+-- The horizon used to be passed in by the pump; it is read from the settings here now.
+drop function if exists bitrix_sync.send_commands(bigint[], uuid[], uuid, interval);
+
+create or replace function bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid)
+returns setof bigint
+language plpgsql as $$
+begin
+  if coalesce(array_length(p_ids, 1), 0) <> coalesce(array_length(p_lease_tokens, 1), 0) then
+    raise exception 'send_commands needs one lease token per command id'
+      using errcode = 'BS004', hint = 'Pass the ids and tokens returned by claim_commands(), in the same order.';
+  end if;
+  -- The horizon of _retry_deadline(), read once for the batch instead of once per row.
+  return query
+  with h as materialized (
+    select make_interval(secs => (bitrix_sync._active_setting('retry.horizon_sec') #>> '{}')::double precision) as horizon
+  )
+  update bitrix_sync.crm_commands c
+     set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
+         first_sent_at = coalesce(c.first_sent_at, now()),
+         deadline_at = coalesce(c.first_sent_at, now()) + h.horizon
+    from unnest(p_ids, p_lease_tokens) as t(id, token), h
+   where c.id = t.id and c.status = 'leased' and c.lease_token = t.token
+  returning c.id;
+end $$;
+comment on function bitrix_sync.send_commands(bigint[], uuid[], uuid) is
+  'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The first send stamps first_sent_at, where the retry horizon starts.';
+
+create or replace function bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  update bitrix_sync.crm_commands
+     set status = 'succeeded', response = p_response, completed_at = now(), last_error_code = null,
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status = 'in_flight' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.complete_command(bigint, uuid, jsonb) is
+  'in_flight -> succeeded with a safe response projection, and wakes the workflow. Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[])
+returns setof bigint
+language plpgsql as $$
+begin
+  if coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_lease_tokens), 0)
+     or coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_responses), 0) then
+    raise exception 'complete_commands needs one lease token and one response per command id'
+      using errcode = 'BS004', hint = 'Pass three arrays of the same length, in the same order.';
+  end if;
+  -- One statement for the whole batch: the commands still held under their tokens succeed, and the
+  -- workflows waiting for them wake (waiting_crm -> running, crm_replied) as complete_command does.
+  return query
+  with done as (
+    update bitrix_sync.crm_commands c
+       set status = 'succeeded', response = t.response, completed_at = now(), last_error_code = null,
+           lease_token = null, locked_by = null, locked_until = null
+      from unnest(p_ids, p_lease_tokens, p_responses) as t(id, token, response)
+     where c.id = t.id and c.status = 'in_flight' and c.lease_token = t.token
+    returning c.id, c.workflow_id
+  ), woken as (
+    update bitrix_sync.workflow_instances w
+       set state = 'running', next_attempt_at = now()
+     where w.id in (select d.workflow_id from done d where d.workflow_id is not null)
+       and w.state = 'waiting_crm'
+    returning w.id
+  )
+  select d.id from done d;
+  if found then
+    perform pg_notify('bitrix_sync_workflows', '');
+  end if;
+end $$;
+comment on function bitrix_sync.complete_commands(bigint[], uuid[], jsonb[]) is
+  'in_flight -> succeeded for many commands in one call, each with its safe response projection, waking their workflows (waiting_crm -> running). Returns the ids completed; a command whose token is stale is left alone (its new holder settles it), where complete_command would refuse it with BS001.';
+
+create or replace function bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer default null)
+returns integer
+language plpgsql as $$
+declare
+  v_n integer;
+begin
+  if p_limit is not null and p_limit < 1 then
+    raise exception 'bring_forward_commands needs a positive limit or none'
+      using errcode = 'BS004', hint = 'Pass 1 for a probe, null for every waiting retry.';
+  end if;
+  -- Retries that wait only because the portal as a whole failed (the caller's codes): due now. They
+  -- are claimed batch by batch through the limiter like any due command, so this is no stampede.
+  with picked as (
+    select c.id from bitrix_sync.crm_commands c
+     where c.status = 'retry_wait' and c.next_attempt_at > now() and c.last_error_code = any(p_codes)
+     order by c.next_attempt_at, c.id
+     limit p_limit
+     for update skip locked
+  )
+  update bitrix_sync.crm_commands c set next_attempt_at = now()
+    from picked where c.id = picked.id;
+  get diagnostics v_n = row_count;
+  if v_n > 0 then
+    perform pg_notify('bitrix_sync_commands', '');
+  end if;
+  return v_n;
+end $$;
+comment on function bitrix_sync.bring_forward_commands(text[], integer) is
+  'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). The pump calls it with one command as a probe while the portal fails, and for all of them when the portal answers again. Returns how many.';
+
+create or replace function bitrix_sync.release_command(p_id bigint, p_lease_token uuid)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  update bitrix_sync.crm_commands
+     set status = 'pending', lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.release_command(bigint, uuid) is
+  'leased -> pending without sending (no limiter token, method blocked, shutdown). Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync._check_bitrix_error(p_error text) returns void
+language plpgsql immutable as $$
+begin
+  -- Bitrix24 error codes are identifiers (QUERY_LIMIT_EXCEEDED, ERROR_CORE, expired_token); the
+  -- error_description next to them may quote field values, so only the identifier is kept (§9).
+  if p_error is not null and p_error !~ '^[A-Za-z][A-Za-z0-9_]{0,63}$' then
+    raise exception 'bitrix error must be the Bitrix24 error code (an identifier of at most 64 characters)'
+      using errcode = 'BS004',
+            hint = 'Pass the reply''s "error" field, e.g. QUERY_LIMIT_EXCEEDED, never error_description or raw text.';
+  end if;
+end $$;
+comment on function bitrix_sync._check_bitrix_error(text) is
+  'Refuses anything but a Bitrix24 error code identifier (null allowed), so raw reply text never reaches crm_commands or technical_dead_letters. SQLSTATE BS004.';
+
+create or replace function bitrix_sync._command_first_attempt(p_row bitrix_sync.crm_commands)
+returns timestamptz
+language sql stable as $$
+  -- A command refused before it was ever sent has only its creation to count from.
+  select coalesce(p_row.first_sent_at, p_row.created_at)
+$$;
+comment on function bitrix_sync._command_first_attempt(bitrix_sync.crm_commands) is
+  'Internal: where a command''s retry horizon starts: its first send, or its creation if it was never sent.';
+
+create or replace function bitrix_sync._dead_letter_command_row(
+  p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text
+) returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+  v_first timestamptz := bitrix_sync._command_first_attempt(p_row);
+begin
+  update bitrix_sync.crm_commands
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
+         last_http_status = p_http_status, last_bitrix_error = left(p_bitrix_error, 64),
+         deadline_at = bitrix_sync._retry_deadline(v_first),
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_row.id
+  returning * into v_row;
+  insert into bitrix_sync.technical_dead_letters
+    (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error,
+     attempt_count, first_attempt_at, deadline_at, correlation_id)
+  values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type, p_error_code,
+          p_http_status, left(p_bitrix_error, 64), v_row.attempt_count - v_row.limit_hits,
+          v_first, v_row.deadline_at, v_row.correlation_id);
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands, text, integer, text) is
+  'Internal: moves a held command to dead_letter, writes the technical DLQ row (first attempt and horizon) and wakes its workflow.';
+
+create or replace function bitrix_sync.retry_command(
+  p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean default true,
+  p_http_status integer default null, p_bitrix_error text default null
+) returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+  v_deadline timestamptz;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  perform bitrix_sync._check_bitrix_error(p_bitrix_error);
+  select * into v_row from bitrix_sync.crm_commands
+   where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  -- The horizon from the first attempt (§9): past it the command goes to the technical DLQ.
+  v_deadline := bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row));
+  if now() + greatest(p_delay, interval '0') > v_deadline then
+    return bitrix_sync._dead_letter_command_row(v_row, 'retry_horizon_exceeded', p_http_status, p_bitrix_error);
+  end if;
+  -- A command whose target may have changed meanwhile (the clear of a rebind's previous Contact,
+  -- §5.4 step 4) is never resent as it is: it ends here, without a DLQ row, and its workflow waits
+  -- (schedule_workflow_retry, the workflow's horizon) and reads the Contact again before a new one.
+  if v_row.workflow_id is not null and (v_row.params ->> 'reread_before_retry') = 'true' then
+    update bitrix_sync.crm_commands c
+       set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
+           last_http_status = p_http_status, last_bitrix_error = left(p_bitrix_error, 64),
+           deadline_at = v_deadline,
+           response = jsonb_build_object('retry_by_workflow', true,
+                                         'retry_at', now() + greatest(p_delay, interval '0')),
+           limit_hits = c.limit_hits + case when p_spends_attempt then 0 else 1 end,
+           lease_token = null, locked_by = null, locked_until = null
+     where c.id = p_id
+    returning * into v_row;
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+    return v_row;
+  end if;
+  update bitrix_sync.crm_commands c
+     set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'),
+         last_error_code = p_error_code, last_http_status = p_http_status,
+         last_bitrix_error = left(p_bitrix_error, 64), deadline_at = v_deadline,
+         -- QUERY_LIMIT_EXCEEDED is refused before execution: it is not an attempt (§9).
+         limit_hits = c.limit_hits + case when p_spends_attempt then 0 else 1 end,
+         lease_token = null, locked_by = null, locked_until = null
+   where c.id = p_id
+  returning * into v_row;
+  return v_row;
+end $$;
+comment on function bitrix_sync.retry_command(bigint, uuid, text, interval, boolean, integer, text) is
+  'leased|in_flight -> retry_wait after p_delay. p_spends_attempt = false for rate-limit refusals (counted in limit_hits). When the retry would fall past the horizon (first send + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead. A workflow command with params.reread_before_retry is handed back instead: dead_letter with the error code, no DLQ row, response {retry_by_workflow, retry_at}, and its workflow wakes. The returned row says which. Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  update bitrix_sync.crm_commands
+     set status = 'uncertain', last_error_code = p_error_code,
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status = 'in_flight' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.mark_command_uncertain(bigint, uuid, text) is
+  'in_flight -> uncertain: the request left and no reply came. The workflow recovers by searching, never by resending. Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync.dead_letter_command(
+  p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer default null,
+  p_bitrix_error text default null
+) returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  perform bitrix_sync._check_bitrix_error(p_bitrix_error);
+  select * into v_row from bitrix_sync.crm_commands
+   where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  return bitrix_sync._dead_letter_command_row(v_row, p_error_code, p_http_status, p_bitrix_error);
+end $$;
+comment on function bitrix_sync.dead_letter_command(bigint, uuid, text, integer, text) is
+  'leased|in_flight -> dead_letter with a technical DLQ row (permanent failure). Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync._workflow_holder(p_command_id bigint, p_workflow_token uuid)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  select c.* into v_row from bitrix_sync.crm_commands c
+    join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+   where c.id = p_command_id and w.state = 'running' and w.lease_token = p_workflow_token
+   for update of c;
+  if not found then
+    perform bitrix_sync._refuse_stale('workflow of command', p_command_id::text);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync._workflow_holder(bigint, uuid) is
+  'Internal: the command, locked, when the caller holds its workflow''s lease; otherwise BS001.';
+
+create or replace function bitrix_sync.begin_command_reconcile(p_id bigint, p_workflow_token uuid)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  v_row := bitrix_sync._workflow_holder(p_id, p_workflow_token);
+  update bitrix_sync.crm_commands set status = 'reconcile' where id = p_id returning * into v_row;
+  return v_row;
+end $$;
+comment on function bitrix_sync.begin_command_reconcile(bigint, uuid) is
+  'uncertain -> reconcile: the workflow (holding its lease) starts the recovery search for an unanswered write.';
+
+create or replace function bitrix_sync.resolve_command_reconcile(
+  p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb default null,
+  p_error_code text default null
+) returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  v_row := bitrix_sync._workflow_holder(p_id, p_workflow_token);
+  if v_row.status <> 'reconcile' then
+    raise exception 'command % is %, not reconcile', p_id, v_row.status
+      using errcode = 'BS002', hint = 'Call begin_command_reconcile() first.';
+  end if;
+  case p_outcome
+    when 'succeeded' then
+      update bitrix_sync.crm_commands
+         set status = 'succeeded', response = p_response, completed_at = now(), last_error_code = null
+       where id = p_id returning * into v_row;
+    when 'retry' then
+      -- The search proved the write did not land: sending it again cannot duplicate anything.
+      perform bitrix_sync._check_code(coalesce(p_error_code, 'reconciled_not_applied'));
+      if now() > bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)) then
+        -- Past the horizon (§9) a write that keeps getting no reply is not sent again: without
+        -- this, a portal that never answers would keep the workflow waiting for ever.
+        update bitrix_sync.crm_commands
+           set status = 'dead_letter', completed_at = now(), last_error_code = 'retry_horizon_exceeded'
+         where id = p_id returning * into v_row;
+        insert into bitrix_sync.technical_dead_letters
+          (source, source_id, workflow_id, command_id, operation, error_code, attempt_count, first_attempt_at,
+           deadline_at, correlation_id)
+        values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type,
+                'retry_horizon_exceeded', v_row.attempt_count - v_row.limit_hits,
+                bitrix_sync._command_first_attempt(v_row),
+                bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)), v_row.correlation_id);
+        return v_row;
+      end if;
+      update bitrix_sync.crm_commands
+         set status = 'retry_wait', next_attempt_at = now(),
+             last_error_code = coalesce(p_error_code, 'reconciled_not_applied')
+       where id = p_id returning * into v_row;
+    when 'superseded' then
+      -- The workflow decides from a fresh read instead (a rebind's clear of the previous Contact):
+      -- not a technical failure, so no DLQ row.
+      perform bitrix_sync._check_code(p_error_code);
+      update bitrix_sync.crm_commands set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code
+       where id = p_id returning * into v_row;
+    when 'dead_letter' then
+      perform bitrix_sync._check_code(p_error_code);
+      update bitrix_sync.crm_commands set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code
+       where id = p_id returning * into v_row;
+      insert into bitrix_sync.technical_dead_letters
+        (source, source_id, workflow_id, command_id, operation, error_code, attempt_count, first_attempt_at,
+         deadline_at, correlation_id)
+      values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type, p_error_code,
+              v_row.attempt_count - v_row.limit_hits, bitrix_sync._command_first_attempt(v_row),
+              bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)), v_row.correlation_id);
+    else
+      raise exception 'reconcile outcome must be succeeded, retry, superseded or dead_letter, got %', p_outcome
+        using errcode = 'BS004', hint = 'See §7.2: reconcile -> succeeded | retry_wait | dead_letter.';
+  end case;
+  return v_row;
+end $$;
+comment on function bitrix_sync.resolve_command_reconcile(bigint, uuid, text, jsonb, text) is
+  'reconcile -> succeeded (the search found the write applied), retry_wait (proved not applied; dead_letter with retry_horizon_exceeded and a DLQ row instead once the command is past its horizon, so the caller must look at the returned status) or dead_letter (superseded: dead_letter without a DLQ row, the workflow reads again and decides). Fenced by the workflow lease.';
+
+create or replace function bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text)
+returns bitrix_sync.crm_commands
+language plpgsql as $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  update bitrix_sync.crm_commands
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status in ('leased', 'in_flight') and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.reject_command(bigint, uuid, text) is
+  'leased|in_flight -> dead_letter for a business failure (invalid phone, unknown citizenship): no technical DLQ row; the workflow wakes, parks in waiting_manual and raises a business alert (§9). Refuses stale tokens (BS001).';
+-- <<< sql/commands.sql
+-- >>> sql/limiter.sql (included)
+-- CRM rate limiter (§8, §9), shared by every replica through PostgreSQL. The TypeScript side
+-- (src/crm/limiter.ts) calls acquire_crm_request() before each HTTP request and
+-- release_crm_request() after it; replies feed note_rate_limited(), note_method_blocked() and
+-- note_crm_operating(). Settings (rate, burst, in-flight cap) come in as parameters, read by the
+-- caller from bitrix_sync.active_settings(). Re-runnable. Errors: SQLSTATE BS010..BS012. Who may call
+-- what: sql/privileges.sql.
+
+create or replace function bitrix_sync._check_limiter_name(p_what text, p_value text) returns void
+language plpgsql immutable as $$
+begin
+  if p_value is null or length(p_value) not between 1 and 200 then
+    raise exception 'limiter % must be a non-empty name of at most 200 characters', p_what
+      using errcode = 'BS012', hint = 'Pass the portal host as the bucket and a REST method name as the method.';
+  end if;
+end $$;
+comment on function bitrix_sync._check_limiter_name(text, text) is
+  'Refuses an empty or oversized bucket/holder/method name with BS012.';
+
+create or replace function bitrix_sync.acquire_crm_request(
+  p_bucket text,
+  p_holder text,
+  p_refill_per_sec double precision,
+  p_burst integer,
+  p_max_in_flight integer,
+  p_slot_ttl_ms integer,
+  p_recovery_per_sec double precision default 0.05
+) returns table (granted boolean, slot_id uuid, wait_ms integer, tokens double precision,
+                 rate double precision, in_flight integer, decided_at timestamptz)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+  v_rate double precision;
+  v_tokens double precision;
+  v_in_flight integer;
+  v_next_expiry timestamptz;
+  v_slot uuid;
+  v_wait integer;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  perform bitrix_sync._check_limiter_name('holder', p_holder);
+  if p_refill_per_sec is null or p_refill_per_sec <= 0 or p_burst is null or p_burst < 1
+     or p_max_in_flight is null or p_max_in_flight < 1 or p_slot_ttl_ms is null or p_slot_ttl_ms < 1
+     or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
+    raise exception 'limiter settings out of range: refill %, burst %, max in flight %, slot ttl % ms',
+      p_refill_per_sec, p_burst, p_max_in_flight, p_slot_ttl_ms
+      using errcode = 'BS010',
+            hint = 'Check limiter.refill_per_sec (> 0), limiter.burst (>= 1) and limiter.max_in_flight (>= 1) in bitrix_sync.settings.';
+  end if;
+
+  insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
+  values (p_bucket, p_burst, clock_timestamp())
+  on conflict (bucket) do nothing;
+  -- One row lock serialises every replica's decision for this bucket; the clock is read after it.
+  select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  v_now := clock_timestamp();
+
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  v_rate := p_refill_per_sec * v_factor;
+  v_tokens := least(p_burst::double precision,
+                    v_row.tokens + v_rate * greatest(0, extract(epoch from v_now - v_row.refilled_at)));
+
+  delete from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket and s.expires_at <= v_now;
+  select count(*)::integer, min(s.expires_at) into v_in_flight, v_next_expiry
+    from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket;
+
+  if v_row.throttled_until is not null and v_row.throttled_until > v_now then
+    v_wait := ceil(extract(epoch from v_row.throttled_until - v_now) * 1000)::integer;
+  elsif v_in_flight >= p_max_in_flight then
+    -- Slots are normally released long before they expire: suggest polling soon.
+    v_wait := least(100, greatest(1, ceil(extract(epoch from v_next_expiry - v_now) * 1000)))::integer;
+  elsif v_tokens < 1 then
+    v_wait := greatest(1, ceil((1 - v_tokens) / v_rate * 1000))::integer;
+  else
+    v_tokens := v_tokens - 1;
+    insert into bitrix_sync.crm_inflight_slots as s (bucket, holder, acquired_at, expires_at)
+    values (p_bucket, p_holder, v_now, v_now + make_interval(secs => p_slot_ttl_ms / 1000.0))
+    returning s.slot_id into v_slot;
+    v_in_flight := v_in_flight + 1;
+  end if;
+
+  update bitrix_sync.crm_rate_buckets b
+     set tokens = greatest(0, v_tokens), refilled_at = v_now, rate_factor = v_factor,
+         rate_changed_at = v_now, updated_at = v_now
+   where b.bucket = p_bucket;
+
+  return query select v_slot is not null, v_slot, coalesce(v_wait, 0), v_tokens, v_rate, v_in_flight, v_now;
+end $$;
+comment on function bitrix_sync.acquire_crm_request(text, text, double precision, integer, integer, integer, double precision) is
+  'Takes one token and one in-flight slot for an HTTP request to the portal, or says how long to wait (wait_ms). decided_at is the server time of the decision. Shared by every replica (§8).';
+
+create or replace function bitrix_sync.release_crm_request(p_slot_id uuid) returns boolean
+language plpgsql as $$
+begin
+  delete from bitrix_sync.crm_inflight_slots s where s.slot_id = p_slot_id;
+  return found;
+end $$;
+comment on function bitrix_sync.release_crm_request(uuid) is
+  'Frees an in-flight slot when its request has a reply or failed. false when the slot had already expired.';
+
+create or replace function bitrix_sync.note_rate_limited(
+  p_bucket text,
+  p_decrease double precision default 0.5,
+  p_min_factor double precision default 0.1,
+  p_cooldown_ms integer default 1000,
+  p_recovery_per_sec double precision default 0.05
+) returns double precision
+language plpgsql as $$
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if p_decrease is null or p_decrease <= 0 or p_decrease > 1 or p_min_factor is null or p_min_factor <= 0
+     or p_min_factor > 1 or p_cooldown_ms is null or p_cooldown_ms < 0 or p_recovery_per_sec is null
+     or p_recovery_per_sec < 0 then
+    raise exception 'rate cut parameters out of range: decrease %, min factor %, cool-down % ms',
+      p_decrease, p_min_factor, p_cooldown_ms
+      using errcode = 'BS010', hint = 'decrease and min factor are in (0, 1]; the cool-down is not negative.';
+  end if;
+  insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
+  values (p_bucket, 0, clock_timestamp())
+  on conflict (bucket) do nothing;
+  select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  v_now := clock_timestamp();
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  -- Both in-flight requests often come back refused together: cut once per cool-down window.
+  if v_row.throttled_until is not null and v_row.throttled_until > v_now then
+    return v_row.rate_factor;
+  end if;
+  v_factor := greatest(p_min_factor, v_factor * p_decrease);
+  update bitrix_sync.crm_rate_buckets b
+     set rate_factor = v_factor, rate_changed_at = v_now, tokens = 0, refilled_at = v_now,
+         throttled_until = v_now + make_interval(secs => p_cooldown_ms / 1000.0),
+         rate_limited_count = b.rate_limited_count + 1, updated_at = v_now
+   where b.bucket = p_bucket;
+  return v_factor;
+end $$;
+comment on function bitrix_sync.note_rate_limited(text, double precision, double precision, integer, double precision) is
+  'QUERY_LIMIT_EXCEEDED: empties the bucket, pauses it for the cool-down and multiplies the rate by p_decrease; acquire_crm_request() lets it climb back linearly. Returns the new rate factor.';
+
+create or replace function bitrix_sync.note_crm_answered(
+  p_bucket text,
+  p_increase double precision default 4,
+  p_recovery_per_sec double precision default 0.05
+) returns double precision
+language plpgsql as $$
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if p_increase is null or p_increase < 1 or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
+    raise exception 'rate increase out of range: increase %, recovery % per second', p_increase, p_recovery_per_sec
+      using errcode = 'BS010', hint = 'The increase is at least 1; the recovery is not negative.';
+  end if;
+  select * into v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  if not found then
+    return 1.0;
+  end if;
+  v_now := clock_timestamp();
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  -- A refusal inside its cool-down is fresher news than this reply: the cut stands.
+  if v_factor >= 1.0 or (v_row.throttled_until is not null and v_row.throttled_until > v_now) then
+    return v_factor;
+  end if;
+  v_factor := least(1.0, v_factor * p_increase);
+  update bitrix_sync.crm_rate_buckets b
+     set rate_factor = v_factor, rate_changed_at = v_now, updated_at = v_now
+   where b.bucket = p_bucket;
+  return v_factor;
+end $$;
+comment on function bitrix_sync.note_crm_answered(text, double precision, double precision) is
+  'The portal answered a request sent while the rate was cut: the limit has passed, so the rate factor is multiplied by p_increase (up to 1) instead of only climbing back linearly. Nothing changes inside a refusal''s cool-down. Returns the new rate factor.';
+
+create or replace function bitrix_sync.note_method_blocked(
+  p_bucket text, p_method text, p_until timestamptz default null
+) returns timestamptz
+language plpgsql as $$
+declare
+  v_now timestamptz := clock_timestamp();
+  v_reset timestamptz;
+  v_old timestamptz;
+  v_until timestamptz;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  perform bitrix_sync._check_limiter_name('method', p_method);
+  select m.operating_reset_at, m.blocked_until into v_reset, v_old
+    from bitrix_sync.crm_method_blocks m where m.bucket = p_bucket and m.method = p_method for update;
+  -- The refusal carries no timing: use the caller's estimate, the last reset time a reply of this
+  -- method reported, or a minute, whichever is latest (reference §2).
+  v_until := greatest(coalesce(p_until, v_now + interval '1 minute'),
+                      case when v_reset > v_now then v_reset end,
+                      case when v_old > v_now then v_old end);
+  insert into bitrix_sync.crm_method_blocks as m (bucket, method, blocked_until, updated_at)
+  values (p_bucket, p_method, v_until, v_now)
+  on conflict (bucket, method) do update set blocked_until = excluded.blocked_until, updated_at = excluded.updated_at;
+  return v_until;
+end $$;
+comment on function bitrix_sync.note_method_blocked(text, text, timestamptz) is
+  'OPERATION_TIME_LIMIT: blocks one REST method (only that one) until the later of p_until and its last operating_reset_at. Returns the end of the block.';
+
+create or replace function bitrix_sync.note_crm_operating(
+  p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamptz[]
+) returns void
+language plpgsql as $$
+declare
+  v_now timestamptz := clock_timestamp();
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if coalesce(cardinality(p_methods), 0) <> coalesce(cardinality(p_operating), 0)
+     or coalesce(cardinality(p_methods), 0) <> coalesce(cardinality(p_reset_at), 0) then
+    raise exception 'operating samples must have one method, one operating time and one reset time each'
+      using errcode = 'BS011', hint = 'Pass three arrays of the same length.';
+  end if;
+  for i in 1 .. coalesce(cardinality(p_methods), 0) loop
+    perform bitrix_sync._check_limiter_name('method', p_methods[i]);
+    insert into bitrix_sync.crm_method_blocks as m (bucket, method, operating, operating_reset_at, updated_at)
+    values (p_bucket, p_methods[i], greatest(0, p_operating[i]), p_reset_at[i], v_now)
+    on conflict (bucket, method) do update
+      set operating = excluded.operating,
+          operating_reset_at = coalesce(excluded.operating_reset_at, m.operating_reset_at),
+          updated_at = excluded.updated_at;
+  end loop;
+end $$;
+comment on function bitrix_sync.note_crm_operating(text, text[], double precision[], timestamptz[]) is
+  'Records time.operating and time.operating_reset_at per REST method from replies, so a later OPERATION_TIME_LIMIT knows when the method frees.';
+
+create or replace function bitrix_sync.blocked_crm_methods(p_bucket text)
+returns table (method text, blocked_until timestamptz)
+language sql stable as $$
+  select m.method, m.blocked_until
+    from bitrix_sync.crm_method_blocks m
+   where m.bucket = p_bucket and m.blocked_until > clock_timestamp()
+   order by m.method
+$$;
+comment on function bitrix_sync.blocked_crm_methods(text) is
+  'REST methods blocked by OPERATION_TIME_LIMIT right now, with the end of each block. The pump holds their commands back.';
+
+create or replace function bitrix_sync.crm_limiter_state(p_bucket text)
+returns table (tokens double precision, rate_factor double precision, in_flight integer,
+               throttled_until timestamptz, rate_limited_count bigint)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select b.tokens, b.rate_factor,
+         (select count(*)::integer from bitrix_sync.crm_inflight_slots s
+           where s.bucket = b.bucket and s.expires_at > clock_timestamp()),
+         case when b.throttled_until > clock_timestamp() then b.throttled_until end,
+         b.rate_limited_count
+    from bitrix_sync.crm_rate_buckets b
+   where b.bucket = p_bucket
+$$;
+comment on function bitrix_sync.crm_limiter_state(text) is
+  'Limiter state for /internal/sync/v1/status (§14): tokens as last stored, rate factor, live in-flight slots, cool-down end. Security definer so the admin role can read it without table grants.';
+-- <<< sql/limiter.sql
+-- >>> sql/privileges.sql (included)
+-- The privilege catalogue (§13, DESIGN.md "Roles"; issue 10): for every schema, table, view,
+-- sequence and function of the project, what each of the three roles may do, written out, "nothing"
+-- included. sql/grants.sql revokes everything and grants exactly this list; docs/security.md is
+-- rendered from it; test/integration/privileges.test.ts checks that the database's ACLs equal it and
+-- that no object of bitrix_sync (or the project's objects of han_app) lacks a decision.
+--
+-- Adding a function, table, view or sequence: add one row here (runtime, admin, app; '{}' is an
+-- explicit "nothing") and include sql/privileges.sql and sql/grants.sql in the migration.
+--
+-- A privilege is written as GRANT takes it: 'SELECT', 'EXECUTE', 'USAGE', or with columns,
+-- 'UPDATE (status, locked_by)'. Objects are schema-qualified; a function by its signature as
+-- regprocedure prints it (types, no parameter names).
+--
+-- Who is who: bitrix_sync_user runs the service (the functions it calls and their internal
+-- helpers; it writes its tables only in the columns those functions write, so an insert can never
+-- name a state and identity or audit columns are out of reach; sql/row_guards.sql holds the same
+-- rules for every writer). bitrix_sync_admin is an operator with psql: the audited admin functions
+-- (security definer, so no table rights), the status views and the settings it changes.
+-- han_app_user is the App: its identity and profile tables; sync_queue rows appear through the
+-- security definer trigger.
+
+create or replace view bitrix_sync.role_privileges as
+with decisions (object_type, object_name, runtime, admin, app, note) as (values
+  -- schemas
+  ('schema', 'bitrix_sync', array['USAGE'], array['USAGE'], array[]::text[], 'The project''s schema; the App has no business in it.'),
+  ('schema', 'han_app', array['USAGE'], array[]::text[], array['USAGE'], 'The App''s schema; the admin reaches the queue only through status_queue.'),
+
+  -- App tables (§13: the runtime reads the columns it needs and writes only the CRM-master fields)
+  ('table', 'han_app.user_identity', array['SELECT (id, phone_number, record_status, created_at, updated_at)'], array[]::text[],
+   array['SELECT', 'INSERT', 'UPDATE'], 'Identity is App-master; the runtime reads it at send time.'),
+  ('table', 'han_app.client_profile',
+   array['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)',
+         'UPDATE (full_name, citizenship, email, source_updated_at)'], array[]::text[],
+   array['SELECT', 'INSERT', 'UPDATE'], 'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'),
+  ('table', 'han_app.sync_queue',
+   array['SELECT', 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'],
+   array[]::text[], array['SELECT'],
+   'Intents appear through the App''s trigger; the runtime moves them through the lease functions and never inserts one.'),
+  ('function', 'han_app.enqueue_contact_sync()', array[]::text[], array[]::text[], array[]::text[],
+   'Trigger function (security definer): fires for the App''s writes; nobody calls it.'),
+
+  -- bitrix_sync tables the runtime writes through its functions: only the columns they write
+  ('table', 'bitrix_sync.business_alerts',
+   array['SELECT',
+         'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)',
+         'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'],
+   array[]::text[], array[]::text[], 'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'),
+  ('sequence', 'bitrix_sync.business_alert_number_seq', array['USAGE'], array[]::text[], array[]::text[],
+   'The default of business_alerts.alert_number, evaluated as the inserting role.'),
+  ('table', 'bitrix_sync.contact_snapshots',
+   array['SELECT',
+         'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)',
+         'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'],
+   array[]::text[], array[]::text[], 'Hashes of what the runtime last wrote into or read from each Contact.'),
+  ('table', 'bitrix_sync.crm_commands',
+   array['SELECT',
+         'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)',
+         'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'],
+   array[]::text[], array[]::text[], 'Issued pending (no status column to insert); what a command asks for never changes after issue.'),
+  ('table', 'bitrix_sync.entity_external_mapping',
+   array['SELECT', 'INSERT (entity_id, external_id, workflow_id)', 'UPDATE (status, closed_at, close_reason, workflow_id)'],
+   array[]::text[], array[]::text[], 'Opened active and closed by the runtime''s mapping functions; the user and the Contact of a link never change.'),
+  ('table', 'bitrix_sync.reconciliation_cursors',
+   array['SELECT', 'INSERT (job_type)',
+         'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token)'],
+   array[]::text[], array[]::text[], 'The reconciliation runs'' cursors and leases.'),
+  ('table', 'bitrix_sync.technical_dead_letters',
+   array['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'],
+   array[]::text[], array[]::text[], 'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'),
+  ('table', 'bitrix_sync.webhook_inbox',
+   array['SELECT', 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)',
+         'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'],
+   array[]::text[], array[]::text[], 'Recorded received by accept_webhooks; what arrived never changes.'),
+  ('table', 'bitrix_sync.workflow_instances',
+   array['SELECT', 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)',
+         'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'],
+   array[]::text[], array[]::text[], 'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'),
+
+  -- the limiter's ephemeral state: rows are counters and slots, not history
+  ('table', 'bitrix_sync.crm_inflight_slots', array['SELECT', 'INSERT', 'DELETE'], array[]::text[], array[]::text[],
+   'In-flight slots; the admin reads them through crm_limiter_state().'),
+  ('table', 'bitrix_sync.crm_method_blocks', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
+   'Per-method operating-time blocks.'),
+  ('table', 'bitrix_sync.crm_rate_buckets', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
+   'Token buckets.'),
+
+  -- metrics (sql/metrics.sql): written by security definer triggers, read by metrics_snapshot()
+  ('table', 'bitrix_sync.metric_event_totals', array[]::text[], array[]::text[], array[]::text[],
+   'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'),
+  ('table', 'bitrix_sync.metric_events', array[]::text[], array[]::text[], array[]::text[],
+   'Counted events; appended by the security definer _900 triggers whoever makes the change.'),
+
+  -- read-only for the runtime: audit and configuration are the admin's, through its functions
+  ('table', 'bitrix_sync.cutover', array['SELECT'], array['SELECT'], array[]::text[],
+   'Written once by perform_cutover() (admin); the runtime only reads the watermark.'),
+  ('table', 'bitrix_sync.rebind_requests', array['SELECT'], array['SELECT'], array[]::text[],
+   'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'),
+  ('table', 'bitrix_sync.settings', array['SELECT'], array['SELECT'], array[]::text[],
+   'The catalogue of keys and bounds; changed by migrations only.'),
+  ('table', 'bitrix_sync.admin_actions', array[]::text[],
+   array['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'], array[]::text[],
+   'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'),
+  ('table', 'bitrix_sync.settings_versions', array['SELECT'], array['SELECT'], array[]::text[],
+   'Written by the admin''s settings functions only.'),
+
+  -- identity sequences: inserting into an identity column needs no right on its sequence
+  ('sequence', 'bitrix_sync.admin_actions_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of admin_actions.'),
+  ('sequence', 'bitrix_sync.business_alerts_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of business_alerts.'),
+  ('sequence', 'bitrix_sync.crm_commands_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of crm_commands.'),
+  ('sequence', 'bitrix_sync.settings_versions_version_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of settings_versions.'),
+  ('sequence', 'bitrix_sync.technical_dead_letters_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of technical_dead_letters.'),
+  ('sequence', 'bitrix_sync.webhook_inbox_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of webhook_inbox.'),
+
+  -- views
+  ('view', 'bitrix_sync.parked_workflows', array[]::text[], array['SELECT'], array[]::text[],
+   'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'),
+  ('view', 'bitrix_sync.rebind_request_status', array[]::text[], array['SELECT'], array[]::text[],
+   'Rebind requests as an admin follows them (docs/admin.md).'),
+  ('view', 'bitrix_sync.role_privileges', array[]::text[], array['SELECT'], array[]::text[], 'This catalogue.'),
+  ('view', 'bitrix_sync.role_privilege_drift', array[]::text[], array['SELECT'], array[]::text[],
+   'Where the database''s ACLs differ from this catalogue (empty when they agree).'),
+  ('view', 'bitrix_sync.state_edges', array['SELECT'], array['SELECT'], array[]::text[],
+   'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'),
+  ('view', 'bitrix_sync.status_alerts', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14): counts and ages only.'),
+  ('view', 'bitrix_sync.status_alert_mirror', array['SELECT'], array['SELECT'], array[]::text[],
+   'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'),
+  ('view', 'bitrix_sync.status_commands', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_dead_letters', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_queue', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_webhooks', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_workflows', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+
+  -- admin functions (security definer): cutover, settings, rebind, re-recording a lost webhook
+  ('function', 'bitrix_sync.accept_webhook(text,integer,text,inet)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Re-records one robot call by hand (the robot does not retry).'),
+  ('function', 'bitrix_sync.activate_settings_version(integer,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.perform_cutover(text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The one-time cutover (§17); it also opens the processing gate.'),
+  ('function', 'bitrix_sync.propose_settings(jsonb,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind (§5.4).'),
+  ('function', 'bitrix_sync.cancel_rebind_request(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind: cancel an open request (docs/admin.md).'),
+  ('function', 'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: resume with a decision.'),
+  ('function', 'bitrix_sync.cancel_parked_workflow(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: cancel with a reason.'),
+  ('function', 'bitrix_sync._parked_decisions(text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'),
+  ('function', 'bitrix_sync.rollback_settings(integer,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.validate_settings_version(integer)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.list_dead_letters(boolean,integer)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: what is open, and what a requeue would do (docs/admin.md).'),
+  ('function', 'bitrix_sync.acknowledge_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: resolved without a new attempt, audited.'),
+  ('function', 'bitrix_sync.requeue_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: a new attempt through the normal state machine, audited.'),
+  ('function', 'bitrix_sync.retention_preview()', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Retention: what the next run would delete (reads the history: by hand only).'),
+  ('function', 'bitrix_sync.delete_retention_batch(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'),
+
+  -- read functions both roles use
+  ('function', 'bitrix_sync._active_setting(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'),
+  ('function', 'bitrix_sync.active_settings()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The active settings with defaults.'),
+  ('function', 'bitrix_sync.crm_limiter_state(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Limiter state for status (§14).'),
+  ('function', 'bitrix_sync.cutover_performed()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The processing gate, for readiness and the pump.'),
+
+  ('function', 'bitrix_sync.metrics_snapshot(text,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'),
+
+  -- runtime functions: the receivers
+  ('function', 'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])', array['EXECUTE'], array[]::text[], array[]::text[], 'The receivers'' one statement (and the readiness probe of that path).'),
+  ('function', 'bitrix_sync.alert_config_problem()', array['EXECUTE'], array[]::text[], array[]::text[], 'Readiness: alert_config_invalid.'),
+  ('function', 'bitrix_sync.alert_entity_type_id()', array['EXECUTE'], array[]::text[], array[]::text[], 'The alert receiver''s entity type.'),
+  -- runtime functions: intake and workflows
+  ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).'),
+  ('function', 'bitrix_sync.complete_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.release_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.claim_workflows(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function (gated by the cutover).'),
+  ('function', 'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake.'),
+  -- runtime functions: commands and the pump
+  ('function', 'bitrix_sync.begin_command_reconcile(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.claim_commands(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (gated by the cutover).'),
+  ('function', 'bitrix_sync.complete_command(bigint,uuid,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (the pump settles a batch with it).'),
+  ('function', 'bitrix_sync.bring_forward_commands(text[],integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (the pump after a portal-wide failure).'),
+  ('function', 'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.issue_alert_command(bigint,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.mark_command_uncertain(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.reject_command(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.release_command(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.send_commands(bigint[],uuid[],uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  -- runtime functions: the limiter
+  ('function', 'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.blocked_crm_methods(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_crm_answered(text,double precision,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.release_crm_request(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  -- runtime functions: inbox processing, mapping, snapshots, alerts, rebind workflow, reconciliation
+  ('function', 'bitrix_sync.claim_webhooks(text,integer,interval,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox (gated by the cutover).'),
+  ('function', 'bitrix_sync.complete_webhook(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
+  ('function', 'bitrix_sync.dead_letter_webhook(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
+  ('function', 'bitrix_sync.retry_webhook(bigint,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
+  ('function', 'bitrix_sync.active_mapping_for_contact(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.active_mapping_for_user(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.recover_alert_command(bigint,interval)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'),
+  ('function', 'bitrix_sync.alerts_to_look_up(integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: items to look up.'),
+  ('function', 'bitrix_sync.issue_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup of an item.'),
+  ('function', 'bitrix_sync.resolve_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup''s outcome.'),
+  ('function', 'bitrix_sync.fail_alert_lookup(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: a lookup that failed for good.'),
+  ('function', 'bitrix_sync.close_mapping(uuid,text,uuid,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.open_mapping(uuid,text,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)',
+   array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots and the CRM-master profile write.'),
+  ('function', 'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.'),
+  ('function', 'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.'),
+  ('function', 'bitrix_sync.record_contact_phone(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.'),
+  ('function', 'bitrix_sync.finish_business_alert(bigint,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.mark_alert_mirror_failed(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.mark_alert_mirrored(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.record_alert_item(bigint,bigint,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.complete_rebind(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Rebind workflow (security definer, fenced by the workflow lease).'),
+  ('function', 'bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Security definer, called by the trigger that closes the request of a finished contact.rebind workflow (the runtime''s transitions fire it).'),
+  ('function', 'bitrix_sync.start_rebind_request(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Rebind workflow (security definer, fenced by the workflow lease).'),
+  ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).'),
+  ('function', 'bitrix_sync.fail_reconciliation_run(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
+  ('function', 'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
+
+  -- internal helpers the runtime's (security invoker) functions call: a nested call is checked
+  -- against the calling role too
+  ('function', 'bitrix_sync._check_bitrix_error(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._check_code(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper: refuses raw text as an error code.'),
+  ('function', 'bitrix_sync._check_limiter_name(text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the limiter.'),
+  ('function', 'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the queue functions.'),
+  ('function', 'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the inbox functions.'),
+  ('function', 'bitrix_sync._held_workflow(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the workflow functions.'),
+  ('function', 'bitrix_sync._is_write_command(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of claim_commands.'),
+  ('function', 'bitrix_sync._trace_context(text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'),
+  ('function', 'bitrix_sync._trace_context(text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'),
+  ('function', 'bitrix_sync._refuse_stale(text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper: the BS001 refusal.'),
+  ('function', 'bitrix_sync._retry_deadline(timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper and the default of deadline_at, evaluated as the inserting role.'),
+  ('function', 'bitrix_sync._wake_workflow(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._workflow_holder(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command reconcile functions.'),
+  ('function', 'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'),
+  ('function', 'bitrix_sync._alert_add_unsafe(bigint)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper of the alert mirror (runAlertSync asks it before an add).'),
+
+  -- nobody: internals of security definer functions, trigger functions (a trigger fires without
+  -- EXECUTE), and record_webhook (one NOTIFY per row; kept for sources with stable event IDs)
+  ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._check_admin_audit(text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._open_dead_letter(bigint)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
+  ('function', 'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
+  ('function', 'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._retention_cutoff(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
+  ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._rebind_crm_outcome(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of _close_rebind_request and cancel_rebind_request.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__start_held_intent()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync._normalise_settings(jsonb)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the settings functions.'),
+  ('function', 'bitrix_sync._rebind_request_of(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the rebind workflow functions.'),
+  ('function', 'bitrix_sync._resolve_conflict_alerts(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of complete_rebind.'),
+  ('function', 'bitrix_sync._settings_errors(jsonb)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the settings functions.'),
+  ('function', 'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)', array[]::text[], array[]::text[], array[]::text[],
+   'Not used by the service: the receivers call accept_webhooks.'),
+  ('function', 'bitrix_sync.tg__forbid_delete()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__guard_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__guard_state()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__refuse_immutable_change()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__refuse_insert_state()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__set_updated_at()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_crm_commands__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_technical_dead_letters__count()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_webhook_inbox__count_coalesced()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_workflow_instances__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_settings_versions__freeze()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.')
+)
+select d.object_type, d.object_name, r.role, r.privileges, d.note
+  from decisions d
+  cross join lateral (values ('bitrix_sync_user', d.runtime), ('bitrix_sync_admin', d.admin), ('han_app_user', d.app))
+    as r(role, privileges);
+comment on view bitrix_sync.role_privileges is
+  'The privilege catalogue (§13): one row per object and role with the privileges GRANT gives (empty array: explicitly nothing) and why. sql/grants.sql applies exactly this; docs/security.md is rendered from it.';
+
+-- What the database actually grants, in the catalogue's terms, and where the two differ. The
+-- project's objects are all of schema bitrix_sync and the objects of han_app the catalogue names
+-- (in production han_app holds the App's other tables, which are none of this project's business).
+create or replace view bitrix_sync.role_privilege_drift as
+with objects as (
+  select 'schema'::text as object_type, n.nspname::text as object_name, n.nspowner as owner, n.nspacl as acl,
+         null::oid as relid, 'n'::"char" as acl_kind
+    from pg_namespace n where n.nspname in ('bitrix_sync', 'han_app')
+  union all
+  select case c.relkind when 'S' then 'sequence' when 'v' then 'view' when 'm' then 'view' else 'table' end,
+         format('%I.%I', n.nspname, c.relname), c.relowner, c.relacl, c.oid,
+         case c.relkind when 'S' then 's'::"char" else 'r'::"char" end
+    from pg_class c join pg_namespace n on n.oid = c.relnamespace
+   where n.nspname in ('bitrix_sync', 'han_app') and c.relkind in ('r', 'p', 'v', 'm', 'f', 'S')
+     and not exists (select 1 from pg_depend d where d.classid = 'pg_class'::regclass and d.objid = c.oid and d.deptype = 'e')
+  union all
+  select 'function', p.oid::regprocedure::text, p.proowner, p.proacl, null, 'f'::"char"
+    from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+   where n.nspname in ('bitrix_sync', 'han_app')
+     and not exists (select 1 from pg_depend d where d.classid = 'pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
+), catalogue as (
+  select rp.object_type, rp.object_name, rp.role, rp.privileges from bitrix_sync.role_privileges rp
+), project_objects as (
+  select o.* from objects o
+   where o.object_name = 'bitrix_sync' or o.object_name like 'bitrix\_sync.%'
+      or exists (select 1 from catalogue c where c.object_type = o.object_type and c.object_name = o.object_name)
+), roles (role) as (
+  values ('bitrix_sync_user'), ('bitrix_sync_admin'), ('han_app_user')
+), actual as (
+  -- object-wide privileges ...
+  select o.object_type, o.object_name, coalesce(r.rolname, 'PUBLIC') as role, a.privilege_type as privilege,
+         null::text as column_name
+    from project_objects o
+    cross join lateral aclexplode(coalesce(o.acl, acldefault(o.acl_kind, o.owner))) a
+    left join pg_roles r on r.oid = a.grantee
+   where a.grantee = 0 or r.rolname in (select role from roles)
+  union all
+  -- ... and column privileges
+  select o.object_type, o.object_name, coalesce(r.rolname, 'PUBLIC'), a.privilege_type, att.attname::text
+    from project_objects o
+    join pg_attribute att on att.attrelid = o.relid and att.attnum > 0 and not att.attisdropped and att.attacl is not null
+    cross join lateral aclexplode(att.attacl) a
+    left join pg_roles r on r.oid = a.grantee
+   where a.grantee = 0 or r.rolname in (select role from roles)
+), expected as (
+  select c.object_type, c.object_name, c.role, m[1] as privilege, btrim(col) as column_name
+    from catalogue c
+    cross join lateral unnest(c.privileges) spec
+    cross join lateral regexp_match(spec, '^([A-Z]+)\s*(?:\((.*)\))?$') m
+    cross join lateral unnest(coalesce(string_to_array(m[2], ','), array[null]::text[])) col
+)
+select e.object_type, e.object_name, e.role, e.privilege, e.column_name, 'missing'::text as problem
+  from expected e
+ where exists (select 1 from project_objects o where o.object_type = e.object_type and o.object_name = e.object_name)
+   and not exists (select 1 from actual a where (a.object_type, a.object_name, a.role, a.privilege) = (e.object_type, e.object_name, e.role, e.privilege)
+                                            and a.column_name is not distinct from e.column_name)
+union all
+select a.object_type, a.object_name, a.role, a.privilege, a.column_name, 'extra'
+  from actual a
+ where not exists (select 1 from expected e where (a.object_type, a.object_name, a.role, a.privilege) = (e.object_type, e.object_name, e.role, e.privilege)
+                                              and a.column_name is not distinct from e.column_name)
+   -- PUBLIC is checked only on what the project owns (it never grants PUBLIC anything); the App's
+   -- identity and profile tables and its schema keep whatever the App gives everyone.
+   and not (a.role = 'PUBLIC' and a.object_name in ('han_app', 'han_app.user_identity', 'han_app.client_profile'))
+union all
+select o.object_type, o.object_name, r.role, null, null, 'undecided'
+  from project_objects o cross join roles r
+ where not exists (select 1 from catalogue c where (c.object_type, c.object_name, c.role) = (o.object_type, o.object_name, r.role))
+union all
+select distinct c.object_type, c.object_name, null, null, null, 'unknown_object'
+  from catalogue c
+ where not exists (select 1 from objects o where o.object_type = c.object_type and o.object_name = c.object_name);
+comment on view bitrix_sync.role_privilege_drift is
+  'Differences between the database''s ACLs and bitrix_sync.role_privileges for the three roles and PUBLIC: missing and extra privileges (column privileges by column), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object). Empty when they agree.';
+-- <<< sql/privileges.sql
+-- >>> sql/grants.sql (included)
+-- Least privilege (§13, DESIGN.md): everything is revoked, then exactly what the catalogue
+-- bitrix_sync.role_privileges (sql/privileges.sql) lists is granted. Re-runnable; include it (after
+-- sql/privileges.sql) in every migration that adds or changes an object of the project.
+-- graphile-worker's and graphile-migrate's schemas: sql/worker_grants.sql, applied after every
+-- migration run so a graphile-worker upgrade never leaves the runtime role without rights.
+
+do $$
+declare
+  v_problems text;
+  v_row record;
+  v_kind text;
+begin
+  -- A catalogue row naming no object, or an object of the project without a decision for a role,
+  -- stops the migration: the next step would leave it with no rights (or the wrong ones) silently.
+  select string_agg(distinct format('%s %s (%s)', d.object_type, d.object_name, d.problem), '; ')
+    into v_problems
+    from bitrix_sync.role_privilege_drift d
+   where d.problem in ('unknown_object', 'undecided');
+  if v_problems is not null then
+    raise exception 'the privilege catalogue does not match the schema: %', v_problems
+      using errcode = 'BS092',
+            hint = 'Add a row per new object to sql/privileges.sql (runtime, admin, app; ''{}'' for nothing) and drop rows of removed objects, then include sql/privileges.sql and sql/grants.sql in the migration.';
+  end if;
+
+  revoke all on schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  revoke all on all tables in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  revoke all on all sequences in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  revoke all on all functions in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  -- In han_app only the project's objects, and PUBLIC only on what the project owns: the App's
+  -- schema and tables keep whatever the App grants its other roles and everyone.
+  for v_row in
+    select distinct rp.object_type, rp.object_name from bitrix_sync.role_privileges rp
+     where rp.object_name = 'han_app' or rp.object_name like 'han\_app.%'
+  loop
+    v_kind := case v_row.object_type when 'view' then 'table' else v_row.object_type end;
+    execute format('revoke all on %s %s from bitrix_sync_user, bitrix_sync_admin, han_app_user', v_kind, v_row.object_name);
+  end loop;
+  revoke all on han_app.sync_queue from public;
+  revoke all on function han_app.enqueue_contact_sync() from public;
+
+  for v_row in
+    select rp.object_type, rp.object_name, rp.role, spec
+      from bitrix_sync.role_privileges rp cross join lateral unnest(rp.privileges) spec
+  loop
+    v_kind := case v_row.object_type when 'view' then 'table' else v_row.object_type end;
+    execute format('grant %s on %s %s to %I', v_row.spec, v_kind, v_row.object_name, v_row.role);
+  end loop;
+end $$;
+-- <<< sql/grants.sql
