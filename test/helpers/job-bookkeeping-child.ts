@@ -3,28 +3,16 @@
 // job returns, graphile-worker records it without awaiting (worker.ts: completeJob(job)), the
 // connection is refused, and the rejection is unhandled. This process reports what
 // isJobBookkeepingLoss says about that rejection, as one JSON line, and exits.
-import { createServer, type Server, type Socket, connect as tcpConnect } from "node:net";
 import { Logger } from "@graphile/logger";
 import { run } from "graphile-worker";
 import pg from "pg";
 import { isConnectionLost, isJobBookkeepingLoss } from "../../src/db/errors.js";
+import { startTcpHop } from "./tcp-hop.js";
 
 const url = new URL(process.env.DATABASE_URL ?? "");
-const sockets = new Set<Socket>();
-const hop: Server = createServer((client) => {
-  sockets.add(client);
-  client.on("error", () => undefined);
-  client.on("close", () => sockets.delete(client));
-  const upstream = tcpConnect(Number(url.port || 5432), url.hostname);
-  sockets.add(upstream);
-  upstream.on("error", () => client.destroy());
-  upstream.on("close", () => sockets.delete(upstream));
-  client.pipe(upstream);
-  upstream.pipe(client);
-});
-await new Promise<void>((resolve) => hop.listen(0, "127.0.0.1", resolve));
+const hop = await startTcpHop({ host: url.hostname, port: Number(url.port || 5432) });
 const through = new URL(url);
-through.port = String((hop.address() as { port: number }).port);
+through.port = String(hop.port);
 
 const report = (r: Record<string, unknown>, code: number) => {
   process.stdout.write(`${JSON.stringify(r)}\n`);
@@ -54,12 +42,7 @@ await run({
   pollInterval: 200,
   taskList: {
     // Closes the hop: every connection through it ends, and new ones are refused.
-    close_the_hop: async () => {
-      await new Promise<void>((resolve) => {
-        hop.close(() => resolve());
-        for (const s of sockets) s.destroy();
-      });
-    },
+    close_the_hop: () => hop.close(),
   },
 });
 const direct = new pg.Client({ connectionString: url.toString() });

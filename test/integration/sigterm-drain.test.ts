@@ -1,7 +1,6 @@
 // SIGTERM under load (R8, docs/reliability.md "SIGTERM drain"): the real service stops claiming,
 // lets the CRM requests already out finish within the HTTP timeout (their results are recorded, not
 // cut off into uncertain), gives back every lease it holds, and exits 0 within its bound.
-import { createServer, type Server, type Socket, connect as tcpConnect } from "node:net";
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { type Emulator, startEmulator } from "../../src/emulator/server.js";
@@ -9,6 +8,7 @@ import { waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 import { serviceEnv, startService } from "../helpers/service-process.js";
 import { setSettings } from "../helpers/settings.js";
+import { startTcpHop } from "../helpers/tcp-hop.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 /** The service's HTTP timeout in this test (testServiceEnv). */
@@ -132,49 +132,11 @@ test.serial(
   },
 );
 
-/**
- * A TCP hop between the service and PostgreSQL that can stop forwarding: the connections stay open
- * and nothing answers, as when a network partition or a frozen server leaves the service waiting.
- */
-async function startBlackholeProxy(target: { host: string; port: number }) {
-  const sockets = new Set<Socket>();
-  let holed = false;
-  const server: Server = createServer((client) => {
-    sockets.add(client);
-    client.on("error", () => undefined);
-    client.on("close", () => sockets.delete(client));
-    if (holed) return; // accepted, never forwarded
-    const upstream = tcpConnect(target.port, target.host);
-    sockets.add(upstream);
-    upstream.on("error", () => client.destroy());
-    upstream.on("close", () => sockets.delete(upstream));
-    client.pipe(upstream);
-    upstream.pipe(client);
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const port = (server.address() as { port: number }).port;
-  return {
-    port,
-    /** From now on nothing goes through, in either direction, and nothing is closed. */
-    blackhole() {
-      holed = true;
-      for (const s of sockets) {
-        s.unpipe();
-        s.pause();
-      }
-    },
-    async close() {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
-
 test.serial(
   "SIGTERM while the database answers nothing: the drain gives up on it and the service exits 0 within the bound",
   async (t) => {
     const url = new URL(db.url);
-    const proxy = await startBlackholeProxy({ host: url.hostname, port: Number(url.port || 5432) });
+    const proxy = await startTcpHop({ host: url.hostname, port: Number(url.port || 5432) });
     url.hostname = "127.0.0.1";
     url.port = String(proxy.port);
     const svc = startService(serviceEnv(url.toString(), { url: emulator.url, host: emulator.host }));
