@@ -84,7 +84,12 @@ test("the service's migrator reapplies the runtime role's rights on graphile-wor
 
 // The newest migration of each release that reached databases: an upgrade from there must end with
 // the catalogue of a database built in one go, whatever the migrations after it did.
-const RELEASED = ["000005-receivers.sql", "000012-trace-context.sql", "000021-find-by-user-id.sql", "000024-step-context.sql"];
+const RELEASED = [
+  "000005-receivers.sql",
+  "000012-trace-context.sql",
+  "000021-find-by-user-id.sql",
+  "000024-step-context.sql",
+];
 
 for (const last of RELEASED) {
   test(`a database at the release ending with ${last} upgrades to the catalogue of a fresh one`, async (t) => {
