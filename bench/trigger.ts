@@ -8,12 +8,16 @@
 // user's phone. Rounds alternate "with triggers" and "without" (the project's triggers on
 // han_app.user_identity and han_app.client_profile disabled), in alternating order, each starting
 // from the same queue (the intents of the previous round removed and the tables vacuumed). The ratio
-// is the median of the rounds' ratios. After every run with triggers, every user whose phone changed
-// must have its pending contact.update intent: the bench fails otherwise.
+// is the median of the rounds' ratios. The triggers append intents to han_app.sync_queue_journal; during
+// every run with triggers a folder does what the service's claims do, bitrix_sync.fold_intent_journal()
+// every BENCH_FOLD_MS, on the same server, so the ratio includes the fold's cost, and the bench prints
+// what the fold cost per intent. After every run with triggers, every user whose phone changed must
+// have its pending contact.update intent in han_app.sync_queue: the bench fails otherwise.
 //
 // Knobs: BENCH_USERS (default 20000), BENCH_HISTORY (finished intents, default 50000),
 // BENCH_CLIENTS (pgbench clients, default 8), BENCH_SECONDS (per run, default 10), BENCH_ROUNDS
-// (default 5), BENCH_SETUP_SQL (a file applied after the migrations, to measure a variant),
+// (default 5), BENCH_FOLD_MS (pause between folds, default 100; 0: no folder during the runs, one fold
+// after), BENCH_SETUP_SQL (a file applied after the migrations, to measure a variant),
 // PGBENCH (the pgbench binary; else `pgbench` on PATH or /usr/lib/postgresql/*/bin/pgbench).
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -30,6 +34,7 @@ const HISTORY = Number(process.env.BENCH_HISTORY ?? 50_000);
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 8);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const FOLD_MS = Number(process.env.BENCH_FOLD_MS ?? 100);
 const GOAL = 0.9;
 
 function findPgbench(): string | null {
@@ -110,8 +115,11 @@ async function reset(c: pg.Client, seededBefore: Date): Promise<void> {
   await c.query("begin");
   await c.query("set local session_replication_role = replica");
   await c.query("delete from han_app.sync_queue where created_at > $1", [seededBefore]);
+  await c.query("delete from han_app.sync_queue_journal");
   await c.query("commit");
-  await c.query("vacuum analyze han_app.user_identity, han_app.client_profile, han_app.sync_queue");
+  await c.query(
+    "vacuum analyze han_app.user_identity, han_app.client_profile, han_app.sync_queue, han_app.sync_queue_journal",
+  );
   await c.query("checkpoint").catch(() => undefined);
 }
 
@@ -151,6 +159,33 @@ async function walStats(c: pg.Client): Promise<{ bytes: number; fpi: number }> {
     "select wal_bytes::text as b, wal_fpi::text as f from pg_stat_wal",
   );
   return { bytes: Number(rows[0]?.b), fpi: Number(rows[0]?.f) };
+}
+
+/** Folds the journal every FOLD_MS until stopped, as the service's claims do; sums what it cost. */
+function startFolder(url: string): { stop: () => Promise<{ folds: number; rows: number; ms: number }> } {
+  const f = new pg.Client({ connectionString: url });
+  let running = FOLD_MS > 0;
+  const totals = { folds: 0, rows: 0, ms: 0 };
+  const loop = (async () => {
+    if (!running) return;
+    await f.connect();
+    while (running) {
+      const t0 = performance.now();
+      const { rows } = await f.query<{ n: number }>("select bitrix_sync.fold_intent_journal() as n");
+      totals.ms += performance.now() - t0;
+      totals.folds++;
+      totals.rows += rows[0]?.n ?? 0;
+      await new Promise((r) => setTimeout(r, FOLD_MS));
+    }
+    await f.end();
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      return totals;
+    },
+  };
 }
 
 function median(xs: number[]): number {
@@ -202,6 +237,7 @@ async function main(): Promise<number> {
     const withoutTps: number[] = [];
     const ratios: number[] = [];
     let missing = 0;
+    const foldUs: number[] = [];
     console.log(
       `trigger bench: PostgreSQL ${settings?.v}, ${cpus().length} CPUs, ${USERS} users, ${HISTORY} finished intents, ` +
         `${CLIENTS} clients, ${SECONDS} s per run, ${ROUNDS} rounds, synchronous_commit=${settings?.s}, fsync=${settings?.f}`,
@@ -219,12 +255,23 @@ async function main(): Promise<number> {
         const load = loadavg()[0] ?? 0;
         loads.push(load);
         const wal0 = await walStats(c);
+        const folder = on ? startFolder(dbUrl) : null;
         const r = await runPgbench(bin, dbUrl, scriptFile);
+        const folded = await folder?.stop();
         got[on ? "with" : "without"] = r.tps;
         const wal1 = await walStats(c);
         const walPerTx = `WAL ${((wal1.bytes - wal0.bytes) / r.tx).toFixed(0)} B/tx, ${((wal1.fpi - wal0.fpi) / r.tx).toFixed(2)} FPI/tx`;
         let check = "";
         if (on) {
+          // What the folder left (at most one pause's worth), as the next claim would fold it.
+          const t0 = performance.now();
+          const rest = (
+            await c.query<{ n: number }>("select bitrix_sync.fold_intent_journal(100000, true) as n")
+          ).rows[0]?.n as number;
+          const ms = (folded?.ms ?? 0) + performance.now() - t0;
+          const taken = (folded?.rows ?? 0) + rest;
+          foldUs.push((ms * 1000) / Math.max(taken, 1));
+          check += `, fold ${taken} intents in ${(folded?.folds ?? 0) + 1} folds, ${((ms * 1000) / Math.max(taken, 1)).toFixed(0)} µs per intent`;
           // Durability of the intents: every user whose phone changed has its pending contact.update.
           const { rows } = await c.query<{ changed: string; missing: string; intents: string }>(
             `select count(*) as changed,
@@ -236,7 +283,7 @@ async function main(): Promise<number> {
             [seededBefore, start],
           );
           missing += Number(rows[0]?.missing);
-          check = `, users changed ${rows[0]?.changed}, intents ${rows[0]?.intents}, missing ${rows[0]?.missing}`;
+          check += `, users changed ${rows[0]?.changed}, intents ${rows[0]?.intents}, missing ${rows[0]?.missing}`;
         }
         console.log(
           `  round ${round + 1} ${on ? `with triggers (${n})` : "without triggers"}: ${r.tps.toFixed(0)} TPS ` +
@@ -257,6 +304,9 @@ async function main(): Promise<number> {
       `  load average during runs: ${Math.min(...loads).toFixed(2)}..${Math.max(...loads).toFixed(2)}; now ${loadavg()
         .map((x) => x.toFixed(2))
         .join(" ")}`,
+    );
+    console.log(
+      `  fold (the service's side, wall time of fold_intent_journal() calls, median of runs): ${median(foldUs).toFixed(0)} µs per intent`,
     );
     console.log(`  intents missing: ${missing}`);
     console.log(`  goal ${ratio >= GOAL && missing === 0 ? "met" : "MISSED"}`);

@@ -28,6 +28,9 @@ begin
     return query select v_row.cutover_watermark, v_row.cancelled_count, true;
     return;
   end if;
+  -- Every intent the App has recorded so far into the queue first, so that the cancellation sees it.
+  while bitrix_sync.fold_intent_journal(100000, true) = 100000 loop
+  end loop;
   with cancelled as (
     update han_app.sync_queue q
        set status = 'cancelled', cancel_reason = 'initial_full_sync_cutover', completed_at = now(), updated_at = now(),

@@ -5,8 +5,10 @@
 -- - The triggers' WHEN clauses keep every write that changes no tracked field (no-op updates
 --   included) out of PL/pgSQL. They are short on purpose: PostgreSQL parses a trigger's WHEN (and a
 --   table's CHECK constraints) again for every statement, so a long one costs every App update.
--- - The function only names the intent and writes it: no whole-row JSON, one INSERT … ON CONFLICT
---   that coalesces into the user's active intent of the same task.
+-- - The function only names the intent and appends it to han_app.sync_queue_journal, a table with
+--   no index, constraint or trigger: no whole-row JSON, no ON CONFLICT, no state guard on the App's
+--   path. The service folds the journal into han_app.sync_queue (fold_intent_journal(), below)
+--   before every claim: coalescing per (task, user) and fencing a leased row happen there.
 -- - The wake-up NOTIFY is sent only while a sync loop is asleep waiting for intents (it holds the
 --   intake watch, bitrix_sync.watch_intake()). PostgreSQL serialises the commits of notifying
 --   transactions, so a NOTIFY per App transaction would queue the App's commits one behind the other
@@ -55,25 +57,12 @@ begin
     v_user_id := (to_jsonb(new) ->> 'user_id')::uuid;
   end if;
 
-  -- One active row per (task, user): a newer intent coalesces into it. If a worker holds the row,
-  -- the newer intent takes it back to pending, which fences the holder: its completion is refused
-  -- and the row is processed again with the newest state.
-  insert into han_app.sync_queue as q (task_type, entity_type, entity_id, dedup_key, payload_json, status, next_attempt_at)
-  values (v_task, 'user', v_user_id, v_task || ':user:' || v_user_id::text,
-          jsonb_build_object(
-            'schema_version', 1,
-            'user_id', v_user_id,
-            'reason', v_reason,
-            'source_updated_at', to_char(new.updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
-          'pending', now())
-  on conflict (dedup_key) where status in ('pending', 'leased', 'retry_wait')
-  do update set payload_json = excluded.payload_json,
-                status = 'pending',
-                next_attempt_at = least(q.next_attempt_at, now()),
-                locked_by = null,
-                locked_until = null,
-                lease_token = null,
-                updated_at = now();
+  -- The intent goes into the journal: one row appended to a table without indexes, constraints to
+  -- re-parse or triggers. bitrix_sync.fold_intent_journal() coalesces it into han_app.sync_queue
+  -- (one active row per task and user; a newer intent takes a leased row back to pending, which
+  -- fences its holder) before every claim, so a worker never looks at the queue without it.
+  insert into han_app.sync_queue_journal (task_type, user_id, reason, source_updated_at)
+  values (v_task, v_user_id, v_reason, new.updated_at);
 
   -- Wake-up only; workers also poll (§8). The payload names no user. A sync loop asleep on the
   -- queue holds the intake watch exclusively, so the shared try fails exactly then. Otherwise this
@@ -85,7 +74,7 @@ begin
   return null;
 end $$;
 comment on function han_app.enqueue_contact_sync() is
-  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Coalesces per (task, user) into the active intent. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
+  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
 
 -- The triggers: the WHEN clauses keep every write that records nothing out of PL/pgSQL.
 drop trigger if exists _500_enqueue_contact_sync on han_app.user_identity;
@@ -125,6 +114,69 @@ create trigger _500_enqueue_contact_sync_update
   execute function han_app.enqueue_contact_sync();
 comment on trigger _500_enqueue_contact_sync_update on han_app.client_profile is
   'Records contact.deactivate / contact.map_or_create when the profile leaves or returns to active (§6.2).';
+
+-- The journal's fold (advisory lock 727014/3: one folder at a time, so a later fold always carries
+-- later intents than an earlier one, and two folders never lock the same queue rows in turn).
+create or replace function bitrix_sync.fold_intent_journal(p_limit integer default 10000, p_wait boolean default false)
+returns integer
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_taken integer;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 100000 then
+    raise exception 'a fold takes 1..100000 journal rows, not %', coalesce(p_limit::text, 'null')
+      using errcode = 'BS004', hint = 'Call fold_intent_journal() without arguments, or with a limit in that range.';
+  end if;
+  if p_wait then
+    perform pg_advisory_xact_lock(727014, 3);
+  elsif not pg_try_advisory_xact_lock(727014, 3) then
+    -- Another transaction is folding right now; its rows become visible when it commits.
+    return 0;
+  end if;
+
+  with taken as (
+    -- The journal has no index: the rows are taken as the heap holds them, by their addresses.
+    delete from han_app.sync_queue_journal j
+     where j.ctid = any (array(select s.ctid from han_app.sync_queue_journal s limit p_limit))
+    returning j.task_type, j.user_id, j.reason, j.source_updated_at, j.recorded_at
+  ), latest as (
+    -- One intent per (task, user): the newest says why; the oldest says since when.
+    select distinct on (t.task_type, t.user_id)
+           t.task_type, t.user_id, t.reason, t.source_updated_at,
+           min(t.recorded_at) over (partition by t.task_type, t.user_id) as first_recorded_at
+      from taken t
+     order by t.task_type, t.user_id, t.recorded_at desc
+  ), folded as (
+    -- In user order, the order the step groups and intake batches lock in.
+    insert into han_app.sync_queue as q (task_type, entity_type, entity_id, dedup_key, payload_json, status,
+                                         next_attempt_at, created_at, updated_at)
+    select l.task_type, 'user', l.user_id, l.task_type || ':user:' || l.user_id::text,
+           jsonb_build_object(
+             'schema_version', 1,
+             'user_id', l.user_id,
+             'reason', l.reason,
+             'source_updated_at', to_char(l.source_updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+           'pending', l.first_recorded_at, l.first_recorded_at, now()
+      from latest l
+     order by l.user_id, l.task_type
+    -- A newer intent coalesces into the user's active one of the same task. If a worker holds it,
+    -- the row goes back to pending, which fences the holder: its completion is refused and the row
+    -- is processed again with the newest state.
+    on conflict (dedup_key) where status in ('pending', 'leased', 'retry_wait')
+    do update set payload_json = excluded.payload_json,
+                  status = 'pending',
+                  next_attempt_at = least(q.next_attempt_at, now()),
+                  locked_by = null,
+                  locked_until = null,
+                  lease_token = null,
+                  updated_at = now()
+    returning 1
+  )
+  select count(*) into v_taken from taken;
+  return v_taken;
+end $$;
+comment on function bitrix_sync.fold_intent_journal(integer, boolean) is
+  'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced). One folder at a time (advisory lock 727014/3): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
 
 -- The intake watch (advisory lock 727014/1) and who takes it (727014/2): see watch_intake().
 create or replace function bitrix_sync.watch_intake() returns boolean

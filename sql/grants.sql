@@ -36,6 +36,7 @@ begin
     execute format('revoke all on %s %s from bitrix_sync_user, bitrix_sync_admin, han_app_user', v_kind, v_row.object_name);
   end loop;
   revoke all on han_app.sync_queue from public;
+  revoke all on han_app.sync_queue_journal from public;
   revoke all on function han_app.enqueue_contact_sync() from public;
 
   for v_row in

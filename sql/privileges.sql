@@ -35,7 +35,9 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'han_app.sync_queue',
    array['SELECT', 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'],
    array[]::text[], array['SELECT'],
-   'Intents appear through the App''s trigger; the runtime moves them through the lease functions and never inserts one.'),
+   'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'),
+  ('table', 'han_app.sync_queue_journal', array['SELECT'], array[]::text[], array['SELECT'],
+   'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'),
   ('function', 'han_app.enqueue_contact_sync()', array[]::text[], array[]::text[], array[]::text[],
    'Trigger function (security definer): fires for the App''s writes; nobody calls it.'),
 
@@ -173,6 +175,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   -- runtime functions: intake and workflows
   ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).'),
+  ('function', 'bitrix_sync.fold_intent_journal(integer,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'),
   ('function', 'bitrix_sync.watch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop takes the intake watch before it sleeps (the App''s intents then NOTIFY).'),
   ('function', 'bitrix_sync.unwatch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop releases the intake watch when it wakes.'),
   ('function', 'bitrix_sync.complete_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),

@@ -41,6 +41,10 @@ begin
   if v_watermark is null then
     return;
   end if;
+  -- The App's recorded intents first (han_app.sync_queue_journal). A fold running elsewhere is
+  -- waited for (it is short), so every intent committed before this call is in the queue when the
+  -- claim below looks: the intake watch's "one more look" (watch_intake()) relies on that.
+  perform bitrix_sync.fold_intent_journal(10000, true);
   return query
   with due as (
     select q.id, q.next_attempt_at as sort_at from han_app.sync_queue q
@@ -70,7 +74,7 @@ begin
   returning q.*;
 end $$;
 comment on function bitrix_sync.claim_sync_tasks(text, integer, interval) is
-  'Claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover().';
+  'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover().';
 
 create or replace function bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval)
 returns han_app.sync_queue

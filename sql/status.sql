@@ -6,14 +6,22 @@
 -- deletes later: a scrape costs the same with a year of history as with a day
 -- (test/integration/status-plans.test.ts).
 
+-- Intents the App recorded that no claim has folded yet (han_app.sync_queue_journal) are pending too:
+-- a service that stopped folding shows a growing, ageing pending depth.
 create or replace view bitrix_sync.status_queue as
-select q.status, count(*)::bigint as count,
-       extract(epoch from now() - min(q.created_at))::bigint as oldest_age_sec
-  from han_app.sync_queue q
- where q.status in ('pending', 'leased', 'retry_wait', 'dead_letter')
- group by q.status;
+select g.status, sum(g.count)::bigint as count,
+       extract(epoch from now() - min(g.oldest_at))::bigint as oldest_age_sec
+  from (select q.status, count(*) as count, min(q.created_at) as oldest_at
+          from han_app.sync_queue q
+         where q.status in ('pending', 'leased', 'retry_wait', 'dead_letter')
+         group by q.status
+        union all
+        select 'pending'::varchar(16), count(*), min(j.recorded_at)
+          from han_app.sync_queue_journal j
+        having count(*) > 0) g
+ group by g.status;
 comment on view bitrix_sync.status_queue is
-  'han_app.sync_queue depth and oldest age by live status (pending, leased, retry_wait) and dead_letter; processed and cancelled rows are history, not depth.';
+  'han_app.sync_queue depth and oldest age by live status (pending, leased, retry_wait) and dead_letter, with the intents still in han_app.sync_queue_journal counted as pending; processed and cancelled rows are history, not depth.';
 
 create or replace view bitrix_sync.status_workflows as
 select w.workflow_type, w.state, count(*)::bigint as count,

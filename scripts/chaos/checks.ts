@@ -48,7 +48,8 @@ const OPEN = {
 /** Rows still open in each machine: all zero means the run has settled. */
 export async function openWork(pool: pg.Pool): Promise<Record<string, number>> {
   const { rows } = await pool.query<Record<string, number>>(
-    `select (select count(*) from han_app.sync_queue where ${OPEN.queue})::int as queue,
+    `select ((select count(*) from han_app.sync_queue where ${OPEN.queue})
+               + (select count(*) from han_app.sync_queue_journal))::int as queue,
             (select count(*) from bitrix_sync.workflow_instances where ${OPEN.workflows})::int as workflows,
             (select count(*) from bitrix_sync.crm_commands where ${OPEN.commands})::int as commands,
             (select count(*) from bitrix_sync.webhook_inbox where ${OPEN.webhooks})::int as webhooks`,
@@ -217,6 +218,10 @@ export async function historyOf(pool: pg.Pool, userIds: string[]): Promise<strin
                      q.payload_json ->> 'reason', q.status, q.attempt_count, to_char(q.updated_at, 'HH24:MI:SS.MS')),
               q.created_at
          from han_app.sync_queue q where q.entity_id = $1
+       union all
+       select format('%s   recorded %s %s (not folded yet)', to_char(j.recorded_at, 'HH24:MI:SS.MS'), j.task_type, j.reason),
+              j.recorded_at
+         from han_app.sync_queue_journal j where j.user_id = $1
        union all
        select format('%s   App identity %s, updated %s', to_char(u.created_at, 'HH24:MI:SS.MS'), u.record_status,
                      to_char(u.updated_at, 'HH24:MI:SS.MS')), u.created_at

@@ -37,6 +37,7 @@ export async function finishedWorkflow(
           where w.user_id = $1
             and not exists (select 1 from han_app.sync_queue q
                              where q.entity_id = $1 and q.status in ('pending', 'leased', 'retry_wait'))
+            and not exists (select 1 from han_app.sync_queue_journal j where j.user_id = $1)
           order by w.created_at desc limit 1`,
         [userId],
       );

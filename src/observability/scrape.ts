@@ -34,7 +34,7 @@ export const DATABASE_FAMILIES: readonly Family[] = [
   f(
     "bitrix_sync_queue_depth",
     "gauge",
-    "han_app.sync_queue intents in a live status (pending, leased, retry_wait).",
+    "han_app.sync_queue intents in a live status (pending, leased, retry_wait); pending includes the App's intents not folded from the journal yet.",
     ["status"],
   ),
   f(

@@ -188,6 +188,7 @@ export async function finishedWorkflow(rig: Rig, userId: string, timeoutMs = 15_
       const { rows } = await rig.db.pool.query(
         `select * from bitrix_sync.workflow_instances w where user_id = $1
             and not exists (select 1 from han_app.sync_queue q where q.entity_id = $1 and q.status in ('pending','leased','retry_wait'))
+            and not exists (select 1 from han_app.sync_queue_journal j where j.user_id = $1)
           order by created_at desc limit 1`,
         [userId],
       );

@@ -14,10 +14,22 @@ export interface UserRow {
   phone: string;
 }
 
-/** Inserts a user_identity and its client_profile (both active unless told otherwise). */
+/**
+ * Folds the intents the App's triggers appended to han_app.sync_queue_journal into han_app.sync_queue,
+ * as every claim does first: after it, the queue holds what a claim would see.
+ */
+export async function foldJournal(db: Queryable): Promise<void> {
+  await db.query("select bitrix_sync.fold_intent_journal(100000, true)");
+}
+
+/**
+ * Inserts a user_identity and its client_profile (both active unless told otherwise), and folds the
+ * journal (unless `fold: false`, e.g. as the App's role, which may not fold), so the user's intent is
+ * in han_app.sync_queue when this returns.
+ */
 export async function makeUser(
   db: Queryable,
-  opts: { phone?: string | null; status?: string; profile?: boolean; fullName?: string } = {},
+  opts: { phone?: string | null; status?: string; profile?: boolean; fullName?: string; fold?: boolean } = {},
 ): Promise<UserRow> {
   const id = randomUUID();
   const phone = opts.phone === undefined ? randomPhone() : opts.phone;
@@ -35,6 +47,7 @@ export async function makeUser(
       [id, phone, opts.status ?? "active", opts.fullName ?? "Test User"],
     );
   }
+  if (opts.fold !== false) await foldJournal(db);
   return { id, phone: phone ?? "" };
 }
 
@@ -51,8 +64,9 @@ export interface QueueRow {
   created_at: Date;
 }
 
-/** The queue rows of one user, oldest first. */
+/** The queue rows of one user, oldest first, after folding the journal. */
 export async function queueRows(db: Queryable, userId: string): Promise<QueueRow[]> {
+  await foldJournal(db);
   const { rows } = await db.query<QueueRow>(
     "select * from han_app.sync_queue where entity_id = $1 order by created_at, task_type",
     [userId],

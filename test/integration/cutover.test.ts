@@ -97,6 +97,8 @@ test.serial(
     const before = await makeUser(db.pool);
     const retrying = await makeUser(db.pool);
     const leased = await makeUser(db.pool);
+    // Recorded by the App but not folded yet: the cutover folds it first, then cancels it too.
+    const unfolded = await makeUser(db.pool, { fold: false });
     // Put one intent in retry_wait, one leased with an expired lease (a worker of a release without
     // the gate); nothing can claim them before the cutover.
     const [r] = await queueRows(db.pool, retrying.id);
@@ -114,9 +116,14 @@ test.serial(
     });
     const first = await db.pool.query("select * from bitrix_sync.perform_cutover('ops:cutover')");
     // The first test's user is a stub-era intent too.
-    t.is(first.rows[0].cancelled_count, 4);
+    t.is(first.rows[0].cancelled_count, 5);
     t.false(first.rows[0].already_done);
-    for (const u of [before, retrying, leased]) {
+    t.is(
+      (await db.pool.query("select 1 from han_app.sync_queue_journal")).rowCount,
+      0,
+      "the journal was folded",
+    );
+    for (const u of [before, retrying, leased, unfolded]) {
       const rows = await queueRows(db.pool, u.id);
       t.deepEqual(
         rows.map((row) => [row.status, row.cancel_reason, row.lease_token]),
@@ -127,7 +134,7 @@ test.serial(
     const after = await makeUser(db.pool);
     const second = await db.pool.query("select * from bitrix_sync.perform_cutover('ops:cutover')");
     t.true(second.rows[0].already_done);
-    t.is(second.rows[0].cancelled_count, 4);
+    t.is(second.rows[0].cancelled_count, 5);
     t.deepEqual(second.rows[0].cutover_watermark, first.rows[0].cutover_watermark);
     t.deepEqual(
       (await queueRows(db.pool, after.id)).map((row) => row.status),

@@ -89,6 +89,7 @@ const RELEASED = [
   "000012-trace-context.sql",
   "000021-find-by-user-id.sql",
   "000024-step-context.sql",
+  "000025-primary-key-fences-and-step-groups.sql",
 ];
 
 for (const last of RELEASED) {

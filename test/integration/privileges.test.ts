@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
 import type pg from "pg";
-import { makeUser } from "../helpers/factories.js";
+import { foldJournal, makeUser } from "../helpers/factories.js";
 import { rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -139,6 +139,9 @@ test("han_app_user cannot read bitrix_sync tables; its writes still enqueue thro
     "select * from bitrix_sync.settings_versions",
     "select bitrix_sync.active_settings()",
     "insert into han_app.sync_queue (task_type, entity_type, entity_id, dedup_key) values ('contact.update','user',gen_random_uuid(),'x')",
+    "insert into han_app.sync_queue_journal (task_type, user_id, reason) values ('contact.update',gen_random_uuid(),'x')",
+    "delete from han_app.sync_queue_journal",
+    "select bitrix_sync.fold_intent_journal()",
   ]) {
     await rejectsWith(
       t,
@@ -148,7 +151,20 @@ test("han_app_user cannot read bitrix_sync tables; its writes still enqueue thro
     );
   }
   await asRole("han_app_user", async (c) => {
-    const u = await makeUser(c);
+    const u = await makeUser(c, { fold: false });
+    // The trigger appended the intent to the journal, which the App may read but not fold.
+    const { rows: recorded } = await c.query(
+      "select task_type, reason from han_app.sync_queue_journal where user_id = $1 order by recorded_at",
+      [u.id],
+    );
+    t.deepEqual(recorded, [
+      { task_type: "contact.map_or_create", reason: "identity_created" },
+      { task_type: "contact.map_or_create", reason: "profile_created" },
+    ]);
+    // The service folds it (here as the owner, in the same transaction); the App sees the result.
+    await c.query("reset role");
+    await foldJournal(c);
+    await c.query("set local role han_app_user");
     const { rows } = await c.query("select task_type from han_app.sync_queue where entity_id = $1", [u.id]);
     t.deepEqual(rows, [{ task_type: "contact.map_or_create" }]);
   });

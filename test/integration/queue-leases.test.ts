@@ -1,7 +1,7 @@
 // Leases on han_app.sync_queue (§6.1): SKIP LOCKED claims, lease expiry and reclaim, fencing.
 import test from "ava";
 import pg from "pg";
-import { makeUser } from "../helpers/factories.js";
+import { foldJournal, makeUser } from "../helpers/factories.js";
 import { rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -137,6 +137,7 @@ test.serial("a newer intent for a leased row takes it back to pending and fences
   const [held] = await claim(db.pool, "w", 10);
   await db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [u.id]);
   await db.pool.query("update han_app.user_identity set record_status = 'active' where id = $1", [u.id]);
+  await foldJournal(db.pool);
   const { rows } = await db.pool.query("select status, lease_token from han_app.sync_queue where id = $1", [
     held?.id,
   ]);

@@ -4,7 +4,7 @@
 import { randomInt } from "node:crypto";
 import test from "ava";
 import { inTransaction } from "../../src/db/tx.js";
-import { makeUser, randomPhone } from "../helpers/factories.js";
+import { foldJournal, makeUser, randomPhone } from "../helpers/factories.js";
 import { one, rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -136,14 +136,16 @@ test("apply_crm_master_fields writes the profile and the snapshot, and no App in
     id,
     u.id,
   ]);
-  const queued = async () =>
-    (
+  const queued = async () => {
+    await foldJournal(db.pool);
+    return (
       await one<{ n: number }>(
         db.pool,
         "select count(*)::int as n from han_app.sync_queue where entity_id = $1",
         [u.id],
       )
     ).n;
+  };
   const before = await queued();
   await inTransaction(db.pool, async (c) => {
     const s = await apply(c, u.id, id);
