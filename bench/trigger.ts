@@ -188,6 +188,66 @@ function startFolder(url: string): { stop: () => Promise<{ folds: number; rows: 
   };
 }
 
+/** CPU time (ms) a server backend has used, from /proc; null when the server is not on this machine. */
+function backendCpuMs(pid: number): number | null {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+    return ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime + stime, in USER_HZ (100)
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The CPU side, which the machine's load hardly moves: one backend changes CPU_WRITES distinct users'
+ * phones in one transaction (the App's UPDATE, as pgbench sends it), with the triggers and without,
+ * and a second backend folds what the triggers recorded. Microseconds of backend CPU per write and
+ * per folded intent, medians of three passes; null when the server's /proc is not readable here.
+ */
+async function cpuCosts(url: string): Promise<{ app: number; trigger: number; fold: number } | null> {
+  const N = 5000;
+  const c = new pg.Client({ connectionString: url });
+  const f = new pg.Client({ connectionString: url });
+  await c.connect();
+  await f.connect();
+  try {
+    const pid = (await c.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p as number;
+    const fpid = (await f.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p as number;
+    if (backendCpuMs(pid) === null || backendCpuMs(fpid) === null) return null;
+    const app: number[] = [];
+    const withTrigger: number[] = [];
+    const fold: number[] = [];
+    for (let pass = 0; pass < 3; pass++) {
+      for (const on of [false, true]) {
+        await setTriggers(c, on);
+        await c.query("begin");
+        const t0 = backendCpuMs(pid) as number;
+        for (let i = 0; i < N; i++)
+          await c.query({
+            name: "app-update",
+            text: "update han_app.user_identity set phone_number = '+79' || lpad($2::text, 9, '0'), updated_at = now() where id = md5($1::text)::uuid",
+            values: [1 + ((pass * N + i) % USERS), 100_000_000 + (pass * 2 + (on ? 1 : 0)) * N + i],
+          });
+        const us = (((backendCpuMs(pid) as number) - t0) * 1000) / N;
+        await c.query("commit");
+        (on ? withTrigger : app).push(us);
+        if (on) {
+          const f0 = backendCpuMs(fpid) as number;
+          const n = (
+            await f.query<{ n: number }>("select bitrix_sync.fold_intent_journal(100000, true) as n")
+          ).rows[0]?.n as number;
+          fold.push((((backendCpuMs(fpid) as number) - f0) * 1000) / Math.max(n, 1));
+        }
+      }
+    }
+    await setTriggers(c, true);
+    return { app: median(app), trigger: median(withTrigger) - median(app), fold: median(fold) };
+  } finally {
+    await c.end();
+    await f.end();
+  }
+}
+
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = Math.floor(s.length / 2);
@@ -242,6 +302,14 @@ async function main(): Promise<number> {
       `trigger bench: PostgreSQL ${settings?.v}, ${cpus().length} CPUs, ${USERS} users, ${HISTORY} finished intents, ` +
         `${CLIENTS} clients, ${SECONDS} s per run, ${ROUNDS} rounds, synchronous_commit=${settings?.s}, fsync=${settings?.f}`,
     );
+    const cpu = await cpuCosts(dbUrl);
+    if (cpu)
+      console.log(
+        `  CPU per App write (one backend, 5 000 phone changes in one transaction, median of 3): ` +
+          `the App's UPDATE ${cpu.app.toFixed(0)} µs; the trigger adds ${cpu.trigger.toFixed(0)} µs; ` +
+          `the fold takes ${cpu.fold.toFixed(0)} µs per intent in the service's backend`,
+      );
+    else console.log("  CPU per App write: not measured (the server's /proc is not readable from here)");
     // Warm-up (caches, plans), not counted.
     await reset(c, seededBefore);
     await runPgbench(bin, dbUrl, scriptFile, Math.min(5, SECONDS));
@@ -270,8 +338,10 @@ async function main(): Promise<number> {
           ).rows[0]?.n as number;
           const ms = (folded?.ms ?? 0) + performance.now() - t0;
           const taken = (folded?.rows ?? 0) + rest;
-          foldUs.push((ms * 1000) / Math.max(taken, 1));
-          check += `, fold ${taken} intents in ${(folded?.folds ?? 0) + 1} folds, ${((ms * 1000) / Math.max(taken, 1)).toFixed(0)} µs per intent`;
+          if (taken > 0) {
+            foldUs.push((ms * 1000) / taken);
+            check += `, fold ${taken} intents in ${(folded?.folds ?? 0) + 1} folds, ${((ms * 1000) / taken).toFixed(0)} µs per intent`;
+          } else check += ", nothing in the journal to fold";
           // Durability of the intents: every user whose phone changed has its pending contact.update.
           const { rows } = await c.query<{ changed: string; missing: string; intents: string }>(
             `select count(*) as changed,
@@ -305,9 +375,10 @@ async function main(): Promise<number> {
         .map((x) => x.toFixed(2))
         .join(" ")}`,
     );
-    console.log(
-      `  fold (the service's side, wall time of fold_intent_journal() calls, median of runs): ${median(foldUs).toFixed(0)} µs per intent`,
-    );
+    if (foldUs.length > 0)
+      console.log(
+        `  fold (the service's side, wall time of fold_intent_journal() calls, median of runs): ${median(foldUs).toFixed(0)} µs per intent`,
+      );
     console.log(`  intents missing: ${missing}`);
     console.log(`  goal ${ratio >= GOAL && missing === 0 ? "met" : "MISSED"}`);
     return missing === 0 ? 0 : 1;

@@ -161,7 +161,9 @@ begin
      order by l.user_id, l.task_type
     -- A newer intent coalesces into the user's active one of the same task. If a worker holds it,
     -- the row goes back to pending, which fences the holder: its completion is refused and the row
-    -- is processed again with the newest state.
+    -- is processed again with the newest state. A retry_wait row becomes due now. A pending row is
+    -- due already and no worker holds it, so it is left as it is (no new row version): it keeps the
+    -- reason of the intent that made it pending (workers read the App's rows, not the payload).
     on conflict (dedup_key) where status in ('pending', 'leased', 'retry_wait')
     do update set payload_json = excluded.payload_json,
                   status = 'pending',
@@ -170,6 +172,7 @@ begin
                   locked_until = null,
                   lease_token = null,
                   updated_at = now()
+             where q.status <> 'pending'
     returning 1
   )
   select count(*) into v_taken from taken;

@@ -116,7 +116,8 @@ test("returning to active records (or coalesces into) contact.map_or_create", as
   const rows = await queueRows(db.pool, u.id);
   const maps = rows.filter((r) => r.task_type === "contact.map_or_create");
   t.is(maps.length, 1, "the pending map_or_create absorbed the reactivation");
-  t.is(maps[0]?.payload_json.reason, "identity_reactivated");
+  // A pending row is due and unheld: the fold leaves it as it is, with the reason that made it pending.
+  t.is(maps[0]?.payload_json.reason, "profile_created");
   t.is(rows.filter((r) => r.task_type === "contact.deactivate").length, 1);
 });
 
