@@ -1,5 +1,5 @@
 --! Previous: sha1:0c1e1170865f88034023e8884dd44a644d92502a
---! Hash: sha1:5cd659cea76cf8edad33a096db2dc0ac574b1e46
+--! Hash: sha1:7699d6e886d518890d4fa30b3bb17e15e5cb1848
 --! Message: intent-journal
 
 -- The App's intents go into a journal (issue 14, bench:trigger; docs/performance.md, "Intent writes,
@@ -212,7 +212,7 @@ begin
   return v_taken;
 end $$;
 comment on function bitrix_sync.fold_intent_journal(integer, boolean) is
-  'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced). One folder at a time (advisory lock 727014/3): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
+  'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (advisory lock 727014/3): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
 
 -- The intake watch (advisory lock 727014/1) and who takes it (727014/2): see watch_intake().
 create or replace function bitrix_sync.watch_intake() returns boolean
