@@ -1,5 +1,5 @@
---! Previous: sha1:0c1e1170865f88034023e8884dd44a644d92502a
---! Hash: sha1:7699d6e886d518890d4fa30b3bb17e15e5cb1848
+--! Previous: sha1:1276c068ae9afbf1a32f9e39971228f189a41b06
+--! Hash: sha1:19a9c9a9f22548767cc3290c89675fdc58fbe712
 --! Message: intent-journal
 
 -- The App's intents go into a journal (issue 14, bench:trigger; docs/performance.md, "Intent writes,

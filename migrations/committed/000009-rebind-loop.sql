@@ -1,5 +1,5 @@
---! Previous: sha1:224a8c3ff7ecac91f17a4e6373bdb3302da4f6a3
---! Hash: sha1:62e0b2cbfb1bca3c3a040abd37ecf934dbcadb9b
+--! Previous: sha1:6fb0bfbc792503422bbba6e28911046860737e62
+--! Hash: sha1:600c97259e1d161530c7dccb3392901cbcae4530
 --! Message: rebind-loop
 
 -- The operator's loop, rebind and parked workflows (issue 11): a contact.rebind that always finishes
