@@ -213,11 +213,16 @@ test.serial(
         return rows[0]?.status === "processed" ? rows[0] : null;
       });
       t.is(inbox.outcome, "applied");
-      // An operator's forced reconciliation run: a trace of its own.
-      await db.pool.query(`select graphile_worker.add_job('reconcile_contacts', '{"force": true}'::json)`);
+      // An operator's forced reconciliation run: a trace of its own. A scheduled run may already have
+      // finished before the rename; wait for one that started after the forced job was queued.
+      const { rows: queued } = await db.pool.query<{ at: Date }>(
+        `select now() as at from graphile_worker.add_job('reconcile_contacts', '{"force": true}'::json)`,
+      );
       await waitFor(async () => {
         const { rows } = await db.pool.query(
-          "select 1 from bitrix_sync.reconciliation_cursors where job_type = 'contacts' and last_run_status = 'succeeded'",
+          `select 1 from bitrix_sync.reconciliation_cursors
+            where job_type = 'contacts' and last_run_status = 'succeeded' and last_run_started_at >= $1`,
+          [queued[0]?.at],
         );
         return rows.length > 0;
       });
@@ -301,9 +306,10 @@ test.serial(
       batchOf(t, spans, process);
 
       // Reconciliation: a root span; its CRM batches and their HTTP calls are its children.
-      const run = named(spans, "bitrix_sync.reconcile.run").find(
-        (s) => s.attributes["bitrix_sync.reconcile.job"] === "contacts",
-      );
+      // The forced run: the last contacts run (an earlier scheduled one may have scanned nothing yet).
+      const run = named(spans, "bitrix_sync.reconcile.run")
+        .filter((s) => s.attributes["bitrix_sync.reconcile.job"] === "contacts")
+        .at(-1);
       if (!run) return t.fail("no reconciliation run span");
       t.is(run.parentSpanId, "");
       t.is(run.attributes["bitrix_sync.outcome"], "succeeded");
