@@ -237,8 +237,10 @@ comment on function bitrix_sync.tg_workflow_instances__close_rebind_request() is
 drop trigger if exists _300_close_rebind_request on bitrix_sync.workflow_instances;
 create trigger _300_close_rebind_request after update of state on bitrix_sync.workflow_instances
   for each row
-  when (new.workflow_type = 'contact.rebind' and new.state in ('succeeded', 'failed', 'cancelled')
-        and old.state not in ('succeeded', 'failed', 'cancelled'))
+  -- Written compactly (text arrays, not IN lists over varchar): PostgreSQL reads a trigger's WHEN
+  -- from its stored form for every UPDATE statement on the table (docs/performance.md).
+  when (new.workflow_type::text = 'contact.rebind' and new.state::text = any ('{succeeded,failed,cancelled}'::text[])
+        and old.state::text <> all ('{succeeded,failed,cancelled}'::text[]))
   execute function bitrix_sync.tg_workflow_instances__close_rebind_request();
 comment on trigger _300_close_rebind_request on bitrix_sync.workflow_instances is
   'Closes the rebind request of a contact.rebind workflow that finished without complete_rebind (§5.4, issue 11).';

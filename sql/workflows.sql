@@ -142,8 +142,9 @@ comment on function bitrix_sync.tg_workflow_instances__start_held_intent() is
 drop trigger if exists _400_start_held_intent on bitrix_sync.workflow_instances;
 create trigger _400_start_held_intent after update of state on bitrix_sync.workflow_instances
   for each row
-  when (new.held_intent_type is not null and new.state in ('succeeded', 'failed', 'cancelled')
-        and old.state not in ('succeeded', 'failed', 'cancelled'))
+  -- Written compactly, as _300_close_rebind_request's (sql/rebind.sql).
+  when (new.held_intent_type is not null and new.state::text = any ('{succeeded,failed,cancelled}'::text[])
+        and old.state::text <> all ('{succeeded,failed,cancelled}'::text[]))
   execute function bitrix_sync.tg_workflow_instances__start_held_intent();
 comment on trigger _400_start_held_intent on bitrix_sync.workflow_instances is
   'Starts the App intent held during a rebind once the rebind has finished (after _300_close_rebind_request).';

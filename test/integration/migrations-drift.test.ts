@@ -89,6 +89,7 @@ const RELEASED = [
   "000015-intent-writes.sql",
   "000017-engine-round-two.sql",
   "000018-step-groups.sql",
+  "000019-intent-journal.sql",
 ];
 
 for (const last of RELEASED) {

@@ -25,7 +25,10 @@ async function checkedCommandTypes(): Promise<string[]> {
   );
   if (rows.length !== 1) throw new Error(`expected one CHECK on command_type, found ${rows.length}`);
   const def = rows[0]?.def ?? "";
-  // e.g. CHECK (((command_type)::text = ANY ((ARRAY['contact.read'::character varying, ...])::text[])))
+  // CHECK (((command_type)::text = ANY ('{contact.find_by_phone,...}'::text[]))) since migration 000020;
+  // before it, ANY ((ARRAY['contact.read'::character varying, ...])::text[]).
+  const list = /'\{([^}']*)\}'::text\[\]/.exec(def);
+  if (list) return (list[1] ?? "").split(",").sort();
   return [...def.matchAll(/'([^']+)'::/g)].map((m) => m[1] ?? "").sort();
 }
 
