@@ -10,6 +10,7 @@
 // Env: BENCH_USERS (default 3000), BENCH_MODE (unlimited | ceiling | both, default both),
 // BENCH_HISTORY (users already linked before the run, default 0: an empty installation),
 // BENCH_SETUP_SQL (SQL applied after the migrations: a variant), BENCH_TOP (statements listed),
+// BENCH_TOP_WIDTH (characters of each statement's text printed, default 110),
 // BENCH_DATABASE_URL (an existing server instead of the embedded one).
 import {
   type BenchRig,
@@ -65,7 +66,7 @@ async function backlogRun(rig: BenchRig): Promise<{ seconds: number; commands: n
         `${reading.calls === undefined ? "?" : (reading.calls / commands).toFixed(1)} statements per command`,
     );
   }
-  printTop(reading);
+  printTop(reading, Number(process.env.BENCH_TOP_WIDTH ?? 110));
   await printTopFunctions(rig);
   return { seconds, commands, cpuMs: reading.totalMs };
 }
