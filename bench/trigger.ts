@@ -16,7 +16,7 @@
 //
 // Knobs: BENCH_USERS (default 20000), BENCH_HISTORY (finished intents, default 50000),
 // BENCH_CLIENTS (pgbench clients, default 8), BENCH_SECONDS (per run, default 10), BENCH_ROUNDS
-// (default 5), BENCH_FOLD_MS (pause between folds, default 100; 0: no folder during the runs, one fold
+// (default 9: single rounds spread widely on a shared machine), BENCH_FOLD_MS (pause between folds, default 100; 0: no folder during the runs, one fold
 // after), BENCH_SETUP_SQL (a file applied after the migrations, to measure a variant),
 // PGBENCH (the pgbench binary; else `pgbench` on PATH or /usr/lib/postgresql/*/bin/pgbench).
 import { spawn, spawnSync } from "node:child_process";
@@ -33,7 +33,7 @@ const USERS = Number(process.env.BENCH_USERS ?? 20_000);
 const HISTORY = Number(process.env.BENCH_HISTORY ?? 50_000);
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 8);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
 const FOLD_MS = Number(process.env.BENCH_FOLD_MS ?? 100);
 const GOAL = 0.9;
 
