@@ -16,8 +16,9 @@
 //
 // Knobs: BENCH_USERS (default 20000), BENCH_HISTORY (finished intents, default 50000),
 // BENCH_CLIENTS (pgbench clients, default 8), BENCH_SECONDS (per run, default 10), BENCH_ROUNDS
-// (default 9: single rounds spread widely on a shared machine), BENCH_FOLD_MS (pause between folds, default 100; 0: no folder during the runs, one fold
-// after), BENCH_SETUP_SQL (a file applied after the migrations, to measure a variant),
+// (default 9: single rounds spread widely on a shared machine), BENCH_FOLD_MS (pause between folds,
+// default 100; 0: no folder during the runs, one fold after), BENCH_SETUP_SQL (a file applied after
+// the migrations, to measure a variant),
 // PGBENCH (the pgbench binary; else `pgbench` on PATH or /usr/lib/postgresql/*/bin/pgbench).
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
