@@ -236,7 +236,13 @@ async function main(): Promise<number> {
   if (!settled) settleViolations.push(`open work left ${SETTLE_BOUND_MS / 1000} s after the last fault`);
   say(`settled in ${(settleMs / 1000).toFixed(1)} s after the last fault; checking`);
 
-  const inv = await checkInvariants(pool, emulator, SANDBOX_FIELDS, traffic.rebindPairs);
+  const inv = await checkInvariants(
+    pool,
+    emulator,
+    SANDBOX_FIELDS,
+    traffic.rebindPairs,
+    traffic.managerPhones,
+  );
   const { rows: rebindRows } = await pool.query<{ status: string; outcome: string | null; n: number }>(
     "select status, outcome, count(*)::int as n from bitrix_sync.rebind_requests group by 1, 2 order by 3 desc",
   );
@@ -303,6 +309,7 @@ async function main(): Promise<number> {
     app: traffic.stats.app,
     appFailed: traffic.stats.appFailed,
     crmEdits: traffic.stats.crmEdits,
+    phonesAdded: traffic.stats.phonesAdded,
     rebindRequests: traffic.stats.rebinds,
     rebindOutcomes,
     requests: emulator.log.length,
@@ -344,7 +351,7 @@ async function main(): Promise<number> {
       `  App actions           ${Object.entries(traffic.stats.app)
         .map(([k, n]) => `${k} ${n}`)
         .join(", ")} (refused while the database was away: ${traffic.stats.appFailed})`,
-      `  CRM edits             ${traffic.stats.crmEdits}`,
+      `  CRM edits             ${traffic.stats.crmEdits} (of them, phone numbers a manager added: ${traffic.stats.phonesAdded})`,
       `  rebinds               asked: ${
         Object.entries(traffic.stats.rebinds)
           .map(([k, n]) => `${k} ${n}`)

@@ -66,6 +66,8 @@ export async function checkInvariants(
   fields: Fields,
   /** Contacts of the run's rebinds (a user's previous Contact and its duplicate share a phone). */
   rebindPairs: ReadonlySet<number> = new Set(),
+  /** Numbers a manager added, by Contact: each must still be on its Contact. */
+  managerPhones: ReadonlyMap<number, ReadonlySet<string>> = new Map(),
 ): Promise<CheckResult> {
   const v: string[] = [];
   const contacts = [...emulator.store.contacts.values()];
@@ -127,6 +129,14 @@ export async function checkInvariants(
     if ((u.email ?? null) !== email) v.push(`user ${u.id}: App email differs from Contact ${c.id}`);
     if ((u.citizenship ?? null) !== citizenship)
       v.push(`user ${u.id}: App citizenship differs from Contact ${c.id}`);
+  }
+
+  // A number a person added is never removed or overwritten by the service.
+  for (const [cid, phones] of managerPhones) {
+    const c = byId.get(cid);
+    const on = new Set((c?.phones ?? []).map((x) => phoneKey(x.value)));
+    for (const p of phones)
+      if (!on.has(phoneKey(p))) v.push(`Contact ${cid} lost a phone number a manager added`);
   }
 
   // No Contact serves two active users.

@@ -29,6 +29,8 @@ export interface TrafficStats {
   app: Record<string, number>;
   appFailed: number;
   crmEdits: number;
+  /** Of the CRM edits: numbers a manager added to a linked Contact's phones. */
+  phonesAdded: number;
   webhooks: Record<string, number>;
   /** Rebind requests by what the admin function answered: requested, or the SQLSTATE of a refusal. */
   rebinds: Record<string, number>;
@@ -53,12 +55,25 @@ function pick<T>(xs: readonly T[]): T | undefined {
 
 export class Traffic {
   readonly personal: Personal = { phones: new Set(), names: new Set(), emails: new Set() };
-  readonly stats: TrafficStats = { app: {}, appFailed: 0, crmEdits: 0, webhooks: {}, rebinds: {} };
+  readonly stats: TrafficStats = {
+    app: {},
+    appFailed: 0,
+    crmEdits: 0,
+    phonesAdded: 0,
+    webhooks: {},
+    rebinds: {},
+  };
   /**
    * Contacts a rebind made share a phone with the user's previous Contact (the CRM team's duplicate
    * of the same person): the one-phone-one-Contact check leaves these pairs out.
    */
   readonly rebindPairs = new Set<number>();
+  /**
+   * Numbers a manager added to a Contact, by Contact: the service never removes or overwrites a
+   * number a person added (it overwrites only the number it wrote itself), so each must still be
+   * there when the run has settled.
+   */
+  readonly managerPhones = new Map<number, Set<string>>();
   /** Webhooks held back, delivered after later ones (out of order). */
   private held = new Set<Promise<void>>();
 
@@ -177,14 +192,17 @@ export class Traffic {
     }
   }
 
-  /** A manager edits a Contact the service linked: name, e-mail or citizenship; the robot fires. */
+  /**
+   * A manager edits a Contact the service linked: the name, the e-mail, the citizenship, or adds a
+   * phone number of their own (a new one, next to the App's); the robot fires.
+   */
   async crmStep(): Promise<void> {
     const linked = [...this.emulator.store.contacts.values()].filter(
       (c) => typeof c.uf[this.robot.userIdField] === "string",
     );
     const c = pick(linked);
     if (!c) return;
-    const what = randomInt(0, 3);
+    const what = randomInt(0, 4);
     if (what === 0) {
       const name = `Chaos ${word()}`;
       this.personal.names.add(name);
@@ -193,8 +211,13 @@ export class Traffic {
       const email = `${word().toLowerCase()}@example.test`;
       this.personal.emails.add(email);
       c.emails = [this.emulator.store.newMulti("WORK", email)];
-    } else {
+    } else if (what === 2) {
       c.uf[this.robot.citizenshipField] = (pick(DEFAULT_CITIZENSHIP) ?? { ID: "45" }).ID;
+    } else {
+      const phone = newPhone(this.personal);
+      c.phones = [...c.phones, this.emulator.store.newMulti("WORK", phone)];
+      this.managerPhones.set(c.id, (this.managerPhones.get(c.id) ?? new Set()).add(phone));
+      this.stats.phonesAdded++;
     }
     this.emulator.store.touch(c);
     this.stats.crmEdits++;
