@@ -26,6 +26,8 @@ const LONG = MINUTES >= 10;
 const SETTLE_BOUND_MS = (LONG ? 300 : 90) * 1000;
 const PORTAL_RATE = { drainPerSec: 2, threshold: 50 };
 const MEMBER_ID = "chaos-member-0001";
+/** The smart-process field that carries a business alert's number (alerts.fields.alert_number). */
+const ALERT_NUMBER_FIELD = "ufCrm14_1001";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const token = (prefix: string) => `${prefix}-${randomBytes(24).toString("hex")}`;
@@ -100,6 +102,13 @@ async function main(): Promise<number> {
     "reconcile.lease_sec": 60,
     "reconcile.contacts_interval_sec": 60,
     "reconcile.overlap_sec": 10,
+    // Business alerts are mirrored into the emulator's smart process (src/emulator/store.ts).
+    "alerts.entity_type_id": 1040,
+    "alerts.category_id": 7,
+    "alerts.stage_new": "DT1040_7:NEW",
+    "alerts.stage_resolved": "DT1040_7:SUCCESS",
+    "alerts.stage_closed_without_resolution": "DT1040_7:FAIL",
+    "alerts.fields": { alert_number: ALERT_NUMBER_FIELD, fingerprint: "ufCrm14_1002", type: "ufCrm14_1004" },
   });
   // The service runs as its runtime role (§13), as deployed.
   const runtimePassword = randomBytes(18).toString("base64url");
@@ -183,6 +192,14 @@ async function main(): Promise<number> {
       await sleep(randomInt(300, 1_500));
     }
   })();
+  // The CRM team's duplicate Contacts of a new user's phone: one is linked, a business alert raised.
+  const duplicatesLoop = (async () => {
+    await sleep(10_000);
+    while (trafficOn) {
+      await traffic.duplicateStep();
+      await sleep(randomInt(4_000, 12_000));
+    }
+  })();
   // An operator's rebinds: now and then a linked user is moved to the CRM team's duplicate Contact.
   const opsLoop = (async () => {
     await sleep(15_000); // the first links
@@ -200,7 +217,7 @@ async function main(): Promise<number> {
   await faults.run(chaosEnd);
   trafficOn = false;
   traffic.webhookFaults = false;
-  await Promise.all([appLoop, crmLoop, opsLoop]);
+  await Promise.all([appLoop, crmLoop, duplicatesLoop, opsLoop]);
   await traffic.drain();
   await faults.settleReplicas();
   clearInterval(progress);
@@ -240,8 +257,9 @@ async function main(): Promise<number> {
     pool,
     emulator,
     SANDBOX_FIELDS,
-    traffic.rebindPairs,
+    traffic.sharedPhone,
     traffic.managerPhones,
+    ALERT_NUMBER_FIELD,
   );
   const { rows: rebindRows } = await pool.query<{ status: string; outcome: string | null; n: number }>(
     "select status, outcome, count(*)::int as n from bitrix_sync.rebind_requests group by 1, 2 order by 3 desc",
@@ -310,6 +328,8 @@ async function main(): Promise<number> {
     appFailed: traffic.stats.appFailed,
     crmEdits: traffic.stats.crmEdits,
     phonesAdded: traffic.stats.phonesAdded,
+    alerts: inv.alerts,
+    alertItems: inv.alertItems,
     rebindRequests: traffic.stats.rebinds,
     rebindOutcomes,
     requests: emulator.log.length,
@@ -366,6 +386,7 @@ async function main(): Promise<number> {
         .join(", ")}), ${result.commandsSent} commands, ${addCount} contact.add`,
       `  refusals              ${refusals} (injected ${injected}, by the portal's own limit ${rate.bucketRefusals}); bucket peak ${result.maxBucketLevel}/${PORTAL_RATE.threshold}`,
       `  users                 ${inv.users.active} active, ${inv.users.inactive} inactive; ${inv.contacts} Contacts`,
+      `  business alerts       ${inv.alerts} raised, ${inv.alertItems} smart-process items in the portal`,
       `  duplicates            ${inv.duplicates} (goal 0)`,
       `  lost intents          ${inv.lostIntents} (goal 0)`,
       `  SIGTERM exits         ${faults.sigterms.length}, slowest ${sigtermMax} ms (bound ${SIGTERM_BOUND_MS} ms)`,

@@ -25,6 +25,9 @@ export interface CheckResult {
   users: { active: number; inactive: number };
   contacts: number;
   technicalDeadLetters: number;
+  /** Business alerts raised, and the smart-process items that mirror them. */
+  alerts: number;
+  alertItems: number;
 }
 
 interface UserRow {
@@ -43,6 +46,7 @@ const OPEN = {
   workflows: "state in ('created', 'running', 'waiting_crm', 'waiting_retry')",
   commands: "status in ('pending', 'leased', 'in_flight', 'retry_wait', 'uncertain', 'reconcile')",
   webhooks: "status in ('received', 'coalesced', 'processing', 'retry_wait')",
+  alerts: "crm_sync_status = 'pending'",
 } as const;
 
 /** Rows still open in each machine: all zero means the run has settled. */
@@ -52,7 +56,8 @@ export async function openWork(pool: pg.Pool): Promise<Record<string, number>> {
                + (select count(*) from han_app.sync_queue_journal))::int as queue,
             (select count(*) from bitrix_sync.workflow_instances where ${OPEN.workflows})::int as workflows,
             (select count(*) from bitrix_sync.crm_commands where ${OPEN.commands})::int as commands,
-            (select count(*) from bitrix_sync.webhook_inbox where ${OPEN.webhooks})::int as webhooks`,
+            (select count(*) from bitrix_sync.webhook_inbox where ${OPEN.webhooks})::int as webhooks,
+            (select count(*) from bitrix_sync.business_alerts where ${OPEN.alerts})::int as alerts`,
   );
   return rows[0] ?? {};
 }
@@ -64,10 +69,12 @@ export async function checkInvariants(
   pool: pg.Pool,
   emulator: Emulator,
   fields: Fields,
-  /** Contacts of the run's rebinds (a user's previous Contact and its duplicate share a phone). */
-  rebindPairs: ReadonlySet<number> = new Set(),
+  /** Contacts that share a phone by design (a rebind's pair, the CRM team's duplicates). */
+  sharedPhone: ReadonlySet<number> = new Set(),
   /** Numbers a manager added, by Contact: each must still be on its Contact. */
   managerPhones: ReadonlyMap<number, ReadonlySet<string>> = new Map(),
+  /** The smart-process field that carries an alert's number (alerts.fields.alert_number). */
+  alertNumberField = "ufCrm14_1001",
 ): Promise<CheckResult> {
   const v: string[] = [];
   const contacts = [...emulator.store.contacts.values()];
@@ -139,6 +146,28 @@ export async function checkInvariants(
       if (!on.has(phoneKey(p))) v.push(`Contact ${cid} lost a phone number a manager added`);
   }
 
+  // Every business alert is mirrored into the portal as exactly one smart-process item: an alert.add
+  // whose reply was lost is looked up before it is sent again, never repeated blindly.
+  const { rows: alerts } = await pool.query<{ n: string; item_id: string | null; sync: string }>(
+    "select alert_number::text as n, item_id::text as item_id, crm_sync_status as sync from bitrix_sync.business_alerts",
+  );
+  const itemsOf = new Map<string, number[]>();
+  let alertItems = 0;
+  for (const i of emulator.store.items.values()) {
+    const n = i.uf[alertNumberField];
+    if (n === null || n === undefined) continue;
+    alertItems++;
+    itemsOf.set(String(n), [...(itemsOf.get(String(n)) ?? []), i.id]);
+  }
+  for (const a of alerts) {
+    if (a.sync !== "synced" || a.item_id === null)
+      v.push(`alert ${a.n} is not mirrored (${a.sync}, ${a.item_id === null ? "no item" : "item known"})`);
+    const items = itemsOf.get(a.n) ?? [];
+    if (items.length !== 1) v.push(`alert ${a.n} has ${items.length} items in the portal`);
+    else if (a.item_id !== null && Number(a.item_id) !== items[0])
+      v.push(`alert ${a.n} records item ${a.item_id}, the portal holds ${items[0]}`);
+  }
+
   // No Contact serves two active users.
   const servedBy = new Map<string, number>();
   for (const m of mappings) servedBy.set(m.external_id, (servedBy.get(m.external_id) ?? 0) + 1);
@@ -155,7 +184,7 @@ export async function checkInvariants(
   }
   const byPhone = new Map<string, number[]>();
   for (const c of contacts) {
-    if (rebindPairs.has(c.id)) continue;
+    if (sharedPhone.has(c.id)) continue;
     for (const p of new Set(c.phones.map((x) => phoneKey(x.value)))) {
       byPhone.set(p, [...(byPhone.get(p) ?? []), c.id]);
     }
@@ -208,6 +237,8 @@ export async function checkInvariants(
     users: { active, inactive: users.length - active },
     contacts: contacts.length,
     technicalDeadLetters,
+    alerts: alerts.length,
+    alertItems,
   };
 }
 

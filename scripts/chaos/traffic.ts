@@ -64,10 +64,11 @@ export class Traffic {
     rebinds: {},
   };
   /**
-   * Contacts a rebind made share a phone with the user's previous Contact (the CRM team's duplicate
-   * of the same person): the one-phone-one-Contact check leaves these pairs out.
+   * Contacts that share a phone by design, which the one-phone-one-Contact check leaves out: a
+   * rebind's target and the user's previous Contact (the CRM team's duplicate of the same person),
+   * and the pairs of duplicateStep().
    */
-  readonly rebindPairs = new Set<number>();
+  readonly sharedPhone = new Set<number>();
   /**
    * Numbers a manager added to a Contact, by Contact: the service never removes or overwrites a
    * number a person added (it overwrites only the number it wrote itself), so each must still be
@@ -225,6 +226,29 @@ export class Traffic {
   }
 
   /**
+   * The CRM team's duplicates: two Contacts with one new phone and no user, then a new App user with
+   * that phone. The service links the newer one and raises a duplicate_contacts alert, which it
+   * mirrors into the portal's smart process as an item (an alert.add write, under the run's faults).
+   */
+  async duplicateStep(): Promise<void> {
+    const phone = newPhone(this.personal);
+    const name = `Chaos ${word()}`;
+    this.personal.names.add(name);
+    for (let i = 0; i < 2; i++) {
+      const c = this.emulator.store.createContact({ name, phones: [{ valueType: "MOBILE", value: phone }] });
+      this.sharedPhone.add(c.id);
+    }
+    await this.appTx("user_created_on_duplicates", async (c) => {
+      await c.query(
+        `with u as (insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, 'active') returning id)
+         insert into han_app.client_profile (id, user_id, full_name, record_status) select $3, id, $4, 'active' from u`,
+        [randomUUID(), phone, randomUUID(), name],
+      );
+      return true;
+    });
+  }
+
+  /**
    * An operator rebinds a linked user to the CRM team's duplicate of their Contact: a new Contact in
    * the portal with the same name, phone, e-mail and citizenship, then
    * request_bitrix_contact_rebind as bitrix_sync_admin. A refusal (BS005 to BS007: the user changed
@@ -252,8 +276,8 @@ export class Traffic {
         emails: previous.emails.map((x) => ({ valueType: x.valueType, value: x.value })),
         uf: { [this.robot.citizenshipField]: previous.uf[this.robot.citizenshipField] ?? null },
       });
-      this.rebindPairs.add(previous.id);
-      this.rebindPairs.add(duplicate.id);
+      this.sharedPhone.add(previous.id);
+      this.sharedPhone.add(duplicate.id);
       await c.query("begin");
       await c.query("set local role bitrix_sync_admin");
       await c.query(

@@ -1,6 +1,7 @@
-// The chaos suite's invariant checks (scripts/chaos/checks.ts) on a settled, empty installation and
-// an emulator holding a linked Contact: a phone number a manager added and the service later removed
-// is reported; one still on its Contact is not.
+// The chaos suite's invariant checks (scripts/chaos/checks.ts) on an empty installation and the
+// emulator: a phone number a manager added and the service later removed is reported, one still on
+// its Contact is not; a business alert must be mirrored by exactly one smart-process item. Serial:
+// each test checks the whole installation.
 import test from "ava";
 import { checkInvariants } from "../../scripts/chaos/checks.js";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
@@ -20,7 +21,7 @@ test.after.always(async () => {
   await db?.drop();
 });
 
-test("a number a manager added must still be on its Contact", async (t) => {
+test.serial("a number a manager added must still be on its Contact", async (t) => {
   const contact = emulator.store.createContact({
     name: "Chaos Checkova",
     phones: [
@@ -47,4 +48,35 @@ test("a number a manager added must still be on its Contact", async (t) => {
   );
   t.deepEqual(lost.violations, [`Contact ${contact.id} lost a phone number a manager added`]);
   t.false(lost.violations.join(" ").includes("79990000002"), "the report names no number");
+});
+
+test.serial("a business alert must be mirrored by exactly one smart-process item", async (t) => {
+  const { rows } = await db.pool.query<{ id: string; n: string }>(
+    `select r.id::text as id, r.alert_number::text as n
+       from bitrix_sync.raise_business_alert('duplicate_contacts', 'low', $1, null, null, null, '[]', '{}', null) r`,
+    ["c".repeat(64)],
+  );
+  const alert = rows[0];
+  if (!alert) return t.fail("no alert raised");
+  const check = async () => (await checkInvariants(db.pool, emulator, SANDBOX_FIELDS)).violations;
+
+  const pending = await check();
+  t.true(pending.includes(`alert ${alert.n} is not mirrored (pending, no item)`));
+  t.true(pending.includes(`alert ${alert.n} has 0 items in the portal`));
+  t.true(pending.includes("1 alerts rows not settled"));
+
+  const process = emulator.store.smartProcess(1040);
+  if (!process) return t.fail("the emulator has no smart process 1040");
+  const item = emulator.store.createItem(process, { title: "alert", uf: { ufCrm14_1001: alert.n } });
+  await db.pool.query("select bitrix_sync.record_alert_item($1, $2, $3)", [alert.id, item.id, item.stageId]);
+  await db.pool.query("update bitrix_sync.business_alerts set crm_sync_status = 'synced' where id = $1", [
+    alert.id,
+  ]);
+  const mirrored = await checkInvariants(db.pool, emulator, SANDBOX_FIELDS);
+  t.deepEqual(mirrored.violations, []);
+  t.is(mirrored.alerts, 1);
+  t.is(mirrored.alertItems, 1);
+
+  emulator.store.createItem(process, { title: "alert", uf: { ufCrm14_1001: alert.n } });
+  t.deepEqual(await check(), [`alert ${alert.n} has 2 items in the portal`]);
 });

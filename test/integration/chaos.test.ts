@@ -32,6 +32,7 @@ test("chaos, short mode: replicas killed, database and portal faults, webhook ch
   );
   t.true(Object.keys(r.faults ?? {}).length > 0, "faults were injected");
   t.true(r.contactAdds > 0, "the service created Contacts under the faults");
+  t.true(r.alerts > 0, "business alerts were raised (and checked to be mirrored once each)");
   t.is(r.duplicates, 0);
   t.is(r.lostIntents, 0);
   t.is(r.violations, 0);
