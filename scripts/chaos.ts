@@ -13,7 +13,14 @@ import { SANDBOX_FIELDS } from "../src/config/env.js";
 import { type EmbeddedServer, startEmbedded } from "../src/db/embedded.js";
 import { migrateDatabase } from "../src/db/migrate.js";
 import { startEmulator } from "../src/emulator/server.js";
-import { checkInvariants, checkOutput, checkRate, historyOf, openWork } from "./chaos/checks.js";
+import {
+  ALERT_NUMBER_FIELD,
+  checkInvariants,
+  checkOutput,
+  checkRate,
+  historyOf,
+  openWork,
+} from "./chaos/checks.js";
 import { Faults, SIGTERM_BOUND_MS } from "./chaos/faults.js";
 import { Replica } from "./chaos/replicas.js";
 import { Traffic } from "./chaos/traffic.js";
@@ -26,8 +33,6 @@ const LONG = MINUTES >= 10;
 const SETTLE_BOUND_MS = (LONG ? 300 : 90) * 1000;
 const PORTAL_RATE = { drainPerSec: 2, threshold: 50 };
 const MEMBER_ID = "chaos-member-0001";
-/** The smart-process field that carries a business alert's number (alerts.fields.alert_number). */
-const ALERT_NUMBER_FIELD = "ufCrm14_1001";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const token = (prefix: string) => `${prefix}-${randomBytes(24).toString("hex")}`;
@@ -259,7 +264,6 @@ async function main(): Promise<number> {
     SANDBOX_FIELDS,
     traffic.sharedPhone,
     traffic.managerPhones,
-    ALERT_NUMBER_FIELD,
   );
   const { rows: rebindRows } = await pool.query<{ status: string; outcome: string | null; n: number }>(
     "select status, outcome, count(*)::int as n from bitrix_sync.rebind_requests group by 1, 2 order by 3 desc",

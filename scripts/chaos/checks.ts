@@ -8,6 +8,9 @@ import { DEFAULT_CITIZENSHIP, phoneKey, type StoredContact } from "../../src/emu
 import type { Window } from "./faults.js";
 import type { Personal } from "./traffic.js";
 
+/** The smart-process field the chaos run maps alerts.fields.alert_number to. */
+export const ALERT_NUMBER_FIELD = "ufCrm14_1001";
+
 export interface Fields {
   userId: string;
   registered: string;
@@ -74,7 +77,7 @@ export async function checkInvariants(
   /** Numbers a manager added, by Contact: each must still be on its Contact. */
   managerPhones: ReadonlyMap<number, ReadonlySet<string>> = new Map(),
   /** The smart-process field that carries an alert's number (alerts.fields.alert_number). */
-  alertNumberField = "ufCrm14_1001",
+  alertNumberField = ALERT_NUMBER_FIELD,
 ): Promise<CheckResult> {
   const v: string[] = [];
   const contacts = [...emulator.store.contacts.values()];

@@ -124,21 +124,25 @@ export class Traffic {
     return rows[0];
   }
 
+  /** A new App user: identity and profile in one statement, counted as `kind`. */
+  private async createUser(kind: string, phone: string, name: string): Promise<void> {
+    await this.appTx(kind, async (c) => {
+      await c.query(
+        `with u as (insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, 'active') returning id)
+         insert into han_app.client_profile (id, user_id, full_name, record_status) select $3, id, $4, 'active' from u`,
+        [randomUUID(), phone, randomUUID(), name],
+      );
+      return true;
+    });
+  }
+
   /** One App action, chosen at random with the run's mix. */
   async appStep(): Promise<void> {
     const r = randomInt(0, 100);
     if (r < 35) {
       const name = `Chaos ${word()}`;
       this.personal.names.add(name);
-      const phone = newPhone(this.personal);
-      await this.appTx("user_created", async (c) => {
-        await c.query(
-          `with u as (insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, 'active') returning id)
-           insert into han_app.client_profile (id, user_id, full_name, record_status) select $3, id, $4, 'active' from u`,
-          [randomUUID(), phone, randomUUID(), name],
-        );
-        return true;
-      });
+      await this.createUser("user_created", newPhone(this.personal), name);
     } else if (r < 55) {
       const phone = newPhone(this.personal);
       await this.appTx("phone_changed", async (c) => {
@@ -238,14 +242,7 @@ export class Traffic {
       const c = this.emulator.store.createContact({ name, phones: [{ valueType: "MOBILE", value: phone }] });
       this.sharedPhone.add(c.id);
     }
-    await this.appTx("user_created_on_duplicates", async (c) => {
-      await c.query(
-        `with u as (insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, 'active') returning id)
-         insert into han_app.client_profile (id, user_id, full_name, record_status) select $3, id, $4, 'active' from u`,
-        [randomUUID(), phone, randomUUID(), name],
-      );
-      return true;
-    });
+    await this.createUser("user_created_on_duplicates", phone, name);
   }
 
   /**

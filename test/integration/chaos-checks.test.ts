@@ -3,7 +3,7 @@
 // its Contact is not; a business alert must be mirrored by exactly one smart-process item. Serial:
 // each test checks the whole installation.
 import test from "ava";
-import { checkInvariants } from "../../scripts/chaos/checks.js";
+import { ALERT_NUMBER_FIELD, checkInvariants } from "../../scripts/chaos/checks.js";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { type Emulator, startEmulator } from "../../src/emulator/server.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -67,7 +67,7 @@ test.serial("a business alert must be mirrored by exactly one smart-process item
 
   const process = emulator.store.smartProcess(1040);
   if (!process) return t.fail("the emulator has no smart process 1040");
-  const item = emulator.store.createItem(process, { title: "alert", uf: { ufCrm14_1001: alert.n } });
+  const item = emulator.store.createItem(process, { title: "alert", uf: { [ALERT_NUMBER_FIELD]: alert.n } });
   await db.pool.query("select bitrix_sync.record_alert_item($1, $2, $3)", [alert.id, item.id, item.stageId]);
   await db.pool.query("update bitrix_sync.business_alerts set crm_sync_status = 'synced' where id = $1", [
     alert.id,
@@ -77,6 +77,6 @@ test.serial("a business alert must be mirrored by exactly one smart-process item
   t.is(mirrored.alerts, 1);
   t.is(mirrored.alertItems, 1);
 
-  emulator.store.createItem(process, { title: "alert", uf: { ufCrm14_1001: alert.n } });
+  emulator.store.createItem(process, { title: "alert", uf: { [ALERT_NUMBER_FIELD]: alert.n } });
   t.deepEqual(await check(), [`alert ${alert.n} has 2 items in the portal`]);
 });
