@@ -1,9 +1,9 @@
 // `npm run chaos`: N replicas of the real service (CHAOS_REPLICAS, default 3) on one PostgreSQL
 // database and one emulated portal, under App and CRM traffic, with faults injected at random for
-// CHAOS_MINUTES (default 1); then the faults stop, the run settles (with one reconciliation run) and
-// the invariants of docs/reliability.md are checked against the portal's final state. Prints the
-// figures; exits 1 on any violation. The database is always an embedded PostgreSQL of the run's own
-// (it restarts it), never a shared server.
+// CHAOS_MINUTES (default 1); then the faults stop, the run settles (with one reconciliation run of
+// the Contacts and one of the open alerts) and the invariants of docs/reliability.md are checked
+// against the portal's final state. Prints the figures; exits 1 on any violation. The database is
+// always an embedded PostgreSQL of the run's own (it restarts it), never a shared server.
 import { randomBytes, randomInt } from "node:crypto";
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -15,6 +15,7 @@ import { migrateDatabase } from "../src/db/migrate.js";
 import { startEmulator } from "../src/emulator/server.js";
 import {
   ALERT_NUMBER_FIELD,
+  ALERT_PROCESS,
   checkInvariants,
   checkOutput,
   checkRate,
@@ -108,12 +109,14 @@ async function main(): Promise<number> {
     "reconcile.contacts_interval_sec": 60,
     "reconcile.overlap_sec": 10,
     // Business alerts are mirrored into the emulator's smart process (src/emulator/store.ts).
-    "alerts.entity_type_id": 1040,
+    "alerts.entity_type_id": ALERT_PROCESS.entityTypeId,
     "alerts.category_id": 7,
-    "alerts.stage_new": "DT1040_7:NEW",
-    "alerts.stage_resolved": "DT1040_7:SUCCESS",
-    "alerts.stage_closed_without_resolution": "DT1040_7:FAIL",
+    "alerts.stage_new": ALERT_PROCESS.stages.open[0],
+    "alerts.stage_resolved": ALERT_PROCESS.stages.resolved,
+    "alerts.stage_closed_without_resolution": ALERT_PROCESS.stages.closed,
     "alerts.fields": { alert_number: ALERT_NUMBER_FIELD, fingerprint: "ufCrm14_1002", type: "ufCrm14_1004" },
+    // Open alerts are polled every minute (the least allowed): the repair of a lost alert webhook.
+    "alerts.reconcile_interval_sec": 60,
   });
   // The service runs as its runtime role (§13), as deployed.
   const runtimePassword = randomBytes(18).toString("base64url");
@@ -165,6 +168,10 @@ async function main(): Promise<number> {
 
   const traffic = new Traffic(pool, emulator, replicas, {
     token: secrets.BITRIX_SYNC_CONTACT_RECEIVER_TOKEN as string,
+    alertToken: secrets.BITRIX_SYNC_ALERT_RECEIVER_TOKEN as string,
+    alertEntityTypeId: ALERT_PROCESS.entityTypeId,
+    alertStages: ALERT_PROCESS.stages,
+    alertNumberField: ALERT_NUMBER_FIELD,
     portalHost: emulator.host,
     memberId: MEMBER_ID,
     userIdField: SANDBOX_FIELDS.userId,
@@ -205,6 +212,14 @@ async function main(): Promise<number> {
       await sleep(randomInt(4_000, 12_000));
     }
   })();
+  // Managers work the alerts in the portal: an item moved to another stage, resolved or closed.
+  const alertsLoop = (async () => {
+    await sleep(20_000); // the first mirrored alerts
+    while (trafficOn) {
+      await traffic.alertStageStep();
+      await sleep(randomInt(2_000, 6_000));
+    }
+  })();
   // An operator's rebinds: now and then a linked user is moved to the CRM team's duplicate Contact.
   const opsLoop = (async () => {
     await sleep(15_000); // the first links
@@ -222,14 +237,15 @@ async function main(): Promise<number> {
   await faults.run(chaosEnd);
   trafficOn = false;
   traffic.webhookFaults = false;
-  await Promise.all([appLoop, crmLoop, duplicatesLoop, opsLoop]);
+  await Promise.all([appLoop, crmLoop, duplicatesLoop, alertsLoop, opsLoop]);
   await traffic.drain();
   await faults.settleReplicas();
   clearInterval(progress);
   const lastFault = faults.lastFaultEnd;
   say(`faults stopped; settling; load average ${loads()}`);
 
-  // Settle: the open work drains, then one reconciliation run, then the work it started drains.
+  // Settle: the open work drains, then one reconciliation run of each kind, then the work they
+  // started drains.
   const idle = async () => Object.values(await openWork(pool)).every((n) => n === 0);
   const settleViolations: string[] = [];
   let settled = await waitUntil(idle, SETTLE_BOUND_MS);
@@ -237,22 +253,25 @@ async function main(): Promise<number> {
   const forcedAt = nowRows[0]?.now as Date;
   // A forced run is skipped while a run a killed replica claimed still holds the cursor (until
   // reconcile.lease_sec): ask again every few seconds, as an operator would.
-  let asked = 0;
-  const reconciled = await waitUntil(async () => {
-    if (Date.now() - asked > 5_000) {
-      asked = Date.now();
-      await pool.query(
-        "select graphile_worker.add_job('reconcile_contacts', json_build_object('force', true))",
+  // The alerts' run repairs the alert webhooks that were lost or came before their item was known.
+  for (const job of ["contacts", "alerts"] as const) {
+    let asked = 0;
+    const reconciled = await waitUntil(async () => {
+      if (Date.now() - asked > 5_000) {
+        asked = Date.now();
+        await pool.query("select graphile_worker.add_job($1, json_build_object('force', true))", [
+          `reconcile_${job}`,
+        ]);
+      }
+      const { rows } = await pool.query(
+        `select 1 from bitrix_sync.reconciliation_cursors
+          where job_type = $2 and last_run_status = 'succeeded' and last_run_started_at >= $1`,
+        [forcedAt, job],
       );
-    }
-    const { rows } = await pool.query(
-      `select 1 from bitrix_sync.reconciliation_cursors
-        where job_type = 'contacts' and last_run_status = 'succeeded' and last_run_started_at >= $1`,
-      [forcedAt],
-    );
-    return rows.length > 0;
-  }, SETTLE_BOUND_MS);
-  if (!reconciled) settleViolations.push("the reconciliation run did not finish");
+      return rows.length > 0;
+    }, SETTLE_BOUND_MS);
+    if (!reconciled) settleViolations.push(`the ${job} reconciliation run did not finish`);
+  }
   settled = (await waitUntil(idle, SETTLE_BOUND_MS)) && settled;
   const settleMs = Date.now() - lastFault;
   if (!settled) settleViolations.push(`open work left ${SETTLE_BOUND_MS / 1000} s after the last fault`);
@@ -264,6 +283,8 @@ async function main(): Promise<number> {
     SANDBOX_FIELDS,
     traffic.sharedPhone,
     traffic.managerPhones,
+    ALERT_NUMBER_FIELD,
+    ALERT_PROCESS.stages,
   );
   const { rows: rebindRows } = await pool.query<{ status: string; outcome: string | null; n: number }>(
     "select status, outcome, count(*)::int as n from bitrix_sync.rebind_requests group by 1, 2 order by 3 desc",
@@ -334,6 +355,8 @@ async function main(): Promise<number> {
     phonesAdded: traffic.stats.phonesAdded,
     alerts: inv.alerts,
     alertItems: inv.alertItems,
+    alertMoves: traffic.stats.alertMoves,
+    alertsFinished: inv.alertsFinished,
     rebindRequests: traffic.stats.rebinds,
     rebindOutcomes,
     requests: emulator.log.length,
@@ -390,7 +413,15 @@ async function main(): Promise<number> {
         .join(", ")}), ${result.commandsSent} commands, ${addCount} contact.add`,
       `  refusals              ${refusals} (injected ${injected}, by the portal's own limit ${rate.bucketRefusals}); bucket peak ${result.maxBucketLevel}/${PORTAL_RATE.threshold}`,
       `  users                 ${inv.users.active} active, ${inv.users.inactive} inactive; ${inv.contacts} Contacts`,
-      `  business alerts       ${inv.alerts} raised, ${inv.alertItems} smart-process items in the portal`,
+      `  business alerts       ${inv.alerts} raised, ${inv.alertItems} smart-process items in the portal; items a manager moved: ${
+        Object.entries(traffic.stats.alertMoves)
+          .map(([k, n]) => `to ${k} ${n}`)
+          .join(", ") || "none"
+      }; alerts finished: ${
+        Object.entries(inv.alertsFinished)
+          .map(([k, n]) => `${k} ${n}`)
+          .join(", ") || "none"
+      }`,
       `  duplicates            ${inv.duplicates} (goal 0)`,
       `  lost intents          ${inv.lostIntents} (goal 0)`,
       `  SIGTERM exits         ${faults.sigterms.length}, slowest ${sigtermMax} ms (bound ${SIGTERM_BOUND_MS} ms)`,

@@ -11,6 +11,17 @@ import type { Personal } from "./traffic.js";
 /** The smart-process field the chaos run maps alerts.fields.alert_number to. */
 export const ALERT_NUMBER_FIELD = "ufCrm14_1001";
 
+/** The emulator's alert smart process and its stages, as the chaos run's alerts.* settings name them. */
+export const ALERT_PROCESS = {
+  entityTypeId: 1040,
+  stages: {
+    /** alerts.stage_new first: the stage a new item is created in. */
+    open: ["DT1040_7:NEW", "DT1040_7:PREPARATION"],
+    resolved: "DT1040_7:SUCCESS",
+    closed: "DT1040_7:FAIL",
+  },
+} as const;
+
 export interface Fields {
   userId: string;
   registered: string;
@@ -31,6 +42,8 @@ export interface CheckResult {
   /** Business alerts raised, and the smart-process items that mirror them. */
   alerts: number;
   alertItems: number;
+  /** Alerts no longer open, by status (resolved, closed, remote_missing). */
+  alertsFinished: Record<string, number>;
 }
 
 interface UserRow {
@@ -78,6 +91,8 @@ export async function checkInvariants(
   managerPhones: ReadonlyMap<number, ReadonlySet<string>> = new Map(),
   /** The smart-process field that carries an alert's number (alerts.fields.alert_number). */
   alertNumberField = ALERT_NUMBER_FIELD,
+  /** The alert stages (alerts.stage_*): the open ones, resolved, closed without resolution. */
+  alertStages: { open: readonly string[]; resolved: string; closed: string } = ALERT_PROCESS.stages,
 ): Promise<CheckResult> {
   const v: string[] = [];
   const contacts = [...emulator.store.contacts.values()];
@@ -151,10 +166,17 @@ export async function checkInvariants(
 
   // Every business alert is mirrored into the portal as exactly one smart-process item: an alert.add
   // whose reply was lost is looked up before it is sent again, never repeated blindly.
-  const { rows: alerts } = await pool.query<{ n: string; item_id: string | null; sync: string }>(
-    "select alert_number::text as n, item_id::text as item_id, crm_sync_status as sync from bitrix_sync.business_alerts",
+  const { rows: alerts } = await pool.query<{
+    n: string;
+    item_id: string | null;
+    sync: string;
+    status: string;
+  }>(
+    `select alert_number::text as n, item_id::text as item_id, crm_sync_status as sync, status
+       from bitrix_sync.business_alerts`,
   );
   const itemsOf = new Map<string, number[]>();
+  const alertsFinished: Record<string, number> = {};
   let alertItems = 0;
   for (const i of emulator.store.items.values()) {
     const n = i.uf[alertNumberField];
@@ -169,6 +191,22 @@ export async function checkInvariants(
     if (items.length !== 1) v.push(`alert ${a.n} has ${items.length} items in the portal`);
     else if (a.item_id !== null && Number(a.item_id) !== items[0])
       v.push(`alert ${a.n} records item ${a.item_id}, the portal holds ${items[0]}`);
+    if (a.status !== "open") alertsFinished[a.status] = (alertsFinished[a.status] ?? 0) + 1;
+    // The item's stage and the alert's status agree (§10.3). A terminal stage a manager set finishes
+    // the alert: through the alert webhook, or the alert reconciliation when the webhook was lost or
+    // came before the service knew the item. An alert the service finished (a rebind resolves the
+    // user's conflicts) moves its item to the resolved stage. A manager may still close an item the
+    // service resolved a moment before: a finished alert stays finished, so either terminal stage
+    // goes with either finished status, except that nothing moves a closed alert's item back.
+    const item = items.length === 1 ? emulator.store.items.get(items[0] as number) : undefined;
+    if (!item) continue;
+    const terminal = item.stageId === alertStages.resolved || item.stageId === alertStages.closed;
+    if (terminal && a.status === "open")
+      v.push(`alert ${a.n} is still open; its item ${item.id} is in the terminal stage ${item.stageId}`);
+    else if (!terminal && a.status !== "open")
+      v.push(`alert ${a.n} is ${a.status}; its item ${item.id} is still in the open stage ${item.stageId}`);
+    else if (a.status === "closed" && item.stageId !== alertStages.closed)
+      v.push(`alert ${a.n} is closed; its item ${item.id} is in ${item.stageId}`);
   }
 
   // No Contact serves two active users.
@@ -242,6 +280,7 @@ export async function checkInvariants(
     technicalDeadLetters,
     alerts: alerts.length,
     alertItems,
+    alertsFinished,
   };
 }
 

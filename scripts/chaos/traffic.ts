@@ -1,11 +1,12 @@
 // The chaos run's load: App traffic written the App's way (SQL on han_app tables as han_app_user, in
 // the App's own transactions, so the enqueue trigger records the intents) and CRM traffic (a manager
-// editing Contacts in the portal, then the Contact robot calling a replica's receiver), with robot
-// webhooks lost, duplicated and delivered out of order.
+// editing Contacts or moving alert items in the portal, then the robot calling a replica's contact or
+// alert receiver), with robot webhooks lost, duplicated and delivered out of order.
 import { randomBytes, randomInt, randomUUID } from "node:crypto";
 import type pg from "pg";
 import type { Emulator } from "../../src/emulator/server.js";
 import { DEFAULT_CITIZENSHIP } from "../../src/emulator/store.js";
+import { DOCUMENT_TYPES } from "../../src/inbound/contract.js";
 import type { Replica } from "./replicas.js";
 
 const ignore = (): void => undefined;
@@ -19,6 +20,13 @@ export interface Personal {
 
 export interface RobotIdentity {
   token: string;
+  /** The alert receiver's token (BITRIX_SYNC_ALERT_RECEIVER_TOKEN). */
+  alertToken: string;
+  /** The smart process business alerts are mirrored into, and its stages (alerts.* settings). */
+  alertEntityTypeId: number;
+  alertStages: { open: readonly string[]; resolved: string; closed: string };
+  /** The smart-process field that carries an alert's number (alerts.fields.alert_number). */
+  alertNumberField: string;
   portalHost: string;
   memberId: string;
   userIdField: string;
@@ -31,6 +39,8 @@ export interface TrafficStats {
   crmEdits: number;
   /** Of the CRM edits: numbers a manager added to a linked Contact's phones. */
   phonesAdded: number;
+  /** Alert items a manager moved, by the stage they were moved to (open, resolved, closed). */
+  alertMoves: Record<string, number>;
   webhooks: Record<string, number>;
   /** Rebind requests by what the admin function answered: requested, or the SQLSTATE of a refusal. */
   rebinds: Record<string, number>;
@@ -60,6 +70,7 @@ export class Traffic {
     appFailed: 0,
     crmEdits: 0,
     phonesAdded: 0,
+    alertMoves: {},
     webhooks: {},
     rebinds: {},
   };
@@ -246,6 +257,38 @@ export class Traffic {
   }
 
   /**
+   * A manager works an alert in the portal: moves a mirrored alert's smart-process item that is
+   * still open to another open stage, to the resolved stage or to the closed-without-resolution
+   * one, and the smart process's robot calls the alert receiver (with the run's webhook faults). A
+   * terminal stage must finish the alert (resolved or closed): through the webhook, or through the
+   * alert reconciliation when the webhook was lost or came before the service knew the item.
+   */
+  async alertStageStep(): Promise<void> {
+    const { alertNumberField, alertEntityTypeId, alertStages } = this.robot;
+    const terminal = new Set([alertStages.resolved, alertStages.closed]);
+    const open = [...this.emulator.store.items.values()].filter(
+      (i) =>
+        i.entityTypeId === alertEntityTypeId &&
+        i.uf[alertNumberField] !== null &&
+        i.uf[alertNumberField] !== undefined &&
+        !terminal.has(i.stageId),
+    );
+    const item = pick(open);
+    if (!item) return;
+    const r = randomInt(0, 10);
+    const [kind, stage] =
+      r < 4
+        ? ["resolved", alertStages.resolved]
+        : r < 7
+          ? ["closed", alertStages.closed]
+          : ["open", pick(alertStages.open.filter((s) => s !== item.stageId)) ?? item.stageId];
+    item.stageId = stage;
+    this.emulator.store.touch(item);
+    this.stats.alertMoves[kind] = (this.stats.alertMoves[kind] ?? 0) + 1;
+    await this.robotCall(item.id, "alert");
+  }
+
+  /**
    * An operator rebinds a linked user to the CRM team's duplicate of their Contact: a new Contact in
    * the portal with the same name, phone, e-mail and citizenship, then
    * request_bitrix_contact_rebind as bitrix_sync_admin. A refusal (BS005 to BS007: the user changed
@@ -297,8 +340,8 @@ export class Traffic {
     this.stats.webhooks[kind] = (this.stats.webhooks[kind] ?? 0) + 1;
   }
 
-  /** The robot's call for one edit, with the run's webhook faults. */
-  private async robotCall(contactId: number): Promise<void> {
+  /** The robot's call for one change of a document, with the run's webhook faults. */
+  private async robotCall(contactId: number, receiver: "contact" | "alert" = "contact"): Promise<void> {
     const r = this.webhookFaults ? randomInt(0, 100) : 100;
     if (r < 12) {
       this.countHook("lost");
@@ -306,50 +349,56 @@ export class Traffic {
     }
     if (r < 24) {
       this.countHook("duplicated");
-      await this.deliver(contactId);
-      await this.deliver(contactId);
+      await this.deliver(contactId, receiver);
+      await this.deliver(contactId, receiver);
       return;
     }
     if (r < 36) {
       this.countHook("reordered");
       const p = new Promise<void>((resolve) => setTimeout(resolve, randomInt(1500, 6000)))
-        .then(() => this.deliver(contactId))
+        .then(() => this.deliver(contactId, receiver))
         .finally(() => this.held.delete(p));
       this.held.add(p);
       return;
     }
-    await this.deliver(contactId);
+    await this.deliver(contactId, receiver);
   }
 
-  /** POSTs the robot's form to a running replica; a refusal or no replica is a lost webhook. */
-  private async deliver(contactId: number): Promise<void> {
+  /**
+   * POSTs the robot's form for a Contact, or for a smart-process item to the alert receiver, to a
+   * running replica; a refusal or no replica is a lost webhook.
+   */
+  private async deliver(id: number, receiver: "contact" | "alert" = "contact"): Promise<void> {
     const port = pick(this.replicas.filter((x) => x.port !== null))?.port;
     if (!port) {
       this.countHook("no_replica");
       return;
     }
+    const document =
+      receiver === "contact" ? `CONTACT_${id}` : `DYNAMIC_${this.robot.alertEntityTypeId}_${id}`;
     const body = new URLSearchParams([
       ["document_id[0]", "crm"],
-      ["document_id[1]", "CCrmDocumentContact"],
-      ["document_id[2]", `CONTACT_${contactId}`],
+      ["document_id[1]", DOCUMENT_TYPES[receiver]],
+      ["document_id[2]", document],
       ["auth[domain]", this.robot.portalHost],
       ["auth[client_endpoint]", `https://${this.robot.portalHost}/rest/`],
       ["auth[server_endpoint]", "https://oauth.bitrix24.tech/rest/"],
       ["auth[member_id]", this.robot.memberId],
     ]);
     const query = new URLSearchParams([
-      ["token", this.robot.token],
-      ["ID", String(contactId)],
+      ["token", receiver === "contact" ? this.robot.token : this.robot.alertToken],
+      ["ID", String(id)],
     ]);
     try {
-      const res = await fetch(`http://127.0.0.1:${port}/bitrix/sync/webhook/contact?${query}`, {
+      const res = await fetch(`http://127.0.0.1:${port}/bitrix/sync/webhook/${receiver}?${query}`, {
         method: "POST",
         headers: { "content-type": "application/x-www-form-urlencoded" },
         body: body.toString(),
         signal: AbortSignal.timeout(5_000),
       });
       await res.arrayBuffer();
-      this.countHook(res.status === 200 ? "accepted" : `refused_${res.status}`);
+      const prefix = receiver === "contact" ? "" : "alert_";
+      this.countHook(`${prefix}${res.status === 200 ? "accepted" : `refused_${res.status}`}`);
     } catch {
       this.countHook("unanswered");
     }

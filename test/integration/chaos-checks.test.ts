@@ -1,11 +1,12 @@
 // The chaos suite's invariant checks (scripts/chaos/checks.ts) on an empty installation and the
 // emulator: a phone number a manager added and the service later removed is reported, one still on
-// its Contact is not; a business alert must be mirrored by exactly one smart-process item. Serial:
-// each test checks the whole installation.
+// its Contact is not; a business alert must be mirrored by exactly one smart-process item, and its
+// status must agree with the item's stage. Serial: each test checks the whole installation.
 import test from "ava";
-import { ALERT_NUMBER_FIELD, checkInvariants } from "../../scripts/chaos/checks.js";
+import { ALERT_NUMBER_FIELD, ALERT_PROCESS, checkInvariants } from "../../scripts/chaos/checks.js";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { type Emulator, startEmulator } from "../../src/emulator/server.js";
+import type { StoredItem } from "../../src/emulator/store.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -79,4 +80,55 @@ test.serial("a business alert must be mirrored by exactly one smart-process item
 
   emulator.store.createItem(process, { title: "alert", uf: { [ALERT_NUMBER_FIELD]: alert.n } });
   t.deepEqual(await check(), [`alert ${alert.n} has 2 items in the portal`]);
+});
+
+test.serial("an alert's status must agree with its item's stage", async (t) => {
+  const process = emulator.store.smartProcess(ALERT_PROCESS.entityTypeId);
+  if (!process) return t.fail("the emulator has no alert smart process");
+  const { resolved, closed } = ALERT_PROCESS.stages;
+  // Two mirrored alerts, each with its item in the first open stage.
+  const alerts: Array<{ id: string; n: string; item: StoredItem }> = [];
+  for (const fingerprint of ["d".repeat(64), "e".repeat(64)]) {
+    const { rows } = await db.pool.query<{ id: string; n: string }>(
+      `select r.id::text as id, r.alert_number::text as n
+         from bitrix_sync.raise_business_alert('duplicate_contacts', 'low', $1, null, null, null, '[]', '{}', null) r`,
+      [fingerprint],
+    );
+    const a = rows[0];
+    if (!a) return t.fail("no alert raised");
+    const item = emulator.store.createItem(process, { title: "alert", uf: { [ALERT_NUMBER_FIELD]: a.n } });
+    await db.pool.query("select bitrix_sync.record_alert_item($1, $2, $3)", [a.id, item.id, item.stageId]);
+    await db.pool.query("update bitrix_sync.business_alerts set crm_sync_status = 'synced' where id = $1", [
+      a.id,
+    ]);
+    alerts.push({ ...a, item });
+  }
+  const [first, second] = alerts as [(typeof alerts)[0], (typeof alerts)[0]];
+  // The violations about these two alerts (the test before leaves one of its own).
+  const about = async () =>
+    (await checkInvariants(db.pool, emulator, SANDBOX_FIELDS)).violations.filter(
+      (x) => x.startsWith(`alert ${first.n} `) || x.startsWith(`alert ${second.n} `),
+    );
+  t.deepEqual(await about(), [], "open alerts, items in an open stage");
+
+  // A manager resolved the first item; the service has not seen it yet.
+  first.item.stageId = resolved;
+  t.deepEqual(await about(), [
+    `alert ${first.n} is still open; its item ${first.item.id} is in the terminal stage ${resolved}`,
+  ]);
+  await db.pool.query("select bitrix_sync.finish_business_alert($1, 'resolved', $2)", [first.id, resolved]);
+  t.deepEqual(await about(), [], "the webhook (or the reconciliation) resolved it");
+  // A manager closed it a moment after the service resolved it: a finished alert stays finished.
+  first.item.stageId = closed;
+  t.deepEqual(await about(), []);
+
+  // The second alert finished while its item is still open, then closed with a resolved item.
+  await db.pool.query("select bitrix_sync.finish_business_alert($1, 'closed', $2)", [second.id, closed]);
+  t.deepEqual(await about(), [
+    `alert ${second.n} is closed; its item ${second.item.id} is still in the open stage ${second.item.stageId}`,
+  ]);
+  second.item.stageId = resolved;
+  t.deepEqual(await about(), [`alert ${second.n} is closed; its item ${second.item.id} is in ${resolved}`]);
+  second.item.stageId = closed;
+  t.deepEqual(await about(), []);
 });

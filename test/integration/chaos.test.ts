@@ -28,7 +28,7 @@ test("chaos, short mode: replicas killed, database and portal faults, webhook ch
   t.truthy(line, "the run printed its figures");
   const r = JSON.parse((line ?? "CHAOS_RESULT {}").slice("CHAOS_RESULT ".length));
   t.log(
-    `faults ${JSON.stringify(r.faults)}; requests ${r.requests}; settled in ${r.settleSeconds} s; load average ${r.loadAverage}; wall ${r.wallSeconds} s`,
+    `faults ${JSON.stringify(r.faults)}; requests ${r.requests}; alert items moved ${JSON.stringify(r.alertMoves)}; settled in ${r.settleSeconds} s; load average ${r.loadAverage}; wall ${r.wallSeconds} s`,
   );
   t.true(Object.keys(r.faults ?? {}).length > 0, "faults were injected");
   t.true(r.contactAdds > 0, "the service created Contacts under the faults");
