@@ -44,7 +44,7 @@ export async function refreshAlertItems(
   for (const a of rows) {
     const it = items.get(Number(a.item_id));
     if (!it) {
-      await deps.pool.query("select bitrix_sync.finish_business_alert($1, 'remote_missing')", [a.id]);
+      if (!(await finish(deps, a.id, "remote_missing", null))) continue;
       deps.log.error(
         { event: "alert.remote_missing", alertId: a.id },
         "the smart-process item of an open alert was deleted",
@@ -54,15 +54,36 @@ export async function refreshAlertItems(
       it.stageId &&
       (it.stageId === s.stageResolved || it.stageId === s.stageClosedWithoutResolution)
     ) {
-      await deps.pool.query("select bitrix_sync.finish_business_alert($1, $2, $3)", [
-        a.id,
-        it.stageId === s.stageResolved ? "resolved" : "closed",
-        it.stageId,
-      ]);
-      changed++;
+      const status = it.stageId === s.stageResolved ? "resolved" : "closed";
+      if (await finish(deps, a.id, status, it.stageId)) changed++;
     } else {
       await deps.pool.query("select bitrix_sync.record_alert_item($1, $2, $3)", [a.id, it.id, it.stageId]);
     }
   }
   return changed;
+}
+
+/**
+ * Finishes an alert the read above found open. Another replica's webhook or reconciliation, a
+ * rebind or an admin may have finished it since (BS002: not open): a finished alert stays finished,
+ * so that is not a failure of this refresh, whose other alerts still have to be brought in line.
+ * Returns whether this call finished it.
+ */
+async function finish(
+  deps: ServiceContext,
+  alertId: string,
+  status: "resolved" | "closed" | "remote_missing",
+  stageId: string | null,
+): Promise<boolean> {
+  try {
+    await deps.pool.query("select bitrix_sync.finish_business_alert($1, $2, $3)", [alertId, status, stageId]);
+    return true;
+  } catch (e) {
+    if ((e as { code?: string }).code !== "BS002") throw e;
+    deps.log.debug(
+      { event: "alert.finished_meanwhile", alertId, status },
+      "the alert was finished meanwhile",
+    );
+    return false;
+  }
 }

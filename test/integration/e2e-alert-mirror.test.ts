@@ -298,3 +298,61 @@ test.serial(
     t.like(await cursor(), { last_run_status: "succeeded", lease_token: null });
   },
 );
+
+test.serial(
+  "an alert finished elsewhere while a reconciliation finishes it: the run goes on and brings the others in line",
+  async (t) => {
+    const a = await raise();
+    const b = await raise();
+    const [ma, mb] = [await synced(a.id), await synced(b.id)];
+    // A manager resolved both items; the alerts are still open here.
+    for (const m of [ma, mb]) {
+      const item = rig.emulator.store.items.get(Number(m.item_id));
+      if (!item) return t.fail(`item ${m.item_id} not in the portal`);
+      item.stageId = ALERTS["alerts.stage_resolved"];
+      rig.emulator.store.touch(item);
+    }
+    // Another replica's webhook closes the first alert: its transaction holds the row while the run
+    // has read both alerts as open and is finishing them.
+    const other = await rig.db.pool.connect();
+    try {
+      await other.query("begin");
+      await other.query("select bitrix_sync.finish_business_alert($1, 'closed', $2)", [
+        a.id,
+        ALERTS["alerts.stage_closed_without_resolution"],
+      ]);
+      const { alerts } = rig.runtime.settings.get();
+      const run = reconcileAlerts(rig.runtime.services, alerts, alerts.reconcileIntervalSec, { force: true });
+      await waitFor(async () => {
+        const { rows } = await rig.db.pool.query(
+          `select 1 from pg_stat_activity
+            where wait_event_type = 'Lock' and query like '%finish_business_alert%' and pid <> pg_backend_pid()`,
+        );
+        return rows.length > 0 ? true : null;
+      });
+      await other.query("commit");
+      const r = await run;
+      t.true(r.ran);
+      t.false(r.stopped === true);
+    } finally {
+      other.release();
+    }
+    const status = async (id: string) =>
+      (
+        await one<{ status: string }>(
+          rig.db.pool,
+          "select status from bitrix_sync.business_alerts where id = $1",
+          [id],
+        )
+      ).status;
+    t.is(await status(a.id), "closed", "the other transaction's finish stands");
+    t.is(await status(b.id), "resolved", "the run finished the other alert");
+    t.like(
+      await one(
+        rig.db.pool,
+        "select last_run_status, lease_token from bitrix_sync.reconciliation_cursors where job_type = 'alerts'",
+      ),
+      { last_run_status: "succeeded", lease_token: null },
+    );
+  },
+);
