@@ -21,6 +21,7 @@ import {
   checkRate,
   historyOf,
   openWork,
+  unalertedDuplicates,
 } from "./chaos/checks.js";
 import { Faults, SIGTERM_BOUND_MS } from "./chaos/faults.js";
 import { Replica } from "./chaos/replicas.js";
@@ -286,6 +287,7 @@ async function main(): Promise<number> {
     ALERT_NUMBER_FIELD,
     ALERT_PROCESS.stages,
   );
+  const unalerted = await unalertedDuplicates(pool, traffic.onDuplicates);
   const { rows: rebindRows } = await pool.query<{ status: string; outcome: string | null; n: number }>(
     "select status, outcome, count(*)::int as n from bitrix_sync.rebind_requests group by 1, 2 order by 3 desc",
   );
@@ -301,6 +303,12 @@ async function main(): Promise<number> {
     ),
   ]);
   const history = await historyOf(pool, [...named]);
+  if (unalerted.unexplained.length > 0) {
+    history.push(
+      "users on the CRM team's duplicates without an alert, phone unchanged, never deactivated:",
+      ...(await historyOf(pool, unalerted.unexplained)),
+    );
+  }
   const adds = emulator.log
     .filter((e) => e.commands.includes("crm.contact.add"))
     .map(
@@ -357,6 +365,13 @@ async function main(): Promise<number> {
     alertItems: inv.alertItems,
     alertMoves: traffic.stats.alertMoves,
     alertsFinished: inv.alertsFinished,
+    duplicatesUsers: unalerted.users,
+    duplicatesAlerted: unalerted.alerted,
+    duplicatesUnalerted: {
+      phoneChanged: unalerted.phoneChanged,
+      deactivated: unalerted.deactivated,
+      unexplained: unalerted.unexplained.length,
+    },
     rebindRequests: traffic.stats.rebinds,
     rebindOutcomes,
     requests: emulator.log.length,
@@ -422,6 +437,7 @@ async function main(): Promise<number> {
           .map(([k, n]) => `${k} ${n}`)
           .join(", ") || "none"
       }`,
+      `  users on duplicates   ${unalerted.users}, ${unalerted.alerted} raised an alert; without one: phone changed first ${unalerted.phoneChanged}, deactivated ${unalerted.deactivated}, neither ${unalerted.unexplained.length}`,
       `  duplicates            ${inv.duplicates} (goal 0)`,
       `  lost intents          ${inv.lostIntents} (goal 0)`,
       `  SIGTERM exits         ${faults.sigterms.length}, slowest ${sigtermMax} ms (bound ${SIGTERM_BOUND_MS} ms)`,

@@ -284,6 +284,58 @@ export async function checkInvariants(
   };
 }
 
+/** Users created on the CRM team's duplicates that raised no duplicate_contacts alert, and why. */
+export interface UnalertedDuplicates {
+  users: number;
+  alerted: number;
+  /** Of those without an alert: the App's phone is no longer the duplicates' one. */
+  phoneChanged: number;
+  /** Of those without an alert, phone unchanged: deactivated at some point (an intent says so). */
+  deactivated: number;
+  /** Without an alert and with neither reason: their ids, for the history. */
+  unexplained: string[];
+}
+
+/**
+ * Looks at the users created on the CRM team's duplicates (id -> the duplicates' phone): which raised
+ * a duplicate_contacts alert, and for the others whether the phone changed or the user left before
+ * the first search, which would explain it. Not a check: the phone and the deactivation race the
+ * service fairly. Phones are compared here and never printed.
+ */
+export async function unalertedDuplicates(
+  pool: pg.Pool,
+  onDuplicates: ReadonlyMap<string, string>,
+): Promise<UnalertedDuplicates> {
+  const ids = [...onDuplicates.keys()];
+  const { rows } = await pool.query<{ id: string; phone: string | null; alerted: boolean; left: boolean }>(
+    `select u.id::text as id, u.phone_number as phone,
+            exists (select 1 from bitrix_sync.business_alerts a
+                     where a.alert_type = 'duplicate_contacts' and a.user_id = u.id) as alerted,
+            (u.record_status <> 'active'
+             or exists (select 1 from han_app.client_profile p where p.user_id = u.id and p.record_status <> 'active')
+             or exists (select 1 from han_app.sync_queue q
+                         where q.entity_id = u.id and q.task_type = 'contact.deactivate')
+             or exists (select 1 from bitrix_sync.workflow_instances w
+                         where w.user_id = u.id and w.intent_type = 'contact.deactivate')) as left
+       from han_app.user_identity u where u.id = any($1::uuid[])`,
+    [ids],
+  );
+  const out: UnalertedDuplicates = {
+    users: rows.length,
+    alerted: 0,
+    phoneChanged: 0,
+    deactivated: 0,
+    unexplained: [],
+  };
+  for (const r of rows) {
+    if (r.alerted) out.alerted++;
+    else if (phoneKey(r.phone ?? "") !== phoneKey(onDuplicates.get(r.id) ?? "")) out.phoneChanged++;
+    else if (r.left) out.deactivated++;
+    else out.unexplained.push(r.id);
+  }
+  return out;
+}
+
 /**
  * The history of the users a violation names (workflows and commands: types, states, codes, times;
  * internal IDs only), for finding the cause after a failed run.

@@ -86,6 +86,11 @@ export class Traffic {
    * there when the run has settled.
    */
   readonly managerPhones = new Map<number, Set<string>>();
+  /**
+   * Users created on the CRM team's duplicates, with that phone: each should raise a
+   * duplicate_contacts alert unless its phone changed, or it left, before its first search.
+   */
+  readonly onDuplicates = new Map<string, string>();
   /** Webhooks held back, delivered after later ones (out of order). */
   private held = new Set<Promise<void>>();
 
@@ -102,8 +107,11 @@ export class Traffic {
     this.stats.app[kind] = (this.stats.app[kind] ?? 0) + 1;
   }
 
-  /** One App transaction as han_app_user. A failure is the App's (the database was away): counted. */
-  private async appTx(kind: string, fn: (c: pg.PoolClient) => Promise<boolean>): Promise<void> {
+  /**
+   * One App transaction as han_app_user; true when it committed having done its action. A failure is
+   * the App's (the database was away): counted.
+   */
+  private async appTx(kind: string, fn: (c: pg.PoolClient) => Promise<boolean>): Promise<boolean> {
     let c: pg.PoolClient | null = null;
     try {
       c = await this.pool.connect();
@@ -115,9 +123,11 @@ export class Traffic {
       const did = await fn(c);
       await c.query("commit");
       if (did) this.count(kind);
+      return did;
     } catch {
       this.stats.appFailed++;
       await c?.query("rollback").catch(() => undefined);
+      return false;
     } finally {
       c?.off("error", ignore);
       c?.release(true);
@@ -135,16 +145,21 @@ export class Traffic {
     return rows[0];
   }
 
-  /** A new App user: identity and profile in one statement, counted as `kind`. */
-  private async createUser(kind: string, phone: string, name: string): Promise<void> {
-    await this.appTx(kind, async (c) => {
+  /**
+   * A new App user: identity and profile in one statement, counted as `kind`. Returns its id, or
+   * null when the App's transaction failed.
+   */
+  private async createUser(kind: string, phone: string, name: string): Promise<string | null> {
+    const id = randomUUID();
+    const created = await this.appTx(kind, async (c) => {
       await c.query(
         `with u as (insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, 'active') returning id)
          insert into han_app.client_profile (id, user_id, full_name, record_status) select $3, id, $4, 'active' from u`,
-        [randomUUID(), phone, randomUUID(), name],
+        [id, phone, randomUUID(), name],
       );
       return true;
     });
+    return created ? id : null;
   }
 
   /** One App action, chosen at random with the run's mix. */
@@ -253,7 +268,8 @@ export class Traffic {
       const c = this.emulator.store.createContact({ name, phones: [{ valueType: "MOBILE", value: phone }] });
       this.sharedPhone.add(c.id);
     }
-    await this.createUser("user_created_on_duplicates", phone, name);
+    const id = await this.createUser("user_created_on_duplicates", phone, name);
+    if (id) this.onDuplicates.set(id, phone);
   }
 
   /**
