@@ -1,4 +1,4 @@
-// Migration 000020 (docs/performance.md, "Fourth round"): the CHECKs and trigger WHEN clauses of the
+// Migration 000027 (docs/performance.md, "Fourth round"): the CHECKs and trigger WHEN clauses of the
 // tables the engine and the receivers write one row per statement are stored as text-array
 // comparisons, not as IN lists over varchar (PostgreSQL reads them again for every statement), and
 // they still refuse what they refused before, by the same names.

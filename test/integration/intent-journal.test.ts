@@ -1,4 +1,4 @@
-// The App's intents go through han_app.sync_queue_journal (migration 000019): the trigger appends,
+// The App's intents go through han_app.sync_queue_journal (migration 000026): the trigger appends,
 // bitrix_sync.fold_intent_journal() folds into han_app.sync_queue with the trigger's old rules, every
 // claim folds first, and the status view counts what is not folded yet.
 import test from "ava";

@@ -25,7 +25,7 @@ async function checkedCommandTypes(): Promise<string[]> {
   );
   if (rows.length !== 1) throw new Error(`expected one CHECK on command_type, found ${rows.length}`);
   const def = rows[0]?.def ?? "";
-  // CHECK (((command_type)::text = ANY ('{contact.find_by_phone,...}'::text[]))) (migration 000020)
+  // CHECK (((command_type)::text = ANY ('{contact.find_by_phone,...}'::text[]))) (migration 000027)
   const list = /'\{([^}']*)\}'::text\[\]/.exec(def);
   if (!list) throw new Error(`the CHECK on command_type is not a text-array comparison: ${def}`);
   return (list[1] ?? "").split(",").sort();

@@ -448,7 +448,7 @@ test("a second request while one is open names the open one and how to watch or 
 });
 
 test("the migration's repair closes requests whose workflow had already finished", async (t) => {
-  // What migration 000009 (rebind-loop) runs once: the same function the trigger uses.
+  // What migration 000014 (rebind-loop) runs once: the same function the trigger uses.
   const r = await rebinding();
   await forceRow(db.pool, "bitrix_sync.workflow_instances", r.workflowId, {
     state: "failed",
@@ -458,7 +458,7 @@ test("the migration's repair closes requests whose workflow had already finished
     locked_until: null,
     finished_at: new Date(),
   });
-  t.is((await request(r.requestId)).status, "requested", "forced past the trigger, as before 000009");
+  t.is((await request(r.requestId)).status, "requested", "forced past the trigger, as before 000014");
   await db.pool.query(
     "select bitrix_sync._close_rebind_request(w) from bitrix_sync.workflow_instances w where w.id = $1",
     [r.workflowId],

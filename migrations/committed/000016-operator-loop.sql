@@ -1,5 +1,5 @@
---! Previous: sha1:bd0f1818220be6325bef81930b72bc2d7872d026
---! Hash: sha1:cbe78c938f7916770c7b5c8a0d3611ab5aca896e
+--! Previous: sha1:1851a116b6e46c434741602c6b16f7d177ebf11f
+--! Hash: sha1:90f2274196fac31d330d577087caeb140081a8b1
 --! Message: operator-loop
 
 -- The operator's loop (issue 11): technical dead letters an admin can acknowledge or requeue,

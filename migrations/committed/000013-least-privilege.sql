@@ -1,5 +1,5 @@
---! Previous: sha1:05eadac7253206f3b542aa19561462adc0370838
---! Hash: sha1:6fb0bfbc792503422bbba6e28911046860737e62
+--! Previous: sha1:754bac345ee3146cf69dedde9a77dfbad9941a69
+--! Hash: sha1:224a8c3ff7ecac91f17a4e6373bdb3302da4f6a3
 --! Message: least-privilege
 
 -- Production safety, the database half (issue 10): nothing is claimed before the cutover (the gate
@@ -11,6 +11,16 @@
 -- event's or one receiver's failure no longer fails a receivers' call; one open rebind request per
 -- target Contact.
 set local lock_timeout = '10s';
+
+-- 000012-trace-context was released before the migrations from here to 000017, which were
+-- written against the functions without trace contexts: its new signatures are dropped here and
+-- 000018-trace-context-privileges creates them again, with their privileges. Its columns and CHECKs
+-- stay (000018 keeps them: add column if not exists); a running service of that release calls these
+-- functions, so it is stopped before this migration, as for any other.
+drop function if exists bitrix_sync.start_or_join_workflow(uuid, text, uuid, text, text);
+drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text);
+drop function if exists bitrix_sync.accept_webhooks(text[], integer[], text[], inet[], text[]);
+drop function if exists bitrix_sync._trace_context(text);
 
 -- >>> sql/roles.sql (included)
 -- Roles (§13, DESIGN.md): created NOLOGIN if absent; deployment grants LOGIN and passwords.
@@ -428,7 +438,7 @@ begin
   select * into v_active from bitrix_sync.settings_versions where status = 'active';
   -- Compared as text: jsonb equality already takes 1036.0 for 1036.
   if found and v_active.settings_values::text <> bitrix_sync._normalise_settings(v_active.settings_values)::text then
-    v_version := bitrix_sync.propose_settings('{}'::jsonb, 'migration', 'integer settings stored as int4 (000008)');
+    v_version := bitrix_sync.propose_settings('{}'::jsonb, 'migration', 'integer settings stored as int4 (000013)');
     if jsonb_array_length(bitrix_sync.validate_settings_version(v_version)) = 0 then
       perform bitrix_sync.activate_settings_version(v_version, 'migration');
     end if;

@@ -1,602 +1,353 @@
---! Previous: sha1:1276c068ae9afbf1a32f9e39971228f189a41b06
---! Hash: sha1:19a9c9a9f22548767cc3290c89675fdc58fbe712
---! Message: intent-journal
+--! Previous: sha1:1a85e72d05582d5f647b19ce9c330850aa7f8186
+--! Hash: sha1:87c4b4949293a7bce526706aa8133a206373ac66
+--! Message: intake-batch
 
--- The App's intents go into a journal (issue 14, bench:trigger; docs/performance.md, "Intent writes,
--- second round"): han_app.enqueue_contact_sync() appends one row to han_app.sync_queue_journal, a
--- table with no index, constraint or trigger, instead of an INSERT ... ON CONFLICT into
--- han_app.sync_queue with its five indexes, four CHECKs and state guard. The intent is still written
--- in the App's own transaction. bitrix_sync.fold_intent_journal() coalesces the journal into
--- sync_queue (one row per task and user, a leased row fenced by a newer intent) at the start of
--- every claim_sync_tasks() and perform_cutover(); status_queue counts unfolded intents as pending.
--- A deviation from §6.2 (the trigger writes sync_queue), documented in docs/workflows.md.
+-- Intake takes a claimed batch of intents in one call (issue 14): take_sync_tasks() starts or joins
+-- each intent's workflow and completes its queue row, in one transaction, where the service made
+-- five round trips and one commit per intent. The runtime role may execute it (sql/privileges.sql).
 set local lock_timeout = '10s';
 
--- Append-only hand-off, read whole by one folder at a time: no primary key and no index on purpose
--- (each would cost every App write an index entry), and its rows live until the next claim.
-create table if not exists han_app.sync_queue_journal (
-  task_type text not null,
-  user_id uuid not null,
-  reason text not null,
-  source_updated_at timestamptz,
-  recorded_at timestamptz not null default clock_timestamp()
-) with (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0,
-        autovacuum_vacuum_insert_threshold = 100000);
-comment on table han_app.sync_queue_journal is
-  'Intents recorded by han_app.enqueue_contact_sync() in the App''s transaction and not yet folded into han_app.sync_queue by bitrix_sync.fold_intent_journal() (before every claim). No key or index on purpose: it is appended by the App''s writes and taken whole.';
-comment on column han_app.sync_queue_journal.task_type is 'contact.map_or_create, contact.update or contact.deactivate, as the trigger decided.';
-comment on column han_app.sync_queue_journal.user_id is 'user_identity.id of the user the intent is about.';
-comment on column han_app.sync_queue_journal.reason is 'Why the trigger recorded it (identity_phone_changed, profile_created, ...): the queue payload''s reason.';
-comment on column han_app.sync_queue_journal.source_updated_at is 'updated_at of the App row that fired the trigger.';
-comment on column han_app.sync_queue_journal.recorded_at is 'When the trigger ran (clock time, after the App row''s lock): the queue row''s created_at and first due time.';
+-- >>> sql/workflows.sql (included)
+-- Workflows (§7.1): one active workflow per user; persisted transitions by event name, fenced by
+-- the lease token of the worker stepping the workflow.
 
--- >>> sql/enqueue.sql (included)
--- Enqueue trigger (§6.2): App changes that matter to the CRM become han_app.sync_queue intents in
--- the App's own transaction, so a rolled-back business update leaves no intent behind.
---
--- Lean on the App's writes (issue 14; docs/performance.md, "Intent writes"):
--- - The triggers' WHEN clauses keep every write that changes no tracked field (no-op updates
---   included) out of PL/pgSQL. They are short on purpose: PostgreSQL parses a trigger's WHEN (and a
---   table's CHECK constraints) again for every statement, so a long one costs every App update.
--- - The function only names the intent and appends it to han_app.sync_queue_journal, a table with
---   no index, constraint or trigger: no whole-row JSON, no ON CONFLICT, no state guard on the App's
---   path. The service folds the journal into han_app.sync_queue (fold_intent_journal(), below)
---   before every claim: coalescing per (task, user) and fencing a leased row happen there.
--- - The wake-up NOTIFY is sent only while a sync loop is asleep waiting for intents (it holds the
---   intake watch, bitrix_sync.watch_intake()). PostgreSQL serialises the commits of notifying
---   transactions, so a NOTIFY per App transaction would queue the App's commits one behind the other
---   while the loop is busy anyway; see watch_intake() for why no intent is missed.
+-- Issue 12 added the intent's trace context (a parameter with a default, and the workflow's previous
+-- context in the result): the four-argument form is replaced.
+drop function if exists bitrix_sync.start_or_join_workflow(uuid, text, uuid, text);
 
-create or replace function han_app.enqueue_contact_sync() returns trigger
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+create or replace function bitrix_sync.start_or_join_workflow(
+  p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text,
+  p_trace_context text default null
+) returns table (workflow_id uuid, action text, previous_trace_context text)
+language plpgsql as $$
 declare
-  v_user_id uuid;
-  v_task text;
-  v_reason text;
-  v_subject text := case tg_table_name when 'user_identity' then 'identity' else 'profile' end;
+  v_row bitrix_sync.workflow_instances;
+  v_trace text := bitrix_sync._trace_context(p_trace_context);
 begin
-  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo.
-  if current_setting('han.sync_suppress', true) = 'true' then
-    return null;
-  end if;
-
-  if tg_op = 'INSERT' then
-    if new.record_status <> 'active' then
-      return null;
+  for v_try in 1..3 loop
+    select * into v_row from bitrix_sync.workflow_instances w
+     where w.user_id = p_user_id and w.state not in ('succeeded', 'failed', 'cancelled')
+     for update;
+    if found then
+      -- A rebind is never joined: converging to the App's intent would drop it (issue 11). The
+      -- intent is held on its row, the newest one winning as in a join, and starts as the next
+      -- workflow when the rebind ends (tg_workflow_instances__start_held_intent), so the App change
+      -- is carried out against the mapping the rebind left.
+      if v_row.workflow_type = 'contact.rebind' then
+        if v_row.held_intent_type is not distinct from p_intent_type
+           and v_row.held_content_hash is not distinct from p_content_hash then
+          return query select v_row.id, 'unchanged'::text, v_row.trace_context;
+          return;
+        end if;
+        update bitrix_sync.workflow_instances w
+           set held_intent_type = p_intent_type, held_source_task_id = p_source_task_id,
+               held_content_hash = p_content_hash, held_at = now()
+         where w.id = v_row.id;
+        return query select v_row.id, 'held'::text, v_row.trace_context;
+        return;
+      end if;
+      -- Same intent with the same desired content: nothing new to converge to.
+      if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
+        return query select v_row.id, 'unchanged'::text, v_row.trace_context;
+        return;
+      end if;
+      update bitrix_sync.workflow_instances w
+         set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
+             content_hash = p_content_hash,
+             -- The workflow now converges to this intent: its remaining steps belong to its trace.
+             trace_context = coalesce(v_trace, w.trace_context),
+             -- A workflow parked in waiting_manual may now be fixable by the newer intent
+             -- (manual_resume); a waiting_retry one is due at once.
+             state = case when w.state = 'waiting_manual' then 'running' else w.state end,
+             next_attempt_at = least(w.next_attempt_at, now())
+       where w.id = v_row.id;
+      return query select v_row.id, 'joined'::text, v_row.trace_context;
+      return;
     end if;
-    v_task := 'contact.map_or_create';
-    v_reason := v_subject || '_created';
-  elsif old.record_status = 'active' and new.record_status <> 'active' then
-    v_task := 'contact.deactivate';
-    v_reason := v_subject || '_deactivated';
-  elsif old.record_status <> 'active' and new.record_status = 'active' then
-    v_task := 'contact.map_or_create';
-    v_reason := v_subject || '_reactivated';
-  elsif tg_argv[0] = 'phone' and new.record_status = 'active' then
-    -- Only _500_enqueue_contact_sync_update on user_identity passes 'phone'; its WHEN clause fires
-    -- for a phone_number or record_status that changed (IS DISTINCT FROM), and the status did not
-    -- enter or leave active, so the phone changed.
-    v_task := 'contact.update';
-    v_reason := 'identity_phone_changed';
-  else
-    -- CRM-master fields, foreign_phone, timestamps, no-op updates: nothing.
-    return null;
-  end if;
+    -- The user's last workflow already converged to exactly this content: a semantically equal intent.
+    if p_content_hash is not null and exists (
+         select 1 from bitrix_sync.workflow_instances w
+          where w.id = (select l.id from bitrix_sync.workflow_instances l
+                         where l.user_id = p_user_id order by l.created_at desc limit 1)
+            and w.state = 'succeeded' and w.intent_type = p_intent_type
+            and w.content_hash = p_content_hash) then
+      return query select null::uuid, 'unchanged'::text, null::text;
+      return;
+    end if;
+    begin
+      insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash,
+                                                  trace_context)
+      values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash, v_trace)
+      returning * into v_row;
+    exception when unique_violation then
+      -- Two intents of one user claimed at once: the other call started the workflow first and has
+      -- committed by now (the index waited for it), so look again and join it.
+      if v_try = 3 then
+        raise;
+      end if;
+      continue;
+    end;
+    perform pg_notify('bitrix_sync_workflows', '');
+    return query select v_row.id, 'started'::text, null::text;
+    return;
+  end loop;
+end $$;
+comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text, text) is
+  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step) and the workflow takes the intent''s trace context (W3C traceparent; malformed ones are ignored). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged). An active contact.rebind is not joined: the intent is held on it (action held) and starts when the rebind ends. previous_trace_context is the joined, held or unchanged workflow''s context before the call, for a span link.';
 
-  -- entity_id is always user_identity.id, also for profile rows.
-  if tg_table_name = 'user_identity' then
-    v_user_id := new.id;
-  else
-    v_user_id := (to_jsonb(new) ->> 'user_id')::uuid;
+create or replace function bitrix_sync.take_sync_tasks(
+  p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[],
+  p_trace_contexts text[]
+) returns table (task_id uuid, workflow_id uuid, action text, previous_trace_context text)
+language plpgsql as $$
+declare
+  v_n integer := coalesce(cardinality(p_ids), 0);
+  v_out record;
+begin
+  if coalesce(cardinality(p_lease_tokens), 0) <> v_n or coalesce(cardinality(p_user_ids), 0) <> v_n
+     or coalesce(cardinality(p_intent_types), 0) <> v_n or coalesce(cardinality(p_content_hashes), 0) <> v_n
+     or coalesce(cardinality(p_trace_contexts), 0) <> v_n or v_n > 1000 then
+    raise exception 'take_sync_tasks needs six arrays of one length, at most 1000'
+      using errcode = 'BS004',
+            hint = 'Pass intent ID, lease token, user ID, intent type, content hash and trace context per claimed intent, in claim order.';
   end if;
+  -- In the order given (claim order): a user's later intent joins the workflow its earlier one
+  -- started. Any refusal (a stale lease: BS001) fails the whole call, and the caller takes the
+  -- intents one by one instead.
+  for i in 1 .. v_n loop
+    select * into v_out
+      from bitrix_sync.start_or_join_workflow(p_user_ids[i], p_intent_types[i], p_ids[i], p_content_hashes[i],
+                                              p_trace_contexts[i]);
+    perform bitrix_sync.complete_sync_task(p_ids[i], p_lease_tokens[i]);
+    task_id := p_ids[i];
+    workflow_id := v_out.workflow_id;
+    action := v_out.action;
+    previous_trace_context := v_out.previous_trace_context;
+    return next;
+  end loop;
+end $$;
+comment on function bitrix_sync.take_sync_tasks(uuid[], uuid[], uuid[], text[], text[], text[]) is
+  'Intake of a claimed batch in one call: for each intent, in the order given, start_or_join_workflow() and complete_sync_task() under its lease token, as the caller would one intent per transaction. One row per intent (its workflow, the action, the previous trace context). A stale lease refuses the whole call (BS001); arrays of different lengths or over 1000 elements BS004.';
 
-  -- The intent goes into the journal: one row appended to a table without indexes, constraints to
-  -- re-parse or triggers. bitrix_sync.fold_intent_journal() coalesces it into han_app.sync_queue
-  -- (one active row per task and user; a newer intent takes a leased row back to pending, which
-  -- fences its holder) before every claim, so a worker never looks at the queue without it.
-  insert into han_app.sync_queue_journal (task_type, user_id, reason, source_updated_at)
-  values (v_task, v_user_id, v_reason, new.updated_at);
-
-  -- Wake-up only; workers also poll (§8). The payload names no user. A sync loop asleep on the
-  -- queue holds the intake watch exclusively, so the shared try fails exactly then. Otherwise this
-  -- transaction now holds the watch shared until it ends, and a loop about to fall asleep waits for
-  -- it, then looks at the queue once more (bitrix_sync.watch_intake()).
-  if not pg_try_advisory_xact_lock_shared(727014, 1) then
-    perform pg_notify('bitrix_sync_queue', v_task);
-  end if;
+create or replace function bitrix_sync.tg_workflow_instances__start_held_intent() returns trigger
+language plpgsql as $$
+begin
+  -- The rebind's row has just left the active states, so the one-active-per-user index admits the
+  -- next workflow. A concurrent intake waiting on the row lock finds this one and joins it.
+  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
+  values (new.held_intent_type, new.held_intent_type, new.user_id, new.held_source_task_id, new.held_content_hash);
+  perform pg_notify('bitrix_sync_workflows', '');
   return null;
 end $$;
-comment on function han_app.enqueue_contact_sync() is
-  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
+comment on function bitrix_sync.tg_workflow_instances__start_held_intent() is
+  'AFTER UPDATE OF state trigger: when a workflow holding an App intent (a contact.rebind) finishes, however it finishes, the held intent starts as the user''s next workflow.';
 
--- The triggers: the WHEN clauses keep every write that records nothing out of PL/pgSQL.
-drop trigger if exists _500_enqueue_contact_sync on han_app.user_identity;
-drop trigger if exists _500_enqueue_contact_sync_insert on han_app.user_identity;
-create trigger _500_enqueue_contact_sync_insert
-  after insert on han_app.user_identity
+drop trigger if exists _400_start_held_intent on bitrix_sync.workflow_instances;
+create trigger _400_start_held_intent after update of state on bitrix_sync.workflow_instances
   for each row
-  when (new.record_status = 'active')
-  execute function han_app.enqueue_contact_sync();
-comment on trigger _500_enqueue_contact_sync_insert on han_app.user_identity is
-  'Records contact.map_or_create for an active identity (§6.2).';
+  when (new.held_intent_type is not null and new.state in ('succeeded', 'failed', 'cancelled')
+        and old.state not in ('succeeded', 'failed', 'cancelled'))
+  execute function bitrix_sync.tg_workflow_instances__start_held_intent();
+comment on trigger _400_start_held_intent on bitrix_sync.workflow_instances is
+  'Starts the App intent held during a rebind once the rebind has finished (after _300_close_rebind_request).';
 
-drop trigger if exists _500_enqueue_contact_sync_update on han_app.user_identity;
-create trigger _500_enqueue_contact_sync_update
-  after update of phone_number, record_status on han_app.user_identity
-  for each row
-  when (old.phone_number is distinct from new.phone_number or old.record_status is distinct from new.record_status)
-  execute function han_app.enqueue_contact_sync('phone');
-comment on trigger _500_enqueue_contact_sync_update on han_app.user_identity is
-  'Records contact.update (phone change of an active identity), contact.deactivate (leaving active) or contact.map_or_create (back to active) (§6.2).';
 
-drop trigger if exists _500_enqueue_contact_sync on han_app.client_profile;
-drop trigger if exists _500_enqueue_contact_sync_insert on han_app.client_profile;
-create trigger _500_enqueue_contact_sync_insert
-  after insert on han_app.client_profile
-  for each row
-  when (new.record_status = 'active')
-  execute function han_app.enqueue_contact_sync();
-comment on trigger _500_enqueue_contact_sync_insert on han_app.client_profile is
-  'Records contact.map_or_create for an active profile (§6.2).';
-
-drop trigger if exists _500_enqueue_contact_sync_update on han_app.client_profile;
-create trigger _500_enqueue_contact_sync_update
-  after update of record_status on han_app.client_profile
-  for each row
-  when (old.record_status is distinct from new.record_status)
-  execute function han_app.enqueue_contact_sync();
-comment on trigger _500_enqueue_contact_sync_update on han_app.client_profile is
-  'Records contact.deactivate / contact.map_or_create when the profile leaves or returns to active (§6.2).';
-
--- The journal's fold (advisory lock 727014/3: one folder at a time, so a later fold always carries
--- later intents than an earlier one, and two folders never lock the same queue rows in turn).
-create or replace function bitrix_sync.fold_intent_journal(p_limit integer default 10000, p_wait boolean default false)
-returns integer
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-declare
-  v_taken integer;
-begin
-  if p_limit is null or p_limit < 1 or p_limit > 100000 then
-    raise exception 'a fold takes 1..100000 journal rows, not %', coalesce(p_limit::text, 'null')
-      using errcode = 'BS004', hint = 'Call fold_intent_journal() without arguments, or with a limit in that range.';
-  end if;
-  if p_wait then
-    perform pg_advisory_xact_lock(727014, 3);
-  elsif not pg_try_advisory_xact_lock(727014, 3) then
-    -- Another transaction is folding right now; its rows become visible when it commits.
-    return 0;
-  end if;
-
-  with taken as (
-    -- The journal has no index: the rows are taken as the heap holds them, by their addresses.
-    delete from han_app.sync_queue_journal j
-     where j.ctid = any (array(select s.ctid from han_app.sync_queue_journal s limit p_limit))
-    returning j.task_type, j.user_id, j.reason, j.source_updated_at, j.recorded_at
-  ), latest as (
-    -- One intent per (task, user): the newest says why; the oldest says since when.
-    select distinct on (t.task_type, t.user_id)
-           t.task_type, t.user_id, t.reason, t.source_updated_at,
-           min(t.recorded_at) over (partition by t.task_type, t.user_id) as first_recorded_at
-      from taken t
-     order by t.task_type, t.user_id, t.recorded_at desc
-  ), folded as (
-    -- In user order, the order the step groups and intake batches lock in.
-    insert into han_app.sync_queue as q (task_type, entity_type, entity_id, dedup_key, payload_json, status,
-                                         next_attempt_at, created_at, updated_at)
-    select l.task_type, 'user', l.user_id, l.task_type || ':user:' || l.user_id::text,
-           jsonb_build_object(
-             'schema_version', 1,
-             'user_id', l.user_id,
-             'reason', l.reason,
-             'source_updated_at', to_char(l.source_updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
-           'pending', l.first_recorded_at, l.first_recorded_at, now()
-      from latest l
-     order by l.user_id, l.task_type
-    -- A newer intent coalesces into the user's active one of the same task. If a worker holds it,
-    -- the row goes back to pending, which fences the holder: its completion is refused and the row
-    -- is processed again with the newest state. A retry_wait row becomes due now. A pending row is
-    -- due already and no worker holds it, so it is left as it is (no new row version): it keeps the
-    -- reason of the intent that made it pending (workers read the App's rows, not the payload).
-    on conflict (dedup_key) where status in ('pending', 'leased', 'retry_wait')
-    do update set payload_json = excluded.payload_json,
-                  status = 'pending',
-                  next_attempt_at = least(q.next_attempt_at, now()),
-                  locked_by = null,
-                  locked_until = null,
-                  lease_token = null,
-                  updated_at = now()
-             where q.status <> 'pending'
-    returning 1
-  )
-  select count(*) into v_taken from taken;
-  return v_taken;
-end $$;
-comment on function bitrix_sync.fold_intent_journal(integer, boolean) is
-  'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (advisory lock 727014/3): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
-
--- The intake watch (advisory lock 727014/1) and who takes it (727014/2): see watch_intake().
-create or replace function bitrix_sync.watch_intake() returns boolean
-language plpgsql set lock_timeout = '1s' as $$
-begin
-  -- One sleeper per database is enough: NOTIFY wakes every listener.
-  if not pg_try_advisory_lock(727014, 2) then
-    return false;
-  end if;
-  begin
-    -- Exclusive: waits for the App transactions that recorded an intent without a NOTIFY (they hold
-    -- the watch shared) to end, so the caller's next look at the queue sees their intents. From
-    -- here until unwatch_intake(), every intent NOTIFYs.
-    perform pg_advisory_lock(727014, 1);
-  exception when lock_not_available then
-    -- A long App transaction: give up watching this time; the fallback poll covers it.
-    perform pg_advisory_unlock(727014, 2);
-    return false;
-  end;
-  return true;
-end $$;
-comment on function bitrix_sync.watch_intake() is
-  'Called by a sync loop (on its LISTEN connection) whose intake found nothing, before it sleeps: takes the intake watch (session advisory lock 727014/1, exclusive) after the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs. The caller must look at the queue once more before sleeping, and call unwatch_intake() when it wakes. Returns false (nothing held) when another loop watches or an App transaction holds the watch for over 1 s; the fallback poll covers that.';
-
-create or replace function bitrix_sync.unwatch_intake() returns void
-language sql as $$
-  select pg_advisory_unlock(727014, 1) and pg_advisory_unlock(727014, 2);
-  select null::void;
-$$;
-comment on function bitrix_sync.unwatch_intake() is
-  'A sync loop''s intake is awake again: releases the intake watch taken by watch_intake(), and the App''s intents stop NOTIFYing.';
--- <<< sql/enqueue.sql
--- >>> sql/queue.sql (included)
--- Leases on han_app.sync_queue (§6.1): short claim transactions with FOR UPDATE SKIP LOCKED, a new
--- lease token on every claim, and completion only under the current token (fencing).
-
-create or replace function bitrix_sync._check_code(p_code text) returns void
-language plpgsql immutable as $$
-begin
-  if p_code is null or p_code !~ '^[a-z0-9][a-z0-9_.]{0,63}$' then
-    raise exception 'error code must be a safe snake_case code of at most 64 characters'
-      using errcode = 'BS004',
-            hint = 'Pass a classifier code such as crm_timeout, never raw error text (§9, §16).';
-  end if;
-end $$;
-comment on function bitrix_sync._check_code(text) is
-  'Refuses anything but a safe snake_case error code, so raw text (which may carry PII or secrets) never reaches a row. SQLSTATE BS004.';
-
-create or replace function bitrix_sync._refuse_stale(p_what text, p_id text) returns void
-language plpgsql as $$
-begin
-  raise exception '% % is not held under this lease token', p_what, p_id
-    using errcode = 'BS001',
-          detail = 'The lease expired and another worker reclaimed the row, a newer intent superseded it, or it already moved on.',
-          hint = 'Drop this result: the current holder or the next claim will process the row.';
-end $$;
-comment on function bitrix_sync._refuse_stale(text, text) is
-  'Raises BS001 for a completion that does not present the current lease token (a stale holder).';
-
-create or replace function bitrix_sync.claim_sync_tasks(
+create or replace function bitrix_sync.claim_workflows(
   p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
-) returns setof han_app.sync_queue
+) returns setof bitrix_sync.workflow_instances
 language plpgsql as $$
-declare
-  v_watermark timestamptz;
 begin
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
   end if;
-  -- Nothing is processed before the cutover, and after it only intents recorded since the
-  -- watermark (§17 step 8), also when an expired lease is reclaimed.
-  select c.cutover_watermark into v_watermark from bitrix_sync.cutover c;
-  if v_watermark is null then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
     return;
   end if;
-  -- The App's recorded intents first (han_app.sync_queue_journal). A fold running elsewhere is
-  -- waited for (it is short), so every intent committed before this call is in the queue when the
-  -- claim below looks: the intake watch's "one more look" (watch_intake()) relies on that.
-  perform bitrix_sync.fold_intent_journal(10000, true);
   return query
-  with due as (
-    select q.id, q.next_attempt_at as sort_at from han_app.sync_queue q
-     where q.status in ('pending', 'retry_wait') and q.next_attempt_at <= now()
-       and q.created_at >= v_watermark
-     order by q.next_attempt_at, q.created_at
+  with picked as (
+    select w.id from bitrix_sync.workflow_instances w
+     where w.state in ('created', 'running', 'waiting_retry')
+       and w.next_attempt_at <= now()
+       and (w.lease_token is null or w.locked_until < now())
+     order by w.next_attempt_at, w.created_at
      limit p_limit
      for update skip locked
-  ), expired as (
-    select q.id, q.locked_until as sort_at from han_app.sync_queue q
-     where q.status = 'leased' and q.locked_until < now() and q.created_at >= v_watermark
-     order by q.locked_until
-     limit p_limit
-     for update skip locked
-  ), picked as (
-    select id from (select * from due union all select * from expired) c order by sort_at limit p_limit
   )
-  update han_app.sync_queue q
-     set status = 'leased',
+  update bitrix_sync.workflow_instances w
+     set state = 'running',
+         lease_token = gen_random_uuid(),
          locked_by = left(p_worker, 128),
          locked_until = now() + p_lease,
-         lease_token = gen_random_uuid(),
-         attempt_count = q.attempt_count + 1,
-         updated_at = now()
+         attempt_count = w.attempt_count + 1
     from picked
-   where q.id = picked.id
-  returning q.*;
+   where w.id = picked.id
+  returning w.*;
 end $$;
-comment on function bitrix_sync.claim_sync_tasks(text, integer, interval) is
-  'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover().';
+comment on function bitrix_sync.claim_workflows(text, integer, interval) is
+  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover().';
 
-create or replace function bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval)
-returns han_app.sync_queue
+create or replace function bitrix_sync.fire_workflow_event(
+  p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb default '{}'::jsonb
+) returns bitrix_sync.workflow_instances
 language plpgsql as $$
 declare
-  v_row han_app.sync_queue;
+  v_row bitrix_sync.workflow_instances;
+  v_to text;
+  v_bad text;
 begin
-  update han_app.sync_queue set locked_until = now() + p_lease, updated_at = now()
-   where id = p_id and status = 'leased' and lease_token = p_lease_token
-  returning * into v_row;
+  select * into v_row from bitrix_sync.workflow_instances where id = p_id for update;
   if not found then
-    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+    raise exception 'workflow % does not exist', p_id
+      using errcode = 'BS005', hint = 'Check the workflow id.';
+  end if;
+  if v_row.lease_token is distinct from p_lease_token then
+    perform bitrix_sync._refuse_stale('workflow', p_id::text);
+  end if;
+  select e.to_state into v_to from bitrix_sync.state_edges e
+   where e.machine = 'workflow' and e.from_state = v_row.state and e.event = p_event;
+  if v_to is null then
+    raise exception 'workflow event % is not allowed in state %', p_event, v_row.state
+      using errcode = 'BS002', hint = 'docs/state-machines.md lists the events of each state.';
+  end if;
+  select string_agg(k, ', ') into v_bad from jsonb_object_keys(coalesce(p_changes, '{}'::jsonb)) k
+   where k not in ('current_step', 'step_data', 'contact_id', 'outcome', 'last_error_code', 'next_attempt_at',
+                   'processed_revision');
+  if v_bad is not null then
+    raise exception 'workflow event cannot change %', v_bad
+      using errcode = 'BS004', hint = 'Allowed: current_step, step_data, contact_id, outcome, last_error_code, next_attempt_at, processed_revision.';
+  end if;
+  if p_changes ? 'last_error_code' and p_changes ->> 'last_error_code' is not null then
+    perform bitrix_sync._check_code(p_changes ->> 'last_error_code');
+  end if;
+  if p_changes ? 'outcome' and p_changes ->> 'outcome' is not null then
+    perform bitrix_sync._check_code(p_changes ->> 'outcome');
+  end if;
+
+  update bitrix_sync.workflow_instances w
+     set state = v_to,
+         current_step = coalesce(p_changes ->> 'current_step', w.current_step),
+         step_data = case when p_changes ? 'step_data' then p_changes -> 'step_data' else w.step_data end,
+         contact_id = case when p_changes ? 'contact_id' then p_changes ->> 'contact_id' else w.contact_id end,
+         outcome = case when p_changes ? 'outcome' then p_changes ->> 'outcome' else w.outcome end,
+         last_error_code = case when p_changes ? 'last_error_code' then p_changes ->> 'last_error_code' else w.last_error_code end,
+         next_attempt_at = coalesce((p_changes ->> 'next_attempt_at')::timestamptz,
+                                    case when v_to = 'running' then w.next_attempt_at else now() end),
+         processed_revision = coalesce((p_changes ->> 'processed_revision')::integer, w.processed_revision),
+         -- The lease belongs to a worker stepping a running workflow; any other state releases it.
+         lease_token = case when v_to = 'running' then w.lease_token end,
+         locked_by = case when v_to = 'running' then w.locked_by end,
+         locked_until = case when v_to = 'running' then w.locked_until end,
+         finished_at = case when v_to in ('succeeded', 'failed', 'cancelled') then now() end
+   where w.id = p_id
+  returning * into v_row;
+  if v_to in ('waiting_retry', 'running') then
+    perform pg_notify('bitrix_sync_workflows', '');
   end if;
   return v_row;
 end $$;
-comment on function bitrix_sync.extend_sync_task_lease(uuid, uuid, interval) is
-  'Extends a held lease. Refuses a stale token (BS001).';
+comment on function bitrix_sync.fire_workflow_event(uuid, uuid, text, jsonb) is
+  'Moves a workflow along the edge named p_event from its current state (bitrix_sync.state_edges), applying the allowed changes. The caller must present the current lease token (null when none is held); stale holders get BS001, illegal events BS002.';
 
-create or replace function bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid)
-returns han_app.sync_queue
+create or replace function bitrix_sync.extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval)
+returns bitrix_sync.workflow_instances
 language plpgsql as $$
 declare
-  v_row han_app.sync_queue;
+  v_row bitrix_sync.workflow_instances;
 begin
-  update han_app.sync_queue
-     set status = 'processed', completed_at = now(), locked_by = null, locked_until = null,
-         lease_token = null, updated_at = now()
-   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  update bitrix_sync.workflow_instances set locked_until = now() + p_lease
+   where id = p_id and state = 'running' and lease_token = p_lease_token
   returning * into v_row;
   if not found then
-    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+    perform bitrix_sync._refuse_stale('workflow', p_id::text);
   end if;
   return v_row;
 end $$;
-comment on function bitrix_sync.complete_sync_task(uuid, uuid) is
-  'leased -> processed under the current lease token; a stale holder is refused (BS001).';
+comment on function bitrix_sync.extend_workflow_lease(uuid, uuid, interval) is
+  'Extends the lease of a running workflow. Refuses a stale token (BS001).';
 
-create or replace function bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid)
-returns han_app.sync_queue
+create or replace function bitrix_sync._held_workflow(p_id uuid, p_lease_token uuid)
+returns bitrix_sync.workflow_instances
 language plpgsql as $$
 declare
-  v_row han_app.sync_queue;
+  v_row bitrix_sync.workflow_instances;
 begin
-  update han_app.sync_queue
-     set status = 'pending', locked_by = null, locked_until = null, lease_token = null,
-         attempt_count = greatest(attempt_count - 1, 0), updated_at = now()
-   where id = p_id and status = 'leased' and lease_token = p_lease_token
-  returning * into v_row;
-  if not found then
-    perform bitrix_sync._refuse_stale('sync task', p_id::text);
-  end if;
-  return v_row;
-end $$;
-comment on function bitrix_sync.release_sync_task(uuid, uuid) is
-  'leased -> pending without spending an attempt (shutdown, paused sync). Refuses a stale token (BS001).';
-
-create or replace function bitrix_sync._dead_letter_sync_task_row(p_row han_app.sync_queue, p_error_code text)
-returns han_app.sync_queue
-language plpgsql as $$
-declare
-  v_row han_app.sync_queue;
-begin
-  update han_app.sync_queue
-     set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code, last_error_at = now(),
-         locked_by = null, locked_until = null, lease_token = null, updated_at = now()
-   where id = p_row.id
-  returning * into v_row;
-  -- The intent's first attempt is its arrival: it is claimed as soon as it is due.
-  insert into bitrix_sync.technical_dead_letters
-    (source, source_id, operation, error_code, attempt_count, first_attempt_at, deadline_at)
-  values ('sync_queue', v_row.id::text, v_row.task_type, p_error_code, v_row.attempt_count, v_row.created_at,
-          bitrix_sync._retry_deadline(v_row.created_at));
-  return v_row;
-end $$;
-comment on function bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue, text) is
-  'Internal: moves a held intent to dead_letter and writes its technical DLQ row (first attempt = created_at).';
-
-create or replace function bitrix_sync.retry_sync_task(
-  p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval
-) returns han_app.sync_queue
-language plpgsql as $$
-declare
-  v_row han_app.sync_queue;
-begin
-  perform bitrix_sync._check_code(p_error_code);
-  select * into v_row from han_app.sync_queue
-   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  select * into v_row from bitrix_sync.workflow_instances
+   where id = p_id and state = 'running' and lease_token = p_lease_token
    for update;
   if not found then
-    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+    perform bitrix_sync._refuse_stale('workflow', p_id::text);
   end if;
-  if now() + greatest(p_delay, interval '0') > bitrix_sync._retry_deadline(v_row.created_at) then
-    return bitrix_sync._dead_letter_sync_task_row(v_row, 'retry_horizon_exceeded');
+  return v_row;
+end $$;
+comment on function bitrix_sync._held_workflow(uuid, uuid) is
+  'Internal: the running workflow, locked, when the caller presents its current lease token; otherwise BS001.';
+
+create or replace function bitrix_sync.save_workflow_step(
+  p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text default null
+) returns bitrix_sync.workflow_instances
+language plpgsql as $$
+declare
+  v_row bitrix_sync.workflow_instances;
+begin
+  if p_step_data is null or jsonb_typeof(p_step_data) <> 'object' then
+    raise exception 'step data must be a JSON object'
+      using errcode = 'BS004', hint = 'Pass the workflow''s safe step state (IDs, flags, counts), e.g. ''{"pass": 1}''.';
   end if;
-  update han_app.sync_queue
-     set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'),
-         last_error_code = p_error_code, last_error_at = now(),
-         locked_by = null, locked_until = null, lease_token = null, updated_at = now()
+  if p_current_step is not null and p_current_step !~ '^[a-z][a-z0-9_]{0,63}$' then
+    raise exception 'a step name is a snake_case identifier of at most 64 characters'
+      using errcode = 'BS004', hint = 'Pass the planner''s step name, e.g. find_by_phone.';
+  end if;
+  v_row := bitrix_sync._held_workflow(p_id, p_lease_token);
+  update bitrix_sync.workflow_instances
+     set step_data = p_step_data, current_step = coalesce(p_current_step, current_step)
    where id = p_id
   returning * into v_row;
   return v_row;
 end $$;
-comment on function bitrix_sync.retry_sync_task(uuid, uuid, text, interval) is
-  'leased -> retry_wait after p_delay with a safe error code; when the retry would fall past the horizon (created_at + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead. The returned status says which. Refuses a stale token (BS001).';
+comment on function bitrix_sync.save_workflow_step(uuid, uuid, jsonb, text) is
+  'Persists the step state (and, when given, the step name) of a running workflow without a state change. Fenced by the workflow''s lease token (BS001).';
 
-create or replace function bitrix_sync.dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text)
-returns han_app.sync_queue
+create or replace function bitrix_sync._workflow_first_attempt(p_row bitrix_sync.workflow_instances)
+returns timestamptz
+language sql stable as $$
+  -- Intake starts a workflow as soon as it is created; an admin's requeue starts it over.
+  select coalesce(p_row.requeued_at, p_row.created_at)
+$$;
+comment on function bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances) is
+  'Internal: where a workflow''s retry horizon starts: its last requeue by an admin, else its creation.';
+
+create or replace function bitrix_sync.schedule_workflow_retry(
+  p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval
+) returns bitrix_sync.workflow_instances
 language plpgsql as $$
 declare
-  v_row han_app.sync_queue;
+  v_row bitrix_sync.workflow_instances;
+  v_deadline timestamptz;
 begin
   perform bitrix_sync._check_code(p_error_code);
-  select * into v_row from han_app.sync_queue
-   where id = p_id and status = 'leased' and lease_token = p_lease_token
-   for update;
-  if not found then
-    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  v_row := bitrix_sync._held_workflow(p_id, p_lease_token);
+  v_deadline := bitrix_sync._retry_deadline(bitrix_sync._workflow_first_attempt(v_row));
+  if now() + greatest(p_delay, interval '0') > v_deadline then
+    v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'fail',
+               jsonb_build_object('last_error_code', 'retry_horizon_exceeded', 'outcome', 'failed'));
+    insert into bitrix_sync.technical_dead_letters
+      (source, source_id, workflow_id, operation, error_code, attempt_count, first_attempt_at, deadline_at,
+       correlation_id)
+    values ('workflow', v_row.id::text, v_row.id, v_row.workflow_type, 'retry_horizon_exceeded',
+            v_row.attempt_count, bitrix_sync._workflow_first_attempt(v_row), v_deadline, v_row.correlation_id);
+  else
+    v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'schedule_retry',
+               jsonb_build_object('last_error_code', p_error_code,
+                                  'next_attempt_at', now() + greatest(p_delay, interval '0')));
   end if;
-  return bitrix_sync._dead_letter_sync_task_row(v_row, p_error_code);
-end $$;
-comment on function bitrix_sync.dead_letter_sync_task(uuid, uuid, text) is
-  'leased -> dead_letter and a technical_dead_letters row with the safe code. Refuses a stale token (BS001).';
-
-create or replace function bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text)
-returns han_app.sync_queue
-language plpgsql as $$
-declare
-  v_row han_app.sync_queue;
-begin
-  perform bitrix_sync._check_code(p_reason);
-  update han_app.sync_queue
-     set status = 'cancelled', cancel_reason = p_reason, completed_at = now(),
-         locked_by = null, locked_until = null, lease_token = null, updated_at = now()
-   where id = p_id and status = 'leased' and lease_token = p_lease_token
-  returning * into v_row;
-  if not found then
-    perform bitrix_sync._refuse_stale('sync task', p_id::text);
-  end if;
+  update bitrix_sync.workflow_instances set deadline_at = v_deadline where id = p_id returning * into v_row;
   return v_row;
 end $$;
-comment on function bitrix_sync.cancel_sync_task(uuid, uuid, text) is
-  'leased -> cancelled with a reason code (e.g. user not eligible). Refuses a stale token (BS001).';
--- <<< sql/queue.sql
--- >>> sql/cutover.sql (included)
--- Cutover from the stub to full sync (§17): one watermark; intents recorded before it that were
--- still waiting are cancelled with reason initial_full_sync_cutover. Running it again changes nothing.
--- Until it has run, every claim function returns nothing (the gate below): no replica, CLI worker
--- or psql session can process stub-era intents, whatever its configuration says. Receivers still
--- record webhooks; they wait in the inbox.
-
-create or replace function bitrix_sync.cutover_performed() returns boolean
-language sql stable parallel safe as $$
-  select exists (select 1 from bitrix_sync.cutover)
-$$;
-comment on function bitrix_sync.cutover_performed() is
-  'The processing gate (§17): true once perform_cutover() has run. The claim functions return nothing while it is false; readiness reports cutover_not_performed.';
-
-create or replace function bitrix_sync.perform_cutover(p_actor text)
-returns table (cutover_watermark timestamptz, cancelled_count integer, already_done boolean)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-declare
-  v_row bitrix_sync.cutover;
-  v_count integer;
-begin
-  if p_actor is null or length(btrim(p_actor)) = 0 then
-    raise exception 'cutover needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
-  end if;
-  -- Serialize concurrent callers; the first one wins, the others see its result.
-  perform pg_advisory_xact_lock(hashtext('bitrix_sync.perform_cutover'));
-  select * into v_row from bitrix_sync.cutover;
-  if found then
-    return query select v_row.cutover_watermark, v_row.cancelled_count, true;
-    return;
-  end if;
-  -- Every intent the App has recorded so far into the queue first, so that the cancellation sees it.
-  while bitrix_sync.fold_intent_journal(100000, true) = 100000 loop
-  end loop;
-  with cancelled as (
-    update han_app.sync_queue q
-       set status = 'cancelled', cancel_reason = 'initial_full_sync_cutover', completed_at = now(), updated_at = now(),
-           locked_by = null, locked_until = null, lease_token = null
-     -- leased: held by a worker of a release without the gate; its completion is refused (BS001).
-     where q.status in ('pending', 'retry_wait', 'leased')
-       and q.task_type like 'contact.%'
-       and q.created_at < now()
-    returning 1
-  )
-  select count(*) into v_count from cancelled;
-  insert into bitrix_sync.cutover (cutover_watermark, cancelled_count, performed_by)
-  values (now(), v_count, btrim(p_actor))
-  returning * into v_row;
-  return query select v_row.cutover_watermark, v_row.cancelled_count, false;
-end $$;
-comment on function bitrix_sync.perform_cutover(text) is
-  'Admin entry point (§17 steps 3-4): records cutover_watermark (now), cancels earlier pending/retry_wait/leased contact intents with cancel_reason initial_full_sync_cutover, and opens the processing gate. Idempotent: a second call returns the first result and changes nothing.';
--- <<< sql/cutover.sql
--- >>> sql/status.sql (included)
--- Status views (§14): counts and ages only, never PII, Contact/user IDs or raw errors. Readable by
--- bitrix_sync_admin and used by GET /internal/sync/v1/status and /metrics.
---
--- Each view reads live rows only, through a partial index whose predicate is the view's WHERE
--- (written the same way, so the planner can prove it), never the finished history that retention
--- deletes later: a scrape costs the same with a year of history as with a day
--- (test/integration/status-plans.test.ts).
-
--- Intents the App recorded that no claim has folded yet (han_app.sync_queue_journal) are pending too:
--- a service that stopped folding shows a growing, ageing pending depth.
-create or replace view bitrix_sync.status_queue as
-select g.status, sum(g.count)::bigint as count,
-       extract(epoch from now() - min(g.oldest_at))::bigint as oldest_age_sec
-  from (select q.status, count(*) as count, min(q.created_at) as oldest_at
-          from han_app.sync_queue q
-         where q.status in ('pending', 'leased', 'retry_wait', 'dead_letter')
-         group by q.status
-        union all
-        select 'pending'::varchar(16), count(*), min(j.recorded_at)
-          from han_app.sync_queue_journal j
-        having count(*) > 0) g
- group by g.status;
-comment on view bitrix_sync.status_queue is
-  'han_app.sync_queue depth and oldest age by live status (pending, leased, retry_wait) and dead_letter, with the intents still in han_app.sync_queue_journal counted as pending; processed and cancelled rows are history, not depth.';
-
-create or replace view bitrix_sync.status_workflows as
-select w.workflow_type, w.state, count(*)::bigint as count,
-       extract(epoch from now() - min(w.created_at))::bigint as oldest_age_sec
-  from bitrix_sync.workflow_instances w
- where w.state not in ('succeeded', 'failed', 'cancelled')
- group by w.workflow_type, w.state;
-comment on view bitrix_sync.status_workflows is 'Active workflows by type and state, with the oldest age.';
-
-create or replace view bitrix_sync.status_commands as
-select c.command_type, c.status, count(*)::bigint as count,
-       extract(epoch from now() - min(c.created_at))::bigint as oldest_age_sec
-  from bitrix_sync.crm_commands c
- where c.status <> 'succeeded'
- group by c.command_type, c.status;
-comment on view bitrix_sync.status_commands is 'Unfinished and dead-lettered CRM commands by type and status.';
-
-create or replace view bitrix_sync.status_webhooks as
-select w.receiver, w.status, count(*)::bigint as count,
-       extract(epoch from now() - min(w.received_at))::bigint as oldest_age_sec
-  from bitrix_sync.webhook_inbox w
- where w.status <> 'processed'
- group by w.receiver, w.status;
-comment on view bitrix_sync.status_webhooks is 'Unprocessed webhook inbox rows by receiver and status (webhook lag).';
-
-create or replace view bitrix_sync.status_dead_letters as
-select d.source, d.operation, d.error_code, count(*)::bigint as count,
-       extract(epoch from now() - min(d.created_at))::bigint as oldest_age_sec
-  from bitrix_sync.technical_dead_letters d
- where d.resolved_at is null
- group by d.source, d.operation, d.error_code;
-comment on view bitrix_sync.status_dead_letters is 'Open technical dead letters by source, operation and safe code.';
-
-create or replace view bitrix_sync.status_alerts as
-select a.alert_type, a.severity, count(*)::bigint as open_count,
-       count(*) filter (where a.first_occurred_at < now() - make_interval(hours =>
-         (select (bitrix_sync._active_setting('alerts.sla_hours') #>> '{}')::integer)))::bigint as sla_overdue
-  from bitrix_sync.business_alerts a
- where a.status = 'open'
- group by a.alert_type, a.severity;
-comment on view bitrix_sync.status_alerts is 'Open business alerts by type and severity, with how many are past the SLA.';
-
-create or replace view bitrix_sync.status_alert_mirror as
-select a.crm_sync_status as mirror_status, count(*)::bigint as count,
-       extract(epoch from now() - min(a.updated_at))::bigint as oldest_age_sec
-  from bitrix_sync.business_alerts a
- where a.crm_sync_status <> 'synced'
- group by a.crm_sync_status;
-comment on view bitrix_sync.status_alert_mirror is
-  'Business alerts whose smart-process item is behind: pending (a change not yet sent, e.g. alerts.entity_type_id unset or an unanswered add being looked up) and failed (could not be mirrored; see technical_dead_letters).';
--- Privileges: sql/privileges.sql (the runtime reads it for /metrics and the status endpoint, an
--- admin from psql).
--- <<< sql/status.sql
+comment on function bitrix_sync.schedule_workflow_retry(uuid, uuid, text, interval) is
+  'A step failed: running -> waiting_retry (schedule_retry) due after p_delay; when that falls past the horizon (created_at, or the last requeue, + retry.horizon_sec) -> failed with retry_horizon_exceeded and a technical DLQ row instead. The returned state says which. Fenced by the lease token (BS001).';
+-- <<< sql/workflows.sql
 -- >>> sql/privileges.sql (included)
 -- The privilege catalogue (§13, DESIGN.md "Roles"; issue 10): for every schema, table, view,
 -- sequence and function of the project, what each of the three roles may do, written out, "nothing"
@@ -635,9 +386,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'han_app.sync_queue',
    array['SELECT', 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'],
    array[]::text[], array['SELECT'],
-   'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'),
-  ('table', 'han_app.sync_queue_journal', array['SELECT'], array[]::text[], array['SELECT'],
-   'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'),
+   'Intents appear through the App''s trigger; the runtime moves them through the lease functions and never inserts one.'),
   ('function', 'han_app.enqueue_contact_sync()', array[]::text[], array[]::text[], array[]::text[],
    'Trigger function (security definer): fires for the App''s writes; nobody calls it.'),
 
@@ -775,7 +524,6 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   -- runtime functions: intake and workflows
   ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).'),
-  ('function', 'bitrix_sync.fold_intent_journal(integer,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'),
   ('function', 'bitrix_sync.watch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop takes the intake watch before it sleeps (the App''s intents then NOTIFY).'),
   ('function', 'bitrix_sync.unwatch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop releases the intake watch when it wakes.'),
   ('function', 'bitrix_sync.complete_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
@@ -787,7 +535,6 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
   ('function', 'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
   ('function', 'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
-  ('function', 'bitrix_sync.step_context(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function (the start of a step).'),
   ('function', 'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
   ('function', 'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake.'),
   ('function', 'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake of a claimed batch in one call.'),
@@ -1027,7 +774,6 @@ begin
     execute format('revoke all on %s %s from bitrix_sync_user, bitrix_sync_admin, han_app_user', v_kind, v_row.object_name);
   end loop;
   revoke all on han_app.sync_queue from public;
-  revoke all on han_app.sync_queue_journal from public;
   revoke all on function han_app.enqueue_contact_sync() from public;
 
   for v_row in

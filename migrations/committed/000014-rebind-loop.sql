@@ -1,74 +1,272 @@
---! Previous: sha1:7f5af33d3464314ce2c592355362b11dd4248e8c
---! Hash: sha1:c28caa0eba149ad2fbba3584c32228160fae1c51
---! Message: trace-context
+--! Previous: sha1:224a8c3ff7ecac91f17a4e6373bdb3302da4f6a3
+--! Hash: sha1:62e0b2cbfb1bca3c3a040abd37ecf934dbcadb9b
+--! Message: rebind-loop
 
--- Trace context across the durable queue (issue 12): a W3C traceparent stored with each workflow
--- (the intent that started or last joined it), each CRM command (the step that issued it) and each
--- inbox event (the receiver request that recorded it), set by the SQL functions that create those
--- rows from a new optional parameter. Null when tracing is off.
+-- The operator's loop, rebind and parked workflows (issue 11): a contact.rebind that always finishes
+-- (its request closes with the workflow, whatever ends it), App changes held while a rebind runs
+-- and started after it, a retried clear of the previous Contact that reads it again first, and
+-- audited admin functions to list, resume and cancel parked workflows and to cancel open rebind
+-- requests (docs/admin.md).
 set local lock_timeout = '10s';
 
--- >>> sql/tracing.sql (included)
--- Trace context across the durable queue (issue 12, docs/observability.md): the service stores a W3C
--- traceparent with each workflow, command and inbox event, so work resumed by another loop, process
--- or release is traced under the intent or request that caused it. A context is only ever an
--- optional hint: a malformed one is dropped here instead of failing the write that carries it.
+-- An App intent that arrives while the user's contact.rebind runs is held on the rebind's row and
+-- becomes the next workflow when the rebind ends (sql/workflows.sql).
+alter table bitrix_sync.workflow_instances
+  add column if not exists held_intent_type varchar(32),
+  add column if not exists held_source_task_id uuid,
+  add column if not exists held_content_hash varchar(64),
+  add column if not exists held_at timestamptz;
+-- The columns are new, so every existing row satisfies the constraints below: NOT VALID skips the
+-- scan under an exclusive lock, and new and changed rows are checked all the same.
+alter table bitrix_sync.workflow_instances
+  add constraint workflow_instances_held_intent
+  check (held_intent_type is null
+         or held_intent_type in ('contact.map_or_create', 'contact.update', 'contact.deactivate')) not valid;
+comment on column bitrix_sync.workflow_instances.held_intent_type is
+  'Newest App intent that arrived while this contact.rebind ran; it starts as the next workflow when the rebind ends.';
+comment on column bitrix_sync.workflow_instances.held_source_task_id is
+  'han_app.sync_queue row of the held intent.';
+comment on column bitrix_sync.workflow_instances.held_content_hash is
+  'Content hash of the held intent (as content_hash).';
+comment on column bitrix_sync.workflow_instances.held_at is 'When the held intent last arrived.';
 
-create or replace function bitrix_sync._trace_context(p_traceparent text) returns text
-language sql immutable parallel safe as $$
-  select case
-    when p_traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
-         and substr(p_traceparent, 4, 32) <> repeat('0', 32)
-         and substr(p_traceparent, 37, 16) <> repeat('0', 16)
-    then p_traceparent
-  end
-$$;
-comment on function bitrix_sync._trace_context(text) is
-  'The argument when it is a valid W3C traceparent (version 00, non-zero trace and span ids), else null: what the functions that store a trace context keep.';
--- <<< sql/tracing.sql
+-- What a finished rebind request left in the CRM, and who cancelled it and why.
+alter table bitrix_sync.rebind_requests
+  add column if not exists outcome varchar(64),
+  add column if not exists cancelled_by varchar(128),
+  add column if not exists cancel_reason text;
+-- New columns, as above.
+alter table bitrix_sync.rebind_requests
+  add constraint rebind_requests_outcome_code check (outcome is null or outcome ~ '^[a-z][a-z0-9_]{2,63}$') not valid;
+alter table bitrix_sync.rebind_requests
+  add constraint rebind_requests_cancel_audit
+  check (status = 'cancelled' or (cancel_reason is null and cancelled_by is null)) not valid;
+comment on column bitrix_sync.rebind_requests.outcome is
+  'What the CRM holds when the request finished: rebound, crm_unchanged, target_write_unconfirmed, target_written, target_written_clear_unconfirmed, target_written_previous_cleared (docs/admin.md).';
+comment on column bitrix_sync.rebind_requests.cancelled_by is 'Operator who cancelled the request (cancel_rebind_request).';
+comment on column bitrix_sync.rebind_requests.cancel_reason is 'Why the operator cancelled it (free text written by an admin).';
 
-alter table bitrix_sync.workflow_instances add column if not exists trace_context text;
-alter table bitrix_sync.crm_commands add column if not exists trace_context text;
-alter table bitrix_sync.webhook_inbox add column if not exists trace_context text;
+-- Who did what and why, for every admin function that changes a workflow or a request.
+create table if not exists bitrix_sync.admin_actions (
+  id bigint generated always as identity primary key,
+  action varchar(64) not null check (action ~ '^[a-z][a-z0-9_]{2,63}$'),
+  -- No foreign key: finished workflows may be removed by retention, their audit stays.
+  workflow_id uuid,
+  rebind_request_id uuid references bitrix_sync.rebind_requests (id),
+  decision varchar(32) check (decision is null or decision ~ '^[a-z][a-z0-9_]{1,31}$'),
+  contact_id varchar(128) check (contact_id is null or contact_id ~ '^[1-9][0-9]{0,17}$'),
+  reason text not null check (length(btrim(reason)) between 3 and 500),
+  operator_id varchar(128) not null check (length(btrim(operator_id)) > 0),
+  db_user varchar(128) not null default session_user,
+  performed_at timestamptz not null default now()
+);
+-- A new, empty table: the index builds instantly.
+-- squawk-ignore require-concurrent-index-creation
+create index if not exists admin_actions_workflow_idx on bitrix_sync.admin_actions (workflow_id, performed_at);
+comment on table bitrix_sync.admin_actions is
+  'Audit of the admin functions (resume and cancel of parked workflows, cancel of rebind requests): the action, what it applied to, the operator''s id and reason, the database login. Never deleted.';
+comment on column bitrix_sync.admin_actions.action is 'resume_workflow, cancel_workflow, cancel_rebind_request, ...';
+comment on column bitrix_sync.admin_actions.decision is 'The resume decision: retry, link_contact, create_contact.';
+comment on column bitrix_sync.admin_actions.contact_id is 'The Contact a link_contact decision named.';
+comment on column bitrix_sync.admin_actions.operator_id is 'Who acted (operator identifier, as given).';
+comment on column bitrix_sync.admin_actions.db_user is 'The database login (session_user) that ran the function.';
 
--- The format only, written out rather than through _trace_context(): a CHECK runs with the rights of
--- whoever writes the row, and no role should need a grant on a helper to write these tables. NOT
--- VALID: no scan under the migration's exclusive lock (validating in the same transaction would hold
--- it for the scan). Every existing row has a null context, so nothing unchecked is left; new and
--- updated rows are checked.
-alter table bitrix_sync.workflow_instances drop constraint if exists workflow_instances_trace_context_chk,
-  add constraint workflow_instances_trace_context_chk
-  check (trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$') not valid;
-alter table bitrix_sync.crm_commands drop constraint if exists crm_commands_trace_context_chk,
-  add constraint crm_commands_trace_context_chk
-  check (trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$') not valid;
-alter table bitrix_sync.webhook_inbox drop constraint if exists webhook_inbox_trace_context_chk,
-  add constraint webhook_inbox_trace_context_chk
-  check (trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$') not valid;
+-- >>> sql/state_machines.sql (included)
+-- State machines (§6.1, §7.1, §7.2, §7.3, §6.3): the legal edges as data, and one guard trigger per
+-- table that refuses any UPDATE of the state column not on this list, whoever writes it.
+-- docs/state-machines.md draws the same edges; a test keeps the two equal.
 
-comment on column bitrix_sync.workflow_instances.trace_context is
-  'W3C traceparent of the intake span of the intent the workflow converges to (the one that started it or last joined it); its steps are traced as its children. Null when tracing was off.';
-comment on column bitrix_sync.crm_commands.trace_context is
-  'W3C traceparent of the workflow step span that issued the command; each send is traced as its child, whichever process sends it. Null when tracing was off and for alert commands.';
-comment on column bitrix_sync.webhook_inbox.trace_context is
-  'W3C traceparent of the receiver''s inbox write span for this event; its processing is traced as its child. Null when tracing was off.';
+create or replace view bitrix_sync.state_edges as
+select machine, from_state, to_state, event
+  from (values
+    -- han_app.sync_queue (§6.1)
+    ('sync_queue', 'pending', 'leased', 'claim'),
+    ('sync_queue', 'retry_wait', 'leased', 'claim'),
+    ('sync_queue', 'leased', 'processed', 'complete'),
+    ('sync_queue', 'leased', 'retry_wait', 'retry'),
+    ('sync_queue', 'leased', 'dead_letter', 'dead_letter'),
+    ('sync_queue', 'leased', 'cancelled', 'cancel'),
+    ('sync_queue', 'leased', 'pending', 'release'),
+    ('sync_queue', 'retry_wait', 'pending', 'newer_intent'),
+    ('sync_queue', 'pending', 'cancelled', 'cancel'),
+    ('sync_queue', 'retry_wait', 'cancelled', 'cancel'),
+    -- bitrix_sync.workflow_instances (§7.1)
+    ('workflow', 'created', 'running', 'start'),
+    ('workflow', 'created', 'cancelled', 'cancel'),
+    ('workflow', 'running', 'waiting_crm', 'await_crm'),
+    ('workflow', 'running', 'waiting_retry', 'schedule_retry'),
+    ('workflow', 'running', 'waiting_manual', 'need_manual'),
+    ('workflow', 'running', 'succeeded', 'succeed'),
+    ('workflow', 'running', 'failed', 'fail'),
+    ('workflow', 'running', 'cancelled', 'cancel'),
+    ('workflow', 'waiting_crm', 'running', 'crm_replied'),
+    ('workflow', 'waiting_crm', 'failed', 'fail'),
+    ('workflow', 'waiting_crm', 'cancelled', 'cancel'),
+    ('workflow', 'waiting_retry', 'running', 'retry_due'),
+    ('workflow', 'waiting_retry', 'failed', 'fail'),
+    ('workflow', 'waiting_retry', 'cancelled', 'cancel'),
+    ('workflow', 'waiting_manual', 'running', 'manual_resume'),
+    ('workflow', 'waiting_manual', 'failed', 'fail'),
+    ('workflow', 'waiting_manual', 'cancelled', 'cancel'),
+    -- bitrix_sync.crm_commands (§7.2)
+    ('command', 'pending', 'leased', 'claim'),
+    ('command', 'pending', 'dead_letter', 'abandon'),
+    ('command', 'leased', 'in_flight', 'send'),
+    ('command', 'leased', 'pending', 'release'),
+    ('command', 'leased', 'retry_wait', 'retry'),
+    ('command', 'leased', 'dead_letter', 'dead_letter'),
+    ('command', 'in_flight', 'succeeded', 'complete'),
+    ('command', 'in_flight', 'retry_wait', 'retry'),
+    ('command', 'in_flight', 'uncertain', 'no_reply'),
+    ('command', 'in_flight', 'dead_letter', 'dead_letter'),
+    ('command', 'retry_wait', 'pending', 'due'),
+    ('command', 'retry_wait', 'dead_letter', 'abandon'),
+    ('command', 'uncertain', 'reconcile', 'reconcile'),
+    ('command', 'reconcile', 'succeeded', 'complete'),
+    ('command', 'reconcile', 'retry_wait', 'retry'),
+    ('command', 'reconcile', 'dead_letter', 'dead_letter'),
+    -- bitrix_sync.webhook_inbox (§7.3)
+    ('webhook', 'received', 'coalesced', 'coalesce'),
+    ('webhook', 'received', 'processing', 'claim'),
+    ('webhook', 'retry_wait', 'processing', 'claim'),
+    ('webhook', 'processing', 'processed', 'complete'),
+    ('webhook', 'processing', 'retry_wait', 'retry'),
+    ('webhook', 'processing', 'dead_letter', 'dead_letter'),
+    ('webhook', 'coalesced', 'processed', 'covered'),
+    -- bitrix_sync.entity_external_mapping (§6.3)
+    ('mapping', 'active', 'closed', 'close'),
+    ('mapping', 'active', 'broken', 'mark_broken'),
+    -- bitrix_sync.business_alerts (§11)
+    ('alert', 'open', 'resolved', 'resolve'),
+    ('alert', 'open', 'closed', 'close'),
+    ('alert', 'open', 'remote_missing', 'remote_missing'),
+    -- bitrix_sync.rebind_requests (§5.4)
+    ('rebind', 'requested', 'in_progress', 'start'),
+    ('rebind', 'requested', 'cancelled', 'cancel'),
+    ('rebind', 'requested', 'failed', 'fail'),
+    ('rebind', 'in_progress', 'succeeded', 'succeed'),
+    ('rebind', 'in_progress', 'failed', 'fail'),
+    ('rebind', 'in_progress', 'cancelled', 'cancel'),
+    -- bitrix_sync.settings_versions (§12.3)
+    ('settings', 'draft', 'validated', 'validate'),
+    ('settings', 'draft', 'rejected', 'validate'),
+    ('settings', 'validated', 'active', 'activate'),
+    ('settings', 'active', 'superseded', 'supersede')
+  ) as e(machine, from_state, to_state, event);
+comment on view bitrix_sync.state_edges is
+  'Every legal state transition of every machine, named by its event. The guard triggers and docs/state-machines.md follow this list.';
 
+create or replace function bitrix_sync.tg__guard_transition() returns trigger
+language plpgsql as $$
+-- TG_ARGV[0]: machine name in state_edges; TG_ARGV[1]: the state column.
+declare
+  v_from text := to_jsonb(old) ->> tg_argv[1];
+  v_to text := to_jsonb(new) ->> tg_argv[1];
+begin
+  if v_from is distinct from v_to
+     and not exists (select 1 from bitrix_sync.state_edges e
+                      where e.machine = tg_argv[0] and e.from_state = v_from and e.to_state = v_to) then
+    raise exception 'illegal % transition % -> %', tg_argv[0], v_from, v_to
+      using errcode = 'BS002',
+            detail = format('table %I.%I', tg_table_schema, tg_table_name),
+            hint = 'Move rows only through the bitrix_sync function for the event; docs/state-machines.md lists the legal edges.';
+  end if;
+  return new;
+end $$;
+comment on function bitrix_sync.tg__guard_transition() is
+  'BEFORE UPDATE guard: refuses a change of the state column (TG_ARGV[1]) that is not an edge of machine TG_ARGV[0] in bitrix_sync.state_edges. SQLSTATE BS002.';
+
+create or replace function bitrix_sync.tg__forbid_delete() returns trigger
+language plpgsql as $$
+begin
+  raise exception 'rows of %.% are history and are never deleted', tg_table_schema, tg_table_name
+    using errcode = 'BS003',
+          hint = 'Close or supersede the row through its bitrix_sync function instead.';
+end $$;
+comment on function bitrix_sync.tg__forbid_delete() is
+  'BEFORE DELETE guard for history tables (mapping, settings versions, rebind requests, the cutover). SQLSTATE BS003.';
+
+-- Guards and updated_at stamps, one per table. drop/create keeps this file re-runnable.
+drop trigger if exists _100_guard_status on han_app.sync_queue;
+create trigger _100_guard_status before update of status on han_app.sync_queue
+  for each row execute function bitrix_sync.tg__guard_transition('sync_queue', 'status');
+comment on trigger _100_guard_status on han_app.sync_queue is 'Refuses illegal queue status changes (bitrix_sync.state_edges).';
+
+drop trigger if exists _100_guard_state on bitrix_sync.workflow_instances;
+create trigger _100_guard_state before update of state on bitrix_sync.workflow_instances
+  for each row execute function bitrix_sync.tg__guard_transition('workflow', 'state');
+comment on trigger _100_guard_state on bitrix_sync.workflow_instances is 'Refuses illegal workflow state changes (§7.1).';
+
+drop trigger if exists _100_guard_status on bitrix_sync.crm_commands;
+create trigger _100_guard_status before update of status on bitrix_sync.crm_commands
+  for each row execute function bitrix_sync.tg__guard_transition('command', 'status');
+comment on trigger _100_guard_status on bitrix_sync.crm_commands is 'Refuses illegal command status changes (§7.2).';
+
+drop trigger if exists _100_guard_status on bitrix_sync.webhook_inbox;
+create trigger _100_guard_status before update of status on bitrix_sync.webhook_inbox
+  for each row execute function bitrix_sync.tg__guard_transition('webhook', 'status');
+comment on trigger _100_guard_status on bitrix_sync.webhook_inbox is 'Refuses illegal webhook status changes (§7.3).';
+
+drop trigger if exists _100_guard_status on bitrix_sync.entity_external_mapping;
+create trigger _100_guard_status before update of status on bitrix_sync.entity_external_mapping
+  for each row execute function bitrix_sync.tg__guard_transition('mapping', 'status');
+comment on trigger _100_guard_status on bitrix_sync.entity_external_mapping is 'closed and broken mappings are final.';
+
+drop trigger if exists _100_guard_status on bitrix_sync.business_alerts;
+create trigger _100_guard_status before update of status on bitrix_sync.business_alerts
+  for each row execute function bitrix_sync.tg__guard_transition('alert', 'status');
+comment on trigger _100_guard_status on bitrix_sync.business_alerts is 'Only open alerts change status.';
+
+drop trigger if exists _100_guard_status on bitrix_sync.rebind_requests;
+create trigger _100_guard_status before update of status on bitrix_sync.rebind_requests
+  for each row execute function bitrix_sync.tg__guard_transition('rebind', 'status');
+comment on trigger _100_guard_status on bitrix_sync.rebind_requests is 'Refuses illegal rebind request status changes (§5.4).';
+
+drop trigger if exists _100_guard_status on bitrix_sync.settings_versions;
+create trigger _100_guard_status before update of status on bitrix_sync.settings_versions
+  for each row execute function bitrix_sync.tg__guard_transition('settings', 'status');
+comment on trigger _100_guard_status on bitrix_sync.settings_versions is 'Only validated versions become active (§12.3).';
+
+drop trigger if exists _200_forbid_delete on bitrix_sync.entity_external_mapping;
+create trigger _200_forbid_delete before delete on bitrix_sync.entity_external_mapping
+  for each row execute function bitrix_sync.tg__forbid_delete();
+comment on trigger _200_forbid_delete on bitrix_sync.entity_external_mapping is 'Mapping history is never deleted (§4).';
+
+drop trigger if exists _200_forbid_delete on bitrix_sync.settings_versions;
+create trigger _200_forbid_delete before delete on bitrix_sync.settings_versions
+  for each row execute function bitrix_sync.tg__forbid_delete();
+comment on trigger _200_forbid_delete on bitrix_sync.settings_versions is 'Settings audit is never deleted.';
+
+drop trigger if exists _200_forbid_delete on bitrix_sync.rebind_requests;
+create trigger _200_forbid_delete before delete on bitrix_sync.rebind_requests
+  for each row execute function bitrix_sync.tg__forbid_delete();
+comment on trigger _200_forbid_delete on bitrix_sync.rebind_requests is 'Rebind audit is never deleted.';
+
+do $$
+declare
+  v_table text;
+begin
+  foreach v_table in array array['entity_external_mapping', 'workflow_instances', 'crm_commands', 'business_alerts',
+                                 'rebind_requests', 'contact_snapshots', 'reconciliation_cursors']
+  loop
+    execute format('drop trigger if exists _900_set_updated_at on bitrix_sync.%I', v_table);
+    execute format('create trigger _900_set_updated_at before update on bitrix_sync.%I
+                      for each row execute function bitrix_sync.tg__set_updated_at()', v_table);
+    execute format('comment on trigger _900_set_updated_at on bitrix_sync.%I is %L', v_table,
+                   'Stamps updated_at on every change.');
+  end loop;
+end $$;
+-- <<< sql/state_machines.sql
 -- >>> sql/workflows.sql (included)
 -- Workflows (§7.1): one active workflow per user; persisted transitions by event name, fenced by
 -- the lease token of the worker stepping the workflow.
 
--- Issue 12 added the intent's trace context (a parameter with a default, and the workflow's previous
--- context in the result): the four-argument form is replaced.
-drop function if exists bitrix_sync.start_or_join_workflow(uuid, text, uuid, text);
-
 create or replace function bitrix_sync.start_or_join_workflow(
-  p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text,
-  p_trace_context text default null
-) returns table (workflow_id uuid, action text, previous_trace_context text)
+  p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text
+) returns table (workflow_id uuid, action text)
 language plpgsql as $$
 declare
   v_row bitrix_sync.workflow_instances;
-  v_trace text := bitrix_sync._trace_context(p_trace_context);
 begin
   for v_try in 1..3 loop
     select * into v_row from bitrix_sync.workflow_instances w
@@ -82,32 +280,30 @@ begin
       if v_row.workflow_type = 'contact.rebind' then
         if v_row.held_intent_type is not distinct from p_intent_type
            and v_row.held_content_hash is not distinct from p_content_hash then
-          return query select v_row.id, 'unchanged'::text, v_row.trace_context;
+          return query select v_row.id, 'unchanged'::text;
           return;
         end if;
         update bitrix_sync.workflow_instances w
            set held_intent_type = p_intent_type, held_source_task_id = p_source_task_id,
                held_content_hash = p_content_hash, held_at = now()
          where w.id = v_row.id;
-        return query select v_row.id, 'held'::text, v_row.trace_context;
+        return query select v_row.id, 'held'::text;
         return;
       end if;
       -- Same intent with the same desired content: nothing new to converge to.
       if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
-        return query select v_row.id, 'unchanged'::text, v_row.trace_context;
+        return query select v_row.id, 'unchanged'::text;
         return;
       end if;
       update bitrix_sync.workflow_instances w
          set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
              content_hash = p_content_hash,
-             -- The workflow now converges to this intent: its remaining steps belong to its trace.
-             trace_context = coalesce(v_trace, w.trace_context),
              -- A workflow parked in waiting_manual may now be fixable by the newer intent
              -- (manual_resume); a waiting_retry one is due at once.
              state = case when w.state = 'waiting_manual' then 'running' else w.state end,
              next_attempt_at = least(w.next_attempt_at, now())
        where w.id = v_row.id;
-      return query select v_row.id, 'joined'::text, v_row.trace_context;
+      return query select v_row.id, 'joined'::text;
       return;
     end if;
     -- The user's last workflow already converged to exactly this content: a semantically equal intent.
@@ -117,13 +313,12 @@ begin
                          where l.user_id = p_user_id order by l.created_at desc limit 1)
             and w.state = 'succeeded' and w.intent_type = p_intent_type
             and w.content_hash = p_content_hash) then
-      return query select null::uuid, 'unchanged'::text, null::text;
+      return query select null::uuid, 'unchanged'::text;
       return;
     end if;
     begin
-      insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash,
-                                                  trace_context)
-      values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash, v_trace)
+      insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
+      values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash)
       returning * into v_row;
     exception when unique_violation then
       -- Two intents of one user claimed at once: the other call started the workflow first and has
@@ -134,12 +329,12 @@ begin
       continue;
     end;
     perform pg_notify('bitrix_sync_workflows', '');
-    return query select v_row.id, 'started'::text, null::text;
+    return query select v_row.id, 'started'::text;
     return;
   end loop;
 end $$;
-comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text, text) is
-  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step) and the workflow takes the intent''s trace context (W3C traceparent; malformed ones are ignored). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged). An active contact.rebind is not joined: the intent is held on it (action held) and starts when the rebind ends. previous_trace_context is the joined, held or unchanged workflow''s context before the call, for a span link.';
+comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text) is
+  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged). An active contact.rebind is not joined: the intent is held on it (action held) and starts when the rebind ends.';
 
 create or replace function bitrix_sync.tg_workflow_instances__start_held_intent() returns trigger
 language plpgsql as $$
@@ -321,15 +516,6 @@ end $$;
 comment on function bitrix_sync.save_workflow_step(uuid, uuid, jsonb, text) is
   'Persists the step state (and, when given, the step name) of a running workflow without a state change. Fenced by the workflow''s lease token (BS001).';
 
-create or replace function bitrix_sync._workflow_first_attempt(p_row bitrix_sync.workflow_instances)
-returns timestamptz
-language sql stable as $$
-  -- Intake starts a workflow as soon as it is created; an admin's requeue starts it over.
-  select coalesce(p_row.requeued_at, p_row.created_at)
-$$;
-comment on function bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances) is
-  'Internal: where a workflow''s retry horizon starts: its last requeue by an admin, else its creation.';
-
 create or replace function bitrix_sync.schedule_workflow_retry(
   p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval
 ) returns bitrix_sync.workflow_instances
@@ -340,7 +526,8 @@ declare
 begin
   perform bitrix_sync._check_code(p_error_code);
   v_row := bitrix_sync._held_workflow(p_id, p_lease_token);
-  v_deadline := bitrix_sync._retry_deadline(bitrix_sync._workflow_first_attempt(v_row));
+  -- A workflow is first attempted when it is created: intake starts it at once.
+  v_deadline := bitrix_sync._retry_deadline(v_row.created_at);
   if now() + greatest(p_delay, interval '0') > v_deadline then
     v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'fail',
                jsonb_build_object('last_error_code', 'retry_horizon_exceeded', 'outcome', 'failed'));
@@ -348,7 +535,7 @@ begin
       (source, source_id, workflow_id, operation, error_code, attempt_count, first_attempt_at, deadline_at,
        correlation_id)
     values ('workflow', v_row.id::text, v_row.id, v_row.workflow_type, 'retry_horizon_exceeded',
-            v_row.attempt_count, bitrix_sync._workflow_first_attempt(v_row), v_deadline, v_row.correlation_id);
+            v_row.attempt_count, v_row.created_at, v_deadline, v_row.correlation_id);
   else
     v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'schedule_retry',
                jsonb_build_object('last_error_code', p_error_code,
@@ -358,7 +545,7 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.schedule_workflow_retry(uuid, uuid, text, interval) is
-  'A step failed: running -> waiting_retry (schedule_retry) due after p_delay; when that falls past the horizon (created_at, or the last requeue, + retry.horizon_sec) -> failed with retry_horizon_exceeded and a technical DLQ row instead. The returned state says which. Fenced by the lease token (BS001).';
+  'A step failed: running -> waiting_retry (schedule_retry) due after p_delay; when that falls past the horizon (created_at + retry.horizon_sec) -> failed with retry_horizon_exceeded and a technical DLQ row instead. The returned state says which. Fenced by the lease token (BS001).';
 -- <<< sql/workflows.sql
 -- >>> sql/commands.sql (included)
 -- CRM commands (§7.2, §8, §9): issued by a workflow step, claimed by the pump under a lease,
@@ -386,13 +573,8 @@ end $$;
 comment on function bitrix_sync._wake_workflow(uuid) is
   'waiting_crm -> running for the workflow owning a command that succeeded, failed for good or became uncertain.';
 
--- Issue 12 added the issuing step's trace context (a parameter with a default): the five-argument
--- form is replaced.
-drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text);
-
 create or replace function bitrix_sync.issue_command(
-  p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text,
-  p_trace_context text default null
+  p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text
 ) returns bitrix_sync.crm_commands
 language plpgsql as $$
 declare
@@ -403,17 +585,16 @@ begin
   if not found or v_wf.state <> 'running' or v_wf.lease_token is distinct from p_lease_token then
     perform bitrix_sync._refuse_stale('workflow', p_workflow_id::text);
   end if;
-  insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id, trace_context)
-  values (p_workflow_id, p_command_type, coalesce(p_params, '{}'::jsonb), v_wf.revision, v_wf.correlation_id,
-          bitrix_sync._trace_context(p_trace_context))
+  insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id)
+  values (p_workflow_id, p_command_type, coalesce(p_params, '{}'::jsonb), v_wf.revision, v_wf.correlation_id)
   returning * into v_cmd;
   perform bitrix_sync.fire_workflow_event(p_workflow_id, p_lease_token, 'await_crm',
                                           jsonb_build_object('current_step', p_step));
   perform pg_notify('bitrix_sync_commands', '');
   return v_cmd;
 end $$;
-comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text) is
-  'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm at step p_step. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it.';
+comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text) is
+  'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm at step p_step. The unique index allows one active command per workflow.';
 
 create or replace function bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb)
 returns bitrix_sync.crm_commands
@@ -834,142 +1015,548 @@ end $$;
 comment on function bitrix_sync.reject_command(bigint, uuid, text) is
   'leased|in_flight -> dead_letter for a business failure (invalid phone, unknown citizenship): no technical DLQ row; the workflow wakes, parks in waiting_manual and raises a business alert (§9). Refuses stale tokens (BS001).';
 -- <<< sql/commands.sql
--- >>> sql/receiver.sql (included)
--- Robot webhook receivers (§10.1, docs/receivers.md): the statement the receivers run. The HTTP
--- layer has already checked the token, the form and the portal identity; accept_webhooks() checks
--- what only the database knows (the alert smart process's entityTypeId, a hot setting) and inserts
--- the inbox rows, all in the statement's own transaction. The receiver sends the requests that
--- arrive together as one call (one round trip and one commit for all of them) and answers each
--- only after that commit; a refused event gets a refusal code and leaves no row.
---
--- Why grouped: PostgreSQL serialises the commits of transactions that NOTIFY (one global lock held
--- across the WAL flush). One row per transaction through record_webhook() (insert + NOTIFY)
--- measured 545 accepted requests/s against 2 600/s for a plain insert (pgbench, 16 clients, 2
--- cores); an add_job with a job_key per request, 262/s. So the wake-up for the sync loop's LISTEN
--- (bitrix_sync_webhooks, as record_webhook sends it) is sent once per call and receiver, whatever
--- the number of rows. The loop's fallback poll covers a lost wake-up (§8).
---
--- Refusal codes (accept_webhooks) and errors (accept_webhook, for psql): entity_type / BS020 the
--- entity type is not the receiver's (the HTTP layer answers 400), entity_id / BS004 the entity ID is
--- not a numeric ID (400), alert_entity_type_unset / BS021 alerts.entity_type_id is not set (503),
--- alert_config_invalid / BS023 it is set but unusable (503), unknown_receiver / BS022 a bug in the
--- caller (503). Each is decided per event, so one event or one receiver never costs the others of
--- the call: the checks below cover every CHECK of webhook_inbox, so an insert cannot fail on the
--- event's data. Only BS004 for arrays of different lengths (no event can be told apart) fails the
--- whole call, as does the database itself failing.
+-- >>> sql/rebind.sql (included)
+-- Audited rebind request (§5.4): an admin asks to move a user's link to another Contact. The
+-- procedure records the request and starts a contact.rebind workflow; the mapping itself changes
+-- only when the workflow has updated both Contacts. The runtime role only reads rebind requests:
+-- the functions a rebind workflow calls under its lease are security definer, so the audit columns
+-- (reason, operator) are out of its reach.
 
--- Issue 12 added each request's trace context (an array with a default): the four-array form is
--- replaced.
-drop function if exists bitrix_sync.accept_webhooks(text[], integer[], text[], inet[]);
-
-create or replace function bitrix_sync.accept_webhooks(
-  p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[],
-  p_trace_contexts text[] default null
-) returns table (ord integer, inbox_id bigint, refusal text)
-language plpgsql as $$
-declare
-  v_n integer := coalesce(cardinality(p_receivers), 0);
-  v_alert_type integer;
-  v_alert_refusal text;
-  v_expected integer;
-  v_contact boolean := false;
-  v_alert boolean := false;
-begin
-  if coalesce(cardinality(p_entity_type_ids), 0) <> v_n or coalesce(cardinality(p_entity_ids), 0) <> v_n
-     or coalesce(cardinality(p_source_ips), 0) <> v_n or v_n > 1000
-     or (p_trace_contexts is not null and cardinality(p_trace_contexts) <> v_n) then
-    raise exception 'accept_webhooks needs four (or five) arrays of one length, at most 1000'
-      using errcode = 'BS004', hint = 'Pass receiver, entity type, entity ID, source IP and optionally trace context per event, in that order.';
-  end if;
-  if 'alert' = any(p_receivers) then
-    begin
-      v_alert_type := bitrix_sync.alert_entity_type_id();
-      if v_alert_type is null then
-        v_alert_refusal := 'alert_entity_type_unset';
-      end if;
-    exception when others then
-      -- A broken alert setting stops the alert receiver only; Contact events of the call go on.
-      v_alert_refusal := 'alert_config_invalid';
-    end;
-  end if;
-  for i in 1 .. v_n loop
-    ord := i;
-    inbox_id := null;
-    refusal := null;
-    v_expected := null;
-    if p_receivers[i] = 'contact' then
-      v_expected := 3;
-    elsif p_receivers[i] = 'alert' then
-      v_expected := v_alert_type;
-      refusal := v_alert_refusal;
-    else
-      refusal := 'unknown_receiver';
-    end if;
-    if refusal is null and p_entity_type_ids[i] is distinct from v_expected then
-      refusal := 'entity_type';
-    end if;
-    if refusal is null and (p_entity_ids[i] is null or p_entity_ids[i] !~ '^[1-9][0-9]{0,17}$') then
-      refusal := 'entity_id';
-    end if;
-    if refusal is null then
-      insert into bitrix_sync.webhook_inbox (receiver, entity_type_id, entity_id, source_ip, trace_context)
-      values (p_receivers[i], p_entity_type_ids[i], p_entity_ids[i], p_source_ips[i],
-              bitrix_sync._trace_context(p_trace_contexts[i]))
-      returning id into inbox_id;
-      if p_receivers[i] = 'contact' then
-        v_contact := true;
-      else
-        v_alert := true;
-      end if;
-    end if;
-    return next;
-  end loop;
-  -- One wake-up per call and receiver (not per row, see above) for the sync loop's LISTEN.
-  if v_contact then
-    perform pg_notify('bitrix_sync_webhooks', 'contact');
-  end if;
-  if v_alert then
-    perform pg_notify('bitrix_sync_webhooks', 'alert');
-  end if;
-end $$;
-comment on function bitrix_sync.accept_webhooks(text[], integer[], text[], inet[], text[]) is
-  'Receiver entry point (§10.1): for each event (parallel arrays), checks the receiver, the entity type (3 for contact, alerts.entity_type_id for alert) and the entity ID and inserts an inbox row with the request''s trace context (W3C traceparent, malformed ones ignored); returns per event its 1-based ord and the inbox id, or a refusal (entity_type, entity_id, alert_entity_type_unset, alert_config_invalid, unknown_receiver) and no row. One event''s refusal never fails another''s.';
-
-create or replace function bitrix_sync.accept_webhook(
-  p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet default null
-) returns bigint
+create or replace function bitrix_sync.request_bitrix_contact_rebind(
+  user_id uuid, target_b24_id text, reason text, operator_id text
+) returns uuid
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
-  v_row record;
+  v_current bitrix_sync.entity_external_mapping;
+  v_open bitrix_sync.rebind_requests;
+  v_busy bitrix_sync.workflow_instances;
+  v_request_id uuid;
+  v_workflow_id uuid;
+  v_user_id constant uuid := request_bitrix_contact_rebind.user_id;
+  v_target constant text := btrim(request_bitrix_contact_rebind.target_b24_id);
 begin
-  select * into v_row
-    from bitrix_sync.accept_webhooks(array[p_receiver], array[p_entity_type_id], array[p_entity_id], array[p_source_ip]);
-  case v_row.refusal
-    when 'alert_entity_type_unset' then
-      raise exception 'the alert receiver cannot accept events: alerts.entity_type_id is not set'
-        using errcode = 'BS021',
-              hint = 'Set the smart process entityTypeId with propose_settings(''{"alerts.entity_type_id": <id>}'', ...) and activate it.';
-    when 'alert_config_invalid' then
-      raise exception 'the alert receiver cannot accept events: alerts.entity_type_id is not usable'
-        using errcode = 'BS023',
-              hint = 'Propose the entityTypeId as a whole number with propose_settings(), then validate and activate it.';
-    when 'unknown_receiver' then
-      raise exception 'unknown webhook receiver %', p_receiver
-        using errcode = 'BS022', hint = 'Receivers are contact and alert.';
-    when 'entity_id' then
-      raise exception 'the entity ID must be a numeric Bitrix24 ID'
-        using errcode = 'BS004', hint = 'Pass the ID from document_id[2], e.g. ''4711''.';
-    when 'entity_type' then
-      raise exception 'the % receiver does not accept entity type %', p_receiver, p_entity_type_id
-        using errcode = 'BS020',
-              hint = 'The robot belongs to another document type or smart process; check the robot and alerts.entity_type_id.';
-    else
-      return v_row.inbox_id;
-  end case;
+  -- Messages name no user or Contact (the server log keeps them): the caller knows which it asked for.
+  if v_user_id is null or v_target is null or v_target !~ '^[1-9][0-9]{0,17}$' then
+    raise exception 'target_b24_id must be a Bitrix24 Contact ID (digits only) and user_id is required'
+      using errcode = 'BS004', hint = 'Example: select bitrix_sync.request_bitrix_contact_rebind(''<user uuid>'', ''12345'', ''duplicate merged by CRM team'', ''ops:ivanov'');';
+  end if;
+  if reason is null or length(btrim(reason)) < 3 or length(btrim(reason)) > 500
+     or operator_id is null or length(btrim(operator_id)) = 0 then
+    raise exception 'a reason (3 to 500 characters) and an operator_id are required for the audit'
+      using errcode = 'BS004', hint = 'Say why the link is wrong and who you are.';
+  end if;
+  if not exists (select 1 from han_app.user_identity u where u.id = v_user_id and u.record_status = 'active') then
+    raise exception 'this user does not exist or is not active'
+      using errcode = 'BS005', hint = 'Only active users are linked to Contacts; check the user id.';
+  end if;
+
+  -- 1. lock the user's current active mapping (there may be none).
+  select * into v_current from bitrix_sync.entity_external_mapping m
+   where m.entity_type = 'user' and m.entity_id = v_user_id and m.status = 'active'
+   for update;
+  if found and v_current.external_id = v_target then
+    raise exception 'this user is already linked to this Contact'
+      using errcode = 'BS006', hint = 'Nothing to do.';
+  end if;
+  -- 2. the target must not be actively linked to another user.
+  perform 1 from bitrix_sync.entity_external_mapping m
+   where m.external_entity_type = 'contact' and m.external_id = v_target and m.status = 'active'
+   for update;
+  if found then
+    raise exception 'the target Contact is actively linked to another user'
+      using errcode = 'BS006',
+            hint = 'Resolve that user''s link first (deactivate or rebind it); a Contact cannot serve two active users.';
+  end if;
+  select * into v_open from bitrix_sync.rebind_requests r
+   where r.user_id = v_user_id and r.status in ('requested', 'in_progress');
+  if found then
+    raise exception 'a rebind of this user is already open (request %)', v_open.id
+      using errcode = 'BS007',
+            hint = format('Watch it with select * from bitrix_sync.rebind_request_status where request_id = %L; '
+                          'or cancel it with select * from bitrix_sync.cancel_rebind_request(%L, ''<why>'', ''ops:<you>''); '
+                          'then ask again.', v_open.id, v_open.id);
+  end if;
+  -- Two open requests for one target would race for the same Contact; the second would fail late,
+  -- after both Contacts were read and written.
+  if exists (select 1 from bitrix_sync.rebind_requests r
+              where r.target_contact_id = v_target and r.status in ('requested', 'in_progress')) then
+    raise exception 'Contact % is already the target of an open rebind request', v_target
+      using errcode = 'BS009',
+            hint = 'Wait until that request has finished (bitrix_sync.rebind_requests), then ask again; a Contact serves one user.';
+  end if;
+  select * into v_busy from bitrix_sync.workflow_instances w
+   where w.user_id = v_user_id and w.state not in ('succeeded', 'failed', 'cancelled');
+  if found and v_busy.state = 'waiting_manual' then
+    raise exception 'this user has a workflow parked for a person (workflow %, reason %)', v_busy.id, v_busy.last_error_code
+      using errcode = 'BS007',
+            hint = format('Decide it first: select * from bitrix_sync.resume_parked_workflow(%L, ''retry'', ''<why>'', ''ops:<you>''); '
+                          'or cancel it with select * from bitrix_sync.cancel_parked_workflow(%L, ''<why>'', ''ops:<you>''); '
+                          'then ask again (docs/admin.md, Parked workflows).', v_busy.id, v_busy.id);
+  elsif found then
+    raise exception 'this user has a % workflow in progress (workflow %, state %)', v_busy.workflow_type, v_busy.id, v_busy.state
+      using errcode = 'BS007',
+            hint = 'It finishes on its own, usually within seconds (a CRM outage can make it wait); ask again then. A user has one workflow at a time.';
+  end if;
+
+  -- 3. the request and its workflow; the mapping is untouched (4).
+  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, contact_id, step_data)
+  values ('contact.rebind', 'contact.rebind', v_user_id, v_target,
+          jsonb_build_object('previous_contact_id', v_current.external_id, 'target_contact_id', v_target))
+  returning id into v_workflow_id;
+  begin
+    insert into bitrix_sync.rebind_requests (user_id, previous_contact_id, target_contact_id, reason, operator_id, workflow_id)
+    values (v_user_id, v_current.external_id, v_target, btrim(reason), btrim(operator_id), v_workflow_id)
+    returning id into v_request_id;
+  exception when unique_violation then
+    -- A concurrent request for the same target (or user) committed between the checks and here.
+    raise exception 'Contact % or user % already has an open rebind request', v_target, v_user_id
+      using errcode = 'BS009',
+            hint = 'Wait until that request has finished (bitrix_sync.rebind_requests), then ask again; a Contact serves one user.';
+  end;
+  perform pg_notify('bitrix_sync_workflows', '');
+  return v_request_id;
 end $$;
-comment on function bitrix_sync.accept_webhook(text, integer, text, inet) is
-  'One event through accept_webhooks(), for an operator with psql re-recording a robot call that was lost (the robot does not retry): returns the inbox id; BS020 wrong entity type, BS004 malformed ID, BS021/BS023 alert receiver not configured or unusable, BS022 unknown receiver; nothing is written then. Security definer: the admin role has no table rights.';
--- <<< sql/receiver.sql
+comment on function bitrix_sync.request_bitrix_contact_rebind(uuid, text, text, text) is
+  'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user or already the target of an open request (BS009), and refuses while the user has an open request or a workflow (a parked one is named with how to clear it); records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';
+
+create or replace function bitrix_sync._rebind_request_of(p_workflow_id uuid) returns bitrix_sync.rebind_requests
+language plpgsql as $$
+declare
+  v_row bitrix_sync.rebind_requests;
+begin
+  select * into v_row from bitrix_sync.rebind_requests where workflow_id = p_workflow_id for update;
+  if not found then
+    raise exception 'workflow % has no rebind request', p_workflow_id
+      using errcode = 'BS005', hint = 'A contact.rebind workflow is started only by request_bitrix_contact_rebind().';
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync._rebind_request_of(uuid) is
+  'Internal: the rebind request a contact.rebind workflow serves, locked; BS005 when there is none.';
+
+create or replace function bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lease_token uuid)
+returns bitrix_sync.rebind_requests
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_row bitrix_sync.rebind_requests;
+begin
+  perform bitrix_sync._held_workflow(p_workflow_id, p_lease_token);
+  v_row := bitrix_sync._rebind_request_of(p_workflow_id);
+  if v_row.status = 'in_progress' then
+    -- The workflow began this pass again (a Contact vanished mid-way): already started.
+    return v_row;
+  end if;
+  if v_row.status <> 'requested' then
+    raise exception 'rebind request % is %, it cannot start', v_row.id, v_row.status
+      using errcode = 'BS002', hint = 'A finished request stays finished; ask again with request_bitrix_contact_rebind().';
+  end if;
+  update bitrix_sync.rebind_requests set status = 'in_progress' where id = v_row.id returning * into v_row;
+  return v_row;
+end $$;
+comment on function bitrix_sync.start_rebind_request(uuid, uuid) is
+  'requested -> in_progress when the contact.rebind workflow starts reading the Contacts (a request already in progress is returned as it is). Fenced by the workflow''s lease token (BS001). Security definer: the runtime role only reads rebind requests.';
+
+-- The request closes with its workflow (tg_workflow_instances__close_rebind_request): the function
+-- each failing path had to remember is gone.
+drop function if exists bitrix_sync.fail_rebind_request(uuid, uuid, text);
+
+create or replace function bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid)
+returns bitrix_sync.rebind_requests
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_wf bitrix_sync.workflow_instances;
+  v_row bitrix_sync.rebind_requests;
+  v_current bitrix_sync.entity_external_mapping;
+begin
+  v_wf := bitrix_sync._held_workflow(p_workflow_id, p_lease_token);
+  v_row := bitrix_sync._rebind_request_of(p_workflow_id);
+  if v_row.status <> 'in_progress' then
+    raise exception 'rebind request % is %, not in_progress', v_row.id, v_row.status
+      using errcode = 'BS002', hint = 'start_rebind_request() first; a finished request stays finished.';
+  end if;
+  -- Both Contacts are updated: the link moves, the request ends and the conflicts that led to it are
+  -- resolved in one transaction (§5.4, §11).
+  select * into v_current from bitrix_sync.entity_external_mapping m
+   where m.entity_type = 'user' and m.entity_id = v_wf.user_id and m.status = 'active'
+   for update;
+  if found then
+    perform bitrix_sync.close_mapping(v_current.id, 'rebound', p_workflow_id);
+  end if;
+  perform bitrix_sync.open_mapping(v_wf.user_id, v_row.target_contact_id, p_workflow_id);
+  update bitrix_sync.rebind_requests set status = 'succeeded', outcome = 'rebound', completed_at = now()
+   where id = v_row.id
+  returning * into v_row;
+  -- Step 6: the alerts are resolved only here, after the link moved, in the same transaction.
+  perform bitrix_sync._resolve_conflict_alerts(v_wf.user_id);
+  return v_row;
+end $$;
+comment on function bitrix_sync.complete_rebind(uuid, uuid) is
+  'in_progress -> succeeded (outcome rebound) for the request of a contact.rebind workflow, in one call: closes the user''s active mapping (rebound), opens the link to the target Contact, and then resolves the user''s open conflict alerts. Fenced by the workflow''s lease token (BS001); BS006 if the target is linked meanwhile. Security definer, as start_rebind_request.';
+
+create or replace function bitrix_sync._rebind_crm_outcome(p_workflow_id uuid) returns text
+language sql stable as $$
+  -- The rebind's writes: the target write sets this user (set_user self), the clear of the previous
+  -- Contact removes it (set_user clear). Only writes that were sent count.
+  with w as (
+    select coalesce(bool_or(x.set_user = 'self'), false) as target_sent,
+           coalesce(bool_or(x.set_user = 'self' and x.ok), false) as target_done,
+           coalesce(bool_or(x.set_user = 'clear'), false) as clear_sent,
+           coalesce(bool_or(x.set_user = 'clear' and x.ok), false) as clear_done
+      from (select c.params ->> 'set_user' as set_user, c.status = 'succeeded' as ok
+              from bitrix_sync.crm_commands c
+             where c.workflow_id = p_workflow_id and c.alert_id is null
+               and c.command_type = 'contact.update' and c.first_sent_at is not null) x
+  )
+  select case
+           when not target_sent then 'crm_unchanged'
+           when not target_done then 'target_write_unconfirmed'
+           when not clear_sent then 'target_written'
+           when not clear_done then 'target_written_clear_unconfirmed'
+           else 'target_written_previous_cleared'
+         end
+    from w
+$$;
+comment on function bitrix_sync._rebind_crm_outcome(uuid) is
+  'Internal: what a contact.rebind workflow that did not complete left in the CRM, from its commands: crm_unchanged (no write sent), target_write_unconfirmed (sent, never confirmed), target_written (the target carries the user, the previous Contact was not cleared), target_written_clear_unconfirmed, target_written_previous_cleared (both written, the link did not move).';
+
+create or replace function bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances)
+returns bitrix_sync.rebind_requests
+-- Security definer: the runtime role's workflow transitions fire it, and that role only reads
+-- rebind requests (docs/security.md).
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_row bitrix_sync.rebind_requests;
+begin
+  -- A cancelled workflow cancels its request; any other end without complete_rebind fails it with
+  -- the workflow's code (a refusal, a CRM error, the retry horizon of a command or of a step).
+  update bitrix_sync.rebind_requests r
+     set status = case when p_wf.state = 'cancelled' then 'cancelled' else 'failed' end,
+         failure_code = case p_wf.state when 'cancelled' then null
+                                        when 'failed' then coalesce(p_wf.last_error_code, 'rebind_not_completed')
+                                        else 'rebind_not_completed' end,
+         outcome = bitrix_sync._rebind_crm_outcome(p_wf.id),
+         completed_at = now()
+   where r.workflow_id = p_wf.id and r.status in ('requested', 'in_progress')
+  returning * into v_row;
+  return v_row;
+end $$;
+comment on function bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances) is
+  'Internal: the still open request of a finished contact.rebind workflow becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. Returns null when the request was already finished.';
+
+create or replace function bitrix_sync.tg_workflow_instances__close_rebind_request() returns trigger
+language plpgsql as $$
+begin
+  perform bitrix_sync._close_rebind_request(new);
+  return null;
+end $$;
+comment on function bitrix_sync.tg_workflow_instances__close_rebind_request() is
+  'AFTER UPDATE OF state trigger: a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
+
+drop trigger if exists _300_close_rebind_request on bitrix_sync.workflow_instances;
+create trigger _300_close_rebind_request after update of state on bitrix_sync.workflow_instances
+  for each row
+  when (new.workflow_type = 'contact.rebind' and new.state in ('succeeded', 'failed', 'cancelled')
+        and old.state not in ('succeeded', 'failed', 'cancelled'))
+  execute function bitrix_sync.tg_workflow_instances__close_rebind_request();
+comment on trigger _300_close_rebind_request on bitrix_sync.workflow_instances is
+  'Closes the rebind request of a contact.rebind workflow that finished without complete_rebind (§5.4, issue 11).';
+-- <<< sql/rebind.sql
+-- >>> sql/admin_common.sql (included)
+-- What the admin functions share (docs/admin.md): the audit every one of them writes in its own
+-- transaction (who and why, bitrix_sync.admin_actions), and closing the CRM commands of a workflow
+-- an admin cancels, so that nothing is sent for it afterwards.
+
+create or replace function bitrix_sync._check_admin_audit(p_reason text, p_operator_id text) returns void
+language plpgsql immutable as $$
+begin
+  if p_reason is null or length(btrim(p_reason)) not between 3 and 500
+     or p_operator_id is null or length(btrim(p_operator_id)) not between 1 and 128 then
+    raise exception 'a reason (3 to 500 characters) and an operator_id (1 to 128) are required for the audit'
+      using errcode = 'BS004',
+            hint = 'Say why, and who you are: e.g. ''duplicates merged in the CRM'', ''ops:ivanov''.';
+  end if;
+end $$;
+comment on function bitrix_sync._check_admin_audit(text, text) is
+  'Internal: refuses an admin call without a reason (3 to 500 characters) or an operator id (BS004).';
+
+create or replace function bitrix_sync._record_admin_action(
+  p_action text, p_workflow_id uuid, p_rebind_request_id uuid, p_decision text, p_contact_id text,
+  p_reason text, p_operator_id text
+) returns bigint
+language sql as $$
+  insert into bitrix_sync.admin_actions
+    (action, workflow_id, rebind_request_id, decision, contact_id, reason, operator_id)
+  values (p_action, p_workflow_id, p_rebind_request_id, p_decision, p_contact_id, btrim(p_reason),
+          btrim(p_operator_id))
+  returning id
+$$;
+comment on function bitrix_sync._record_admin_action(text, uuid, uuid, text, text, text, text) is
+  'Internal: writes the audit row of an admin action (the database login is recorded by the column default).';
+
+create or replace function bitrix_sync._abandon_workflow_commands(p_workflow_id uuid, p_code text)
+returns integer
+language plpgsql as $$
+declare
+  v_count integer;
+  v_more integer;
+begin
+  perform bitrix_sync._check_code(p_code);
+  -- Not sent yet: pending and retry_wait are abandoned; a leased one too, and the pump's send marker
+  -- (send_commands, which wants it leased) then skips it. The caller refuses a write in flight.
+  update bitrix_sync.crm_commands c
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_code,
+         lease_token = null, locked_by = null, locked_until = null
+   where c.workflow_id = p_workflow_id and c.alert_id is null
+     and c.status in ('pending', 'retry_wait', 'leased');
+  get diagnostics v_count = row_count;
+  -- A write whose outcome is unknown stays recorded as such in the request's outcome; the command
+  -- itself is closed through reconcile, the only way out of uncertain (§7.2).
+  update bitrix_sync.crm_commands c set status = 'reconcile'
+   where c.workflow_id = p_workflow_id and c.alert_id is null and c.status = 'uncertain';
+  update bitrix_sync.crm_commands c
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_code
+   where c.workflow_id = p_workflow_id and c.alert_id is null and c.status = 'reconcile';
+  get diagnostics v_more = row_count;
+  return v_count + v_more;
+end $$;
+comment on function bitrix_sync._abandon_workflow_commands(uuid, text) is
+  'Internal (admin cancel): closes the unsent (pending, retry_wait, leased) and the unresolved (uncertain, reconcile) commands of a workflow as dead_letter with the code; no DLQ row. Returns how many.';
+
+drop trigger if exists _200_forbid_delete on bitrix_sync.admin_actions;
+create trigger _200_forbid_delete before delete on bitrix_sync.admin_actions
+  for each row execute function bitrix_sync.tg__forbid_delete();
+comment on trigger _200_forbid_delete on bitrix_sync.admin_actions is 'The admin audit is never deleted.';
+
+-- Privileges: sql/privileges.sql (the admin role executes the functions and reads the views;
+-- the runtime and the App have nothing here).
+-- <<< sql/admin_common.sql
+-- >>> sql/parked.sql (included)
+-- Parked workflows (§9, docs/admin.md "Parked workflows"): a workflow in waiting_manual waits for a
+-- person. The admin lists them with their reason, resumes one with a decision where the reason needs
+-- one, or cancels it; every call is audited (sql/admin_common.sql) and every refusal says what to do.
+
+create or replace function bitrix_sync._parked_decisions(p_reason text) returns text[]
+language sql immutable parallel safe as $$
+  -- Too many candidates (the portal's answer may miss the newest), or a person's link that could not
+  -- be made: a person picks the Contact or asks for a new one. Anything else is retried once the
+  -- data is fixed (the App's phone, the CRM's citizenship list, the duplicates merged in the CRM).
+  select case when p_reason in ('too_many_candidates', 'manual_link_not_found', 'manual_link_bound_to_other_user')
+              then array['retry', 'link_contact', 'create_contact']
+              else array['retry'] end
+$$;
+comment on function bitrix_sync._parked_decisions(text) is
+  'The decisions resume_parked_workflow accepts for a parking reason: retry always; link_contact and create_contact for too_many_candidates and a refused manual link.';
+
+create or replace view bitrix_sync.parked_workflows as
+select w.id as workflow_id, w.workflow_type, w.last_error_code as reason,
+       w.updated_at as parked_at, extract(epoch from now() - w.updated_at)::bigint as parked_for_sec,
+       a.alert_number, a.alert_type,
+       bitrix_sync._parked_decisions(w.last_error_code) as decisions
+  from bitrix_sync.workflow_instances w
+  left join lateral (
+    select b.alert_number, b.alert_type from bitrix_sync.business_alerts b
+     where b.correlation_id = w.correlation_id and b.status = 'open'
+     order by b.id desc limit 1
+  ) a on true
+ where w.state = 'waiting_manual';
+comment on view bitrix_sync.parked_workflows is
+  'Workflows parked in waiting_manual for a person: the reason code, since when, the open business alert raised with it (alert_number as shown in the smart-process item) and the decisions resume_parked_workflow accepts. No user or Contact IDs: the alert item in the CRM has the details.';
+
+create or replace function bitrix_sync.resume_parked_workflow(
+  p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text default null
+) returns table (workflow_id uuid, state text, decision text)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
+declare
+  v_wf bitrix_sync.workflow_instances;
+  v_allowed text[];
+  v_contact text := nullif(btrim(p_contact_id), '');
+  v_manual jsonb;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
+  if p_decision is null or p_decision not in ('retry', 'link_contact', 'create_contact') then
+    raise exception 'the decision must be retry, link_contact or create_contact'
+      using errcode = 'BS004',
+            hint = 'select decisions from bitrix_sync.parked_workflows where workflow_id = ''<id>'' lists the ones this workflow accepts.';
+  end if;
+  if p_decision = 'link_contact' and (v_contact is null or v_contact !~ '^[1-9][0-9]{0,17}$') then
+    raise exception 'link_contact needs the Contact ID to link (digits only)'
+      using errcode = 'BS004',
+            hint = 'Pass it last: resume_parked_workflow(''<workflow id>'', ''link_contact'', ''<why>'', ''ops:<you>'', ''12345'').';
+  end if;
+  if p_decision <> 'link_contact' and v_contact is not null then
+    raise exception 'only link_contact takes a Contact ID'
+      using errcode = 'BS004', hint = 'Leave p_contact_id out for retry and create_contact.';
+  end if;
+
+  select * into v_wf from bitrix_sync.workflow_instances w where w.id = p_workflow_id for update;
+  if not found then
+    raise exception 'there is no workflow %', p_workflow_id
+      using errcode = 'BS005', hint = 'Copy the id from select * from bitrix_sync.parked_workflows.';
+  end if;
+  if v_wf.state <> 'waiting_manual' then
+    raise exception 'workflow % is %, not parked', p_workflow_id, v_wf.state
+      using errcode = 'BS002',
+            hint = 'Only a workflow in waiting_manual waits for a decision; it may have been resumed by a newer App change already. select * from bitrix_sync.parked_workflows lists the parked ones.';
+  end if;
+  v_allowed := bitrix_sync._parked_decisions(v_wf.last_error_code);
+  if not (p_decision = any (v_allowed)) then
+    raise exception 'decision % does not apply to a workflow parked for %', p_decision, v_wf.last_error_code
+      using errcode = 'BS004',
+            hint = format('For %s use %s. Fix the data first (docs/admin.md, Parked workflows), then retry.',
+                          v_wf.last_error_code, array_to_string(v_allowed, ' or '));
+  end if;
+  if p_decision = 'link_contact' and exists (
+       select 1 from bitrix_sync.entity_external_mapping m
+        where m.external_entity_type = 'contact' and m.external_id = v_contact and m.status = 'active'
+          and m.entity_id <> v_wf.user_id) then
+    raise exception 'that Contact is actively linked to another user'
+      using errcode = 'BS006',
+            hint = 'Pick another Contact, or create_contact; a Contact serves one active user. Resolve the other user''s link first if this Contact is really this user''s.';
+  end if;
+
+  -- A new pass of the workflow's intent, from its first step, with the person's decision in its step
+  -- data (src/workflows/step/map-or-create.ts reads step_data.manual).
+  v_manual := case p_decision when 'retry' then null
+                              else jsonb_strip_nulls(jsonb_build_object('decision', p_decision, 'contact_id', v_contact)) end;
+  v_wf := bitrix_sync.fire_workflow_event(
+            p_workflow_id, null, 'manual_resume',
+            jsonb_build_object(
+              'current_step', 'start',
+              'next_attempt_at', now(),
+              'step_data', jsonb_strip_nulls(jsonb_build_object('pass', v_wf.revision, 'as', v_wf.intent_type,
+                                                                'manual', v_manual))));
+  perform bitrix_sync._record_admin_action('resume_workflow', p_workflow_id, null, p_decision, v_contact,
+                                           p_reason, p_operator_id);
+  return query select v_wf.id, v_wf.state::text, p_decision;
+end $$;
+comment on function bitrix_sync.resume_parked_workflow(uuid, text, text, text, text) is
+  'Admin (docs/admin.md): waiting_manual -> running (manual_resume) for a new pass of the workflow, with a decision: retry (the data was fixed), link_contact (with p_contact_id: link this Contact) or create_contact (too_many_candidates and refused manual links). Audited. BS004 for a missing audit field or a decision that does not apply, BS005 unknown workflow, BS002 not parked, BS006 the Contact is linked to another active user.';
+
+create or replace function bitrix_sync.cancel_parked_workflow(p_workflow_id uuid, p_reason text, p_operator_id text)
+returns table (workflow_id uuid, state text)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
+declare
+  v_wf bitrix_sync.workflow_instances;
+  v_request uuid;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
+  select * into v_wf from bitrix_sync.workflow_instances w where w.id = p_workflow_id for update;
+  if not found then
+    raise exception 'there is no workflow %', p_workflow_id
+      using errcode = 'BS005', hint = 'Copy the id from select * from bitrix_sync.parked_workflows.';
+  end if;
+  if v_wf.workflow_type = 'contact.rebind' then
+    select r.id into v_request from bitrix_sync.rebind_requests r where r.workflow_id = p_workflow_id;
+    raise exception 'workflow % carries a rebind request', p_workflow_id
+      using errcode = 'BS004',
+            hint = format('Cancel the request instead, which records what the CRM holds: select * from bitrix_sync.cancel_rebind_request(%L, ''<why>'', ''ops:<you>'');', v_request);
+  end if;
+  if v_wf.state <> 'waiting_manual' then
+    raise exception 'workflow % is %, not parked', p_workflow_id, v_wf.state
+      using errcode = 'BS002',
+            hint = 'Only a workflow in waiting_manual is cancelled here; a running one finishes on its own. select * from bitrix_sync.parked_workflows lists the parked ones.';
+  end if;
+  perform bitrix_sync._abandon_workflow_commands(p_workflow_id, 'cancelled_by_admin');
+  -- The reason it parked stays in last_error_code; the outcome says a person ended it.
+  v_wf := bitrix_sync.fire_workflow_event(p_workflow_id, null, 'cancel',
+                                          jsonb_build_object('outcome', 'cancelled_by_admin'));
+  perform bitrix_sync._record_admin_action('cancel_workflow', p_workflow_id, null, null, null, p_reason, p_operator_id);
+  return query select v_wf.id, v_wf.state::text;
+end $$;
+comment on function bitrix_sync.cancel_parked_workflow(uuid, text, text) is
+  'Admin (docs/admin.md): waiting_manual -> cancelled (outcome cancelled_by_admin), audited. The user''s next App change starts a new workflow. BS004 missing audit field or a rebind''s workflow (cancel_rebind_request), BS005 unknown workflow, BS002 not parked.';
+
+-- Privileges: sql/privileges.sql (the admin role executes the functions and reads the views;
+-- the runtime and the App have nothing here).
+-- <<< sql/parked.sql
+-- >>> sql/rebind_admin.sql (included)
+-- Rebind requests for the admin (§5.4, docs/admin.md "Rebind"): watch a request without reading
+-- personal data, and cancel an open one with a reason. A cancel stops its workflow and records what
+-- the CRM already holds in the request's outcome: the CRM is never left changed without a record.
+
+create or replace view bitrix_sync.rebind_request_status as
+select r.id as request_id, r.status, r.failure_code, r.outcome, r.operator_id, r.requested_at, r.completed_at,
+       r.cancelled_by, w.id as workflow_id, w.state as workflow_state, w.current_step,
+       w.last_error_code as workflow_error_code, w.held_intent_type,
+       extract(epoch from coalesce(r.completed_at, now()) - r.requested_at)::bigint as age_sec
+  from bitrix_sync.rebind_requests r
+  left join bitrix_sync.workflow_instances w on w.id = r.workflow_id;
+comment on view bitrix_sync.rebind_request_status is
+  'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked, and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
+
+create or replace function bitrix_sync.cancel_rebind_request(p_request_id uuid, p_reason text, p_operator_id text)
+returns table (request_id uuid, status text, outcome text, workflow_id uuid, workflow_state text)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
+declare
+  v_req bitrix_sync.rebind_requests;
+  v_wf bitrix_sync.workflow_instances;
+  v_outcome text;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
+  select * into v_req from bitrix_sync.rebind_requests r where r.id = p_request_id for update;
+  if not found then
+    raise exception 'there is no rebind request %', p_request_id
+      using errcode = 'BS005',
+            hint = 'The id is what request_bitrix_contact_rebind returned; open ones: select * from bitrix_sync.rebind_request_status where status in (''requested'', ''in_progress'').';
+  end if;
+  if v_req.status not in ('requested', 'in_progress') then
+    raise exception 'rebind request % is already %', p_request_id, v_req.status
+      using errcode = 'BS002',
+            hint = 'A finished request stays finished; its outcome column says what the CRM holds.';
+  end if;
+  select * into v_wf from bitrix_sync.workflow_instances w where w.id = v_req.workflow_id for update;
+  -- A write on its way to the portal has no known outcome yet: wait for its reply (or for its lease
+  -- to expire, which records it as uncertain) so that the outcome recorded below is exact.
+  perform 1 from bitrix_sync.crm_commands c
+   where c.workflow_id = v_req.workflow_id and c.alert_id is null and c.status = 'in_flight'
+     and bitrix_sync._is_write_command(c.command_type)
+   for update;
+  if found then
+    raise exception 'a CRM write of rebind request % is on its way to the portal right now', p_request_id
+      using errcode = 'BS007',
+            hint = 'Try again in a few seconds: once its reply (or its lease expiry) is recorded, the cancel records exactly what the CRM holds.';
+  end if;
+
+  perform bitrix_sync._abandon_workflow_commands(v_req.workflow_id, 'rebind_cancelled');
+  v_outcome := bitrix_sync._rebind_crm_outcome(v_req.workflow_id);
+  update bitrix_sync.rebind_requests r
+     set status = 'cancelled', outcome = v_outcome, cancel_reason = btrim(p_reason),
+         cancelled_by = btrim(p_operator_id), completed_at = now()
+   where r.id = p_request_id
+  returning * into v_req;
+  -- The workflow stops here, whoever holds its lease: a step still running is refused at its next
+  -- fenced call (BS001). An App change held during the rebind starts now, on the old link.
+  if v_wf.state not in ('succeeded', 'failed', 'cancelled') then
+    update bitrix_sync.workflow_instances w
+       set state = 'cancelled', outcome = 'rebind_cancelled', lease_token = null, locked_by = null,
+           locked_until = null, finished_at = now()
+     where w.id = v_wf.id
+    returning * into v_wf;
+  end if;
+  perform bitrix_sync._record_admin_action('cancel_rebind_request', v_wf.id, p_request_id, null, null,
+                                           p_reason, p_operator_id);
+  if v_outcome <> 'crm_unchanged' then
+    raise notice 'the CRM was already changed: %', v_outcome
+      using hint = 'docs/admin.md (Rebind, outcomes) says what each outcome leaves in the CRM and what to check there.';
+  end if;
+  return query select v_req.id, v_req.status::text, v_req.outcome::text, v_wf.id, v_wf.state::text;
+end $$;
+comment on function bitrix_sync.cancel_rebind_request(uuid, text, text) is
+  'Admin (docs/admin.md): requested | in_progress -> cancelled with the operator''s reason, audited. Closes the workflow''s unsent and unresolved commands, cancels the workflow (a held App change then starts) and records in outcome what the CRM already holds. BS004 missing audit field, BS005 unknown request, BS002 already finished, BS007 a write is in flight right now.';
+
+-- Privileges: sql/privileges.sql (the admin role executes the functions and reads the views;
+-- the runtime and the App have nothing here).
+-- <<< sql/rebind_admin.sql
+
+-- Requests left open by a workflow that already finished (the paths that did not close them before
+-- this migration) are closed now, as the trigger closes them from here on.
+select bitrix_sync._close_rebind_request(w)
+  from bitrix_sync.workflow_instances w
+  join bitrix_sync.rebind_requests r on r.workflow_id = w.id
+ where r.status in ('requested', 'in_progress') and w.state in ('succeeded', 'failed', 'cancelled');
 -- >>> sql/privileges.sql (included)
 -- The privilege catalogue (§13, DESIGN.md "Roles"; issue 10): for every schema, table, view,
 -- sequence and function of the project, what each of the three roles may do, written out, "nothing"
@@ -1027,7 +1614,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    array[]::text[], array[]::text[], 'Hashes of what the runtime last wrote into or read from each Contact.'),
   ('table', 'bitrix_sync.crm_commands',
    array['SELECT',
-         'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)',
+         'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id)',
          'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'],
    array[]::text[], array[]::text[], 'Issued pending (no status column to insert); what a command asks for never changes after issue.'),
   ('table', 'bitrix_sync.entity_external_mapping',
@@ -1041,12 +1628,12 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    array['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'],
    array[]::text[], array[]::text[], 'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'),
   ('table', 'bitrix_sync.webhook_inbox',
-   array['SELECT', 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)',
+   array['SELECT', 'INSERT (receiver, entity_type_id, entity_id, source_ip)',
          'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'],
    array[]::text[], array[]::text[], 'Recorded received by accept_webhooks; what arrived never changes.'),
   ('table', 'bitrix_sync.workflow_instances',
-   array['SELECT', 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)',
-         'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'],
+   array['SELECT', 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash)',
+         'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at)'],
    array[]::text[], array[]::text[], 'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'),
 
   -- the limiter's ephemeral state: rows are counters and slots, not history
@@ -1057,12 +1644,6 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'bitrix_sync.crm_rate_buckets', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
    'Token buckets.'),
 
-  -- metrics (sql/metrics.sql): written by security definer triggers, read by metrics_snapshot()
-  ('table', 'bitrix_sync.metric_event_totals', array[]::text[], array[]::text[], array[]::text[],
-   'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'),
-  ('table', 'bitrix_sync.metric_events', array[]::text[], array[]::text[], array[]::text[],
-   'Counted events; appended by the security definer _900 triggers whoever makes the change.'),
-
   -- read-only for the runtime: audit and configuration are the admin's, through its functions
   ('table', 'bitrix_sync.cutover', array['SELECT'], array['SELECT'], array[]::text[],
    'Written once by perform_cutover() (admin); the runtime only reads the watermark.'),
@@ -1071,7 +1652,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'bitrix_sync.settings', array['SELECT'], array['SELECT'], array[]::text[],
    'The catalogue of keys and bounds; changed by migrations only.'),
   ('table', 'bitrix_sync.admin_actions', array[]::text[],
-   array['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'], array[]::text[],
+   array['SELECT (id, action, workflow_id, rebind_request_id, decision, reason, operator_id, db_user, performed_at)'], array[]::text[],
    'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'),
   ('table', 'bitrix_sync.settings_versions', array['SELECT'], array['SELECT'], array[]::text[],
    'Written by the admin''s settings functions only.'),
@@ -1095,8 +1676,6 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('view', 'bitrix_sync.state_edges', array['SELECT'], array['SELECT'], array[]::text[],
    'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'),
   ('view', 'bitrix_sync.status_alerts', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14): counts and ages only.'),
-  ('view', 'bitrix_sync.status_alert_mirror', array['SELECT'], array['SELECT'], array[]::text[],
-   'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'),
   ('view', 'bitrix_sync.status_commands', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
   ('view', 'bitrix_sync.status_dead_letters', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
   ('view', 'bitrix_sync.status_queue', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
@@ -1118,16 +1697,6 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'),
   ('function', 'bitrix_sync.rollback_settings(integer,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
   ('function', 'bitrix_sync.validate_settings_version(integer)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
-  ('function', 'bitrix_sync.list_dead_letters(boolean,integer)', array[]::text[], array['EXECUTE'], array[]::text[],
-   'Dead letters: what is open, and what a requeue would do (docs/admin.md).'),
-  ('function', 'bitrix_sync.acknowledge_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
-   'Dead letters: resolved without a new attempt, audited.'),
-  ('function', 'bitrix_sync.requeue_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
-   'Dead letters: a new attempt through the normal state machine, audited.'),
-  ('function', 'bitrix_sync.retention_preview()', array[]::text[], array['EXECUTE'], array[]::text[],
-   'Retention: what the next run would delete (reads the history: by hand only).'),
-  ('function', 'bitrix_sync.delete_retention_batch(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
-   'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'),
 
   -- read functions both roles use
   ('function', 'bitrix_sync._active_setting(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
@@ -1136,11 +1705,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.crm_limiter_state(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Limiter state for status (§14).'),
   ('function', 'bitrix_sync.cutover_performed()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The processing gate, for readiness and the pump.'),
 
-  ('function', 'bitrix_sync.metrics_snapshot(text,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
-   'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'),
-
   -- runtime functions: the receivers
-  ('function', 'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])', array['EXECUTE'], array[]::text[], array[]::text[], 'The receivers'' one statement (and the readiness probe of that path).'),
+  ('function', 'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[])', array['EXECUTE'], array[]::text[], array[]::text[], 'The receivers'' one statement.'),
   ('function', 'bitrix_sync.alert_config_problem()', array['EXECUTE'], array[]::text[], array[]::text[], 'Readiness: alert_config_invalid.'),
   ('function', 'bitrix_sync.alert_entity_type_id()', array['EXECUTE'], array[]::text[], array[]::text[], 'The alert receiver''s entity type.'),
   -- runtime functions: intake and workflows
@@ -1156,14 +1722,14 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
   ('function', 'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
   ('function', 'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
-  ('function', 'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake.'),
+  ('function', 'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake.'),
   -- runtime functions: commands and the pump
   ('function', 'bitrix_sync.begin_command_reconcile(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.claim_commands(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (gated by the cutover).'),
   ('function', 'bitrix_sync.complete_command(bigint,uuid,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.issue_alert_command(bigint,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
-  ('function', 'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.mark_command_uncertain(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.reject_command(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.release_command(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
@@ -1184,12 +1750,6 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.retry_webhook(bigint,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
   ('function', 'bitrix_sync.active_mapping_for_contact(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
   ('function', 'bitrix_sync.active_mapping_for_user(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
-  ('function', 'bitrix_sync.recover_alert_command(bigint,interval)', array['EXECUTE'], array[]::text[], array[]::text[],
-   'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'),
-  ('function', 'bitrix_sync.alerts_to_look_up(integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: items to look up.'),
-  ('function', 'bitrix_sync.issue_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup of an item.'),
-  ('function', 'bitrix_sync.resolve_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup''s outcome.'),
-  ('function', 'bitrix_sync.fail_alert_lookup(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: a lookup that failed for good.'),
   ('function', 'bitrix_sync.close_mapping(uuid,text,uuid,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
   ('function', 'bitrix_sync.open_mapping(uuid,text,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
   ('function', 'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)',
@@ -1223,30 +1783,16 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the inbox functions.'),
   ('function', 'bitrix_sync._held_workflow(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the workflow functions.'),
   ('function', 'bitrix_sync._is_write_command(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of claim_commands.'),
-  ('function', 'bitrix_sync._trace_context(text)', array['EXECUTE'], array[]::text[], array[]::text[],
-   'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'),
-  ('function', 'bitrix_sync._trace_context(text)', array['EXECUTE'], array[]::text[], array[]::text[],
-   'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'),
   ('function', 'bitrix_sync._refuse_stale(text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper: the BS001 refusal.'),
   ('function', 'bitrix_sync._retry_deadline(timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Internal helper and the default of deadline_at, evaluated as the inserting role.'),
   ('function', 'bitrix_sync._wake_workflow(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
   ('function', 'bitrix_sync._workflow_holder(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command reconcile functions.'),
-  ('function', 'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
-   'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'),
-  ('function', 'bitrix_sync._alert_add_unsafe(bigint)', array['EXECUTE'], array[]::text[], array[]::text[],
-   'Internal helper of the alert mirror (runAlertSync asks it before an add).'),
 
   -- nobody: internals of security definer functions, trigger functions (a trigger fires without
   -- EXECUTE), and record_webhook (one NOTIFY per row; kept for sources with stable event IDs)
   ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync._check_admin_audit(text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
-  ('function', 'bitrix_sync._open_dead_letter(bigint)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
-  ('function', 'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
-  ('function', 'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
-  ('function', 'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
-  ('function', 'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
-  ('function', 'bitrix_sync._retention_cutoff(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
   ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync._rebind_crm_outcome(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of _close_rebind_request and cancel_rebind_request.'),
   ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
@@ -1262,10 +1808,6 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.tg__refuse_immutable_change()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync.tg__refuse_insert_state()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync.tg__set_updated_at()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
-  ('function', 'bitrix_sync.tg_crm_commands__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
-  ('function', 'bitrix_sync.tg_technical_dead_letters__count()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
-  ('function', 'bitrix_sync.tg_webhook_inbox__count_coalesced()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
-  ('function', 'bitrix_sync.tg_workflow_instances__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
   ('function', 'bitrix_sync.tg_settings_versions__freeze()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.')
 )
 select d.object_type, d.object_name, r.role, r.privileges, d.note

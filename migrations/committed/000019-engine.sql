@@ -1,75 +1,13 @@
---! Previous: sha1:6fb0bfbc792503422bbba6e28911046860737e62
---! Hash: sha1:600c97259e1d161530c7dccb3392901cbcae4530
---! Message: rebind-loop
+--! Previous: sha1:940a00110c86167052ed7459f6323788965cc9e6
+--! Hash: sha1:8dc937dbe9c4d92b61e02c3f609a6dbad0e33e08
+--! Message: engine
 
--- The operator's loop, rebind and parked workflows (issue 11): a contact.rebind that always finishes
--- (its request closes with the workflow, whatever ends it), App changes held while a rebind runs
--- and started after it, a retried clear of the previous Contact that reads it again first, and
--- audited admin functions to list, resume and cancel parked workflows and to cancel open rebind
--- requests (docs/admin.md).
+-- Engine efficiency (issue 14): a step persists its state and its command in one call
+-- (issue_command takes the step state), the pump settles a batch in one statement
+-- (complete_commands), and retries that wait only because the whole portal failed are brought
+-- forward when it answers again (bring_forward_commands); a reply to a request sent under a cut
+-- rate doubles the rate back (note_crm_answered); the state guard no longer turns rows into JSON.
 set local lock_timeout = '10s';
-
--- An App intent that arrives while the user's contact.rebind runs is held on the rebind's row and
--- becomes the next workflow when the rebind ends (sql/workflows.sql).
-alter table bitrix_sync.workflow_instances
-  add column if not exists held_intent_type varchar(32),
-  add column if not exists held_source_task_id uuid,
-  add column if not exists held_content_hash varchar(64),
-  add column if not exists held_at timestamptz;
--- The columns are new, so every existing row satisfies the constraints below: NOT VALID skips the
--- scan under an exclusive lock, and new and changed rows are checked all the same.
-alter table bitrix_sync.workflow_instances
-  add constraint workflow_instances_held_intent
-  check (held_intent_type is null
-         or held_intent_type in ('contact.map_or_create', 'contact.update', 'contact.deactivate')) not valid;
-comment on column bitrix_sync.workflow_instances.held_intent_type is
-  'Newest App intent that arrived while this contact.rebind ran; it starts as the next workflow when the rebind ends.';
-comment on column bitrix_sync.workflow_instances.held_source_task_id is
-  'han_app.sync_queue row of the held intent.';
-comment on column bitrix_sync.workflow_instances.held_content_hash is
-  'Content hash of the held intent (as content_hash).';
-comment on column bitrix_sync.workflow_instances.held_at is 'When the held intent last arrived.';
-
--- What a finished rebind request left in the CRM, and who cancelled it and why.
-alter table bitrix_sync.rebind_requests
-  add column if not exists outcome varchar(64),
-  add column if not exists cancelled_by varchar(128),
-  add column if not exists cancel_reason text;
--- New columns, as above.
-alter table bitrix_sync.rebind_requests
-  add constraint rebind_requests_outcome_code check (outcome is null or outcome ~ '^[a-z][a-z0-9_]{2,63}$') not valid;
-alter table bitrix_sync.rebind_requests
-  add constraint rebind_requests_cancel_audit
-  check (status = 'cancelled' or (cancel_reason is null and cancelled_by is null)) not valid;
-comment on column bitrix_sync.rebind_requests.outcome is
-  'What the CRM holds when the request finished: rebound, crm_unchanged, target_write_unconfirmed, target_written, target_written_clear_unconfirmed, target_written_previous_cleared (docs/admin.md).';
-comment on column bitrix_sync.rebind_requests.cancelled_by is 'Operator who cancelled the request (cancel_rebind_request).';
-comment on column bitrix_sync.rebind_requests.cancel_reason is 'Why the operator cancelled it (free text written by an admin).';
-
--- Who did what and why, for every admin function that changes a workflow or a request.
-create table if not exists bitrix_sync.admin_actions (
-  id bigint generated always as identity primary key,
-  action varchar(64) not null check (action ~ '^[a-z][a-z0-9_]{2,63}$'),
-  -- No foreign key: finished workflows may be removed by retention, their audit stays.
-  workflow_id uuid,
-  rebind_request_id uuid references bitrix_sync.rebind_requests (id),
-  decision varchar(32) check (decision is null or decision ~ '^[a-z][a-z0-9_]{1,31}$'),
-  contact_id varchar(128) check (contact_id is null or contact_id ~ '^[1-9][0-9]{0,17}$'),
-  reason text not null check (length(btrim(reason)) between 3 and 500),
-  operator_id varchar(128) not null check (length(btrim(operator_id)) > 0),
-  db_user varchar(128) not null default session_user,
-  performed_at timestamptz not null default now()
-);
--- A new, empty table: the index builds instantly.
--- squawk-ignore require-concurrent-index-creation
-create index if not exists admin_actions_workflow_idx on bitrix_sync.admin_actions (workflow_id, performed_at);
-comment on table bitrix_sync.admin_actions is
-  'Audit of the admin functions (resume and cancel of parked workflows, cancel of rebind requests): the action, what it applied to, the operator''s id and reason, the database login. Never deleted.';
-comment on column bitrix_sync.admin_actions.action is 'resume_workflow, cancel_workflow, cancel_rebind_request, ...';
-comment on column bitrix_sync.admin_actions.decision is 'The resume decision: retry, link_contact, create_contact.';
-comment on column bitrix_sync.admin_actions.contact_id is 'The Contact a link_contact decision named.';
-comment on column bitrix_sync.admin_actions.operator_id is 'Who acted (operator identifier, as given).';
-comment on column bitrix_sync.admin_actions.db_user is 'The database login (session_user) that ran the function.';
 
 -- >>> sql/state_machines.sql (included)
 -- State machines (§6.1, §7.1, §7.2, §7.3, §6.3): the legal edges as data, and one guard trigger per
@@ -108,6 +46,8 @@ select machine, from_state, to_state, event
     ('workflow', 'waiting_manual', 'running', 'manual_resume'),
     ('workflow', 'waiting_manual', 'failed', 'fail'),
     ('workflow', 'waiting_manual', 'cancelled', 'cancel'),
+    -- An admin requeues the technical dead letter that failed it (requeue_dead_letter): it starts over.
+    ('workflow', 'failed', 'waiting_retry', 'requeue'),
     -- bitrix_sync.crm_commands (§7.2)
     ('command', 'pending', 'leased', 'claim'),
     ('command', 'pending', 'dead_letter', 'abandon'),
@@ -160,9 +100,18 @@ create or replace function bitrix_sync.tg__guard_transition() returns trigger
 language plpgsql as $$
 -- TG_ARGV[0]: machine name in state_edges; TG_ARGV[1]: the state column.
 declare
-  v_from text := to_jsonb(old) ->> tg_argv[1];
-  v_to text := to_jsonb(new) ->> tg_argv[1];
+  v_from text;
+  v_to text;
 begin
+  -- The status column by name (issue 14): turning both whole rows into JSON on every transition cost
+  -- more than the rest of the guard. Another column name takes the generic way.
+  if tg_argv[1] = 'status' then
+    v_from := old.status;
+    v_to := new.status;
+  else
+    v_from := to_jsonb(old) ->> tg_argv[1];
+    v_to := to_jsonb(new) ->> tg_argv[1];
+  end if;
   if v_from is distinct from v_to
      and not exists (select 1 from bitrix_sync.state_edges e
                       where e.machine = tg_argv[0] and e.from_state = v_from and e.to_state = v_to) then
@@ -174,7 +123,25 @@ begin
   return new;
 end $$;
 comment on function bitrix_sync.tg__guard_transition() is
-  'BEFORE UPDATE guard: refuses a change of the state column (TG_ARGV[1]) that is not an edge of machine TG_ARGV[0] in bitrix_sync.state_edges. SQLSTATE BS002.';
+  'BEFORE UPDATE guard: refuses a change of the state column (TG_ARGV[1], read directly when it is status) that is not an edge of machine TG_ARGV[0] in bitrix_sync.state_edges. SQLSTATE BS002.';
+
+create or replace function bitrix_sync.tg_workflow_instances__guard_state() returns trigger
+language plpgsql as $$
+begin
+  -- tg__guard_transition for the one machine whose column is "state" (TG_ARGV as there), reading it
+  -- directly.
+  if old.state is distinct from new.state
+     and not exists (select 1 from bitrix_sync.state_edges e
+                      where e.machine = tg_argv[0] and e.from_state = old.state and e.to_state = new.state) then
+    raise exception 'illegal % transition % -> %', tg_argv[0], old.state, new.state
+      using errcode = 'BS002',
+            detail = format('table %I.%I', tg_table_schema, tg_table_name),
+            hint = 'Move rows only through the bitrix_sync function for the event; docs/state-machines.md lists the legal edges.';
+  end if;
+  return new;
+end $$;
+comment on function bitrix_sync.tg_workflow_instances__guard_state() is
+  'BEFORE UPDATE OF state guard of workflow_instances: refuses a change of state that is not an edge of machine TG_ARGV[0] (workflow) in bitrix_sync.state_edges. SQLSTATE BS002.';
 
 create or replace function bitrix_sync.tg__forbid_delete() returns trigger
 language plpgsql as $$
@@ -194,7 +161,7 @@ comment on trigger _100_guard_status on han_app.sync_queue is 'Refuses illegal q
 
 drop trigger if exists _100_guard_state on bitrix_sync.workflow_instances;
 create trigger _100_guard_state before update of state on bitrix_sync.workflow_instances
-  for each row execute function bitrix_sync.tg__guard_transition('workflow', 'state');
+  for each row execute function bitrix_sync.tg_workflow_instances__guard_state('workflow', 'state');
 comment on trigger _100_guard_state on bitrix_sync.workflow_instances is 'Refuses illegal workflow state changes (§7.1).';
 
 drop trigger if exists _100_guard_status on bitrix_sync.crm_commands;
@@ -257,296 +224,6 @@ begin
   end loop;
 end $$;
 -- <<< sql/state_machines.sql
--- >>> sql/workflows.sql (included)
--- Workflows (§7.1): one active workflow per user; persisted transitions by event name, fenced by
--- the lease token of the worker stepping the workflow.
-
-create or replace function bitrix_sync.start_or_join_workflow(
-  p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text
-) returns table (workflow_id uuid, action text)
-language plpgsql as $$
-declare
-  v_row bitrix_sync.workflow_instances;
-begin
-  for v_try in 1..3 loop
-    select * into v_row from bitrix_sync.workflow_instances w
-     where w.user_id = p_user_id and w.state not in ('succeeded', 'failed', 'cancelled')
-     for update;
-    if found then
-      -- A rebind is never joined: converging to the App's intent would drop it (issue 11). The
-      -- intent is held on its row, the newest one winning as in a join, and starts as the next
-      -- workflow when the rebind ends (tg_workflow_instances__start_held_intent), so the App change
-      -- is carried out against the mapping the rebind left.
-      if v_row.workflow_type = 'contact.rebind' then
-        if v_row.held_intent_type is not distinct from p_intent_type
-           and v_row.held_content_hash is not distinct from p_content_hash then
-          return query select v_row.id, 'unchanged'::text;
-          return;
-        end if;
-        update bitrix_sync.workflow_instances w
-           set held_intent_type = p_intent_type, held_source_task_id = p_source_task_id,
-               held_content_hash = p_content_hash, held_at = now()
-         where w.id = v_row.id;
-        return query select v_row.id, 'held'::text;
-        return;
-      end if;
-      -- Same intent with the same desired content: nothing new to converge to.
-      if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
-        return query select v_row.id, 'unchanged'::text;
-        return;
-      end if;
-      update bitrix_sync.workflow_instances w
-         set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
-             content_hash = p_content_hash,
-             -- A workflow parked in waiting_manual may now be fixable by the newer intent
-             -- (manual_resume); a waiting_retry one is due at once.
-             state = case when w.state = 'waiting_manual' then 'running' else w.state end,
-             next_attempt_at = least(w.next_attempt_at, now())
-       where w.id = v_row.id;
-      return query select v_row.id, 'joined'::text;
-      return;
-    end if;
-    -- The user's last workflow already converged to exactly this content: a semantically equal intent.
-    if p_content_hash is not null and exists (
-         select 1 from bitrix_sync.workflow_instances w
-          where w.id = (select l.id from bitrix_sync.workflow_instances l
-                         where l.user_id = p_user_id order by l.created_at desc limit 1)
-            and w.state = 'succeeded' and w.intent_type = p_intent_type
-            and w.content_hash = p_content_hash) then
-      return query select null::uuid, 'unchanged'::text;
-      return;
-    end if;
-    begin
-      insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
-      values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash)
-      returning * into v_row;
-    exception when unique_violation then
-      -- Two intents of one user claimed at once: the other call started the workflow first and has
-      -- committed by now (the index waited for it), so look again and join it.
-      if v_try = 3 then
-        raise;
-      end if;
-      continue;
-    end;
-    perform pg_notify('bitrix_sync_workflows', '');
-    return query select v_row.id, 'started'::text;
-    return;
-  end loop;
-end $$;
-comment on function bitrix_sync.start_or_join_workflow(uuid, text, uuid, text) is
-  'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged). An active contact.rebind is not joined: the intent is held on it (action held) and starts when the rebind ends.';
-
-create or replace function bitrix_sync.tg_workflow_instances__start_held_intent() returns trigger
-language plpgsql as $$
-begin
-  -- The rebind's row has just left the active states, so the one-active-per-user index admits the
-  -- next workflow. A concurrent intake waiting on the row lock finds this one and joins it.
-  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
-  values (new.held_intent_type, new.held_intent_type, new.user_id, new.held_source_task_id, new.held_content_hash);
-  perform pg_notify('bitrix_sync_workflows', '');
-  return null;
-end $$;
-comment on function bitrix_sync.tg_workflow_instances__start_held_intent() is
-  'AFTER UPDATE OF state trigger: when a workflow holding an App intent (a contact.rebind) finishes, however it finishes, the held intent starts as the user''s next workflow.';
-
-drop trigger if exists _400_start_held_intent on bitrix_sync.workflow_instances;
-create trigger _400_start_held_intent after update of state on bitrix_sync.workflow_instances
-  for each row
-  when (new.held_intent_type is not null and new.state in ('succeeded', 'failed', 'cancelled')
-        and old.state not in ('succeeded', 'failed', 'cancelled'))
-  execute function bitrix_sync.tg_workflow_instances__start_held_intent();
-comment on trigger _400_start_held_intent on bitrix_sync.workflow_instances is
-  'Starts the App intent held during a rebind once the rebind has finished (after _300_close_rebind_request).';
-
-
-create or replace function bitrix_sync.claim_workflows(
-  p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
-) returns setof bitrix_sync.workflow_instances
-language plpgsql as $$
-begin
-  if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
-    raise exception 'claim needs 1..1000 rows and a positive lease'
-      using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
-  end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
-    return;
-  end if;
-  return query
-  with picked as (
-    select w.id from bitrix_sync.workflow_instances w
-     where w.state in ('created', 'running', 'waiting_retry')
-       and w.next_attempt_at <= now()
-       and (w.lease_token is null or w.locked_until < now())
-     order by w.next_attempt_at, w.created_at
-     limit p_limit
-     for update skip locked
-  )
-  update bitrix_sync.workflow_instances w
-     set state = 'running',
-         lease_token = gen_random_uuid(),
-         locked_by = left(p_worker, 128),
-         locked_until = now() + p_lease,
-         attempt_count = w.attempt_count + 1
-    from picked
-   where w.id = picked.id
-  returning w.*;
-end $$;
-comment on function bitrix_sync.claim_workflows(text, integer, interval) is
-  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover().';
-
-create or replace function bitrix_sync.fire_workflow_event(
-  p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb default '{}'::jsonb
-) returns bitrix_sync.workflow_instances
-language plpgsql as $$
-declare
-  v_row bitrix_sync.workflow_instances;
-  v_to text;
-  v_bad text;
-begin
-  select * into v_row from bitrix_sync.workflow_instances where id = p_id for update;
-  if not found then
-    raise exception 'workflow % does not exist', p_id
-      using errcode = 'BS005', hint = 'Check the workflow id.';
-  end if;
-  if v_row.lease_token is distinct from p_lease_token then
-    perform bitrix_sync._refuse_stale('workflow', p_id::text);
-  end if;
-  select e.to_state into v_to from bitrix_sync.state_edges e
-   where e.machine = 'workflow' and e.from_state = v_row.state and e.event = p_event;
-  if v_to is null then
-    raise exception 'workflow event % is not allowed in state %', p_event, v_row.state
-      using errcode = 'BS002', hint = 'docs/state-machines.md lists the events of each state.';
-  end if;
-  select string_agg(k, ', ') into v_bad from jsonb_object_keys(coalesce(p_changes, '{}'::jsonb)) k
-   where k not in ('current_step', 'step_data', 'contact_id', 'outcome', 'last_error_code', 'next_attempt_at',
-                   'processed_revision');
-  if v_bad is not null then
-    raise exception 'workflow event cannot change %', v_bad
-      using errcode = 'BS004', hint = 'Allowed: current_step, step_data, contact_id, outcome, last_error_code, next_attempt_at, processed_revision.';
-  end if;
-  if p_changes ? 'last_error_code' and p_changes ->> 'last_error_code' is not null then
-    perform bitrix_sync._check_code(p_changes ->> 'last_error_code');
-  end if;
-  if p_changes ? 'outcome' and p_changes ->> 'outcome' is not null then
-    perform bitrix_sync._check_code(p_changes ->> 'outcome');
-  end if;
-
-  update bitrix_sync.workflow_instances w
-     set state = v_to,
-         current_step = coalesce(p_changes ->> 'current_step', w.current_step),
-         step_data = case when p_changes ? 'step_data' then p_changes -> 'step_data' else w.step_data end,
-         contact_id = case when p_changes ? 'contact_id' then p_changes ->> 'contact_id' else w.contact_id end,
-         outcome = case when p_changes ? 'outcome' then p_changes ->> 'outcome' else w.outcome end,
-         last_error_code = case when p_changes ? 'last_error_code' then p_changes ->> 'last_error_code' else w.last_error_code end,
-         next_attempt_at = coalesce((p_changes ->> 'next_attempt_at')::timestamptz,
-                                    case when v_to = 'running' then w.next_attempt_at else now() end),
-         processed_revision = coalesce((p_changes ->> 'processed_revision')::integer, w.processed_revision),
-         -- The lease belongs to a worker stepping a running workflow; any other state releases it.
-         lease_token = case when v_to = 'running' then w.lease_token end,
-         locked_by = case when v_to = 'running' then w.locked_by end,
-         locked_until = case when v_to = 'running' then w.locked_until end,
-         finished_at = case when v_to in ('succeeded', 'failed', 'cancelled') then now() end
-   where w.id = p_id
-  returning * into v_row;
-  if v_to in ('waiting_retry', 'running') then
-    perform pg_notify('bitrix_sync_workflows', '');
-  end if;
-  return v_row;
-end $$;
-comment on function bitrix_sync.fire_workflow_event(uuid, uuid, text, jsonb) is
-  'Moves a workflow along the edge named p_event from its current state (bitrix_sync.state_edges), applying the allowed changes. The caller must present the current lease token (null when none is held); stale holders get BS001, illegal events BS002.';
-
-create or replace function bitrix_sync.extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval)
-returns bitrix_sync.workflow_instances
-language plpgsql as $$
-declare
-  v_row bitrix_sync.workflow_instances;
-begin
-  update bitrix_sync.workflow_instances set locked_until = now() + p_lease
-   where id = p_id and state = 'running' and lease_token = p_lease_token
-  returning * into v_row;
-  if not found then
-    perform bitrix_sync._refuse_stale('workflow', p_id::text);
-  end if;
-  return v_row;
-end $$;
-comment on function bitrix_sync.extend_workflow_lease(uuid, uuid, interval) is
-  'Extends the lease of a running workflow. Refuses a stale token (BS001).';
-
-create or replace function bitrix_sync._held_workflow(p_id uuid, p_lease_token uuid)
-returns bitrix_sync.workflow_instances
-language plpgsql as $$
-declare
-  v_row bitrix_sync.workflow_instances;
-begin
-  select * into v_row from bitrix_sync.workflow_instances
-   where id = p_id and state = 'running' and lease_token = p_lease_token
-   for update;
-  if not found then
-    perform bitrix_sync._refuse_stale('workflow', p_id::text);
-  end if;
-  return v_row;
-end $$;
-comment on function bitrix_sync._held_workflow(uuid, uuid) is
-  'Internal: the running workflow, locked, when the caller presents its current lease token; otherwise BS001.';
-
-create or replace function bitrix_sync.save_workflow_step(
-  p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text default null
-) returns bitrix_sync.workflow_instances
-language plpgsql as $$
-declare
-  v_row bitrix_sync.workflow_instances;
-begin
-  if p_step_data is null or jsonb_typeof(p_step_data) <> 'object' then
-    raise exception 'step data must be a JSON object'
-      using errcode = 'BS004', hint = 'Pass the workflow''s safe step state (IDs, flags, counts), e.g. ''{"pass": 1}''.';
-  end if;
-  if p_current_step is not null and p_current_step !~ '^[a-z][a-z0-9_]{0,63}$' then
-    raise exception 'a step name is a snake_case identifier of at most 64 characters'
-      using errcode = 'BS004', hint = 'Pass the planner''s step name, e.g. find_by_phone.';
-  end if;
-  v_row := bitrix_sync._held_workflow(p_id, p_lease_token);
-  update bitrix_sync.workflow_instances
-     set step_data = p_step_data, current_step = coalesce(p_current_step, current_step)
-   where id = p_id
-  returning * into v_row;
-  return v_row;
-end $$;
-comment on function bitrix_sync.save_workflow_step(uuid, uuid, jsonb, text) is
-  'Persists the step state (and, when given, the step name) of a running workflow without a state change. Fenced by the workflow''s lease token (BS001).';
-
-create or replace function bitrix_sync.schedule_workflow_retry(
-  p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval
-) returns bitrix_sync.workflow_instances
-language plpgsql as $$
-declare
-  v_row bitrix_sync.workflow_instances;
-  v_deadline timestamptz;
-begin
-  perform bitrix_sync._check_code(p_error_code);
-  v_row := bitrix_sync._held_workflow(p_id, p_lease_token);
-  -- A workflow is first attempted when it is created: intake starts it at once.
-  v_deadline := bitrix_sync._retry_deadline(v_row.created_at);
-  if now() + greatest(p_delay, interval '0') > v_deadline then
-    v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'fail',
-               jsonb_build_object('last_error_code', 'retry_horizon_exceeded', 'outcome', 'failed'));
-    insert into bitrix_sync.technical_dead_letters
-      (source, source_id, workflow_id, operation, error_code, attempt_count, first_attempt_at, deadline_at,
-       correlation_id)
-    values ('workflow', v_row.id::text, v_row.id, v_row.workflow_type, 'retry_horizon_exceeded',
-            v_row.attempt_count, v_row.created_at, v_deadline, v_row.correlation_id);
-  else
-    v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'schedule_retry',
-               jsonb_build_object('last_error_code', p_error_code,
-                                  'next_attempt_at', now() + greatest(p_delay, interval '0')));
-  end if;
-  update bitrix_sync.workflow_instances set deadline_at = v_deadline where id = p_id returning * into v_row;
-  return v_row;
-end $$;
-comment on function bitrix_sync.schedule_workflow_retry(uuid, uuid, text, interval) is
-  'A step failed: running -> waiting_retry (schedule_retry) due after p_delay; when that falls past the horizon (created_at + retry.horizon_sec) -> failed with retry_horizon_exceeded and a technical DLQ row instead. The returned state says which. Fenced by the lease token (BS001).';
--- <<< sql/workflows.sql
 -- >>> sql/commands.sql (included)
 -- CRM commands (§7.2, §8, §9): issued by a workflow step, claimed by the pump under a lease,
 -- marked in_flight (the durable "send started" marker) before the HTTP batch leaves, and completed
@@ -573,28 +250,45 @@ end $$;
 comment on function bitrix_sync._wake_workflow(uuid) is
   'waiting_crm -> running for the workflow owning a command that succeeded, failed for good or became uncertain.';
 
+-- Issue 12 added the issuing step's trace context (a parameter with a default): the five-argument
+-- form is replaced. Issue 14 added the step state, so one call persists the whole step: the
+-- six-argument form is replaced too.
+drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text);
+drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text);
+
 create or replace function bitrix_sync.issue_command(
-  p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text
+  p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text,
+  p_trace_context text default null, p_step_data jsonb default null
 ) returns bitrix_sync.crm_commands
 language plpgsql as $$
 declare
   v_wf bitrix_sync.workflow_instances;
   v_cmd bitrix_sync.crm_commands;
 begin
-  select * into v_wf from bitrix_sync.workflow_instances where id = p_workflow_id for update;
-  if not found or v_wf.state <> 'running' or v_wf.lease_token is distinct from p_lease_token then
+  if p_step_data is not null and jsonb_typeof(p_step_data) <> 'object' then
+    raise exception 'step data must be a JSON object'
+      using errcode = 'BS004', hint = 'Pass the workflow''s safe step state (IDs, flags, counts), e.g. ''{"pass": 1}''.';
+  end if;
+  -- running -> waiting_crm (event await_crm; the guard trigger checks the edge) under the caller's
+  -- lease, with the step and its state in the same row version: one write of the workflow per step.
+  update bitrix_sync.workflow_instances w
+     set state = 'waiting_crm', current_step = coalesce(p_step, w.current_step),
+         step_data = coalesce(p_step_data, w.step_data), next_attempt_at = now(),
+         lease_token = null, locked_by = null, locked_until = null
+   where w.id = p_workflow_id and w.state = 'running' and w.lease_token = p_lease_token
+  returning * into v_wf;
+  if not found then
     perform bitrix_sync._refuse_stale('workflow', p_workflow_id::text);
   end if;
-  insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id)
-  values (p_workflow_id, p_command_type, coalesce(p_params, '{}'::jsonb), v_wf.revision, v_wf.correlation_id)
+  insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id, trace_context)
+  values (p_workflow_id, p_command_type, coalesce(p_params, '{}'::jsonb), v_wf.revision, v_wf.correlation_id,
+          bitrix_sync._trace_context(p_trace_context))
   returning * into v_cmd;
-  perform bitrix_sync.fire_workflow_event(p_workflow_id, p_lease_token, 'await_crm',
-                                          jsonb_build_object('current_step', p_step));
   perform pg_notify('bitrix_sync_commands', '');
   return v_cmd;
 end $$;
-comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text) is
-  'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm at step p_step. The unique index allows one active command per workflow.';
+comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text, jsonb) is
+  'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm (await_crm) at step p_step, storing p_step_data (the step state, a JSON object) in the same write when given. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it. Refuses a stale lease or a workflow not running (BS001).';
 
 create or replace function bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb)
 returns bitrix_sync.crm_commands
@@ -695,12 +389,16 @@ begin
     raise exception 'send_commands needs one lease token per command id'
       using errcode = 'BS004', hint = 'Pass the ids and tokens returned by claim_commands(), in the same order.';
   end if;
+  -- The horizon of _retry_deadline(), read once for the batch instead of once per row.
   return query
+  with h as materialized (
+    select make_interval(secs => (bitrix_sync._active_setting('retry.horizon_sec') #>> '{}')::double precision) as horizon
+  )
   update bitrix_sync.crm_commands c
      set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
          first_sent_at = coalesce(c.first_sent_at, now()),
-         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now()))
-    from unnest(p_ids, p_lease_tokens) as t(id, token)
+         deadline_at = coalesce(c.first_sent_at, now()) + h.horizon
+    from unnest(p_ids, p_lease_tokens) as t(id, token), h
    where c.id = t.id and c.status = 'leased' and c.lease_token = t.token
   returning c.id;
 end $$;
@@ -728,6 +426,70 @@ begin
 end $$;
 comment on function bitrix_sync.complete_command(bigint, uuid, jsonb) is
   'in_flight -> succeeded with a safe response projection, and wakes the workflow. Refuses stale tokens (BS001).';
+
+create or replace function bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[])
+returns setof bigint
+language plpgsql as $$
+begin
+  if coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_lease_tokens), 0)
+     or coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_responses), 0) then
+    raise exception 'complete_commands needs one lease token and one response per command id'
+      using errcode = 'BS004', hint = 'Pass three arrays of the same length, in the same order.';
+  end if;
+  -- One statement for the whole batch: the commands still held under their tokens succeed, and the
+  -- workflows waiting for them wake (waiting_crm -> running, crm_replied) as complete_command does.
+  return query
+  with done as (
+    update bitrix_sync.crm_commands c
+       set status = 'succeeded', response = t.response, completed_at = now(), last_error_code = null,
+           lease_token = null, locked_by = null, locked_until = null
+      from unnest(p_ids, p_lease_tokens, p_responses) as t(id, token, response)
+     where c.id = t.id and c.status = 'in_flight' and c.lease_token = t.token
+    returning c.id, c.workflow_id
+  ), woken as (
+    update bitrix_sync.workflow_instances w
+       set state = 'running', next_attempt_at = now()
+     where w.id in (select d.workflow_id from done d where d.workflow_id is not null)
+       and w.state = 'waiting_crm'
+    returning w.id
+  )
+  select d.id from done d;
+  if found then
+    perform pg_notify('bitrix_sync_workflows', '');
+  end if;
+end $$;
+comment on function bitrix_sync.complete_commands(bigint[], uuid[], jsonb[]) is
+  'in_flight -> succeeded for many commands in one call, each with its safe response projection, waking their workflows (waiting_crm -> running). Returns the ids completed; a command whose token is stale is left alone (its new holder settles it), where complete_command would refuse it with BS001.';
+
+create or replace function bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer default null)
+returns integer
+language plpgsql as $$
+declare
+  v_n integer;
+begin
+  if p_limit is not null and p_limit < 1 then
+    raise exception 'bring_forward_commands needs a positive limit or none'
+      using errcode = 'BS004', hint = 'Pass 1 for a probe, null for every waiting retry.';
+  end if;
+  -- Retries that wait only because the portal as a whole failed (the caller's codes): due now. They
+  -- are claimed batch by batch through the limiter like any due command, so this is no stampede.
+  with picked as (
+    select c.id from bitrix_sync.crm_commands c
+     where c.status = 'retry_wait' and c.next_attempt_at > now() and c.last_error_code = any(p_codes)
+     order by c.next_attempt_at, c.id
+     limit p_limit
+     for update skip locked
+  )
+  update bitrix_sync.crm_commands c set next_attempt_at = now()
+    from picked where c.id = picked.id;
+  get diagnostics v_n = row_count;
+  if v_n > 0 then
+    perform pg_notify('bitrix_sync_commands', '');
+  end if;
+  return v_n;
+end $$;
+comment on function bitrix_sync.bring_forward_commands(text[], integer) is
+  'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). The pump calls it with one command as a probe while the portal fails, and for all of them when the portal answers again. Returns how many.';
 
 create or replace function bitrix_sync.release_command(p_id bigint, p_lease_token uuid)
 returns bitrix_sync.crm_commands
@@ -1015,548 +777,268 @@ end $$;
 comment on function bitrix_sync.reject_command(bigint, uuid, text) is
   'leased|in_flight -> dead_letter for a business failure (invalid phone, unknown citizenship): no technical DLQ row; the workflow wakes, parks in waiting_manual and raises a business alert (§9). Refuses stale tokens (BS001).';
 -- <<< sql/commands.sql
--- >>> sql/rebind.sql (included)
--- Audited rebind request (§5.4): an admin asks to move a user's link to another Contact. The
--- procedure records the request and starts a contact.rebind workflow; the mapping itself changes
--- only when the workflow has updated both Contacts. The runtime role only reads rebind requests:
--- the functions a rebind workflow calls under its lease are security definer, so the audit columns
--- (reason, operator) are out of its reach.
+-- >>> sql/limiter.sql (included)
+-- CRM rate limiter (§8, §9), shared by every replica through PostgreSQL. The TypeScript side
+-- (src/crm/limiter.ts) calls acquire_crm_request() before each HTTP request and
+-- release_crm_request() after it; replies feed note_rate_limited(), note_method_blocked() and
+-- note_crm_operating(). Settings (rate, burst, in-flight cap) come in as parameters, read by the
+-- caller from bitrix_sync.active_settings(). Re-runnable. Errors: SQLSTATE BS010..BS012. Who may call
+-- what: sql/privileges.sql.
 
-create or replace function bitrix_sync.request_bitrix_contact_rebind(
-  user_id uuid, target_b24_id text, reason text, operator_id text
-) returns uuid
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-declare
-  v_current bitrix_sync.entity_external_mapping;
-  v_open bitrix_sync.rebind_requests;
-  v_busy bitrix_sync.workflow_instances;
-  v_request_id uuid;
-  v_workflow_id uuid;
-  v_user_id constant uuid := request_bitrix_contact_rebind.user_id;
-  v_target constant text := btrim(request_bitrix_contact_rebind.target_b24_id);
-begin
-  -- Messages name no user or Contact (the server log keeps them): the caller knows which it asked for.
-  if v_user_id is null or v_target is null or v_target !~ '^[1-9][0-9]{0,17}$' then
-    raise exception 'target_b24_id must be a Bitrix24 Contact ID (digits only) and user_id is required'
-      using errcode = 'BS004', hint = 'Example: select bitrix_sync.request_bitrix_contact_rebind(''<user uuid>'', ''12345'', ''duplicate merged by CRM team'', ''ops:ivanov'');';
-  end if;
-  if reason is null or length(btrim(reason)) < 3 or length(btrim(reason)) > 500
-     or operator_id is null or length(btrim(operator_id)) = 0 then
-    raise exception 'a reason (3 to 500 characters) and an operator_id are required for the audit'
-      using errcode = 'BS004', hint = 'Say why the link is wrong and who you are.';
-  end if;
-  if not exists (select 1 from han_app.user_identity u where u.id = v_user_id and u.record_status = 'active') then
-    raise exception 'this user does not exist or is not active'
-      using errcode = 'BS005', hint = 'Only active users are linked to Contacts; check the user id.';
-  end if;
-
-  -- 1. lock the user's current active mapping (there may be none).
-  select * into v_current from bitrix_sync.entity_external_mapping m
-   where m.entity_type = 'user' and m.entity_id = v_user_id and m.status = 'active'
-   for update;
-  if found and v_current.external_id = v_target then
-    raise exception 'this user is already linked to this Contact'
-      using errcode = 'BS006', hint = 'Nothing to do.';
-  end if;
-  -- 2. the target must not be actively linked to another user.
-  perform 1 from bitrix_sync.entity_external_mapping m
-   where m.external_entity_type = 'contact' and m.external_id = v_target and m.status = 'active'
-   for update;
-  if found then
-    raise exception 'the target Contact is actively linked to another user'
-      using errcode = 'BS006',
-            hint = 'Resolve that user''s link first (deactivate or rebind it); a Contact cannot serve two active users.';
-  end if;
-  select * into v_open from bitrix_sync.rebind_requests r
-   where r.user_id = v_user_id and r.status in ('requested', 'in_progress');
-  if found then
-    raise exception 'a rebind of this user is already open (request %)', v_open.id
-      using errcode = 'BS007',
-            hint = format('Watch it with select * from bitrix_sync.rebind_request_status where request_id = %L; '
-                          'or cancel it with select * from bitrix_sync.cancel_rebind_request(%L, ''<why>'', ''ops:<you>''); '
-                          'then ask again.', v_open.id, v_open.id);
-  end if;
-  -- Two open requests for one target would race for the same Contact; the second would fail late,
-  -- after both Contacts were read and written.
-  if exists (select 1 from bitrix_sync.rebind_requests r
-              where r.target_contact_id = v_target and r.status in ('requested', 'in_progress')) then
-    raise exception 'Contact % is already the target of an open rebind request', v_target
-      using errcode = 'BS009',
-            hint = 'Wait until that request has finished (bitrix_sync.rebind_requests), then ask again; a Contact serves one user.';
-  end if;
-  select * into v_busy from bitrix_sync.workflow_instances w
-   where w.user_id = v_user_id and w.state not in ('succeeded', 'failed', 'cancelled');
-  if found and v_busy.state = 'waiting_manual' then
-    raise exception 'this user has a workflow parked for a person (workflow %, reason %)', v_busy.id, v_busy.last_error_code
-      using errcode = 'BS007',
-            hint = format('Decide it first: select * from bitrix_sync.resume_parked_workflow(%L, ''retry'', ''<why>'', ''ops:<you>''); '
-                          'or cancel it with select * from bitrix_sync.cancel_parked_workflow(%L, ''<why>'', ''ops:<you>''); '
-                          'then ask again (docs/admin.md, Parked workflows).', v_busy.id, v_busy.id);
-  elsif found then
-    raise exception 'this user has a % workflow in progress (workflow %, state %)', v_busy.workflow_type, v_busy.id, v_busy.state
-      using errcode = 'BS007',
-            hint = 'It finishes on its own, usually within seconds (a CRM outage can make it wait); ask again then. A user has one workflow at a time.';
-  end if;
-
-  -- 3. the request and its workflow; the mapping is untouched (4).
-  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, contact_id, step_data)
-  values ('contact.rebind', 'contact.rebind', v_user_id, v_target,
-          jsonb_build_object('previous_contact_id', v_current.external_id, 'target_contact_id', v_target))
-  returning id into v_workflow_id;
-  begin
-    insert into bitrix_sync.rebind_requests (user_id, previous_contact_id, target_contact_id, reason, operator_id, workflow_id)
-    values (v_user_id, v_current.external_id, v_target, btrim(reason), btrim(operator_id), v_workflow_id)
-    returning id into v_request_id;
-  exception when unique_violation then
-    -- A concurrent request for the same target (or user) committed between the checks and here.
-    raise exception 'Contact % or user % already has an open rebind request', v_target, v_user_id
-      using errcode = 'BS009',
-            hint = 'Wait until that request has finished (bitrix_sync.rebind_requests), then ask again; a Contact serves one user.';
-  end;
-  perform pg_notify('bitrix_sync_workflows', '');
-  return v_request_id;
-end $$;
-comment on function bitrix_sync.request_bitrix_contact_rebind(uuid, text, text, text) is
-  'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user or already the target of an open request (BS009), and refuses while the user has an open request or a workflow (a parked one is named with how to clear it); records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';
-
-create or replace function bitrix_sync._rebind_request_of(p_workflow_id uuid) returns bitrix_sync.rebind_requests
-language plpgsql as $$
-declare
-  v_row bitrix_sync.rebind_requests;
-begin
-  select * into v_row from bitrix_sync.rebind_requests where workflow_id = p_workflow_id for update;
-  if not found then
-    raise exception 'workflow % has no rebind request', p_workflow_id
-      using errcode = 'BS005', hint = 'A contact.rebind workflow is started only by request_bitrix_contact_rebind().';
-  end if;
-  return v_row;
-end $$;
-comment on function bitrix_sync._rebind_request_of(uuid) is
-  'Internal: the rebind request a contact.rebind workflow serves, locked; BS005 when there is none.';
-
-create or replace function bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lease_token uuid)
-returns bitrix_sync.rebind_requests
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-declare
-  v_row bitrix_sync.rebind_requests;
-begin
-  perform bitrix_sync._held_workflow(p_workflow_id, p_lease_token);
-  v_row := bitrix_sync._rebind_request_of(p_workflow_id);
-  if v_row.status = 'in_progress' then
-    -- The workflow began this pass again (a Contact vanished mid-way): already started.
-    return v_row;
-  end if;
-  if v_row.status <> 'requested' then
-    raise exception 'rebind request % is %, it cannot start', v_row.id, v_row.status
-      using errcode = 'BS002', hint = 'A finished request stays finished; ask again with request_bitrix_contact_rebind().';
-  end if;
-  update bitrix_sync.rebind_requests set status = 'in_progress' where id = v_row.id returning * into v_row;
-  return v_row;
-end $$;
-comment on function bitrix_sync.start_rebind_request(uuid, uuid) is
-  'requested -> in_progress when the contact.rebind workflow starts reading the Contacts (a request already in progress is returned as it is). Fenced by the workflow''s lease token (BS001). Security definer: the runtime role only reads rebind requests.';
-
--- The request closes with its workflow (tg_workflow_instances__close_rebind_request): the function
--- each failing path had to remember is gone.
-drop function if exists bitrix_sync.fail_rebind_request(uuid, uuid, text);
-
-create or replace function bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid)
-returns bitrix_sync.rebind_requests
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-declare
-  v_wf bitrix_sync.workflow_instances;
-  v_row bitrix_sync.rebind_requests;
-  v_current bitrix_sync.entity_external_mapping;
-begin
-  v_wf := bitrix_sync._held_workflow(p_workflow_id, p_lease_token);
-  v_row := bitrix_sync._rebind_request_of(p_workflow_id);
-  if v_row.status <> 'in_progress' then
-    raise exception 'rebind request % is %, not in_progress', v_row.id, v_row.status
-      using errcode = 'BS002', hint = 'start_rebind_request() first; a finished request stays finished.';
-  end if;
-  -- Both Contacts are updated: the link moves, the request ends and the conflicts that led to it are
-  -- resolved in one transaction (§5.4, §11).
-  select * into v_current from bitrix_sync.entity_external_mapping m
-   where m.entity_type = 'user' and m.entity_id = v_wf.user_id and m.status = 'active'
-   for update;
-  if found then
-    perform bitrix_sync.close_mapping(v_current.id, 'rebound', p_workflow_id);
-  end if;
-  perform bitrix_sync.open_mapping(v_wf.user_id, v_row.target_contact_id, p_workflow_id);
-  update bitrix_sync.rebind_requests set status = 'succeeded', outcome = 'rebound', completed_at = now()
-   where id = v_row.id
-  returning * into v_row;
-  -- Step 6: the alerts are resolved only here, after the link moved, in the same transaction.
-  perform bitrix_sync._resolve_conflict_alerts(v_wf.user_id);
-  return v_row;
-end $$;
-comment on function bitrix_sync.complete_rebind(uuid, uuid) is
-  'in_progress -> succeeded (outcome rebound) for the request of a contact.rebind workflow, in one call: closes the user''s active mapping (rebound), opens the link to the target Contact, and then resolves the user''s open conflict alerts. Fenced by the workflow''s lease token (BS001); BS006 if the target is linked meanwhile. Security definer, as start_rebind_request.';
-
-create or replace function bitrix_sync._rebind_crm_outcome(p_workflow_id uuid) returns text
-language sql stable as $$
-  -- The rebind's writes: the target write sets this user (set_user self), the clear of the previous
-  -- Contact removes it (set_user clear). Only writes that were sent count.
-  with w as (
-    select coalesce(bool_or(x.set_user = 'self'), false) as target_sent,
-           coalesce(bool_or(x.set_user = 'self' and x.ok), false) as target_done,
-           coalesce(bool_or(x.set_user = 'clear'), false) as clear_sent,
-           coalesce(bool_or(x.set_user = 'clear' and x.ok), false) as clear_done
-      from (select c.params ->> 'set_user' as set_user, c.status = 'succeeded' as ok
-              from bitrix_sync.crm_commands c
-             where c.workflow_id = p_workflow_id and c.alert_id is null
-               and c.command_type = 'contact.update' and c.first_sent_at is not null) x
-  )
-  select case
-           when not target_sent then 'crm_unchanged'
-           when not target_done then 'target_write_unconfirmed'
-           when not clear_sent then 'target_written'
-           when not clear_done then 'target_written_clear_unconfirmed'
-           else 'target_written_previous_cleared'
-         end
-    from w
-$$;
-comment on function bitrix_sync._rebind_crm_outcome(uuid) is
-  'Internal: what a contact.rebind workflow that did not complete left in the CRM, from its commands: crm_unchanged (no write sent), target_write_unconfirmed (sent, never confirmed), target_written (the target carries the user, the previous Contact was not cleared), target_written_clear_unconfirmed, target_written_previous_cleared (both written, the link did not move).';
-
-create or replace function bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances)
-returns bitrix_sync.rebind_requests
--- Security definer: the runtime role's workflow transitions fire it, and that role only reads
--- rebind requests (docs/security.md).
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-declare
-  v_row bitrix_sync.rebind_requests;
-begin
-  -- A cancelled workflow cancels its request; any other end without complete_rebind fails it with
-  -- the workflow's code (a refusal, a CRM error, the retry horizon of a command or of a step).
-  update bitrix_sync.rebind_requests r
-     set status = case when p_wf.state = 'cancelled' then 'cancelled' else 'failed' end,
-         failure_code = case p_wf.state when 'cancelled' then null
-                                        when 'failed' then coalesce(p_wf.last_error_code, 'rebind_not_completed')
-                                        else 'rebind_not_completed' end,
-         outcome = bitrix_sync._rebind_crm_outcome(p_wf.id),
-         completed_at = now()
-   where r.workflow_id = p_wf.id and r.status in ('requested', 'in_progress')
-  returning * into v_row;
-  return v_row;
-end $$;
-comment on function bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances) is
-  'Internal: the still open request of a finished contact.rebind workflow becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. Returns null when the request was already finished.';
-
-create or replace function bitrix_sync.tg_workflow_instances__close_rebind_request() returns trigger
-language plpgsql as $$
-begin
-  perform bitrix_sync._close_rebind_request(new);
-  return null;
-end $$;
-comment on function bitrix_sync.tg_workflow_instances__close_rebind_request() is
-  'AFTER UPDATE OF state trigger: a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
-
-drop trigger if exists _300_close_rebind_request on bitrix_sync.workflow_instances;
-create trigger _300_close_rebind_request after update of state on bitrix_sync.workflow_instances
-  for each row
-  when (new.workflow_type = 'contact.rebind' and new.state in ('succeeded', 'failed', 'cancelled')
-        and old.state not in ('succeeded', 'failed', 'cancelled'))
-  execute function bitrix_sync.tg_workflow_instances__close_rebind_request();
-comment on trigger _300_close_rebind_request on bitrix_sync.workflow_instances is
-  'Closes the rebind request of a contact.rebind workflow that finished without complete_rebind (§5.4, issue 11).';
--- <<< sql/rebind.sql
--- >>> sql/admin_common.sql (included)
--- What the admin functions share (docs/admin.md): the audit every one of them writes in its own
--- transaction (who and why, bitrix_sync.admin_actions), and closing the CRM commands of a workflow
--- an admin cancels, so that nothing is sent for it afterwards.
-
-create or replace function bitrix_sync._check_admin_audit(p_reason text, p_operator_id text) returns void
+create or replace function bitrix_sync._check_limiter_name(p_what text, p_value text) returns void
 language plpgsql immutable as $$
 begin
-  if p_reason is null or length(btrim(p_reason)) not between 3 and 500
-     or p_operator_id is null or length(btrim(p_operator_id)) not between 1 and 128 then
-    raise exception 'a reason (3 to 500 characters) and an operator_id (1 to 128) are required for the audit'
-      using errcode = 'BS004',
-            hint = 'Say why, and who you are: e.g. ''duplicates merged in the CRM'', ''ops:ivanov''.';
+  if p_value is null or length(p_value) not between 1 and 200 then
+    raise exception 'limiter % must be a non-empty name of at most 200 characters', p_what
+      using errcode = 'BS012', hint = 'Pass the portal host as the bucket and a REST method name as the method.';
   end if;
 end $$;
-comment on function bitrix_sync._check_admin_audit(text, text) is
-  'Internal: refuses an admin call without a reason (3 to 500 characters) or an operator id (BS004).';
+comment on function bitrix_sync._check_limiter_name(text, text) is
+  'Refuses an empty or oversized bucket/holder/method name with BS012.';
 
-create or replace function bitrix_sync._record_admin_action(
-  p_action text, p_workflow_id uuid, p_rebind_request_id uuid, p_decision text, p_contact_id text,
-  p_reason text, p_operator_id text
-) returns bigint
-language sql as $$
-  insert into bitrix_sync.admin_actions
-    (action, workflow_id, rebind_request_id, decision, contact_id, reason, operator_id)
-  values (p_action, p_workflow_id, p_rebind_request_id, p_decision, p_contact_id, btrim(p_reason),
-          btrim(p_operator_id))
-  returning id
-$$;
-comment on function bitrix_sync._record_admin_action(text, uuid, uuid, text, text, text, text) is
-  'Internal: writes the audit row of an admin action (the database login is recorded by the column default).';
+create or replace function bitrix_sync.acquire_crm_request(
+  p_bucket text,
+  p_holder text,
+  p_refill_per_sec double precision,
+  p_burst integer,
+  p_max_in_flight integer,
+  p_slot_ttl_ms integer,
+  p_recovery_per_sec double precision default 0.05
+) returns table (granted boolean, slot_id uuid, wait_ms integer, tokens double precision,
+                 rate double precision, in_flight integer, decided_at timestamptz)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+  v_rate double precision;
+  v_tokens double precision;
+  v_in_flight integer;
+  v_next_expiry timestamptz;
+  v_slot uuid;
+  v_wait integer;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  perform bitrix_sync._check_limiter_name('holder', p_holder);
+  if p_refill_per_sec is null or p_refill_per_sec <= 0 or p_burst is null or p_burst < 1
+     or p_max_in_flight is null or p_max_in_flight < 1 or p_slot_ttl_ms is null or p_slot_ttl_ms < 1
+     or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
+    raise exception 'limiter settings out of range: refill %, burst %, max in flight %, slot ttl % ms',
+      p_refill_per_sec, p_burst, p_max_in_flight, p_slot_ttl_ms
+      using errcode = 'BS010',
+            hint = 'Check limiter.refill_per_sec (> 0), limiter.burst (>= 1) and limiter.max_in_flight (>= 1) in bitrix_sync.settings.';
+  end if;
 
-create or replace function bitrix_sync._abandon_workflow_commands(p_workflow_id uuid, p_code text)
-returns integer
+  insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
+  values (p_bucket, p_burst, clock_timestamp())
+  on conflict (bucket) do nothing;
+  -- One row lock serialises every replica's decision for this bucket; the clock is read after it.
+  select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  v_now := clock_timestamp();
+
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  v_rate := p_refill_per_sec * v_factor;
+  v_tokens := least(p_burst::double precision,
+                    v_row.tokens + v_rate * greatest(0, extract(epoch from v_now - v_row.refilled_at)));
+
+  delete from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket and s.expires_at <= v_now;
+  select count(*)::integer, min(s.expires_at) into v_in_flight, v_next_expiry
+    from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket;
+
+  if v_row.throttled_until is not null and v_row.throttled_until > v_now then
+    v_wait := ceil(extract(epoch from v_row.throttled_until - v_now) * 1000)::integer;
+  elsif v_in_flight >= p_max_in_flight then
+    -- Slots are normally released long before they expire: suggest polling soon.
+    v_wait := least(100, greatest(1, ceil(extract(epoch from v_next_expiry - v_now) * 1000)))::integer;
+  elsif v_tokens < 1 then
+    v_wait := greatest(1, ceil((1 - v_tokens) / v_rate * 1000))::integer;
+  else
+    v_tokens := v_tokens - 1;
+    insert into bitrix_sync.crm_inflight_slots as s (bucket, holder, acquired_at, expires_at)
+    values (p_bucket, p_holder, v_now, v_now + make_interval(secs => p_slot_ttl_ms / 1000.0))
+    returning s.slot_id into v_slot;
+    v_in_flight := v_in_flight + 1;
+  end if;
+
+  update bitrix_sync.crm_rate_buckets b
+     set tokens = greatest(0, v_tokens), refilled_at = v_now, rate_factor = v_factor,
+         rate_changed_at = v_now, updated_at = v_now
+   where b.bucket = p_bucket;
+
+  return query select v_slot is not null, v_slot, coalesce(v_wait, 0), v_tokens, v_rate, v_in_flight, v_now;
+end $$;
+comment on function bitrix_sync.acquire_crm_request(text, text, double precision, integer, integer, integer, double precision) is
+  'Takes one token and one in-flight slot for an HTTP request to the portal, or says how long to wait (wait_ms). decided_at is the server time of the decision. Shared by every replica (§8).';
+
+create or replace function bitrix_sync.release_crm_request(p_slot_id uuid) returns boolean
+language plpgsql as $$
+begin
+  delete from bitrix_sync.crm_inflight_slots s where s.slot_id = p_slot_id;
+  return found;
+end $$;
+comment on function bitrix_sync.release_crm_request(uuid) is
+  'Frees an in-flight slot when its request has a reply or failed. false when the slot had already expired.';
+
+create or replace function bitrix_sync.note_rate_limited(
+  p_bucket text,
+  p_decrease double precision default 0.5,
+  p_min_factor double precision default 0.1,
+  p_cooldown_ms integer default 1000,
+  p_recovery_per_sec double precision default 0.05
+) returns double precision
 language plpgsql as $$
 declare
-  v_count integer;
-  v_more integer;
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
 begin
-  perform bitrix_sync._check_code(p_code);
-  -- Not sent yet: pending and retry_wait are abandoned; a leased one too, and the pump's send marker
-  -- (send_commands, which wants it leased) then skips it. The caller refuses a write in flight.
-  update bitrix_sync.crm_commands c
-     set status = 'dead_letter', completed_at = now(), last_error_code = p_code,
-         lease_token = null, locked_by = null, locked_until = null
-   where c.workflow_id = p_workflow_id and c.alert_id is null
-     and c.status in ('pending', 'retry_wait', 'leased');
-  get diagnostics v_count = row_count;
-  -- A write whose outcome is unknown stays recorded as such in the request's outcome; the command
-  -- itself is closed through reconcile, the only way out of uncertain (§7.2).
-  update bitrix_sync.crm_commands c set status = 'reconcile'
-   where c.workflow_id = p_workflow_id and c.alert_id is null and c.status = 'uncertain';
-  update bitrix_sync.crm_commands c
-     set status = 'dead_letter', completed_at = now(), last_error_code = p_code
-   where c.workflow_id = p_workflow_id and c.alert_id is null and c.status = 'reconcile';
-  get diagnostics v_more = row_count;
-  return v_count + v_more;
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if p_decrease is null or p_decrease <= 0 or p_decrease > 1 or p_min_factor is null or p_min_factor <= 0
+     or p_min_factor > 1 or p_cooldown_ms is null or p_cooldown_ms < 0 or p_recovery_per_sec is null
+     or p_recovery_per_sec < 0 then
+    raise exception 'rate cut parameters out of range: decrease %, min factor %, cool-down % ms',
+      p_decrease, p_min_factor, p_cooldown_ms
+      using errcode = 'BS010', hint = 'decrease and min factor are in (0, 1]; the cool-down is not negative.';
+  end if;
+  insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
+  values (p_bucket, 0, clock_timestamp())
+  on conflict (bucket) do nothing;
+  select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  v_now := clock_timestamp();
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  -- Both in-flight requests often come back refused together: cut once per cool-down window.
+  if v_row.throttled_until is not null and v_row.throttled_until > v_now then
+    return v_row.rate_factor;
+  end if;
+  v_factor := greatest(p_min_factor, v_factor * p_decrease);
+  update bitrix_sync.crm_rate_buckets b
+     set rate_factor = v_factor, rate_changed_at = v_now, tokens = 0, refilled_at = v_now,
+         throttled_until = v_now + make_interval(secs => p_cooldown_ms / 1000.0),
+         rate_limited_count = b.rate_limited_count + 1, updated_at = v_now
+   where b.bucket = p_bucket;
+  return v_factor;
 end $$;
-comment on function bitrix_sync._abandon_workflow_commands(uuid, text) is
-  'Internal (admin cancel): closes the unsent (pending, retry_wait, leased) and the unresolved (uncertain, reconcile) commands of a workflow as dead_letter with the code; no DLQ row. Returns how many.';
+comment on function bitrix_sync.note_rate_limited(text, double precision, double precision, integer, double precision) is
+  'QUERY_LIMIT_EXCEEDED: empties the bucket, pauses it for the cool-down and multiplies the rate by p_decrease; acquire_crm_request() lets it climb back linearly. Returns the new rate factor.';
 
-drop trigger if exists _200_forbid_delete on bitrix_sync.admin_actions;
-create trigger _200_forbid_delete before delete on bitrix_sync.admin_actions
-  for each row execute function bitrix_sync.tg__forbid_delete();
-comment on trigger _200_forbid_delete on bitrix_sync.admin_actions is 'The admin audit is never deleted.';
+create or replace function bitrix_sync.note_crm_answered(
+  p_bucket text,
+  p_increase double precision default 4,
+  p_recovery_per_sec double precision default 0.05
+) returns double precision
+language plpgsql as $$
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if p_increase is null or p_increase < 1 or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
+    raise exception 'rate increase out of range: increase %, recovery % per second', p_increase, p_recovery_per_sec
+      using errcode = 'BS010', hint = 'The increase is at least 1; the recovery is not negative.';
+  end if;
+  select * into v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  if not found then
+    return 1.0;
+  end if;
+  v_now := clock_timestamp();
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  -- A refusal inside its cool-down is fresher news than this reply: the cut stands.
+  if v_factor >= 1.0 or (v_row.throttled_until is not null and v_row.throttled_until > v_now) then
+    return v_factor;
+  end if;
+  v_factor := least(1.0, v_factor * p_increase);
+  update bitrix_sync.crm_rate_buckets b
+     set rate_factor = v_factor, rate_changed_at = v_now, updated_at = v_now
+   where b.bucket = p_bucket;
+  return v_factor;
+end $$;
+comment on function bitrix_sync.note_crm_answered(text, double precision, double precision) is
+  'The portal answered a request sent while the rate was cut: the limit has passed, so the rate factor is multiplied by p_increase (up to 1) instead of only climbing back linearly. Nothing changes inside a refusal''s cool-down. Returns the new rate factor.';
 
--- Privileges: sql/privileges.sql (the admin role executes the functions and reads the views;
--- the runtime and the App have nothing here).
--- <<< sql/admin_common.sql
--- >>> sql/parked.sql (included)
--- Parked workflows (§9, docs/admin.md "Parked workflows"): a workflow in waiting_manual waits for a
--- person. The admin lists them with their reason, resumes one with a decision where the reason needs
--- one, or cancels it; every call is audited (sql/admin_common.sql) and every refusal says what to do.
+create or replace function bitrix_sync.note_method_blocked(
+  p_bucket text, p_method text, p_until timestamptz default null
+) returns timestamptz
+language plpgsql as $$
+declare
+  v_now timestamptz := clock_timestamp();
+  v_reset timestamptz;
+  v_old timestamptz;
+  v_until timestamptz;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  perform bitrix_sync._check_limiter_name('method', p_method);
+  select m.operating_reset_at, m.blocked_until into v_reset, v_old
+    from bitrix_sync.crm_method_blocks m where m.bucket = p_bucket and m.method = p_method for update;
+  -- The refusal carries no timing: use the caller's estimate, the last reset time a reply of this
+  -- method reported, or a minute, whichever is latest (reference §2).
+  v_until := greatest(coalesce(p_until, v_now + interval '1 minute'),
+                      case when v_reset > v_now then v_reset end,
+                      case when v_old > v_now then v_old end);
+  insert into bitrix_sync.crm_method_blocks as m (bucket, method, blocked_until, updated_at)
+  values (p_bucket, p_method, v_until, v_now)
+  on conflict (bucket, method) do update set blocked_until = excluded.blocked_until, updated_at = excluded.updated_at;
+  return v_until;
+end $$;
+comment on function bitrix_sync.note_method_blocked(text, text, timestamptz) is
+  'OPERATION_TIME_LIMIT: blocks one REST method (only that one) until the later of p_until and its last operating_reset_at. Returns the end of the block.';
 
-create or replace function bitrix_sync._parked_decisions(p_reason text) returns text[]
-language sql immutable parallel safe as $$
-  -- Too many candidates (the portal's answer may miss the newest), or a person's link that could not
-  -- be made: a person picks the Contact or asks for a new one. Anything else is retried once the
-  -- data is fixed (the App's phone, the CRM's citizenship list, the duplicates merged in the CRM).
-  select case when p_reason in ('too_many_candidates', 'manual_link_not_found', 'manual_link_bound_to_other_user')
-              then array['retry', 'link_contact', 'create_contact']
-              else array['retry'] end
+create or replace function bitrix_sync.note_crm_operating(
+  p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamptz[]
+) returns void
+language plpgsql as $$
+declare
+  v_now timestamptz := clock_timestamp();
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if coalesce(cardinality(p_methods), 0) <> coalesce(cardinality(p_operating), 0)
+     or coalesce(cardinality(p_methods), 0) <> coalesce(cardinality(p_reset_at), 0) then
+    raise exception 'operating samples must have one method, one operating time and one reset time each'
+      using errcode = 'BS011', hint = 'Pass three arrays of the same length.';
+  end if;
+  for i in 1 .. coalesce(cardinality(p_methods), 0) loop
+    perform bitrix_sync._check_limiter_name('method', p_methods[i]);
+    insert into bitrix_sync.crm_method_blocks as m (bucket, method, operating, operating_reset_at, updated_at)
+    values (p_bucket, p_methods[i], greatest(0, p_operating[i]), p_reset_at[i], v_now)
+    on conflict (bucket, method) do update
+      set operating = excluded.operating,
+          operating_reset_at = coalesce(excluded.operating_reset_at, m.operating_reset_at),
+          updated_at = excluded.updated_at;
+  end loop;
+end $$;
+comment on function bitrix_sync.note_crm_operating(text, text[], double precision[], timestamptz[]) is
+  'Records time.operating and time.operating_reset_at per REST method from replies, so a later OPERATION_TIME_LIMIT knows when the method frees.';
+
+create or replace function bitrix_sync.blocked_crm_methods(p_bucket text)
+returns table (method text, blocked_until timestamptz)
+language sql stable as $$
+  select m.method, m.blocked_until
+    from bitrix_sync.crm_method_blocks m
+   where m.bucket = p_bucket and m.blocked_until > clock_timestamp()
+   order by m.method
 $$;
-comment on function bitrix_sync._parked_decisions(text) is
-  'The decisions resume_parked_workflow accepts for a parking reason: retry always; link_contact and create_contact for too_many_candidates and a refused manual link.';
+comment on function bitrix_sync.blocked_crm_methods(text) is
+  'REST methods blocked by OPERATION_TIME_LIMIT right now, with the end of each block. The pump holds their commands back.';
 
-create or replace view bitrix_sync.parked_workflows as
-select w.id as workflow_id, w.workflow_type, w.last_error_code as reason,
-       w.updated_at as parked_at, extract(epoch from now() - w.updated_at)::bigint as parked_for_sec,
-       a.alert_number, a.alert_type,
-       bitrix_sync._parked_decisions(w.last_error_code) as decisions
-  from bitrix_sync.workflow_instances w
-  left join lateral (
-    select b.alert_number, b.alert_type from bitrix_sync.business_alerts b
-     where b.correlation_id = w.correlation_id and b.status = 'open'
-     order by b.id desc limit 1
-  ) a on true
- where w.state = 'waiting_manual';
-comment on view bitrix_sync.parked_workflows is
-  'Workflows parked in waiting_manual for a person: the reason code, since when, the open business alert raised with it (alert_number as shown in the smart-process item) and the decisions resume_parked_workflow accepts. No user or Contact IDs: the alert item in the CRM has the details.';
-
-create or replace function bitrix_sync.resume_parked_workflow(
-  p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text default null
-) returns table (workflow_id uuid, state text, decision text)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-#variable_conflict use_column
-declare
-  v_wf bitrix_sync.workflow_instances;
-  v_allowed text[];
-  v_contact text := nullif(btrim(p_contact_id), '');
-  v_manual jsonb;
-begin
-  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
-  if p_decision is null or p_decision not in ('retry', 'link_contact', 'create_contact') then
-    raise exception 'the decision must be retry, link_contact or create_contact'
-      using errcode = 'BS004',
-            hint = 'select decisions from bitrix_sync.parked_workflows where workflow_id = ''<id>'' lists the ones this workflow accepts.';
-  end if;
-  if p_decision = 'link_contact' and (v_contact is null or v_contact !~ '^[1-9][0-9]{0,17}$') then
-    raise exception 'link_contact needs the Contact ID to link (digits only)'
-      using errcode = 'BS004',
-            hint = 'Pass it last: resume_parked_workflow(''<workflow id>'', ''link_contact'', ''<why>'', ''ops:<you>'', ''12345'').';
-  end if;
-  if p_decision <> 'link_contact' and v_contact is not null then
-    raise exception 'only link_contact takes a Contact ID'
-      using errcode = 'BS004', hint = 'Leave p_contact_id out for retry and create_contact.';
-  end if;
-
-  select * into v_wf from bitrix_sync.workflow_instances w where w.id = p_workflow_id for update;
-  if not found then
-    raise exception 'there is no workflow %', p_workflow_id
-      using errcode = 'BS005', hint = 'Copy the id from select * from bitrix_sync.parked_workflows.';
-  end if;
-  if v_wf.state <> 'waiting_manual' then
-    raise exception 'workflow % is %, not parked', p_workflow_id, v_wf.state
-      using errcode = 'BS002',
-            hint = 'Only a workflow in waiting_manual waits for a decision; it may have been resumed by a newer App change already. select * from bitrix_sync.parked_workflows lists the parked ones.';
-  end if;
-  v_allowed := bitrix_sync._parked_decisions(v_wf.last_error_code);
-  if not (p_decision = any (v_allowed)) then
-    raise exception 'decision % does not apply to a workflow parked for %', p_decision, v_wf.last_error_code
-      using errcode = 'BS004',
-            hint = format('For %s use %s. Fix the data first (docs/admin.md, Parked workflows), then retry.',
-                          v_wf.last_error_code, array_to_string(v_allowed, ' or '));
-  end if;
-  if p_decision = 'link_contact' and exists (
-       select 1 from bitrix_sync.entity_external_mapping m
-        where m.external_entity_type = 'contact' and m.external_id = v_contact and m.status = 'active'
-          and m.entity_id <> v_wf.user_id) then
-    raise exception 'that Contact is actively linked to another user'
-      using errcode = 'BS006',
-            hint = 'Pick another Contact, or create_contact; a Contact serves one active user. Resolve the other user''s link first if this Contact is really this user''s.';
-  end if;
-
-  -- A new pass of the workflow's intent, from its first step, with the person's decision in its step
-  -- data (src/workflows/step/map-or-create.ts reads step_data.manual).
-  v_manual := case p_decision when 'retry' then null
-                              else jsonb_strip_nulls(jsonb_build_object('decision', p_decision, 'contact_id', v_contact)) end;
-  v_wf := bitrix_sync.fire_workflow_event(
-            p_workflow_id, null, 'manual_resume',
-            jsonb_build_object(
-              'current_step', 'start',
-              'next_attempt_at', now(),
-              'step_data', jsonb_strip_nulls(jsonb_build_object('pass', v_wf.revision, 'as', v_wf.intent_type,
-                                                                'manual', v_manual))));
-  perform bitrix_sync._record_admin_action('resume_workflow', p_workflow_id, null, p_decision, v_contact,
-                                           p_reason, p_operator_id);
-  return query select v_wf.id, v_wf.state::text, p_decision;
-end $$;
-comment on function bitrix_sync.resume_parked_workflow(uuid, text, text, text, text) is
-  'Admin (docs/admin.md): waiting_manual -> running (manual_resume) for a new pass of the workflow, with a decision: retry (the data was fixed), link_contact (with p_contact_id: link this Contact) or create_contact (too_many_candidates and refused manual links). Audited. BS004 for a missing audit field or a decision that does not apply, BS005 unknown workflow, BS002 not parked, BS006 the Contact is linked to another active user.';
-
-create or replace function bitrix_sync.cancel_parked_workflow(p_workflow_id uuid, p_reason text, p_operator_id text)
-returns table (workflow_id uuid, state text)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-#variable_conflict use_column
-declare
-  v_wf bitrix_sync.workflow_instances;
-  v_request uuid;
-begin
-  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
-  select * into v_wf from bitrix_sync.workflow_instances w where w.id = p_workflow_id for update;
-  if not found then
-    raise exception 'there is no workflow %', p_workflow_id
-      using errcode = 'BS005', hint = 'Copy the id from select * from bitrix_sync.parked_workflows.';
-  end if;
-  if v_wf.workflow_type = 'contact.rebind' then
-    select r.id into v_request from bitrix_sync.rebind_requests r where r.workflow_id = p_workflow_id;
-    raise exception 'workflow % carries a rebind request', p_workflow_id
-      using errcode = 'BS004',
-            hint = format('Cancel the request instead, which records what the CRM holds: select * from bitrix_sync.cancel_rebind_request(%L, ''<why>'', ''ops:<you>'');', v_request);
-  end if;
-  if v_wf.state <> 'waiting_manual' then
-    raise exception 'workflow % is %, not parked', p_workflow_id, v_wf.state
-      using errcode = 'BS002',
-            hint = 'Only a workflow in waiting_manual is cancelled here; a running one finishes on its own. select * from bitrix_sync.parked_workflows lists the parked ones.';
-  end if;
-  perform bitrix_sync._abandon_workflow_commands(p_workflow_id, 'cancelled_by_admin');
-  -- The reason it parked stays in last_error_code; the outcome says a person ended it.
-  v_wf := bitrix_sync.fire_workflow_event(p_workflow_id, null, 'cancel',
-                                          jsonb_build_object('outcome', 'cancelled_by_admin'));
-  perform bitrix_sync._record_admin_action('cancel_workflow', p_workflow_id, null, null, null, p_reason, p_operator_id);
-  return query select v_wf.id, v_wf.state::text;
-end $$;
-comment on function bitrix_sync.cancel_parked_workflow(uuid, text, text) is
-  'Admin (docs/admin.md): waiting_manual -> cancelled (outcome cancelled_by_admin), audited. The user''s next App change starts a new workflow. BS004 missing audit field or a rebind''s workflow (cancel_rebind_request), BS005 unknown workflow, BS002 not parked.';
-
--- Privileges: sql/privileges.sql (the admin role executes the functions and reads the views;
--- the runtime and the App have nothing here).
--- <<< sql/parked.sql
--- >>> sql/rebind_admin.sql (included)
--- Rebind requests for the admin (§5.4, docs/admin.md "Rebind"): watch a request without reading
--- personal data, and cancel an open one with a reason. A cancel stops its workflow and records what
--- the CRM already holds in the request's outcome: the CRM is never left changed without a record.
-
-create or replace view bitrix_sync.rebind_request_status as
-select r.id as request_id, r.status, r.failure_code, r.outcome, r.operator_id, r.requested_at, r.completed_at,
-       r.cancelled_by, w.id as workflow_id, w.state as workflow_state, w.current_step,
-       w.last_error_code as workflow_error_code, w.held_intent_type,
-       extract(epoch from coalesce(r.completed_at, now()) - r.requested_at)::bigint as age_sec
-  from bitrix_sync.rebind_requests r
-  left join bitrix_sync.workflow_instances w on w.id = r.workflow_id;
-comment on view bitrix_sync.rebind_request_status is
-  'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked, and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
-
-create or replace function bitrix_sync.cancel_rebind_request(p_request_id uuid, p_reason text, p_operator_id text)
-returns table (request_id uuid, status text, outcome text, workflow_id uuid, workflow_state text)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-#variable_conflict use_column
-declare
-  v_req bitrix_sync.rebind_requests;
-  v_wf bitrix_sync.workflow_instances;
-  v_outcome text;
-begin
-  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
-  select * into v_req from bitrix_sync.rebind_requests r where r.id = p_request_id for update;
-  if not found then
-    raise exception 'there is no rebind request %', p_request_id
-      using errcode = 'BS005',
-            hint = 'The id is what request_bitrix_contact_rebind returned; open ones: select * from bitrix_sync.rebind_request_status where status in (''requested'', ''in_progress'').';
-  end if;
-  if v_req.status not in ('requested', 'in_progress') then
-    raise exception 'rebind request % is already %', p_request_id, v_req.status
-      using errcode = 'BS002',
-            hint = 'A finished request stays finished; its outcome column says what the CRM holds.';
-  end if;
-  select * into v_wf from bitrix_sync.workflow_instances w where w.id = v_req.workflow_id for update;
-  -- A write on its way to the portal has no known outcome yet: wait for its reply (or for its lease
-  -- to expire, which records it as uncertain) so that the outcome recorded below is exact.
-  perform 1 from bitrix_sync.crm_commands c
-   where c.workflow_id = v_req.workflow_id and c.alert_id is null and c.status = 'in_flight'
-     and bitrix_sync._is_write_command(c.command_type)
-   for update;
-  if found then
-    raise exception 'a CRM write of rebind request % is on its way to the portal right now', p_request_id
-      using errcode = 'BS007',
-            hint = 'Try again in a few seconds: once its reply (or its lease expiry) is recorded, the cancel records exactly what the CRM holds.';
-  end if;
-
-  perform bitrix_sync._abandon_workflow_commands(v_req.workflow_id, 'rebind_cancelled');
-  v_outcome := bitrix_sync._rebind_crm_outcome(v_req.workflow_id);
-  update bitrix_sync.rebind_requests r
-     set status = 'cancelled', outcome = v_outcome, cancel_reason = btrim(p_reason),
-         cancelled_by = btrim(p_operator_id), completed_at = now()
-   where r.id = p_request_id
-  returning * into v_req;
-  -- The workflow stops here, whoever holds its lease: a step still running is refused at its next
-  -- fenced call (BS001). An App change held during the rebind starts now, on the old link.
-  if v_wf.state not in ('succeeded', 'failed', 'cancelled') then
-    update bitrix_sync.workflow_instances w
-       set state = 'cancelled', outcome = 'rebind_cancelled', lease_token = null, locked_by = null,
-           locked_until = null, finished_at = now()
-     where w.id = v_wf.id
-    returning * into v_wf;
-  end if;
-  perform bitrix_sync._record_admin_action('cancel_rebind_request', v_wf.id, p_request_id, null, null,
-                                           p_reason, p_operator_id);
-  if v_outcome <> 'crm_unchanged' then
-    raise notice 'the CRM was already changed: %', v_outcome
-      using hint = 'docs/admin.md (Rebind, outcomes) says what each outcome leaves in the CRM and what to check there.';
-  end if;
-  return query select v_req.id, v_req.status::text, v_req.outcome::text, v_wf.id, v_wf.state::text;
-end $$;
-comment on function bitrix_sync.cancel_rebind_request(uuid, text, text) is
-  'Admin (docs/admin.md): requested | in_progress -> cancelled with the operator''s reason, audited. Closes the workflow''s unsent and unresolved commands, cancels the workflow (a held App change then starts) and records in outcome what the CRM already holds. BS004 missing audit field, BS005 unknown request, BS002 already finished, BS007 a write is in flight right now.';
-
--- Privileges: sql/privileges.sql (the admin role executes the functions and reads the views;
--- the runtime and the App have nothing here).
--- <<< sql/rebind_admin.sql
-
--- Requests left open by a workflow that already finished (the paths that did not close them before
--- this migration) are closed now, as the trigger closes them from here on.
-select bitrix_sync._close_rebind_request(w)
-  from bitrix_sync.workflow_instances w
-  join bitrix_sync.rebind_requests r on r.workflow_id = w.id
- where r.status in ('requested', 'in_progress') and w.state in ('succeeded', 'failed', 'cancelled');
+create or replace function bitrix_sync.crm_limiter_state(p_bucket text)
+returns table (tokens double precision, rate_factor double precision, in_flight integer,
+               throttled_until timestamptz, rate_limited_count bigint)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select b.tokens, b.rate_factor,
+         (select count(*)::integer from bitrix_sync.crm_inflight_slots s
+           where s.bucket = b.bucket and s.expires_at > clock_timestamp()),
+         case when b.throttled_until > clock_timestamp() then b.throttled_until end,
+         b.rate_limited_count
+    from bitrix_sync.crm_rate_buckets b
+   where b.bucket = p_bucket
+$$;
+comment on function bitrix_sync.crm_limiter_state(text) is
+  'Limiter state for /internal/sync/v1/status (§14): tokens as last stored, rate factor, live in-flight slots, cool-down end. Security definer so the admin role can read it without table grants.';
+-- <<< sql/limiter.sql
 -- >>> sql/privileges.sql (included)
 -- The privilege catalogue (§13, DESIGN.md "Roles"; issue 10): for every schema, table, view,
 -- sequence and function of the project, what each of the three roles may do, written out, "nothing"
@@ -1614,7 +1096,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    array[]::text[], array[]::text[], 'Hashes of what the runtime last wrote into or read from each Contact.'),
   ('table', 'bitrix_sync.crm_commands',
    array['SELECT',
-         'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id)',
+         'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)',
          'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'],
    array[]::text[], array[]::text[], 'Issued pending (no status column to insert); what a command asks for never changes after issue.'),
   ('table', 'bitrix_sync.entity_external_mapping',
@@ -1628,12 +1110,12 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    array['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'],
    array[]::text[], array[]::text[], 'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'),
   ('table', 'bitrix_sync.webhook_inbox',
-   array['SELECT', 'INSERT (receiver, entity_type_id, entity_id, source_ip)',
+   array['SELECT', 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)',
          'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'],
    array[]::text[], array[]::text[], 'Recorded received by accept_webhooks; what arrived never changes.'),
   ('table', 'bitrix_sync.workflow_instances',
-   array['SELECT', 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash)',
-         'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at)'],
+   array['SELECT', 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)',
+         'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'],
    array[]::text[], array[]::text[], 'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'),
 
   -- the limiter's ephemeral state: rows are counters and slots, not history
@@ -1644,6 +1126,12 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'bitrix_sync.crm_rate_buckets', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
    'Token buckets.'),
 
+  -- metrics (sql/metrics.sql): written by security definer triggers, read by metrics_snapshot()
+  ('table', 'bitrix_sync.metric_event_totals', array[]::text[], array[]::text[], array[]::text[],
+   'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'),
+  ('table', 'bitrix_sync.metric_events', array[]::text[], array[]::text[], array[]::text[],
+   'Counted events; appended by the security definer _900 triggers whoever makes the change.'),
+
   -- read-only for the runtime: audit and configuration are the admin's, through its functions
   ('table', 'bitrix_sync.cutover', array['SELECT'], array['SELECT'], array[]::text[],
    'Written once by perform_cutover() (admin); the runtime only reads the watermark.'),
@@ -1652,7 +1140,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'bitrix_sync.settings', array['SELECT'], array['SELECT'], array[]::text[],
    'The catalogue of keys and bounds; changed by migrations only.'),
   ('table', 'bitrix_sync.admin_actions', array[]::text[],
-   array['SELECT (id, action, workflow_id, rebind_request_id, decision, reason, operator_id, db_user, performed_at)'], array[]::text[],
+   array['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'], array[]::text[],
    'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'),
   ('table', 'bitrix_sync.settings_versions', array['SELECT'], array['SELECT'], array[]::text[],
    'Written by the admin''s settings functions only.'),
@@ -1676,6 +1164,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('view', 'bitrix_sync.state_edges', array['SELECT'], array['SELECT'], array[]::text[],
    'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'),
   ('view', 'bitrix_sync.status_alerts', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14): counts and ages only.'),
+  ('view', 'bitrix_sync.status_alert_mirror', array['SELECT'], array['SELECT'], array[]::text[],
+   'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'),
   ('view', 'bitrix_sync.status_commands', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
   ('view', 'bitrix_sync.status_dead_letters', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
   ('view', 'bitrix_sync.status_queue', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
@@ -1697,6 +1187,16 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'),
   ('function', 'bitrix_sync.rollback_settings(integer,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
   ('function', 'bitrix_sync.validate_settings_version(integer)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.list_dead_letters(boolean,integer)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: what is open, and what a requeue would do (docs/admin.md).'),
+  ('function', 'bitrix_sync.acknowledge_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: resolved without a new attempt, audited.'),
+  ('function', 'bitrix_sync.requeue_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: a new attempt through the normal state machine, audited.'),
+  ('function', 'bitrix_sync.retention_preview()', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Retention: what the next run would delete (reads the history: by hand only).'),
+  ('function', 'bitrix_sync.delete_retention_batch(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'),
 
   -- read functions both roles use
   ('function', 'bitrix_sync._active_setting(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
@@ -1705,8 +1205,11 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.crm_limiter_state(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Limiter state for status (§14).'),
   ('function', 'bitrix_sync.cutover_performed()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The processing gate, for readiness and the pump.'),
 
+  ('function', 'bitrix_sync.metrics_snapshot(text,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'),
+
   -- runtime functions: the receivers
-  ('function', 'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[])', array['EXECUTE'], array[]::text[], array[]::text[], 'The receivers'' one statement.'),
+  ('function', 'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])', array['EXECUTE'], array[]::text[], array[]::text[], 'The receivers'' one statement (and the readiness probe of that path).'),
   ('function', 'bitrix_sync.alert_config_problem()', array['EXECUTE'], array[]::text[], array[]::text[], 'Readiness: alert_config_invalid.'),
   ('function', 'bitrix_sync.alert_entity_type_id()', array['EXECUTE'], array[]::text[], array[]::text[], 'The alert receiver''s entity type.'),
   -- runtime functions: intake and workflows
@@ -1722,14 +1225,16 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
   ('function', 'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
   ('function', 'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
-  ('function', 'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake.'),
+  ('function', 'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake.'),
   -- runtime functions: commands and the pump
   ('function', 'bitrix_sync.begin_command_reconcile(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.claim_commands(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (gated by the cutover).'),
   ('function', 'bitrix_sync.complete_command(bigint,uuid,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (the pump settles a batch with it).'),
+  ('function', 'bitrix_sync.bring_forward_commands(text[],integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (the pump after a portal-wide failure).'),
   ('function', 'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.issue_alert_command(bigint,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
-  ('function', 'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.mark_command_uncertain(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.reject_command(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.release_command(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
@@ -1742,6 +1247,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
   ('function', 'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
   ('function', 'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_crm_answered(text,double precision,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
   ('function', 'bitrix_sync.release_crm_request(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
   -- runtime functions: inbox processing, mapping, snapshots, alerts, rebind workflow, reconciliation
   ('function', 'bitrix_sync.claim_webhooks(text,integer,interval,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox (gated by the cutover).'),
@@ -1750,6 +1256,12 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.retry_webhook(bigint,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
   ('function', 'bitrix_sync.active_mapping_for_contact(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
   ('function', 'bitrix_sync.active_mapping_for_user(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.recover_alert_command(bigint,interval)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'),
+  ('function', 'bitrix_sync.alerts_to_look_up(integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: items to look up.'),
+  ('function', 'bitrix_sync.issue_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup of an item.'),
+  ('function', 'bitrix_sync.resolve_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup''s outcome.'),
+  ('function', 'bitrix_sync.fail_alert_lookup(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: a lookup that failed for good.'),
   ('function', 'bitrix_sync.close_mapping(uuid,text,uuid,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
   ('function', 'bitrix_sync.open_mapping(uuid,text,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
   ('function', 'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)',
@@ -1783,16 +1295,30 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the inbox functions.'),
   ('function', 'bitrix_sync._held_workflow(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the workflow functions.'),
   ('function', 'bitrix_sync._is_write_command(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of claim_commands.'),
+  ('function', 'bitrix_sync._trace_context(text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'),
+  ('function', 'bitrix_sync._trace_context(text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'),
   ('function', 'bitrix_sync._refuse_stale(text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper: the BS001 refusal.'),
   ('function', 'bitrix_sync._retry_deadline(timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Internal helper and the default of deadline_at, evaluated as the inserting role.'),
   ('function', 'bitrix_sync._wake_workflow(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
   ('function', 'bitrix_sync._workflow_holder(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command reconcile functions.'),
+  ('function', 'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'),
+  ('function', 'bitrix_sync._alert_add_unsafe(bigint)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper of the alert mirror (runAlertSync asks it before an add).'),
 
   -- nobody: internals of security definer functions, trigger functions (a trigger fires without
   -- EXECUTE), and record_webhook (one NOTIFY per row; kept for sources with stable event IDs)
   ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync._check_admin_audit(text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._open_dead_letter(bigint)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
+  ('function', 'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
+  ('function', 'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._retention_cutoff(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
   ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync._rebind_crm_outcome(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of _close_rebind_request and cancel_rebind_request.'),
   ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
@@ -1805,9 +1331,14 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    'Not used by the service: the receivers call accept_webhooks.'),
   ('function', 'bitrix_sync.tg__forbid_delete()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync.tg__guard_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__guard_state()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync.tg__refuse_immutable_change()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync.tg__refuse_insert_state()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync.tg__set_updated_at()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_crm_commands__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_technical_dead_letters__count()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_webhook_inbox__count_coalesced()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_workflow_instances__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
   ('function', 'bitrix_sync.tg_settings_versions__freeze()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.')
 )
 select d.object_type, d.object_name, r.role, r.privileges, d.note

@@ -1,5 +1,5 @@
---! Previous: sha1:cbe78c938f7916770c7b5c8a0d3611ab5aca896e
---! Hash: sha1:7f5af33d3464314ce2c592355362b11dd4248e8c
+--! Previous: sha1:90f2274196fac31d330d577087caeb140081a8b1
+--! Hash: sha1:6ea6fba10a2869ed2508b1c9812c6e5efda5cfb5
 --! Message: keyed-hashes
 
 -- Keyed hashes over personal data (issue 10; src/hash.ts): the service now writes HMAC-SHA256 under

@@ -8,6 +8,16 @@
 -- target Contact.
 set local lock_timeout = '10s';
 
+-- 000012-trace-context was released before the migrations from here to 000017, which were
+-- written against the functions without trace contexts: its new signatures are dropped here and
+-- 000018-trace-context-privileges creates them again, with their privileges. Its columns and CHECKs
+-- stay (000018 keeps them: add column if not exists); a running service of that release calls these
+-- functions, so it is stopped before this migration, as for any other.
+drop function if exists bitrix_sync.start_or_join_workflow(uuid, text, uuid, text, text);
+drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text);
+drop function if exists bitrix_sync.accept_webhooks(text[], integer[], text[], inet[], text[]);
+drop function if exists bitrix_sync._trace_context(text);
+
 -- #include sql/roles.sql
 
 -- Text settings get a maximum length; json settings the length of each entry.
@@ -48,7 +58,7 @@ begin
   select * into v_active from bitrix_sync.settings_versions where status = 'active';
   -- Compared as text: jsonb equality already takes 1036.0 for 1036.
   if found and v_active.settings_values::text <> bitrix_sync._normalise_settings(v_active.settings_values)::text then
-    v_version := bitrix_sync.propose_settings('{}'::jsonb, 'migration', 'integer settings stored as int4 (000008)');
+    v_version := bitrix_sync.propose_settings('{}'::jsonb, 'migration', 'integer settings stored as int4 (000013)');
     if jsonb_array_length(bitrix_sync.validate_settings_version(v_version)) = 0 then
       perform bitrix_sync.activate_settings_version(v_version, 'migration');
     end if;

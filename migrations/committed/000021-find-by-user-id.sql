@@ -1,5 +1,5 @@
---! Previous: sha1:2326a1604f43275ce2bd36ef27b53804baa51257
---! Hash: sha1:9e1a9fd54bb1053cbd9f454e376b1f1b1c18102b
+--! Previous: sha1:6b3d9dacb5a4561c46b66be3fb280a87e88907b8
+--! Hash: sha1:f0b843382d0a61cdec3310700528fdd56020b5a1
 --! Message: find-by-user-id
 
 -- A lost create's recovery searches for Contacts carrying the user's id (issue 15: the chaos suite

@@ -1,12 +1,34 @@
---! Previous: sha1:8712c7eb86943fa97abd989961e12774f2644136
---! Hash: sha1:2326a1604f43275ce2bd36ef27b53804baa51257
---! Message: intent-writes
+--! Previous: sha1:0c1e1170865f88034023e8884dd44a644d92502a
+--! Hash: sha1:5cd659cea76cf8edad33a096db2dc0ac574b1e46
+--! Message: intent-journal
 
--- Leaner intent writes on the App's hot path (issue 14; docs/performance.md, "Intent writes"): the
--- enqueue triggers decide in their WHEN clauses, the trigger function writes the intent without
--- whole-row JSON, the wake-up NOTIFY is sent only while a sync loop sleeps on the intake watch, and
--- the claim index covers only live intents.
+-- The App's intents go into a journal (issue 14, bench:trigger; docs/performance.md, "Intent writes,
+-- second round"): han_app.enqueue_contact_sync() appends one row to han_app.sync_queue_journal, a
+-- table with no index, constraint or trigger, instead of an INSERT ... ON CONFLICT into
+-- han_app.sync_queue with its five indexes, four CHECKs and state guard. The intent is still written
+-- in the App's own transaction. bitrix_sync.fold_intent_journal() coalesces the journal into
+-- sync_queue (one row per task and user, a leased row fenced by a newer intent) at the start of
+-- every claim_sync_tasks() and perform_cutover(); status_queue counts unfolded intents as pending.
+-- A deviation from §6.2 (the trigger writes sync_queue), documented in docs/workflows.md.
 set local lock_timeout = '10s';
+
+-- Append-only hand-off, read whole by one folder at a time: no primary key and no index on purpose
+-- (each would cost every App write an index entry), and its rows live until the next claim.
+create table if not exists han_app.sync_queue_journal (
+  task_type text not null,
+  user_id uuid not null,
+  reason text not null,
+  source_updated_at timestamptz,
+  recorded_at timestamptz not null default clock_timestamp()
+) with (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0,
+        autovacuum_vacuum_insert_threshold = 100000);
+comment on table han_app.sync_queue_journal is
+  'Intents recorded by han_app.enqueue_contact_sync() in the App''s transaction and not yet folded into han_app.sync_queue by bitrix_sync.fold_intent_journal() (before every claim). No key or index on purpose: it is appended by the App''s writes and taken whole.';
+comment on column han_app.sync_queue_journal.task_type is 'contact.map_or_create, contact.update or contact.deactivate, as the trigger decided.';
+comment on column han_app.sync_queue_journal.user_id is 'user_identity.id of the user the intent is about.';
+comment on column han_app.sync_queue_journal.reason is 'Why the trigger recorded it (identity_phone_changed, profile_created, ...): the queue payload''s reason.';
+comment on column han_app.sync_queue_journal.source_updated_at is 'updated_at of the App row that fired the trigger.';
+comment on column han_app.sync_queue_journal.recorded_at is 'When the trigger ran (clock time, after the App row''s lock): the queue row''s created_at and first due time.';
 
 -- >>> sql/enqueue.sql (included)
 -- Enqueue trigger (§6.2): App changes that matter to the CRM become han_app.sync_queue intents in
@@ -16,8 +38,10 @@ set local lock_timeout = '10s';
 -- - The triggers' WHEN clauses keep every write that changes no tracked field (no-op updates
 --   included) out of PL/pgSQL. They are short on purpose: PostgreSQL parses a trigger's WHEN (and a
 --   table's CHECK constraints) again for every statement, so a long one costs every App update.
--- - The function only names the intent and writes it: no whole-row JSON, one INSERT … ON CONFLICT
---   that coalesces into the user's active intent of the same task.
+-- - The function only names the intent and appends it to han_app.sync_queue_journal, a table with
+--   no index, constraint or trigger: no whole-row JSON, no ON CONFLICT, no state guard on the App's
+--   path. The service folds the journal into han_app.sync_queue (fold_intent_journal(), below)
+--   before every claim: coalescing per (task, user) and fencing a leased row happen there.
 -- - The wake-up NOTIFY is sent only while a sync loop is asleep waiting for intents (it holds the
 --   intake watch, bitrix_sync.watch_intake()). PostgreSQL serialises the commits of notifying
 --   transactions, so a NOTIFY per App transaction would queue the App's commits one behind the other
@@ -66,25 +90,12 @@ begin
     v_user_id := (to_jsonb(new) ->> 'user_id')::uuid;
   end if;
 
-  -- One active row per (task, user): a newer intent coalesces into it. If a worker holds the row,
-  -- the newer intent takes it back to pending, which fences the holder: its completion is refused
-  -- and the row is processed again with the newest state.
-  insert into han_app.sync_queue as q (task_type, entity_type, entity_id, dedup_key, payload_json, status, next_attempt_at)
-  values (v_task, 'user', v_user_id, v_task || ':user:' || v_user_id::text,
-          jsonb_build_object(
-            'schema_version', 1,
-            'user_id', v_user_id,
-            'reason', v_reason,
-            'source_updated_at', to_char(new.updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
-          'pending', now())
-  on conflict (dedup_key) where status in ('pending', 'leased', 'retry_wait')
-  do update set payload_json = excluded.payload_json,
-                status = 'pending',
-                next_attempt_at = least(q.next_attempt_at, now()),
-                locked_by = null,
-                locked_until = null,
-                lease_token = null,
-                updated_at = now();
+  -- The intent goes into the journal: one row appended to a table without indexes, constraints to
+  -- re-parse or triggers. bitrix_sync.fold_intent_journal() coalesces it into han_app.sync_queue
+  -- (one active row per task and user; a newer intent takes a leased row back to pending, which
+  -- fences its holder) before every claim, so a worker never looks at the queue without it.
+  insert into han_app.sync_queue_journal (task_type, user_id, reason, source_updated_at)
+  values (v_task, v_user_id, v_reason, new.updated_at);
 
   -- Wake-up only; workers also poll (§8). The payload names no user. A sync loop asleep on the
   -- queue holds the intake watch exclusively, so the shared try fails exactly then. Otherwise this
@@ -96,7 +107,7 @@ begin
   return null;
 end $$;
 comment on function han_app.enqueue_contact_sync() is
-  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Coalesces per (task, user) into the active intent. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
+  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
 
 -- The triggers: the WHEN clauses keep every write that records nothing out of PL/pgSQL.
 drop trigger if exists _500_enqueue_contact_sync on han_app.user_identity;
@@ -137,6 +148,72 @@ create trigger _500_enqueue_contact_sync_update
 comment on trigger _500_enqueue_contact_sync_update on han_app.client_profile is
   'Records contact.deactivate / contact.map_or_create when the profile leaves or returns to active (§6.2).';
 
+-- The journal's fold (advisory lock 727014/3: one folder at a time, so a later fold always carries
+-- later intents than an earlier one, and two folders never lock the same queue rows in turn).
+create or replace function bitrix_sync.fold_intent_journal(p_limit integer default 10000, p_wait boolean default false)
+returns integer
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_taken integer;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 100000 then
+    raise exception 'a fold takes 1..100000 journal rows, not %', coalesce(p_limit::text, 'null')
+      using errcode = 'BS004', hint = 'Call fold_intent_journal() without arguments, or with a limit in that range.';
+  end if;
+  if p_wait then
+    perform pg_advisory_xact_lock(727014, 3);
+  elsif not pg_try_advisory_xact_lock(727014, 3) then
+    -- Another transaction is folding right now; its rows become visible when it commits.
+    return 0;
+  end if;
+
+  with taken as (
+    -- The journal has no index: the rows are taken as the heap holds them, by their addresses.
+    delete from han_app.sync_queue_journal j
+     where j.ctid = any (array(select s.ctid from han_app.sync_queue_journal s limit p_limit))
+    returning j.task_type, j.user_id, j.reason, j.source_updated_at, j.recorded_at
+  ), latest as (
+    -- One intent per (task, user): the newest says why; the oldest says since when.
+    select distinct on (t.task_type, t.user_id)
+           t.task_type, t.user_id, t.reason, t.source_updated_at,
+           min(t.recorded_at) over (partition by t.task_type, t.user_id) as first_recorded_at
+      from taken t
+     order by t.task_type, t.user_id, t.recorded_at desc
+  ), folded as (
+    -- In user order, the order the step groups and intake batches lock in.
+    insert into han_app.sync_queue as q (task_type, entity_type, entity_id, dedup_key, payload_json, status,
+                                         next_attempt_at, created_at, updated_at)
+    select l.task_type, 'user', l.user_id, l.task_type || ':user:' || l.user_id::text,
+           jsonb_build_object(
+             'schema_version', 1,
+             'user_id', l.user_id,
+             'reason', l.reason,
+             'source_updated_at', to_char(l.source_updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+           'pending', l.first_recorded_at, l.first_recorded_at, now()
+      from latest l
+     order by l.user_id, l.task_type
+    -- A newer intent coalesces into the user's active one of the same task. If a worker holds it,
+    -- the row goes back to pending, which fences the holder: its completion is refused and the row
+    -- is processed again with the newest state. A retry_wait row becomes due now. A pending row is
+    -- due already and no worker holds it, so it is left as it is (no new row version): it keeps the
+    -- reason of the intent that made it pending (workers read the App's rows, not the payload).
+    on conflict (dedup_key) where status in ('pending', 'leased', 'retry_wait')
+    do update set payload_json = excluded.payload_json,
+                  status = 'pending',
+                  next_attempt_at = least(q.next_attempt_at, now()),
+                  locked_by = null,
+                  locked_until = null,
+                  lease_token = null,
+                  updated_at = now()
+             where q.status <> 'pending'
+    returning 1
+  )
+  select count(*) into v_taken from taken;
+  return v_taken;
+end $$;
+comment on function bitrix_sync.fold_intent_journal(integer, boolean) is
+  'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced). One folder at a time (advisory lock 727014/3): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
+
 -- The intake watch (advisory lock 727014/1) and who takes it (727014/2): see watch_intake().
 create or replace function bitrix_sync.watch_intake() returns boolean
 language plpgsql set lock_timeout = '1s' as $$
@@ -168,37 +245,358 @@ $$;
 comment on function bitrix_sync.unwatch_intake() is
   'A sync loop''s intake is awake again: releases the intake watch taken by watch_intake(), and the App''s intents stop NOTIFYing.';
 -- <<< sql/enqueue.sql
+-- >>> sql/queue.sql (included)
+-- Leases on han_app.sync_queue (§6.1): short claim transactions with FOR UPDATE SKIP LOCKED, a new
+-- lease token on every claim, and completion only under the current token (fencing).
 
--- The claim index keeps the spec's columns (status, next_attempt_at, created_at) but only the live
--- states (the ones claim_sync_tasks and status_queue read): finished history (processed, cancelled),
--- most of the table, is not in it, and a completion (leased -> processed) writes no entry into it.
--- A deviation from §6.1's full index, documented in docs/workflows.md. The build reads the table
--- under a SHARE lock, which holds App writes that record intents for as long as the scan takes;
--- retention keeps the table to its live rows and recent history.
--- squawk-ignore require-concurrent-index-creation
-create index if not exists sync_queue_claim_live_idx on han_app.sync_queue (status, next_attempt_at, created_at)
-  where status in ('pending', 'leased', 'retry_wait', 'dead_letter');
-comment on index han_app.sync_queue_claim_live_idx is
-  'Claim order (§6.1 columns status, next_attempt_at, created_at) over live intents only; finished rows are not indexed (issue 14).';
--- squawk-ignore require-concurrent-index-deletion
-drop index if exists han_app.sync_queue_claim_idx;
+create or replace function bitrix_sync._check_code(p_code text) returns void
+language plpgsql immutable as $$
+begin
+  if p_code is null or p_code !~ '^[a-z0-9][a-z0-9_.]{0,63}$' then
+    raise exception 'error code must be a safe snake_case code of at most 64 characters'
+      using errcode = 'BS004',
+            hint = 'Pass a classifier code such as crm_timeout, never raw error text (§9, §16).';
+  end if;
+end $$;
+comment on function bitrix_sync._check_code(text) is
+  'Refuses anything but a safe snake_case error code, so raw text (which may carry PII or secrets) never reaches a row. SQLSTATE BS004.';
 
--- The same CHECKs on the intents, written so that their stored expression is small: PostgreSQL
--- parses every CHECK of a table from its stored text (and simplifies it) again for each INSERT or
--- UPDATE statement, and an IN list over varchar is stored as an array of casts that makes the
--- trigger's one INSERT pay that again and again. `status::text = any ('{...}'::text[])` admits
--- exactly the values `status in (...)` admits. Replacing them takes the table's exclusive lock for
--- the validation scan of the rows retention keeps (every existing row satisfied the same condition).
-alter table han_app.sync_queue drop constraint if exists sync_queue_status_check,
-  -- squawk-ignore constraint-missing-not-valid
-  add constraint sync_queue_status_check
-  check (status::text = any ('{pending,leased,processed,retry_wait,dead_letter,cancelled}'::text[]));
-alter table han_app.sync_queue drop constraint if exists sync_queue_task_type_check,
-  -- squawk-ignore constraint-missing-not-valid
-  add constraint sync_queue_task_type_check
-  check (status::text = any ('{processed,dead_letter,cancelled}'::text[])
-         or task_type::text = any ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[]));
+create or replace function bitrix_sync._refuse_stale(p_what text, p_id text) returns void
+language plpgsql as $$
+begin
+  raise exception '% % is not held under this lease token', p_what, p_id
+    using errcode = 'BS001',
+          detail = 'The lease expired and another worker reclaimed the row, a newer intent superseded it, or it already moved on.',
+          hint = 'Drop this result: the current holder or the next claim will process the row.';
+end $$;
+comment on function bitrix_sync._refuse_stale(text, text) is
+  'Raises BS001 for a completion that does not present the current lease token (a stale holder).';
 
+create or replace function bitrix_sync.claim_sync_tasks(
+  p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
+) returns setof han_app.sync_queue
+language plpgsql as $$
+declare
+  v_watermark timestamptz;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
+    raise exception 'claim needs 1..1000 rows and a positive lease'
+      using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
+  end if;
+  -- Nothing is processed before the cutover, and after it only intents recorded since the
+  -- watermark (§17 step 8), also when an expired lease is reclaimed.
+  select c.cutover_watermark into v_watermark from bitrix_sync.cutover c;
+  if v_watermark is null then
+    return;
+  end if;
+  -- The App's recorded intents first (han_app.sync_queue_journal). A fold running elsewhere is
+  -- waited for (it is short), so every intent committed before this call is in the queue when the
+  -- claim below looks: the intake watch's "one more look" (watch_intake()) relies on that.
+  perform bitrix_sync.fold_intent_journal(10000, true);
+  return query
+  with due as (
+    select q.id, q.next_attempt_at as sort_at from han_app.sync_queue q
+     where q.status in ('pending', 'retry_wait') and q.next_attempt_at <= now()
+       and q.created_at >= v_watermark
+     order by q.next_attempt_at, q.created_at
+     limit p_limit
+     for update skip locked
+  ), expired as (
+    select q.id, q.locked_until as sort_at from han_app.sync_queue q
+     where q.status = 'leased' and q.locked_until < now() and q.created_at >= v_watermark
+     order by q.locked_until
+     limit p_limit
+     for update skip locked
+  ), picked as (
+    select id from (select * from due union all select * from expired) c order by sort_at limit p_limit
+  )
+  update han_app.sync_queue q
+     set status = 'leased',
+         locked_by = left(p_worker, 128),
+         locked_until = now() + p_lease,
+         lease_token = gen_random_uuid(),
+         attempt_count = q.attempt_count + 1,
+         updated_at = now()
+    from picked
+   where q.id = picked.id
+  returning q.*;
+end $$;
+comment on function bitrix_sync.claim_sync_tasks(text, integer, interval) is
+  'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover().';
+
+create or replace function bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval)
+returns han_app.sync_queue
+language plpgsql as $$
+declare
+  v_row han_app.sync_queue;
+begin
+  update han_app.sync_queue set locked_until = now() + p_lease, updated_at = now()
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.extend_sync_task_lease(uuid, uuid, interval) is
+  'Extends a held lease. Refuses a stale token (BS001).';
+
+create or replace function bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid)
+returns han_app.sync_queue
+language plpgsql as $$
+declare
+  v_row han_app.sync_queue;
+begin
+  update han_app.sync_queue
+     set status = 'processed', completed_at = now(), locked_by = null, locked_until = null,
+         lease_token = null, updated_at = now()
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.complete_sync_task(uuid, uuid) is
+  'leased -> processed under the current lease token; a stale holder is refused (BS001).';
+
+create or replace function bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid)
+returns han_app.sync_queue
+language plpgsql as $$
+declare
+  v_row han_app.sync_queue;
+begin
+  update han_app.sync_queue
+     set status = 'pending', locked_by = null, locked_until = null, lease_token = null,
+         attempt_count = greatest(attempt_count - 1, 0), updated_at = now()
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.release_sync_task(uuid, uuid) is
+  'leased -> pending without spending an attempt (shutdown, paused sync). Refuses a stale token (BS001).';
+
+create or replace function bitrix_sync._dead_letter_sync_task_row(p_row han_app.sync_queue, p_error_code text)
+returns han_app.sync_queue
+language plpgsql as $$
+declare
+  v_row han_app.sync_queue;
+begin
+  update han_app.sync_queue
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code, last_error_at = now(),
+         locked_by = null, locked_until = null, lease_token = null, updated_at = now()
+   where id = p_row.id
+  returning * into v_row;
+  -- The intent's first attempt is its arrival: it is claimed as soon as it is due.
+  insert into bitrix_sync.technical_dead_letters
+    (source, source_id, operation, error_code, attempt_count, first_attempt_at, deadline_at)
+  values ('sync_queue', v_row.id::text, v_row.task_type, p_error_code, v_row.attempt_count, v_row.created_at,
+          bitrix_sync._retry_deadline(v_row.created_at));
+  return v_row;
+end $$;
+comment on function bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue, text) is
+  'Internal: moves a held intent to dead_letter and writes its technical DLQ row (first attempt = created_at).';
+
+create or replace function bitrix_sync.retry_sync_task(
+  p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval
+) returns han_app.sync_queue
+language plpgsql as $$
+declare
+  v_row han_app.sync_queue;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  select * into v_row from han_app.sync_queue
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  if now() + greatest(p_delay, interval '0') > bitrix_sync._retry_deadline(v_row.created_at) then
+    return bitrix_sync._dead_letter_sync_task_row(v_row, 'retry_horizon_exceeded');
+  end if;
+  update han_app.sync_queue
+     set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'),
+         last_error_code = p_error_code, last_error_at = now(),
+         locked_by = null, locked_until = null, lease_token = null, updated_at = now()
+   where id = p_id
+  returning * into v_row;
+  return v_row;
+end $$;
+comment on function bitrix_sync.retry_sync_task(uuid, uuid, text, interval) is
+  'leased -> retry_wait after p_delay with a safe error code; when the retry would fall past the horizon (created_at + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead. The returned status says which. Refuses a stale token (BS001).';
+
+create or replace function bitrix_sync.dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text)
+returns han_app.sync_queue
+language plpgsql as $$
+declare
+  v_row han_app.sync_queue;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  select * into v_row from han_app.sync_queue
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  return bitrix_sync._dead_letter_sync_task_row(v_row, p_error_code);
+end $$;
+comment on function bitrix_sync.dead_letter_sync_task(uuid, uuid, text) is
+  'leased -> dead_letter and a technical_dead_letters row with the safe code. Refuses a stale token (BS001).';
+
+create or replace function bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text)
+returns han_app.sync_queue
+language plpgsql as $$
+declare
+  v_row han_app.sync_queue;
+begin
+  perform bitrix_sync._check_code(p_reason);
+  update han_app.sync_queue
+     set status = 'cancelled', cancel_reason = p_reason, completed_at = now(),
+         locked_by = null, locked_until = null, lease_token = null, updated_at = now()
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  return v_row;
+end $$;
+comment on function bitrix_sync.cancel_sync_task(uuid, uuid, text) is
+  'leased -> cancelled with a reason code (e.g. user not eligible). Refuses a stale token (BS001).';
+-- <<< sql/queue.sql
+-- >>> sql/cutover.sql (included)
+-- Cutover from the stub to full sync (§17): one watermark; intents recorded before it that were
+-- still waiting are cancelled with reason initial_full_sync_cutover. Running it again changes nothing.
+-- Until it has run, every claim function returns nothing (the gate below): no replica, CLI worker
+-- or psql session can process stub-era intents, whatever its configuration says. Receivers still
+-- record webhooks; they wait in the inbox.
+
+create or replace function bitrix_sync.cutover_performed() returns boolean
+language sql stable parallel safe as $$
+  select exists (select 1 from bitrix_sync.cutover)
+$$;
+comment on function bitrix_sync.cutover_performed() is
+  'The processing gate (§17): true once perform_cutover() has run. The claim functions return nothing while it is false; readiness reports cutover_not_performed.';
+
+create or replace function bitrix_sync.perform_cutover(p_actor text)
+returns table (cutover_watermark timestamptz, cancelled_count integer, already_done boolean)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_row bitrix_sync.cutover;
+  v_count integer;
+begin
+  if p_actor is null or length(btrim(p_actor)) = 0 then
+    raise exception 'cutover needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
+  end if;
+  -- Serialize concurrent callers; the first one wins, the others see its result.
+  perform pg_advisory_xact_lock(hashtext('bitrix_sync.perform_cutover'));
+  select * into v_row from bitrix_sync.cutover;
+  if found then
+    return query select v_row.cutover_watermark, v_row.cancelled_count, true;
+    return;
+  end if;
+  -- Every intent the App has recorded so far into the queue first, so that the cancellation sees it.
+  while bitrix_sync.fold_intent_journal(100000, true) = 100000 loop
+  end loop;
+  with cancelled as (
+    update han_app.sync_queue q
+       set status = 'cancelled', cancel_reason = 'initial_full_sync_cutover', completed_at = now(), updated_at = now(),
+           locked_by = null, locked_until = null, lease_token = null
+     -- leased: held by a worker of a release without the gate; its completion is refused (BS001).
+     where q.status in ('pending', 'retry_wait', 'leased')
+       and q.task_type like 'contact.%'
+       and q.created_at < now()
+    returning 1
+  )
+  select count(*) into v_count from cancelled;
+  insert into bitrix_sync.cutover (cutover_watermark, cancelled_count, performed_by)
+  values (now(), v_count, btrim(p_actor))
+  returning * into v_row;
+  return query select v_row.cutover_watermark, v_row.cancelled_count, false;
+end $$;
+comment on function bitrix_sync.perform_cutover(text) is
+  'Admin entry point (§17 steps 3-4): records cutover_watermark (now), cancels earlier pending/retry_wait/leased contact intents with cancel_reason initial_full_sync_cutover, and opens the processing gate. Idempotent: a second call returns the first result and changes nothing.';
+-- <<< sql/cutover.sql
+-- >>> sql/status.sql (included)
+-- Status views (§14): counts and ages only, never PII, Contact/user IDs or raw errors. Readable by
+-- bitrix_sync_admin and used by GET /internal/sync/v1/status and /metrics.
+--
+-- Each view reads live rows only, through a partial index whose predicate is the view's WHERE
+-- (written the same way, so the planner can prove it), never the finished history that retention
+-- deletes later: a scrape costs the same with a year of history as with a day
+-- (test/integration/status-plans.test.ts).
+
+-- Intents the App recorded that no claim has folded yet (han_app.sync_queue_journal) are pending too:
+-- a service that stopped folding shows a growing, ageing pending depth.
+create or replace view bitrix_sync.status_queue as
+select g.status, sum(g.count)::bigint as count,
+       extract(epoch from now() - min(g.oldest_at))::bigint as oldest_age_sec
+  from (select q.status, count(*) as count, min(q.created_at) as oldest_at
+          from han_app.sync_queue q
+         where q.status in ('pending', 'leased', 'retry_wait', 'dead_letter')
+         group by q.status
+        union all
+        select 'pending'::varchar(16), count(*), min(j.recorded_at)
+          from han_app.sync_queue_journal j
+        having count(*) > 0) g
+ group by g.status;
+comment on view bitrix_sync.status_queue is
+  'han_app.sync_queue depth and oldest age by live status (pending, leased, retry_wait) and dead_letter, with the intents still in han_app.sync_queue_journal counted as pending; processed and cancelled rows are history, not depth.';
+
+create or replace view bitrix_sync.status_workflows as
+select w.workflow_type, w.state, count(*)::bigint as count,
+       extract(epoch from now() - min(w.created_at))::bigint as oldest_age_sec
+  from bitrix_sync.workflow_instances w
+ where w.state not in ('succeeded', 'failed', 'cancelled')
+ group by w.workflow_type, w.state;
+comment on view bitrix_sync.status_workflows is 'Active workflows by type and state, with the oldest age.';
+
+create or replace view bitrix_sync.status_commands as
+select c.command_type, c.status, count(*)::bigint as count,
+       extract(epoch from now() - min(c.created_at))::bigint as oldest_age_sec
+  from bitrix_sync.crm_commands c
+ where c.status <> 'succeeded'
+ group by c.command_type, c.status;
+comment on view bitrix_sync.status_commands is 'Unfinished and dead-lettered CRM commands by type and status.';
+
+create or replace view bitrix_sync.status_webhooks as
+select w.receiver, w.status, count(*)::bigint as count,
+       extract(epoch from now() - min(w.received_at))::bigint as oldest_age_sec
+  from bitrix_sync.webhook_inbox w
+ where w.status <> 'processed'
+ group by w.receiver, w.status;
+comment on view bitrix_sync.status_webhooks is 'Unprocessed webhook inbox rows by receiver and status (webhook lag).';
+
+create or replace view bitrix_sync.status_dead_letters as
+select d.source, d.operation, d.error_code, count(*)::bigint as count,
+       extract(epoch from now() - min(d.created_at))::bigint as oldest_age_sec
+  from bitrix_sync.technical_dead_letters d
+ where d.resolved_at is null
+ group by d.source, d.operation, d.error_code;
+comment on view bitrix_sync.status_dead_letters is 'Open technical dead letters by source, operation and safe code.';
+
+create or replace view bitrix_sync.status_alerts as
+select a.alert_type, a.severity, count(*)::bigint as open_count,
+       count(*) filter (where a.first_occurred_at < now() - make_interval(hours =>
+         (select (bitrix_sync._active_setting('alerts.sla_hours') #>> '{}')::integer)))::bigint as sla_overdue
+  from bitrix_sync.business_alerts a
+ where a.status = 'open'
+ group by a.alert_type, a.severity;
+comment on view bitrix_sync.status_alerts is 'Open business alerts by type and severity, with how many are past the SLA.';
+
+create or replace view bitrix_sync.status_alert_mirror as
+select a.crm_sync_status as mirror_status, count(*)::bigint as count,
+       extract(epoch from now() - min(a.updated_at))::bigint as oldest_age_sec
+  from bitrix_sync.business_alerts a
+ where a.crm_sync_status <> 'synced'
+ group by a.crm_sync_status;
+comment on view bitrix_sync.status_alert_mirror is
+  'Business alerts whose smart-process item is behind: pending (a change not yet sent, e.g. alerts.entity_type_id unset or an unanswered add being looked up) and failed (could not be mirrored; see technical_dead_letters).';
+-- Privileges: sql/privileges.sql (the runtime reads it for /metrics and the status endpoint, an
+-- admin from psql).
+-- <<< sql/status.sql
 -- >>> sql/privileges.sql (included)
 -- The privilege catalogue (§13, DESIGN.md "Roles"; issue 10): for every schema, table, view,
 -- sequence and function of the project, what each of the three roles may do, written out, "nothing"
@@ -237,7 +635,9 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'han_app.sync_queue',
    array['SELECT', 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'],
    array[]::text[], array['SELECT'],
-   'Intents appear through the App''s trigger; the runtime moves them through the lease functions and never inserts one.'),
+   'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'),
+  ('table', 'han_app.sync_queue_journal', array['SELECT'], array[]::text[], array['SELECT'],
+   'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'),
   ('function', 'han_app.enqueue_contact_sync()', array[]::text[], array[]::text[], array[]::text[],
    'Trigger function (security definer): fires for the App''s writes; nobody calls it.'),
 
@@ -375,6 +775,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   -- runtime functions: intake and workflows
   ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).'),
+  ('function', 'bitrix_sync.fold_intent_journal(integer,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'),
   ('function', 'bitrix_sync.watch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop takes the intake watch before it sleeps (the App''s intents then NOTIFY).'),
   ('function', 'bitrix_sync.unwatch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop releases the intake watch when it wakes.'),
   ('function', 'bitrix_sync.complete_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
@@ -386,8 +787,10 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
   ('function', 'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
   ('function', 'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.step_context(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function (the start of a step).'),
   ('function', 'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
   ('function', 'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake.'),
+  ('function', 'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake of a claimed batch in one call.'),
   -- runtime functions: commands and the pump
   ('function', 'bitrix_sync.begin_command_reconcile(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
   ('function', 'bitrix_sync.claim_commands(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (gated by the cutover).'),
@@ -624,6 +1027,7 @@ begin
     execute format('revoke all on %s %s from bitrix_sync_user, bitrix_sync_admin, han_app_user', v_kind, v_row.object_name);
   end loop;
   revoke all on han_app.sync_queue from public;
+  revoke all on han_app.sync_queue_journal from public;
   revoke all on function han_app.enqueue_contact_sync() from public;
 
   for v_row in

@@ -6,7 +6,7 @@
 -- of casts, 250 bytes per value; `col::text = any ('{...}'::text[])` admits exactly the same values
 -- and stores one constant. Measured in one backend, 20 000 single-row UPDATEs each: crm_commands
 -- 30.9 -> 22.2 µs per statement, workflow_instances 32.8 -> 24.3 µs (without CHECKs: 6.7 and 8.7).
--- Migration 000015 did the same for han_app.sync_queue.
+-- Migration 000020 (intent-writes) did the same for han_app.sync_queue.
 --
 -- Each replacement is NOT VALID: it admits exactly what the constraint it replaces admitted, which
 -- every existing row satisfied, so no validation scan runs under the table's lock. A DBA may run
@@ -65,5 +65,8 @@ alter table bitrix_sync.webhook_inbox
 -- WHEN clauses are now written the same way.
 -- #include sql/workflows.sql
 -- #include sql/rebind.sql
+-- fold_intent_journal()'s comment now says what a newer intent does to a retry_wait and a pending
+-- row (the function itself is unchanged since 000026).
+-- #include sql/enqueue.sql
 -- #include sql/privileges.sql
 -- #include sql/grants.sql

@@ -1,5 +1,5 @@
---! Previous: sha1:600c97259e1d161530c7dccb3392901cbcae4530
---! Hash: sha1:bd0f1818220be6325bef81930b72bc2d7872d026
+--! Previous: sha1:62e0b2cbfb1bca3c3a040abd37ecf934dbcadb9b
+--! Hash: sha1:1851a116b6e46c434741602c6b16f7d177ebf11f
 --! Message: metrics
 
 -- Metrics (issue 12, §15): the database half of /metrics. State transitions of workflows and

@@ -1,0 +1,637 @@
+--! Previous: sha1:8dc937dbe9c4d92b61e02c3f609a6dbad0e33e08
+--! Hash: sha1:6b3d9dacb5a4561c46b66be3fb280a87e88907b8
+--! Message: intent-writes
+
+-- Leaner intent writes on the App's hot path (issue 14; docs/performance.md, "Intent writes"): the
+-- enqueue triggers decide in their WHEN clauses, the trigger function writes the intent without
+-- whole-row JSON, the wake-up NOTIFY is sent only while a sync loop sleeps on the intake watch, and
+-- the claim index covers only live intents.
+set local lock_timeout = '10s';
+
+-- >>> sql/enqueue.sql (included)
+-- Enqueue trigger (§6.2): App changes that matter to the CRM become han_app.sync_queue intents in
+-- the App's own transaction, so a rolled-back business update leaves no intent behind.
+--
+-- Lean on the App's writes (issue 14; docs/performance.md, "Intent writes"):
+-- - The triggers' WHEN clauses keep every write that changes no tracked field (no-op updates
+--   included) out of PL/pgSQL. They are short on purpose: PostgreSQL parses a trigger's WHEN (and a
+--   table's CHECK constraints) again for every statement, so a long one costs every App update.
+-- - The function only names the intent and writes it: no whole-row JSON, one INSERT … ON CONFLICT
+--   that coalesces into the user's active intent of the same task.
+-- - The wake-up NOTIFY is sent only while a sync loop is asleep waiting for intents (it holds the
+--   intake watch, bitrix_sync.watch_intake()). PostgreSQL serialises the commits of notifying
+--   transactions, so a NOTIFY per App transaction would queue the App's commits one behind the other
+--   while the loop is busy anyway; see watch_intake() for why no intent is missed.
+
+create or replace function han_app.enqueue_contact_sync() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_user_id uuid;
+  v_task text;
+  v_reason text;
+  v_subject text := case tg_table_name when 'user_identity' then 'identity' else 'profile' end;
+begin
+  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo.
+  if current_setting('han.sync_suppress', true) = 'true' then
+    return null;
+  end if;
+
+  if tg_op = 'INSERT' then
+    if new.record_status <> 'active' then
+      return null;
+    end if;
+    v_task := 'contact.map_or_create';
+    v_reason := v_subject || '_created';
+  elsif old.record_status = 'active' and new.record_status <> 'active' then
+    v_task := 'contact.deactivate';
+    v_reason := v_subject || '_deactivated';
+  elsif old.record_status <> 'active' and new.record_status = 'active' then
+    v_task := 'contact.map_or_create';
+    v_reason := v_subject || '_reactivated';
+  elsif tg_argv[0] = 'phone' and new.record_status = 'active' then
+    -- Only _500_enqueue_contact_sync_update on user_identity passes 'phone'; its WHEN clause fires
+    -- for a phone_number or record_status that changed (IS DISTINCT FROM), and the status did not
+    -- enter or leave active, so the phone changed.
+    v_task := 'contact.update';
+    v_reason := 'identity_phone_changed';
+  else
+    -- CRM-master fields, foreign_phone, timestamps, no-op updates: nothing.
+    return null;
+  end if;
+
+  -- entity_id is always user_identity.id, also for profile rows.
+  if tg_table_name = 'user_identity' then
+    v_user_id := new.id;
+  else
+    v_user_id := (to_jsonb(new) ->> 'user_id')::uuid;
+  end if;
+
+  -- One active row per (task, user): a newer intent coalesces into it. If a worker holds the row,
+  -- the newer intent takes it back to pending, which fences the holder: its completion is refused
+  -- and the row is processed again with the newest state.
+  insert into han_app.sync_queue as q (task_type, entity_type, entity_id, dedup_key, payload_json, status, next_attempt_at)
+  values (v_task, 'user', v_user_id, v_task || ':user:' || v_user_id::text,
+          jsonb_build_object(
+            'schema_version', 1,
+            'user_id', v_user_id,
+            'reason', v_reason,
+            'source_updated_at', to_char(new.updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+          'pending', now())
+  on conflict (dedup_key) where status in ('pending', 'leased', 'retry_wait')
+  do update set payload_json = excluded.payload_json,
+                status = 'pending',
+                next_attempt_at = least(q.next_attempt_at, now()),
+                locked_by = null,
+                locked_until = null,
+                lease_token = null,
+                updated_at = now();
+
+  -- Wake-up only; workers also poll (§8). The payload names no user. A sync loop asleep on the
+  -- queue holds the intake watch exclusively, so the shared try fails exactly then. Otherwise this
+  -- transaction now holds the watch shared until it ends, and a loop about to fall asleep waits for
+  -- it, then looks at the queue once more (bitrix_sync.watch_intake()).
+  if not pg_try_advisory_xact_lock_shared(727014, 1) then
+    perform pg_notify('bitrix_sync_queue', v_task);
+  end if;
+  return null;
+end $$;
+comment on function han_app.enqueue_contact_sync() is
+  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Coalesces per (task, user) into the active intent. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
+
+-- The triggers: the WHEN clauses keep every write that records nothing out of PL/pgSQL.
+drop trigger if exists _500_enqueue_contact_sync on han_app.user_identity;
+drop trigger if exists _500_enqueue_contact_sync_insert on han_app.user_identity;
+create trigger _500_enqueue_contact_sync_insert
+  after insert on han_app.user_identity
+  for each row
+  when (new.record_status = 'active')
+  execute function han_app.enqueue_contact_sync();
+comment on trigger _500_enqueue_contact_sync_insert on han_app.user_identity is
+  'Records contact.map_or_create for an active identity (§6.2).';
+
+drop trigger if exists _500_enqueue_contact_sync_update on han_app.user_identity;
+create trigger _500_enqueue_contact_sync_update
+  after update of phone_number, record_status on han_app.user_identity
+  for each row
+  when (old.phone_number is distinct from new.phone_number or old.record_status is distinct from new.record_status)
+  execute function han_app.enqueue_contact_sync('phone');
+comment on trigger _500_enqueue_contact_sync_update on han_app.user_identity is
+  'Records contact.update (phone change of an active identity), contact.deactivate (leaving active) or contact.map_or_create (back to active) (§6.2).';
+
+drop trigger if exists _500_enqueue_contact_sync on han_app.client_profile;
+drop trigger if exists _500_enqueue_contact_sync_insert on han_app.client_profile;
+create trigger _500_enqueue_contact_sync_insert
+  after insert on han_app.client_profile
+  for each row
+  when (new.record_status = 'active')
+  execute function han_app.enqueue_contact_sync();
+comment on trigger _500_enqueue_contact_sync_insert on han_app.client_profile is
+  'Records contact.map_or_create for an active profile (§6.2).';
+
+drop trigger if exists _500_enqueue_contact_sync_update on han_app.client_profile;
+create trigger _500_enqueue_contact_sync_update
+  after update of record_status on han_app.client_profile
+  for each row
+  when (old.record_status is distinct from new.record_status)
+  execute function han_app.enqueue_contact_sync();
+comment on trigger _500_enqueue_contact_sync_update on han_app.client_profile is
+  'Records contact.deactivate / contact.map_or_create when the profile leaves or returns to active (§6.2).';
+
+-- The intake watch (advisory lock 727014/1) and who takes it (727014/2): see watch_intake().
+create or replace function bitrix_sync.watch_intake() returns boolean
+language plpgsql set lock_timeout = '1s' as $$
+begin
+  -- One sleeper per database is enough: NOTIFY wakes every listener.
+  if not pg_try_advisory_lock(727014, 2) then
+    return false;
+  end if;
+  begin
+    -- Exclusive: waits for the App transactions that recorded an intent without a NOTIFY (they hold
+    -- the watch shared) to end, so the caller's next look at the queue sees their intents. From
+    -- here until unwatch_intake(), every intent NOTIFYs.
+    perform pg_advisory_lock(727014, 1);
+  exception when lock_not_available then
+    -- A long App transaction: give up watching this time; the fallback poll covers it.
+    perform pg_advisory_unlock(727014, 2);
+    return false;
+  end;
+  return true;
+end $$;
+comment on function bitrix_sync.watch_intake() is
+  'Called by a sync loop (on its LISTEN connection) whose intake found nothing, before it sleeps: takes the intake watch (session advisory lock 727014/1, exclusive) after the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs. The caller must look at the queue once more before sleeping, and call unwatch_intake() when it wakes. Returns false (nothing held) when another loop watches or an App transaction holds the watch for over 1 s; the fallback poll covers that.';
+
+create or replace function bitrix_sync.unwatch_intake() returns void
+language sql as $$
+  select pg_advisory_unlock(727014, 1) and pg_advisory_unlock(727014, 2);
+  select null::void;
+$$;
+comment on function bitrix_sync.unwatch_intake() is
+  'A sync loop''s intake is awake again: releases the intake watch taken by watch_intake(), and the App''s intents stop NOTIFYing.';
+-- <<< sql/enqueue.sql
+
+-- The claim index keeps the spec's columns (status, next_attempt_at, created_at) but only the live
+-- states (the ones claim_sync_tasks and status_queue read): finished history (processed, cancelled),
+-- most of the table, is not in it, and a completion (leased -> processed) writes no entry into it.
+-- A deviation from §6.1's full index, documented in docs/workflows.md. The build reads the table
+-- under a SHARE lock, which holds App writes that record intents for as long as the scan takes;
+-- retention keeps the table to its live rows and recent history.
+-- squawk-ignore require-concurrent-index-creation
+create index if not exists sync_queue_claim_live_idx on han_app.sync_queue (status, next_attempt_at, created_at)
+  where status in ('pending', 'leased', 'retry_wait', 'dead_letter');
+comment on index han_app.sync_queue_claim_live_idx is
+  'Claim order (§6.1 columns status, next_attempt_at, created_at) over live intents only; finished rows are not indexed (issue 14).';
+-- squawk-ignore require-concurrent-index-deletion
+drop index if exists han_app.sync_queue_claim_idx;
+
+-- The same CHECKs on the intents, written so that their stored expression is small: PostgreSQL
+-- parses every CHECK of a table from its stored text (and simplifies it) again for each INSERT or
+-- UPDATE statement, and an IN list over varchar is stored as an array of casts that makes the
+-- trigger's one INSERT pay that again and again. `status::text = any ('{...}'::text[])` admits
+-- exactly the values `status in (...)` admits. Replacing them takes the table's exclusive lock for
+-- the validation scan of the rows retention keeps (every existing row satisfied the same condition).
+alter table han_app.sync_queue drop constraint if exists sync_queue_status_check,
+  -- squawk-ignore constraint-missing-not-valid
+  add constraint sync_queue_status_check
+  check (status::text = any ('{pending,leased,processed,retry_wait,dead_letter,cancelled}'::text[]));
+alter table han_app.sync_queue drop constraint if exists sync_queue_task_type_check,
+  -- squawk-ignore constraint-missing-not-valid
+  add constraint sync_queue_task_type_check
+  check (status::text = any ('{processed,dead_letter,cancelled}'::text[])
+         or task_type::text = any ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[]));
+
+-- >>> sql/privileges.sql (included)
+-- The privilege catalogue (§13, DESIGN.md "Roles"; issue 10): for every schema, table, view,
+-- sequence and function of the project, what each of the three roles may do, written out, "nothing"
+-- included. sql/grants.sql revokes everything and grants exactly this list; docs/security.md is
+-- rendered from it; test/integration/privileges.test.ts checks that the database's ACLs equal it and
+-- that no object of bitrix_sync (or the project's objects of han_app) lacks a decision.
+--
+-- Adding a function, table, view or sequence: add one row here (runtime, admin, app; '{}' is an
+-- explicit "nothing") and include sql/privileges.sql and sql/grants.sql in the migration.
+--
+-- A privilege is written as GRANT takes it: 'SELECT', 'EXECUTE', 'USAGE', or with columns,
+-- 'UPDATE (status, locked_by)'. Objects are schema-qualified; a function by its signature as
+-- regprocedure prints it (types, no parameter names).
+--
+-- Who is who: bitrix_sync_user runs the service (the functions it calls and their internal
+-- helpers; it writes its tables only in the columns those functions write, so an insert can never
+-- name a state and identity or audit columns are out of reach; sql/row_guards.sql holds the same
+-- rules for every writer). bitrix_sync_admin is an operator with psql: the audited admin functions
+-- (security definer, so no table rights), the status views and the settings it changes.
+-- han_app_user is the App: its identity and profile tables; sync_queue rows appear through the
+-- security definer trigger.
+
+create or replace view bitrix_sync.role_privileges as
+with decisions (object_type, object_name, runtime, admin, app, note) as (values
+  -- schemas
+  ('schema', 'bitrix_sync', array['USAGE'], array['USAGE'], array[]::text[], 'The project''s schema; the App has no business in it.'),
+  ('schema', 'han_app', array['USAGE'], array[]::text[], array['USAGE'], 'The App''s schema; the admin reaches the queue only through status_queue.'),
+
+  -- App tables (§13: the runtime reads the columns it needs and writes only the CRM-master fields)
+  ('table', 'han_app.user_identity', array['SELECT (id, phone_number, record_status, created_at, updated_at)'], array[]::text[],
+   array['SELECT', 'INSERT', 'UPDATE'], 'Identity is App-master; the runtime reads it at send time.'),
+  ('table', 'han_app.client_profile',
+   array['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)',
+         'UPDATE (full_name, citizenship, email, source_updated_at)'], array[]::text[],
+   array['SELECT', 'INSERT', 'UPDATE'], 'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'),
+  ('table', 'han_app.sync_queue',
+   array['SELECT', 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'],
+   array[]::text[], array['SELECT'],
+   'Intents appear through the App''s trigger; the runtime moves them through the lease functions and never inserts one.'),
+  ('function', 'han_app.enqueue_contact_sync()', array[]::text[], array[]::text[], array[]::text[],
+   'Trigger function (security definer): fires for the App''s writes; nobody calls it.'),
+
+  -- bitrix_sync tables the runtime writes through its functions: only the columns they write
+  ('table', 'bitrix_sync.business_alerts',
+   array['SELECT',
+         'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)',
+         'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'],
+   array[]::text[], array[]::text[], 'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'),
+  ('sequence', 'bitrix_sync.business_alert_number_seq', array['USAGE'], array[]::text[], array[]::text[],
+   'The default of business_alerts.alert_number, evaluated as the inserting role.'),
+  ('table', 'bitrix_sync.contact_snapshots',
+   array['SELECT',
+         'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)',
+         'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'],
+   array[]::text[], array[]::text[], 'Hashes of what the runtime last wrote into or read from each Contact.'),
+  ('table', 'bitrix_sync.crm_commands',
+   array['SELECT',
+         'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)',
+         'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'],
+   array[]::text[], array[]::text[], 'Issued pending (no status column to insert); what a command asks for never changes after issue.'),
+  ('table', 'bitrix_sync.entity_external_mapping',
+   array['SELECT', 'INSERT (entity_id, external_id, workflow_id)', 'UPDATE (status, closed_at, close_reason, workflow_id)'],
+   array[]::text[], array[]::text[], 'Opened active and closed by the runtime''s mapping functions; the user and the Contact of a link never change.'),
+  ('table', 'bitrix_sync.reconciliation_cursors',
+   array['SELECT', 'INSERT (job_type)',
+         'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token)'],
+   array[]::text[], array[]::text[], 'The reconciliation runs'' cursors and leases.'),
+  ('table', 'bitrix_sync.technical_dead_letters',
+   array['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'],
+   array[]::text[], array[]::text[], 'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'),
+  ('table', 'bitrix_sync.webhook_inbox',
+   array['SELECT', 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)',
+         'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'],
+   array[]::text[], array[]::text[], 'Recorded received by accept_webhooks; what arrived never changes.'),
+  ('table', 'bitrix_sync.workflow_instances',
+   array['SELECT', 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)',
+         'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'],
+   array[]::text[], array[]::text[], 'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'),
+
+  -- the limiter's ephemeral state: rows are counters and slots, not history
+  ('table', 'bitrix_sync.crm_inflight_slots', array['SELECT', 'INSERT', 'DELETE'], array[]::text[], array[]::text[],
+   'In-flight slots; the admin reads them through crm_limiter_state().'),
+  ('table', 'bitrix_sync.crm_method_blocks', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
+   'Per-method operating-time blocks.'),
+  ('table', 'bitrix_sync.crm_rate_buckets', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
+   'Token buckets.'),
+
+  -- metrics (sql/metrics.sql): written by security definer triggers, read by metrics_snapshot()
+  ('table', 'bitrix_sync.metric_event_totals', array[]::text[], array[]::text[], array[]::text[],
+   'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'),
+  ('table', 'bitrix_sync.metric_events', array[]::text[], array[]::text[], array[]::text[],
+   'Counted events; appended by the security definer _900 triggers whoever makes the change.'),
+
+  -- read-only for the runtime: audit and configuration are the admin's, through its functions
+  ('table', 'bitrix_sync.cutover', array['SELECT'], array['SELECT'], array[]::text[],
+   'Written once by perform_cutover() (admin); the runtime only reads the watermark.'),
+  ('table', 'bitrix_sync.rebind_requests', array['SELECT'], array['SELECT'], array[]::text[],
+   'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'),
+  ('table', 'bitrix_sync.settings', array['SELECT'], array['SELECT'], array[]::text[],
+   'The catalogue of keys and bounds; changed by migrations only.'),
+  ('table', 'bitrix_sync.admin_actions', array[]::text[],
+   array['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'], array[]::text[],
+   'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'),
+  ('table', 'bitrix_sync.settings_versions', array['SELECT'], array['SELECT'], array[]::text[],
+   'Written by the admin''s settings functions only.'),
+
+  -- identity sequences: inserting into an identity column needs no right on its sequence
+  ('sequence', 'bitrix_sync.admin_actions_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of admin_actions.'),
+  ('sequence', 'bitrix_sync.business_alerts_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of business_alerts.'),
+  ('sequence', 'bitrix_sync.crm_commands_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of crm_commands.'),
+  ('sequence', 'bitrix_sync.settings_versions_version_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of settings_versions.'),
+  ('sequence', 'bitrix_sync.technical_dead_letters_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of technical_dead_letters.'),
+  ('sequence', 'bitrix_sync.webhook_inbox_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of webhook_inbox.'),
+
+  -- views
+  ('view', 'bitrix_sync.parked_workflows', array[]::text[], array['SELECT'], array[]::text[],
+   'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'),
+  ('view', 'bitrix_sync.rebind_request_status', array[]::text[], array['SELECT'], array[]::text[],
+   'Rebind requests as an admin follows them (docs/admin.md).'),
+  ('view', 'bitrix_sync.role_privileges', array[]::text[], array['SELECT'], array[]::text[], 'This catalogue.'),
+  ('view', 'bitrix_sync.role_privilege_drift', array[]::text[], array['SELECT'], array[]::text[],
+   'Where the database''s ACLs differ from this catalogue (empty when they agree).'),
+  ('view', 'bitrix_sync.state_edges', array['SELECT'], array['SELECT'], array[]::text[],
+   'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'),
+  ('view', 'bitrix_sync.status_alerts', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14): counts and ages only.'),
+  ('view', 'bitrix_sync.status_alert_mirror', array['SELECT'], array['SELECT'], array[]::text[],
+   'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'),
+  ('view', 'bitrix_sync.status_commands', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_dead_letters', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_queue', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_webhooks', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_workflows', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+
+  -- admin functions (security definer): cutover, settings, rebind, re-recording a lost webhook
+  ('function', 'bitrix_sync.accept_webhook(text,integer,text,inet)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Re-records one robot call by hand (the robot does not retry).'),
+  ('function', 'bitrix_sync.activate_settings_version(integer,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.perform_cutover(text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The one-time cutover (§17); it also opens the processing gate.'),
+  ('function', 'bitrix_sync.propose_settings(jsonb,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind (§5.4).'),
+  ('function', 'bitrix_sync.cancel_rebind_request(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind: cancel an open request (docs/admin.md).'),
+  ('function', 'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: resume with a decision.'),
+  ('function', 'bitrix_sync.cancel_parked_workflow(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: cancel with a reason.'),
+  ('function', 'bitrix_sync._parked_decisions(text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'),
+  ('function', 'bitrix_sync.rollback_settings(integer,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.validate_settings_version(integer)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
+  ('function', 'bitrix_sync.list_dead_letters(boolean,integer)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: what is open, and what a requeue would do (docs/admin.md).'),
+  ('function', 'bitrix_sync.acknowledge_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: resolved without a new attempt, audited.'),
+  ('function', 'bitrix_sync.requeue_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: a new attempt through the normal state machine, audited.'),
+  ('function', 'bitrix_sync.retention_preview()', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Retention: what the next run would delete (reads the history: by hand only).'),
+  ('function', 'bitrix_sync.delete_retention_batch(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'),
+
+  -- read functions both roles use
+  ('function', 'bitrix_sync._active_setting(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'),
+  ('function', 'bitrix_sync.active_settings()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The active settings with defaults.'),
+  ('function', 'bitrix_sync.crm_limiter_state(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Limiter state for status (§14).'),
+  ('function', 'bitrix_sync.cutover_performed()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The processing gate, for readiness and the pump.'),
+
+  ('function', 'bitrix_sync.metrics_snapshot(text,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'),
+
+  -- runtime functions: the receivers
+  ('function', 'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])', array['EXECUTE'], array[]::text[], array[]::text[], 'The receivers'' one statement (and the readiness probe of that path).'),
+  ('function', 'bitrix_sync.alert_config_problem()', array['EXECUTE'], array[]::text[], array[]::text[], 'Readiness: alert_config_invalid.'),
+  ('function', 'bitrix_sync.alert_entity_type_id()', array['EXECUTE'], array[]::text[], array[]::text[], 'The alert receiver''s entity type.'),
+  -- runtime functions: intake and workflows
+  ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).'),
+  ('function', 'bitrix_sync.watch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop takes the intake watch before it sleeps (the App''s intents then NOTIFY).'),
+  ('function', 'bitrix_sync.unwatch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop releases the intake watch when it wakes.'),
+  ('function', 'bitrix_sync.complete_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.release_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
+  ('function', 'bitrix_sync.claim_workflows(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function (gated by the cutover).'),
+  ('function', 'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.'),
+  ('function', 'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Intake.'),
+  -- runtime functions: commands and the pump
+  ('function', 'bitrix_sync.begin_command_reconcile(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.claim_commands(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (gated by the cutover).'),
+  ('function', 'bitrix_sync.complete_command(bigint,uuid,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (the pump settles a batch with it).'),
+  ('function', 'bitrix_sync.bring_forward_commands(text[],integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (the pump after a portal-wide failure).'),
+  ('function', 'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.issue_alert_command(bigint,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.mark_command_uncertain(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.reject_command(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.release_command(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  ('function', 'bitrix_sync.send_commands(bigint[],uuid[],uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.'),
+  -- runtime functions: the limiter
+  ('function', 'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.blocked_crm_methods(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.note_crm_answered(text,double precision,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  ('function', 'bitrix_sync.release_crm_request(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.'),
+  -- runtime functions: inbox processing, mapping, snapshots, alerts, rebind workflow, reconciliation
+  ('function', 'bitrix_sync.claim_webhooks(text,integer,interval,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox (gated by the cutover).'),
+  ('function', 'bitrix_sync.complete_webhook(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
+  ('function', 'bitrix_sync.dead_letter_webhook(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
+  ('function', 'bitrix_sync.retry_webhook(bigint,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.'),
+  ('function', 'bitrix_sync.active_mapping_for_contact(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.active_mapping_for_user(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.recover_alert_command(bigint,interval)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'),
+  ('function', 'bitrix_sync.alerts_to_look_up(integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: items to look up.'),
+  ('function', 'bitrix_sync.issue_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup of an item.'),
+  ('function', 'bitrix_sync.resolve_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup''s outcome.'),
+  ('function', 'bitrix_sync.fail_alert_lookup(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: a lookup that failed for good.'),
+  ('function', 'bitrix_sync.close_mapping(uuid,text,uuid,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.open_mapping(uuid,text,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.'),
+  ('function', 'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)',
+   array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots and the CRM-master profile write.'),
+  ('function', 'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.'),
+  ('function', 'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.'),
+  ('function', 'bitrix_sync.record_contact_phone(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.'),
+  ('function', 'bitrix_sync.finish_business_alert(bigint,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.mark_alert_mirror_failed(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.mark_alert_mirrored(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.record_alert_item(bigint,bigint,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
+  ('function', 'bitrix_sync.complete_rebind(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Rebind workflow (security definer, fenced by the workflow lease).'),
+  ('function', 'bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Security definer, called by the trigger that closes the request of a finished contact.rebind workflow (the runtime''s transitions fire it).'),
+  ('function', 'bitrix_sync.start_rebind_request(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Rebind workflow (security definer, fenced by the workflow lease).'),
+  ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).'),
+  ('function', 'bitrix_sync.fail_reconciliation_run(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
+  ('function', 'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
+
+  -- internal helpers the runtime's (security invoker) functions call: a nested call is checked
+  -- against the calling role too
+  ('function', 'bitrix_sync._check_bitrix_error(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._check_code(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper: refuses raw text as an error code.'),
+  ('function', 'bitrix_sync._check_limiter_name(text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the limiter.'),
+  ('function', 'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the queue functions.'),
+  ('function', 'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the inbox functions.'),
+  ('function', 'bitrix_sync._held_workflow(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the workflow functions.'),
+  ('function', 'bitrix_sync._is_write_command(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of claim_commands.'),
+  ('function', 'bitrix_sync._trace_context(text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'),
+  ('function', 'bitrix_sync._trace_context(text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'),
+  ('function', 'bitrix_sync._refuse_stale(text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper: the BS001 refusal.'),
+  ('function', 'bitrix_sync._retry_deadline(timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper and the default of deadline_at, evaluated as the inserting role.'),
+  ('function', 'bitrix_sync._wake_workflow(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.'),
+  ('function', 'bitrix_sync._workflow_holder(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command reconcile functions.'),
+  ('function', 'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'),
+  ('function', 'bitrix_sync._alert_add_unsafe(bigint)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper of the alert mirror (runAlertSync asks it before an add).'),
+
+  -- nobody: internals of security definer functions, trigger functions (a trigger fires without
+  -- EXECUTE), and record_webhook (one NOTIFY per row; kept for sources with stable event IDs)
+  ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._check_admin_audit(text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._open_dead_letter(bigint)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
+  ('function', 'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
+  ('function', 'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
+  ('function', 'bitrix_sync._retention_cutoff(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
+  ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync._rebind_crm_outcome(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of _close_rebind_request and cancel_rebind_request.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__start_held_intent()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync._normalise_settings(jsonb)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the settings functions.'),
+  ('function', 'bitrix_sync._rebind_request_of(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the rebind workflow functions.'),
+  ('function', 'bitrix_sync._resolve_conflict_alerts(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of complete_rebind.'),
+  ('function', 'bitrix_sync._settings_errors(jsonb)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the settings functions.'),
+  ('function', 'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)', array[]::text[], array[]::text[], array[]::text[],
+   'Not used by the service: the receivers call accept_webhooks.'),
+  ('function', 'bitrix_sync.tg__forbid_delete()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__guard_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__guard_state()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__refuse_immutable_change()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__refuse_insert_state()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg__set_updated_at()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync.tg_crm_commands__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_technical_dead_letters__count()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_webhook_inbox__count_coalesced()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_workflow_instances__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).'),
+  ('function', 'bitrix_sync.tg_settings_versions__freeze()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.')
+)
+select d.object_type, d.object_name, r.role, r.privileges, d.note
+  from decisions d
+  cross join lateral (values ('bitrix_sync_user', d.runtime), ('bitrix_sync_admin', d.admin), ('han_app_user', d.app))
+    as r(role, privileges);
+comment on view bitrix_sync.role_privileges is
+  'The privilege catalogue (§13): one row per object and role with the privileges GRANT gives (empty array: explicitly nothing) and why. sql/grants.sql applies exactly this; docs/security.md is rendered from it.';
+
+-- What the database actually grants, in the catalogue's terms, and where the two differ. The
+-- project's objects are all of schema bitrix_sync and the objects of han_app the catalogue names
+-- (in production han_app holds the App's other tables, which are none of this project's business).
+create or replace view bitrix_sync.role_privilege_drift as
+with objects as (
+  select 'schema'::text as object_type, n.nspname::text as object_name, n.nspowner as owner, n.nspacl as acl,
+         null::oid as relid, 'n'::"char" as acl_kind
+    from pg_namespace n where n.nspname in ('bitrix_sync', 'han_app')
+  union all
+  select case c.relkind when 'S' then 'sequence' when 'v' then 'view' when 'm' then 'view' else 'table' end,
+         format('%I.%I', n.nspname, c.relname), c.relowner, c.relacl, c.oid,
+         case c.relkind when 'S' then 's'::"char" else 'r'::"char" end
+    from pg_class c join pg_namespace n on n.oid = c.relnamespace
+   where n.nspname in ('bitrix_sync', 'han_app') and c.relkind in ('r', 'p', 'v', 'm', 'f', 'S')
+     and not exists (select 1 from pg_depend d where d.classid = 'pg_class'::regclass and d.objid = c.oid and d.deptype = 'e')
+  union all
+  select 'function', p.oid::regprocedure::text, p.proowner, p.proacl, null, 'f'::"char"
+    from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+   where n.nspname in ('bitrix_sync', 'han_app')
+     and not exists (select 1 from pg_depend d where d.classid = 'pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
+), catalogue as (
+  select rp.object_type, rp.object_name, rp.role, rp.privileges from bitrix_sync.role_privileges rp
+), project_objects as (
+  select o.* from objects o
+   where o.object_name = 'bitrix_sync' or o.object_name like 'bitrix\_sync.%'
+      or exists (select 1 from catalogue c where c.object_type = o.object_type and c.object_name = o.object_name)
+), roles (role) as (
+  values ('bitrix_sync_user'), ('bitrix_sync_admin'), ('han_app_user')
+), actual as (
+  -- object-wide privileges ...
+  select o.object_type, o.object_name, coalesce(r.rolname, 'PUBLIC') as role, a.privilege_type as privilege,
+         null::text as column_name
+    from project_objects o
+    cross join lateral aclexplode(coalesce(o.acl, acldefault(o.acl_kind, o.owner))) a
+    left join pg_roles r on r.oid = a.grantee
+   where a.grantee = 0 or r.rolname in (select role from roles)
+  union all
+  -- ... and column privileges
+  select o.object_type, o.object_name, coalesce(r.rolname, 'PUBLIC'), a.privilege_type, att.attname::text
+    from project_objects o
+    join pg_attribute att on att.attrelid = o.relid and att.attnum > 0 and not att.attisdropped and att.attacl is not null
+    cross join lateral aclexplode(att.attacl) a
+    left join pg_roles r on r.oid = a.grantee
+   where a.grantee = 0 or r.rolname in (select role from roles)
+), expected as (
+  select c.object_type, c.object_name, c.role, m[1] as privilege, btrim(col) as column_name
+    from catalogue c
+    cross join lateral unnest(c.privileges) spec
+    cross join lateral regexp_match(spec, '^([A-Z]+)\s*(?:\((.*)\))?$') m
+    cross join lateral unnest(coalesce(string_to_array(m[2], ','), array[null]::text[])) col
+)
+select e.object_type, e.object_name, e.role, e.privilege, e.column_name, 'missing'::text as problem
+  from expected e
+ where exists (select 1 from project_objects o where o.object_type = e.object_type and o.object_name = e.object_name)
+   and not exists (select 1 from actual a where (a.object_type, a.object_name, a.role, a.privilege) = (e.object_type, e.object_name, e.role, e.privilege)
+                                            and a.column_name is not distinct from e.column_name)
+union all
+select a.object_type, a.object_name, a.role, a.privilege, a.column_name, 'extra'
+  from actual a
+ where not exists (select 1 from expected e where (a.object_type, a.object_name, a.role, a.privilege) = (e.object_type, e.object_name, e.role, e.privilege)
+                                              and a.column_name is not distinct from e.column_name)
+   -- PUBLIC is checked only on what the project owns (it never grants PUBLIC anything); the App's
+   -- identity and profile tables and its schema keep whatever the App gives everyone.
+   and not (a.role = 'PUBLIC' and a.object_name in ('han_app', 'han_app.user_identity', 'han_app.client_profile'))
+union all
+select o.object_type, o.object_name, r.role, null, null, 'undecided'
+  from project_objects o cross join roles r
+ where not exists (select 1 from catalogue c where (c.object_type, c.object_name, c.role) = (o.object_type, o.object_name, r.role))
+union all
+select distinct c.object_type, c.object_name, null, null, null, 'unknown_object'
+  from catalogue c
+ where not exists (select 1 from objects o where o.object_type = c.object_type and o.object_name = c.object_name);
+comment on view bitrix_sync.role_privilege_drift is
+  'Differences between the database''s ACLs and bitrix_sync.role_privileges for the three roles and PUBLIC: missing and extra privileges (column privileges by column), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object). Empty when they agree.';
+-- <<< sql/privileges.sql
+-- >>> sql/grants.sql (included)
+-- Least privilege (§13, DESIGN.md): everything is revoked, then exactly what the catalogue
+-- bitrix_sync.role_privileges (sql/privileges.sql) lists is granted. Re-runnable; include it (after
+-- sql/privileges.sql) in every migration that adds or changes an object of the project.
+-- graphile-worker's and graphile-migrate's schemas: sql/worker_grants.sql, applied after every
+-- migration run so a graphile-worker upgrade never leaves the runtime role without rights.
+
+do $$
+declare
+  v_problems text;
+  v_row record;
+  v_kind text;
+begin
+  -- A catalogue row naming no object, or an object of the project without a decision for a role,
+  -- stops the migration: the next step would leave it with no rights (or the wrong ones) silently.
+  select string_agg(distinct format('%s %s (%s)', d.object_type, d.object_name, d.problem), '; ')
+    into v_problems
+    from bitrix_sync.role_privilege_drift d
+   where d.problem in ('unknown_object', 'undecided');
+  if v_problems is not null then
+    raise exception 'the privilege catalogue does not match the schema: %', v_problems
+      using errcode = 'BS092',
+            hint = 'Add a row per new object to sql/privileges.sql (runtime, admin, app; ''{}'' for nothing) and drop rows of removed objects, then include sql/privileges.sql and sql/grants.sql in the migration.';
+  end if;
+
+  revoke all on schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  revoke all on all tables in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  revoke all on all sequences in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  revoke all on all functions in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  -- In han_app only the project's objects, and PUBLIC only on what the project owns: the App's
+  -- schema and tables keep whatever the App grants its other roles and everyone.
+  for v_row in
+    select distinct rp.object_type, rp.object_name from bitrix_sync.role_privileges rp
+     where rp.object_name = 'han_app' or rp.object_name like 'han\_app.%'
+  loop
+    v_kind := case v_row.object_type when 'view' then 'table' else v_row.object_type end;
+    execute format('revoke all on %s %s from bitrix_sync_user, bitrix_sync_admin, han_app_user', v_kind, v_row.object_name);
+  end loop;
+  revoke all on han_app.sync_queue from public;
+  revoke all on function han_app.enqueue_contact_sync() from public;
+
+  for v_row in
+    select rp.object_type, rp.object_name, rp.role, spec
+      from bitrix_sync.role_privileges rp cross join lateral unnest(rp.privileges) spec
+  loop
+    v_kind := case v_row.object_type when 'view' then 'table' else v_row.object_type end;
+    execute format('grant %s on %s %s to %I', v_row.spec, v_kind, v_row.object_name, v_row.role);
+  end loop;
+end $$;
+-- <<< sql/grants.sql
