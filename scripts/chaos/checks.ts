@@ -4,23 +4,38 @@
 import type pg from "pg";
 import { pickEmail } from "../../src/crm/contact-fields.js";
 import type { Emulator, RequestLogEntry } from "../../src/emulator/server.js";
-import { DEFAULT_CITIZENSHIP, phoneKey, type StoredContact } from "../../src/emulator/store.js";
+import {
+  DEFAULT_CITIZENSHIP,
+  DEFAULT_SMART_PROCESS,
+  phoneKey,
+  type StoredContact,
+} from "../../src/emulator/store.js";
 import type { Window } from "./faults.js";
 import type { Personal } from "./traffic.js";
 
 /** The smart-process field the chaos run maps alerts.fields.alert_number to. */
 export const ALERT_NUMBER_FIELD = "ufCrm14_1001";
 
-/** The emulator's alert smart process and its stages, as the chaos run's alerts.* settings name them. */
+const [STAGE_NEW, STAGE_PREPARATION, STAGE_SUCCESS, STAGE_FAIL] = DEFAULT_SMART_PROCESS.stages as [
+  string,
+  string,
+  string,
+  string,
+];
+
+/**
+ * The emulator's alert smart process (its default one) and its stages, as the chaos run's alerts.*
+ * settings name them.
+ */
 export const ALERT_PROCESS = {
-  entityTypeId: 1040,
+  entityTypeId: DEFAULT_SMART_PROCESS.entityTypeId,
   stages: {
     /** alerts.stage_new first: the stage a new item is created in. */
-    open: ["DT1040_7:NEW", "DT1040_7:PREPARATION"],
-    resolved: "DT1040_7:SUCCESS",
-    closed: "DT1040_7:FAIL",
+    open: [STAGE_NEW, STAGE_PREPARATION] as readonly string[],
+    resolved: STAGE_SUCCESS,
+    closed: STAGE_FAIL,
   },
-} as const;
+};
 
 export interface Fields {
   userId: string;
