@@ -8,6 +8,7 @@ import type { ServiceContext } from "./context.js";
 import { type Crm, type CrmDeps, createCrm, createPortalLimiter } from "./crm/index.js";
 import { createPool } from "./db/pools.js";
 import { configureHashKey } from "./hash.js";
+import { dictionaryObserver } from "./observability/dictionary.js";
 import { HealthState, observedClient } from "./observability/health.js";
 import { createLogger, type Logger } from "./observability/logger.js";
 import { createSettingsCache, type SettingsCache } from "./settings-cache.js";
@@ -61,6 +62,13 @@ export async function buildRuntime(input: RuntimeInput): Promise<Runtime> {
     observe: (client) => observedClient(client, health),
     // ... and every sub-command of an answered batch: a refusal for rights comes with HTTP 200.
     observeCommands: (results) => health.noteCommands(results),
+    // ... and every read of the citizenship list: a missing field or an empty list is degraded.
+    observeDictionary: dictionaryObserver({
+      health,
+      log,
+      field: config.fields.citizenship,
+      ttlSec: () => settings.get().citizenship.cacheTtlSec,
+    }),
     log,
   });
   const crmDeps = crm.deps;

@@ -3,7 +3,7 @@
 // (bitrix_sync.crm_commands.command_type has a CHECK with exactly this set); method names live here.
 import { toRestFieldName } from "../config/fields.js";
 import {
-  type CitizenshipItem,
+  type CitizenshipList,
   type ContactFieldNames,
   type ContactRecord,
   encodeRegistered,
@@ -109,7 +109,7 @@ export interface CommandResults {
   "alert.get": { item: AlertItem };
   "alert.list": { items: AlertItem[] };
   "alert.update": { item: AlertItem };
-  "citizenship.list": { items: CitizenshipItem[] };
+  "citizenship.list": CitizenshipList;
   "contact.add": { contactId: number };
   /** At most 20 IDs, as the portal answers (the oldest matches when more exist). */
   "contact.find_by_phone": { contactIds: number[] };
@@ -297,8 +297,7 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
     write: false,
     build: (_p, ctx) => ({ filter: { FIELD_NAME: ctx.fields.citizenship } }),
     parse: (r, ctx) => {
-      const items = parseCitizenshipList(r, ctx.fields.citizenship);
-      return items ? { items } : null;
+      return parseCitizenshipList(r, ctx.fields.citizenship);
     },
   },
   "contact.add": {

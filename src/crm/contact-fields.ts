@@ -174,6 +174,44 @@ export type CitizenshipLookup =
   | { found: true; item: CitizenshipItem; loadedAt: number }
   | { found: false; loadedAt: number };
 
+/** What crm.contact.userfield.list said about the configured citizenship field. */
+export interface CitizenshipList {
+  /** "missing": the portal has no such Contact field (deleted or renamed by a CRM admin). */
+  field: "present" | "missing";
+  items: CitizenshipItem[];
+}
+
+/**
+ * The dictionary's condition, as readiness, metrics and logs report it: `ready` (a list with
+ * elements), `list_empty` and `field_missing` (a read that succeeded but gives nothing to map: cached
+ * for the TTL like a list), `unavailable` (the read failed and nothing was ever read; retried with
+ * backoff), `unknown` (not read yet).
+ */
+export type CitizenshipDictionaryState = "unknown" | "ready" | "list_empty" | "field_missing" | "unavailable";
+
+export const CITIZENSHIP_DICTIONARY_STATES: readonly CitizenshipDictionaryState[] = [
+  "unknown",
+  "ready",
+  "list_empty",
+  "field_missing",
+  "unavailable",
+];
+
+/** What the dictionary reports after every read of the portal's list. */
+export interface CitizenshipDictionaryStatus {
+  state: CitizenshipDictionaryState;
+  /** Elements in the cached list (0 when none is cached). */
+  items: number;
+  /** When the list in use was read (epoch ms), or null. */
+  loadedAt: number | null;
+  /** The read's outcome: the state it led to, or "failed". */
+  outcome: Exclude<CitizenshipDictionaryState, "unknown" | "unavailable"> | "failed";
+  /** The failed read's error, when outcome is "failed". */
+  error?: unknown;
+  /** When the next read may happen after a failure (epoch ms). */
+  retryAt?: number;
+}
+
 export interface CitizenshipDictionary {
   /** Resolves an enum ID; an unknown ID triggers one refresh before it is reported unknown. */
   resolve(id: string): Promise<CitizenshipLookup>;
@@ -181,40 +219,97 @@ export interface CitizenshipDictionary {
   findByValue(value: string): Promise<CitizenshipItem | null>;
   /** Forgets the cache; the next call loads again. */
   invalidate(): void;
+  /** The condition after the last read (no read happens here). */
+  state(): CitizenshipDictionaryState;
 }
 
 export interface CitizenshipDictionaryOptions {
   /** Loads the list from the CRM (the `citizenship.list` command). */
-  load: () => Promise<CitizenshipItem[]>;
-  /** Cache lifetime (setting citizenship.cache_ttl_sec, default 3600 s). */
-  ttlMs: number;
+  load: () => Promise<CitizenshipList>;
+  /** Cache lifetime (setting citizenship.cache_ttl_sec, default 3600 s); read at every look. */
+  ttlMs: number | (() => number);
   /**
    * An unknown ID refreshes the list at most this often, so a Contact with a bad value cannot make
-   * every read reload the dictionary. Default 30 s.
+   * every read reload the dictionary; also the first wait after a failed read (it doubles up to the
+   * TTL). Default 30 s.
    */
   minRefreshIntervalMs?: number;
+  /** Called after every read of the portal's list (success or failure). */
+  onRead?: (status: CitizenshipDictionaryStatus) => void;
   now?: () => number;
 }
 
-/** A TTL-cached citizenship dictionary. Concurrent loads share one request. */
+/** Unknown IDs remembered at once; past it the oldest are forgotten (and may refresh again). */
+const MAX_REMEMBERED_UNKNOWN = 10_000;
+
+/**
+ * A TTL-cached citizenship dictionary (§3.3). Rules, whatever the portal answers:
+ * - one read per TTL: a list, an empty list and a missing field are all cached for the TTL;
+ * - an unknown enum ID refreshes the list once per ID per TTL, and at most once per
+ *   `minRefreshIntervalMs` whatever the IDs;
+ * - a failed read keeps the list in use (if any) and is retried after 30 s, doubling up to the TTL;
+ * - concurrent lookups share one read.
+ */
 export function createCitizenshipDictionary(opts: CitizenshipDictionaryOptions): CitizenshipDictionary {
   const now = opts.now ?? Date.now;
   const minRefresh = opts.minRefreshIntervalMs ?? 30_000;
+  const ttl = typeof opts.ttlMs === "function" ? opts.ttlMs : () => opts.ttlMs as number;
   interface Cache {
     byId: Map<string, CitizenshipItem>;
     items: CitizenshipItem[];
     loadedAt: number;
+    state: "ready" | "list_empty" | "field_missing";
   }
   let cache: Cache | null = null;
   let loading: Promise<Cache> | null = null;
+  let failures = 0;
+  let retryAt = 0;
+  let lastError: unknown = null;
+  /** Unknown ID -> when it last caused a refresh. */
+  const refreshedFor = new Map<string, number>();
+
+  function report(status: CitizenshipDictionaryStatus): void {
+    try {
+      opts.onRead?.(status);
+    } catch {
+      // Reporting never breaks a lookup.
+    }
+  }
 
   function load(): Promise<Cache> {
     loading ??= opts
       .load()
-      .then((items) => {
-        const c: Cache = { byId: new Map(items.map((i) => [i.id, i])), items, loadedAt: now() };
+      .then((list) => {
+        const state =
+          list.field === "missing" ? "field_missing" : list.items.length === 0 ? "list_empty" : "ready";
+        const c: Cache = {
+          byId: new Map(list.items.map((i) => [i.id, i])),
+          items: list.items,
+          loadedAt: now(),
+          state,
+        };
         cache = c;
+        failures = 0;
+        retryAt = 0;
+        lastError = null;
+        report({ state, items: c.items.length, loadedAt: c.loadedAt, outcome: state });
         return c;
+      })
+      .catch((e: unknown) => {
+        failures++;
+        lastError = e;
+        retryAt = now() + Math.min(ttl(), minRefresh * 2 ** Math.min(failures - 1, 20));
+        report({
+          state: cache ? cache.state : "unavailable",
+          items: cache?.items.length ?? 0,
+          loadedAt: cache?.loadedAt ?? null,
+          outcome: "failed",
+          error: e,
+          retryAt,
+        });
+        // The list in use (if any) stays in use until a read succeeds.
+        if (cache) return cache;
+        throw e;
       })
       .finally(() => {
         loading = null;
@@ -223,15 +318,37 @@ export function createCitizenshipDictionary(opts: CitizenshipDictionaryOptions):
   }
 
   async function fresh(): Promise<Cache> {
-    if (cache && now() - cache.loadedAt < opts.ttlMs) return cache;
+    if (loading) return await loading;
+    const t = now();
+    if (cache && t - cache.loadedAt < ttl()) return cache;
+    if (failures > 0 && t < retryAt) {
+      if (cache) return cache;
+      throw lastError;
+    }
     return await load();
+  }
+
+  /** Whether an unknown ID may refresh the list now (and remembers that it did). */
+  function mayRefreshFor(id: string, c: Cache): boolean {
+    const t = now();
+    if (t - c.loadedAt < minRefresh) return false;
+    if (failures > 0 && t < retryAt) return false;
+    const last = refreshedFor.get(id);
+    if (last !== undefined && t - last < ttl()) return false;
+    refreshedFor.delete(id);
+    refreshedFor.set(id, t);
+    if (refreshedFor.size > MAX_REMEMBERED_UNKNOWN) {
+      const oldest = refreshedFor.keys().next().value;
+      if (oldest !== undefined) refreshedFor.delete(oldest);
+    }
+    return true;
   }
 
   return {
     async resolve(id) {
       let c = await fresh();
       let item = c.byId.get(id);
-      if (!item && now() - c.loadedAt >= minRefresh) {
+      if (!item && mayRefreshFor(id, c)) {
         c = await load();
         item = c.byId.get(id);
       }
@@ -244,19 +361,29 @@ export function createCitizenshipDictionary(opts: CitizenshipDictionaryOptions):
     },
     invalidate() {
       cache = null;
+      failures = 0;
+      retryAt = 0;
+    },
+    state() {
+      if (cache) return cache.state;
+      return failures > 0 ? "unavailable" : "unknown";
     },
   };
 }
 
-/** Parses crm.contact.userfield.list's answer for one enumeration field into dictionary items. */
-export function parseCitizenshipList(result: unknown, fieldName: string): CitizenshipItem[] | null {
+/**
+ * Parses crm.contact.userfield.list's answer (filtered by FIELD_NAME) for one enumeration field.
+ * An array without that field means the portal has no such field (`[]` is Bitrix's empty result);
+ * anything but an array is malformed (null).
+ */
+export function parseCitizenshipList(result: unknown, fieldName: string): CitizenshipList | null {
   if (!Array.isArray(result)) return null;
   const field = result.find(
     (f) => f !== null && typeof f === "object" && (f as Record<string, unknown>).FIELD_NAME === fieldName,
   ) as Record<string, unknown> | undefined;
-  if (!field) return null;
+  if (!field) return { field: "missing", items: [] };
   const list = field.LIST;
-  if (!Array.isArray(list)) return [];
+  if (!Array.isArray(list)) return { field: "present", items: [] };
   const out: CitizenshipItem[] = [];
   for (const e of list) {
     if (e === null || typeof e !== "object") continue;
@@ -267,5 +394,5 @@ export function parseCitizenshipList(result: unknown, fieldName: string): Citize
     const sort = Number(r.SORT);
     out.push({ id, value, xmlId: text(r.XML_ID), sort: Number.isFinite(sort) ? sort : null });
   }
-  return out;
+  return { field: "present", items: out };
 }

@@ -7,7 +7,8 @@ import { type CommandObservation, type CrmDeps, type CrmLog, executeBatch } from
 import { type CrmClient, createCrmClient } from "./client.js";
 import {
   type CitizenshipDictionary,
-  type CitizenshipItem,
+  type CitizenshipDictionaryStatus,
+  type CitizenshipList,
   type ContactFieldNames,
   createCitizenshipDictionary,
 } from "./contact-fields.js";
@@ -39,6 +40,8 @@ export interface CrmOptions {
   observe?: (client: CrmClient) => CrmClient;
   /** Told each sub-command's outcome of every answered batch (e.g. a refusal for rights). */
   observeCommands?: (results: readonly CommandObservation[]) => void;
+  /** Told the outcome of every read of the citizenship list (readiness, metrics, logs). */
+  observeDictionary?: (status: CitizenshipDictionaryStatus) => void;
   log?: CrmLog;
 }
 
@@ -72,8 +75,10 @@ export function createCrm(opts: CrmOptions): Crm {
     ...(opts.observeCommands ? { observeCommands: opts.observeCommands } : {}),
   };
   const citizenship = createCitizenshipDictionary({
-    ttlMs: opts.settings().citizenship.cacheTtlSec * 1000,
+    // Read at every look: the setting is hot.
+    ttlMs: () => opts.settings().citizenship.cacheTtlSec * 1000,
     load: () => loadCitizenship(deps),
+    ...(opts.observeDictionary ? { onRead: opts.observeDictionary } : {}),
   });
   return {
     client,
@@ -85,11 +90,11 @@ export function createCrm(opts: CrmOptions): Crm {
 }
 
 /** The citizenship dictionary (§3.3): one batch of one command, under a limiter permit like any other. */
-export async function loadCitizenship(deps: CrmDeps): Promise<CitizenshipItem[]> {
+export async function loadCitizenship(deps: CrmDeps): Promise<CitizenshipList> {
   const [o] = await executeBatch(deps, [{ type: "citizenship.list", params: {} }]);
   if (!o) throw new Error("citizenship.list returned no outcome");
   if (!o.ok) throw new CrmError(o.failure);
-  return (o.result as { items: CitizenshipItem[] }).items;
+  return o.result as CitizenshipList;
 }
 
 /** The PostgreSQL limiter for one portal, with a slot lifetime derived from the HTTP timeout. */

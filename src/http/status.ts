@@ -39,6 +39,8 @@ export const READINESS_STATUSES = ["ready", "degraded", "not_ready"] as const;
 /** Every problem readiness can name (a fixed code each; /metrics exports each as a gauge). */
 export const READINESS_PROBLEMS = [
   "alert_config_invalid",
+  "citizenship_field_missing",
+  "citizenship_list_empty",
   "crm_credential_rejected",
   "crm_permission_denied",
   "crm_stale",
@@ -142,6 +144,9 @@ export async function readiness(pool: pg.Pool, src?: StatusSource, probe?: Inbox
         fatal.push("receiver_tokens_missing");
       }
     }
+    // §3.3: nothing to map citizenship with; creates go without it, reads cannot name it.
+    if (h.citizenship.state === "field_missing") degraded.push("citizenship_field_missing");
+    if (h.citizenship.state === "list_empty") degraded.push("citizenship_list_empty");
     const lastOk = h.lastCrmSuccessAt ?? h.startedAt;
     const staleMs = src.settings.get().health.crmStaleSec * 1000;
     if (h.lastCrmFailure && h.lastCrmFailure.at > lastOk && now - lastOk > staleMs)

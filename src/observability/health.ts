@@ -5,6 +5,7 @@
 import type { CommandObservation } from "../crm/batch.js";
 import type { FailureCode } from "../crm/classify.js";
 import type { CrmClient, HttpResult } from "../crm/client.js";
+import type { CitizenshipDictionaryState, CitizenshipDictionaryStatus } from "../crm/contact-fields.js";
 
 /** Sub-command failures that mean the webhook's user lacks a right or a scope (§9: permission). */
 const PERMISSION_CODES: ReadonlySet<FailureCode> = new Set([
@@ -25,9 +26,22 @@ export class HealthState {
   readonly permissionProblems = new Map<string, { code: string; at: number }>();
   loopBeatAt: number | null = null;
   readonly startedAt = Date.now();
+  /**
+   * The citizenship dictionary after its last read (§3.3): a missing field or an empty list is
+   * degraded (Contacts are created without citizenship, and reads cannot name one).
+   */
+  citizenship: { state: CitizenshipDictionaryState; items: number; at: number } = {
+    state: "unknown",
+    items: 0,
+    at: Date.now(),
+  };
 
   beat(): void {
     this.loopBeatAt = Date.now();
+  }
+
+  noteDictionary(s: CitizenshipDictionaryStatus): void {
+    this.citizenship = { state: s.state, items: s.items, at: Date.now() };
   }
 
   noteCommands(results: readonly CommandObservation[]): void {

@@ -172,3 +172,10 @@ export const reconciliationSpikes = new Counter({
   help: "Reconciliation runs whose recovered-without-webhook count was a spike (reconcile.recovered_spike_threshold and _ratio): webhooks may be lost.",
   registers: [registry],
 });
+
+export const dictionaryReads = new Counter({
+  name: "bitrix_sync_citizenship_dictionary_reads_total",
+  help: "Reads of the citizenship list (crm.contact.userfield.list), by outcome: ready, list_empty, field_missing (each cached for citizenship.cache_ttl_sec) or failed (retried after 30 s, doubling up to the TTL).",
+  labelNames: ["outcome"] as const,
+  registers: [registry],
+});

@@ -5,6 +5,7 @@
 // over from an earlier scrape. Concurrent scrapes share one collection.
 import type pg from "pg";
 import { Counter, Gauge } from "prom-client";
+import { CITIZENSHIP_DICTIONARY_STATES } from "../crm/contact-fields.js";
 import { withDeadline } from "../db/deadline.js";
 import {
   type InboxProbe,
@@ -200,6 +201,18 @@ const crmLastSuccess = new Gauge({
   registers: [registry],
 });
 
+const dictionaryState = new Gauge({
+  name: "bitrix_sync_citizenship_dictionary_state",
+  help: "The citizenship dictionary after its last read: 1 for the current state (unknown, ready, list_empty, field_missing, unavailable), 0 for the others.",
+  labelNames: ["state"] as const,
+  registers: [registry],
+});
+const dictionaryItems = new Gauge({
+  name: "bitrix_sync_citizenship_dictionary_items",
+  help: "Elements in the cached citizenship list (0 when the field is missing, the list is empty or nothing was read).",
+  registers: [registry],
+});
+
 /** What a scrape reads: the pool, and the running service's state when there is one. */
 export interface ScrapeSource {
   pool: pg.Pool;
@@ -294,8 +307,13 @@ function setProcess(status: StatusSource | undefined): void {
   clear(heartbeat, true);
   clear(processing, true);
   clear(crmLastSuccess, true);
+  clear(dictionaryState, false);
+  clear(dictionaryItems, true);
   if (!status) return;
   const h = status.health;
+  for (const s of CITIZENSHIP_DICTIONARY_STATES)
+    dictionaryState.set({ state: s }, s === h.citizenship.state ? 1 : 0);
+  dictionaryItems.set(h.citizenship.items);
   heartbeat.set((h.loopBeatAt ?? h.startedAt) / 1000);
   processing.set(status.config.processing ? 1 : 0);
   if (h.lastCrmSuccessAt !== null) crmLastSuccess.set(h.lastCrmSuccessAt / 1000);

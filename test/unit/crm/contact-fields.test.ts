@@ -208,11 +208,20 @@ test("citizenship list parses the enumeration of the named field only", (t) => {
       ],
     },
   ];
-  t.deepEqual(parseCitizenshipList(result, "UF_CRM_3"), [
-    { id: "45", value: "Россия", xmlId: "RU", sort: 10 },
-    { id: "46", value: "Казахстан", xmlId: "KZ", sort: 20 },
-  ]);
-  t.is(parseCitizenshipList(result, "UF_CRM_404"), null);
+  t.deepEqual(parseCitizenshipList(result, "UF_CRM_3"), {
+    field: "present",
+    items: [
+      { id: "45", value: "Россия", xmlId: "RU", sort: 10 },
+      { id: "46", value: "Казахстан", xmlId: "KZ", sort: 20 },
+    ],
+  });
+  // A field the portal does not have (deleted, renamed): a successful answer, not a malformed one.
+  t.deepEqual(parseCitizenshipList(result, "UF_CRM_404"), { field: "missing", items: [] });
+  t.deepEqual(parseCitizenshipList([], "UF_CRM_3"), { field: "missing", items: [] });
+  t.deepEqual(parseCitizenshipList([{ FIELD_NAME: "UF_CRM_3", LIST: [] }], "UF_CRM_3"), {
+    field: "present",
+    items: [],
+  });
   t.is(parseCitizenshipList({}, "UF_CRM_3"), null);
 });
 
@@ -235,7 +244,7 @@ test("citizenship dictionary: cached for its TTL, reloaded after it", async (t) 
     now: clock.now,
     load: async () => {
       loads++;
-      return items;
+      return { field: "present", items };
     },
   });
   t.like(await dict.resolve("45"), { found: true, item: { value: "Россия" } });
@@ -257,7 +266,7 @@ test("citizenship dictionary: an unknown ID refreshes once, then is reported unk
     now: clock.now,
     load: async () => {
       loads++;
-      return list;
+      return { field: "present", items: list };
     },
   });
   await dict.resolve("45");
@@ -282,7 +291,7 @@ test("citizenship dictionary: concurrent lookups share one load; findByValue tri
     load: async () => {
       loads++;
       await new Promise((r) => setTimeout(r, 20));
-      return [{ id: "46", value: "Казахстан ", xmlId: null, sort: null }];
+      return { field: "present", items: [{ id: "46", value: "Казахстан ", xmlId: null, sort: null }] };
     },
   });
   const [a, b, c] = await Promise.all([
@@ -295,16 +304,134 @@ test("citizenship dictionary: concurrent lookups share one load; findByValue tri
   t.is(loads, 1);
 });
 
-test("citizenship dictionary: a failed load is not cached", async (t) => {
+test("citizenship dictionary: a failed load is not cached, and is retried after a backoff, not at once", async (t) => {
+  const clock = fakeClock();
   let fail = true;
+  let loads = 0;
   const dict = createCitizenshipDictionary({
-    ttlMs: 60_000,
+    ttlMs: 3_600_000,
+    minRefreshIntervalMs: 30_000,
+    now: clock.now,
     load: async () => {
+      loads++;
       if (fail) throw new Error("CRM down");
-      return [{ id: "45", value: "Россия", xmlId: null, sort: null }];
+      return { field: "present", items: [{ id: "45", value: "Россия", xmlId: null, sort: null }] };
     },
   });
   await t.throwsAsync(() => dict.resolve("45"), { message: "CRM down" });
+  t.is(dict.state(), "unavailable");
   fail = false;
+  // Every batch of a backlog asks; none reads again inside the backoff.
+  for (let i = 0; i < 50; i++) await t.throwsAsync(() => dict.findByValue("Россия"), { message: "CRM down" });
+  t.is(loads, 1);
+  clock.advance(30_000);
   t.true((await dict.resolve("45")).found);
+  t.is(loads, 2);
+  t.is(dict.state(), "ready");
+});
+
+test("citizenship dictionary: failures back off 30 s, 60 s, 120 s ... up to the TTL", async (t) => {
+  const clock = fakeClock();
+  let loads = 0;
+  const dict = createCitizenshipDictionary({
+    ttlMs: 200_000,
+    minRefreshIntervalMs: 30_000,
+    now: clock.now,
+    load: async () => {
+      loads++;
+      throw new Error("CRM down");
+    },
+  });
+  const attemptsAt: number[] = [];
+  for (let s = 0; s <= 1_000; s++) {
+    const before = loads;
+    await dict.findByValue("x").catch(() => undefined);
+    if (loads > before) attemptsAt.push(s);
+    clock.advance(1_000);
+  }
+  t.deepEqual(attemptsAt.slice(0, 6), [0, 30, 90, 210, 410, 610]);
+});
+
+test("citizenship dictionary: a failed refresh keeps the list in use", async (t) => {
+  const clock = fakeClock();
+  let fail = false;
+  const dict = createCitizenshipDictionary({
+    ttlMs: 60_000,
+    now: clock.now,
+    load: async () => {
+      if (fail) throw new Error("CRM down");
+      return { field: "present", items: [{ id: "45", value: "Россия", xmlId: null, sort: null }] };
+    },
+  });
+  t.true((await dict.resolve("45")).found);
+  fail = true;
+  clock.advance(61_000);
+  t.true((await dict.resolve("45")).found, "the stale list answers while the portal fails");
+  t.is(dict.state(), "ready");
+});
+
+for (const [what, list, state] of [
+  ["a missing field", { field: "missing", items: [] }, "field_missing"],
+  ["an empty list", { field: "present", items: [] }, "list_empty"],
+] as const) {
+  test(`citizenship dictionary: ${what} is cached for the TTL like a list`, async (t) => {
+    const clock = fakeClock();
+    let loads = 0;
+    const reads: string[] = [];
+    const dict = createCitizenshipDictionary({
+      ttlMs: 3_600_000,
+      minRefreshIntervalMs: 30_000,
+      now: clock.now,
+      load: async () => {
+        loads++;
+        return { field: list.field, items: [...list.items] };
+      },
+      onRead: (s) => reads.push(s.outcome),
+    });
+    for (let i = 0; i < 100; i++) {
+      t.is(await dict.findByValue("Россия"), null);
+      clock.advance(10_000);
+    }
+    // 1 000 s of batches: one read.
+    t.is(loads, 1);
+    t.is(dict.state(), state);
+    // Unknown IDs read again once per ID, not once per lookup.
+    clock.advance(30_000);
+    t.false((await dict.resolve("45")).found);
+    t.false((await dict.resolve("45")).found);
+    clock.advance(30_000);
+    t.false((await dict.resolve("45")).found);
+    t.is(loads, 2, "one refresh for ID 45 in the TTL");
+    t.deepEqual(reads, [state, state]);
+    clock.advance(3_600_000);
+    await dict.findByValue("Россия");
+    t.is(loads, 3, "read again after the TTL");
+  });
+}
+
+test("citizenship dictionary: each unknown ID refreshes once per TTL, and never more often than the minimum interval", async (t) => {
+  const clock = fakeClock();
+  let loads = 0;
+  const dict = createCitizenshipDictionary({
+    ttlMs: 3_600_000,
+    minRefreshIntervalMs: 30_000,
+    now: clock.now,
+    load: async () => {
+      loads++;
+      return { field: "present", items: [{ id: "45", value: "Россия", xmlId: null, sort: null }] };
+    },
+  });
+  await dict.resolve("45");
+  for (let i = 0; i < 20; i++) {
+    // A new unknown ID every 5 s: refreshes are still 30 s apart at least.
+    await dict.resolve(String(1000 + i));
+    clock.advance(5_000);
+  }
+  t.true(loads <= 1 + Math.ceil(100 / 30), `${loads} loads`);
+  const before = loads;
+  clock.advance(60_000);
+  // Those IDs already refreshed once in this TTL (1000 came inside the minimum interval and did not).
+  await dict.resolve("1006");
+  await dict.resolve("1012");
+  t.is(loads, before);
 });
