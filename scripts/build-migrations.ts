@@ -91,6 +91,10 @@ async function main(): Promise<boolean> {
     }
   }
 
+  if (check && ok)
+    console.log(
+      `db:check: ${plan.committed.length} committed migrations, their sources, summaries, sql/ and ${SCHEMA_DUMP_FILE} agree (applied on ${server.origin})`,
+    );
   if (!check) {
     // Building applied the pending includes; what is left is a sql/ change no migration carries.
     const after = planMigrations(root);
