@@ -51,7 +51,9 @@ export async function withScratchDatabase<T>(
   const admin = new pg.Client({ connectionString: server.url });
   await admin.connect();
   try {
-    await admin.query(`create database ${name}`);
+    // Encoding and locale fixed, not the cluster's defaults (initdb takes them from the environment):
+    // pg_dump prints the encoding, and the collation orders what the catalogue queries aggregate.
+    await admin.query(`create database ${name} template template0 encoding 'UTF8' locale 'C'`);
     try {
       return await fn(withDatabase(server.url, name));
     } finally {

@@ -306,3 +306,23 @@ test("a sql/ change after a release: db:check names the file until a new migrati
   t.is(plan.committed.at(-1)?.previous, plan.committed.at(-2)?.hash);
   t.is((await builder(root, "--check")).code, 0);
 });
+
+test("on the embedded PostgreSQL fallback (no TEST_DATABASE_URL) db:dump prints the same schema.sql", async (t) => {
+  // What .ci/run does on a machine without a local server: an embedded PostgreSQL 15 and the
+  // system's pg_dump 15 (the embedded package ships none).
+  const root = sandboxTree(t);
+  const env: Record<string, string> = { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp" };
+  let out: string;
+  try {
+    const r = await run(
+      process.execPath,
+      ["--import", "tsx", join(projectRoot, "scripts", "schema-dump.ts"), "--root", root, "--check"],
+      { cwd: projectRoot, env },
+    );
+    out = r.stdout + r.stderr;
+  } catch (e) {
+    const x = e as { stdout: string; stderr: string };
+    return t.fail(x.stdout + x.stderr);
+  }
+  t.regex(out, /migrations\/schema\.sql is up to date \(an embedded PostgreSQL\)/);
+});
