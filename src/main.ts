@@ -24,6 +24,7 @@ import { buildRuntime, registerRuntime } from "./runtime.js";
 import { checkDatabase, migrationStartupError } from "./startup/database.js";
 import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./startup/errors.js";
 import { assertPortFree, listen, type PortHolder } from "./startup/listen.js";
+import { SERVICE_VERSION } from "./version.js";
 import { startRunner } from "./worker/runner.js";
 
 /**
@@ -277,7 +278,7 @@ async function main(): Promise<void> {
   try {
     tracing = await startTracing({
       endpoint: config.env.OTEL_EXPORTER_OTLP_ENDPOINT,
-      serviceVersion: process.env.npm_package_version ?? "0.1.0",
+      serviceVersion: SERVICE_VERSION,
       environment: config.env.SERVICE_ENVIRONMENT,
       log,
     });

@@ -16,7 +16,8 @@ interface Logger {
 }
 
 const require = createRequire(import.meta.url);
-function releaseMigratePools(): void {
+/** Closes graphile-migrate's pools (it exits the process if an idle one sees its database go away). */
+export function releaseMigratePools(): void {
   const pgReal = require("graphile-migrate/dist/pgReal") as { clearAllPools?: () => void };
   pgReal.clearAllPools?.();
 }

@@ -8,6 +8,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { projectRoot } from "./migrate.js";
+import { extractSummary, stripSummary } from "./migration-summary.js";
 
 const require = createRequire(import.meta.url);
 // graphile-migrate's own parser and hash, so the chain is checked exactly as `migrate` checks it.
@@ -27,6 +28,18 @@ const FILENAME = /^\d{6}(-[a-z0-9-]+)?\.sql$/;
 const INCLUDE = /^-- #include (sql\/[a-z0-9_]+\.sql)$/gm;
 const INCLUDED_BLOCK = /^-- >>> (sql\/[a-z0-9_]+\.sql) \(included\)\n([\s\S]*?)\n-- <<< \1$/gm;
 
+/**
+ * The last migration built without a generated summary. 000001–000027 were released before the
+ * builder wrote summaries and are frozen byte for byte; every later migration opens with one
+ * (src/db/migration-summary.ts).
+ */
+export const LAST_WITHOUT_SUMMARY = 27;
+
+/** True for a migration file whose committed form must open with a generated summary. */
+export function needsSummary(filename: string): boolean {
+  return Number(filename.slice(0, 6)) > LAST_WITHOUT_SUMMARY;
+}
+
 /** A migration file of migrations/committed/, as graphile-migrate reads it. */
 export interface CommittedMigration {
   filename: string;
@@ -42,6 +55,9 @@ export interface CommittedMigration {
 /** A migration of migrations/src/ that has no committed file yet, expanded with today's sql/. */
 export interface PendingMigration {
   filename: string;
+  /** The expanded source, without a summary: what the migration runs. */
+  body: string;
+  /** Hash and text as committed without a summary (the builder adds one and hashes again). */
   hash: string;
   text: string;
   includes: string[];
@@ -82,7 +98,8 @@ function foldIncludes(body: string): string {
   return body.replace(INCLUDED_BLOCK, (_block, rel: string) => `-- #include ${rel}`);
 }
 
-function serialize(filename: string, body: string, previous: string | null): PendingMigration["text"] {
+/** A committed migration's text: graphile-migrate's header lines, a blank line, the body. */
+export function serialize(filename: string, body: string, previous: string | null): string {
   const hash = gmHash.calculateHash(body, previous);
   const message = filename.replace(/^\d{6}-/, "").replace(/\.sql$/, "");
   const header = [`--! Previous: ${previous ?? "-"}`, `--! Hash: ${hash}`, `--! Message: ${message}`];
@@ -138,11 +155,24 @@ function readCommitted(root: string, problems: Problem[]): CommittedMigration[] 
           message: "the source of this committed migration is missing",
         });
       }
-    } else if (readFileSync(srcPath, "utf8").trim() !== foldIncludes(body).trim()) {
+    } else if (readFileSync(srcPath, "utf8").trim() !== foldIncludes(stripSummary(body)).trim()) {
       problems.push({
         file: `migrations/src/${f}`,
         message:
           "differs from the committed migration it was built into; committed migrations never change: restore this file and put the change in a new migration",
+      });
+    }
+    const summary = extractSummary(body);
+    if (needsSummary(f) && summary === null) {
+      problems.push({
+        file,
+        message:
+          "has no generated summary of what it changes (every migration after 000027 has one): it was not written by npm run db:build; while it is unreleased, delete it and run npm run db:build",
+      });
+    } else if (!needsSummary(f) && summary !== null) {
+      problems.push({
+        file,
+        message: "migrations up to 000027 carry no generated summary; restore it from version control",
       });
     }
     out.push({ filename: f, previous: prev, hash, message: headers.Message ?? null, body, text, includes });
@@ -180,7 +210,7 @@ function expandPending(
     const body = `${text.trim()}\n`;
     const full = serialize(f, body, previous);
     const hash = gmHash.calculateHash(body, previous);
-    out.push({ filename: f, hash, text: full, includes });
+    out.push({ filename: f, body, hash, text: full, includes });
     previous = hash;
   }
   return out;

@@ -2,7 +2,7 @@
 // (detached, its log in the local data folder) and waits until it is ready. A service the demo starts
 // keeps running afterwards, so `npm run psql` can explore what the demo did; `npm run stop` stops it.
 import { spawn } from "node:child_process";
-import { closeSync, openSync, readFileSync, statSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { projectRoot } from "../db/migrate.js";
 import { readServiceFile, runningService, type ServiceFile } from "../local/service-file.js";
@@ -44,6 +44,8 @@ export async function ensureService(dataDir: string, timeoutMs: number): Promise
   if (running && (await answers(running, "/health/live")) === 200) {
     return { file: running, started: false, logFile: null };
   }
+  // On a fresh clone nothing has created the data folder yet: the log goes in it from the start.
+  mkdirSync(dataDir, { recursive: true });
   const logFile = join(dataDir, "service.log");
   const fd = openSync(logFile, "a");
   const from = statSync(logFile).size;

@@ -3,7 +3,9 @@
 // redacted by key before it is written, as a second line of defence; the first is never passing such
 // values to the logger at all (docs/observability.md lists the fields).
 import pino from "pino";
+import pretty from "pino-pretty";
 import { maskPii } from "../crm/redact.js";
+import { SERVICE_VERSION } from "../version.js";
 import { traceLogFields } from "./tracing.js";
 
 export type Logger = pino.Logger;
@@ -33,8 +35,23 @@ export function censor(value: unknown, path: string[]): unknown {
 export interface LoggerOptions {
   level?: string;
   environment?: string;
-  /** Where lines go; tests pass a capture stream. Defaults to stdout. */
+  /**
+   * Where lines go; tests pass a capture stream. Defaults to stdout: JSON lines, or, when stdout is a
+   * terminal (someone ran `npm start` by hand), the same lines made readable by pino-pretty.
+   */
   destination?: pino.DestinationStream;
+}
+
+/** One readable line per entry, for a person at a terminal; the fields are the JSON line's. */
+function terminalStream(): pino.DestinationStream {
+  return pretty({
+    destination: 1,
+    sync: true,
+    colorize: true,
+    translateTime: "SYS:HH:MM:ss.l",
+    ignore: "pid,hostname,service",
+    singleLine: true,
+  });
 }
 
 export function createLogger(opts: LoggerOptions = {}): Logger {
@@ -43,7 +60,7 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
       level: opts.level ?? "info",
       base: {
         service: "bitrix-sync",
-        version: process.env.npm_package_version ?? "0.1.0",
+        version: SERVICE_VERSION,
         env: opts.environment,
       },
       redact: { paths: REDACT_PATHS, censor },
@@ -51,6 +68,6 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
     },
-    opts.destination,
+    opts.destination ?? (process.stdout.isTTY ? terminalStream() : undefined),
   );
 }

@@ -11,9 +11,11 @@ import { embeddedAnswers, embeddedUrl, freePort, readEmbeddedMeta } from "../../
 import { processAlive, readServiceFile, type ServiceFile } from "../../src/local/service-file.js";
 import { cleanEnv, runProcess } from "../helpers/run-process.js";
 
-const data = mkdtempSync(join(tmpdir(), "bitrix-sync-demo-"));
+const parent = mkdtempSync(join(tmpdir(), "bitrix-sync-demo-"));
 // As root the embedded PostgreSQL runs as the `postgres` system user: it must enter the folder.
-chmodSync(data, 0o755);
+chmodSync(parent, 0o755);
+// Not created: on a fresh clone nothing has made `.data/` before `npm run demo` runs.
+const data = join(parent, "data");
 let env: Record<string, string>;
 let service: ServiceFile | null = null;
 
@@ -40,7 +42,7 @@ test.after.always(async () => {
     const pid = Number(readFileSync(pidFile, "utf8").split("\n")[0]);
     if (pid > 0 && processAlive(pid)) process.kill(pid, "SIGINT");
   }
-  rmSync(data, { recursive: true, force: true });
+  rmSync(parent, { recursive: true, force: true });
 });
 
 const npm = (args: string[], extra: Record<string, string> = {}, timeoutMs = 120_000) =>

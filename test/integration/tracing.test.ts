@@ -5,8 +5,11 @@
 // collector that hangs neither slows nor breaks the service; and nothing personal or secret is in
 // any exported byte or log line.
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import test, { type ExecutionContext } from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
+import { projectRoot } from "../../src/db/migrate.js";
 import { type Emulator, startEmulator } from "../../src/emulator/server.js";
 import { TEST_CONTACT_TOKEN, TEST_MEMBER_ID, waitFor } from "../helpers/e2e.js";
 import { randomPhone } from "../helpers/factories.js";
@@ -14,6 +17,10 @@ import { type ExportedSpan, startOtlpReceiver } from "../helpers/otlp-receiver.j
 import { type ServiceProcess, serviceEnv, startService } from "../helpers/service-process.js";
 import { setSettings } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
+
+const SERVICE_VERSION_IN_PACKAGE_JSON = (
+  JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as { version: string }
+).version;
 
 let db: TestDb;
 let emulator: Emulator;
@@ -189,7 +196,12 @@ test.serial(
   async (t) => {
     const otlp = await startOtlpReceiver();
     const svc = startService(
-      serviceEnv(db.url, emulator, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, LOG_LEVEL: "debug" }),
+      serviceEnv(db.url, emulator, {
+        OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url,
+        LOG_LEVEL: "debug",
+        // The image runs node directly; a wrapper's npm would set its own package's version here.
+        npm_package_version: "0.0.0-another-package",
+      }),
     );
     try {
       const port = await listeningPort(svc);
@@ -231,6 +243,7 @@ test.serial(
       t.is(code, 0);
       const spans = otlp.spans;
       t.is(spans[0]?.resource["service.name"], "bitrix-sync");
+      t.is(spans[0]?.resource["service.version"], SERVICE_VERSION_IN_PACKAGE_JSON);
 
       // App -> CRM: intake (root) -> steps -> command sends <- batch -> HTTP.
       const wfCtx = parseTraceparent(wf.trace_context);

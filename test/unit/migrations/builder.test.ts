@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
 import { projectRoot } from "../../../src/db/migrate.js";
-import { planMigrations } from "../../../src/db/migration-source.js";
+import { planMigrations, serialize } from "../../../src/db/migration-source.js";
 
 const run = promisify(execFile);
 
@@ -58,49 +58,6 @@ test("the project's own migrations: a valid chain, nothing pending, no sql/ drif
   t.deepEqual(plan.problems, []);
   t.deepEqual(plan.pending, []);
   t.true(plan.committed.length >= 6);
-});
-
-test("a sql/ change after a release: db:check names the file until a new migration includes it; building writes only that migration", async (t) => {
-  const root = sandboxTree(t);
-  const before = committedFiles(root);
-  appendFileSync(join(root, "sql", "alerts.sql"), "\n-- a later change\n");
-
-  const check1 = await builder(root, "--check");
-  t.is(check1.code, 1);
-  // The newest committed migration that includes alerts.sql, whichever that is today.
-  const lastInclude = [...committedFiles(root)]
-    .filter(([, text]) => text.includes("-- >>> sql/alerts.sql"))
-    .map(([f]) => f)
-    .sort()
-    .at(-1);
-  t.truthy(lastInclude);
-  t.true(
-    check1.out.includes(`sql/alerts.sql: differs from what migration ${lastInclude} applied`),
-    check1.out,
-  );
-  t.regex(check1.out, /-- #include sql\/alerts\.sql/);
-  // Building alone cannot fix it and rewrites nothing.
-  const build1 = await builder(root);
-  t.is(build1.code, 1);
-  t.deepEqual(committedFiles(root), before);
-
-  const name = `${nextNumber(root)}-later-change.sql`;
-  writeFileSync(join(root, "migrations", "src", name), "-- later change\n-- #include sql/alerts.sql\n");
-  const check2 = await builder(root, "--check");
-  t.is(check2.code, 1);
-  t.regex(check2.out, new RegExp(`migrations/src/${name}: not built yet`));
-
-  const build2 = await builder(root);
-  t.is(build2.code, 0, build2.out);
-  const after = committedFiles(root);
-  t.deepEqual([...after.keys()].sort(), [...before.keys(), name].sort());
-  for (const [f, text] of before) t.is(after.get(f), text, `${f} must not change`);
-  t.true(after.get(name)?.includes("-- a later change"));
-  // The new file continues graphile-migrate's chain from the last committed hash.
-  const plan = planMigrations(root);
-  t.deepEqual(plan.problems, []);
-  t.is(plan.committed.at(-1)?.previous, plan.committed.at(-2)?.hash);
-  t.is((await builder(root, "--check")).code, 0);
 });
 
 test("an edited committed migration breaks the hash chain and is reported, not rebuilt", async (t) => {
@@ -161,5 +118,20 @@ test("a sql/ file no migration includes is reported: no database would have it",
   const plan = planMigrations(root);
   t.true(
     plan.problems.some((p) => p.file === "sql/orphan.sql" && /no migration includes it/.test(p.message)),
+  );
+});
+
+test("a migration after 000027 without its generated summary is refused: only db:build writes one", (t) => {
+  const root = sandboxTree(t);
+  const plan = planMigrations(root);
+  const last = plan.committed.at(-1);
+  if (!last) throw new Error("no committed migration");
+  const name = `${nextNumber(root)}-by-hand.sql`;
+  // Hash and chain are right; only the summary is missing.
+  writeFileSync(join(root, "migrations", "committed", name), serialize(name, "select 1;\n", last.hash));
+  t.true(
+    planMigrations(root).problems.some(
+      (p) => p.file === `migrations/committed/${name}` && /has no generated summary/.test(p.message),
+    ),
   );
 });

@@ -1,0 +1,10938 @@
+--
+-- PostgreSQL database dump
+--
+
+\restrict bitrixsyncschemadump
+
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET client_encoding = 'UTF8';
+SET standard_conforming_strings = on;
+SELECT pg_catalog.set_config('search_path', '', false);
+SET check_function_bodies = false;
+SET xmloption = content;
+SET client_min_messages = warning;
+SET row_security = off;
+
+--
+-- Name: bitrix_sync; Type: SCHEMA; Schema: -; Owner: -
+--
+
+CREATE SCHEMA bitrix_sync;
+
+--
+-- Name: SCHEMA bitrix_sync; Type: COMMENT; Schema: -; Owner: -
+--
+
+COMMENT ON SCHEMA bitrix_sync IS 'Owned by bitrix-sync: mapping, workflows, CRM commands, inbox, alerts, settings and audit.';
+
+--
+-- Name: graphile_worker; Type: SCHEMA; Schema: -; Owner: -
+--
+
+CREATE SCHEMA graphile_worker;
+
+--
+-- Name: han_app; Type: SCHEMA; Schema: -; Owner: -
+--
+
+CREATE SCHEMA han_app;
+
+--
+-- Name: SCHEMA han_app; Type: COMMENT; Schema: -; Owner: -
+--
+
+COMMENT ON SCHEMA han_app IS 'Tables owned by the HAN App. bitrix-sync reads identity/profile, writes CRM-master profile fields, and owns sync_queue processing.';
+
+--
+-- Name: _retry_deadline(timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+  select p_first_attempt_at
+         + make_interval(secs => (bitrix_sync._active_setting('retry.horizon_sec') #>> '{}')::double precision)
+$$;
+
+--
+-- Name: FUNCTION _retry_deadline(p_first_attempt_at timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with time zone) IS 'The retry horizon of a row whose first attempt was p_first_attempt_at: that instant plus the active retry.horizon_sec. A retry due after it dead-letters with retry_horizon_exceeded.';
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: crm_commands; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.crm_commands (
+    id bigint NOT NULL,
+    workflow_id uuid,
+    alert_id bigint,
+    command_type character varying(48) NOT NULL,
+    params jsonb DEFAULT '{}'::jsonb NOT NULL,
+    status character varying(16) DEFAULT 'pending'::character varying NOT NULL,
+    revision integer DEFAULT 1 NOT NULL,
+    attempt_count integer DEFAULT 0 NOT NULL,
+    limit_hits integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    deadline_at timestamp with time zone DEFAULT bitrix_sync._retry_deadline(now()) NOT NULL,
+    lease_token uuid,
+    locked_by character varying(128),
+    locked_until timestamp with time zone,
+    batch_id uuid,
+    correlation_id uuid,
+    sent_at timestamp with time zone,
+    response jsonb,
+    last_error_code character varying(64),
+    last_http_status integer,
+    last_bitrix_error character varying(64),
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    completed_at timestamp with time zone,
+    first_sent_at timestamp with time zone,
+    trace_context text,
+    CONSTRAINT crm_commands_attempt_count_check CHECK ((attempt_count >= 0)),
+    CONSTRAINT crm_commands_limit_hits_check CHECK ((limit_hits >= 0)),
+    CONSTRAINT crm_commands_owner CHECK (((workflow_id IS NOT NULL) OR (alert_id IS NOT NULL)))
+);
+
+--
+-- Name: TABLE crm_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.crm_commands IS 'Concrete CRM calls (§6.4, §7.2). One command is one sub-request of a Bitrix24 batch. command_type is a closed catalogue mapped to REST methods in TypeScript: the database holds no method names.';
+
+--
+-- Name: COLUMN crm_commands.params; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.params IS 'Safe request parameters: IDs, flags, field choices. Values with PII (phone, email, name) are read from the App at send time, not stored.';
+
+--
+-- Name: COLUMN crm_commands.status; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.status IS 'pending | leased | in_flight | succeeded | retry_wait | uncertain | reconcile | dead_letter (§7.2).';
+
+--
+-- Name: COLUMN crm_commands.revision; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.revision IS 'Workflow revision this command serves.';
+
+--
+-- Name: COLUMN crm_commands.attempt_count; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.attempt_count IS 'Sends so far, rate-limit refusals included; the attempts that count against the retry budget are attempt_count - limit_hits.';
+
+--
+-- Name: COLUMN crm_commands.limit_hits; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.limit_hits IS 'Times the portal refused the call for rate (QUERY_LIMIT_EXCEEDED).';
+
+--
+-- Name: COLUMN crm_commands.deadline_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.deadline_at IS 'Retry horizon: first send + retry.horizon_sec (§9), as of the last retry decision. retry_command decides from first_sent_at and the active setting.';
+
+--
+-- Name: COLUMN crm_commands.batch_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.batch_id IS 'The HTTP batch the command was last sent in.';
+
+--
+-- Name: COLUMN crm_commands.sent_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.sent_at IS 'Durable "send started" marker, committed before a write leaves; a write in_flight with sent_at and no result becomes uncertain, never resent blindly.';
+
+--
+-- Name: COLUMN crm_commands.response; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.response IS 'Safe projection of the reply (IDs, counts, timestamps); never raw text.';
+
+--
+-- Name: COLUMN crm_commands.last_bitrix_error; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.last_bitrix_error IS 'Bitrix24 error code of the last failure (may be empty-string-derived codes such as legacy_not_found).';
+
+--
+-- Name: COLUMN crm_commands.first_sent_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.first_sent_at IS 'When the command was first sent: its retry horizon starts here (a command never sent counts from created_at).';
+
+--
+-- Name: COLUMN crm_commands.trace_context; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.trace_context IS 'W3C traceparent of the workflow step span that issued the command; each send is traced as its child, whichever process sends it. Null when tracing was off and for alert commands.';
+
+--
+-- Name: step_context_t; Type: TYPE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TYPE bitrix_sync.step_context_t AS (
+	revision integer,
+	intent_type text,
+	trace_context text,
+	unresolved_write boolean,
+	last_command bitrix_sync.crm_commands
+);
+
+--
+-- Name: TYPE step_context_t; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TYPE bitrix_sync.step_context_t IS 'What step_context() returns: the locked workflow''s revision, intent and trace context, whether one of its writes is unresolved, and its last command (all fields null when none).';
+
+--
+-- Name: job_spec; Type: TYPE; Schema: graphile_worker; Owner: -
+--
+
+CREATE TYPE graphile_worker.job_spec AS (
+	identifier text,
+	payload json,
+	queue_name text,
+	run_at timestamp with time zone,
+	max_attempts smallint,
+	job_key text,
+	priority smallint,
+	flags text[]
+);
+
+--
+-- Name: _abandon_workflow_commands(uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._abandon_workflow_commands(p_workflow_id uuid, p_code text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_count integer;
+  v_more integer;
+begin
+  perform bitrix_sync._check_code(p_code);
+  -- Not sent yet: pending and retry_wait are abandoned; a leased one too, and the pump's send marker
+  -- (send_commands, which wants it leased) then skips it. The caller refuses a write in flight.
+  update bitrix_sync.crm_commands c
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_code,
+         lease_token = null, locked_by = null, locked_until = null
+   where c.workflow_id = p_workflow_id and c.alert_id is null
+     and c.status in ('pending', 'retry_wait', 'leased');
+  get diagnostics v_count = row_count;
+  -- A write whose outcome is unknown stays recorded as such in the request's outcome; the command
+  -- itself is closed through reconcile, the only way out of uncertain (§7.2).
+  update bitrix_sync.crm_commands c set status = 'reconcile'
+   where c.workflow_id = p_workflow_id and c.alert_id is null and c.status = 'uncertain';
+  update bitrix_sync.crm_commands c
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_code
+   where c.workflow_id = p_workflow_id and c.alert_id is null and c.status = 'reconcile';
+  get diagnostics v_more = row_count;
+  return v_count + v_more;
+end $$;
+
+--
+-- Name: FUNCTION _abandon_workflow_commands(p_workflow_id uuid, p_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._abandon_workflow_commands(p_workflow_id uuid, p_code text) IS 'Internal (admin cancel): closes the unsent (pending, retry_wait, leased) and the unresolved (uncertain, reconcile) commands of a workflow as dead_letter with the code; no DLQ row. Returns how many.';
+
+--
+-- Name: _active_setting(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._active_setting(p_key text) RETURNS jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_value jsonb;
+begin
+  select coalesce(v.settings_values -> s.key, s.default_value, 'null'::jsonb) into v_value
+    from bitrix_sync.settings s
+    left join bitrix_sync.settings_versions v on v.status = 'active'
+   where s.key = p_key;
+  if not found then
+    -- A typo here would silently disable whatever rule reads the setting.
+    raise exception 'setting % is not in the catalogue', p_key
+      using errcode = 'BS004', hint = 'The keys are the rows of bitrix_sync.settings.';
+  end if;
+  return v_value;
+end $$;
+
+--
+-- Name: FUNCTION _active_setting(p_key text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._active_setting(p_key text) IS 'One key of the active settings version, the catalogue default filled in (JSON null when unset and nullable). What SQL rules read; an unknown key raises BS004.';
+
+--
+-- Name: _alert_add_unsafe(bigint); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._alert_add_unsafe(p_alert_id bigint) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  -- An add whose item may exist, and that no successful lookup has checked since it was sent.
+  select exists (
+    select 1 from bitrix_sync.crm_commands a
+     where a.alert_id = p_alert_id and a.command_type = 'alert.add'
+       and (a.status in ('uncertain', 'reconcile')
+            or (a.status = 'dead_letter' and a.last_error_code = 'alert_lookup_failed'))
+       and a.id > coalesce((select max(l.id) from bitrix_sync.crm_commands l
+                             where l.alert_id = p_alert_id and l.command_type = 'alert.list'
+                               and l.status = 'succeeded' and l.params ->> 'purpose' = 'find'), 0))
+$$;
+
+--
+-- Name: FUNCTION _alert_add_unsafe(p_alert_id bigint); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._alert_add_unsafe(p_alert_id bigint) IS 'Internal: an alert.add of this alert may have created an item that no lookup has seen since: a new add must wait for an alert.list lookup.';
+
+--
+-- Name: _check_admin_audit(text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._check_admin_audit(p_reason text, p_operator_id text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+begin
+  if p_reason is null or length(btrim(p_reason)) not between 3 and 500
+     or p_operator_id is null or length(btrim(p_operator_id)) not between 1 and 128 then
+    raise exception 'a reason (3 to 500 characters) and an operator_id (1 to 128) are required for the audit'
+      using errcode = 'BS004',
+            hint = 'Say why, and who you are: e.g. ''duplicates merged in the CRM'', ''ops:ivanov''.';
+  end if;
+end $$;
+
+--
+-- Name: FUNCTION _check_admin_audit(p_reason text, p_operator_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._check_admin_audit(p_reason text, p_operator_id text) IS 'Internal: refuses an admin call without a reason (3 to 500 characters) or an operator id (BS004).';
+
+--
+-- Name: _check_bitrix_error(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._check_bitrix_error(p_error text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+begin
+  -- Bitrix24 error codes are identifiers (QUERY_LIMIT_EXCEEDED, ERROR_CORE, expired_token); the
+  -- error_description next to them may quote field values, so only the identifier is kept (§9).
+  if p_error is not null and p_error !~ '^[A-Za-z][A-Za-z0-9_]{0,63}$' then
+    raise exception 'bitrix error must be the Bitrix24 error code (an identifier of at most 64 characters)'
+      using errcode = 'BS004',
+            hint = 'Pass the reply''s "error" field, e.g. QUERY_LIMIT_EXCEEDED, never error_description or raw text.';
+  end if;
+end $_$;
+
+--
+-- Name: FUNCTION _check_bitrix_error(p_error text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._check_bitrix_error(p_error text) IS 'Refuses anything but a Bitrix24 error code identifier (null allowed), so raw reply text never reaches crm_commands or technical_dead_letters. SQLSTATE BS004.';
+
+--
+-- Name: _check_code(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._check_code(p_code text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+begin
+  if p_code is null or p_code !~ '^[a-z0-9][a-z0-9_.]{0,63}$' then
+    raise exception 'error code must be a safe snake_case code of at most 64 characters'
+      using errcode = 'BS004',
+            hint = 'Pass a classifier code such as crm_timeout, never raw error text (§9, §16).';
+  end if;
+end $_$;
+
+--
+-- Name: FUNCTION _check_code(p_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._check_code(p_code text) IS 'Refuses anything but a safe snake_case error code, so raw text (which may carry PII or secrets) never reaches a row. SQLSTATE BS004.';
+
+--
+-- Name: _check_limiter_name(text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+begin
+  if p_value is null or length(p_value) not between 1 and 200 then
+    raise exception 'limiter % must be a non-empty name of at most 200 characters', p_what
+      using errcode = 'BS012', hint = 'Pass the portal host as the bucket and a REST method name as the method.';
+  end if;
+end $$;
+
+--
+-- Name: FUNCTION _check_limiter_name(p_what text, p_value text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) IS 'Refuses an empty or oversized bucket/holder/method name with BS012.';
+
+--
+-- Name: rebind_requests; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.rebind_requests (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    user_id uuid NOT NULL,
+    previous_contact_id character varying(128),
+    target_contact_id character varying(128) NOT NULL,
+    reason text NOT NULL,
+    operator_id character varying(128) NOT NULL,
+    workflow_id uuid,
+    status character varying(16) DEFAULT 'requested'::character varying NOT NULL,
+    failure_code character varying(64),
+    requested_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    completed_at timestamp with time zone,
+    outcome character varying(64),
+    cancelled_by character varying(128),
+    cancel_reason text,
+    CONSTRAINT rebind_requests_operator_id_check CHECK ((length(btrim((operator_id)::text)) > 0)),
+    CONSTRAINT rebind_requests_reason_check CHECK (((length(btrim(reason)) >= 3) AND (length(btrim(reason)) <= 500))),
+    CONSTRAINT rebind_requests_status_check CHECK (((status)::text = ANY ((ARRAY['requested'::character varying, 'in_progress'::character varying, 'succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[]))),
+    CONSTRAINT rebind_requests_target_contact_id_check CHECK (((target_contact_id)::text ~ '^[1-9][0-9]{0,17}$'::text))
+);
+
+--
+-- Name: TABLE rebind_requests; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.rebind_requests IS 'Audited requests to move a user''s link to another Contact (§5.4). Created by request_bitrix_contact_rebind(); the mapping changes only when the workflow has updated both Contacts.';
+
+--
+-- Name: COLUMN rebind_requests.reason; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.rebind_requests.reason IS 'Operator''s justification (free text written by an admin; not derived from CRM data).';
+
+--
+-- Name: COLUMN rebind_requests.operator_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.rebind_requests.operator_id IS 'Who asked (operator identifier, not a DB role).';
+
+--
+-- Name: COLUMN rebind_requests.outcome; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.rebind_requests.outcome IS 'What the CRM holds when the request finished: rebound, crm_unchanged, target_write_unconfirmed, target_written, target_written_clear_unconfirmed, target_written_previous_cleared (docs/admin.md).';
+
+--
+-- Name: COLUMN rebind_requests.cancelled_by; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.rebind_requests.cancelled_by IS 'Operator who cancelled the request (cancel_rebind_request).';
+
+--
+-- Name: COLUMN rebind_requests.cancel_reason; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.rebind_requests.cancel_reason IS 'Why the operator cancelled it (free text written by an admin).';
+
+--
+-- Name: workflow_instances; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.workflow_instances (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    workflow_type character varying(32) NOT NULL,
+    intent_type character varying(32) NOT NULL,
+    user_id uuid NOT NULL,
+    contact_id character varying(128),
+    state character varying(16) DEFAULT 'created'::character varying NOT NULL,
+    current_step character varying(64) DEFAULT 'start'::character varying NOT NULL,
+    step_data jsonb DEFAULT '{}'::jsonb NOT NULL,
+    source_task_id uuid,
+    revision integer DEFAULT 1 NOT NULL,
+    processed_revision integer DEFAULT 0 NOT NULL,
+    content_hash character varying(64),
+    attempt_count integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    deadline_at timestamp with time zone DEFAULT bitrix_sync._retry_deadline(now()) NOT NULL,
+    lease_token uuid,
+    locked_by character varying(128),
+    locked_until timestamp with time zone,
+    outcome character varying(64),
+    last_error_code character varying(64),
+    correlation_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    trace_context text,
+    held_intent_type character varying(32),
+    held_source_task_id uuid,
+    held_content_hash character varying(64),
+    held_at timestamp with time zone,
+    requeued_at timestamp with time zone,
+    CONSTRAINT workflow_instances_attempt_count_check CHECK ((attempt_count >= 0)),
+    CONSTRAINT workflow_instances_lease CHECK (((lease_token IS NULL) = (locked_until IS NULL))),
+    CONSTRAINT workflow_instances_processed_revision_check CHECK ((processed_revision >= 0)),
+    CONSTRAINT workflow_instances_revision_check CHECK ((revision >= 1))
+);
+
+--
+-- Name: TABLE workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.workflow_instances IS 'One durable scenario per user at a time (§7.1). Every step is a persisted transition; at most one active CRM command per workflow.';
+
+--
+-- Name: COLUMN workflow_instances.workflow_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.workflow_type IS 'The scenario the workflow was started for.';
+
+--
+-- Name: COLUMN workflow_instances.intent_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.intent_type IS 'Newest intent joined into the workflow; it converges to this after its current step.';
+
+--
+-- Name: COLUMN workflow_instances.contact_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.contact_id IS 'Bitrix24 Contact the workflow works on, once known.';
+
+--
+-- Name: COLUMN workflow_instances.current_step; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.current_step IS 'Name of the step the workflow is at, e.g. find_by_phone, read_candidates, create_contact.';
+
+--
+-- Name: COLUMN workflow_instances.step_data; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.step_data IS 'Safe step state: Contact IDs, counts, flags. Never PII.';
+
+--
+-- Name: COLUMN workflow_instances.source_task_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.source_task_id IS 'han_app.sync_queue row that started or last joined the workflow.';
+
+--
+-- Name: COLUMN workflow_instances.revision; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.revision IS 'Intent revision: bumped when a newer intent joins the running workflow.';
+
+--
+-- Name: COLUMN workflow_instances.processed_revision; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.processed_revision IS 'Revision the last finished pass processed; a result confirms only that revision.';
+
+--
+-- Name: COLUMN workflow_instances.content_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.content_hash IS 'Keyed hash (HMAC-SHA256, "v2:..."; plain SHA-256 hex in rows written before the hash key) of the desired App-master content; equal content skips a pass.';
+
+--
+-- Name: COLUMN workflow_instances.deadline_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.deadline_at IS 'Retry horizon: created_at + retry.horizon_sec (§9), as of the last retry decision. schedule_workflow_retry decides from created_at and the active setting.';
+
+--
+-- Name: COLUMN workflow_instances.lease_token; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.lease_token IS 'Fencing token of the worker stepping the workflow.';
+
+--
+-- Name: COLUMN workflow_instances.outcome; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.outcome IS 'Safe outcome code when finished, e.g. created, mapped_existing, restored, deactivated.';
+
+--
+-- Name: COLUMN workflow_instances.correlation_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.correlation_id IS 'Propagated to commands, alerts, logs and traces.';
+
+--
+-- Name: COLUMN workflow_instances.trace_context; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.trace_context IS 'W3C traceparent of the intake span of the intent the workflow converges to (the one that started it or last joined it); its steps are traced as its children. Null when tracing was off.';
+
+--
+-- Name: COLUMN workflow_instances.held_intent_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.held_intent_type IS 'Newest App intent that arrived while this contact.rebind ran; it starts as the next workflow when the rebind ends.';
+
+--
+-- Name: COLUMN workflow_instances.held_source_task_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.held_source_task_id IS 'han_app.sync_queue row of the held intent.';
+
+--
+-- Name: COLUMN workflow_instances.held_content_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.held_content_hash IS 'Content hash of the held intent (as content_hash).';
+
+--
+-- Name: COLUMN workflow_instances.held_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.held_at IS 'When the held intent last arrived.';
+
+--
+-- Name: COLUMN workflow_instances.requeued_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.requeued_at IS 'When an admin last requeued the failed workflow (requeue_dead_letter); its retry horizon counts from here instead of created_at.';
+
+--
+-- Name: _close_rebind_request(bitrix_sync.workflow_instances); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances) RETURNS bitrix_sync.rebind_requests
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.rebind_requests;
+begin
+  -- A cancelled workflow cancels its request; any other end without complete_rebind fails it with
+  -- the workflow's code (a refusal, a CRM error, the retry horizon of a command or of a step).
+  update bitrix_sync.rebind_requests r
+     set status = case when p_wf.state = 'cancelled' then 'cancelled' else 'failed' end,
+         failure_code = case p_wf.state when 'cancelled' then null
+                                        when 'failed' then coalesce(p_wf.last_error_code, 'rebind_not_completed')
+                                        else 'rebind_not_completed' end,
+         outcome = bitrix_sync._rebind_crm_outcome(p_wf.id),
+         completed_at = now()
+   where r.workflow_id = p_wf.id and r.status in ('requested', 'in_progress')
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION _close_rebind_request(p_wf bitrix_sync.workflow_instances); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances) IS 'Internal: the still open request of a finished contact.rebind workflow becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. Returns null when the request was already finished.';
+
+--
+-- Name: _command_first_attempt(bitrix_sync.crm_commands); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._command_first_attempt(p_row bitrix_sync.crm_commands) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+  -- A command refused before it was ever sent has only its creation to count from.
+  select coalesce(p_row.first_sent_at, p_row.created_at)
+$$;
+
+--
+-- Name: FUNCTION _command_first_attempt(p_row bitrix_sync.crm_commands); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._command_first_attempt(p_row bitrix_sync.crm_commands) IS 'Internal: where a command''s retry horizon starts: its first send, or its creation if it was never sent.';
+
+--
+-- Name: technical_dead_letters; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.technical_dead_letters (
+    id bigint NOT NULL,
+    source character varying(16) NOT NULL,
+    source_id character varying(64) NOT NULL,
+    workflow_id uuid,
+    command_id bigint,
+    operation character varying(64) NOT NULL,
+    error_code character varying(64) NOT NULL,
+    http_status integer,
+    bitrix_error character varying(64),
+    attempt_count integer DEFAULT 0 NOT NULL,
+    first_attempt_at timestamp with time zone,
+    deadline_at timestamp with time zone,
+    correlation_id uuid,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    resolved_at timestamp with time zone,
+    resolved_by character varying(128),
+    resolution character varying(16),
+    resolution_reason text,
+    requeued_to character varying(80),
+    CONSTRAINT technical_dead_letters_error_code_check CHECK (((error_code)::text ~ '^[a-z0-9_.]+$'::text)),
+    CONSTRAINT technical_dead_letters_resolution_check CHECK ((((resolution IS NULL) AND (resolved_at IS NULL) AND (resolved_by IS NULL) AND (resolution_reason IS NULL) AND (requeued_to IS NULL)) OR (((resolution)::text = ANY ((ARRAY['acknowledged'::character varying, 'requeued'::character varying])::text[])) AND (resolved_at IS NOT NULL) AND (resolved_by IS NOT NULL) AND ((length(btrim(resolution_reason)) >= 3) AND (length(btrim(resolution_reason)) <= 500)) AND (((resolution)::text = 'requeued'::text) = (requeued_to IS NOT NULL))))),
+    CONSTRAINT technical_dead_letters_source_check CHECK (((source)::text = ANY ((ARRAY['sync_queue'::character varying, 'workflow'::character varying, 'crm_command'::character varying, 'webhook'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE technical_dead_letters; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.technical_dead_letters IS 'Technical failures that exhausted retries or can never succeed (§9). Safe codes and metadata only: no raw replies, no PII, no secrets. Business conflicts go to business_alerts instead.';
+
+--
+-- Name: COLUMN technical_dead_letters.operation; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.technical_dead_letters.operation IS 'Task or command type, e.g. contact.add.';
+
+--
+-- Name: COLUMN technical_dead_letters.error_code; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.technical_dead_letters.error_code IS 'Safe snake_case code from the classifier.';
+
+--
+-- Name: COLUMN technical_dead_letters.resolved_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.technical_dead_letters.resolved_at IS 'When an admin acknowledged or requeued it; null while open.';
+
+--
+-- Name: COLUMN technical_dead_letters.resolved_by; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.technical_dead_letters.resolved_by IS 'Operator identifier given to acknowledge_dead_letter() or requeue_dead_letter().';
+
+--
+-- Name: COLUMN technical_dead_letters.resolution; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.technical_dead_letters.resolution IS 'acknowledged (looked at, nothing re-sent) | requeued (a new attempt was started).';
+
+--
+-- Name: COLUMN technical_dead_letters.resolution_reason; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.technical_dead_letters.resolution_reason IS 'The operator''s reason, written by an admin (3 to 500 characters).';
+
+--
+-- Name: COLUMN technical_dead_letters.requeued_to; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.technical_dead_letters.requeued_to IS 'What carries the new attempt: sync_queue:<id>, webhook:<id>, workflow:<id> or alert:<id>.';
+
+--
+-- Name: _covered_dead_letters(bitrix_sync.technical_dead_letters); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._covered_dead_letters(p_dl bitrix_sync.technical_dead_letters) RETURNS bigint[]
+    LANGUAGE sql STABLE
+    AS $$
+  -- The open entries one new attempt answers: the workflow's, or the alert's, or just this one.
+  select coalesce(array_agg(d.id order by d.id), array[p_dl.id])
+    from bitrix_sync.technical_dead_letters d
+   where d.resolved_at is null
+     and (d.id = p_dl.id
+          or (p_dl.workflow_id is not null and d.workflow_id = p_dl.workflow_id)
+          or (p_dl.source = 'crm_command' and p_dl.workflow_id is null and d.source = 'crm_command'
+              and d.command_id in (select c.id from bitrix_sync.crm_commands c
+                                    where c.alert_id = (select x.alert_id from bitrix_sync.crm_commands x
+                                                         where x.id = p_dl.command_id))))
+$$;
+
+--
+-- Name: FUNCTION _covered_dead_letters(p_dl bitrix_sync.technical_dead_letters); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._covered_dead_letters(p_dl bitrix_sync.technical_dead_letters) IS 'Internal: the ids of the open dead letters a requeue of p_dl answers: every open entry of its workflow, or of its alert''s commands, or p_dl alone.';
+
+--
+-- Name: _dead_letter_command_row(bitrix_sync.crm_commands, text, integer, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._dead_letter_command_row(p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+  v_first timestamptz := bitrix_sync._command_first_attempt(p_row);
+begin
+  update bitrix_sync.crm_commands
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
+         last_http_status = p_http_status, last_bitrix_error = left(p_bitrix_error, 64),
+         deadline_at = bitrix_sync._retry_deadline(v_first),
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_row.id
+  returning * into v_row;
+  insert into bitrix_sync.technical_dead_letters
+    (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error,
+     attempt_count, first_attempt_at, deadline_at, correlation_id)
+  values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type, p_error_code,
+          p_http_status, left(p_bitrix_error, 64), v_row.attempt_count - v_row.limit_hits,
+          v_first, v_row.deadline_at, v_row.correlation_id);
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION _dead_letter_command_row(p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._dead_letter_command_row(p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text) IS 'Internal: moves a held command to dead_letter, writes the technical DLQ row (first attempt and horizon) and wakes its workflow.';
+
+--
+-- Name: sync_queue; Type: TABLE; Schema: han_app; Owner: -
+--
+
+CREATE TABLE han_app.sync_queue (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    task_type character varying(64) NOT NULL,
+    entity_type character varying(64) NOT NULL,
+    entity_id uuid NOT NULL,
+    dedup_key character varying(255) NOT NULL,
+    payload_json jsonb DEFAULT '{}'::jsonb NOT NULL,
+    status character varying(16) DEFAULT 'pending'::character varying NOT NULL,
+    attempt_count integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    locked_by character varying(128),
+    locked_until timestamp with time zone,
+    lease_token uuid,
+    last_error_code character varying(64),
+    last_error_at timestamp with time zone,
+    completed_at timestamp with time zone,
+    cancel_reason character varying(255),
+    CONSTRAINT sync_queue_attempt_count_check CHECK ((attempt_count >= 0)),
+    CONSTRAINT sync_queue_lease_check CHECK ((((status)::text = 'leased'::text) = ((lease_token IS NOT NULL) AND (locked_until IS NOT NULL) AND (locked_by IS NOT NULL)))),
+    CONSTRAINT sync_queue_status_check CHECK (((status)::text = ANY ('{pending,leased,processed,retry_wait,dead_letter,cancelled}'::text[]))),
+    CONSTRAINT sync_queue_task_type_check CHECK ((((status)::text = ANY ('{processed,dead_letter,cancelled}'::text[])) OR ((task_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[]))))
+);
+
+--
+-- Name: TABLE sync_queue; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TABLE han_app.sync_queue IS 'Business intents of the App for the CRM (§6.1), written by han_app.enqueue_contact_sync() in the App''s own transaction and processed by bitrix-sync under leases. Payloads carry identifiers only, never PII.';
+
+--
+-- Name: COLUMN sync_queue.task_type; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.task_type IS 'contact.map_or_create | contact.update | contact.deactivate | contact.rebind.';
+
+--
+-- Name: COLUMN sync_queue.entity_type; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.entity_type IS 'Always ''user''.';
+
+--
+-- Name: COLUMN sync_queue.entity_id; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.entity_id IS 'han_app.user_identity.id, also for profile events.';
+
+--
+-- Name: COLUMN sync_queue.dedup_key; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.dedup_key IS 'One active (pending|leased|retry_wait) row per key: <task_type>:user:<user id>. Finished rows do not block new intents.';
+
+--
+-- Name: COLUMN sync_queue.payload_json; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.payload_json IS '{schema_version, user_id, reason, source_updated_at}: identifiers and safe versions only (§6.2).';
+
+--
+-- Name: COLUMN sync_queue.status; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.status IS 'pending | leased | processed | retry_wait | dead_letter | cancelled (§6.1).';
+
+--
+-- Name: COLUMN sync_queue.attempt_count; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.attempt_count IS 'Claims so far.';
+
+--
+-- Name: COLUMN sync_queue.next_attempt_at; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.next_attempt_at IS 'Not claimable before this time.';
+
+--
+-- Name: COLUMN sync_queue.created_at; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.created_at IS 'When the intent was first recorded.';
+
+--
+-- Name: COLUMN sync_queue.updated_at; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.updated_at IS 'Last change, including coalescing of a newer intent.';
+
+--
+-- Name: COLUMN sync_queue.locked_by; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.locked_by IS 'Worker id holding the lease.';
+
+--
+-- Name: COLUMN sync_queue.locked_until; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.locked_until IS 'Lease expiry; an expired lease may be reclaimed by anyone.';
+
+--
+-- Name: COLUMN sync_queue.lease_token; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.lease_token IS 'Fencing token, new on every claim; every completion must present it.';
+
+--
+-- Name: COLUMN sync_queue.last_error_code; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.last_error_code IS 'Safe error code of the last failure (never raw text).';
+
+--
+-- Name: COLUMN sync_queue.last_error_at; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.last_error_at IS 'When last_error_code was set.';
+
+--
+-- Name: COLUMN sync_queue.completed_at; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.completed_at IS 'When the row reached processed, dead_letter or cancelled.';
+
+--
+-- Name: COLUMN sync_queue.cancel_reason; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue.cancel_reason IS 'Why the row was cancelled, e.g. initial_full_sync_cutover.';
+
+--
+-- Name: _dead_letter_sync_task_row(han_app.sync_queue, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._dead_letter_sync_task_row(p_row han_app.sync_queue, p_error_code text) RETURNS han_app.sync_queue
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row han_app.sync_queue;
+begin
+  update han_app.sync_queue
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code, last_error_at = now(),
+         locked_by = null, locked_until = null, lease_token = null, updated_at = now()
+   where id = p_row.id
+  returning * into v_row;
+  -- The intent's first attempt is its arrival: it is claimed as soon as it is due.
+  insert into bitrix_sync.technical_dead_letters
+    (source, source_id, operation, error_code, attempt_count, first_attempt_at, deadline_at)
+  values ('sync_queue', v_row.id::text, v_row.task_type, p_error_code, v_row.attempt_count, v_row.created_at,
+          bitrix_sync._retry_deadline(v_row.created_at));
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION _dead_letter_sync_task_row(p_row han_app.sync_queue, p_error_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._dead_letter_sync_task_row(p_row han_app.sync_queue, p_error_code text) IS 'Internal: moves a held intent to dead_letter and writes its technical DLQ row (first attempt = created_at).';
+
+--
+-- Name: webhook_inbox; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.webhook_inbox (
+    id bigint NOT NULL,
+    receiver character varying(16) NOT NULL,
+    event_type character varying(32) DEFAULT 'robot'::character varying NOT NULL,
+    event_id character varying(128),
+    source_ts timestamp with time zone,
+    entity_type_id integer NOT NULL,
+    entity_id character varying(32) NOT NULL,
+    status character varying(16) DEFAULT 'received'::character varying NOT NULL,
+    coalesced_into bigint,
+    dedup_fingerprint character varying(64),
+    source_ip inet,
+    attempt_count integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    lease_token uuid,
+    locked_by character varying(128),
+    locked_until timestamp with time zone,
+    outcome character varying(64),
+    last_error_code character varying(64),
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    status_at timestamp with time zone DEFAULT now() NOT NULL,
+    processed_at timestamp with time zone,
+    trace_context text,
+    CONSTRAINT webhook_inbox_attempt_count_check CHECK ((attempt_count >= 0)),
+    CONSTRAINT webhook_inbox_coalesced CHECK (((((status)::text = 'coalesced'::text) = (coalesced_into IS NOT NULL)) OR ((status)::text = 'processed'::text))),
+    CONSTRAINT webhook_inbox_entity_id_check CHECK (((entity_id)::text ~ '^[1-9][0-9]{0,17}$'::text)),
+    CONSTRAINT webhook_inbox_entity_type_id_check CHECK ((entity_type_id > 0)),
+    CONSTRAINT webhook_inbox_event_type_check CHECK (((event_type)::text ~ '^[a-z][a-z0-9_.]{1,31}$'::text)),
+    CONSTRAINT webhook_inbox_lease CHECK ((((status)::text = 'processing'::text) = (lease_token IS NOT NULL)))
+);
+
+--
+-- Name: TABLE webhook_inbox; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.webhook_inbox IS 'Durable record of each accepted robot webhook (§10.1, §7.3), written before the 200 reply. Pending events of one entity are coalesced into one CRM read. Holds no query string, token or body.';
+
+--
+-- Name: COLUMN webhook_inbox.event_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.webhook_inbox.event_id IS 'Stable event ID when the source provides one (the robot does not); unique when present.';
+
+--
+-- Name: COLUMN webhook_inbox.source_ts; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.webhook_inbox.source_ts IS 'Source timestamp when provided; ordering is otherwise decided by the Contact''s updatedTime at read time.';
+
+--
+-- Name: COLUMN webhook_inbox.entity_type_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.webhook_inbox.entity_type_id IS '3 for Contacts, the smart-process entityTypeId for alerts.';
+
+--
+-- Name: COLUMN webhook_inbox.entity_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.webhook_inbox.entity_id IS 'Contact ID or smart-process item ID from document_id[2].';
+
+--
+-- Name: COLUMN webhook_inbox.coalesced_into; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.webhook_inbox.coalesced_into IS 'The event whose single CRM read covered this one.';
+
+--
+-- Name: COLUMN webhook_inbox.source_ip; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.webhook_inbox.source_ip IS 'Peer address, audit metadata only (never a metric label).';
+
+--
+-- Name: COLUMN webhook_inbox.outcome; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.webhook_inbox.outcome IS 'Safe outcome code: applied, stale, unknown_mapping, user_id_mismatch, contact_not_found, ...';
+
+--
+-- Name: COLUMN webhook_inbox.trace_context; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.webhook_inbox.trace_context IS 'W3C traceparent of the receiver''s inbox write span for this event; its processing is traced as its child. Null when tracing was off.';
+
+--
+-- Name: _dead_letter_webhook_row(bitrix_sync.webhook_inbox, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text) RETURNS bitrix_sync.webhook_inbox
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.webhook_inbox;
+begin
+  update bitrix_sync.webhook_inbox
+     set status = 'dead_letter', last_error_code = p_error_code, status_at = now(),
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_row.id
+  returning * into v_row;
+  update bitrix_sync.webhook_inbox
+     set status = 'processed', outcome = 'coalesced_into_dead_letter', processed_at = now(), status_at = now()
+   where coalesced_into = p_row.id and status = 'coalesced';
+  -- An event is first attempted when it arrives: the receiver wakes the processor at once.
+  insert into bitrix_sync.technical_dead_letters
+    (source, source_id, operation, error_code, attempt_count, first_attempt_at, deadline_at)
+  values ('webhook', v_row.id::text, 'webhook.' || v_row.receiver, p_error_code, v_row.attempt_count,
+          v_row.received_at, bitrix_sync._retry_deadline(v_row.received_at));
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION _dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text) IS 'Internal: moves a held event to dead_letter with its coalesced events and writes the technical DLQ row (first attempt = received_at).';
+
+--
+-- Name: _held_workflow(uuid, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._held_workflow(p_id uuid, p_lease_token uuid) RETURNS bitrix_sync.workflow_instances
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.workflow_instances;
+begin
+  select * into v_row from bitrix_sync.workflow_instances
+   where id = p_id and state is not distinct from 'running' and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('workflow', p_id::text);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION _held_workflow(p_id uuid, p_lease_token uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._held_workflow(p_id uuid, p_lease_token uuid) IS 'Internal: the running workflow, locked, when the caller presents its current lease token; otherwise BS001.';
+
+--
+-- Name: _is_write_command(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._is_write_command(p_command_type text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+  select p_command_type in ('contact.add', 'contact.update', 'alert.add', 'alert.update')
+$$;
+
+--
+-- Name: FUNCTION _is_write_command(p_command_type text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._is_write_command(p_command_type text) IS 'Commands that change the CRM: a lost reply to one of these is uncertain, not retryable.';
+
+--
+-- Name: _normalise_settings(jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._normalise_settings(p_values jsonb) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+declare
+  v_out jsonb := p_values;
+  v_def record;
+  v_num numeric;
+begin
+  if p_values is null or jsonb_typeof(p_values) <> 'object' then
+    return p_values;
+  end if;
+  -- jsonb keeps a number's written scale: 1036.0 stays 1036.0, and a reader's ::integer cast of
+  -- it fails. Whole numbers of integer keys are stored the way int4 prints them.
+  for v_def in select s.key from bitrix_sync.settings s
+                where s.value_type = 'integer' and jsonb_typeof(p_values -> s.key) = 'number' loop
+    v_num := (p_values ->> v_def.key)::numeric;
+    if v_num = trunc(v_num) and v_num between -2147483648 and 2147483647 then
+      v_out := jsonb_set(v_out, array[v_def.key], to_jsonb(v_num::integer));
+    end if;
+  end loop;
+  return v_out;
+end $$;
+
+--
+-- Name: FUNCTION _normalise_settings(p_values jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._normalise_settings(p_values jsonb) IS 'Internal: the values with every whole number of an integer key written as int4 prints it (1036.0 and 1.0360e3 -> 1036); anything else unchanged, for _settings_errors to judge.';
+
+--
+-- Name: _open_dead_letter(bigint); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._open_dead_letter(p_id bigint) RETURNS bitrix_sync.technical_dead_letters
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.technical_dead_letters;
+begin
+  select * into v_row from bitrix_sync.technical_dead_letters where id = p_id for update;
+  if not found then
+    raise exception 'technical dead letter % does not exist', p_id
+      using errcode = 'BS040', hint = 'List them with: select * from bitrix_sync.list_dead_letters();';
+  end if;
+  if v_row.resolved_at is not null then
+    raise exception 'technical dead letter % was already % by % at %', p_id, v_row.resolution, v_row.resolved_by,
+                    to_char(v_row.resolved_at at time zone 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
+      using errcode = 'BS041',
+            hint = case when v_row.resolution = 'requeued'
+                        then format('Its new attempt is %s; follow that instead.', v_row.requeued_to)
+                        else 'Nothing to do: a resolved dead letter stays resolved.' end;
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION _open_dead_letter(p_id bigint); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._open_dead_letter(p_id bigint) IS 'Internal: the open dead letter, locked; BS040 when there is none with that id, BS041 when it is already resolved.';
+
+--
+-- Name: _parked_decisions(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._parked_decisions(p_reason text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+  -- Too many candidates (the portal's answer may miss the newest), or a person's link that could not
+  -- be made: a person picks the Contact or asks for a new one. Anything else is retried once the
+  -- data is fixed (the App's phone, the CRM's citizenship list, the duplicates merged in the CRM).
+  select case when p_reason in ('too_many_candidates', 'manual_link_not_found', 'manual_link_bound_to_other_user')
+              then array['retry', 'link_contact', 'create_contact']
+              else array['retry'] end
+$$;
+
+--
+-- Name: FUNCTION _parked_decisions(p_reason text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._parked_decisions(p_reason text) IS 'The decisions resume_parked_workflow accepts for a parking reason: retry always; link_contact and create_contact for too_many_candidates and a refused manual link.';
+
+--
+-- Name: _rebind_crm_outcome(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._rebind_crm_outcome(p_workflow_id uuid) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+  -- The rebind's writes: the target write sets this user (set_user self), the clear of the previous
+  -- Contact removes it (set_user clear). Only writes that were sent count.
+  with w as (
+    select coalesce(bool_or(x.set_user = 'self'), false) as target_sent,
+           coalesce(bool_or(x.set_user = 'self' and x.ok), false) as target_done,
+           coalesce(bool_or(x.set_user = 'clear'), false) as clear_sent,
+           coalesce(bool_or(x.set_user = 'clear' and x.ok), false) as clear_done
+      from (select c.params ->> 'set_user' as set_user, c.status = 'succeeded' as ok
+              from bitrix_sync.crm_commands c
+             where c.workflow_id = p_workflow_id and c.alert_id is null
+               and c.command_type = 'contact.update' and c.first_sent_at is not null) x
+  )
+  select case
+           when not target_sent then 'crm_unchanged'
+           when not target_done then 'target_write_unconfirmed'
+           when not clear_sent then 'target_written'
+           when not clear_done then 'target_written_clear_unconfirmed'
+           else 'target_written_previous_cleared'
+         end
+    from w
+$$;
+
+--
+-- Name: FUNCTION _rebind_crm_outcome(p_workflow_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._rebind_crm_outcome(p_workflow_id uuid) IS 'Internal: what a contact.rebind workflow that did not complete left in the CRM, from its commands: crm_unchanged (no write sent), target_write_unconfirmed (sent, never confirmed), target_written (the target carries the user, the previous Contact was not cleared), target_written_clear_unconfirmed, target_written_previous_cleared (both written, the link did not move).';
+
+--
+-- Name: _rebind_request_of(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._rebind_request_of(p_workflow_id uuid) RETURNS bitrix_sync.rebind_requests
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.rebind_requests;
+begin
+  select * into v_row from bitrix_sync.rebind_requests where workflow_id = p_workflow_id for update;
+  if not found then
+    raise exception 'workflow % has no rebind request', p_workflow_id
+      using errcode = 'BS005', hint = 'A contact.rebind workflow is started only by request_bitrix_contact_rebind().';
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION _rebind_request_of(p_workflow_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._rebind_request_of(p_workflow_id uuid) IS 'Internal: the rebind request a contact.rebind workflow serves, locked; BS005 when there is none.';
+
+--
+-- Name: _record_admin_action(text, uuid, uuid, text, text, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._record_admin_action(p_action text, p_workflow_id uuid, p_rebind_request_id uuid, p_decision text, p_contact_id text, p_reason text, p_operator_id text) RETURNS bigint
+    LANGUAGE sql
+    AS $$
+  insert into bitrix_sync.admin_actions
+    (action, workflow_id, rebind_request_id, decision, contact_id, reason, operator_id)
+  values (p_action, p_workflow_id, p_rebind_request_id, p_decision, p_contact_id, btrim(p_reason),
+          btrim(p_operator_id))
+  returning id
+$$;
+
+--
+-- Name: FUNCTION _record_admin_action(p_action text, p_workflow_id uuid, p_rebind_request_id uuid, p_decision text, p_contact_id text, p_reason text, p_operator_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._record_admin_action(p_action text, p_workflow_id uuid, p_rebind_request_id uuid, p_decision text, p_contact_id text, p_reason text, p_operator_id text) IS 'Internal: writes the audit row of an admin action (the database login is recorded by the column default).';
+
+--
+-- Name: _refuse_stale(text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._refuse_stale(p_what text, p_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  raise exception '% % is not held under this lease token', p_what, p_id
+    using errcode = 'BS001',
+          detail = 'The lease expired and another worker reclaimed the row, a newer intent superseded it, or it already moved on.',
+          hint = 'Drop this result: the current holder or the next claim will process the row.';
+end $$;
+
+--
+-- Name: FUNCTION _refuse_stale(p_what text, p_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._refuse_stale(p_what text, p_id text) IS 'Raises BS001 for a completion that does not present the current lease token (a stale holder).';
+
+--
+-- Name: _requeue_refusal(bitrix_sync.technical_dead_letters); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._requeue_refusal(p_dl bitrix_sync.technical_dead_letters) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $_$
+declare
+  v_q han_app.sync_queue;
+  v_hook bitrix_sync.webhook_inbox;
+  v_wf bitrix_sync.workflow_instances;
+  v_cmd bitrix_sync.crm_commands;
+  v_alert bitrix_sync.business_alerts;
+  v_newer text;
+  v_ack constant text := 'If nothing needs to run again, acknowledge it: select * from bitrix_sync.acknowledge_dead_letter(<id>, ''ops:<you>'', ''<why>'');';
+begin
+  if p_dl.source = 'sync_queue' then
+    if p_dl.source_id ~ '^[0-9a-f-]{36}$' then
+      select * into v_q from han_app.sync_queue where id = p_dl.source_id::uuid;
+    end if;
+    if v_q.id is null then
+      return jsonb_build_object('code', 'BS042', 'message', 'its intent row no longer exists', 'hint', v_ack);
+    elsif v_q.status <> 'dead_letter' then
+      return jsonb_build_object('code', 'BS042', 'message', format('its intent row is %s, not dead_letter', v_q.status), 'hint', v_ack);
+    elsif v_q.task_type not in ('contact.map_or_create', 'contact.update', 'contact.deactivate', 'contact.rebind') then
+      return jsonb_build_object('code', 'BS042', 'message', 'its intent is of a task type the service does not run', 'hint', v_ack);
+    elsif exists (select 1 from han_app.sync_queue a
+                   where a.dedup_key = v_q.dedup_key and a.status in ('pending', 'leased', 'retry_wait')) then
+      return jsonb_build_object('code', 'BS042', 'message', 'a newer intent of the same kind for the same user is queued and carries this one', 'hint', v_ack);
+    end if;
+    return null;
+  end if;
+
+  if p_dl.source = 'webhook' then
+    if p_dl.source_id ~ '^[0-9]{1,18}$' then
+      select * into v_hook from bitrix_sync.webhook_inbox where id = p_dl.source_id::bigint;
+    end if;
+    if v_hook.id is null then
+      return jsonb_build_object('code', 'BS042', 'message', 'its inbox event no longer exists', 'hint', v_ack);
+    elsif v_hook.status <> 'dead_letter' then
+      return jsonb_build_object('code', 'BS042', 'message', format('its inbox event is %s, not dead_letter', v_hook.status), 'hint', v_ack);
+    end if;
+    return null;
+  end if;
+
+  if p_dl.workflow_id is not null then
+    select * into v_wf from bitrix_sync.workflow_instances where id = p_dl.workflow_id;
+    if not found then
+      return jsonb_build_object('code', 'BS042', 'message', 'its workflow no longer exists', 'hint', v_ack);
+    elsif v_wf.state in ('succeeded', 'cancelled') then
+      return jsonb_build_object('code', 'BS042', 'message', format('its workflow finished as %s without it', v_wf.state), 'hint', v_ack);
+    elsif v_wf.state <> 'failed' then
+      return jsonb_build_object('code', 'BS043',
+        'message', format('its workflow is still %s: its own retries, or an admin''s decision on a parked workflow, move it on', v_wf.state),
+        'hint', 'Wait until the workflow has failed or finished (bitrix_sync.status_workflows), then requeue or acknowledge.');
+    end if;
+    select w.state into v_newer from bitrix_sync.workflow_instances w
+     where w.user_id = v_wf.user_id and w.created_at > v_wf.created_at and w.id <> v_wf.id
+     order by w.created_at desc limit 1;
+    if v_newer in ('succeeded', 'failed', 'cancelled') then
+      return jsonb_build_object('code', 'BS042',
+        'message', 'a newer workflow of the same user has run since; running this older one again could undo it',
+        'hint', v_ack);
+    elsif v_newer is not null then
+      return jsonb_build_object('code', 'BS043', 'message', 'a newer workflow of the same user is running',
+        'hint', 'Wait until it finishes; it reads the user''s current data, so it usually makes this dead letter moot. Then acknowledge or requeue.');
+    end if;
+    if v_wf.workflow_type = 'contact.rebind' and not exists (
+         select 1 from bitrix_sync.rebind_requests r
+          where r.workflow_id = v_wf.id and r.status in ('requested', 'in_progress')) then
+      return jsonb_build_object('code', 'BS042', 'message', 'its rebind request is finished; a rebind is not run again by a requeue',
+        'hint', 'Ask again with select bitrix_sync.request_bitrix_contact_rebind(''<user uuid>'', ''<Contact ID>'', ''<why>'', ''ops:<you>''); then acknowledge this dead letter.');
+    end if;
+    if exists (select 1 from bitrix_sync.crm_commands c
+                where c.workflow_id = v_wf.id and c.status in ('uncertain', 'reconcile')) then
+      return jsonb_build_object('code', 'BS042', 'message', 'its workflow has a write whose outcome is still unknown',
+        'hint', v_ack);
+    end if;
+    return null;
+  end if;
+
+  -- A command of a business alert.
+  select * into v_cmd from bitrix_sync.crm_commands where id = p_dl.command_id;
+  if not found or v_cmd.alert_id is null then
+    return jsonb_build_object('code', 'BS042', 'message', 'its command no longer exists', 'hint', v_ack);
+  end if;
+  select * into v_alert from bitrix_sync.business_alerts where id = v_cmd.alert_id;
+  if v_alert.status = 'remote_missing' then
+    return jsonb_build_object('code', 'BS042', 'message', 'the alert''s smart-process item was deleted in the CRM', 'hint', v_ack);
+  end if;
+  if exists (select 1 from bitrix_sync.crm_commands n
+              where n.alert_id = v_alert.id and n.id > v_cmd.id and n.command_type <> 'alert.list'
+                and n.status in ('pending', 'leased', 'in_flight', 'retry_wait', 'uncertain', 'reconcile')) then
+    return jsonb_build_object('code', 'BS043', 'message', 'a newer command of the same alert is under way',
+      'hint', 'Wait for it (bitrix_sync.status_alert_mirror); if it succeeds, acknowledge this dead letter.');
+  end if;
+  if v_alert.crm_sync_status = 'synced' and exists (
+       select 1 from bitrix_sync.crm_commands n
+        where n.alert_id = v_alert.id and n.id > v_cmd.id and n.command_type <> 'alert.list' and n.status = 'succeeded') then
+    return jsonb_build_object('code', 'BS042', 'message', 'the alert has been mirrored since', 'hint', v_ack);
+  end if;
+  return null;
+end $_$;
+
+--
+-- Name: FUNCTION _requeue_refusal(p_dl bitrix_sync.technical_dead_letters); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._requeue_refusal(p_dl bitrix_sync.technical_dead_letters) IS 'Internal: why a dead letter cannot be requeued now, as {code, message, hint} (BS042 nothing to run again, BS043 something else is running), or null when it can.';
+
+--
+-- Name: _requeue_target(bitrix_sync.technical_dead_letters); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._requeue_target(p_dl bitrix_sync.technical_dead_letters) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_q han_app.sync_queue;
+  v_hook bitrix_sync.webhook_inbox;
+  v_id text;
+  v_alert bigint;
+begin
+  if p_dl.source = 'sync_queue' then
+    select * into v_q from han_app.sync_queue where id = p_dl.source_id::uuid for update;
+    -- The same intent as a new row: created now, so its horizon and the cutover watermark count from now.
+    insert into han_app.sync_queue (task_type, entity_type, entity_id, dedup_key, payload_json)
+    values (v_q.task_type, v_q.entity_type, v_q.entity_id, v_q.dedup_key, v_q.payload_json)
+    returning id::text into v_id;
+    perform pg_notify('bitrix_sync_queue', v_q.task_type);
+    return 'sync_queue:' || v_id;
+  end if;
+
+  if p_dl.source = 'webhook' then
+    select * into v_hook from bitrix_sync.webhook_inbox where id = p_dl.source_id::bigint for update;
+    insert into bitrix_sync.webhook_inbox (receiver, event_type, entity_type_id, entity_id)
+    values (v_hook.receiver, 'requeue', v_hook.entity_type_id, v_hook.entity_id)
+    returning id::text into v_id;
+    perform pg_notify('bitrix_sync_webhooks', v_hook.receiver);
+    return 'webhook:' || v_id;
+  end if;
+
+  if p_dl.workflow_id is not null then
+    -- failed -> waiting_retry (requeue): due now, from its first step, with a horizon of its own.
+    update bitrix_sync.workflow_instances
+       set state = 'waiting_retry', current_step = 'start', step_data = '{}'::jsonb, outcome = null,
+           last_error_code = null, finished_at = null, requeued_at = now(), next_attempt_at = now(),
+           attempt_count = 0, deadline_at = bitrix_sync._retry_deadline(now()),
+           lease_token = null, locked_by = null, locked_until = null
+     where id = p_dl.workflow_id and state = 'failed';
+    perform pg_notify('bitrix_sync_workflows', '');
+    return 'workflow:' || p_dl.workflow_id::text;
+  end if;
+
+  select c.alert_id into v_alert from bitrix_sync.crm_commands c where c.id = p_dl.command_id;
+  -- The mirror sends the alert's current state again; an add that may have landed is looked up first.
+  update bitrix_sync.business_alerts set crm_sync_status = 'pending'
+   where id = v_alert and crm_sync_status <> 'pending';
+  perform pg_notify('bitrix_sync_workflows', '');
+  return 'alert:' || v_alert::text;
+end $$;
+
+--
+-- Name: FUNCTION _requeue_target(p_dl bitrix_sync.technical_dead_letters); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._requeue_target(p_dl bitrix_sync.technical_dead_letters) IS 'Internal (requeue_dead_letter, after _requeue_refusal said yes): starts the new attempt and returns what carries it (sync_queue:<id>, webhook:<id>, workflow:<id>, alert:<id>).';
+
+--
+-- Name: _resolve_conflict_alerts(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._resolve_conflict_alerts(p_user_id uuid) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_count integer;
+begin
+  update bitrix_sync.business_alerts
+     set status = 'resolved', closed_at = now(), crm_sync_status = 'pending'
+   where user_id = p_user_id and status = 'open'
+     and alert_type in ('contact_bound_to_other_user', 'duplicate_contacts', 'user_id_mismatch', 'contact_not_found');
+  get diagnostics v_count = row_count;
+  return v_count;
+end $$;
+
+--
+-- Name: FUNCTION _resolve_conflict_alerts(p_user_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._resolve_conflict_alerts(p_user_id uuid) IS 'Internal (complete_rebind): open -> resolved for the user''s link conflicts (bound to another user, duplicates, user_id mismatch, Contact not found); the smart-process items are updated again (crm_sync_status pending). Returns how many.';
+
+--
+-- Name: _resolve_dead_letters(bigint[], text, text, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._resolve_dead_letters(p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text) RETURNS TABLE(dead_letter_id bigint, source text, operation text, resolution text, requeued_to text, resolved_at timestamp with time zone, resolved_by text)
+    LANGUAGE sql
+    AS $$
+  with resolved as (
+    update bitrix_sync.technical_dead_letters d
+       set resolved_at = now(), resolved_by = btrim(p_operator), resolution = p_resolution,
+           resolution_reason = btrim(p_reason), requeued_to = p_target
+     where d.id = any(p_ids) and d.resolved_at is null
+    returning d.*
+  ), audit as (
+    -- One audit row per entry, with the admin functions' others (docs/admin.md).
+    insert into bitrix_sync.admin_actions (action, workflow_id, dead_letter_id, reason, operator_id)
+    select case p_resolution when 'requeued' then 'requeue_dead_letter' else 'acknowledge_dead_letter' end,
+           r.workflow_id, r.id, btrim(p_reason), btrim(p_operator)
+      from resolved r
+  )
+  select r.id, r.source::text, r.operation::text, r.resolution::text, r.requeued_to::text, r.resolved_at,
+         r.resolved_by::text
+    from resolved r
+   order by r.id
+$$;
+
+--
+-- Name: FUNCTION _resolve_dead_letters(p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._resolve_dead_letters(p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text) IS 'Internal: marks open dead letters resolved with the resolution, operator, reason and (requeued) target, and writes an admin_actions row for each; returns them.';
+
+--
+-- Name: _retention_cutoff(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._retention_cutoff(p_key text) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+  select now() - make_interval(days => (bitrix_sync._active_setting(p_key) #>> '{}')::integer)
+$$;
+
+--
+-- Name: FUNCTION _retention_cutoff(p_key text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._retention_cutoff(p_key text) IS 'Internal: now minus the retention.*_days setting p_key: rows finished before it may be deleted.';
+
+--
+-- Name: _settings_errors(jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._settings_errors(p_values jsonb) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+declare
+  v_def bitrix_sync.settings;
+  v_val jsonb;
+  v_errors jsonb := '[]'::jsonb;
+  v_key text;
+  v_num numeric;
+  v_entry record;
+begin
+  if p_values is null or jsonb_typeof(p_values) <> 'object' then
+    return '["values must be a JSON object"]'::jsonb;
+  end if;
+  for v_key in select k from jsonb_object_keys(p_values) k where k not in (select s.key from bitrix_sync.settings s) loop
+    v_errors := v_errors || to_jsonb(format('%s: unknown setting', v_key));
+  end loop;
+  for v_def in select * from bitrix_sync.settings order by key loop
+    v_val := coalesce(p_values -> v_def.key, v_def.default_value, 'null'::jsonb);
+    if jsonb_typeof(v_val) = 'null' then
+      if not v_def.nullable then
+        v_errors := v_errors || to_jsonb(format('%s: a value is required', v_def.key));
+      end if;
+      continue;
+    end if;
+    case v_def.value_type
+      when 'integer', 'number' then
+        if jsonb_typeof(v_val) <> 'number' then
+          v_errors := v_errors || to_jsonb(format('%s: must be a number', v_def.key));
+          continue;
+        end if;
+        v_num := (v_val #>> '{}')::numeric;
+        -- 1036.0 and 1.0360e3 are whole numbers: stored as 1036 (_normalise_settings).
+        if v_def.value_type = 'integer' and v_num <> trunc(v_num) then
+          v_errors := v_errors || to_jsonb(format('%s: must be a whole number', v_def.key));
+        end if;
+        -- Every number has both bounds (CHECK settings_bounded); an integer's lie within int4.
+        if v_num < v_def.min_value then
+          v_errors := v_errors || to_jsonb(format('%s: must be at least %s', v_def.key, v_def.min_value));
+        end if;
+        if v_num > v_def.max_value then
+          v_errors := v_errors || to_jsonb(format('%s: must be at most %s', v_def.key, v_def.max_value));
+        end if;
+      when 'text' then
+        if jsonb_typeof(v_val) <> 'string' or length(v_val #>> '{}') = 0 then
+          v_errors := v_errors || to_jsonb(format('%s: must be a non-empty string', v_def.key));
+        elsif length(v_val #>> '{}') > v_def.max_length then
+          v_errors := v_errors || to_jsonb(format('%s: must be at most %s characters', v_def.key, v_def.max_length));
+        end if;
+      when 'boolean' then
+        if jsonb_typeof(v_val) <> 'boolean' then
+          v_errors := v_errors || to_jsonb(format('%s: must be true or false', v_def.key));
+        end if;
+      when 'enum' then
+        if not (v_def.allowed_values @> jsonb_build_array(v_val)) then
+          v_errors := v_errors || to_jsonb(format('%s: must be one of %s', v_def.key, v_def.allowed_values));
+        end if;
+      when 'json' then
+        if jsonb_typeof(v_val) <> 'object' then
+          v_errors := v_errors || to_jsonb(format('%s: must be a JSON object', v_def.key));
+          continue;
+        end if;
+        -- An object of allowed entries, each a non-empty string of at most max_length characters.
+        for v_entry in select e.key, e.value from jsonb_each(v_val) e order by e.key loop
+          if not (v_def.allowed_values @> jsonb_build_array(v_entry.key)) then
+            v_errors := v_errors || to_jsonb(format('%s: unknown entry %s (allowed: %s)', v_def.key,
+                                                    left(v_entry.key, 64), v_def.allowed_values));
+          elsif jsonb_typeof(v_entry.value) <> 'string' or length(v_entry.value #>> '{}') = 0
+                or length(v_entry.value #>> '{}') > v_def.max_length then
+            v_errors := v_errors || to_jsonb(format('%s: entry %s must be a non-empty string of at most %s characters',
+                                                    v_def.key, v_entry.key, v_def.max_length));
+          end if;
+        end loop;
+    end case;
+  end loop;
+  -- Cross-field rules.
+  if coalesce((p_values ->> 'retry.base_ms')::numeric, 1000) > coalesce((p_values ->> 'retry.max_ms')::numeric, 300000) then
+    v_errors := v_errors || to_jsonb('retry.base_ms: must not exceed retry.max_ms'::text);
+  end if;
+  -- A workflow is deleted only after its commands, so commands cannot be kept longer.
+  if coalesce((p_values ->> 'retention.commands_days')::numeric, 30)
+     > coalesce((p_values ->> 'retention.workflows_days')::numeric, 90) then
+    v_errors := v_errors || to_jsonb('retention.commands_days: must not exceed retention.workflows_days'::text);
+  end if;
+  return v_errors;
+exception
+  when invalid_text_representation or numeric_value_out_of_range then
+    return v_errors || to_jsonb('values: a number could not be read'::text);
+end $$;
+
+--
+-- Name: FUNCTION _settings_errors(p_values jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._settings_errors(p_values jsonb) IS 'Validation messages for a complete settings object against the catalogue (types, bounds, maximum lengths, allowed values and entries, cross-field rules); empty array when valid.';
+
+--
+-- Name: _trace_context(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._trace_context(p_traceparent text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$
+  select case
+    when p_traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+         and substr(p_traceparent, 4, 32) <> repeat('0', 32)
+         and substr(p_traceparent, 37, 16) <> repeat('0', 16)
+    then p_traceparent
+  end
+$_$;
+
+--
+-- Name: FUNCTION _trace_context(p_traceparent text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._trace_context(p_traceparent text) IS 'The argument when it is a valid W3C traceparent (version 00, non-zero trace and span ids), else null: what the functions that store a trace context keep.';
+
+--
+-- Name: _wake_workflow(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._wake_workflow(p_workflow_id uuid) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  -- A command reached an outcome the workflow must look at: waiting_crm -> running (crm_replied).
+  update bitrix_sync.workflow_instances
+     set state = 'running', next_attempt_at = now()
+   where id = p_workflow_id and state is not distinct from 'waiting_crm';
+  if found then
+    perform pg_notify('bitrix_sync_workflows', '');
+  end if;
+end $$;
+
+--
+-- Name: FUNCTION _wake_workflow(p_workflow_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._wake_workflow(p_workflow_id uuid) IS 'waiting_crm -> running for the workflow owning a command that succeeded, failed for good or became uncertain.';
+
+--
+-- Name: _workflow_first_attempt(bitrix_sync.workflow_instances); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._workflow_first_attempt(p_row bitrix_sync.workflow_instances) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+  -- Intake starts a workflow as soon as it is created; an admin's requeue starts it over.
+  select coalesce(p_row.requeued_at, p_row.created_at)
+$$;
+
+--
+-- Name: FUNCTION _workflow_first_attempt(p_row bitrix_sync.workflow_instances); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._workflow_first_attempt(p_row bitrix_sync.workflow_instances) IS 'Internal: where a workflow''s retry horizon starts: its last requeue by an admin, else its creation.';
+
+--
+-- Name: _workflow_holder(bigint, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._workflow_holder(p_command_id bigint, p_workflow_token uuid) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  select c.* into v_row from bitrix_sync.crm_commands c
+    join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+   where c.id = p_command_id and w.state is not distinct from 'running' and w.lease_token = p_workflow_token
+   for update of c;
+  if not found then
+    perform bitrix_sync._refuse_stale('workflow of command', p_command_id::text);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION _workflow_holder(p_command_id bigint, p_workflow_token uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._workflow_holder(p_command_id bigint, p_workflow_token uuid) IS 'Internal: the command, locked, when the caller holds its workflow''s lease; otherwise BS001.';
+
+--
+-- Name: accept_webhook(text, integer, text, inet); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.accept_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet DEFAULT NULL::inet) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row record;
+begin
+  select * into v_row
+    from bitrix_sync.accept_webhooks(array[p_receiver], array[p_entity_type_id], array[p_entity_id], array[p_source_ip]);
+  case v_row.refusal
+    when 'alert_entity_type_unset' then
+      raise exception 'the alert receiver cannot accept events: alerts.entity_type_id is not set'
+        using errcode = 'BS021',
+              hint = 'Set the smart process entityTypeId with propose_settings(''{"alerts.entity_type_id": <id>}'', ...) and activate it.';
+    when 'alert_config_invalid' then
+      raise exception 'the alert receiver cannot accept events: alerts.entity_type_id is not usable'
+        using errcode = 'BS023',
+              hint = 'Propose the entityTypeId as a whole number with propose_settings(), then validate and activate it.';
+    when 'unknown_receiver' then
+      raise exception 'unknown webhook receiver %', p_receiver
+        using errcode = 'BS022', hint = 'Receivers are contact and alert.';
+    when 'entity_id' then
+      raise exception 'the entity ID must be a numeric Bitrix24 ID'
+        using errcode = 'BS004', hint = 'Pass the ID from document_id[2], e.g. ''4711''.';
+    when 'entity_type' then
+      raise exception 'the % receiver does not accept entity type %', p_receiver, p_entity_type_id
+        using errcode = 'BS020',
+              hint = 'The robot belongs to another document type or smart process; check the robot and alerts.entity_type_id.';
+    else
+      return v_row.inbox_id;
+  end case;
+end $$;
+
+--
+-- Name: FUNCTION accept_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.accept_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet) IS 'One event through accept_webhooks(), for an operator with psql re-recording a robot call that was lost (the robot does not retry): returns the inbox id; BS020 wrong entity type, BS004 malformed ID, BS021/BS023 alert receiver not configured or unusable, BS022 unknown receiver; nothing is written then. Security definer: the admin role has no table rights.';
+
+--
+-- Name: accept_webhooks(text[], integer[], text[], inet[], text[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.accept_webhooks(p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[], p_trace_contexts text[] DEFAULT NULL::text[]) RETURNS TABLE(ord integer, inbox_id bigint, refusal text)
+    LANGUAGE plpgsql
+    AS $_$
+declare
+  v_n integer := coalesce(cardinality(p_receivers), 0);
+  v_alert_type integer;
+  v_alert_refusal text;
+  v_expected integer;
+  v_contact boolean := false;
+  v_alert boolean := false;
+begin
+  if coalesce(cardinality(p_entity_type_ids), 0) <> v_n or coalesce(cardinality(p_entity_ids), 0) <> v_n
+     or coalesce(cardinality(p_source_ips), 0) <> v_n or v_n > 1000
+     or (p_trace_contexts is not null and cardinality(p_trace_contexts) <> v_n) then
+    raise exception 'accept_webhooks needs four (or five) arrays of one length, at most 1000'
+      using errcode = 'BS004', hint = 'Pass receiver, entity type, entity ID, source IP and optionally trace context per event, in that order.';
+  end if;
+  if 'alert' = any(p_receivers) then
+    begin
+      v_alert_type := bitrix_sync.alert_entity_type_id();
+      if v_alert_type is null then
+        v_alert_refusal := 'alert_entity_type_unset';
+      end if;
+    exception when others then
+      -- A broken alert setting stops the alert receiver only; Contact events of the call go on.
+      v_alert_refusal := 'alert_config_invalid';
+    end;
+  end if;
+  for i in 1 .. v_n loop
+    ord := i;
+    inbox_id := null;
+    refusal := null;
+    v_expected := null;
+    if p_receivers[i] = 'contact' then
+      v_expected := 3;
+    elsif p_receivers[i] = 'alert' then
+      v_expected := v_alert_type;
+      refusal := v_alert_refusal;
+    else
+      refusal := 'unknown_receiver';
+    end if;
+    if refusal is null and p_entity_type_ids[i] is distinct from v_expected then
+      refusal := 'entity_type';
+    end if;
+    if refusal is null and (p_entity_ids[i] is null or p_entity_ids[i] !~ '^[1-9][0-9]{0,17}$') then
+      refusal := 'entity_id';
+    end if;
+    if refusal is null then
+      insert into bitrix_sync.webhook_inbox (receiver, entity_type_id, entity_id, source_ip, trace_context)
+      values (p_receivers[i], p_entity_type_ids[i], p_entity_ids[i], p_source_ips[i],
+              bitrix_sync._trace_context(p_trace_contexts[i]))
+      returning id into inbox_id;
+      if p_receivers[i] = 'contact' then
+        v_contact := true;
+      else
+        v_alert := true;
+      end if;
+    end if;
+    return next;
+  end loop;
+  -- One wake-up per call and receiver (not per row, see above) for the sync loop's LISTEN.
+  if v_contact then
+    perform pg_notify('bitrix_sync_webhooks', 'contact');
+  end if;
+  if v_alert then
+    perform pg_notify('bitrix_sync_webhooks', 'alert');
+  end if;
+end $_$;
+
+--
+-- Name: FUNCTION accept_webhooks(p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[], p_trace_contexts text[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.accept_webhooks(p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[], p_trace_contexts text[]) IS 'Receiver entry point (§10.1): for each event (parallel arrays), checks the receiver, the entity type (3 for contact, alerts.entity_type_id for alert) and the entity ID and inserts an inbox row with the request''s trace context (W3C traceparent, malformed ones ignored); returns per event its 1-based ord and the inbox id, or a refusal (entity_type, entity_id, alert_entity_type_unset, alert_config_invalid, unknown_receiver) and no row. One event''s refusal never fails another''s.';
+
+--
+-- Name: acknowledge_dead_letter(bigint, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operator text, p_reason text) RETURNS TABLE(dead_letter_id bigint, source text, operation text, resolution text, requeued_to text, resolved_at timestamp with time zone, resolved_by text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_dl bitrix_sync.technical_dead_letters;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator);
+  v_dl := bitrix_sync._open_dead_letter(p_id);
+  return query select * from bitrix_sync._resolve_dead_letters(array[v_dl.id], 'acknowledged', p_operator, p_reason, null);
+end $$;
+
+--
+-- Name: FUNCTION acknowledge_dead_letter(p_id bigint, p_operator text, p_reason text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operator text, p_reason text) IS 'Admin (§9): an open technical dead letter was looked at and nothing is sent again. Writes resolved_at, resolved_by, resolution = acknowledged and the reason; the entry leaves status_dead_letters and the open-DLQ gauge. BS004 missing operator or reason, BS040 no such entry, BS041 already resolved.';
+
+--
+-- Name: acquire_crm_request(text, text, double precision, integer, integer, integer, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS TABLE(granted boolean, slot_id uuid, wait_ms integer, tokens double precision, rate double precision, in_flight integer, decided_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+  v_rate double precision;
+  v_tokens double precision;
+  v_in_flight integer;
+  v_next_expiry timestamptz;
+  v_slot uuid;
+  v_wait integer;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  perform bitrix_sync._check_limiter_name('holder', p_holder);
+  if p_refill_per_sec is null or p_refill_per_sec <= 0 or p_burst is null or p_burst < 1
+     or p_max_in_flight is null or p_max_in_flight < 1 or p_slot_ttl_ms is null or p_slot_ttl_ms < 1
+     or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
+    raise exception 'limiter settings out of range: refill %, burst %, max in flight %, slot ttl % ms',
+      p_refill_per_sec, p_burst, p_max_in_flight, p_slot_ttl_ms
+      using errcode = 'BS010',
+            hint = 'Check limiter.refill_per_sec (> 0), limiter.burst (>= 1) and limiter.max_in_flight (>= 1) in bitrix_sync.settings.';
+  end if;
+
+  insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
+  values (p_bucket, p_burst, clock_timestamp())
+  on conflict (bucket) do nothing;
+  -- One row lock serialises every replica's decision for this bucket; the clock is read after it.
+  select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  v_now := clock_timestamp();
+
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  v_rate := p_refill_per_sec * v_factor;
+  v_tokens := least(p_burst::double precision,
+                    v_row.tokens + v_rate * greatest(0, extract(epoch from v_now - v_row.refilled_at)));
+
+  delete from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket and s.expires_at <= v_now;
+  select count(*)::integer, min(s.expires_at) into v_in_flight, v_next_expiry
+    from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket;
+
+  if v_row.throttled_until is not null and v_row.throttled_until > v_now then
+    v_wait := ceil(extract(epoch from v_row.throttled_until - v_now) * 1000)::integer;
+  elsif v_in_flight >= p_max_in_flight then
+    -- Slots are normally released long before they expire: suggest polling soon.
+    v_wait := least(100, greatest(1, ceil(extract(epoch from v_next_expiry - v_now) * 1000)))::integer;
+  elsif v_tokens < 1 then
+    v_wait := greatest(1, ceil((1 - v_tokens) / v_rate * 1000))::integer;
+  else
+    v_tokens := v_tokens - 1;
+    insert into bitrix_sync.crm_inflight_slots as s (bucket, holder, acquired_at, expires_at)
+    values (p_bucket, p_holder, v_now, v_now + make_interval(secs => p_slot_ttl_ms / 1000.0))
+    returning s.slot_id into v_slot;
+    v_in_flight := v_in_flight + 1;
+  end if;
+
+  update bitrix_sync.crm_rate_buckets b
+     set tokens = greatest(0, v_tokens), refilled_at = v_now, rate_factor = v_factor,
+         rate_changed_at = v_now, updated_at = v_now
+   where b.bucket = p_bucket;
+
+  return query select v_slot is not null, v_slot, coalesce(v_wait, 0), v_tokens, v_rate, v_in_flight, v_now;
+end $$;
+
+--
+-- Name: FUNCTION acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision) IS 'Takes one token and one in-flight slot for an HTTP request to the portal, or says how long to wait (wait_ms). decided_at is the server time of the decision. Shared by every replica (§8).';
+
+--
+-- Name: settings_versions; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.settings_versions (
+    version integer NOT NULL,
+    status character varying(16) DEFAULT 'draft'::character varying NOT NULL,
+    settings_values jsonb NOT NULL,
+    validation_errors jsonb,
+    based_on integer,
+    rollback_of integer,
+    note text,
+    created_by character varying(128) NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    validated_at timestamp with time zone,
+    activated_by character varying(128),
+    activated_at timestamp with time zone,
+    superseded_at timestamp with time zone,
+    CONSTRAINT settings_versions_settings_values_check CHECK ((jsonb_typeof(settings_values) = 'object'::text)),
+    CONSTRAINT settings_versions_status_check CHECK (((status)::text = ANY ((ARRAY['draft'::character varying, 'validated'::character varying, 'rejected'::character varying, 'active'::character varying, 'superseded'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE settings_versions; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.settings_versions IS 'Versions of the hot settings with validation status and audit. Exactly one active version; only a validated version can be activated; rollback activates a copy of an earlier version.';
+
+--
+-- Name: COLUMN settings_versions.settings_values; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.settings_versions.settings_values IS 'Complete key -> value object of this version.';
+
+--
+-- Name: COLUMN settings_versions.rollback_of; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.settings_versions.rollback_of IS 'For a rollback: the earlier version whose values this one restores.';
+
+--
+-- Name: activate_settings_version(integer, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.activate_settings_version(p_version integer, p_actor text) RETURNS bitrix_sync.settings_versions
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.settings_versions;
+begin
+  if p_actor is null or length(btrim(p_actor)) = 0 then
+    raise exception 'activation needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
+  end if;
+  select * into v_row from bitrix_sync.settings_versions where version = p_version for update;
+  if not found then
+    raise exception 'settings version % does not exist', p_version using errcode = 'BS005', hint = 'See bitrix_sync.settings_versions.';
+  end if;
+  if v_row.status <> 'validated' then
+    raise exception 'settings version % is %; only a validated version can be activated', p_version, v_row.status
+      using errcode = 'BS008',
+            hint = case when v_row.status = 'draft' then 'Run validate_settings_version() first.'
+                        when v_row.status = 'rejected' then 'Fix the values listed in validation_errors and propose a new version.'
+                        else 'To return to an earlier version use rollback_settings().' end;
+  end if;
+  -- Revalidate: the catalogue may have changed since validation.
+  if jsonb_array_length(bitrix_sync._settings_errors(v_row.settings_values)) > 0 then
+    raise exception 'settings version % no longer validates against the catalogue', p_version
+      using errcode = 'BS008', hint = 'Propose a new version.';
+  end if;
+  update bitrix_sync.settings_versions set status = 'superseded', superseded_at = now() where status = 'active';
+  update bitrix_sync.settings_versions set status = 'active', activated_by = btrim(p_actor), activated_at = now()
+   where version = p_version
+  returning * into v_row;
+  perform pg_notify('bitrix_sync_settings', v_row.version::text);
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION activate_settings_version(p_version integer, p_actor text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.activate_settings_version(p_version integer, p_actor text) IS 'validated -> active; the previous active version becomes superseded. Records who and when, and NOTIFYs bitrix_sync_settings.';
+
+--
+-- Name: entity_external_mapping; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.entity_external_mapping (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    entity_type character varying(64) DEFAULT 'user'::character varying NOT NULL,
+    entity_id uuid NOT NULL,
+    external_system character varying(32) DEFAULT 'bitrix24'::character varying NOT NULL,
+    external_entity_type character varying(32) DEFAULT 'contact'::character varying NOT NULL,
+    external_id character varying(128) NOT NULL,
+    status character varying(16) DEFAULT 'active'::character varying NOT NULL,
+    opened_at timestamp with time zone DEFAULT now() NOT NULL,
+    closed_at timestamp with time zone,
+    close_reason character varying(64),
+    workflow_id uuid,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT entity_external_mapping_active_open CHECK ((((status)::text <> 'active'::text) OR ((closed_at IS NULL) AND (close_reason IS NULL)))),
+    CONSTRAINT entity_external_mapping_closed_documented CHECK ((((status)::text = 'active'::text) OR ((closed_at IS NOT NULL) AND (close_reason IS NOT NULL)))),
+    CONSTRAINT entity_external_mapping_entity_type_check CHECK (((entity_type)::text = 'user'::text)),
+    CONSTRAINT entity_external_mapping_external_entity_type_check CHECK (((external_entity_type)::text = 'contact'::text)),
+    CONSTRAINT entity_external_mapping_external_id_check CHECK (((external_id)::text ~ '^[1-9][0-9]{0,17}$'::text)),
+    CONSTRAINT entity_external_mapping_external_system_check CHECK (((external_system)::text = 'bitrix24'::text))
+);
+
+--
+-- Name: TABLE entity_external_mapping; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.entity_external_mapping IS 'The canonical user <-> Bitrix24 Contact link (§4, §6.3). At most one active row per user and per Contact; rows are never deleted (history). Written only through bitrix_sync mapping functions by the runtime role.';
+
+--
+-- Name: COLUMN entity_external_mapping.entity_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.entity_external_mapping.entity_id IS 'han_app.user_identity.id.';
+
+--
+-- Name: COLUMN entity_external_mapping.external_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.entity_external_mapping.external_id IS 'Bitrix24 Contact ID as text.';
+
+--
+-- Name: COLUMN entity_external_mapping.status; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.entity_external_mapping.status IS 'active | closed | broken. closed and broken are final.';
+
+--
+-- Name: COLUMN entity_external_mapping.close_reason; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.entity_external_mapping.close_reason IS 'Why the link ended: deactivated, rebound, taken_over, contact_not_found, legacy_duplicate, ...';
+
+--
+-- Name: COLUMN entity_external_mapping.workflow_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.entity_external_mapping.workflow_id IS 'Workflow that opened or last closed the row (correlation).';
+
+--
+-- Name: active_mapping_for_contact(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.active_mapping_for_contact(p_contact_id text) RETURNS bitrix_sync.entity_external_mapping
+    LANGUAGE sql STABLE
+    AS $$
+  select * from bitrix_sync.entity_external_mapping
+   where external_system = 'bitrix24' and external_entity_type = 'contact' and external_id = p_contact_id
+     and status = 'active'
+$$;
+
+--
+-- Name: FUNCTION active_mapping_for_contact(p_contact_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.active_mapping_for_contact(p_contact_id text) IS 'The Contact''s active user link, or null.';
+
+--
+-- Name: active_mapping_for_user(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.active_mapping_for_user(p_user_id uuid) RETURNS bitrix_sync.entity_external_mapping
+    LANGUAGE sql STABLE
+    AS $$
+  select * from bitrix_sync.entity_external_mapping
+   where external_system = 'bitrix24' and entity_type = 'user' and entity_id = p_user_id and status = 'active'
+$$;
+
+--
+-- Name: FUNCTION active_mapping_for_user(p_user_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.active_mapping_for_user(p_user_id uuid) IS 'The user''s active Contact link, or null.';
+
+--
+-- Name: active_settings(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.active_settings() RETURNS jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select jsonb_object_agg(s.key, coalesce(v.settings_values -> s.key, s.default_value, 'null'::jsonb))
+           || jsonb_build_object('_version', v.version)
+    from bitrix_sync.settings s
+    left join bitrix_sync.settings_versions v on v.status = 'active'
+   group by v.version
+$$;
+
+--
+-- Name: FUNCTION active_settings(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.active_settings() IS 'The active version''s values with catalogue defaults filled in, plus _version. What workers read and cache.';
+
+--
+-- Name: alert_config_problem(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.alert_config_problem() RETURNS text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_active jsonb;
+begin
+  begin
+    if bitrix_sync.alert_entity_type_id() is null then
+      return null; -- alerts are not configured: the alert receiver answers receiver_not_configured
+    end if;
+  exception when others then
+    return 'alert_config_invalid';
+  end;
+  -- Configured: every alerts.* value must still pass today's catalogue (an older active version
+  -- may predate a bound).
+  v_active := bitrix_sync.active_settings() - '_version';
+  if exists (select 1 from jsonb_array_elements_text(bitrix_sync._settings_errors(v_active)) e
+              where e like 'alerts.%') then
+    return 'alert_config_invalid';
+  end if;
+  return null;
+end $$;
+
+--
+-- Name: FUNCTION alert_config_problem(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.alert_config_problem() IS 'Readiness (§14): alert_config_invalid when alerts.entity_type_id is set but alerts cannot work with the active settings (the entity type is not a usable int4, or an alerts.* value fails today''s catalogue); null otherwise. Names no value.';
+
+--
+-- Name: alert_entity_type_id(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.alert_entity_type_id() RETURNS integer
+    LANGUAGE plpgsql STABLE
+    AS $$
+declare
+  v_value jsonb := bitrix_sync._active_setting('alerts.entity_type_id');
+  v_num numeric;
+begin
+  if jsonb_typeof(v_value) = 'null' then
+    return null;
+  end if;
+  if jsonb_typeof(v_value) = 'number' then
+    v_num := (v_value #>> '{}')::numeric;
+    -- A version activated before the int4 bound and the normalisation may hold 1036.0 or 3e9.
+    if v_num = trunc(v_num) and v_num between 1 and 2147483647 then
+      return v_num::integer;
+    end if;
+  end if;
+  raise exception 'alerts.entity_type_id of the active settings is not a usable entityTypeId'
+    using errcode = 'BS023',
+          hint = 'Propose the smart process''s entityTypeId as a whole number, e.g. propose_settings(''{"alerts.entity_type_id": 1036}'', ...), then validate and activate it.';
+end $$;
+
+--
+-- Name: FUNCTION alert_entity_type_id(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.alert_entity_type_id() IS 'The alert smart process''s entityTypeId from the active settings as int4, null when unset; BS023 when the active value is not a whole number in 1..2^31-1. What accept_webhooks() and readiness read.';
+
+--
+-- Name: alerts_to_look_up(integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer DEFAULT 20) RETURNS TABLE(alert_id bigint, alert_number bigint, alert_type text, fingerprint text)
+    LANGUAGE sql STABLE
+    AS $$
+  select a.id, a.alert_number, a.alert_type::text, a.fingerprint::text
+    from bitrix_sync.business_alerts a
+   where a.id in (
+           -- an unanswered add waiting for its lookup
+           select c.alert_id from bitrix_sync.crm_commands c
+            where c.command_type = 'alert.add' and c.status = 'reconcile' and c.alert_id is not null
+           union
+           -- a change to send, no item yet, and an earlier add that may have landed
+           select u.id from bitrix_sync.business_alerts u
+            where u.crm_sync_status = 'pending' and u.item_id is null and bitrix_sync._alert_add_unsafe(u.id))
+     and not exists (select 1 from bitrix_sync.crm_commands l
+                      where l.alert_id = a.id and l.command_type = 'alert.list'
+                        and l.status in ('pending', 'leased', 'in_flight', 'retry_wait'))
+   order by a.id
+   limit greatest(p_limit, 1)
+$$;
+
+--
+-- Name: FUNCTION alerts_to_look_up(p_limit integer); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer) IS 'Alerts whose item must be looked up before anything else is sent: an alert.add in reconcile, or a pending alert without an item whose earlier add may have landed; none with a lookup already under way.';
+
+--
+-- Name: contact_snapshots; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.contact_snapshots (
+    contact_id character varying(128) NOT NULL,
+    user_id uuid NOT NULL,
+    name_hash character varying(64),
+    email_hash character varying(64),
+    phone_hash character varying(64),
+    citizenship_enum_id character varying(32),
+    citizenship_dictionary_loaded_at timestamp with time zone,
+    registered boolean,
+    crm_created_at timestamp with time zone,
+    crm_updated_at timestamp with time zone,
+    last_applied_source character varying(16),
+    last_applied_at timestamp with time zone,
+    last_webhook_received_at timestamp with time zone,
+    last_webhook_source_at timestamp with time zone,
+    stale boolean DEFAULT false NOT NULL,
+    stale_reason character varying(64),
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT contact_snapshots_contact_id_check CHECK (((contact_id)::text ~ '^[1-9][0-9]{0,17}$'::text)),
+    CONSTRAINT contact_snapshots_last_applied_source_check CHECK (((last_applied_source)::text = ANY ((ARRAY['app_create'::character varying, 'webhook'::character varying, 'reconciliation'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE contact_snapshots; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.contact_snapshots IS 'What bitrix-sync last saw or wrote of each linked Contact (§6.4): hashes instead of values, the citizenship enum ID, CRM source timestamps and which path applied them. Decides whether an event is newer than what the App holds.';
+
+--
+-- Name: COLUMN contact_snapshots.name_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.name_hash IS 'Keyed hash (HMAC-SHA256, "v2:..."; plain SHA-256 hex in rows written before the hash key) of NAME as applied; no value copies.';
+
+--
+-- Name: COLUMN contact_snapshots.email_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.email_hash IS 'Keyed hash (HMAC-SHA256, "v2:..."; plain SHA-256 hex in rows written before the hash key) of the e-mail as applied; no value copies.';
+
+--
+-- Name: COLUMN contact_snapshots.phone_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.phone_hash IS 'Keyed hash (HMAC-SHA256, "v2:..."; plain SHA-256 hex in rows written before the hash key) of the phone bitrix-sync last wrote into the Contact: the entry the next change overwrites.';
+
+--
+-- Name: COLUMN contact_snapshots.crm_updated_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.crm_updated_at IS 'Contact updatedTime last applied; older reads change nothing.';
+
+--
+-- Name: COLUMN contact_snapshots.last_applied_source; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.last_applied_source IS 'app_create | webhook | reconciliation.';
+
+--
+-- Name: COLUMN contact_snapshots.stale; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.stale IS 'The App profile may be behind the CRM (e.g. Contact not found); profile values are kept, not cleared.';
+
+--
+-- Name: apply_crm_master_fields(uuid, text, text, text, text, text, text, text, timestamp with time zone, boolean, timestamp with time zone, timestamp with time zone, text, timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bitrix_sync.contact_snapshots
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.contact_snapshots;
+begin
+  if p_source is null or p_source not in ('app_create', 'webhook', 'reconciliation') then
+    raise exception 'the source of CRM-master fields is app_create, webhook or reconciliation, not %', p_source
+      using errcode = 'BS004', hint = 'Name the path that read the Contact.';
+  end if;
+  -- An older read than the snapshot changes nothing. The caller checks this first; the check here,
+  -- under the snapshot row's lock, also holds when two steps of one transaction (a step group, see
+  -- src/db/statement-batcher.ts) read the snapshot before either wrote it.
+  select * into v_row from bitrix_sync.contact_snapshots s where s.contact_id = p_contact_id for update;
+  if found and p_crm_updated_at < v_row.crm_updated_at then
+    return v_row;
+  end if;
+  -- For the rest of the caller's transaction: the App's trigger records no intent for this write.
+  perform set_config('han.sync_suppress', 'true', true);
+  update han_app.client_profile
+     set full_name = p_full_name, citizenship = p_citizenship, email = p_email,
+         source_updated_at = coalesce(p_crm_updated_at, now())
+   where user_id = p_user_id;
+  insert into bitrix_sync.contact_snapshots
+    (contact_id, user_id, name_hash, email_hash, citizenship_enum_id, citizenship_dictionary_loaded_at,
+     registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at,
+     last_webhook_received_at, stale, stale_reason)
+  values (p_contact_id, p_user_id, p_name_hash, p_email_hash, p_citizenship_enum_id, p_dictionary_loaded_at,
+          p_registered, p_crm_created_at, p_crm_updated_at, p_source, now(), p_webhook_received_at, false, null)
+  on conflict (contact_id) do update
+    set user_id = excluded.user_id, name_hash = excluded.name_hash, email_hash = excluded.email_hash,
+        citizenship_enum_id = excluded.citizenship_enum_id,
+        citizenship_dictionary_loaded_at = coalesce(excluded.citizenship_dictionary_loaded_at,
+                                                    bitrix_sync.contact_snapshots.citizenship_dictionary_loaded_at),
+        registered = excluded.registered, crm_created_at = excluded.crm_created_at,
+        crm_updated_at = excluded.crm_updated_at, last_applied_source = excluded.last_applied_source,
+        last_applied_at = now(),
+        last_webhook_received_at = coalesce(excluded.last_webhook_received_at,
+                                            bitrix_sync.contact_snapshots.last_webhook_received_at),
+        stale = false, stale_reason = null
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) IS 'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
+
+--
+-- Name: begin_command_reconcile(bigint, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.begin_command_reconcile(p_id bigint, p_workflow_token uuid) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  v_row := bitrix_sync._workflow_holder(p_id, p_workflow_token);
+  update bitrix_sync.crm_commands set status = 'reconcile' where id = p_id returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION begin_command_reconcile(p_id bigint, p_workflow_token uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.begin_command_reconcile(p_id bigint, p_workflow_token uuid) IS 'uncertain -> reconcile: the workflow (holding its lease) starts the recovery search for an unanswered write.';
+
+--
+-- Name: blocked_crm_methods(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.blocked_crm_methods(p_bucket text) RETURNS TABLE(method text, blocked_until timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+  select m.method, m.blocked_until
+    from bitrix_sync.crm_method_blocks m
+   where m.bucket = p_bucket and m.blocked_until > clock_timestamp()
+   order by m.method
+$$;
+
+--
+-- Name: FUNCTION blocked_crm_methods(p_bucket text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.blocked_crm_methods(p_bucket text) IS 'REST methods blocked by OPERATION_TIME_LIMIT right now, with the end of each block. The pump holds their commands back.';
+
+--
+-- Name: bring_forward_commands(text[], integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer DEFAULT NULL::integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_n integer;
+  v_w integer := 0;
+begin
+  if p_limit is not null and p_limit < 1 then
+    raise exception 'bring_forward_commands needs a positive limit or none'
+      using errcode = 'BS004', hint = 'Pass 1 for a probe, null for every waiting retry.';
+  end if;
+  -- Retries that wait only because the portal as a whole failed (the caller's codes): due now. They
+  -- are claimed batch by batch through the limiter like any due command, so this is no stampede.
+  with picked as (
+    select c.id from bitrix_sync.crm_commands c
+     where c.status = 'retry_wait' and c.next_attempt_at > now() and c.last_error_code = any(p_codes)
+     order by c.next_attempt_at, c.id
+     limit p_limit
+     for update skip locked
+  )
+  update bitrix_sync.crm_commands c set next_attempt_at = now()
+    from picked where c.id = picked.id;
+  get diagnostics v_n = row_count;
+  if v_n > 0 then
+    perform pg_notify('bitrix_sync_commands', '');
+  end if;
+  -- When the portal answers again (no limit; a probe is one command): workflows that wait in
+  -- waiting_retry for the same reason (a command past its own retries handed back to its workflow
+  -- with a portal-wide code) are due now too. Their step reads before it writes, and what it issues
+  -- goes through the limiter. Waits for other reasons (a late write that may still land) keep theirs.
+  if p_limit is null then
+    with picked as (
+      select w.id from bitrix_sync.workflow_instances w
+       where w.state = 'waiting_retry' and w.next_attempt_at > now() and w.last_error_code = any(p_codes)
+       for update skip locked
+    )
+    update bitrix_sync.workflow_instances w set next_attempt_at = now()
+      from picked where w.id = picked.id;
+    get diagnostics v_w = row_count;
+    if v_w > 0 then
+      perform pg_notify('bitrix_sync_workflows', '');
+    end if;
+  end if;
+  return v_n + v_w;
+end $$;
+
+--
+-- Name: FUNCTION bring_forward_commands(p_codes text[], p_limit integer); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer) IS 'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). With no limit, also makes waiting_retry workflows whose last error is one of p_codes due now (a command handed back to its workflow). The pump calls it with one command as a probe while the portal fails, and with no limit when the portal answers again. Returns how many commands and workflows.';
+
+--
+-- Name: cancel_parked_workflow(uuid, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.cancel_parked_workflow(p_workflow_id uuid, p_reason text, p_operator_id text) RETURNS TABLE(workflow_id uuid, state text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+declare
+  v_wf bitrix_sync.workflow_instances;
+  v_request uuid;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
+  select * into v_wf from bitrix_sync.workflow_instances w where w.id = p_workflow_id for update;
+  if not found then
+    raise exception 'there is no workflow %', p_workflow_id
+      using errcode = 'BS005', hint = 'Copy the id from select * from bitrix_sync.parked_workflows.';
+  end if;
+  if v_wf.workflow_type = 'contact.rebind' then
+    select r.id into v_request from bitrix_sync.rebind_requests r where r.workflow_id = p_workflow_id;
+    raise exception 'workflow % carries a rebind request', p_workflow_id
+      using errcode = 'BS004',
+            hint = format('Cancel the request instead, which records what the CRM holds: select * from bitrix_sync.cancel_rebind_request(%L, ''<why>'', ''ops:<you>'');', v_request);
+  end if;
+  if v_wf.state <> 'waiting_manual' then
+    raise exception 'workflow % is %, not parked', p_workflow_id, v_wf.state
+      using errcode = 'BS002',
+            hint = 'Only a workflow in waiting_manual is cancelled here; a running one finishes on its own. select * from bitrix_sync.parked_workflows lists the parked ones.';
+  end if;
+  perform bitrix_sync._abandon_workflow_commands(p_workflow_id, 'cancelled_by_admin');
+  -- The reason it parked stays in last_error_code; the outcome says a person ended it.
+  v_wf := bitrix_sync.fire_workflow_event(p_workflow_id, null, 'cancel',
+                                          jsonb_build_object('outcome', 'cancelled_by_admin'));
+  perform bitrix_sync._record_admin_action('cancel_workflow', p_workflow_id, null, null, null, p_reason, p_operator_id);
+  return query select v_wf.id, v_wf.state::text;
+end $$;
+
+--
+-- Name: FUNCTION cancel_parked_workflow(p_workflow_id uuid, p_reason text, p_operator_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.cancel_parked_workflow(p_workflow_id uuid, p_reason text, p_operator_id text) IS 'Admin (docs/admin.md): waiting_manual -> cancelled (outcome cancelled_by_admin), audited. The user''s next App change starts a new workflow. BS004 missing audit field or a rebind''s workflow (cancel_rebind_request), BS005 unknown workflow, BS002 not parked.';
+
+--
+-- Name: cancel_rebind_request(uuid, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.cancel_rebind_request(p_request_id uuid, p_reason text, p_operator_id text) RETURNS TABLE(request_id uuid, status text, outcome text, workflow_id uuid, workflow_state text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+declare
+  v_req bitrix_sync.rebind_requests;
+  v_wf bitrix_sync.workflow_instances;
+  v_outcome text;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
+  select * into v_req from bitrix_sync.rebind_requests r where r.id = p_request_id for update;
+  if not found then
+    raise exception 'there is no rebind request %', p_request_id
+      using errcode = 'BS005',
+            hint = 'The id is what request_bitrix_contact_rebind returned; open ones: select * from bitrix_sync.rebind_request_status where status in (''requested'', ''in_progress'').';
+  end if;
+  if v_req.status not in ('requested', 'in_progress') then
+    raise exception 'rebind request % is already %', p_request_id, v_req.status
+      using errcode = 'BS002',
+            hint = 'A finished request stays finished; its outcome column says what the CRM holds.';
+  end if;
+  select * into v_wf from bitrix_sync.workflow_instances w where w.id = v_req.workflow_id for update;
+  -- A write on its way to the portal has no known outcome yet: wait for its reply (or for its lease
+  -- to expire, which records it as uncertain) so that the outcome recorded below is exact.
+  perform 1 from bitrix_sync.crm_commands c
+   where c.workflow_id = v_req.workflow_id and c.alert_id is null and c.status = 'in_flight'
+     and bitrix_sync._is_write_command(c.command_type)
+   for update;
+  if found then
+    raise exception 'a CRM write of rebind request % is on its way to the portal right now', p_request_id
+      using errcode = 'BS007',
+            hint = 'Try again in a few seconds: once its reply (or its lease expiry) is recorded, the cancel records exactly what the CRM holds.';
+  end if;
+
+  perform bitrix_sync._abandon_workflow_commands(v_req.workflow_id, 'rebind_cancelled');
+  v_outcome := bitrix_sync._rebind_crm_outcome(v_req.workflow_id);
+  update bitrix_sync.rebind_requests r
+     set status = 'cancelled', outcome = v_outcome, cancel_reason = btrim(p_reason),
+         cancelled_by = btrim(p_operator_id), completed_at = now()
+   where r.id = p_request_id
+  returning * into v_req;
+  -- The workflow stops here, whoever holds its lease: a step still running is refused at its next
+  -- fenced call (BS001). An App change held during the rebind starts now, on the old link.
+  if v_wf.state not in ('succeeded', 'failed', 'cancelled') then
+    update bitrix_sync.workflow_instances w
+       set state = 'cancelled', outcome = 'rebind_cancelled', lease_token = null, locked_by = null,
+           locked_until = null, finished_at = now()
+     where w.id = v_wf.id
+    returning * into v_wf;
+  end if;
+  perform bitrix_sync._record_admin_action('cancel_rebind_request', v_wf.id, p_request_id, null, null,
+                                           p_reason, p_operator_id);
+  if v_outcome <> 'crm_unchanged' then
+    raise notice 'the CRM was already changed: %', v_outcome
+      using hint = 'docs/admin.md (Rebind, outcomes) says what each outcome leaves in the CRM and what to check there.';
+  end if;
+  return query select v_req.id, v_req.status::text, v_req.outcome::text, v_wf.id, v_wf.state::text;
+end $$;
+
+--
+-- Name: FUNCTION cancel_rebind_request(p_request_id uuid, p_reason text, p_operator_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.cancel_rebind_request(p_request_id uuid, p_reason text, p_operator_id text) IS 'Admin (docs/admin.md): requested | in_progress -> cancelled with the operator''s reason, audited. Closes the workflow''s unsent and unresolved commands, cancels the workflow (a held App change then starts) and records in outcome what the CRM already holds. BS004 missing audit field, BS005 unknown request, BS002 already finished, BS007 a write is in flight right now.';
+
+--
+-- Name: cancel_sync_task(uuid, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text) RETURNS han_app.sync_queue
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row han_app.sync_queue;
+begin
+  perform bitrix_sync._check_code(p_reason);
+  update han_app.sync_queue
+     set status = 'cancelled', cancel_reason = p_reason, completed_at = now(),
+         locked_by = null, locked_until = null, lease_token = null, updated_at = now()
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text) IS 'leased -> cancelled with a reason code (e.g. user not eligible). Refuses a stale token (BS001).';
+
+--
+-- Name: claim_commands(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer DEFAULT 20, p_lease interval DEFAULT '00:01:00'::interval) RETURNS SETOF bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row record;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
+    raise exception 'claim needs 1..1000 rows and a positive lease'
+      using errcode = 'BS004', hint = 'Check the batch.size and lease.ttl_sec settings.';
+  end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
+  end if;
+
+  -- A holder that died with a request out: a write may have landed (uncertain), a read is retried.
+  for v_row in
+    select c.id, c.command_type, c.workflow_id from bitrix_sync.crm_commands c
+     where c.status = 'in_flight' and c.locked_until < now()
+     for update skip locked
+  loop
+    if bitrix_sync._is_write_command(v_row.command_type) then
+      update bitrix_sync.crm_commands
+         set status = 'uncertain', lease_token = null, locked_by = null, locked_until = null,
+             last_error_code = 'lease_expired_in_flight'
+       where id = v_row.id;
+      if v_row.workflow_id is not null then
+        perform bitrix_sync._wake_workflow(v_row.workflow_id);
+      end if;
+    else
+      update bitrix_sync.crm_commands
+         set status = 'retry_wait', next_attempt_at = now(), lease_token = null, locked_by = null,
+             locked_until = null, last_error_code = 'lease_expired_in_flight'
+       where id = v_row.id;
+    end if;
+  end loop;
+
+  -- retry_wait -> pending (due), then claim pending and expired leased rows.
+  update bitrix_sync.crm_commands c set status = 'pending'
+   where c.id in (select d.id from bitrix_sync.crm_commands d
+                   where d.status = 'retry_wait' and d.next_attempt_at <= now()
+                   for update skip locked);
+
+  return query
+  with due as (
+    select c.id, c.next_attempt_at as sort_at from bitrix_sync.crm_commands c
+     where c.status = 'pending' and c.next_attempt_at <= now()
+     order by c.next_attempt_at, c.id
+     limit p_limit
+     for update skip locked
+  ), expired as (
+    select c.id, c.locked_until as sort_at from bitrix_sync.crm_commands c
+     where c.status = 'leased' and c.locked_until < now()
+     limit p_limit
+     for update skip locked
+  ), picked as (
+    select id from (select * from due union all select * from expired) x order by sort_at limit p_limit
+  )
+  update bitrix_sync.crm_commands c
+     set status = 'leased', lease_token = gen_random_uuid(), locked_by = left(p_worker, 128),
+         locked_until = now() + p_lease
+    from picked
+   where c.id = picked.id
+  returning c.*;
+end $$;
+
+--
+-- Name: FUNCTION claim_commands(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer, p_lease interval) IS 'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover().';
+
+--
+-- Name: reconciliation_cursors; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.reconciliation_cursors (
+    job_type character varying(32) NOT NULL,
+    watermark timestamp with time zone,
+    overlap interval DEFAULT '00:02:00'::interval NOT NULL,
+    last_run_started_at timestamp with time zone,
+    last_success_at timestamp with time zone,
+    last_run_status character varying(16),
+    last_error_code character varying(64),
+    last_scanned integer,
+    last_updated integer,
+    last_recovered integer,
+    recovered_baseline numeric,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    lease_token uuid,
+    CONSTRAINT reconciliation_cursors_job_type_check CHECK (((job_type)::text = ANY ((ARRAY['contacts'::character varying, 'alerts'::character varying])::text[]))),
+    CONSTRAINT reconciliation_cursors_last_run_status_check CHECK (((last_run_status)::text = ANY ((ARRAY['running'::character varying, 'succeeded'::character varying, 'failed'::character varying])::text[]))),
+    CONSTRAINT reconciliation_cursors_overlap_check CHECK ((overlap >= '00:00:00'::interval))
+);
+
+--
+-- Name: TABLE reconciliation_cursors; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.reconciliation_cursors IS 'Incremental reconciliation state (§10.2, §10.3). The watermark moves only after a whole successful run; the overlap re-reads the boundary.';
+
+--
+-- Name: COLUMN reconciliation_cursors.last_recovered; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_cursors.last_recovered IS 'Contacts the last run found newer than their snapshot without a processed webhook.';
+
+--
+-- Name: COLUMN reconciliation_cursors.recovered_baseline; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_cursors.recovered_baseline IS 'Smoothed usual value of last_recovered, for the spike alert.';
+
+--
+-- Name: COLUMN reconciliation_cursors.lease_token; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_cursors.lease_token IS 'Fencing token of the running run (claim_reconciliation_cursor); only its holder can finish or fail the run.';
+
+--
+-- Name: claim_reconciliation_cursor(text, interval, boolean, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean DEFAULT false, p_overlap interval DEFAULT NULL::interval) RETURNS SETOF bitrix_sync.reconciliation_cursors
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.reconciliation_cursors;
+  v_lease interval := make_interval(secs => (bitrix_sync._active_setting('reconcile.lease_sec') #>> '{}')::double precision);
+begin
+  if p_interval is null or p_interval < interval '0' or p_overlap < interval '0' then
+    raise exception 'a reconciliation claim needs a non-negative interval (and overlap)'
+      using errcode = 'BS004', hint = 'Check reconcile.contacts_interval_sec, alerts.reconcile_interval_sec and reconcile.overlap_sec.';
+  end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
+  end if;
+  insert into bitrix_sync.reconciliation_cursors (job_type) values (p_job_type) on conflict do nothing;
+  select * into v_row from bitrix_sync.reconciliation_cursors where job_type = p_job_type for update skip locked;
+  if not found then
+    return; -- another claimer holds the row this instant
+  end if;
+  if v_row.last_run_status = 'running' and v_row.last_run_started_at >= now() - v_lease then
+    return; -- a run is in progress
+  end if;
+  if not coalesce(p_force, false) and v_row.last_run_started_at > now() - p_interval then
+    return; -- not due yet
+  end if;
+  update bitrix_sync.reconciliation_cursors
+     set last_run_started_at = now(), last_run_status = 'running', lease_token = gen_random_uuid(),
+         overlap = coalesce(p_overlap, overlap)
+   where job_type = p_job_type
+  returning * into v_row;
+  return next v_row;
+end $$;
+
+--
+-- Name: FUNCTION claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval) IS 'Starts a run of job p_job_type when it is due (last start at least p_interval ago, or p_force) and no live run holds the cursor (a running run older than reconcile.lease_sec is taken over). Returns the cursor with a new lease_token and last_run_started_at = now(), the next watermark; no row when nothing is to be run, and none before perform_cutover().';
+
+--
+-- Name: claim_sync_tasks(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer DEFAULT 10, p_lease interval DEFAULT '00:01:00'::interval) RETURNS SETOF han_app.sync_queue
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_watermark timestamptz;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
+    raise exception 'claim needs 1..1000 rows and a positive lease'
+      using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
+  end if;
+  -- Nothing is processed before the cutover, and after it only intents recorded since the
+  -- watermark (§17 step 8), also when an expired lease is reclaimed.
+  select c.cutover_watermark into v_watermark from bitrix_sync.cutover c;
+  if v_watermark is null then
+    return;
+  end if;
+  -- The App's recorded intents first (han_app.sync_queue_journal). A fold running elsewhere is
+  -- waited for (it is short), so every intent committed before this call is in the queue when the
+  -- claim below looks: the intake watch's "one more look" (watch_intake()) relies on that.
+  perform bitrix_sync.fold_intent_journal(10000, true);
+  return query
+  with due as (
+    select q.id, q.next_attempt_at as sort_at from han_app.sync_queue q
+     where q.status in ('pending', 'retry_wait') and q.next_attempt_at <= now()
+       and q.created_at >= v_watermark
+     order by q.next_attempt_at, q.created_at
+     limit p_limit
+     for update skip locked
+  ), expired as (
+    select q.id, q.locked_until as sort_at from han_app.sync_queue q
+     where q.status = 'leased' and q.locked_until < now() and q.created_at >= v_watermark
+     order by q.locked_until
+     limit p_limit
+     for update skip locked
+  ), picked as (
+    select id from (select * from due union all select * from expired) c order by sort_at limit p_limit
+  )
+  update han_app.sync_queue q
+     set status = 'leased',
+         locked_by = left(p_worker, 128),
+         locked_until = now() + p_lease,
+         lease_token = gen_random_uuid(),
+         attempt_count = q.attempt_count + 1,
+         updated_at = now()
+    from picked
+   where q.id = picked.id
+  returning q.*;
+end $$;
+
+--
+-- Name: FUNCTION claim_sync_tasks(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) IS 'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover().';
+
+--
+-- Name: claim_webhooks(text, integer, interval, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer DEFAULT 10, p_lease interval DEFAULT '00:01:00'::interval, p_receiver text DEFAULT NULL::text) RETURNS SETOF bitrix_sync.webhook_inbox
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_cand record;
+  v_row bitrix_sync.webhook_inbox;
+  v_claimed integer := 0;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
+    raise exception 'claim needs 1..1000 rows and a positive lease'
+      using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
+  end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
+  end if;
+  for v_cand in
+    select w.id, w.receiver, w.entity_id, w.status from bitrix_sync.webhook_inbox w
+     where (p_receiver is null or w.receiver = p_receiver)
+       and ((w.status in ('received', 'retry_wait') and w.next_attempt_at <= now())
+            or (w.status = 'processing' and w.locked_until < now()))
+     order by w.id
+     limit p_limit * 4
+     for update skip locked
+  loop
+    exit when v_claimed >= p_limit;
+    -- Another claimer that has an event of this entity in flight holds this lock until it commits.
+    -- Skipping instead of waiting on its uncommitted index entry avoids a lock cycle between two
+    -- claimers that picked events of the same two entities in crossed order (a deadlock error).
+    continue when not pg_try_advisory_xact_lock(hashtext('bitrix_sync.webhook_inbox'),
+                                                hashtext(v_cand.receiver || ':' || v_cand.entity_id));
+    begin
+      -- The status test skips candidates this loop has just coalesced into an earlier one.
+      update bitrix_sync.webhook_inbox
+         set status = 'processing', lease_token = gen_random_uuid(), locked_by = left(p_worker, 128),
+             locked_until = now() + p_lease, attempt_count = attempt_count + 1, status_at = now()
+       where id = v_cand.id and status = v_cand.status
+      returning * into v_row;
+    exception when unique_violation then
+      -- Another event of this entity is being processed: leave this one for later.
+      continue;
+    end;
+    continue when not found;
+    -- The other pending events of the entity are covered by this one read.
+    update bitrix_sync.webhook_inbox o
+       set status = 'coalesced', coalesced_into = v_row.id, status_at = now()
+     where o.receiver = v_row.receiver and o.entity_id = v_row.entity_id and o.status = 'received'
+       and o.id <> v_row.id
+       and o.id in (select x.id from bitrix_sync.webhook_inbox x
+                     where x.receiver = v_row.receiver and x.entity_id = v_row.entity_id and x.status = 'received'
+                     for update skip locked);
+    v_claimed := v_claimed + 1;
+    return next v_row;
+  end loop;
+end $$;
+
+--
+-- Name: FUNCTION claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text) IS 'Leases due inbox events, at most one per entity (enforced by a partial unique index), and coalesces the entity''s other received events into the claimed one. Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
+
+--
+-- Name: claim_workflows(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer DEFAULT 10, p_lease interval DEFAULT '00:01:00'::interval) RETURNS SETOF bitrix_sync.workflow_instances
+    LANGUAGE plpgsql
+    AS $$
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
+    raise exception 'claim needs 1..1000 rows and a positive lease'
+      using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
+  end if;
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
+  end if;
+  return query
+  with picked as (
+    select w.id from bitrix_sync.workflow_instances w
+     where w.state in ('created', 'running', 'waiting_retry')
+       and w.next_attempt_at <= now()
+       and (w.lease_token is null or w.locked_until < now())
+     order by w.next_attempt_at, w.created_at
+     limit p_limit
+     for update skip locked
+  )
+  update bitrix_sync.workflow_instances w
+     set state = 'running',
+         lease_token = gen_random_uuid(),
+         locked_by = left(p_worker, 128),
+         locked_until = now() + p_lease,
+         attempt_count = w.attempt_count + 1
+    from picked
+   where w.id = picked.id
+  returning w.*;
+end $$;
+
+--
+-- Name: FUNCTION claim_workflows(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, p_lease interval) IS 'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover().';
+
+--
+-- Name: close_mapping(uuid, text, uuid, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.close_mapping(p_mapping_id uuid, p_reason text, p_workflow_id uuid, p_broken boolean DEFAULT false) RETURNS bitrix_sync.entity_external_mapping
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.entity_external_mapping;
+begin
+  perform bitrix_sync._check_code(p_reason);
+  update bitrix_sync.entity_external_mapping
+     set status = case when p_broken then 'broken' else 'closed' end,
+         closed_at = now(), close_reason = p_reason, workflow_id = coalesce(p_workflow_id, workflow_id)
+   where id = p_mapping_id and status = 'active'
+  returning * into v_row;
+  if not found then
+    raise exception 'mapping % is not active', p_mapping_id
+      using errcode = 'BS002', hint = 'closed and broken mappings are final; look up the current active row.';
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION close_mapping(p_mapping_id uuid, p_reason text, p_workflow_id uuid, p_broken boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.close_mapping(p_mapping_id uuid, p_reason text, p_workflow_id uuid, p_broken boolean) IS 'active -> closed (or broken with p_broken) with a reason code and the workflow as correlation. The row stays as history.';
+
+--
+-- Name: complete_command(bigint, uuid, jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  update bitrix_sync.crm_commands
+     set status = 'succeeded', response = p_response, completed_at = now(), last_error_code = null,
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status is not distinct from 'in_flight' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION complete_command(p_id bigint, p_lease_token uuid, p_response jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb) IS 'in_flight -> succeeded with a safe response projection, and wakes the workflow. Refuses stale tokens (BS001).';
+
+--
+-- Name: complete_commands(bigint[], uuid[], jsonb[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[]) RETURNS SETOF bigint
+    LANGUAGE plpgsql
+    AS $$
+begin
+  if coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_lease_tokens), 0)
+     or coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_responses), 0) then
+    raise exception 'complete_commands needs one lease token and one response per command id'
+      using errcode = 'BS004', hint = 'Pass three arrays of the same length, in the same order.';
+  end if;
+  -- One statement for the whole batch: the commands still held under their tokens succeed, and the
+  -- workflows waiting for them wake (waiting_crm -> running, crm_replied) as complete_command does.
+  return query
+  with done as (
+    update bitrix_sync.crm_commands c
+       set status = 'succeeded', response = t.response, completed_at = now(), last_error_code = null,
+           lease_token = null, locked_by = null, locked_until = null
+      from unnest(p_ids, p_lease_tokens, p_responses) as t(id, token, response)
+     where c.id = t.id and c.status is not distinct from 'in_flight' and c.lease_token = t.token
+    returning c.id, c.workflow_id
+  ), woken as (
+    update bitrix_sync.workflow_instances w
+       set state = 'running', next_attempt_at = now()
+     where w.id in (select d.workflow_id from done d where d.workflow_id is not null)
+       and w.state is not distinct from 'waiting_crm'
+    returning w.id
+  )
+  select d.id from done d;
+  if found then
+    perform pg_notify('bitrix_sync_workflows', '');
+  end if;
+end $$;
+
+--
+-- Name: FUNCTION complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[]) IS 'in_flight -> succeeded for many commands in one call, each with its safe response projection, waking their workflows (waiting_crm -> running). Returns the ids completed; a command whose token is stale is left alone (its new holder settles it), where complete_command would refuse it with BS001.';
+
+--
+-- Name: complete_rebind(uuid, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid) RETURNS bitrix_sync.rebind_requests
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_wf bitrix_sync.workflow_instances;
+  v_row bitrix_sync.rebind_requests;
+  v_current bitrix_sync.entity_external_mapping;
+begin
+  v_wf := bitrix_sync._held_workflow(p_workflow_id, p_lease_token);
+  v_row := bitrix_sync._rebind_request_of(p_workflow_id);
+  if v_row.status <> 'in_progress' then
+    raise exception 'rebind request % is %, not in_progress', v_row.id, v_row.status
+      using errcode = 'BS002', hint = 'start_rebind_request() first; a finished request stays finished.';
+  end if;
+  -- Both Contacts are updated: the link moves, the request ends and the conflicts that led to it are
+  -- resolved in one transaction (§5.4, §11).
+  select * into v_current from bitrix_sync.entity_external_mapping m
+   where m.entity_type = 'user' and m.entity_id = v_wf.user_id and m.status = 'active'
+   for update;
+  if found then
+    perform bitrix_sync.close_mapping(v_current.id, 'rebound', p_workflow_id);
+  end if;
+  perform bitrix_sync.open_mapping(v_wf.user_id, v_row.target_contact_id, p_workflow_id);
+  update bitrix_sync.rebind_requests set status = 'succeeded', outcome = 'rebound', completed_at = now()
+   where id = v_row.id
+  returning * into v_row;
+  -- Step 6: the alerts are resolved only here, after the link moved, in the same transaction.
+  perform bitrix_sync._resolve_conflict_alerts(v_wf.user_id);
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION complete_rebind(p_workflow_id uuid, p_lease_token uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid) IS 'in_progress -> succeeded (outcome rebound) for the request of a contact.rebind workflow, in one call: closes the user''s active mapping (rebound), opens the link to the target Contact, and then resolves the user''s open conflict alerts. Fenced by the workflow''s lease token (BS001); BS006 if the target is linked meanwhile. Security definer, as start_rebind_request.';
+
+--
+-- Name: complete_sync_task(uuid, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid) RETURNS han_app.sync_queue
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row han_app.sync_queue;
+begin
+  update han_app.sync_queue
+     set status = 'processed', completed_at = now(), locked_by = null, locked_until = null,
+         lease_token = null, updated_at = now()
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION complete_sync_task(p_id uuid, p_lease_token uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid) IS 'leased -> processed under the current lease token; a stale holder is refused (BS001).';
+
+--
+-- Name: complete_webhook(bigint, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text) RETURNS bitrix_sync.webhook_inbox
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.webhook_inbox;
+begin
+  perform bitrix_sync._check_code(p_outcome);
+  update bitrix_sync.webhook_inbox
+     set status = 'processed', outcome = p_outcome, processed_at = now(), status_at = now(),
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status = 'processing' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('webhook', p_id::text);
+  end if;
+  update bitrix_sync.webhook_inbox
+     set status = 'processed', outcome = 'coalesced', processed_at = now(), status_at = now()
+   where coalesced_into = p_id and status = 'coalesced';
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text) IS 'processing -> processed with a safe outcome code; the events coalesced into it are processed too. Refuses stale tokens (BS001).';
+
+--
+-- Name: crm_limiter_state(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.crm_limiter_state(p_bucket text) RETURNS TABLE(tokens double precision, rate_factor double precision, in_flight integer, throttled_until timestamp with time zone, rate_limited_count bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select b.tokens, b.rate_factor,
+         (select count(*)::integer from bitrix_sync.crm_inflight_slots s
+           where s.bucket = b.bucket and s.expires_at > clock_timestamp()),
+         case when b.throttled_until > clock_timestamp() then b.throttled_until end,
+         b.rate_limited_count
+    from bitrix_sync.crm_rate_buckets b
+   where b.bucket = p_bucket
+$$;
+
+--
+-- Name: FUNCTION crm_limiter_state(p_bucket text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.crm_limiter_state(p_bucket text) IS 'Limiter state for /internal/sync/v1/status (§14): tokens as last stored, rate factor, live in-flight slots, cool-down end. Security definer so the admin role can read it without table grants.';
+
+--
+-- Name: cutover_performed(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.cutover_performed() RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+  select exists (select 1 from bitrix_sync.cutover)
+$$;
+
+--
+-- Name: FUNCTION cutover_performed(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.cutover_performed() IS 'The processing gate (§17): true once perform_cutover() has run. The claim functions return nothing while it is false; readiness reports cutover_not_performed.';
+
+--
+-- Name: dead_letter_command(bigint, uuid, text, integer, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.dead_letter_command(p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer DEFAULT NULL::integer, p_bitrix_error text DEFAULT NULL::text) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  perform bitrix_sync._check_bitrix_error(p_bitrix_error);
+  select * into v_row from bitrix_sync.crm_commands
+   where id = p_id and (status in ('leased', 'in_flight')) is true and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  return bitrix_sync._dead_letter_command_row(v_row, p_error_code, p_http_status, p_bitrix_error);
+end $$;
+
+--
+-- Name: FUNCTION dead_letter_command(p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer, p_bitrix_error text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.dead_letter_command(p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer, p_bitrix_error text) IS 'leased|in_flight -> dead_letter with a technical DLQ row (permanent failure). Refuses stale tokens (BS001).';
+
+--
+-- Name: dead_letter_sync_task(uuid, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text) RETURNS han_app.sync_queue
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row han_app.sync_queue;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  select * into v_row from han_app.sync_queue
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  return bitrix_sync._dead_letter_sync_task_row(v_row, p_error_code);
+end $$;
+
+--
+-- Name: FUNCTION dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text) IS 'leased -> dead_letter and a technical_dead_letters row with the safe code. Refuses a stale token (BS001).';
+
+--
+-- Name: dead_letter_webhook(bigint, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text) RETURNS bitrix_sync.webhook_inbox
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.webhook_inbox;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  select * into v_row from bitrix_sync.webhook_inbox
+   where id = p_id and status = 'processing' and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('webhook', p_id::text);
+  end if;
+  return bitrix_sync._dead_letter_webhook_row(v_row, p_error_code);
+end $$;
+
+--
+-- Name: FUNCTION dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text) IS 'processing -> dead_letter with a technical DLQ row. Reconciliation still repairs the Contact later. Refuses stale tokens (BS001).';
+
+--
+-- Name: delete_retention_batch(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.delete_retention_batch(p_table text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '200ms'
+    AS $$
+declare
+  v_limit integer := (bitrix_sync._active_setting('retention.batch_size') #>> '{}')::integer;
+  v_ids bigint[];
+  v_uuids uuid[];
+  v_count integer;
+begin
+  case p_table
+    when 'webhooks' then
+      -- Processed events (coalesced ones are processed with the event that covered them), and
+      -- dead-lettered ones no open dead letter refers to any more. An event others were coalesced
+      -- into goes after them (the foreign key), so a batch never grows past its size: a flood of
+      -- one Contact is thousands of events coalesced into a few.
+      select array_agg(w.id) into v_ids
+        from (select w.id from bitrix_sync.webhook_inbox w
+               where w.status = 'processed'
+                 and w.processed_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+                 and not exists (select 1 from bitrix_sync.webhook_inbox c where c.coalesced_into = w.id)
+               order by w.processed_at
+               limit v_limit
+               for update skip locked) w;
+      if coalesce(cardinality(v_ids), 0) < v_limit then
+        select coalesce(v_ids, '{}') || coalesce(array_agg(w.id), '{}') into v_ids
+          from (select w.id from bitrix_sync.webhook_inbox w
+                 where w.status = 'dead_letter'
+                   and w.status_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+                   and not exists (select 1 from bitrix_sync.webhook_inbox c where c.coalesced_into = w.id)
+                   and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                                    where d.resolved_at is null and d.source = 'webhook' and d.source_id = w.id::text)
+                 order by w.id
+                 limit v_limit - coalesce(cardinality(v_ids), 0)
+                 for update skip locked) w;
+      end if;
+      delete from bitrix_sync.webhook_inbox w where w.id = any(v_ids);
+    when 'commands' then
+      select array_agg(c.id) into v_ids
+        from (select c.id from bitrix_sync.crm_commands c
+                left join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+                left join bitrix_sync.business_alerts a on a.id = c.alert_id
+               where c.completed_at < bitrix_sync._retention_cutoff('retention.commands_days')
+                 and c.status in ('succeeded', 'dead_letter')
+                 and (c.workflow_id is null or w.state in ('succeeded', 'failed', 'cancelled'))
+                 and (c.alert_id is null or a.item_id is not null)
+                 and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                                  where d.resolved_at is null
+                                    and (d.command_id = c.id or d.workflow_id = c.workflow_id))
+               order by c.completed_at
+               limit v_limit
+               for update of c skip locked) c;
+      delete from bitrix_sync.crm_commands c where c.id = any(v_ids);
+    when 'workflows' then
+      select array_agg(w.id) into v_uuids
+        from (select w.id from bitrix_sync.workflow_instances w
+               where w.state in ('succeeded', 'failed', 'cancelled')
+                 and w.finished_at < bitrix_sync._retention_cutoff('retention.workflows_days')
+                 and not exists (select 1 from bitrix_sync.crm_commands c where c.workflow_id = w.id)
+                 and exists (select 1 from bitrix_sync.workflow_instances n
+                                  where n.user_id = w.user_id and n.created_at > w.created_at)
+                 and not exists (select 1 from bitrix_sync.rebind_requests r where r.workflow_id = w.id)
+                 and not exists (select 1 from bitrix_sync.entity_external_mapping m where m.workflow_id = w.id)
+                 and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                                  where d.resolved_at is null and d.workflow_id = w.id)
+               order by w.finished_at
+               limit v_limit
+               for update skip locked) w;
+      delete from bitrix_sync.workflow_instances w where w.id = any(v_uuids);
+    when 'queue' then
+      select array_agg(q.id) into v_uuids
+        from (select q.id from han_app.sync_queue q
+               where q.status in ('processed', 'cancelled', 'dead_letter')
+                 and q.completed_at < bitrix_sync._retention_cutoff('retention.queue_days')
+                 and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                                  where d.resolved_at is null and d.source = 'sync_queue' and d.source_id = q.id::text)
+                 and q.id not in (select w.source_task_id from bitrix_sync.workflow_instances w
+                                   where w.state not in ('succeeded', 'failed', 'cancelled')
+                                     and w.source_task_id is not null)
+               limit v_limit
+               for update skip locked) q;
+      delete from han_app.sync_queue q where q.id = any(v_uuids);
+    else
+      raise exception 'retention knows the tables webhooks, commands, workflows and queue, not %', p_table
+        using errcode = 'BS004', hint = 'Example: select bitrix_sync.delete_retention_batch(''webhooks'');';
+  end case;
+  get diagnostics v_count = row_count;
+  return v_count;
+end $$;
+
+--
+-- Name: FUNCTION delete_retention_batch(p_table text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) IS 'Deletes one batch (at most retention.batch_size rows) of finished rows of one table past its retention.*_days: webhooks (processed; dead-lettered with no open dead letter; an event others were coalesced into after them), commands (succeeded or dead-lettered, of finished workflows or of alerts with an item, with no open dead letter), workflows (finished, commands gone, not the user''s newest, not referred to by a mapping, a rebind request or an open dead letter) or queue (processed, cancelled or dead-lettered intents no open dead letter or unfinished workflow refers to). Rows are picked FOR UPDATE SKIP LOCKED under lock_timeout 200ms. Returns rows deleted; call again until it returns 0.';
+
+--
+-- Name: extend_sync_task_lease(uuid, uuid, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval) RETURNS han_app.sync_queue
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row han_app.sync_queue;
+begin
+  update han_app.sync_queue set locked_until = now() + p_lease, updated_at = now()
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval) IS 'Extends a held lease. Refuses a stale token (BS001).';
+
+--
+-- Name: extend_workflow_lease(uuid, uuid, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval) RETURNS bitrix_sync.workflow_instances
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.workflow_instances;
+begin
+  update bitrix_sync.workflow_instances set locked_until = now() + p_lease
+   where id = p_id and state is not distinct from 'running' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('workflow', p_id::text);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval) IS 'Extends the lease of a running workflow. Refuses a stale token (BS001).';
+
+--
+-- Name: fail_alert_lookup(bigint); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.fail_alert_lookup(p_alert_id bigint) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_add bitrix_sync.crm_commands;
+  v_count integer := 0;
+begin
+  perform 1 from bitrix_sync.business_alerts where id = p_alert_id for update;
+  if not found then
+    raise exception 'business alert % does not exist', p_alert_id using errcode = 'BS005', hint = 'Check the alert id.';
+  end if;
+  for v_add in
+    select * from bitrix_sync.crm_commands
+     where alert_id = p_alert_id and command_type = 'alert.add' and status = 'reconcile'
+     for update
+  loop
+    perform bitrix_sync._dead_letter_command_row(v_add, 'alert_lookup_failed', null, null);
+    v_count := v_count + 1;
+  end loop;
+  -- Until someone looks, nothing may be sent for this alert: an add could make a second item.
+  update bitrix_sync.business_alerts set crm_sync_status = 'failed'
+   where id = p_alert_id and crm_sync_status <> 'failed';
+  return v_count;
+end $$;
+
+--
+-- Name: FUNCTION fail_alert_lookup(p_alert_id bigint); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.fail_alert_lookup(p_alert_id bigint) IS 'The lookup of an alert''s item failed for good: the alert.adds waiting in reconcile go to dead_letter (alert_lookup_failed) with a technical DLQ row, and the alert is marked failed (visible in status_alert_mirror) until an admin requeues it, which looks the item up again before anything is added. Returns how many adds.';
+
+--
+-- Name: fail_reconciliation_run(text, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text) RETURNS bitrix_sync.reconciliation_cursors
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.reconciliation_cursors;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  update bitrix_sync.reconciliation_cursors
+     set last_run_status = 'failed', last_error_code = p_error_code, lease_token = null
+   where job_type = p_job_type and last_run_status = 'running' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('reconciliation run', p_job_type);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text) IS 'running -> failed with a safe code; the watermark stays, so the next run reads the same window again. Refuses a run whose lease was taken over (BS001).';
+
+--
+-- Name: business_alerts; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.business_alerts (
+    id bigint NOT NULL,
+    alert_number bigint NOT NULL,
+    alert_type character varying(64) NOT NULL,
+    severity character varying(16) DEFAULT 'medium'::character varying NOT NULL,
+    fingerprint character varying(64) NOT NULL,
+    user_id uuid,
+    current_contact_id character varying(128),
+    selected_contact_id character varying(128),
+    candidate_contact_ids jsonb DEFAULT '[]'::jsonb NOT NULL,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    status character varying(16) DEFAULT 'open'::character varying NOT NULL,
+    item_id bigint,
+    stage_id character varying(64),
+    crm_sync_status character varying(16) DEFAULT 'pending'::character varying NOT NULL,
+    occurrence_count integer DEFAULT 1 NOT NULL,
+    first_occurred_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_occurred_at timestamp with time zone DEFAULT now() NOT NULL,
+    previous_alert_id bigint,
+    correlation_id uuid,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    closed_at timestamp with time zone,
+    CONSTRAINT business_alerts_alert_type_check CHECK (((alert_type)::text ~ '^[a-z][a-z0-9_]{2,63}$'::text)),
+    CONSTRAINT business_alerts_candidate_contact_ids_check CHECK ((jsonb_typeof(candidate_contact_ids) = 'array'::text)),
+    CONSTRAINT business_alerts_closed CHECK ((((status)::text = 'open'::text) = (closed_at IS NULL))),
+    CONSTRAINT business_alerts_crm_sync_status_check CHECK (((crm_sync_status)::text = ANY ((ARRAY['pending'::character varying, 'synced'::character varying, 'failed'::character varying])::text[]))),
+    CONSTRAINT business_alerts_fingerprint_check CHECK (((fingerprint)::text ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT business_alerts_occurrence_count_check CHECK ((occurrence_count >= 1)),
+    CONSTRAINT business_alerts_severity_check CHECK (((severity)::text = ANY ((ARRAY['low'::character varying, 'medium'::character varying, 'high'::character varying, 'critical'::character varying])::text[]))),
+    CONSTRAINT business_alerts_status_check CHECK (((status)::text = ANY ((ARRAY['open'::character varying, 'resolved'::character varying, 'closed'::character varying, 'remote_missing'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE business_alerts; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.business_alerts IS 'Business conflicts (§11), mirrored into the Bitrix24 smart process. One open alert per (alert_type, fingerprint); a repeat bumps occurrence_count; after a terminal stage a new case opens a new alert linked to the previous one.';
+
+--
+-- Name: COLUMN business_alerts.alert_number; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.business_alerts.alert_number IS 'Internal sequence number shown in the smart-process item.';
+
+--
+-- Name: COLUMN business_alerts.fingerprint; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.business_alerts.fingerprint IS 'SHA-256 hex of the conflict identity (type + stable ids); not a label, not shown.';
+
+--
+-- Name: COLUMN business_alerts.details; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.business_alerts.details IS 'Safe details only: codes and counts (§15); never values read from the App or the CRM.';
+
+--
+-- Name: COLUMN business_alerts.status; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.business_alerts.status IS 'open | resolved | closed | remote_missing (item deleted in the CRM).';
+
+--
+-- Name: COLUMN business_alerts.item_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.business_alerts.item_id IS 'Bitrix24 smart-process item ID once created.';
+
+--
+-- Name: COLUMN business_alerts.stage_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.business_alerts.stage_id IS 'Last known smart-process stage.';
+
+--
+-- Name: COLUMN business_alerts.crm_sync_status; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.business_alerts.crm_sync_status IS 'Whether the smart-process item reflects this row: pending (needs add/update), synced, failed.';
+
+--
+-- Name: COLUMN business_alerts.previous_alert_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.business_alerts.previous_alert_id IS 'The earlier alert of the same (type, fingerprint) closed before this one opened.';
+
+--
+-- Name: finish_business_alert(bigint, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text DEFAULT NULL::text) RETURNS bitrix_sync.business_alerts
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.business_alerts;
+begin
+  if p_status not in ('resolved', 'closed', 'remote_missing') then
+    raise exception 'an alert finishes as resolved, closed or remote_missing, not %', p_status
+      using errcode = 'BS004', hint = 'See §11 and §10.3.';
+  end if;
+  update bitrix_sync.business_alerts
+     set status = p_status, stage_id = coalesce(p_stage_id, stage_id), closed_at = now()
+   where id = p_alert_id and status = 'open'
+  returning * into v_row;
+  if not found then
+    raise exception 'business alert % is not open', p_alert_id
+      using errcode = 'BS002', hint = 'A finished alert stays finished; a new case opens a new alert.';
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text) IS 'open -> resolved | closed (terminal stage seen) | remote_missing (item deleted in the CRM).';
+
+--
+-- Name: finish_reconciliation_run(text, uuid, integer, integer, integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.finish_reconciliation_run(p_job_type text, p_lease_token uuid, p_scanned integer, p_updated integer, p_recovered integer DEFAULT NULL::integer) RETURNS bitrix_sync.reconciliation_cursors
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.reconciliation_cursors;
+begin
+  update bitrix_sync.reconciliation_cursors
+     set watermark = last_run_started_at, last_success_at = now(), last_run_status = 'succeeded',
+         last_error_code = null, last_scanned = p_scanned, last_updated = p_updated,
+         last_recovered = coalesce(p_recovered, last_recovered),
+         -- Smoothed usual value of recovered Contacts, for the spike alert of §10.2.
+         recovered_baseline = case when p_recovered is null then recovered_baseline
+                                   else coalesce(recovered_baseline * 0.8 + p_recovered * 0.2, p_recovered) end,
+         lease_token = null
+   where job_type = p_job_type and last_run_status = 'running' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('reconciliation run', p_job_type);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION finish_reconciliation_run(p_job_type text, p_lease_token uuid, p_scanned integer, p_updated integer, p_recovered integer); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.finish_reconciliation_run(p_job_type text, p_lease_token uuid, p_scanned integer, p_updated integer, p_recovered integer) IS 'running -> succeeded: the watermark moves to the run''s start, the counts are recorded (p_recovered also feeds the spike baseline). Refuses a run whose lease was taken over (BS001).';
+
+--
+-- Name: fire_workflow_event(uuid, uuid, text, jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.fire_workflow_event(p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb DEFAULT '{}'::jsonb) RETURNS bitrix_sync.workflow_instances
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.workflow_instances;
+  v_to text;
+  v_bad text;
+begin
+  select * into v_row from bitrix_sync.workflow_instances where id = p_id for update;
+  if not found then
+    raise exception 'workflow % does not exist', p_id
+      using errcode = 'BS005', hint = 'Check the workflow id.';
+  end if;
+  if v_row.lease_token is distinct from p_lease_token then
+    perform bitrix_sync._refuse_stale('workflow', p_id::text);
+  end if;
+  select e.to_state into v_to from bitrix_sync.state_edges e
+   where e.machine = 'workflow' and e.from_state = v_row.state and e.event = p_event;
+  if v_to is null then
+    raise exception 'workflow event % is not allowed in state %', p_event, v_row.state
+      using errcode = 'BS002', hint = 'docs/state-machines.md lists the events of each state.';
+  end if;
+  select string_agg(k, ', ') into v_bad from jsonb_object_keys(coalesce(p_changes, '{}'::jsonb)) k
+   where k not in ('current_step', 'step_data', 'contact_id', 'outcome', 'last_error_code', 'next_attempt_at',
+                   'processed_revision');
+  if v_bad is not null then
+    raise exception 'workflow event cannot change %', v_bad
+      using errcode = 'BS004', hint = 'Allowed: current_step, step_data, contact_id, outcome, last_error_code, next_attempt_at, processed_revision.';
+  end if;
+  if p_changes ? 'last_error_code' and p_changes ->> 'last_error_code' is not null then
+    perform bitrix_sync._check_code(p_changes ->> 'last_error_code');
+  end if;
+  if p_changes ? 'outcome' and p_changes ->> 'outcome' is not null then
+    perform bitrix_sync._check_code(p_changes ->> 'outcome');
+  end if;
+
+  update bitrix_sync.workflow_instances w
+     set state = v_to,
+         current_step = coalesce(p_changes ->> 'current_step', w.current_step),
+         step_data = case when p_changes ? 'step_data' then p_changes -> 'step_data' else w.step_data end,
+         contact_id = case when p_changes ? 'contact_id' then p_changes ->> 'contact_id' else w.contact_id end,
+         outcome = case when p_changes ? 'outcome' then p_changes ->> 'outcome' else w.outcome end,
+         last_error_code = case when p_changes ? 'last_error_code' then p_changes ->> 'last_error_code' else w.last_error_code end,
+         next_attempt_at = coalesce((p_changes ->> 'next_attempt_at')::timestamptz,
+                                    case when v_to = 'running' then w.next_attempt_at else now() end),
+         processed_revision = coalesce((p_changes ->> 'processed_revision')::integer, w.processed_revision),
+         -- The lease belongs to a worker stepping a running workflow; any other state releases it.
+         lease_token = case when v_to = 'running' then w.lease_token end,
+         locked_by = case when v_to = 'running' then w.locked_by end,
+         locked_until = case when v_to = 'running' then w.locked_until end,
+         finished_at = case when v_to in ('succeeded', 'failed', 'cancelled') then now() end
+   where w.id = p_id
+  returning * into v_row;
+  if v_to in ('waiting_retry', 'running') then
+    perform pg_notify('bitrix_sync_workflows', '');
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION fire_workflow_event(p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.fire_workflow_event(p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb) IS 'Moves a workflow along the edge named p_event from its current state (bitrix_sync.state_edges), applying the allowed changes. The caller must present the current lease token (null when none is held); stale holders get BS001, illegal events BS002.';
+
+--
+-- Name: fold_intent_journal(integer, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.fold_intent_journal(p_limit integer DEFAULT 10000, p_wait boolean DEFAULT false) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_taken integer;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 100000 then
+    raise exception 'a fold takes 1..100000 journal rows, not %', coalesce(p_limit::text, 'null')
+      using errcode = 'BS004', hint = 'Call fold_intent_journal() without arguments, or with a limit in that range.';
+  end if;
+  if p_wait then
+    perform pg_advisory_xact_lock(727014, 3);
+  elsif not pg_try_advisory_xact_lock(727014, 3) then
+    -- Another transaction is folding right now; its rows become visible when it commits.
+    return 0;
+  end if;
+
+  with taken as (
+    -- The journal has no index: the rows are taken as the heap holds them, by their addresses.
+    delete from han_app.sync_queue_journal j
+     where j.ctid = any (array(select s.ctid from han_app.sync_queue_journal s limit p_limit))
+    returning j.task_type, j.user_id, j.reason, j.source_updated_at, j.recorded_at
+  ), latest as (
+    -- One intent per (task, user): the newest says why; the oldest says since when.
+    select distinct on (t.task_type, t.user_id)
+           t.task_type, t.user_id, t.reason, t.source_updated_at,
+           min(t.recorded_at) over (partition by t.task_type, t.user_id) as first_recorded_at
+      from taken t
+     order by t.task_type, t.user_id, t.recorded_at desc
+  ), folded as (
+    -- In user order, the order the step groups and intake batches lock in.
+    insert into han_app.sync_queue as q (task_type, entity_type, entity_id, dedup_key, payload_json, status,
+                                         next_attempt_at, created_at, updated_at)
+    select l.task_type, 'user', l.user_id, l.task_type || ':user:' || l.user_id::text,
+           jsonb_build_object(
+             'schema_version', 1,
+             'user_id', l.user_id,
+             'reason', l.reason,
+             'source_updated_at', to_char(l.source_updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+           'pending', l.first_recorded_at, l.first_recorded_at, now()
+      from latest l
+     order by l.user_id, l.task_type
+    -- A newer intent coalesces into the user's active one of the same task. If a worker holds it,
+    -- the row goes back to pending, which fences the holder: its completion is refused and the row
+    -- is processed again with the newest state. A retry_wait row becomes due now. A pending row is
+    -- due already and no worker holds it, so it is left as it is (no new row version): it keeps the
+    -- reason of the intent that made it pending (workers read the App's rows, not the payload).
+    on conflict (dedup_key) where status in ('pending', 'leased', 'retry_wait')
+    do update set payload_json = excluded.payload_json,
+                  status = 'pending',
+                  next_attempt_at = least(q.next_attempt_at, now()),
+                  locked_by = null,
+                  locked_until = null,
+                  lease_token = null,
+                  updated_at = now()
+             where q.status <> 'pending'
+    returning 1
+  )
+  select count(*) into v_taken from taken;
+  return v_taken;
+end $$;
+
+--
+-- Name: FUNCTION fold_intent_journal(p_limit integer, p_wait boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait boolean) IS 'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (advisory lock 727014/3): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
+
+--
+-- Name: issue_alert_command(bigint, text, jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_cmd bitrix_sync.crm_commands;
+begin
+  if p_command_type not like 'alert.%' then
+    raise exception 'alert commands must be alert.* types, got %', p_command_type
+      using errcode = 'BS004', hint = 'Contact commands belong to a workflow: use issue_command().';
+  end if;
+  insert into bitrix_sync.crm_commands (alert_id, command_type, params)
+  values (p_alert_id, p_command_type, coalesce(p_params, '{}'::jsonb))
+  returning * into v_cmd;
+  perform pg_notify('bitrix_sync_commands', '');
+  return v_cmd;
+end $$;
+
+--
+-- Name: FUNCTION issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb) IS 'Queues a smart-process command for a business alert; independent of workflow steps (§7.1).';
+
+--
+-- Name: issue_alert_lookup(bigint, jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params jsonb) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+begin
+  if p_params is null or p_params ->> 'purpose' is distinct from 'find' or jsonb_typeof(p_params -> 'match') <> 'object' then
+    raise exception 'an alert lookup needs params {entityTypeId, purpose: "find", match: {field, value}}'
+      using errcode = 'BS004', hint = 'Build it with lookupMatch() of src/alerts/recover.ts.';
+  end if;
+  -- One lookup at a time per alert: the alert row is the lock.
+  perform 1 from bitrix_sync.business_alerts where id = p_alert_id for update;
+  if not found then
+    raise exception 'business alert % does not exist', p_alert_id using errcode = 'BS005', hint = 'Check the alert id.';
+  end if;
+  if exists (select 1 from bitrix_sync.crm_commands l
+              where l.alert_id = p_alert_id and l.command_type = 'alert.list'
+                and l.status in ('pending', 'leased', 'in_flight', 'retry_wait')) then
+    return null;
+  end if;
+  return bitrix_sync.issue_alert_command(p_alert_id, 'alert.list', p_params);
+end $$;
+
+--
+-- Name: FUNCTION issue_alert_lookup(p_alert_id bigint, p_params jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params jsonb) IS 'Queues an alert.list that looks for the alert''s item by its alert_number or fingerprint field, or its title (params.purpose = find). Returns null when a lookup of that alert is already under way.';
+
+--
+-- Name: issue_command(uuid, uuid, text, jsonb, text, text, jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text DEFAULT NULL::text, p_step_data jsonb DEFAULT NULL::jsonb) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_wf bitrix_sync.workflow_instances;
+  v_cmd bitrix_sync.crm_commands;
+begin
+  if p_step_data is not null and jsonb_typeof(p_step_data) <> 'object' then
+    raise exception 'step data must be a JSON object'
+      using errcode = 'BS004', hint = 'Pass the workflow''s safe step state (IDs, flags, counts), e.g. ''{"pass": 1}''.';
+  end if;
+  -- running -> waiting_crm (event await_crm; the guard trigger checks the edge) under the caller's
+  -- lease, with the step and its state in the same row version: one write of the workflow per step.
+  update bitrix_sync.workflow_instances w
+     set state = 'waiting_crm', current_step = coalesce(p_step, w.current_step),
+         step_data = coalesce(p_step_data, w.step_data), next_attempt_at = now(),
+         lease_token = null, locked_by = null, locked_until = null
+   where w.id = p_workflow_id and w.state is not distinct from 'running' and w.lease_token = p_lease_token
+  returning * into v_wf;
+  if not found then
+    perform bitrix_sync._refuse_stale('workflow', p_workflow_id::text);
+  end if;
+  insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id, trace_context)
+  values (p_workflow_id, p_command_type, coalesce(p_params, '{}'::jsonb), v_wf.revision, v_wf.correlation_id,
+          bitrix_sync._trace_context(p_trace_context))
+  returning * into v_cmd;
+  perform pg_notify('bitrix_sync_commands', '');
+  return v_cmd;
+end $$;
+
+--
+-- Name: FUNCTION issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) IS 'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm (await_crm) at step p_step, storing p_step_data (the step state, a JSON object) in the same write when given. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it. Refuses a stale lease or a workflow not running (BS001).';
+
+--
+-- Name: list_dead_letters(boolean, integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.list_dead_letters(p_include_resolved boolean DEFAULT false, p_limit integer DEFAULT 100) RETURNS TABLE(id bigint, source text, operation text, error_code text, http_status integer, bitrix_error text, attempt_count integer, first_attempt_at timestamp with time zone, deadline_at timestamp with time zone, created_at timestamp with time zone, age_sec bigint, source_id text, workflow_id uuid, command_id bigint, workflow_type text, workflow_state text, requeue text, resolution text, resolved_at timestamp with time zone, resolved_by text, requeued_to text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if p_limit is null or p_limit not between 1 and 10000 then
+    raise exception 'the limit must be between 1 and 10000, got %', p_limit
+      using errcode = 'BS004', hint = 'Example: select * from bitrix_sync.list_dead_letters(false, 500);';
+  end if;
+  return query
+  select d.id, d.source::text, d.operation::text, d.error_code::text, d.http_status, d.bitrix_error::text,
+         d.attempt_count, d.first_attempt_at, d.deadline_at, d.created_at,
+         extract(epoch from now() - d.created_at)::bigint, d.source_id::text, d.workflow_id, d.command_id,
+         w.workflow_type::text, w.state::text,
+         case when d.resolved_at is not null then null
+              when r.why is null then 'ready'
+              else (r.why ->> 'code') || ': ' || (r.why ->> 'message') end,
+         d.resolution::text, d.resolved_at, d.resolved_by::text, d.requeued_to::text
+    from bitrix_sync.technical_dead_letters d
+    left join bitrix_sync.workflow_instances w on w.id = d.workflow_id
+    left join lateral (select bitrix_sync._requeue_refusal(d) as why) r on d.resolved_at is null
+   where d.id in (select x.id from bitrix_sync.technical_dead_letters x
+                   where p_include_resolved or x.resolved_at is null
+                   order by x.id desc
+                   limit p_limit)
+   order by d.id;
+end $$;
+
+--
+-- Name: FUNCTION list_dead_letters(p_include_resolved boolean, p_limit integer); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.list_dead_letters(p_include_resolved boolean, p_limit integer) IS 'Admin (§9): the newest p_limit technical dead letters, open ones only unless p_include_resolved, oldest first, with safe columns (codes, counts, times, internal ids; the reasons are in admin_actions), the state of their workflow, and `requeue`: ready, or the SQLSTATE and sentence a requeue would refuse with now.';
+
+--
+-- Name: mark_alert_mirror_failed(bigint); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.mark_alert_mirror_failed(p_alert_id bigint) RETURNS bitrix_sync.business_alerts
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.business_alerts;
+begin
+  -- Only a mirror in progress can fail. A pending alert has a newer change still to send, whose
+  -- command supersedes the one that failed, so it stays pending.
+  update bitrix_sync.business_alerts set crm_sync_status = 'failed'
+   where id = p_alert_id and crm_sync_status = 'synced'
+  returning * into v_row;
+  if found then
+    return v_row;
+  end if;
+  select * into v_row from bitrix_sync.business_alerts where id = p_alert_id;
+  if not found then
+    raise exception 'business alert % does not exist', p_alert_id using errcode = 'BS005', hint = 'Check the alert id.';
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION mark_alert_mirror_failed(p_alert_id bigint); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.mark_alert_mirror_failed(p_alert_id bigint) IS 'crm_sync_status synced -> failed when the alert''s command failed for good (visible in status). A pending alert keeps its newer change queued; a failed one stays failed.';
+
+--
+-- Name: mark_alert_mirrored(bigint); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.mark_alert_mirrored(p_alert_id bigint) RETURNS bitrix_sync.business_alerts
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.business_alerts;
+begin
+  update bitrix_sync.business_alerts set crm_sync_status = 'synced'
+   where id = p_alert_id and crm_sync_status = 'pending'
+  returning * into v_row;
+  if found then
+    return v_row;
+  end if;
+  select * into v_row from bitrix_sync.business_alerts where id = p_alert_id;
+  if not found then
+    raise exception 'business alert % does not exist', p_alert_id using errcode = 'BS005', hint = 'Check the alert id.';
+  end if;
+  raise exception 'business alert % is %, not pending: nothing to mirror', p_alert_id, v_row.crm_sync_status
+    using errcode = 'BS002', hint = 'Only an alert whose change is pending is handed to the CRM; issue its command first.';
+end $$;
+
+--
+-- Name: FUNCTION mark_alert_mirrored(p_alert_id bigint); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.mark_alert_mirrored(p_alert_id bigint) IS 'crm_sync_status pending -> synced once the alert''s add/update command is issued. A newer occurrence sets it back to pending. Refuses an alert that is not pending (BS002).';
+
+--
+-- Name: mark_command_uncertain(bigint, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  update bitrix_sync.crm_commands
+     set status = 'uncertain', last_error_code = p_error_code,
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status is not distinct from 'in_flight' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text) IS 'in_flight -> uncertain: the request left and no reply came. The workflow recovers by searching, never by resending. Refuses stale tokens (BS001).';
+
+--
+-- Name: mark_contact_snapshot_stale(text, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.mark_contact_snapshot_stale(p_contact_id text, p_user_id uuid, p_reason text) RETURNS bitrix_sync.contact_snapshots
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.contact_snapshots;
+begin
+  perform bitrix_sync._check_code(p_reason);
+  insert into bitrix_sync.contact_snapshots (contact_id, user_id, stale, stale_reason)
+  values (p_contact_id, p_user_id, true, p_reason)
+  on conflict (contact_id) do update set stale = true, stale_reason = excluded.stale_reason
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION mark_contact_snapshot_stale(p_contact_id text, p_user_id uuid, p_reason text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.mark_contact_snapshot_stale(p_contact_id text, p_user_id uuid, p_reason text) IS 'Marks the App''s copy of a Contact as possibly behind the CRM (e.g. contact_not_found) without clearing any App value.';
+
+--
+-- Name: metrics_snapshot(text, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.metrics_snapshot(p_bucket text DEFAULT NULL::text, p_check_mappings boolean DEFAULT false) RETURNS TABLE(family text, labels jsonb, value double precision)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_burst double precision := (bitrix_sync._active_setting('limiter.burst') #>> '{}')::double precision;
+  v_refill double precision := (bitrix_sync._active_setting('limiter.refill_per_sec') #>> '{}')::double precision;
+begin
+  -- Fold what the triggers appended since the last scrape. One scrape folds at a time; another
+  -- scrape meanwhile reads the totals plus the rows not folded yet, which gives the same sums.
+  if pg_try_advisory_xact_lock(hashtext('bitrix_sync.metric_events')) then
+    with moved as (
+      delete from bitrix_sync.metric_events e returning e.machine, e.kind, e.from_state, e.to_state
+    )
+    insert into bitrix_sync.metric_event_totals as t (machine, kind, from_state, to_state, count)
+    select m.machine, m.kind, m.from_state, m.to_state, count(*) from moved m group by 1, 2, 3, 4
+    on conflict (machine, kind, from_state, to_state) do update set count = t.count + excluded.count;
+  end if;
+
+  return query
+  -- Live states only: each filter reaches the status view's scan (its grouping column), so no
+  -- finished row is read.
+  with queue as (
+    select q.status, q.count, q.oldest_age_sec from bitrix_sync.status_queue q
+     where q.status in ('pending', 'leased', 'retry_wait')
+  ), queue_all as (
+    -- Every live status always present (0 when empty), so "older than" alerts have a series.
+    select s.status, coalesce(q.count, 0) as count, coalesce(q.oldest_age_sec, 0) as oldest_age_sec
+      from unnest(array['pending', 'leased', 'retry_wait']) s(status) left join queue q on q.status = s.status
+  ), workflows as (
+    select w.workflow_type, w.state, w.count, w.oldest_age_sec from bitrix_sync.status_workflows w
+     where w.state in ('created', 'running', 'waiting_crm', 'waiting_retry', 'waiting_manual')
+  ), commands as (
+    select c.command_type, c.status, c.count, c.oldest_age_sec from bitrix_sync.status_commands c
+     where c.status in ('pending', 'leased', 'in_flight', 'retry_wait', 'uncertain', 'reconcile')
+  ), inbox as (
+    select h.receiver, h.status, h.count, h.oldest_age_sec from bitrix_sync.status_webhooks h
+     where h.status in ('received', 'coalesced', 'processing', 'retry_wait')
+  ), dead as (
+    select d.source, d.operation, d.error_code, d.count, d.oldest_age_sec from bitrix_sync.status_dead_letters d
+  ), alerts as (
+    select a.alert_type, a.severity, a.open_count, a.sla_overdue from bitrix_sync.status_alerts a
+  ), mirror as (
+    -- Alerts whose smart-process item is behind; both statuses always present (0 when none).
+    select s.status, coalesce(m.count, 0) as count
+      from unnest(array['pending', 'failed']) s(status)
+      left join bitrix_sync.status_alert_mirror m on m.mirror_status = s.status
+  ), events as (
+    -- The folded totals plus whatever a concurrent scrape has not folded yet.
+    select e.machine, e.kind, e.from_state, e.to_state, sum(e.n) as n
+      from (select t.machine, t.kind, t.from_state, t.to_state, t.count as n from bitrix_sync.metric_event_totals t
+            union all
+            select p.machine, p.kind, p.from_state, p.to_state, 1 from bitrix_sync.metric_events p) e
+     group by e.machine, e.kind, e.from_state, e.to_state
+  )
+  select 'bitrix_sync_queue_depth', jsonb_build_object('status', q.status), q.count::float8 from queue_all q
+  union all
+  select 'bitrix_sync_queue_oldest_age_seconds', jsonb_build_object('status', q.status), q.oldest_age_sec::float8
+    from queue_all q
+  union all
+  select 'bitrix_sync_workflows_active', jsonb_build_object('workflow_type', w.workflow_type, 'state', w.state),
+         w.count::float8 from workflows w
+  union all
+  select 'bitrix_sync_workflows_oldest_age_seconds',
+         jsonb_build_object('workflow_type', w.workflow_type, 'state', w.state), w.oldest_age_sec::float8 from workflows w
+  union all
+  select 'bitrix_sync_crm_commands', jsonb_build_object('command_type', c.command_type, 'status', c.status),
+         c.count::float8 from commands c
+  union all
+  select 'bitrix_sync_crm_commands_oldest_age_seconds',
+         jsonb_build_object('command_type', c.command_type, 'status', c.status), c.oldest_age_sec::float8 from commands c
+  union all
+  select 'bitrix_sync_webhook_inbox', jsonb_build_object('receiver', h.receiver, 'status', h.status), h.count::float8
+    from inbox h
+  union all
+  select 'bitrix_sync_webhook_inbox_oldest_age_seconds', jsonb_build_object('receiver', h.receiver, 'status', h.status),
+         h.oldest_age_sec::float8 from inbox h
+  union all
+  select 'bitrix_sync_dead_letters_open',
+         jsonb_build_object('source', d.source, 'operation', d.operation, 'code', d.error_code), d.count::float8 from dead d
+  union all
+  select 'bitrix_sync_dead_letters_oldest_age_seconds', jsonb_build_object('source', d.source),
+         max(d.oldest_age_sec)::float8 from dead d group by d.source
+  union all
+  select 'bitrix_sync_business_alerts_open', jsonb_build_object('alert_type', a.alert_type, 'severity', a.severity),
+         a.open_count::float8 from alerts a
+  union all
+  select 'bitrix_sync_business_alerts_sla_overdue', jsonb_build_object('alert_type', a.alert_type, 'severity', a.severity),
+         a.sla_overdue::float8 from alerts a
+  union all
+  select 'bitrix_sync_business_alerts_unmirrored', jsonb_build_object('mirror_status', m.status), m.count::float8
+    from mirror m
+  union all
+  -- A pass over the active mappings: the service asks for it at most once a minute.
+  select 'bitrix_sync_mapping_invariant_violations', '{}'::jsonb, count(*)::float8
+    from bitrix_sync.entity_external_mapping m
+    join han_app.user_identity u on u.id = m.entity_id
+   where p_check_mappings and m.status = 'active' and u.record_status <> 'active'
+  having p_check_mappings
+  union all
+  select 'bitrix_sync_reconciliation_cursor_lag_seconds', jsonb_build_object('job_type', r.job_type),
+         greatest(0, extract(epoch from now() - r.watermark))::float8
+    from bitrix_sync.reconciliation_cursors r
+   where r.watermark is not null
+  union all
+  select l.family, '{}'::jsonb, l.value
+    from bitrix_sync.crm_rate_buckets b
+   cross join lateral (values
+     -- Refilled to now at the stored rate factor, as the next acquire_crm_request() would see it.
+     ('bitrix_sync_limiter_tokens',
+      least(v_burst, b.tokens + v_refill * b.rate_factor * greatest(0, extract(epoch from clock_timestamp() - b.refilled_at)))),
+     ('bitrix_sync_limiter_rate_factor', b.rate_factor),
+     ('bitrix_sync_limiter_throttled_seconds',
+      greatest(0, coalesce(extract(epoch from b.throttled_until - clock_timestamp()), 0))::float8),
+     ('bitrix_sync_limiter_in_flight',
+      (select count(*) from bitrix_sync.crm_inflight_slots s
+        where s.bucket = b.bucket and s.expires_at > clock_timestamp())::float8),
+     ('bitrix_sync_limiter_blocked_methods',
+      (select count(*) from bitrix_sync.crm_method_blocks m
+        where m.bucket = b.bucket and m.blocked_until > clock_timestamp())::float8)
+   ) l(family, value)
+   where b.bucket = p_bucket
+  union all
+  select 'bitrix_sync_workflow_transitions_total',
+         jsonb_build_object('workflow_type', e.kind, 'from', e.from_state, 'to', e.to_state), e.n::float8
+    from events e where e.machine = 'workflow'
+  union all
+  select 'bitrix_sync_command_transitions_total',
+         jsonb_build_object('command_type', e.kind, 'from', e.from_state, 'to', e.to_state), e.n::float8
+    from events e where e.machine = 'command'
+  union all
+  -- Present from the start for every receiver and source (0 before the first event), so increase()
+  -- sees the first one.
+  select 'bitrix_sync_webhook_coalesced_total', jsonb_build_object('receiver', k.kind),
+         coalesce((select sum(e.n) from events e where e.machine = 'webhook' and e.kind = k.kind), 0)::float8
+    from unnest(array['contact', 'alert']) k(kind)
+  union all
+  select 'bitrix_sync_dead_letters_total', jsonb_build_object('source', k.kind),
+         coalesce((select sum(e.n) from events e where e.machine = 'dead_letter' and e.kind = k.kind), 0)::float8
+    from unnest(array['sync_queue', 'workflow', 'crm_command', 'webhook']) k(kind);
+end $$;
+
+--
+-- Name: FUNCTION metrics_snapshot(p_bucket text, p_check_mappings boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) IS 'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts, reconciliation cursor lag, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
+
+--
+-- Name: note_crm_answered(text, double precision, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.note_crm_answered(p_bucket text, p_increase double precision DEFAULT 4, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS double precision
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if p_increase is null or p_increase < 1 or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
+    raise exception 'rate increase out of range: increase %, recovery % per second', p_increase, p_recovery_per_sec
+      using errcode = 'BS010', hint = 'The increase is at least 1; the recovery is not negative.';
+  end if;
+  select * into v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  if not found then
+    return 1.0;
+  end if;
+  v_now := clock_timestamp();
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  -- A refusal inside its cool-down is fresher news than this reply: the cut stands.
+  if v_factor >= 1.0 or (v_row.throttled_until is not null and v_row.throttled_until > v_now) then
+    return v_factor;
+  end if;
+  v_factor := least(1.0, v_factor * p_increase);
+  update bitrix_sync.crm_rate_buckets b
+     set rate_factor = v_factor, rate_changed_at = v_now, updated_at = v_now
+   where b.bucket = p_bucket;
+  return v_factor;
+end $$;
+
+--
+-- Name: FUNCTION note_crm_answered(p_bucket text, p_increase double precision, p_recovery_per_sec double precision); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.note_crm_answered(p_bucket text, p_increase double precision, p_recovery_per_sec double precision) IS 'The portal answered a request sent while the rate was cut: the limit has passed, so the rate factor is multiplied by p_increase (up to 1) instead of only climbing back linearly. Nothing changes inside a refusal''s cool-down. Returns the new rate factor.';
+
+--
+-- Name: note_crm_operating(text, text[], double precision[], timestamp with time zone[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.note_crm_operating(p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamp with time zone[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_now timestamptz := clock_timestamp();
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if coalesce(cardinality(p_methods), 0) <> coalesce(cardinality(p_operating), 0)
+     or coalesce(cardinality(p_methods), 0) <> coalesce(cardinality(p_reset_at), 0) then
+    raise exception 'operating samples must have one method, one operating time and one reset time each'
+      using errcode = 'BS011', hint = 'Pass three arrays of the same length.';
+  end if;
+  for i in 1 .. coalesce(cardinality(p_methods), 0) loop
+    perform bitrix_sync._check_limiter_name('method', p_methods[i]);
+    insert into bitrix_sync.crm_method_blocks as m (bucket, method, operating, operating_reset_at, updated_at)
+    values (p_bucket, p_methods[i], greatest(0, p_operating[i]), p_reset_at[i], v_now)
+    on conflict (bucket, method) do update
+      set operating = excluded.operating,
+          operating_reset_at = coalesce(excluded.operating_reset_at, m.operating_reset_at),
+          updated_at = excluded.updated_at;
+  end loop;
+end $$;
+
+--
+-- Name: FUNCTION note_crm_operating(p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamp with time zone[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.note_crm_operating(p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamp with time zone[]) IS 'Records time.operating and time.operating_reset_at per REST method from replies, so a later OPERATION_TIME_LIMIT knows when the method frees.';
+
+--
+-- Name: note_method_blocked(text, text, timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.note_method_blocked(p_bucket text, p_method text, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_now timestamptz := clock_timestamp();
+  v_reset timestamptz;
+  v_old timestamptz;
+  v_until timestamptz;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  perform bitrix_sync._check_limiter_name('method', p_method);
+  select m.operating_reset_at, m.blocked_until into v_reset, v_old
+    from bitrix_sync.crm_method_blocks m where m.bucket = p_bucket and m.method = p_method for update;
+  -- The refusal carries no timing: use the caller's estimate, the last reset time a reply of this
+  -- method reported, or a minute, whichever is latest (reference §2).
+  v_until := greatest(coalesce(p_until, v_now + interval '1 minute'),
+                      case when v_reset > v_now then v_reset end,
+                      case when v_old > v_now then v_old end);
+  insert into bitrix_sync.crm_method_blocks as m (bucket, method, blocked_until, updated_at)
+  values (p_bucket, p_method, v_until, v_now)
+  on conflict (bucket, method) do update set blocked_until = excluded.blocked_until, updated_at = excluded.updated_at;
+  return v_until;
+end $$;
+
+--
+-- Name: FUNCTION note_method_blocked(p_bucket text, p_method text, p_until timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.note_method_blocked(p_bucket text, p_method text, p_until timestamp with time zone) IS 'OPERATION_TIME_LIMIT: blocks one REST method (only that one) until the later of p_until and its last operating_reset_at. Returns the end of the block.';
+
+--
+-- Name: note_rate_limited(text, double precision, double precision, integer, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.note_rate_limited(p_bucket text, p_decrease double precision DEFAULT 0.5, p_min_factor double precision DEFAULT 0.1, p_cooldown_ms integer DEFAULT 1000, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS double precision
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_now timestamptz;
+  v_row bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  if p_decrease is null or p_decrease <= 0 or p_decrease > 1 or p_min_factor is null or p_min_factor <= 0
+     or p_min_factor > 1 or p_cooldown_ms is null or p_cooldown_ms < 0 or p_recovery_per_sec is null
+     or p_recovery_per_sec < 0 then
+    raise exception 'rate cut parameters out of range: decrease %, min factor %, cool-down % ms',
+      p_decrease, p_min_factor, p_cooldown_ms
+      using errcode = 'BS010', hint = 'decrease and min factor are in (0, 1]; the cool-down is not negative.';
+  end if;
+  insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
+  values (p_bucket, 0, clock_timestamp())
+  on conflict (bucket) do nothing;
+  select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
+  v_now := clock_timestamp();
+  v_factor := least(1.0, v_row.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  -- Both in-flight requests often come back refused together: cut once per cool-down window.
+  if v_row.throttled_until is not null and v_row.throttled_until > v_now then
+    return v_row.rate_factor;
+  end if;
+  v_factor := greatest(p_min_factor, v_factor * p_decrease);
+  update bitrix_sync.crm_rate_buckets b
+     set rate_factor = v_factor, rate_changed_at = v_now, tokens = 0, refilled_at = v_now,
+         throttled_until = v_now + make_interval(secs => p_cooldown_ms / 1000.0),
+         rate_limited_count = b.rate_limited_count + 1, updated_at = v_now
+   where b.bucket = p_bucket;
+  return v_factor;
+end $$;
+
+--
+-- Name: FUNCTION note_rate_limited(p_bucket text, p_decrease double precision, p_min_factor double precision, p_cooldown_ms integer, p_recovery_per_sec double precision); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.note_rate_limited(p_bucket text, p_decrease double precision, p_min_factor double precision, p_cooldown_ms integer, p_recovery_per_sec double precision) IS 'QUERY_LIMIT_EXCEEDED: empties the bucket, pauses it for the cool-down and multiplies the rate by p_decrease; acquire_crm_request() lets it climb back linearly. Returns the new rate factor.';
+
+--
+-- Name: open_mapping(uuid, text, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) RETURNS bitrix_sync.entity_external_mapping
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.entity_external_mapping;
+begin
+  insert into bitrix_sync.entity_external_mapping (entity_id, external_id, workflow_id)
+  values (p_user_id, p_contact_id, p_workflow_id)
+  returning * into v_row;
+  return v_row;
+exception
+  when unique_violation then
+    raise exception 'cannot link user to Contact %: the user or the Contact already has an active link', p_contact_id
+      using errcode = 'BS006',
+            hint = 'Close the existing active mapping first (close_mapping), or use request_bitrix_contact_rebind().';
+end $$;
+
+--
+-- Name: FUNCTION open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) IS 'Creates the active link of a user to a Contact. Refuses a second active link for either side (BS006).';
+
+--
+-- Name: perform_cutover(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.perform_cutover(p_actor text) RETURNS TABLE(cutover_watermark timestamp with time zone, cancelled_count integer, already_done boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.cutover;
+  v_count integer;
+begin
+  if p_actor is null or length(btrim(p_actor)) = 0 then
+    raise exception 'cutover needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
+  end if;
+  -- Serialize concurrent callers; the first one wins, the others see its result.
+  perform pg_advisory_xact_lock(hashtext('bitrix_sync.perform_cutover'));
+  select * into v_row from bitrix_sync.cutover;
+  if found then
+    return query select v_row.cutover_watermark, v_row.cancelled_count, true;
+    return;
+  end if;
+  -- Every intent the App has recorded so far into the queue first, so that the cancellation sees it.
+  while bitrix_sync.fold_intent_journal(100000, true) = 100000 loop
+  end loop;
+  with cancelled as (
+    update han_app.sync_queue q
+       set status = 'cancelled', cancel_reason = 'initial_full_sync_cutover', completed_at = now(), updated_at = now(),
+           locked_by = null, locked_until = null, lease_token = null
+     -- leased: held by a worker of a release without the gate; its completion is refused (BS001).
+     where q.status in ('pending', 'retry_wait', 'leased')
+       and q.task_type like 'contact.%'
+       and q.created_at < now()
+    returning 1
+  )
+  select count(*) into v_count from cancelled;
+  insert into bitrix_sync.cutover (cutover_watermark, cancelled_count, performed_by)
+  values (now(), v_count, btrim(p_actor))
+  returning * into v_row;
+  return query select v_row.cutover_watermark, v_row.cancelled_count, false;
+end $$;
+
+--
+-- Name: FUNCTION perform_cutover(p_actor text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.perform_cutover(p_actor text) IS 'Admin entry point (§17 steps 3-4): records cutover_watermark (now), cancels earlier pending/retry_wait/leased contact intents with cancel_reason initial_full_sync_cutover, and opens the processing gate. Idempotent: a second call returns the first result and changes nothing.';
+
+--
+-- Name: propose_settings(jsonb, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.propose_settings(p_changes jsonb, p_actor text, p_note text DEFAULT NULL::text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_base bitrix_sync.settings_versions;
+  v_version integer;
+begin
+  if p_actor is null or length(btrim(p_actor)) = 0 then
+    raise exception 'settings changes need an actor for the audit'
+      using errcode = 'BS004', hint = 'Pass who you are, e.g. ''ops:ivanov''.';
+  end if;
+  if p_changes is null or jsonb_typeof(p_changes) <> 'object' then
+    raise exception 'settings changes must be a JSON object of key -> value'
+      using errcode = 'BS008', hint = 'Example: ''{"batch.size": 25}''::jsonb';
+  end if;
+  select * into v_base from bitrix_sync.settings_versions where status = 'active';
+  insert into bitrix_sync.settings_versions (settings_values, based_on, note, created_by)
+  values (bitrix_sync._normalise_settings(coalesce(v_base.settings_values, '{}'::jsonb) || p_changes), v_base.version,
+          p_note, btrim(p_actor))
+  returning version into v_version;
+  return v_version;
+end $$;
+
+--
+-- Name: FUNCTION propose_settings(p_changes jsonb, p_actor text, p_note text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.propose_settings(p_changes jsonb, p_actor text, p_note text) IS 'Creates a draft version: the active values with p_changes applied, whole numbers of integer keys normalised (1036.0 -> 1036). Validate, then activate it.';
+
+--
+-- Name: raise_business_alert(text, text, text, uuid, text, text, jsonb, jsonb, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text DEFAULT NULL::text, p_selected_contact_id text DEFAULT NULL::text, p_candidate_contact_ids jsonb DEFAULT '[]'::jsonb, p_details jsonb DEFAULT '{}'::jsonb, p_correlation_id uuid DEFAULT NULL::uuid) RETURNS bitrix_sync.business_alerts
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.business_alerts;
+  v_previous bigint;
+begin
+  perform bitrix_sync._check_code(p_alert_type);
+  update bitrix_sync.business_alerts a
+     set occurrence_count = a.occurrence_count + 1, last_occurred_at = now(),
+         current_contact_id = coalesce(p_current_contact_id, a.current_contact_id),
+         selected_contact_id = coalesce(p_selected_contact_id, a.selected_contact_id),
+         candidate_contact_ids = coalesce(p_candidate_contact_ids, a.candidate_contact_ids),
+         details = coalesce(p_details, a.details),
+         correlation_id = coalesce(p_correlation_id, a.correlation_id),
+         crm_sync_status = 'pending'
+   where a.alert_type = p_alert_type and a.fingerprint = p_fingerprint and a.status = 'open'
+  returning * into v_row;
+  if found then
+    return v_row;
+  end if;
+  select max(a.id) into v_previous from bitrix_sync.business_alerts a
+   where a.alert_type = p_alert_type and a.fingerprint = p_fingerprint;
+  insert into bitrix_sync.business_alerts
+    (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id,
+     candidate_contact_ids, details, previous_alert_id, correlation_id)
+  values (p_alert_type, p_severity, p_fingerprint, p_user_id, p_current_contact_id, p_selected_contact_id,
+          coalesce(p_candidate_contact_ids, '[]'::jsonb), coalesce(p_details, '{}'::jsonb), v_previous, p_correlation_id)
+  returning * into v_row;
+  return v_row;
+exception
+  when unique_violation then
+    -- A concurrent raise opened it first: count this occurrence on that row.
+    update bitrix_sync.business_alerts a
+       set occurrence_count = a.occurrence_count + 1, last_occurred_at = now(), crm_sync_status = 'pending'
+     where a.alert_type = p_alert_type and a.fingerprint = p_fingerprint and a.status = 'open'
+    returning * into v_row;
+    return v_row;
+end $$;
+
+--
+-- Name: FUNCTION raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text, p_selected_contact_id text, p_candidate_contact_ids jsonb, p_details jsonb, p_correlation_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text, p_selected_contact_id text, p_candidate_contact_ids jsonb, p_details jsonb, p_correlation_id uuid) IS 'Opens a business alert or, if one is open for (type, fingerprint), counts another occurrence on it. A new case after a closed one links previous_alert_id. details must already be masked.';
+
+--
+-- Name: record_alert_item(bigint, bigint, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text) RETURNS bitrix_sync.business_alerts
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.business_alerts;
+begin
+  update bitrix_sync.business_alerts
+     set item_id = coalesce(p_item_id, item_id), stage_id = coalesce(p_stage_id, stage_id)
+   where id = p_alert_id
+  returning * into v_row;
+  if not found then
+    raise exception 'business alert % does not exist', p_alert_id using errcode = 'BS005', hint = 'Check the alert id.';
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text) IS 'Records the smart-process item and stage after a successful add/update/get. crm_sync_status is left alone: a newer occurrence may already have set it back to pending.';
+
+--
+-- Name: record_contact_created(text, uuid, text, text, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_contact_created(p_contact_id text, p_user_id uuid, p_name_hash text, p_email_hash text, p_phone_hash text, p_citizenship_enum_id text) RETURNS bitrix_sync.contact_snapshots
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.contact_snapshots;
+begin
+  insert into bitrix_sync.contact_snapshots
+    (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, registered,
+     last_applied_source, last_applied_at, stale, stale_reason)
+  values (p_contact_id, p_user_id, p_name_hash, p_email_hash, p_phone_hash, p_citizenship_enum_id, true,
+          'app_create', now(), false, null)
+  on conflict (contact_id) do update
+    set user_id = excluded.user_id, name_hash = excluded.name_hash, email_hash = excluded.email_hash,
+        phone_hash = excluded.phone_hash, citizenship_enum_id = excluded.citizenship_enum_id,
+        registered = true, last_applied_source = 'app_create', last_applied_at = now(), stale = false,
+        stale_reason = null
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION record_contact_created(p_contact_id text, p_user_id uuid, p_name_hash text, p_email_hash text, p_phone_hash text, p_citizenship_enum_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_contact_created(p_contact_id text, p_user_id uuid, p_name_hash text, p_email_hash text, p_phone_hash text, p_citizenship_enum_id text) IS 'Snapshot of what bitrix-sync wrote into a Contact it created (§5.1 step 9, source app_create): hashes only.';
+
+--
+-- Name: record_contact_phone(text, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text) RETURNS bitrix_sync.contact_snapshots
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.contact_snapshots;
+begin
+  insert into bitrix_sync.contact_snapshots (contact_id, user_id, phone_hash)
+  values (p_contact_id, p_user_id, p_phone_hash)
+  on conflict (contact_id) do update set phone_hash = excluded.phone_hash, user_id = excluded.user_id
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text) IS 'Notes the hash of the phone bitrix-sync last wrote into a Contact, so the next change overwrites that entry instead of adding one.';
+
+--
+-- Name: record_webhook(text, integer, text, inet, text, timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet DEFAULT NULL::inet, p_event_id text DEFAULT NULL::text, p_source_ts timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_id bigint;
+begin
+  insert into bitrix_sync.webhook_inbox (receiver, entity_type_id, entity_id, source_ip, event_id, source_ts)
+  values (p_receiver, p_entity_type_id, p_entity_id, p_source_ip, p_event_id, p_source_ts)
+  on conflict (receiver, event_id) where event_id is not null do nothing
+  returning id into v_id;
+  perform pg_notify('bitrix_sync_webhooks', p_receiver);
+  return v_id;
+end $$;
+
+--
+-- Name: FUNCTION record_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet, p_event_id text, p_source_ts timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet, p_event_id text, p_source_ts timestamp with time zone) IS 'Durable insert of an accepted webhook (status received). With a stable event_id a duplicate is dropped and null is returned.';
+
+--
+-- Name: recover_alert_command(bigint, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay interval) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+  v_deadline timestamptz;
+begin
+  -- No lease: an uncertain command has none. The row lock and the status test fence two lanes
+  -- that pick the same command; the second gets null and moves on.
+  select * into v_row from bitrix_sync.crm_commands
+   where id = p_id and alert_id is not null and status = 'uncertain'
+   for update skip locked;
+  if not found then
+    return null;
+  end if;
+  update bitrix_sync.crm_commands set status = 'reconcile' where id = p_id returning * into v_row;
+  if v_row.command_type = 'alert.add' then
+    -- Waits for issue_alert_lookup() / resolve_alert_lookup().
+    perform pg_notify('bitrix_sync_workflows', '');
+    return v_row;
+  end if;
+  -- alert.update (and any read): sending the same values again cannot duplicate anything.
+  v_deadline := bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row));
+  if now() + greatest(p_delay, interval '0') > v_deadline then
+    v_row := bitrix_sync._dead_letter_command_row(v_row, 'retry_horizon_exceeded', null, null);
+    perform bitrix_sync.mark_alert_mirror_failed(v_row.alert_id);
+    return v_row;
+  end if;
+  update bitrix_sync.crm_commands
+     set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'), deadline_at = v_deadline
+   where id = p_id
+  returning * into v_row;
+  perform pg_notify('bitrix_sync_commands', '');
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION recover_alert_command(p_id bigint, p_delay interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay interval) IS 'An unanswered alert command: uncertain -> reconcile. An alert.add then waits for a lookup of its item; an alert.update goes on to retry_wait after p_delay, or to dead_letter (retry_horizon_exceeded, technical DLQ row, alert failed) past its horizon. Returns null when the command is not uncertain any more (another lane took it).';
+
+--
+-- Name: reject_command(bigint, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  update bitrix_sync.crm_commands
+     set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and (status in ('leased', 'in_flight')) is true and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  if v_row.workflow_id is not null then
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION reject_command(p_id bigint, p_lease_token uuid, p_error_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text) IS 'leased|in_flight -> dead_letter for a business failure (invalid phone, unknown citizenship): no technical DLQ row; the workflow wakes, parks in waiting_manual and raises a business alert (§9). Refuses stale tokens (BS001).';
+
+--
+-- Name: release_command(bigint, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.release_command(p_id bigint, p_lease_token uuid) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  update bitrix_sync.crm_commands
+     set status = 'pending', lease_token = null, locked_by = null, locked_until = null
+   where id = p_id and status is not distinct from 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION release_command(p_id bigint, p_lease_token uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.release_command(p_id bigint, p_lease_token uuid) IS 'leased -> pending without sending (no limiter token, method blocked, shutdown). Refuses stale tokens (BS001).';
+
+--
+-- Name: release_crm_request(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+begin
+  delete from bitrix_sync.crm_inflight_slots s where s.slot_id = p_slot_id;
+  return found;
+end $$;
+
+--
+-- Name: FUNCTION release_crm_request(p_slot_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) IS 'Frees an in-flight slot when its request has a reply or failed. false when the slot had already expired.';
+
+--
+-- Name: release_sync_task(uuid, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid) RETURNS han_app.sync_queue
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row han_app.sync_queue;
+begin
+  update han_app.sync_queue
+     set status = 'pending', locked_by = null, locked_until = null, lease_token = null,
+         attempt_count = greatest(attempt_count - 1, 0), updated_at = now()
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+  returning * into v_row;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION release_sync_task(p_id uuid, p_lease_token uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid) IS 'leased -> pending without spending an attempt (shutdown, paused sync). Refuses a stale token (BS001).';
+
+--
+-- Name: request_bitrix_contact_rebind(uuid, text, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text) RETURNS uuid
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_current bitrix_sync.entity_external_mapping;
+  v_open bitrix_sync.rebind_requests;
+  v_busy bitrix_sync.workflow_instances;
+  v_request_id uuid;
+  v_workflow_id uuid;
+  v_user_id constant uuid := request_bitrix_contact_rebind.user_id;
+  v_target constant text := btrim(request_bitrix_contact_rebind.target_b24_id);
+begin
+  -- Messages name no user or Contact (the server log keeps them): the caller knows which it asked for.
+  if v_user_id is null or v_target is null or v_target !~ '^[1-9][0-9]{0,17}$' then
+    raise exception 'target_b24_id must be a Bitrix24 Contact ID (digits only) and user_id is required'
+      using errcode = 'BS004', hint = 'Example: select bitrix_sync.request_bitrix_contact_rebind(''<user uuid>'', ''12345'', ''duplicate merged by CRM team'', ''ops:ivanov'');';
+  end if;
+  if reason is null or length(btrim(reason)) < 3 or length(btrim(reason)) > 500
+     or operator_id is null or length(btrim(operator_id)) = 0 then
+    raise exception 'a reason (3 to 500 characters) and an operator_id are required for the audit'
+      using errcode = 'BS004', hint = 'Say why the link is wrong and who you are.';
+  end if;
+  if not exists (select 1 from han_app.user_identity u where u.id = v_user_id and u.record_status = 'active') then
+    raise exception 'this user does not exist or is not active'
+      using errcode = 'BS005', hint = 'Only active users are linked to Contacts; check the user id.';
+  end if;
+
+  -- 1. lock the user's current active mapping (there may be none).
+  select * into v_current from bitrix_sync.entity_external_mapping m
+   where m.entity_type = 'user' and m.entity_id = v_user_id and m.status = 'active'
+   for update;
+  if found and v_current.external_id = v_target then
+    raise exception 'this user is already linked to this Contact'
+      using errcode = 'BS006', hint = 'Nothing to do.';
+  end if;
+  -- 2. the target must not be actively linked to another user.
+  perform 1 from bitrix_sync.entity_external_mapping m
+   where m.external_entity_type = 'contact' and m.external_id = v_target and m.status = 'active'
+   for update;
+  if found then
+    raise exception 'the target Contact is actively linked to another user'
+      using errcode = 'BS006',
+            hint = 'Resolve that user''s link first (deactivate or rebind it); a Contact cannot serve two active users.';
+  end if;
+  select * into v_open from bitrix_sync.rebind_requests r
+   where r.user_id = v_user_id and r.status in ('requested', 'in_progress');
+  if found then
+    raise exception 'a rebind of this user is already open (request %)', v_open.id
+      using errcode = 'BS007',
+            hint = format('Watch it with select * from bitrix_sync.rebind_request_status where request_id = %L; '
+                          'or cancel it with select * from bitrix_sync.cancel_rebind_request(%L, ''<why>'', ''ops:<you>''); '
+                          'then ask again.', v_open.id, v_open.id);
+  end if;
+  -- Two open requests for one target would race for the same Contact; the second would fail late,
+  -- after both Contacts were read and written.
+  if exists (select 1 from bitrix_sync.rebind_requests r
+              where r.target_contact_id = v_target and r.status in ('requested', 'in_progress')) then
+    raise exception 'Contact % is already the target of an open rebind request', v_target
+      using errcode = 'BS009',
+            hint = 'Wait until that request has finished (bitrix_sync.rebind_requests), then ask again; a Contact serves one user.';
+  end if;
+  select * into v_busy from bitrix_sync.workflow_instances w
+   where w.user_id = v_user_id and w.state not in ('succeeded', 'failed', 'cancelled');
+  if found and v_busy.state = 'waiting_manual' then
+    raise exception 'this user has a workflow parked for a person (workflow %, reason %)', v_busy.id, v_busy.last_error_code
+      using errcode = 'BS007',
+            hint = format('Decide it first: select * from bitrix_sync.resume_parked_workflow(%L, ''retry'', ''<why>'', ''ops:<you>''); '
+                          'or cancel it with select * from bitrix_sync.cancel_parked_workflow(%L, ''<why>'', ''ops:<you>''); '
+                          'then ask again (docs/admin.md, Parked workflows).', v_busy.id, v_busy.id);
+  elsif found then
+    raise exception 'this user has a % workflow in progress (workflow %, state %)', v_busy.workflow_type, v_busy.id, v_busy.state
+      using errcode = 'BS007',
+            hint = 'It finishes on its own, usually within seconds (a CRM outage can make it wait); ask again then. A user has one workflow at a time.';
+  end if;
+
+  -- 3. the request and its workflow; the mapping is untouched (4).
+  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, contact_id, step_data)
+  values ('contact.rebind', 'contact.rebind', v_user_id, v_target,
+          jsonb_build_object('previous_contact_id', v_current.external_id, 'target_contact_id', v_target))
+  returning id into v_workflow_id;
+  begin
+    insert into bitrix_sync.rebind_requests (user_id, previous_contact_id, target_contact_id, reason, operator_id, workflow_id)
+    values (v_user_id, v_current.external_id, v_target, btrim(reason), btrim(operator_id), v_workflow_id)
+    returning id into v_request_id;
+  exception when unique_violation then
+    -- A concurrent request for the same target (or user) committed between the checks and here.
+    raise exception 'Contact % or user % already has an open rebind request', v_target, v_user_id
+      using errcode = 'BS009',
+            hint = 'Wait until that request has finished (bitrix_sync.rebind_requests), then ask again; a Contact serves one user.';
+  end;
+  perform pg_notify('bitrix_sync_workflows', '');
+  return v_request_id;
+end $_$;
+
+--
+-- Name: FUNCTION request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text) IS 'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user or already the target of an open request (BS009), and refuses while the user has an open request or a workflow (a parked one is named with how to clear it); records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';
+
+--
+-- Name: requeue_dead_letter(bigint, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.requeue_dead_letter(p_id bigint, p_operator text, p_reason text) RETURNS TABLE(dead_letter_id bigint, source text, operation text, resolution text, requeued_to text, resolved_at timestamp with time zone, resolved_by text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_dl bitrix_sync.technical_dead_letters;
+  v_refusal jsonb;
+  v_target text;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator);
+  v_dl := bitrix_sync._open_dead_letter(p_id);
+  -- Lock what the new attempt starts from, so the checks below hold until commit.
+  if v_dl.workflow_id is not null then
+    perform 1 from bitrix_sync.workflow_instances w where w.id = v_dl.workflow_id for update;
+  elsif v_dl.source = 'crm_command' then
+    perform 1 from bitrix_sync.business_alerts a
+     where a.id = (select c.alert_id from bitrix_sync.crm_commands c where c.id = v_dl.command_id)
+       for update;
+  end if;
+  v_refusal := bitrix_sync._requeue_refusal(v_dl);
+  if v_refusal ->> 'code' = 'BS042' then
+    raise exception 'technical dead letter % cannot be requeued: %', p_id, v_refusal ->> 'message'
+      using errcode = 'BS042', hint = replace(v_refusal ->> 'hint', '<id>', p_id::text);
+  elsif v_refusal is not null then
+    raise exception 'technical dead letter % cannot be requeued yet: %', p_id, v_refusal ->> 'message'
+      using errcode = 'BS043', hint = replace(v_refusal ->> 'hint', '<id>', p_id::text);
+  end if;
+  begin
+    v_target := bitrix_sync._requeue_target(v_dl);
+  exception when unique_violation then
+    -- A new intent or workflow of the user arrived between the check and the insert.
+    raise exception 'technical dead letter % cannot be requeued: the user has new work under way', p_id
+      using errcode = 'BS043', hint = 'Wait until it finishes (bitrix_sync.status_workflows), then look again with list_dead_letters().';
+  end;
+  return query select * from bitrix_sync._resolve_dead_letters(
+    bitrix_sync._covered_dead_letters(v_dl), 'requeued', p_operator, p_reason, v_target);
+end $$;
+
+--
+-- Name: FUNCTION requeue_dead_letter(p_id bigint, p_operator text, p_reason text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.requeue_dead_letter(p_id bigint, p_operator text, p_reason text) IS 'Admin (§9): starts a new, fenced attempt of what an open technical dead letter gave up on, through the normal state machine (a new intent or inbox row, the failed workflow from its first step, or the alert''s mirror), with a retry horizon counted from now; marks it (and the open entries the same attempt answers) resolved as requeued with operator and reason. BS004 missing operator or reason, BS040 no such entry, BS041 already resolved, BS042 nothing to run again, BS043 something else of the same user or alert is running.';
+
+--
+-- Name: resolve_alert_lookup(bigint, jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.resolve_alert_lookup(p_alert_id bigint, p_items jsonb) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_item bigint;
+  v_stage text;
+  v_add bitrix_sync.crm_commands;
+  v_deadline timestamptz;
+begin
+  if p_items is null or jsonb_typeof(p_items) <> 'array' then
+    raise exception 'lookup items must be a JSON array of {id, stage_id}'
+      using errcode = 'BS004', hint = 'Pass what the alert.list returned, e.g. ''[{"id": 7, "stage_id": "DT1040_7:NEW"}]''.';
+  end if;
+  perform 1 from bitrix_sync.business_alerts where id = p_alert_id for update;
+  if not found then
+    raise exception 'business alert % does not exist', p_alert_id using errcode = 'BS005', hint = 'Check the alert id.';
+  end if;
+  -- A fingerprint repeats across an alert and the ones that follow it after a terminal stage; an
+  -- item another alert already owns is not this alert's.
+  select (i ->> 'id')::bigint, i ->> 'stage_id' into v_item, v_stage
+    from jsonb_array_elements(p_items) i
+   where not exists (select 1 from bitrix_sync.business_alerts b
+                      where b.item_id = (i ->> 'id')::bigint and b.id <> p_alert_id)
+   order by (i ->> 'id')::bigint
+   limit 1;
+  if v_item is not null then
+    perform bitrix_sync.record_alert_item(p_alert_id, v_item, v_stage);
+  end if;
+  for v_add in
+    select * from bitrix_sync.crm_commands
+     where alert_id = p_alert_id and command_type = 'alert.add' and status = 'reconcile'
+     order by id
+     for update
+  loop
+    if v_item is not null then
+      update bitrix_sync.crm_commands
+         set status = 'succeeded', completed_at = now(), last_error_code = null,
+             response = jsonb_build_object('item_id', v_item, 'stage_id', v_stage, 'recovered', true)
+       where id = v_add.id;
+    else
+      -- The lookup proved the add did not land: the same add goes out again, within its horizon.
+      v_deadline := bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_add));
+      if now() > v_deadline then
+        perform bitrix_sync._dead_letter_command_row(v_add, 'retry_horizon_exceeded', null, null);
+        perform bitrix_sync.mark_alert_mirror_failed(p_alert_id);
+      else
+        update bitrix_sync.crm_commands
+           set status = 'retry_wait', next_attempt_at = now(), last_error_code = 'reconciled_not_applied',
+               deadline_at = v_deadline
+         where id = v_add.id;
+        perform pg_notify('bitrix_sync_commands', '');
+      end if;
+    end if;
+  end loop;
+  return case when v_item is null then 'not_found' else 'found' end;
+end $$;
+
+--
+-- Name: FUNCTION resolve_alert_lookup(p_alert_id bigint, p_items jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.resolve_alert_lookup(p_alert_id bigint, p_items jsonb) IS 'The outcome of an alert''s item lookup (called in the lookup''s completion transaction): an item that no other alert owns is recorded on the alert and the alert.add waiting in reconcile succeeds with it; no such item: the waiting add goes back to retry_wait and is sent again (dead_letter past its horizon). Returns found or not_found.';
+
+--
+-- Name: resolve_command_reconcile(bigint, uuid, text, jsonb, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.resolve_command_reconcile(p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb DEFAULT NULL::jsonb, p_error_code text DEFAULT NULL::text) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+begin
+  v_row := bitrix_sync._workflow_holder(p_id, p_workflow_token);
+  if v_row.status <> 'reconcile' then
+    raise exception 'command % is %, not reconcile', p_id, v_row.status
+      using errcode = 'BS002', hint = 'Call begin_command_reconcile() first.';
+  end if;
+  case p_outcome
+    when 'succeeded' then
+      update bitrix_sync.crm_commands
+         set status = 'succeeded', response = p_response, completed_at = now(), last_error_code = null
+       where id = p_id returning * into v_row;
+    when 'retry' then
+      -- The search proved the write did not land: sending it again cannot duplicate anything.
+      perform bitrix_sync._check_code(coalesce(p_error_code, 'reconciled_not_applied'));
+      if now() > bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)) then
+        -- Past the horizon (§9) a write that keeps getting no reply is not sent again: without
+        -- this, a portal that never answers would keep the workflow waiting for ever.
+        update bitrix_sync.crm_commands
+           set status = 'dead_letter', completed_at = now(), last_error_code = 'retry_horizon_exceeded'
+         where id = p_id returning * into v_row;
+        insert into bitrix_sync.technical_dead_letters
+          (source, source_id, workflow_id, command_id, operation, error_code, attempt_count, first_attempt_at,
+           deadline_at, correlation_id)
+        values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type,
+                'retry_horizon_exceeded', v_row.attempt_count - v_row.limit_hits,
+                bitrix_sync._command_first_attempt(v_row),
+                bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)), v_row.correlation_id);
+        return v_row;
+      end if;
+      update bitrix_sync.crm_commands
+         set status = 'retry_wait', next_attempt_at = now(),
+             last_error_code = coalesce(p_error_code, 'reconciled_not_applied')
+       where id = p_id returning * into v_row;
+    when 'superseded' then
+      -- The workflow decides from a fresh read instead (a rebind's clear of the previous Contact):
+      -- not a technical failure, so no DLQ row.
+      perform bitrix_sync._check_code(p_error_code);
+      update bitrix_sync.crm_commands set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code
+       where id = p_id returning * into v_row;
+    when 'dead_letter' then
+      perform bitrix_sync._check_code(p_error_code);
+      update bitrix_sync.crm_commands set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code
+       where id = p_id returning * into v_row;
+      insert into bitrix_sync.technical_dead_letters
+        (source, source_id, workflow_id, command_id, operation, error_code, attempt_count, first_attempt_at,
+         deadline_at, correlation_id)
+      values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type, p_error_code,
+              v_row.attempt_count - v_row.limit_hits, bitrix_sync._command_first_attempt(v_row),
+              bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)), v_row.correlation_id);
+    else
+      raise exception 'reconcile outcome must be succeeded, retry, superseded or dead_letter, got %', p_outcome
+        using errcode = 'BS004', hint = 'See §7.2: reconcile -> succeeded | retry_wait | dead_letter.';
+  end case;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION resolve_command_reconcile(p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb, p_error_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.resolve_command_reconcile(p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb, p_error_code text) IS 'reconcile -> succeeded (the search found the write applied), retry_wait (proved not applied; dead_letter with retry_horizon_exceeded and a DLQ row instead once the command is past its horizon, so the caller must look at the returned status) or dead_letter (superseded: dead_letter without a DLQ row, the workflow reads again and decides). Fenced by the workflow lease.';
+
+--
+-- Name: resume_parked_workflow(uuid, text, text, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text DEFAULT NULL::text) RETURNS TABLE(workflow_id uuid, state text, decision text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+#variable_conflict use_column
+declare
+  v_wf bitrix_sync.workflow_instances;
+  v_allowed text[];
+  v_contact text := nullif(btrim(p_contact_id), '');
+  v_manual jsonb;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
+  if p_decision is null or p_decision not in ('retry', 'link_contact', 'create_contact') then
+    raise exception 'the decision must be retry, link_contact or create_contact'
+      using errcode = 'BS004',
+            hint = 'select decisions from bitrix_sync.parked_workflows where workflow_id = ''<id>'' lists the ones this workflow accepts.';
+  end if;
+  if p_decision = 'link_contact' and (v_contact is null or v_contact !~ '^[1-9][0-9]{0,17}$') then
+    raise exception 'link_contact needs the Contact ID to link (digits only)'
+      using errcode = 'BS004',
+            hint = 'Pass it last: resume_parked_workflow(''<workflow id>'', ''link_contact'', ''<why>'', ''ops:<you>'', ''12345'').';
+  end if;
+  if p_decision <> 'link_contact' and v_contact is not null then
+    raise exception 'only link_contact takes a Contact ID'
+      using errcode = 'BS004', hint = 'Leave p_contact_id out for retry and create_contact.';
+  end if;
+
+  select * into v_wf from bitrix_sync.workflow_instances w where w.id = p_workflow_id for update;
+  if not found then
+    raise exception 'there is no workflow %', p_workflow_id
+      using errcode = 'BS005', hint = 'Copy the id from select * from bitrix_sync.parked_workflows.';
+  end if;
+  if v_wf.state <> 'waiting_manual' then
+    raise exception 'workflow % is %, not parked', p_workflow_id, v_wf.state
+      using errcode = 'BS002',
+            hint = 'Only a workflow in waiting_manual waits for a decision; it may have been resumed by a newer App change already. select * from bitrix_sync.parked_workflows lists the parked ones.';
+  end if;
+  v_allowed := bitrix_sync._parked_decisions(v_wf.last_error_code);
+  if not (p_decision = any (v_allowed)) then
+    raise exception 'decision % does not apply to a workflow parked for %', p_decision, v_wf.last_error_code
+      using errcode = 'BS004',
+            hint = format('For %s use %s. Fix the data first (docs/admin.md, Parked workflows), then retry.',
+                          v_wf.last_error_code, array_to_string(v_allowed, ' or '));
+  end if;
+  if p_decision = 'link_contact' and exists (
+       select 1 from bitrix_sync.entity_external_mapping m
+        where m.external_entity_type = 'contact' and m.external_id = v_contact and m.status = 'active'
+          and m.entity_id <> v_wf.user_id) then
+    raise exception 'that Contact is actively linked to another user'
+      using errcode = 'BS006',
+            hint = 'Pick another Contact, or create_contact; a Contact serves one active user. Resolve the other user''s link first if this Contact is really this user''s.';
+  end if;
+
+  -- A new pass of the workflow's intent, from its first step, with the person's decision in its step
+  -- data (src/workflows/step/map-or-create.ts reads step_data.manual).
+  v_manual := case p_decision when 'retry' then null
+                              else jsonb_strip_nulls(jsonb_build_object('decision', p_decision, 'contact_id', v_contact)) end;
+  v_wf := bitrix_sync.fire_workflow_event(
+            p_workflow_id, null, 'manual_resume',
+            jsonb_build_object(
+              'current_step', 'start',
+              'next_attempt_at', now(),
+              'step_data', jsonb_strip_nulls(jsonb_build_object('pass', v_wf.revision, 'as', v_wf.intent_type,
+                                                                'manual', v_manual))));
+  perform bitrix_sync._record_admin_action('resume_workflow', p_workflow_id, null, p_decision, v_contact,
+                                           p_reason, p_operator_id);
+  return query select v_wf.id, v_wf.state::text, p_decision;
+end $_$;
+
+--
+-- Name: FUNCTION resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text) IS 'Admin (docs/admin.md): waiting_manual -> running (manual_resume) for a new pass of the workflow, with a decision: retry (the data was fixed), link_contact (with p_contact_id: link this Contact) or create_contact (too_many_candidates and refused manual links). Audited. BS004 for a missing audit field or a decision that does not apply, BS005 unknown workflow, BS002 not parked, BS006 the Contact is linked to another active user.';
+
+--
+-- Name: retention_preview(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.retention_preview() RETURNS TABLE(table_name text, deletable bigint, oldest_finished_at timestamp with time zone, kept_days integer)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select 'webhooks', count(*), min(coalesce(w.processed_at, w.status_at)),
+         (bitrix_sync._active_setting('retention.webhooks_days') #>> '{}')::integer
+    from bitrix_sync.webhook_inbox w
+   where (w.status = 'processed' and w.processed_at < bitrix_sync._retention_cutoff('retention.webhooks_days'))
+      or (w.status = 'dead_letter' and w.status_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+          and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                           where d.resolved_at is null and d.source = 'webhook' and d.source_id = w.id::text))
+  union all
+  select 'commands', count(*), min(c.completed_at),
+         (bitrix_sync._active_setting('retention.commands_days') #>> '{}')::integer
+    from bitrix_sync.crm_commands c
+    left join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+    left join bitrix_sync.business_alerts a on a.id = c.alert_id
+   where c.completed_at < bitrix_sync._retention_cutoff('retention.commands_days')
+     and c.status in ('succeeded', 'dead_letter')
+     and (c.workflow_id is null or w.state in ('succeeded', 'failed', 'cancelled'))
+     and (c.alert_id is null or a.item_id is not null)
+     and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                      where d.resolved_at is null and (d.command_id = c.id or d.workflow_id = c.workflow_id))
+  union all
+  -- Workflows whose commands go in the same run count too: they are deleted right after them.
+  select 'workflows', count(*), min(w.finished_at),
+         (bitrix_sync._active_setting('retention.workflows_days') #>> '{}')::integer
+    from bitrix_sync.workflow_instances w
+   where w.state in ('succeeded', 'failed', 'cancelled')
+     and w.finished_at < bitrix_sync._retention_cutoff('retention.workflows_days')
+     and not exists (select 1 from bitrix_sync.crm_commands c
+                      where c.workflow_id = w.id
+                        and (c.completed_at is null
+                             or c.completed_at >= bitrix_sync._retention_cutoff('retention.commands_days')
+                             or exists (select 1 from bitrix_sync.technical_dead_letters d
+                                         where d.resolved_at is null and d.command_id = c.id)))
+     and exists (select 1 from bitrix_sync.workflow_instances n
+                      where n.user_id = w.user_id and n.created_at > w.created_at)
+     and not exists (select 1 from bitrix_sync.rebind_requests r where r.workflow_id = w.id)
+     and not exists (select 1 from bitrix_sync.entity_external_mapping m where m.workflow_id = w.id)
+     and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                      where d.resolved_at is null and d.workflow_id = w.id)
+  union all
+  select 'queue', count(*), min(q.completed_at),
+         (bitrix_sync._active_setting('retention.queue_days') #>> '{}')::integer
+    from han_app.sync_queue q
+   where q.status in ('processed', 'cancelled', 'dead_letter')
+     and q.completed_at < bitrix_sync._retention_cutoff('retention.queue_days')
+     and not exists (select 1 from bitrix_sync.technical_dead_letters d
+                      where d.resolved_at is null and d.source = 'sync_queue' and d.source_id = q.id::text)
+     and q.id not in (select w.source_task_id from bitrix_sync.workflow_instances w
+                       where w.state not in ('succeeded', 'failed', 'cancelled') and w.source_task_id is not null)
+$$;
+
+--
+-- Name: FUNCTION retention_preview(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.retention_preview() IS 'Admin: what the next retention run would delete, per table (webhooks, commands, workflows, queue): how many rows, the oldest finish time among them and the retention.*_days in force. Reads only; counts the history, so run it by hand, not from a scrape.';
+
+--
+-- Name: retry_command(bigint, uuid, text, interval, boolean, integer, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.retry_command(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean DEFAULT true, p_http_status integer DEFAULT NULL::integer, p_bitrix_error text DEFAULT NULL::text) RETURNS bitrix_sync.crm_commands
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.crm_commands;
+  v_deadline timestamptz;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  perform bitrix_sync._check_bitrix_error(p_bitrix_error);
+  select * into v_row from bitrix_sync.crm_commands
+   where id = p_id and (status in ('leased', 'in_flight')) is true and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('command', p_id::text);
+  end if;
+  -- The horizon from the first attempt (§9): past it the command goes to the technical DLQ.
+  v_deadline := bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row));
+  if now() + greatest(p_delay, interval '0') > v_deadline then
+    return bitrix_sync._dead_letter_command_row(v_row, 'retry_horizon_exceeded', p_http_status, p_bitrix_error);
+  end if;
+  -- A command whose target may have changed meanwhile (the clear of a rebind's previous Contact,
+  -- §5.4 step 4) is never resent as it is: it ends here, without a DLQ row, and its workflow waits
+  -- (schedule_workflow_retry, the workflow's horizon) and reads the Contact again before a new one.
+  if v_row.workflow_id is not null and (v_row.params ->> 'reread_before_retry') = 'true' then
+    update bitrix_sync.crm_commands c
+       set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code,
+           last_http_status = p_http_status, last_bitrix_error = left(p_bitrix_error, 64),
+           deadline_at = v_deadline,
+           response = jsonb_build_object('retry_by_workflow', true,
+                                         'retry_at', now() + greatest(p_delay, interval '0')),
+           limit_hits = c.limit_hits + case when p_spends_attempt then 0 else 1 end,
+           lease_token = null, locked_by = null, locked_until = null
+     where c.id = p_id
+    returning * into v_row;
+    perform bitrix_sync._wake_workflow(v_row.workflow_id);
+    return v_row;
+  end if;
+  update bitrix_sync.crm_commands c
+     set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'),
+         last_error_code = p_error_code, last_http_status = p_http_status,
+         last_bitrix_error = left(p_bitrix_error, 64), deadline_at = v_deadline,
+         -- QUERY_LIMIT_EXCEEDED is refused before execution: it is not an attempt (§9).
+         limit_hits = c.limit_hits + case when p_spends_attempt then 0 else 1 end,
+         lease_token = null, locked_by = null, locked_until = null
+   where c.id = p_id
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION retry_command(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean, p_http_status integer, p_bitrix_error text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.retry_command(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean, p_http_status integer, p_bitrix_error text) IS 'leased|in_flight -> retry_wait after p_delay. p_spends_attempt = false for rate-limit refusals (counted in limit_hits). When the retry would fall past the horizon (first send + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead. A workflow command with params.reread_before_retry is handed back instead: dead_letter with the error code, no DLQ row, response {retry_by_workflow, retry_at}, and its workflow wakes. The returned row says which. Refuses stale tokens (BS001).';
+
+--
+-- Name: retry_sync_task(uuid, uuid, text, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.retry_sync_task(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) RETURNS han_app.sync_queue
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row han_app.sync_queue;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  select * into v_row from han_app.sync_queue
+   where id = p_id and status = 'leased' and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('sync task', p_id::text);
+  end if;
+  if now() + greatest(p_delay, interval '0') > bitrix_sync._retry_deadline(v_row.created_at) then
+    return bitrix_sync._dead_letter_sync_task_row(v_row, 'retry_horizon_exceeded');
+  end if;
+  update han_app.sync_queue
+     set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'),
+         last_error_code = p_error_code, last_error_at = now(),
+         locked_by = null, locked_until = null, lease_token = null, updated_at = now()
+   where id = p_id
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION retry_sync_task(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.retry_sync_task(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) IS 'leased -> retry_wait after p_delay with a safe error code; when the retry would fall past the horizon (created_at + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead. The returned status says which. Refuses a stale token (BS001).';
+
+--
+-- Name: retry_webhook(bigint, uuid, text, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval) RETURNS bitrix_sync.webhook_inbox
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.webhook_inbox;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  select * into v_row from bitrix_sync.webhook_inbox
+   where id = p_id and status = 'processing' and lease_token = p_lease_token
+   for update;
+  if not found then
+    perform bitrix_sync._refuse_stale('webhook', p_id::text);
+  end if;
+  if now() + greatest(p_delay, interval '0') > bitrix_sync._retry_deadline(v_row.received_at) then
+    return bitrix_sync._dead_letter_webhook_row(v_row, 'retry_horizon_exceeded');
+  end if;
+  update bitrix_sync.webhook_inbox
+     set status = 'retry_wait', next_attempt_at = now() + greatest(p_delay, interval '0'),
+         last_error_code = p_error_code, status_at = now(),
+         lease_token = null, locked_by = null, locked_until = null
+   where id = p_id
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval) IS 'processing -> retry_wait; coalesced events stay attached and finish with it. When the retry would fall past the horizon (received_at + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead; the returned status says which. Refuses stale tokens (BS001).';
+
+--
+-- Name: rollback_settings(integer, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.rollback_settings(p_to_version integer, p_actor text, p_note text DEFAULT NULL::text) RETURNS bitrix_sync.settings_versions
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_old bitrix_sync.settings_versions;
+  v_version integer;
+  v_errors jsonb;
+begin
+  select * into v_old from bitrix_sync.settings_versions where version = p_to_version;
+  if not found or v_old.status not in ('superseded', 'active') then
+    raise exception 'settings version % was never active; rollback returns to a version that was', p_to_version
+      using errcode = 'BS008', hint = 'Pick a superseded version from bitrix_sync.settings_versions.';
+  end if;
+  insert into bitrix_sync.settings_versions (settings_values, based_on, rollback_of, note, created_by)
+  values (v_old.settings_values,
+          (select version from bitrix_sync.settings_versions where status = 'active'),
+          p_to_version, coalesce(p_note, format('rollback to version %s', p_to_version)), coalesce(btrim(p_actor), ''))
+  returning version into v_version;
+  v_errors := bitrix_sync.validate_settings_version(v_version);
+  if jsonb_array_length(v_errors) > 0 then
+    raise exception 'version % does not validate against today''s catalogue: %', p_to_version, v_errors
+      using errcode = 'BS008', hint = 'Propose corrected values instead of a rollback.';
+  end if;
+  return bitrix_sync.activate_settings_version(v_version, p_actor);
+end $$;
+
+--
+-- Name: FUNCTION rollback_settings(p_to_version integer, p_actor text, p_note text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.rollback_settings(p_to_version integer, p_actor text, p_note text) IS 'Activates a new version carrying the values of an earlier active version (rollback_of records which); history stays linear.';
+
+--
+-- Name: save_workflow_step(uuid, uuid, jsonb, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.save_workflow_step(p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text DEFAULT NULL::text) RETURNS bitrix_sync.workflow_instances
+    LANGUAGE plpgsql
+    AS $_$
+declare
+  v_row bitrix_sync.workflow_instances;
+begin
+  if p_step_data is null or jsonb_typeof(p_step_data) <> 'object' then
+    raise exception 'step data must be a JSON object'
+      using errcode = 'BS004', hint = 'Pass the workflow''s safe step state (IDs, flags, counts), e.g. ''{"pass": 1}''.';
+  end if;
+  if p_current_step is not null and p_current_step !~ '^[a-z][a-z0-9_]{0,63}$' then
+    raise exception 'a step name is a snake_case identifier of at most 64 characters'
+      using errcode = 'BS004', hint = 'Pass the planner''s step name, e.g. find_by_phone.';
+  end if;
+  v_row := bitrix_sync._held_workflow(p_id, p_lease_token);
+  update bitrix_sync.workflow_instances
+     set step_data = p_step_data, current_step = coalesce(p_current_step, current_step)
+   where id = p_id
+  returning * into v_row;
+  return v_row;
+end $_$;
+
+--
+-- Name: FUNCTION save_workflow_step(p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.save_workflow_step(p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text) IS 'Persists the step state (and, when given, the step name) of a running workflow without a state change. Fenced by the workflow''s lease token (BS001).';
+
+--
+-- Name: schedule_workflow_retry(uuid, uuid, text, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) RETURNS bitrix_sync.workflow_instances
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.workflow_instances;
+  v_deadline timestamptz;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  v_row := bitrix_sync._held_workflow(p_id, p_lease_token);
+  v_deadline := bitrix_sync._retry_deadline(bitrix_sync._workflow_first_attempt(v_row));
+  if now() + greatest(p_delay, interval '0') > v_deadline then
+    v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'fail',
+               jsonb_build_object('last_error_code', 'retry_horizon_exceeded', 'outcome', 'failed'));
+    insert into bitrix_sync.technical_dead_letters
+      (source, source_id, workflow_id, operation, error_code, attempt_count, first_attempt_at, deadline_at,
+       correlation_id)
+    values ('workflow', v_row.id::text, v_row.id, v_row.workflow_type, 'retry_horizon_exceeded',
+            v_row.attempt_count, bitrix_sync._workflow_first_attempt(v_row), v_deadline, v_row.correlation_id);
+  else
+    v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'schedule_retry',
+               jsonb_build_object('last_error_code', p_error_code,
+                                  'next_attempt_at', now() + greatest(p_delay, interval '0')));
+  end if;
+  update bitrix_sync.workflow_instances set deadline_at = v_deadline where id = p_id returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) IS 'A step failed: running -> waiting_retry (schedule_retry) due after p_delay; when that falls past the horizon (created_at, or the last requeue, + retry.horizon_sec) -> failed with retry_horizon_exceeded and a technical DLQ row instead. The returned state says which. Fenced by the lease token (BS001).';
+
+--
+-- Name: send_commands(bigint[], uuid[], uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) RETURNS SETOF bigint
+    LANGUAGE plpgsql
+    AS $$
+begin
+  if coalesce(array_length(p_ids, 1), 0) <> coalesce(array_length(p_lease_tokens, 1), 0) then
+    raise exception 'send_commands needs one lease token per command id'
+      using errcode = 'BS004', hint = 'Pass the ids and tokens returned by claim_commands(), in the same order.';
+  end if;
+  -- The horizon of _retry_deadline(), read once for the batch instead of once per row.
+  return query
+  with h as materialized (
+    select make_interval(secs => (bitrix_sync._active_setting('retry.horizon_sec') #>> '{}')::double precision) as horizon
+  )
+  update bitrix_sync.crm_commands c
+     set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
+         first_sent_at = coalesce(c.first_sent_at, now()),
+         deadline_at = coalesce(c.first_sent_at, now()) + h.horizon
+    from unnest(p_ids, p_lease_tokens) as t(id, token), h
+   where c.id = t.id and c.status is not distinct from 'leased' and c.lease_token = t.token
+  returning c.id;
+end $$;
+
+--
+-- Name: FUNCTION send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) IS 'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The first send stamps first_sent_at, where the retry horizon starts.';
+
+--
+-- Name: start_or_join_workflow(uuid, text, uuid, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.start_or_join_workflow(p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text, p_trace_context text DEFAULT NULL::text) RETURNS TABLE(workflow_id uuid, action text, previous_trace_context text)
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_row bitrix_sync.workflow_instances;
+  v_trace text := bitrix_sync._trace_context(p_trace_context);
+begin
+  for v_try in 1..3 loop
+    select * into v_row from bitrix_sync.workflow_instances w
+     where w.user_id = p_user_id and w.state not in ('succeeded', 'failed', 'cancelled')
+     for update;
+    if found then
+      -- A rebind is never joined: converging to the App's intent would drop it (issue 11). The
+      -- intent is held on its row, the newest one winning as in a join, and starts as the next
+      -- workflow when the rebind ends (tg_workflow_instances__start_held_intent), so the App change
+      -- is carried out against the mapping the rebind left.
+      if v_row.workflow_type = 'contact.rebind' then
+        if v_row.held_intent_type is not distinct from p_intent_type
+           and v_row.held_content_hash is not distinct from p_content_hash then
+          return query select v_row.id, 'unchanged'::text, v_row.trace_context;
+          return;
+        end if;
+        update bitrix_sync.workflow_instances w
+           set held_intent_type = p_intent_type, held_source_task_id = p_source_task_id,
+               held_content_hash = p_content_hash, held_at = now()
+         where w.id = v_row.id;
+        return query select v_row.id, 'held'::text, v_row.trace_context;
+        return;
+      end if;
+      -- Same intent with the same desired content: nothing new to converge to.
+      if v_row.intent_type = p_intent_type and v_row.content_hash is not distinct from p_content_hash then
+        return query select v_row.id, 'unchanged'::text, v_row.trace_context;
+        return;
+      end if;
+      update bitrix_sync.workflow_instances w
+         set revision = w.revision + 1, intent_type = p_intent_type, source_task_id = p_source_task_id,
+             content_hash = p_content_hash,
+             -- The workflow now converges to this intent: its remaining steps belong to its trace.
+             trace_context = coalesce(v_trace, w.trace_context),
+             -- A workflow parked in waiting_manual may now be fixable by the newer intent
+             -- (manual_resume); a waiting_retry one is due at once.
+             state = case when w.state = 'waiting_manual' then 'running' else w.state end,
+             next_attempt_at = least(w.next_attempt_at, now())
+       where w.id = v_row.id;
+      return query select v_row.id, 'joined'::text, v_row.trace_context;
+      return;
+    end if;
+    -- The user's last workflow already converged to exactly this content: a semantically equal intent.
+    if p_content_hash is not null and exists (
+         select 1 from bitrix_sync.workflow_instances w
+          where w.id = (select l.id from bitrix_sync.workflow_instances l
+                         where l.user_id = p_user_id order by l.created_at desc limit 1)
+            and w.state = 'succeeded' and w.intent_type = p_intent_type
+            and w.content_hash = p_content_hash) then
+      return query select null::uuid, 'unchanged'::text, null::text;
+      return;
+    end if;
+    begin
+      insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash,
+                                                  trace_context)
+      values (p_intent_type, p_intent_type, p_user_id, p_source_task_id, p_content_hash, v_trace)
+      returning * into v_row;
+    exception when unique_violation then
+      -- Two intents of one user claimed at once: the other call started the workflow first and has
+      -- committed by now (the index waited for it), so look again and join it.
+      if v_try = 3 then
+        raise;
+      end if;
+      continue;
+    end;
+    perform pg_notify('bitrix_sync_workflows', '');
+    return query select v_row.id, 'started'::text, null::text;
+    return;
+  end loop;
+end $$;
+
+--
+-- Name: FUNCTION start_or_join_workflow(p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text, p_trace_context text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.start_or_join_workflow(p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text, p_trace_context text) IS 'Starts a workflow for the user, or joins the active one: a different intent or content bumps its revision (the workflow converges to it after its current step) and the workflow takes the intent''s trace context (W3C traceparent; malformed ones are ignored). Equal intent and content hash, on the active workflow or on the user''s last succeeded one, changes nothing (action unchanged). An active contact.rebind is not joined: the intent is held on it (action held) and starts when the rebind ends. previous_trace_context is the joined, held or unchanged workflow''s context before the call, for a span link.';
+
+--
+-- Name: start_rebind_request(uuid, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lease_token uuid) RETURNS bitrix_sync.rebind_requests
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.rebind_requests;
+begin
+  perform bitrix_sync._held_workflow(p_workflow_id, p_lease_token);
+  v_row := bitrix_sync._rebind_request_of(p_workflow_id);
+  if v_row.status = 'in_progress' then
+    -- The workflow began this pass again (a Contact vanished mid-way): already started.
+    return v_row;
+  end if;
+  if v_row.status <> 'requested' then
+    raise exception 'rebind request % is %, it cannot start', v_row.id, v_row.status
+      using errcode = 'BS002', hint = 'A finished request stays finished; ask again with request_bitrix_contact_rebind().';
+  end if;
+  update bitrix_sync.rebind_requests set status = 'in_progress' where id = v_row.id returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION start_rebind_request(p_workflow_id uuid, p_lease_token uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lease_token uuid) IS 'requested -> in_progress when the contact.rebind workflow starts reading the Contacts (a request already in progress is returned as it is). Fenced by the workflow''s lease token (BS001). Security definer: the runtime role only reads rebind requests.';
+
+--
+-- Name: step_context(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.step_context(p_id uuid) RETURNS bitrix_sync.step_context_t
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_out bitrix_sync.step_context_t;
+  v_last bitrix_sync.crm_commands;
+begin
+  -- The workflow's row is held from here to the step's commit: a join (start_or_join_workflow) that
+  -- comes now waits for the step. Its revision, intent and trace context are read under that lock.
+  select w.revision, w.intent_type, w.trace_context
+    into v_out.revision, v_out.intent_type, v_out.trace_context
+    from bitrix_sync.workflow_instances w where w.id = p_id for update;
+  -- A statement of its own, so a snapshot taken after the lock was granted: whatever the holder it
+  -- waited for committed is seen. The last command is the most recently changed one (after a
+  -- recovery search, the re-sent create is newer than the search).
+  select c.* into v_last from bitrix_sync.crm_commands c
+   where c.workflow_id = p_id and c.alert_id is null
+   order by c.updated_at desc, c.id desc limit 1;
+  v_out.last_command := v_last;
+  v_out.unresolved_write := exists (select 1 from bitrix_sync.crm_commands u
+                                     where u.workflow_id = p_id and u.status in ('uncertain', 'reconcile'));
+  return v_out;
+end $$;
+
+--
+-- Name: FUNCTION step_context(p_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.step_context(p_id uuid) IS 'What a workflow step starts from, in one call inside the step''s transaction: locks the workflow row (FOR UPDATE) and returns its revision, intent and trace context, then, read after the lock, its last command (null fields when none) and whether one of its writes is unresolved (uncertain or reconcile). One row; revision is null when the workflow does not exist.';
+
+--
+-- Name: take_sync_tasks(uuid[], uuid[], uuid[], text[], text[], text[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]) RETURNS TABLE(task_id uuid, workflow_id uuid, action text, previous_trace_context text)
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_n integer := coalesce(cardinality(p_ids), 0);
+  v_out record;
+begin
+  if coalesce(cardinality(p_lease_tokens), 0) <> v_n or coalesce(cardinality(p_user_ids), 0) <> v_n
+     or coalesce(cardinality(p_intent_types), 0) <> v_n or coalesce(cardinality(p_content_hashes), 0) <> v_n
+     or coalesce(cardinality(p_trace_contexts), 0) <> v_n or v_n > 1000 then
+    raise exception 'take_sync_tasks needs six arrays of one length, at most 1000'
+      using errcode = 'BS004',
+            hint = 'Pass intent ID, lease token, user ID, intent type, content hash and trace context per claimed intent, in claim order.';
+  end if;
+  -- In the order given (claim order): a user's later intent joins the workflow its earlier one
+  -- started. Any refusal (a stale lease: BS001) fails the whole call, and the caller takes the
+  -- intents one by one instead.
+  for i in 1 .. v_n loop
+    select * into v_out
+      from bitrix_sync.start_or_join_workflow(p_user_ids[i], p_intent_types[i], p_ids[i], p_content_hashes[i],
+                                              p_trace_contexts[i]);
+    perform bitrix_sync.complete_sync_task(p_ids[i], p_lease_tokens[i]);
+    task_id := p_ids[i];
+    workflow_id := v_out.workflow_id;
+    action := v_out.action;
+    previous_trace_context := v_out.previous_trace_context;
+    return next;
+  end loop;
+end $$;
+
+--
+-- Name: FUNCTION take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]) IS 'Intake of a claimed batch in one call: for each intent, in the order given, start_or_join_workflow() and complete_sync_task() under its lease token, as the caller would one intent per transaction. One row per intent (its workflow, the action, the previous trace context). A stale lease refuses the whole call (BS001); arrays of different lengths or over 1000 elements BS004.';
+
+--
+-- Name: tg__forbid_delete(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg__forbid_delete() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  raise exception 'rows of %.% are history and are never deleted', tg_table_schema, tg_table_name
+    using errcode = 'BS003',
+          hint = 'Close or supersede the row through its bitrix_sync function instead.';
+end $$;
+
+--
+-- Name: FUNCTION tg__forbid_delete(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg__forbid_delete() IS 'BEFORE DELETE guard for history tables (mapping, settings versions, rebind requests, the cutover). SQLSTATE BS003.';
+
+--
+-- Name: tg__guard_transition(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg__guard_transition() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+-- TG_ARGV[0]: machine name in state_edges; TG_ARGV[1]: the state column.
+declare
+  v_from text;
+  v_to text;
+begin
+  -- The status column by name (issue 14): turning both whole rows into JSON on every transition cost
+  -- more than the rest of the guard. Another column name takes the generic way.
+  if tg_argv[1] = 'status' then
+    v_from := old.status;
+    v_to := new.status;
+  else
+    v_from := to_jsonb(old) ->> tg_argv[1];
+    v_to := to_jsonb(new) ->> tg_argv[1];
+  end if;
+  if v_from is distinct from v_to
+     and not exists (select 1 from bitrix_sync.state_edges e
+                      where e.machine = tg_argv[0] and e.from_state = v_from and e.to_state = v_to) then
+    raise exception 'illegal % transition % -> %', tg_argv[0], v_from, v_to
+      using errcode = 'BS002',
+            detail = format('table %I.%I', tg_table_schema, tg_table_name),
+            hint = 'Move rows only through the bitrix_sync function for the event; docs/state-machines.md lists the legal edges.';
+  end if;
+  return new;
+end $$;
+
+--
+-- Name: FUNCTION tg__guard_transition(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg__guard_transition() IS 'BEFORE UPDATE guard: refuses a change of the state column (TG_ARGV[1], read directly when it is status) that is not an edge of machine TG_ARGV[0] in bitrix_sync.state_edges. SQLSTATE BS002.';
+
+--
+-- Name: tg__refuse_immutable_change(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg__refuse_immutable_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+-- TG_ARGV: the columns that never change.
+declare
+  v_old jsonb := to_jsonb(old);
+  v_new jsonb := to_jsonb(new);
+  v_changed text;
+begin
+  select string_agg(c, ', ' order by c) into v_changed
+    from unnest(tg_argv) c
+   where v_old -> c is distinct from v_new -> c;
+  if v_changed is not null then
+    raise exception '%.% never changes %', tg_table_schema, tg_table_name, v_changed
+      using errcode = 'BS031',
+            hint = 'These columns identify the row or record its audit. Open a new row instead: a new mapping (close_mapping, open_mapping), a new rebind request, a new settings version.';
+  end if;
+  return new;
+end $$;
+
+--
+-- Name: FUNCTION tg__refuse_immutable_change(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg__refuse_immutable_change() IS 'BEFORE UPDATE guard: refuses a change of any column named in TG_ARGV (identity and audit columns). SQLSTATE BS031.';
+
+--
+-- Name: tg__refuse_insert_state(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg__refuse_insert_state() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+-- TG_ARGV[0]: the initial state in words. The trigger's WHEN clause decides; this only reports.
+begin
+  raise exception 'a new row of %.% must start %', tg_table_schema, tg_table_name, tg_argv[0]
+    using errcode = 'BS030',
+          hint = 'Create rows through their bitrix_sync function; they move on only along bitrix_sync.state_edges (docs/state-machines.md).';
+end $$;
+
+--
+-- Name: FUNCTION tg__refuse_insert_state(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg__refuse_insert_state() IS 'BEFORE INSERT guard, fired by its WHEN clause when a row is inserted in a state other than its machine''s initial one (or already leased or finished). SQLSTATE BS030.';
+
+--
+-- Name: tg__set_updated_at(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg__set_updated_at() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  new.updated_at := now();
+  return new;
+end $$;
+
+--
+-- Name: FUNCTION tg__set_updated_at(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg__set_updated_at() IS 'BEFORE UPDATE trigger: stamps updated_at with the transaction time.';
+
+--
+-- Name: tg_crm_commands__count_transition(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg_crm_commands__count_transition() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('command', new.command_type, old.status, new.status);
+  return null;
+end $$;
+
+--
+-- Name: FUNCTION tg_crm_commands__count_transition(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg_crm_commands__count_transition() IS 'AFTER UPDATE OF status trigger: appends one command transition (type, from, to) to metric_events for bitrix_sync_command_transitions_total.';
+
+--
+-- Name: tg_settings_versions__freeze(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg_settings_versions__freeze() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_old jsonb := to_jsonb(old);
+  v_new jsonb := to_jsonb(new);
+  v_allowed text[];
+  v_changed text;
+begin
+  -- What each step of the settings machine may write; everything else is history once written.
+  v_allowed := case
+    when old.status = 'draft' and new.status = 'draft' then array['settings_values', 'note']
+    when old.status = 'draft' then array['status', 'settings_values', 'validation_errors', 'validated_at']
+    when old.status = 'validated' and new.status = 'active' then array['status', 'activated_by', 'activated_at']
+    when old.status = 'active' and new.status = 'superseded' then array['status', 'superseded_at']
+    -- Any other status change is judged by the guard trigger _100_guard_status.
+    else array['status']
+  end;
+  select string_agg(k, ', ' order by k) into v_changed
+    from jsonb_object_keys(v_new) k
+   where k <> all (v_allowed) and v_old -> k is distinct from v_new -> k;
+  if v_changed is not null then
+    raise exception 'settings version % is %: % can no longer change', old.version, old.status, v_changed
+      using errcode = 'BS031',
+            hint = 'A version''s values and audit are history once it leaves draft. Propose a new version with propose_settings().';
+  end if;
+  return new;
+end $$;
+
+--
+-- Name: FUNCTION tg_settings_versions__freeze(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg_settings_versions__freeze() IS 'BEFORE UPDATE guard on settings_versions: values and note change only while a version is a draft; validation, activation and supersession each write only their own audit columns; created_by, based_on, rollback_of never change. SQLSTATE BS031.';
+
+--
+-- Name: tg_technical_dead_letters__count(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg_technical_dead_letters__count() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('dead_letter', new.source, '', 'dead_letter');
+  return null;
+end $$;
+
+--
+-- Name: FUNCTION tg_technical_dead_letters__count(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg_technical_dead_letters__count() IS 'AFTER INSERT trigger: appends one new technical dead letter (by source) to metric_events for bitrix_sync_dead_letters_total.';
+
+--
+-- Name: tg_webhook_inbox__count_coalesced(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg_webhook_inbox__count_coalesced() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('webhook', new.receiver, old.status, new.status);
+  return null;
+end $$;
+
+--
+-- Name: FUNCTION tg_webhook_inbox__count_coalesced(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg_webhook_inbox__count_coalesced() IS 'AFTER UPDATE OF status trigger: appends one event coalesced into another (claim_webhooks) to metric_events for bitrix_sync_webhook_coalesced_total.';
+
+--
+-- Name: tg_workflow_instances__close_rebind_request(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg_workflow_instances__close_rebind_request() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  perform bitrix_sync._close_rebind_request(new);
+  return null;
+end $$;
+
+--
+-- Name: FUNCTION tg_workflow_instances__close_rebind_request(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__close_rebind_request() IS 'AFTER UPDATE OF state trigger: a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
+
+--
+-- Name: tg_workflow_instances__count_transition(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg_workflow_instances__count_transition() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('workflow', new.workflow_type, old.state, new.state);
+  return null;
+end $$;
+
+--
+-- Name: FUNCTION tg_workflow_instances__count_transition(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__count_transition() IS 'AFTER UPDATE OF state trigger: appends one workflow transition (type, from, to) to metric_events for bitrix_sync_workflow_transitions_total. Security definer: whoever moves the workflow, nobody needs rights on the table.';
+
+--
+-- Name: tg_workflow_instances__guard_state(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg_workflow_instances__guard_state() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  -- tg__guard_transition for the one machine whose column is "state" (TG_ARGV as there), reading it
+  -- directly.
+  if old.state is distinct from new.state
+     and not exists (select 1 from bitrix_sync.state_edges e
+                      where e.machine = tg_argv[0] and e.from_state = old.state and e.to_state = new.state) then
+    raise exception 'illegal % transition % -> %', tg_argv[0], old.state, new.state
+      using errcode = 'BS002',
+            detail = format('table %I.%I', tg_table_schema, tg_table_name),
+            hint = 'Move rows only through the bitrix_sync function for the event; docs/state-machines.md lists the legal edges.';
+  end if;
+  return new;
+end $$;
+
+--
+-- Name: FUNCTION tg_workflow_instances__guard_state(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__guard_state() IS 'BEFORE UPDATE OF state guard of workflow_instances: refuses a change of state that is not an edge of machine TG_ARGV[0] (workflow) in bitrix_sync.state_edges. SQLSTATE BS002.';
+
+--
+-- Name: tg_workflow_instances__start_held_intent(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg_workflow_instances__start_held_intent() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  -- The rebind's row has just left the active states, so the one-active-per-user index admits the
+  -- next workflow. A concurrent intake waiting on the row lock finds this one and joins it.
+  insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id, content_hash)
+  values (new.held_intent_type, new.held_intent_type, new.user_id, new.held_source_task_id, new.held_content_hash);
+  perform pg_notify('bitrix_sync_workflows', '');
+  return null;
+end $$;
+
+--
+-- Name: FUNCTION tg_workflow_instances__start_held_intent(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__start_held_intent() IS 'AFTER UPDATE OF state trigger: when a workflow holding an App intent (a contact.rebind) finishes, however it finishes, the held intent starts as the user''s next workflow.';
+
+--
+-- Name: unwatch_intake(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.unwatch_intake() RETURNS void
+    LANGUAGE sql
+    AS $$
+  select pg_advisory_unlock(727014, 1) and pg_advisory_unlock(727014, 2);
+  select null::void;
+$$;
+
+--
+-- Name: FUNCTION unwatch_intake(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.unwatch_intake() IS 'A sync loop''s intake is awake again: releases the intake watch taken by watch_intake(), and the App''s intents stop NOTIFYing.';
+
+--
+-- Name: validate_settings_version(integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.validate_settings_version(p_version integer) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.settings_versions;
+  v_values jsonb;
+  v_errors jsonb;
+begin
+  select * into v_row from bitrix_sync.settings_versions where version = p_version for update;
+  if not found then
+    raise exception 'settings version % does not exist', p_version using errcode = 'BS005', hint = 'See bitrix_sync.settings_versions.';
+  end if;
+  if v_row.status <> 'draft' then
+    raise exception 'settings version % is %, only drafts are validated', p_version, v_row.status
+      using errcode = 'BS002', hint = 'Propose a new version with propose_settings().';
+  end if;
+  -- A draft written without propose_settings() is normalised here, in its last change as a draft.
+  v_values := bitrix_sync._normalise_settings(v_row.settings_values);
+  v_errors := bitrix_sync._settings_errors(v_values);
+  update bitrix_sync.settings_versions
+     set settings_values = v_values,
+         status = case when jsonb_array_length(v_errors) = 0 then 'validated' else 'rejected' end,
+         validation_errors = case when jsonb_array_length(v_errors) = 0 then null else v_errors end,
+         validated_at = now()
+   where version = p_version;
+  return v_errors;
+end $$;
+
+--
+-- Name: FUNCTION validate_settings_version(p_version integer); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.validate_settings_version(p_version integer) IS 'draft -> validated, or -> rejected with the reasons (returned and stored); the values are normalised in the same change. A rejected version can never be activated.';
+
+--
+-- Name: watch_intake(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.watch_intake() RETURNS boolean
+    LANGUAGE plpgsql
+    SET lock_timeout TO '1s'
+    AS $$
+begin
+  -- One sleeper per database is enough: NOTIFY wakes every listener.
+  if not pg_try_advisory_lock(727014, 2) then
+    return false;
+  end if;
+  begin
+    -- Exclusive: waits for the App transactions that recorded an intent without a NOTIFY (they hold
+    -- the watch shared) to end, so the caller's next look at the queue sees their intents. From
+    -- here until unwatch_intake(), every intent NOTIFYs.
+    perform pg_advisory_lock(727014, 1);
+  exception when lock_not_available then
+    -- A long App transaction: give up watching this time; the fallback poll covers it.
+    perform pg_advisory_unlock(727014, 2);
+    return false;
+  end;
+  return true;
+end $$;
+
+--
+-- Name: FUNCTION watch_intake(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.watch_intake() IS 'Called by a sync loop (on its LISTEN connection) whose intake found nothing, before it sleeps: takes the intake watch (session advisory lock 727014/1, exclusive) after the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs. The caller must look at the queue once more before sleeping, and call unwatch_intake() when it wakes. Returns false (nothing held) when another loop watches or an App transaction holds the watch for over 1 s; the fallback poll covers that.';
+
+--
+-- Name: _private_jobs; Type: TABLE; Schema: graphile_worker; Owner: -
+--
+
+CREATE TABLE graphile_worker._private_jobs (
+    id bigint NOT NULL,
+    job_queue_id integer,
+    task_id integer NOT NULL,
+    payload json DEFAULT '{}'::json NOT NULL,
+    priority smallint DEFAULT 0 NOT NULL,
+    run_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempts smallint DEFAULT 0 NOT NULL,
+    max_attempts smallint DEFAULT 25 NOT NULL,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    key text,
+    locked_at timestamp with time zone,
+    locked_by text,
+    revision integer DEFAULT 0 NOT NULL,
+    flags jsonb,
+    is_available boolean GENERATED ALWAYS AS (((locked_at IS NULL) AND (attempts < max_attempts))) STORED NOT NULL,
+    CONSTRAINT jobs_key_check CHECK (((length(key) > 0) AND (length(key) <= 512))),
+    CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts >= 1))
+);
+
+--
+-- Name: add_job(text, json, text, timestamp with time zone, integer, text, integer, text[], text); Type: FUNCTION; Schema: graphile_worker; Owner: -
+--
+
+CREATE FUNCTION graphile_worker.add_job(identifier text, payload json DEFAULT NULL::json, queue_name text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, job_key text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, flags text[] DEFAULT NULL::text[], job_key_mode text DEFAULT 'replace'::text) RETURNS graphile_worker._private_jobs
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_job "graphile_worker"._private_jobs;
+begin
+  if (job_key is null or job_key_mode is null or job_key_mode in ('replace', 'preserve_run_at')) then
+    select * into v_job
+    from "graphile_worker".add_jobs(
+      ARRAY[(
+        identifier,
+        payload,
+        queue_name,
+        run_at,
+        max_attempts::smallint,
+        job_key,
+        priority::smallint,
+        flags
+      )::"graphile_worker".job_spec],
+      (job_key_mode = 'preserve_run_at')
+    )
+    limit 1;
+    return v_job;
+  elsif job_key_mode = 'unsafe_dedupe' then
+    -- Ensure all the tasks exist
+    insert into "graphile_worker"._private_tasks as tasks (identifier)
+    values (add_job.identifier)
+    on conflict do nothing;
+    -- Ensure all the queues exist
+    if add_job.queue_name is not null then
+      insert into "graphile_worker"._private_job_queues as job_queues (queue_name)
+      values (add_job.queue_name)
+      on conflict do nothing;
+    end if;
+    -- Insert job, but if one already exists then do nothing, even if the
+    -- existing job has already started (and thus represents an out-of-date
+    -- world state). This is dangerous because it means that whatever state
+    -- change triggered this add_job may not be acted upon (since it happened
+    -- after the existing job started executing, but no further job is being
+    -- scheduled), but it is useful in very rare circumstances for
+    -- de-duplication. If in doubt, DO NOT USE THIS.
+    insert into "graphile_worker"._private_jobs as jobs (
+      job_queue_id,
+      task_id,
+      payload,
+      run_at,
+      max_attempts,
+      key,
+      priority,
+      flags
+    )
+      select
+        job_queues.id,
+        tasks.id,
+        coalesce(add_job.payload, '{}'::json),
+        coalesce(add_job.run_at, now()),
+        coalesce(add_job.max_attempts::smallint, 25::smallint),
+        add_job.job_key,
+        coalesce(add_job.priority::smallint, 0::smallint),
+        (
+          select jsonb_object_agg(flag, true)
+          from unnest(add_job.flags) as item(flag)
+        )
+      from "graphile_worker"._private_tasks as tasks
+      left join "graphile_worker"._private_job_queues as job_queues
+      on job_queues.queue_name = add_job.queue_name
+      where tasks.identifier = add_job.identifier
+    on conflict (key)
+      -- Bump the updated_at so that there's something to return
+      do update set
+        revision = jobs.revision + 1,
+        updated_at = now()
+      returning *
+      into v_job;
+    if v_job.revision = 0 then
+      perform pg_notify('jobs:insert', '{"r":' || random()::text || ',"count":1}');
+    end if;
+    return v_job;
+  else
+    raise exception 'Invalid job_key_mode value, expected ''replace'', ''preserve_run_at'' or ''unsafe_dedupe''.' using errcode = 'GWBKM';
+  end if;
+end;
+$$;
+
+--
+-- Name: add_jobs(graphile_worker.job_spec[], boolean); Type: FUNCTION; Schema: graphile_worker; Owner: -
+--
+
+CREATE FUNCTION graphile_worker.add_jobs(specs graphile_worker.job_spec[], job_key_preserve_run_at boolean DEFAULT false) RETURNS SETOF graphile_worker._private_jobs
+    LANGUAGE plpgsql
+    AS $$
+begin
+  -- Ensure all the tasks exist
+  insert into "graphile_worker"._private_tasks as tasks (identifier)
+  select distinct spec.identifier
+  from unnest(specs) spec
+  on conflict do nothing;
+  -- Ensure all the queues exist
+  insert into "graphile_worker"._private_job_queues as job_queues (queue_name)
+  select distinct spec.queue_name
+  from unnest(specs) spec
+  where spec.queue_name is not null
+  on conflict do nothing;
+  -- Ensure any locked jobs have their key cleared - in the case of locked
+  -- existing job create a new job instead as it must have already started
+  -- executing (i.e. it's world state is out of date, and the fact add_job
+  -- has been called again implies there's new information that needs to be
+  -- acted upon).
+  update "graphile_worker"._private_jobs as jobs
+  set
+    key = null,
+    attempts = jobs.max_attempts,
+    updated_at = now()
+  from unnest(specs) spec
+  where spec.job_key is not null
+  and jobs.key = spec.job_key
+  and is_available is not true;
+
+  -- WARNING: this count is not 100% accurate; 'on conflict' clause will cause it to be an overestimate
+  perform pg_notify('jobs:insert', '{"r":' || random()::text || ',"count":' || array_length(specs, 1)::text || '}');
+
+  -- TODO: is there a risk that a conflict could occur depending on the
+  -- isolation level?
+  return query insert into "graphile_worker"._private_jobs as jobs (
+    job_queue_id,
+    task_id,
+    payload,
+    run_at,
+    max_attempts,
+    key,
+    priority,
+    flags
+  )
+    select
+      job_queues.id,
+      tasks.id,
+      coalesce(spec.payload, '{}'::json),
+      coalesce(spec.run_at, now()),
+      coalesce(spec.max_attempts, 25),
+      spec.job_key,
+      coalesce(spec.priority, 0),
+      (
+        select jsonb_object_agg(flag, true)
+        from unnest(spec.flags) as item(flag)
+      )
+    from unnest(specs) spec
+    inner join "graphile_worker"._private_tasks as tasks
+    on tasks.identifier = spec.identifier
+    left join "graphile_worker"._private_job_queues as job_queues
+    on job_queues.queue_name = spec.queue_name
+  on conflict (key) do update set
+    job_queue_id = excluded.job_queue_id,
+    task_id = excluded.task_id,
+    payload =
+      case
+      when json_typeof(jobs.payload) = 'array' and json_typeof(excluded.payload) = 'array' then
+        (jobs.payload::jsonb || excluded.payload::jsonb)::json
+      else
+        excluded.payload
+      end,
+    max_attempts = excluded.max_attempts,
+    run_at = (case
+      when job_key_preserve_run_at is true and jobs.attempts = 0 then jobs.run_at
+      else excluded.run_at
+    end),
+    priority = excluded.priority,
+    revision = jobs.revision + 1,
+    flags = excluded.flags,
+    -- always reset error/retry state
+    attempts = 0,
+    last_error = null,
+    updated_at = now()
+  where jobs.locked_at is null
+  returning *;
+end;
+$$;
+
+--
+-- Name: complete_jobs(bigint[]); Type: FUNCTION; Schema: graphile_worker; Owner: -
+--
+
+CREATE FUNCTION graphile_worker.complete_jobs(job_ids bigint[]) RETURNS SETOF graphile_worker._private_jobs
+    LANGUAGE sql
+    AS $$
+  delete from "graphile_worker"._private_jobs as jobs
+    where id = any(job_ids)
+    and (
+      locked_at is null
+    or
+      locked_at < now() - interval '4 hours'
+    )
+    returning *;
+$$;
+
+--
+-- Name: force_unlock_workers(text[]); Type: FUNCTION; Schema: graphile_worker; Owner: -
+--
+
+CREATE FUNCTION graphile_worker.force_unlock_workers(worker_ids text[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+update "graphile_worker"._private_jobs as jobs
+set locked_at = null, locked_by = null
+where locked_by = any(worker_ids);
+update "graphile_worker"._private_job_queues as job_queues
+set locked_at = null, locked_by = null
+where locked_by = any(worker_ids);
+$$;
+
+--
+-- Name: permanently_fail_jobs(bigint[], text); Type: FUNCTION; Schema: graphile_worker; Owner: -
+--
+
+CREATE FUNCTION graphile_worker.permanently_fail_jobs(job_ids bigint[], error_message text DEFAULT NULL::text) RETURNS SETOF graphile_worker._private_jobs
+    LANGUAGE sql
+    AS $$
+  update "graphile_worker"._private_jobs as jobs
+    set
+      last_error = coalesce(error_message, 'Manually marked as failed'),
+      attempts = max_attempts,
+      updated_at = now()
+    where id = any(job_ids)
+    and (
+      locked_at is null
+    or
+      locked_at < NOW() - interval '4 hours'
+    )
+    returning *;
+$$;
+
+--
+-- Name: remove_job(text); Type: FUNCTION; Schema: graphile_worker; Owner: -
+--
+
+CREATE FUNCTION graphile_worker.remove_job(job_key text) RETURNS graphile_worker._private_jobs
+    LANGUAGE plpgsql STRICT
+    AS $$
+declare
+  v_job "graphile_worker"._private_jobs;
+begin
+  -- Delete job if not locked
+  delete from "graphile_worker"._private_jobs as jobs
+    where key = job_key
+    and (
+      locked_at is null
+    or
+      locked_at < NOW() - interval '4 hours'
+    )
+  returning * into v_job;
+  if not (v_job is null) then
+    perform pg_notify('jobs:insert', '{"r":' || random()::text || ',"count":-1}');
+    return v_job;
+  end if;
+  -- Otherwise prevent job from retrying, and clear the key
+  update "graphile_worker"._private_jobs as jobs
+  set
+    key = null,
+    attempts = jobs.max_attempts,
+    updated_at = now()
+  where key = job_key
+  returning * into v_job;
+  return v_job;
+end;
+$$;
+
+--
+-- Name: reschedule_jobs(bigint[], timestamp with time zone, integer, integer, integer); Type: FUNCTION; Schema: graphile_worker; Owner: -
+--
+
+CREATE FUNCTION graphile_worker.reschedule_jobs(job_ids bigint[], run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, priority integer DEFAULT NULL::integer, attempts integer DEFAULT NULL::integer, max_attempts integer DEFAULT NULL::integer) RETURNS SETOF graphile_worker._private_jobs
+    LANGUAGE sql
+    AS $$
+  update "graphile_worker"._private_jobs as jobs
+    set
+      run_at = coalesce(reschedule_jobs.run_at, jobs.run_at),
+      priority = coalesce(reschedule_jobs.priority::smallint, jobs.priority),
+      attempts = coalesce(reschedule_jobs.attempts::smallint, jobs.attempts),
+      max_attempts = coalesce(reschedule_jobs.max_attempts::smallint, jobs.max_attempts),
+      updated_at = now()
+    where id = any(job_ids)
+    and (
+      locked_at is null
+    or
+      locked_at < NOW() - interval '4 hours'
+    )
+    returning *;
+$$;
+
+--
+-- Name: enqueue_contact_sync(); Type: FUNCTION; Schema: han_app; Owner: -
+--
+
+CREATE FUNCTION han_app.enqueue_contact_sync() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_user_id uuid;
+  v_task text;
+  v_reason text;
+  v_subject text := case tg_table_name when 'user_identity' then 'identity' else 'profile' end;
+begin
+  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo.
+  if current_setting('han.sync_suppress', true) = 'true' then
+    return null;
+  end if;
+
+  if tg_op = 'INSERT' then
+    if new.record_status <> 'active' then
+      return null;
+    end if;
+    v_task := 'contact.map_or_create';
+    v_reason := v_subject || '_created';
+  elsif old.record_status = 'active' and new.record_status <> 'active' then
+    v_task := 'contact.deactivate';
+    v_reason := v_subject || '_deactivated';
+  elsif old.record_status <> 'active' and new.record_status = 'active' then
+    v_task := 'contact.map_or_create';
+    v_reason := v_subject || '_reactivated';
+  elsif tg_argv[0] = 'phone' and new.record_status = 'active' then
+    -- Only _500_enqueue_contact_sync_update on user_identity passes 'phone'; its WHEN clause fires
+    -- for a phone_number or record_status that changed (IS DISTINCT FROM), and the status did not
+    -- enter or leave active, so the phone changed.
+    v_task := 'contact.update';
+    v_reason := 'identity_phone_changed';
+  else
+    -- CRM-master fields, foreign_phone, timestamps, no-op updates: nothing.
+    return null;
+  end if;
+
+  -- entity_id is always user_identity.id, also for profile rows.
+  if tg_table_name = 'user_identity' then
+    v_user_id := new.id;
+  else
+    v_user_id := (to_jsonb(new) ->> 'user_id')::uuid;
+  end if;
+
+  -- The intent goes into the journal: one row appended to a table without indexes, constraints to
+  -- re-parse or triggers. bitrix_sync.fold_intent_journal() coalesces it into han_app.sync_queue
+  -- (one active row per task and user; a newer intent takes a leased row back to pending, which
+  -- fences its holder) before every claim, so a worker never looks at the queue without it.
+  insert into han_app.sync_queue_journal (task_type, user_id, reason, source_updated_at)
+  values (v_task, v_user_id, v_reason, new.updated_at);
+
+  -- Wake-up only; workers also poll (§8). The payload names no user. A sync loop asleep on the
+  -- queue holds the intake watch exclusively, so the shared try fails exactly then. Otherwise this
+  -- transaction now holds the watch shared until it ends, and a loop about to fall asleep waits for
+  -- it, then looks at the queue once more (bitrix_sync.watch_intake()).
+  if not pg_try_advisory_xact_lock_shared(727014, 1) then
+    perform pg_notify('bitrix_sync_queue', v_task);
+  end if;
+  return null;
+end $$;
+
+--
+-- Name: FUNCTION enqueue_contact_sync(); Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON FUNCTION han_app.enqueue_contact_sync() IS 'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
+
+--
+-- Name: admin_actions; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.admin_actions (
+    id bigint NOT NULL,
+    action character varying(64) NOT NULL,
+    workflow_id uuid,
+    rebind_request_id uuid,
+    decision character varying(32),
+    contact_id character varying(128),
+    reason text NOT NULL,
+    operator_id character varying(128) NOT NULL,
+    db_user character varying(128) DEFAULT SESSION_USER NOT NULL,
+    performed_at timestamp with time zone DEFAULT now() NOT NULL,
+    dead_letter_id bigint,
+    CONSTRAINT admin_actions_action_check CHECK (((action)::text ~ '^[a-z][a-z0-9_]{2,63}$'::text)),
+    CONSTRAINT admin_actions_contact_id_check CHECK (((contact_id IS NULL) OR ((contact_id)::text ~ '^[1-9][0-9]{0,17}$'::text))),
+    CONSTRAINT admin_actions_decision_check CHECK (((decision IS NULL) OR ((decision)::text ~ '^[a-z][a-z0-9_]{1,31}$'::text))),
+    CONSTRAINT admin_actions_operator_id_check CHECK ((length(btrim((operator_id)::text)) > 0)),
+    CONSTRAINT admin_actions_reason_check CHECK (((length(btrim(reason)) >= 3) AND (length(btrim(reason)) <= 500)))
+);
+
+--
+-- Name: TABLE admin_actions; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.admin_actions IS 'Audit of the admin functions (resume and cancel of parked workflows, cancel of rebind requests): the action, what it applied to, the operator''s id and reason, the database login. Never deleted.';
+
+--
+-- Name: COLUMN admin_actions.action; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.admin_actions.action IS 'resume_workflow, cancel_workflow, cancel_rebind_request, acknowledge_dead_letter, requeue_dead_letter, ...';
+
+--
+-- Name: COLUMN admin_actions.decision; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.admin_actions.decision IS 'The resume decision: retry, link_contact, create_contact.';
+
+--
+-- Name: COLUMN admin_actions.contact_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.admin_actions.contact_id IS 'The Contact a link_contact decision named.';
+
+--
+-- Name: COLUMN admin_actions.operator_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.admin_actions.operator_id IS 'Who acted (operator identifier, as given).';
+
+--
+-- Name: COLUMN admin_actions.db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.admin_actions.db_user IS 'The database login (session_user) that ran the function.';
+
+--
+-- Name: COLUMN admin_actions.dead_letter_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.admin_actions.dead_letter_id IS 'The technical dead letter an acknowledge_dead_letter or requeue_dead_letter resolved.';
+
+--
+-- Name: admin_actions_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.admin_actions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.admin_actions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: business_alert_number_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE SEQUENCE bitrix_sync.business_alert_number_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: business_alert_number_seq; Type: SEQUENCE OWNED BY; Schema: bitrix_sync; Owner: -
+--
+
+ALTER SEQUENCE bitrix_sync.business_alert_number_seq OWNED BY bitrix_sync.business_alerts.alert_number;
+
+--
+-- Name: business_alerts_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.business_alerts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.business_alerts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: crm_commands_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.crm_commands ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.crm_commands_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: crm_inflight_slots; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.crm_inflight_slots (
+    slot_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    bucket text NOT NULL,
+    holder text NOT NULL,
+    acquired_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT crm_inflight_slots_expiry CHECK ((expires_at > acquired_at)),
+    CONSTRAINT crm_inflight_slots_holder_check CHECK (((length(holder) >= 1) AND (length(holder) <= 200)))
+);
+
+--
+-- Name: TABLE crm_inflight_slots; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.crm_inflight_slots IS 'HTTP requests to the portal in flight, all replicas together (§8 max in-flight). A slot past expires_at counts as free.';
+
+--
+-- Name: COLUMN crm_inflight_slots.holder; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_inflight_slots.holder IS 'Replica that holds the slot (host:pid), for diagnosis only.';
+
+--
+-- Name: COLUMN crm_inflight_slots.expires_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_inflight_slots.expires_at IS 'The slot frees itself here if its holder crashed; longer than the HTTP timeout.';
+
+--
+-- Name: crm_method_blocks; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.crm_method_blocks (
+    bucket text NOT NULL,
+    method text NOT NULL,
+    blocked_until timestamp with time zone,
+    operating double precision,
+    operating_reset_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT crm_method_blocks_bucket_check CHECK (((length(bucket) >= 1) AND (length(bucket) <= 200))),
+    CONSTRAINT crm_method_blocks_method_check CHECK ((method ~ '^[a-z][a-z0-9_.]*$'::text)),
+    CONSTRAINT crm_method_blocks_operating_check CHECK ((operating >= (0)::double precision))
+);
+
+--
+-- Name: TABLE crm_method_blocks; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.crm_method_blocks IS 'Operating-time limit per REST method (§9): the last time.operating seen and, after OPERATION_TIME_LIMIT, how long the method is blocked.';
+
+--
+-- Name: COLUMN crm_method_blocks.method; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_method_blocks.method IS 'REST method name, e.g. crm.contact.update.';
+
+--
+-- Name: COLUMN crm_method_blocks.blocked_until; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_method_blocks.blocked_until IS 'No command of this method is sent before this instant.';
+
+--
+-- Name: COLUMN crm_method_blocks.operating; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_method_blocks.operating IS 'Last time.operating (seconds) the portal reported for this method.';
+
+--
+-- Name: COLUMN crm_method_blocks.operating_reset_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_method_blocks.operating_reset_at IS 'Last time.operating_reset_at: when the oldest one-minute bucket of the method drops out.';
+
+--
+-- Name: crm_rate_buckets; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.crm_rate_buckets (
+    bucket text NOT NULL,
+    tokens double precision NOT NULL,
+    refilled_at timestamp with time zone NOT NULL,
+    rate_factor double precision DEFAULT 1 NOT NULL,
+    rate_changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    throttled_until timestamp with time zone,
+    rate_limited_count bigint DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT crm_rate_buckets_bucket_check CHECK (((length(bucket) >= 1) AND (length(bucket) <= 200))),
+    CONSTRAINT crm_rate_buckets_rate_factor_check CHECK (((rate_factor > (0)::double precision) AND (rate_factor <= (1)::double precision))),
+    CONSTRAINT crm_rate_buckets_rate_limited_count_check CHECK ((rate_limited_count >= 0)),
+    CONSTRAINT crm_rate_buckets_tokens_check CHECK ((tokens >= (0)::double precision))
+);
+
+--
+-- Name: TABLE crm_rate_buckets; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.crm_rate_buckets IS 'Token bucket per portal/credential shared by every replica (§8). One row per bucket; acquire_crm_request() locks it.';
+
+--
+-- Name: COLUMN crm_rate_buckets.bucket; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.bucket IS 'Bucket name: one per portal and webhook credential (the portal host).';
+
+--
+-- Name: COLUMN crm_rate_buckets.tokens; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.tokens IS 'Tokens left at refilled_at; refilled lazily at the current rate, capped at the burst setting.';
+
+--
+-- Name: COLUMN crm_rate_buckets.refilled_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.refilled_at IS 'When tokens was last brought up to date.';
+
+--
+-- Name: COLUMN crm_rate_buckets.rate_factor; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.rate_factor IS 'Share of limiter.refill_per_sec in force: cut on QUERY_LIMIT_EXCEEDED, climbs back linearly to 1.';
+
+--
+-- Name: COLUMN crm_rate_buckets.rate_changed_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.rate_changed_at IS 'When rate_factor was last brought up to date.';
+
+--
+-- Name: COLUMN crm_rate_buckets.throttled_until; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.throttled_until IS 'No request before this instant: the cool-down after a limit refusal.';
+
+--
+-- Name: COLUMN crm_rate_buckets.rate_limited_count; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.rate_limited_count IS 'Limit refusals that cut the rate, since the bucket was created.';
+
+--
+-- Name: cutover; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.cutover (
+    singleton boolean DEFAULT true NOT NULL,
+    cutover_watermark timestamp with time zone NOT NULL,
+    cancelled_count integer NOT NULL,
+    performed_by character varying(128) NOT NULL,
+    performed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT cutover_singleton_check CHECK (singleton)
+);
+
+--
+-- Name: TABLE cutover; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.cutover IS 'The one-time switch from the stub to full sync (§17): the watermark and what was cancelled. At most one row.';
+
+--
+-- Name: metric_event_totals; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.metric_event_totals (
+    machine character varying(16) NOT NULL,
+    kind character varying(64) NOT NULL,
+    from_state character varying(32) NOT NULL,
+    to_state character varying(32) NOT NULL,
+    count bigint NOT NULL,
+    CONSTRAINT metric_event_totals_count_check CHECK ((count >= 0)),
+    CONSTRAINT metric_event_totals_machine_check CHECK (((machine)::text = ANY ((ARRAY['workflow'::character varying, 'command'::character varying, 'webhook'::character varying, 'dead_letter'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE metric_event_totals; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.metric_event_totals IS 'Running totals of the counted events since the table was created, folded from metric_events by metrics_snapshot(): the values of the bitrix_sync_*_total counters every replica exports.';
+
+--
+-- Name: metric_events; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.metric_events (
+    machine character varying(16) NOT NULL,
+    kind character varying(64) NOT NULL,
+    from_state character varying(32) NOT NULL,
+    to_state character varying(32) NOT NULL,
+    CONSTRAINT metric_events_machine_check CHECK (((machine)::text = ANY ((ARRAY['workflow'::character varying, 'command'::character varying, 'webhook'::character varying, 'dead_letter'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE metric_events; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.metric_events IS 'Counted events not yet folded into metric_event_totals: one row per workflow or command transition, coalesced webhook or new dead letter, appended by the _900 triggers. Types, states and sources only.';
+
+--
+-- Name: COLUMN metric_events.kind; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.metric_events.kind IS 'workflow_type, command_type, receiver or dead-letter source: a label value of low cardinality.';
+
+--
+-- Name: parked_workflows; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.parked_workflows AS
+ SELECT w.id AS workflow_id,
+    w.workflow_type,
+    w.last_error_code AS reason,
+    w.updated_at AS parked_at,
+    (EXTRACT(epoch FROM (now() - w.updated_at)))::bigint AS parked_for_sec,
+    a.alert_number,
+    a.alert_type,
+    bitrix_sync._parked_decisions((w.last_error_code)::text) AS decisions
+   FROM (bitrix_sync.workflow_instances w
+     LEFT JOIN LATERAL ( SELECT b.alert_number,
+            b.alert_type
+           FROM bitrix_sync.business_alerts b
+          WHERE ((b.correlation_id = w.correlation_id) AND ((b.status)::text = 'open'::text))
+          ORDER BY b.id DESC
+         LIMIT 1) a ON (true))
+  WHERE ((w.state)::text = 'waiting_manual'::text);
+
+--
+-- Name: VIEW parked_workflows; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.parked_workflows IS 'Workflows parked in waiting_manual for a person: the reason code, since when, the open business alert raised with it (alert_number as shown in the smart-process item) and the decisions resume_parked_workflow accepts. No user or Contact IDs: the alert item in the CRM has the details.';
+
+--
+-- Name: rebind_request_status; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.rebind_request_status AS
+ SELECT r.id AS request_id,
+    r.status,
+    r.failure_code,
+    r.outcome,
+    r.operator_id,
+    r.requested_at,
+    r.completed_at,
+    r.cancelled_by,
+    w.id AS workflow_id,
+    w.state AS workflow_state,
+    w.current_step,
+    w.last_error_code AS workflow_error_code,
+    w.held_intent_type,
+    (EXTRACT(epoch FROM (COALESCE(r.completed_at, now()) - r.requested_at)))::bigint AS age_sec
+   FROM (bitrix_sync.rebind_requests r
+     LEFT JOIN bitrix_sync.workflow_instances w ON ((w.id = r.workflow_id)));
+
+--
+-- Name: VIEW rebind_request_status; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.rebind_request_status IS 'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked, and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
+
+--
+-- Name: role_privileges; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.role_privileges AS
+ WITH decisions(object_type, object_name, runtime, admin, app, note) AS (
+         VALUES ('schema'::text,'bitrix_sync'::text,ARRAY['USAGE'::text],ARRAY['USAGE'::text],ARRAY[]::text[],'The project''s schema; the App has no business in it.'::text), ('schema'::text,'han_app'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY['USAGE'::text],'The App''s schema; the admin reaches the queue only through status_queue.'::text), ('table'::text,'han_app.user_identity'::text,ARRAY['SELECT (id, phone_number, record_status, created_at, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'Identity is App-master; the runtime reads it at send time.'::text), ('table'::text,'han_app.client_profile'::text,ARRAY['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)'::text, 'UPDATE (full_name, citizenship, email, source_updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'::text), ('table'::text,'han_app.sync_queue'::text,ARRAY['SELECT'::text, 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'::text), ('table'::text,'han_app.sync_queue_journal'::text,ARRAY['SELECT'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'::text), ('function'::text,'han_app.enqueue_contact_sync()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): fires for the App''s writes; nobody calls it.'::text), ('table'::text,'bitrix_sync.business_alerts'::text,ARRAY['SELECT'::text, 'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)'::text, 'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'::text), ('sequence'::text,'bitrix_sync.business_alert_number_seq'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY[]::text[],'The default of business_alerts.alert_number, evaluated as the inserting role.'::text), ('table'::text,'bitrix_sync.contact_snapshots'::text,ARRAY['SELECT'::text, 'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text, 'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text],ARRAY[]::text[],ARRAY[]::text[],'Hashes of what the runtime last wrote into or read from each Contact.'::text), ('table'::text,'bitrix_sync.crm_commands'::text,ARRAY['SELECT'::text, 'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'::text],ARRAY[]::text[],ARRAY[]::text[],'Issued pending (no status column to insert); what a command asks for never changes after issue.'::text), ('table'::text,'bitrix_sync.entity_external_mapping'::text,ARRAY['SELECT'::text, 'INSERT (entity_id, external_id, workflow_id)'::text, 'UPDATE (status, closed_at, close_reason, workflow_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'Opened active and closed by the runtime''s mapping functions; the user and the Contact of a link never change.'::text), ('table'::text,'bitrix_sync.reconciliation_cursors'::text,ARRAY['SELECT'::text, 'INSERT (job_type)'::text, 'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token)'::text],ARRAY[]::text[],ARRAY[]::text[],'The reconciliation runs'' cursors and leases.'::text), ('table'::text,'bitrix_sync.technical_dead_letters'::text,ARRAY['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'::text), ('table'::text,'bitrix_sync.webhook_inbox'::text,ARRAY['SELECT'::text, 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Recorded received by accept_webhooks; what arrived never changes.'::text), ('table'::text,'bitrix_sync.workflow_instances'::text,ARRAY['SELECT'::text, 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)'::text, 'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'::text],ARRAY[]::text[],ARRAY[]::text[],'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'::text), ('table'::text,'bitrix_sync.crm_inflight_slots'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'DELETE'::text],ARRAY[]::text[],ARRAY[]::text[],'In-flight slots; the admin reads them through crm_limiter_state().'::text), ('table'::text,'bitrix_sync.crm_method_blocks'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Per-method operating-time blocks.'::text), ('table'::text,'bitrix_sync.crm_rate_buckets'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Token buckets.'::text), ('table'::text,'bitrix_sync.metric_event_totals'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'::text), ('table'::text,'bitrix_sync.metric_events'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counted events; appended by the security definer _900 triggers whoever makes the change.'::text), ('table'::text,'bitrix_sync.cutover'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written once by perform_cutover() (admin); the runtime only reads the watermark.'::text), ('table'::text,'bitrix_sync.rebind_requests'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'::text), ('table'::text,'bitrix_sync.settings'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'The catalogue of keys and bounds; changed by migrations only.'::text), ('table'::text,'bitrix_sync.admin_actions'::text,ARRAY[]::text[],ARRAY['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'::text],ARRAY[]::text[],'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'::text), ('table'::text,'bitrix_sync.settings_versions'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by the admin''s settings functions only.'::text), ('sequence'::text,'bitrix_sync.admin_actions_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of admin_actions.'::text), ('sequence'::text,'bitrix_sync.business_alerts_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of business_alerts.'::text), ('sequence'::text,'bitrix_sync.crm_commands_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of crm_commands.'::text), ('sequence'::text,'bitrix_sync.settings_versions_version_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of settings_versions.'::text), ('sequence'::text,'bitrix_sync.technical_dead_letters_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of technical_dead_letters.'::text), ('sequence'::text,'bitrix_sync.webhook_inbox_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of webhook_inbox.'::text), ('view'::text,'bitrix_sync.parked_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'::text), ('view'::text,'bitrix_sync.rebind_request_status'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Rebind requests as an admin follows them (docs/admin.md).'::text), ('view'::text,'bitrix_sync.role_privileges'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'This catalogue.'::text), ('view'::text,'bitrix_sync.role_privilege_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Where the database''s ACLs differ from this catalogue (empty when they agree).'::text), ('view'::text,'bitrix_sync.state_edges'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'::text), ('view'::text,'bitrix_sync.status_alerts'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): counts and ages only.'::text), ('view'::text,'bitrix_sync.status_alert_mirror'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'::text), ('view'::text,'bitrix_sync.status_commands'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_dead_letters'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_queue'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_webhooks'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_workflows'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('function'::text,'bitrix_sync.accept_webhook(text,integer,text,inet)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Re-records one robot call by hand (the robot does not retry).'::text), ('function'::text,'bitrix_sync.activate_settings_version(integer,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.perform_cutover(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The one-time cutover (§17); it also opens the processing gate.'::text), ('function'::text,'bitrix_sync.propose_settings(jsonb,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind (§5.4).'::text), ('function'::text,'bitrix_sync.cancel_rebind_request(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind: cancel an open request (docs/admin.md).'::text), ('function'::text,'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: resume with a decision.'::text), ('function'::text,'bitrix_sync.cancel_parked_workflow(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: cancel with a reason.'::text), ('function'::text,'bitrix_sync._parked_decisions(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.rollback_settings(integer,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.validate_settings_version(integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.list_dead_letters(boolean,integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: what is open, and what a requeue would do (docs/admin.md).'::text), ('function'::text,'bitrix_sync.acknowledge_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: resolved without a new attempt, audited.'::text), ('function'::text,'bitrix_sync.requeue_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: a new attempt through the normal state machine, audited.'::text), ('function'::text,'bitrix_sync.retention_preview()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: what the next run would delete (reads the history: by hand only).'::text), ('function'::text,'bitrix_sync.delete_retention_batch(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync._active_setting(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'::text), ('function'::text,'bitrix_sync.active_settings()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The active settings with defaults.'::text), ('function'::text,'bitrix_sync.crm_limiter_state(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter state for status (§14).'::text), ('function'::text,'bitrix_sync.cutover_performed()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The processing gate, for readiness and the pump.'::text), ('function'::text,'bitrix_sync.metrics_snapshot(text,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'::text), ('function'::text,'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The receivers'' one statement (and the readiness probe of that path).'::text), ('function'::text,'bitrix_sync.alert_config_problem()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Readiness: alert_config_invalid.'::text), ('function'::text,'bitrix_sync.alert_entity_type_id()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The alert receiver''s entity type.'::text), ('function'::text,'bitrix_sync.cancel_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_sync_tasks(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fold_intent_journal(integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'::text), ('function'::text,'bitrix_sync.watch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop takes the intake watch before it sleeps (the App''s intents then NOTIFY).'::text), ('function'::text,'bitrix_sync.unwatch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop releases the intake watch when it wakes.'::text), ('function'::text,'bitrix_sync.complete_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.release_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_workflows(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.step_context(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (the start of a step).'::text), ('function'::text,'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake.'::text), ('function'::text,'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake of a claimed batch in one call.'::text), ('function'::text,'bitrix_sync.begin_command_reconcile(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.claim_commands(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_command(bigint,uuid,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump settles a batch with it).'::text), ('function'::text,'bitrix_sync.bring_forward_commands(text[],integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump after a portal-wide failure).'::text), ('function'::text,'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_alert_command(bigint,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.mark_command_uncertain(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.reject_command(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.release_command(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.send_commands(bigint[],uuid[],uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.blocked_crm_methods(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_answered(text,double precision,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.release_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.claim_webhooks(text,integer,interval,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.dead_letter_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.retry_webhook(bigint,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.active_mapping_for_contact(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.active_mapping_for_user(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.recover_alert_command(bigint,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'::text), ('function'::text,'bitrix_sync.alerts_to_look_up(integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: items to look up.'::text), ('function'::text,'bitrix_sync.issue_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup of an item.'::text), ('function'::text,'bitrix_sync.resolve_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup''s outcome.'::text), ('function'::text,'bitrix_sync.fail_alert_lookup(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: a lookup that failed for good.'::text), ('function'::text,'bitrix_sync.close_mapping(uuid,text,uuid,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.open_mapping(uuid,text,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots and the CRM-master profile write.'::text), ('function'::text,'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_phone(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.finish_business_alert(bigint,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirror_failed(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirrored(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.record_alert_item(bigint,bigint,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.complete_rebind(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Security definer, called by the trigger that closes the request of a finished contact.rebind workflow (the runtime''s transitions fire it).'::text), ('function'::text,'bitrix_sync.start_rebind_request(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fail_reconciliation_run(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync._check_bitrix_error(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._check_code(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: refuses raw text as an error code.'::text), ('function'::text,'bitrix_sync._check_limiter_name(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the limiter.'::text), ('function'::text,'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the queue functions.'::text), ('function'::text,'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the inbox functions.'::text), ('function'::text,'bitrix_sync._held_workflow(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the workflow functions.'::text), ('function'::text,'bitrix_sync._is_write_command(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of claim_commands.'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'::text), ('function'::text,'bitrix_sync._refuse_stale(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: the BS001 refusal.'::text), ('function'::text,'bitrix_sync._retry_deadline(timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper and the default of deadline_at, evaluated as the inserting role.'::text), ('function'::text,'bitrix_sync._wake_workflow(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._workflow_holder(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command reconcile functions.'::text), ('function'::text,'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'::text), ('function'::text,'bitrix_sync._alert_add_unsafe(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the alert mirror (runAlertSync asks it before an add).'::text), ('function'::text,'bitrix_sync._abandon_workflow_commands(uuid,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._check_admin_audit(text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._open_dead_letter(bigint)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._retention_cutoff(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._rebind_crm_outcome(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of _close_rebind_request and cancel_rebind_request.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__close_rebind_request()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__start_held_intent()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync._normalise_settings(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._rebind_request_of(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the rebind workflow functions.'::text), ('function'::text,'bitrix_sync._resolve_conflict_alerts(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of complete_rebind.'::text), ('function'::text,'bitrix_sync._settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Not used by the service: the receivers call accept_webhooks.'::text), ('function'::text,'bitrix_sync.tg__forbid_delete()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__guard_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__guard_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_immutable_change()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_insert_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__set_updated_at()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_crm_commands__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_technical_dead_letters__count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_webhook_inbox__count_coalesced()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_settings_versions__freeze()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text)
+        )
+ SELECT d.object_type,
+    d.object_name,
+    r.role,
+    r.privileges,
+    d.note
+   FROM (decisions d
+     CROSS JOIN LATERAL ( VALUES ('bitrix_sync_user'::text,d.runtime), ('bitrix_sync_admin'::text,d.admin), ('han_app_user'::text,d.app)) r(role, privileges));
+
+--
+-- Name: VIEW role_privileges; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.role_privileges IS 'The privilege catalogue (§13): one row per object and role with the privileges GRANT gives (empty array: explicitly nothing) and why. sql/grants.sql applies exactly this; docs/security.md is rendered from it.';
+
+--
+-- Name: role_privilege_drift; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.role_privilege_drift AS
+ WITH objects AS (
+         SELECT 'schema'::text AS object_type,
+            (n.nspname)::text AS object_name,
+            n.nspowner AS owner,
+            n.nspacl AS acl,
+            NULL::oid AS relid,
+            'n'::"char" AS acl_kind
+           FROM pg_namespace n
+          WHERE (n.nspname = ANY (ARRAY['bitrix_sync'::name, 'han_app'::name]))
+        UNION ALL
+         SELECT
+                CASE c.relkind
+                    WHEN 'S'::"char" THEN 'sequence'::text
+                    WHEN 'v'::"char" THEN 'view'::text
+                    WHEN 'm'::"char" THEN 'view'::text
+                    ELSE 'table'::text
+                END AS "case",
+            format('%I.%I'::text, n.nspname, c.relname) AS format,
+            c.relowner,
+            c.relacl,
+            c.oid,
+                CASE c.relkind
+                    WHEN 'S'::"char" THEN 's'::"char"
+                    ELSE 'r'::"char"
+                END AS "case"
+           FROM (pg_class c
+             JOIN pg_namespace n ON ((n.oid = c.relnamespace)))
+          WHERE ((n.nspname = ANY (ARRAY['bitrix_sync'::name, 'han_app'::name])) AND (c.relkind = ANY (ARRAY['r'::"char", 'p'::"char", 'v'::"char", 'm'::"char", 'f'::"char", 'S'::"char"])) AND (NOT (EXISTS ( SELECT 1
+                   FROM pg_depend d
+                  WHERE ((d.classid = ('pg_class'::regclass)::oid) AND (d.objid = c.oid) AND (d.deptype = 'e'::"char"))))))
+        UNION ALL
+         SELECT 'function'::text,
+            ((p.oid)::regprocedure)::text AS oid,
+            p.proowner,
+            p.proacl,
+            NULL::oid,
+            'f'::"char" AS "char"
+           FROM (pg_proc p
+             JOIN pg_namespace n ON ((n.oid = p.pronamespace)))
+          WHERE ((n.nspname = ANY (ARRAY['bitrix_sync'::name, 'han_app'::name])) AND (NOT (EXISTS ( SELECT 1
+                   FROM pg_depend d
+                  WHERE ((d.classid = ('pg_proc'::regclass)::oid) AND (d.objid = p.oid) AND (d.deptype = 'e'::"char"))))))
+        ), catalogue AS (
+         SELECT rp.object_type,
+            rp.object_name,
+            rp.role,
+            rp.privileges
+           FROM bitrix_sync.role_privileges rp
+        ), project_objects AS (
+         SELECT o.object_type,
+            o.object_name,
+            o.owner,
+            o.acl,
+            o.relid,
+            o.acl_kind
+           FROM objects o
+          WHERE ((o.object_name = 'bitrix_sync'::text) OR (o.object_name ~~ 'bitrix\_sync.%'::text) OR (EXISTS ( SELECT 1
+                   FROM catalogue c
+                  WHERE ((c.object_type = o.object_type) AND (c.object_name = o.object_name)))))
+        ), roles(role) AS (
+         VALUES ('bitrix_sync_user'::text), ('bitrix_sync_admin'::text), ('han_app_user'::text)
+        ), actual AS (
+         SELECT o.object_type,
+            o.object_name,
+            COALESCE(r.rolname, 'PUBLIC'::name) AS role,
+            a.privilege_type AS privilege,
+            NULL::text AS column_name
+           FROM ((project_objects o
+             CROSS JOIN LATERAL aclexplode(COALESCE(o.acl, acldefault(o.acl_kind, o.owner))) a(grantor, grantee, privilege_type, is_grantable))
+             LEFT JOIN pg_roles r ON ((r.oid = a.grantee)))
+          WHERE ((a.grantee = (0)::oid) OR (r.rolname IN ( SELECT roles.role
+                   FROM roles)))
+        UNION ALL
+         SELECT o.object_type,
+            o.object_name,
+            COALESCE(r.rolname, 'PUBLIC'::name) AS "coalesce",
+            a.privilege_type,
+            (att.attname)::text AS attname
+           FROM (((project_objects o
+             JOIN pg_attribute att ON (((att.attrelid = o.relid) AND (att.attnum > 0) AND (NOT att.attisdropped) AND (att.attacl IS NOT NULL))))
+             CROSS JOIN LATERAL aclexplode(att.attacl) a(grantor, grantee, privilege_type, is_grantable))
+             LEFT JOIN pg_roles r ON ((r.oid = a.grantee)))
+          WHERE ((a.grantee = (0)::oid) OR (r.rolname IN ( SELECT roles.role
+                   FROM roles)))
+        ), expected AS (
+         SELECT c.object_type,
+            c.object_name,
+            c.role,
+            m.m[1] AS privilege,
+            btrim(col.col) AS column_name
+           FROM (((catalogue c
+             CROSS JOIN LATERAL unnest(c.privileges) spec(spec))
+             CROSS JOIN LATERAL regexp_match(spec.spec, '^([A-Z]+)\s*(?:\((.*)\))?$'::text) m(m))
+             CROSS JOIN LATERAL unnest(COALESCE(string_to_array(m.m[2], ','::text), ARRAY[NULL::text])) col(col))
+        )
+ SELECT e.object_type,
+    e.object_name,
+    e.role,
+    e.privilege,
+    e.column_name,
+    'missing'::text AS problem
+   FROM expected e
+  WHERE ((EXISTS ( SELECT 1
+           FROM project_objects o
+          WHERE ((o.object_type = e.object_type) AND (o.object_name = e.object_name)))) AND (NOT (EXISTS ( SELECT 1
+           FROM actual a
+          WHERE (((a.object_type = e.object_type) AND (a.object_name = e.object_name) AND (a.role = e.role) AND (a.privilege = e.privilege)) AND (NOT (a.column_name IS DISTINCT FROM e.column_name)))))))
+UNION ALL
+ SELECT a.object_type,
+    a.object_name,
+    a.role,
+    a.privilege,
+    a.column_name,
+    'extra'::text AS problem
+   FROM actual a
+  WHERE ((NOT (EXISTS ( SELECT 1
+           FROM expected e
+          WHERE (((a.object_type = e.object_type) AND (a.object_name = e.object_name) AND (a.role = e.role) AND (a.privilege = e.privilege)) AND (NOT (a.column_name IS DISTINCT FROM e.column_name)))))) AND (NOT ((a.role = 'PUBLIC'::name) AND (a.object_name = ANY (ARRAY['han_app'::text, 'han_app.user_identity'::text, 'han_app.client_profile'::text])))))
+UNION ALL
+ SELECT o.object_type,
+    o.object_name,
+    r.role,
+    NULL::text AS privilege,
+    NULL::text AS column_name,
+    'undecided'::text AS problem
+   FROM (project_objects o
+     CROSS JOIN roles r)
+  WHERE (NOT (EXISTS ( SELECT 1
+           FROM catalogue c
+          WHERE ((c.object_type = o.object_type) AND (c.object_name = o.object_name) AND (c.role = r.role)))))
+UNION ALL
+ SELECT DISTINCT c.object_type,
+    c.object_name,
+    NULL::text AS role,
+    NULL::text AS privilege,
+    NULL::text AS column_name,
+    'unknown_object'::text AS problem
+   FROM catalogue c
+  WHERE (NOT (EXISTS ( SELECT 1
+           FROM objects o
+          WHERE ((o.object_type = c.object_type) AND (o.object_name = c.object_name)))));
+
+--
+-- Name: VIEW role_privilege_drift; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.role_privilege_drift IS 'Differences between the database''s ACLs and bitrix_sync.role_privileges for the three roles and PUBLIC: missing and extra privileges (column privileges by column), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object). Empty when they agree.';
+
+--
+-- Name: settings; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.settings (
+    key character varying(64) NOT NULL,
+    value_type character varying(16) NOT NULL,
+    default_value jsonb,
+    min_value numeric,
+    max_value numeric,
+    allowed_values jsonb,
+    nullable boolean DEFAULT false NOT NULL,
+    description text NOT NULL,
+    max_length integer,
+    CONSTRAINT settings_allowed_values_check CHECK (((allowed_values IS NULL) OR (jsonb_typeof(allowed_values) = 'array'::text))),
+    CONSTRAINT settings_bounded CHECK (
+CASE value_type
+    WHEN 'integer'::text THEN ((min_value IS NOT NULL) AND (max_value IS NOT NULL) AND (min_value <= max_value) AND (min_value = trunc(min_value)) AND (max_value = trunc(max_value)) AND (min_value >= ('-2147483648'::integer)::numeric) AND (max_value <= (2147483647)::numeric))
+    WHEN 'number'::text THEN ((min_value IS NOT NULL) AND (max_value IS NOT NULL) AND (min_value <= max_value))
+    WHEN 'text'::text THEN (max_length IS NOT NULL)
+    WHEN 'enum'::text THEN (allowed_values IS NOT NULL)
+    WHEN 'json'::text THEN ((allowed_values IS NOT NULL) AND (max_length IS NOT NULL))
+    ELSE true
+END),
+    CONSTRAINT settings_key_check CHECK (((key)::text ~ '^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$'::text)),
+    CONSTRAINT settings_max_length_check CHECK (((max_length IS NULL) OR ((max_length >= 1) AND (max_length <= 10000)))),
+    CONSTRAINT settings_value_type_check CHECK (((value_type)::text = ANY ((ARRAY['integer'::character varying, 'number'::character varying, 'text'::character varying, 'boolean'::character varying, 'enum'::character varying, 'json'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE settings; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.settings IS 'Catalogue of hot settings (§12.3): type, bounds and default of each key. Values live in settings_versions; secrets, DSNs, field names, portal identity, CIDRs and cutover mode are never here.';
+
+--
+-- Name: COLUMN settings.default_value; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.settings.default_value IS 'Used when a version does not set the key; null with nullable = true means "not configured".';
+
+--
+-- Name: COLUMN settings.max_length; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.settings.max_length IS 'text: the longest value allowed; json: the longest value of each entry (its keys are allowed_values).';
+
+--
+-- Name: settings_versions_version_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.settings_versions ALTER COLUMN version ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.settings_versions_version_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: state_edges; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.state_edges AS
+ SELECT e.machine,
+    e.from_state,
+    e.to_state,
+    e.event
+   FROM ( VALUES ('sync_queue'::text,'pending'::text,'leased'::text,'claim'::text), ('sync_queue'::text,'retry_wait'::text,'leased'::text,'claim'::text), ('sync_queue'::text,'leased'::text,'processed'::text,'complete'::text), ('sync_queue'::text,'leased'::text,'retry_wait'::text,'retry'::text), ('sync_queue'::text,'leased'::text,'dead_letter'::text,'dead_letter'::text), ('sync_queue'::text,'leased'::text,'cancelled'::text,'cancel'::text), ('sync_queue'::text,'leased'::text,'pending'::text,'release'::text), ('sync_queue'::text,'retry_wait'::text,'pending'::text,'newer_intent'::text), ('sync_queue'::text,'pending'::text,'cancelled'::text,'cancel'::text), ('sync_queue'::text,'retry_wait'::text,'cancelled'::text,'cancel'::text), ('workflow'::text,'created'::text,'running'::text,'start'::text), ('workflow'::text,'created'::text,'cancelled'::text,'cancel'::text), ('workflow'::text,'running'::text,'waiting_crm'::text,'await_crm'::text), ('workflow'::text,'running'::text,'waiting_retry'::text,'schedule_retry'::text), ('workflow'::text,'running'::text,'waiting_manual'::text,'need_manual'::text), ('workflow'::text,'running'::text,'succeeded'::text,'succeed'::text), ('workflow'::text,'running'::text,'failed'::text,'fail'::text), ('workflow'::text,'running'::text,'cancelled'::text,'cancel'::text), ('workflow'::text,'waiting_crm'::text,'running'::text,'crm_replied'::text), ('workflow'::text,'waiting_crm'::text,'failed'::text,'fail'::text), ('workflow'::text,'waiting_crm'::text,'cancelled'::text,'cancel'::text), ('workflow'::text,'waiting_retry'::text,'running'::text,'retry_due'::text), ('workflow'::text,'waiting_retry'::text,'failed'::text,'fail'::text), ('workflow'::text,'waiting_retry'::text,'cancelled'::text,'cancel'::text), ('workflow'::text,'waiting_manual'::text,'running'::text,'manual_resume'::text), ('workflow'::text,'waiting_manual'::text,'failed'::text,'fail'::text), ('workflow'::text,'waiting_manual'::text,'cancelled'::text,'cancel'::text), ('workflow'::text,'failed'::text,'waiting_retry'::text,'requeue'::text), ('command'::text,'pending'::text,'leased'::text,'claim'::text), ('command'::text,'pending'::text,'dead_letter'::text,'abandon'::text), ('command'::text,'leased'::text,'in_flight'::text,'send'::text), ('command'::text,'leased'::text,'pending'::text,'release'::text), ('command'::text,'leased'::text,'retry_wait'::text,'retry'::text), ('command'::text,'leased'::text,'dead_letter'::text,'dead_letter'::text), ('command'::text,'in_flight'::text,'succeeded'::text,'complete'::text), ('command'::text,'in_flight'::text,'retry_wait'::text,'retry'::text), ('command'::text,'in_flight'::text,'uncertain'::text,'no_reply'::text), ('command'::text,'in_flight'::text,'dead_letter'::text,'dead_letter'::text), ('command'::text,'retry_wait'::text,'pending'::text,'due'::text), ('command'::text,'retry_wait'::text,'dead_letter'::text,'abandon'::text), ('command'::text,'uncertain'::text,'reconcile'::text,'reconcile'::text), ('command'::text,'reconcile'::text,'succeeded'::text,'complete'::text), ('command'::text,'reconcile'::text,'retry_wait'::text,'retry'::text), ('command'::text,'reconcile'::text,'dead_letter'::text,'dead_letter'::text), ('webhook'::text,'received'::text,'coalesced'::text,'coalesce'::text), ('webhook'::text,'received'::text,'processing'::text,'claim'::text), ('webhook'::text,'retry_wait'::text,'processing'::text,'claim'::text), ('webhook'::text,'processing'::text,'processed'::text,'complete'::text), ('webhook'::text,'processing'::text,'retry_wait'::text,'retry'::text), ('webhook'::text,'processing'::text,'dead_letter'::text,'dead_letter'::text), ('webhook'::text,'coalesced'::text,'processed'::text,'covered'::text), ('mapping'::text,'active'::text,'closed'::text,'close'::text), ('mapping'::text,'active'::text,'broken'::text,'mark_broken'::text), ('alert'::text,'open'::text,'resolved'::text,'resolve'::text), ('alert'::text,'open'::text,'closed'::text,'close'::text), ('alert'::text,'open'::text,'remote_missing'::text,'remote_missing'::text), ('rebind'::text,'requested'::text,'in_progress'::text,'start'::text), ('rebind'::text,'requested'::text,'cancelled'::text,'cancel'::text), ('rebind'::text,'requested'::text,'failed'::text,'fail'::text), ('rebind'::text,'in_progress'::text,'succeeded'::text,'succeed'::text), ('rebind'::text,'in_progress'::text,'failed'::text,'fail'::text), ('rebind'::text,'in_progress'::text,'cancelled'::text,'cancel'::text), ('settings'::text,'draft'::text,'validated'::text,'validate'::text), ('settings'::text,'draft'::text,'rejected'::text,'validate'::text), ('settings'::text,'validated'::text,'active'::text,'activate'::text), ('settings'::text,'active'::text,'superseded'::text,'supersede'::text)) e(machine, from_state, to_state, event);
+
+--
+-- Name: VIEW state_edges; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.state_edges IS 'Every legal state transition of every machine, named by its event. The guard triggers and docs/state-machines.md follow this list.';
+
+--
+-- Name: status_alert_mirror; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_alert_mirror AS
+ SELECT a.crm_sync_status AS mirror_status,
+    count(*) AS count,
+    (EXTRACT(epoch FROM (now() - min(a.updated_at))))::bigint AS oldest_age_sec
+   FROM bitrix_sync.business_alerts a
+  WHERE ((a.crm_sync_status)::text <> 'synced'::text)
+  GROUP BY a.crm_sync_status;
+
+--
+-- Name: VIEW status_alert_mirror; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_alert_mirror IS 'Business alerts whose smart-process item is behind: pending (a change not yet sent, e.g. alerts.entity_type_id unset or an unanswered add being looked up) and failed (could not be mirrored; see technical_dead_letters).';
+
+--
+-- Name: status_alerts; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_alerts AS
+ SELECT a.alert_type,
+    a.severity,
+    count(*) AS open_count,
+    count(*) FILTER (WHERE (a.first_occurred_at < (now() - make_interval(hours => ( SELECT ((bitrix_sync._active_setting('alerts.sla_hours'::text) #>> '{}'::text[]))::integer AS int4))))) AS sla_overdue
+   FROM bitrix_sync.business_alerts a
+  WHERE ((a.status)::text = 'open'::text)
+  GROUP BY a.alert_type, a.severity;
+
+--
+-- Name: VIEW status_alerts; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_alerts IS 'Open business alerts by type and severity, with how many are past the SLA.';
+
+--
+-- Name: status_commands; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_commands AS
+ SELECT c.command_type,
+    c.status,
+    count(*) AS count,
+    (EXTRACT(epoch FROM (now() - min(c.created_at))))::bigint AS oldest_age_sec
+   FROM bitrix_sync.crm_commands c
+  WHERE ((c.status)::text <> 'succeeded'::text)
+  GROUP BY c.command_type, c.status;
+
+--
+-- Name: VIEW status_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_commands IS 'Unfinished and dead-lettered CRM commands by type and status.';
+
+--
+-- Name: status_dead_letters; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_dead_letters AS
+ SELECT d.source,
+    d.operation,
+    d.error_code,
+    count(*) AS count,
+    (EXTRACT(epoch FROM (now() - min(d.created_at))))::bigint AS oldest_age_sec
+   FROM bitrix_sync.technical_dead_letters d
+  WHERE (d.resolved_at IS NULL)
+  GROUP BY d.source, d.operation, d.error_code;
+
+--
+-- Name: VIEW status_dead_letters; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_dead_letters IS 'Open technical dead letters by source, operation and safe code.';
+
+--
+-- Name: sync_queue_journal; Type: TABLE; Schema: han_app; Owner: -
+--
+
+CREATE TABLE han_app.sync_queue_journal (
+    task_type text NOT NULL,
+    user_id uuid NOT NULL,
+    reason text NOT NULL,
+    source_updated_at timestamp with time zone,
+    recorded_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+)
+WITH (autovacuum_vacuum_threshold='1000', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_insert_threshold='100000');
+
+--
+-- Name: TABLE sync_queue_journal; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TABLE han_app.sync_queue_journal IS 'Intents recorded by han_app.enqueue_contact_sync() in the App''s transaction and not yet folded into han_app.sync_queue by bitrix_sync.fold_intent_journal() (before every claim). No key or index on purpose: it is appended by the App''s writes and taken whole.';
+
+--
+-- Name: COLUMN sync_queue_journal.task_type; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue_journal.task_type IS 'contact.map_or_create, contact.update or contact.deactivate, as the trigger decided.';
+
+--
+-- Name: COLUMN sync_queue_journal.user_id; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue_journal.user_id IS 'user_identity.id of the user the intent is about.';
+
+--
+-- Name: COLUMN sync_queue_journal.reason; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue_journal.reason IS 'Why the trigger recorded it (identity_phone_changed, profile_created, ...): the queue payload''s reason.';
+
+--
+-- Name: COLUMN sync_queue_journal.source_updated_at; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue_journal.source_updated_at IS 'updated_at of the App row that fired the trigger.';
+
+--
+-- Name: COLUMN sync_queue_journal.recorded_at; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.sync_queue_journal.recorded_at IS 'When the trigger ran (clock time, after the App row''s lock): the queue row''s created_at and first due time.';
+
+--
+-- Name: status_queue; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_queue AS
+ SELECT g.status,
+    (sum(g.count))::bigint AS count,
+    (EXTRACT(epoch FROM (now() - min(g.oldest_at))))::bigint AS oldest_age_sec
+   FROM ( SELECT q.status,
+            count(*) AS count,
+            min(q.created_at) AS oldest_at
+           FROM han_app.sync_queue q
+          WHERE ((q.status)::text = ANY ((ARRAY['pending'::character varying, 'leased'::character varying, 'retry_wait'::character varying, 'dead_letter'::character varying])::text[]))
+          GROUP BY q.status
+        UNION ALL
+         SELECT 'pending'::character varying(16) AS "varchar",
+            count(*) AS count,
+            min(j.recorded_at) AS min
+           FROM han_app.sync_queue_journal j
+         HAVING (count(*) > 0)) g
+  GROUP BY g.status;
+
+--
+-- Name: VIEW status_queue; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_queue IS 'han_app.sync_queue depth and oldest age by live status (pending, leased, retry_wait) and dead_letter, with the intents still in han_app.sync_queue_journal counted as pending; processed and cancelled rows are history, not depth.';
+
+--
+-- Name: status_webhooks; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_webhooks AS
+ SELECT w.receiver,
+    w.status,
+    count(*) AS count,
+    (EXTRACT(epoch FROM (now() - min(w.received_at))))::bigint AS oldest_age_sec
+   FROM bitrix_sync.webhook_inbox w
+  WHERE ((w.status)::text <> 'processed'::text)
+  GROUP BY w.receiver, w.status;
+
+--
+-- Name: VIEW status_webhooks; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_webhooks IS 'Unprocessed webhook inbox rows by receiver and status (webhook lag).';
+
+--
+-- Name: status_workflows; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_workflows AS
+ SELECT w.workflow_type,
+    w.state,
+    count(*) AS count,
+    (EXTRACT(epoch FROM (now() - min(w.created_at))))::bigint AS oldest_age_sec
+   FROM bitrix_sync.workflow_instances w
+  WHERE ((w.state)::text <> ALL ((ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[]))
+  GROUP BY w.workflow_type, w.state;
+
+--
+-- Name: VIEW status_workflows; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_workflows IS 'Active workflows by type and state, with the oldest age.';
+
+--
+-- Name: technical_dead_letters_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.technical_dead_letters ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.technical_dead_letters_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: webhook_inbox_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.webhook_inbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.webhook_inbox_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: _private_job_queues; Type: TABLE; Schema: graphile_worker; Owner: -
+--
+
+CREATE TABLE graphile_worker._private_job_queues (
+    id integer NOT NULL,
+    queue_name text NOT NULL,
+    locked_at timestamp with time zone,
+    locked_by text,
+    is_available boolean GENERATED ALWAYS AS ((locked_at IS NULL)) STORED NOT NULL,
+    CONSTRAINT job_queues_queue_name_check CHECK ((length(queue_name) <= 128))
+);
+
+--
+-- Name: _private_known_crontabs; Type: TABLE; Schema: graphile_worker; Owner: -
+--
+
+CREATE TABLE graphile_worker._private_known_crontabs (
+    identifier text NOT NULL,
+    known_since timestamp with time zone NOT NULL,
+    last_execution timestamp with time zone
+);
+
+--
+-- Name: _private_tasks; Type: TABLE; Schema: graphile_worker; Owner: -
+--
+
+CREATE TABLE graphile_worker._private_tasks (
+    id integer NOT NULL,
+    identifier text NOT NULL,
+    CONSTRAINT tasks_identifier_check CHECK ((length(identifier) <= 128))
+);
+
+--
+-- Name: job_queues_id_seq; Type: SEQUENCE; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE graphile_worker._private_job_queues ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME graphile_worker.job_queues_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: jobs; Type: VIEW; Schema: graphile_worker; Owner: -
+--
+
+CREATE VIEW graphile_worker.jobs AS
+ SELECT jobs.id,
+    job_queues.queue_name,
+    tasks.identifier AS task_identifier,
+    jobs.priority,
+    jobs.run_at,
+    jobs.attempts,
+    jobs.max_attempts,
+    jobs.last_error,
+    jobs.created_at,
+    jobs.updated_at,
+    jobs.key,
+    jobs.locked_at,
+    jobs.locked_by,
+    jobs.revision,
+    jobs.flags
+   FROM ((graphile_worker._private_jobs jobs
+     JOIN graphile_worker._private_tasks tasks ON ((tasks.id = jobs.task_id)))
+     LEFT JOIN graphile_worker._private_job_queues job_queues ON ((job_queues.id = jobs.job_queue_id)));
+
+--
+-- Name: jobs_id_seq1; Type: SEQUENCE; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE graphile_worker._private_jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME graphile_worker.jobs_id_seq1
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: migrations; Type: TABLE; Schema: graphile_worker; Owner: -
+--
+
+CREATE TABLE graphile_worker.migrations (
+    id integer NOT NULL,
+    ts timestamp with time zone DEFAULT now() NOT NULL,
+    breaking boolean DEFAULT false NOT NULL
+);
+
+--
+-- Name: tasks_id_seq; Type: SEQUENCE; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE graphile_worker._private_tasks ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME graphile_worker.tasks_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: client_profile; Type: TABLE; Schema: han_app; Owner: -
+--
+
+CREATE TABLE han_app.client_profile (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    user_id uuid NOT NULL,
+    full_name text,
+    citizenship text,
+    email text,
+    foreign_phone text,
+    record_status character varying(16) DEFAULT 'active'::character varying NOT NULL,
+    source_updated_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT client_profile_record_status_check CHECK (((record_status)::text = ANY ((ARRAY['active'::character varying, 'inactive'::character varying, 'deleted'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE client_profile; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TABLE han_app.client_profile IS 'App client profile. full_name, citizenship, email are CRM-master (§3.1): written only by bitrix-sync.';
+
+--
+-- Name: COLUMN client_profile.source_updated_at; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.client_profile.source_updated_at IS 'CRM source timestamp of the CRM-master fields last applied.';
+
+--
+-- Name: user_identity; Type: TABLE; Schema: han_app; Owner: -
+--
+
+CREATE TABLE han_app.user_identity (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    phone_number character varying(16),
+    record_status character varying(16) DEFAULT 'active'::character varying NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT user_identity_record_status_check CHECK (((record_status)::text = ANY ((ARRAY['active'::character varying, 'inactive'::character varying, 'deleted'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE user_identity; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TABLE han_app.user_identity IS 'App user identity (Keycloak-backed). phone_number is App-master (§3.1).';
+
+--
+-- Name: COLUMN user_identity.phone_number; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.user_identity.phone_number IS 'E.164 +7XXXXXXXXXX when valid; bitrix-sync never repairs it (§3.3).';
+
+--
+-- Name: business_alerts alert_number; Type: DEFAULT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.business_alerts ALTER COLUMN alert_number SET DEFAULT nextval('bitrix_sync.business_alert_number_seq'::regclass);
+
+--
+-- Name: admin_actions admin_actions_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.admin_actions
+    ADD CONSTRAINT admin_actions_pkey PRIMARY KEY (id);
+
+--
+-- Name: business_alerts business_alerts_alert_number_key; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.business_alerts
+    ADD CONSTRAINT business_alerts_alert_number_key UNIQUE (alert_number);
+
+--
+-- Name: business_alerts business_alerts_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.business_alerts
+    ADD CONSTRAINT business_alerts_pkey PRIMARY KEY (id);
+
+--
+-- Name: contact_snapshots contact_snapshots_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.contact_snapshots
+    ADD CONSTRAINT contact_snapshots_pkey PRIMARY KEY (contact_id);
+
+--
+-- Name: crm_commands crm_commands_command_type_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.crm_commands
+    ADD CONSTRAINT crm_commands_command_type_check CHECK (((command_type)::text = ANY ('{contact.find_by_phone,contact.find_by_user_id,contact.read,contact.add,contact.update,contact.list_changed,citizenship.list,alert.add,alert.update,alert.get,alert.list}'::text[]))) NOT VALID;
+
+--
+-- Name: crm_commands crm_commands_completed; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.crm_commands
+    ADD CONSTRAINT crm_commands_completed CHECK ((((status)::text = ANY ('{succeeded,dead_letter}'::text[])) = (completed_at IS NOT NULL))) NOT VALID;
+
+--
+-- Name: crm_commands crm_commands_lease; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.crm_commands
+    ADD CONSTRAINT crm_commands_lease CHECK ((((status)::text = ANY ('{leased,in_flight}'::text[])) = ((lease_token IS NOT NULL) AND (locked_until IS NOT NULL)))) NOT VALID;
+
+--
+-- Name: crm_commands crm_commands_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.crm_commands
+    ADD CONSTRAINT crm_commands_pkey PRIMARY KEY (id);
+
+--
+-- Name: crm_commands crm_commands_status_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.crm_commands
+    ADD CONSTRAINT crm_commands_status_check CHECK (((status)::text = ANY ('{pending,leased,in_flight,succeeded,retry_wait,uncertain,reconcile,dead_letter}'::text[]))) NOT VALID;
+
+--
+-- Name: crm_commands crm_commands_trace_context_chk; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.crm_commands
+    ADD CONSTRAINT crm_commands_trace_context_chk CHECK ((trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
+
+--
+-- Name: crm_inflight_slots crm_inflight_slots_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.crm_inflight_slots
+    ADD CONSTRAINT crm_inflight_slots_pkey PRIMARY KEY (slot_id);
+
+--
+-- Name: crm_method_blocks crm_method_blocks_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.crm_method_blocks
+    ADD CONSTRAINT crm_method_blocks_pkey PRIMARY KEY (bucket, method);
+
+--
+-- Name: crm_rate_buckets crm_rate_buckets_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.crm_rate_buckets
+    ADD CONSTRAINT crm_rate_buckets_pkey PRIMARY KEY (bucket);
+
+--
+-- Name: cutover cutover_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.cutover
+    ADD CONSTRAINT cutover_pkey PRIMARY KEY (singleton);
+
+--
+-- Name: entity_external_mapping entity_external_mapping_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.entity_external_mapping
+    ADD CONSTRAINT entity_external_mapping_pkey PRIMARY KEY (id);
+
+--
+-- Name: entity_external_mapping entity_external_mapping_status_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.entity_external_mapping
+    ADD CONSTRAINT entity_external_mapping_status_check CHECK (((status)::text = ANY ('{active,closed,broken}'::text[]))) NOT VALID;
+
+--
+-- Name: metric_event_totals metric_event_totals_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.metric_event_totals
+    ADD CONSTRAINT metric_event_totals_pkey PRIMARY KEY (machine, kind, from_state, to_state);
+
+--
+-- Name: rebind_requests rebind_requests_cancel_audit; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.rebind_requests
+    ADD CONSTRAINT rebind_requests_cancel_audit CHECK ((((status)::text = 'cancelled'::text) OR ((cancel_reason IS NULL) AND (cancelled_by IS NULL)))) NOT VALID;
+
+--
+-- Name: rebind_requests rebind_requests_outcome_code; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.rebind_requests
+    ADD CONSTRAINT rebind_requests_outcome_code CHECK (((outcome IS NULL) OR ((outcome)::text ~ '^[a-z][a-z0-9_]{2,63}$'::text))) NOT VALID;
+
+--
+-- Name: rebind_requests rebind_requests_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.rebind_requests
+    ADD CONSTRAINT rebind_requests_pkey PRIMARY KEY (id);
+
+--
+-- Name: reconciliation_cursors reconciliation_cursors_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.reconciliation_cursors
+    ADD CONSTRAINT reconciliation_cursors_pkey PRIMARY KEY (job_type);
+
+--
+-- Name: settings settings_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.settings
+    ADD CONSTRAINT settings_pkey PRIMARY KEY (key);
+
+--
+-- Name: settings_versions settings_versions_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.settings_versions
+    ADD CONSTRAINT settings_versions_pkey PRIMARY KEY (version);
+
+--
+-- Name: technical_dead_letters technical_dead_letters_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.technical_dead_letters
+    ADD CONSTRAINT technical_dead_letters_pkey PRIMARY KEY (id);
+
+--
+-- Name: webhook_inbox webhook_inbox_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.webhook_inbox
+    ADD CONSTRAINT webhook_inbox_pkey PRIMARY KEY (id);
+
+--
+-- Name: webhook_inbox webhook_inbox_receiver_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.webhook_inbox
+    ADD CONSTRAINT webhook_inbox_receiver_check CHECK (((receiver)::text = ANY ('{contact,alert}'::text[]))) NOT VALID;
+
+--
+-- Name: webhook_inbox webhook_inbox_status_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.webhook_inbox
+    ADD CONSTRAINT webhook_inbox_status_check CHECK (((status)::text = ANY ('{received,coalesced,processing,processed,retry_wait,dead_letter}'::text[]))) NOT VALID;
+
+--
+-- Name: webhook_inbox webhook_inbox_trace_context_chk; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.webhook_inbox
+    ADD CONSTRAINT webhook_inbox_trace_context_chk CHECK ((trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
+
+--
+-- Name: workflow_instances workflow_instances_finished; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.workflow_instances
+    ADD CONSTRAINT workflow_instances_finished CHECK ((((state)::text = ANY ('{succeeded,failed,cancelled}'::text[])) = (finished_at IS NOT NULL))) NOT VALID;
+
+--
+-- Name: workflow_instances workflow_instances_held_intent; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.workflow_instances
+    ADD CONSTRAINT workflow_instances_held_intent CHECK (((held_intent_type IS NULL) OR ((held_intent_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate}'::text[])))) NOT VALID;
+
+--
+-- Name: workflow_instances workflow_instances_intent_type_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.workflow_instances
+    ADD CONSTRAINT workflow_instances_intent_type_check CHECK (((intent_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[]))) NOT VALID;
+
+--
+-- Name: workflow_instances workflow_instances_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.workflow_instances
+    ADD CONSTRAINT workflow_instances_pkey PRIMARY KEY (id);
+
+--
+-- Name: workflow_instances workflow_instances_state_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.workflow_instances
+    ADD CONSTRAINT workflow_instances_state_check CHECK (((state)::text = ANY ('{created,running,waiting_crm,waiting_retry,waiting_manual,succeeded,failed,cancelled}'::text[]))) NOT VALID;
+
+--
+-- Name: workflow_instances workflow_instances_trace_context_chk; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.workflow_instances
+    ADD CONSTRAINT workflow_instances_trace_context_chk CHECK ((trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
+
+--
+-- Name: workflow_instances workflow_instances_workflow_type_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.workflow_instances
+    ADD CONSTRAINT workflow_instances_workflow_type_check CHECK (((workflow_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[]))) NOT VALID;
+
+--
+-- Name: _private_job_queues job_queues_pkey1; Type: CONSTRAINT; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE ONLY graphile_worker._private_job_queues
+    ADD CONSTRAINT job_queues_pkey1 PRIMARY KEY (id);
+
+--
+-- Name: _private_job_queues job_queues_queue_name_key; Type: CONSTRAINT; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE ONLY graphile_worker._private_job_queues
+    ADD CONSTRAINT job_queues_queue_name_key UNIQUE (queue_name);
+
+--
+-- Name: _private_jobs jobs_key_key1; Type: CONSTRAINT; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE ONLY graphile_worker._private_jobs
+    ADD CONSTRAINT jobs_key_key1 UNIQUE (key);
+
+--
+-- Name: _private_jobs jobs_pkey1; Type: CONSTRAINT; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE ONLY graphile_worker._private_jobs
+    ADD CONSTRAINT jobs_pkey1 PRIMARY KEY (id);
+
+--
+-- Name: _private_known_crontabs known_crontabs_pkey; Type: CONSTRAINT; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE ONLY graphile_worker._private_known_crontabs
+    ADD CONSTRAINT known_crontabs_pkey PRIMARY KEY (identifier);
+
+--
+-- Name: migrations migrations_pkey; Type: CONSTRAINT; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE ONLY graphile_worker.migrations
+    ADD CONSTRAINT migrations_pkey PRIMARY KEY (id);
+
+--
+-- Name: _private_tasks tasks_identifier_key; Type: CONSTRAINT; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE ONLY graphile_worker._private_tasks
+    ADD CONSTRAINT tasks_identifier_key UNIQUE (identifier);
+
+--
+-- Name: _private_tasks tasks_pkey; Type: CONSTRAINT; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE ONLY graphile_worker._private_tasks
+    ADD CONSTRAINT tasks_pkey PRIMARY KEY (id);
+
+--
+-- Name: client_profile client_profile_pkey; Type: CONSTRAINT; Schema: han_app; Owner: -
+--
+
+ALTER TABLE ONLY han_app.client_profile
+    ADD CONSTRAINT client_profile_pkey PRIMARY KEY (id);
+
+--
+-- Name: client_profile client_profile_user_id_key; Type: CONSTRAINT; Schema: han_app; Owner: -
+--
+
+ALTER TABLE ONLY han_app.client_profile
+    ADD CONSTRAINT client_profile_user_id_key UNIQUE (user_id);
+
+--
+-- Name: sync_queue sync_queue_pkey; Type: CONSTRAINT; Schema: han_app; Owner: -
+--
+
+ALTER TABLE ONLY han_app.sync_queue
+    ADD CONSTRAINT sync_queue_pkey PRIMARY KEY (id);
+
+--
+-- Name: user_identity user_identity_pkey; Type: CONSTRAINT; Schema: han_app; Owner: -
+--
+
+ALTER TABLE ONLY han_app.user_identity
+    ADD CONSTRAINT user_identity_pkey PRIMARY KEY (id);
+
+--
+-- Name: admin_actions_workflow_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX admin_actions_workflow_idx ON bitrix_sync.admin_actions USING btree (workflow_id, performed_at);
+
+--
+-- Name: business_alerts_item_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX business_alerts_item_idx ON bitrix_sync.business_alerts USING btree (item_id) WHERE (item_id IS NOT NULL);
+
+--
+-- Name: business_alerts_open_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX business_alerts_open_uq ON bitrix_sync.business_alerts USING btree (alert_type, fingerprint) WHERE ((status)::text = 'open'::text);
+
+--
+-- Name: business_alerts_unmirrored_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX business_alerts_unmirrored_idx ON bitrix_sync.business_alerts USING btree (id) WHERE ((crm_sync_status)::text <> 'synced'::text);
+
+--
+-- Name: INDEX business_alerts_unmirrored_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.business_alerts_unmirrored_idx IS 'Alerts whose smart-process item is behind (mirroring, status_alert_mirror); alerts are never deleted.';
+
+--
+-- Name: contact_snapshots_user_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX contact_snapshots_user_idx ON bitrix_sync.contact_snapshots USING btree (user_id);
+
+--
+-- Name: crm_commands_alert_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX crm_commands_alert_idx ON bitrix_sync.crm_commands USING btree (alert_id, id) WHERE (alert_id IS NOT NULL);
+
+--
+-- Name: INDEX crm_commands_alert_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.crm_commands_alert_idx IS 'The commands of one business alert (mirroring, lookups, requeue).';
+
+--
+-- Name: crm_commands_claim_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX crm_commands_claim_idx ON bitrix_sync.crm_commands USING btree (next_attempt_at, id) WHERE ((status)::text = ANY ((ARRAY['pending'::character varying, 'retry_wait'::character varying])::text[]));
+
+--
+-- Name: crm_commands_completed_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX crm_commands_completed_idx ON bitrix_sync.crm_commands USING btree (completed_at) WHERE (completed_at IS NOT NULL);
+
+--
+-- Name: INDEX crm_commands_completed_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.crm_commands_completed_idx IS 'Retention: finished commands by age.';
+
+--
+-- Name: crm_commands_lease_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX crm_commands_lease_idx ON bitrix_sync.crm_commands USING btree (locked_until) WHERE ((status)::text = ANY ((ARRAY['leased'::character varying, 'in_flight'::character varying])::text[]));
+
+--
+-- Name: crm_commands_live_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX crm_commands_live_idx ON bitrix_sync.crm_commands USING btree (command_type, status) WHERE ((status)::text <> 'succeeded'::text);
+
+--
+-- Name: INDEX crm_commands_live_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.crm_commands_live_idx IS 'status_commands and the pump read unfinished and dead-lettered commands only.';
+
+--
+-- Name: crm_commands_one_active_per_workflow_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX crm_commands_one_active_per_workflow_uq ON bitrix_sync.crm_commands USING btree (workflow_id) WHERE ((alert_id IS NULL) AND ((status)::text = ANY ((ARRAY['pending'::character varying, 'leased'::character varying, 'in_flight'::character varying, 'retry_wait'::character varying])::text[])));
+
+--
+-- Name: crm_commands_workflow_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX crm_commands_workflow_idx ON bitrix_sync.crm_commands USING btree (workflow_id, id);
+
+--
+-- Name: crm_inflight_slots_bucket_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX crm_inflight_slots_bucket_idx ON bitrix_sync.crm_inflight_slots USING btree (bucket, expires_at);
+
+--
+-- Name: entity_external_mapping_active_entity_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX entity_external_mapping_active_entity_uq ON bitrix_sync.entity_external_mapping USING btree (external_system, entity_type, entity_id) WHERE ((status)::text = 'active'::text);
+
+--
+-- Name: entity_external_mapping_active_external_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX entity_external_mapping_active_external_uq ON bitrix_sync.entity_external_mapping USING btree (external_system, external_entity_type, external_id) WHERE ((status)::text = 'active'::text);
+
+--
+-- Name: entity_external_mapping_entity_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX entity_external_mapping_entity_idx ON bitrix_sync.entity_external_mapping USING btree (entity_id, opened_at DESC);
+
+--
+-- Name: entity_external_mapping_external_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX entity_external_mapping_external_idx ON bitrix_sync.entity_external_mapping USING btree (external_id);
+
+--
+-- Name: entity_external_mapping_workflow_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX entity_external_mapping_workflow_idx ON bitrix_sync.entity_external_mapping USING btree (workflow_id) WHERE (workflow_id IS NOT NULL);
+
+--
+-- Name: INDEX entity_external_mapping_workflow_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.entity_external_mapping_workflow_idx IS 'Retention keeps the workflows that opened or closed a mapping (its audit).';
+
+--
+-- Name: rebind_requests_one_open_per_target_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX rebind_requests_one_open_per_target_uq ON bitrix_sync.rebind_requests USING btree (target_contact_id) WHERE ((status)::text = ANY ((ARRAY['requested'::character varying, 'in_progress'::character varying])::text[]));
+
+--
+-- Name: INDEX rebind_requests_one_open_per_target_uq; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.rebind_requests_one_open_per_target_uq IS 'A Contact is the target of at most one open rebind request (request_bitrix_contact_rebind raises BS009).';
+
+--
+-- Name: rebind_requests_one_open_per_user_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX rebind_requests_one_open_per_user_uq ON bitrix_sync.rebind_requests USING btree (user_id) WHERE ((status)::text = ANY ((ARRAY['requested'::character varying, 'in_progress'::character varying])::text[]));
+
+--
+-- Name: rebind_requests_workflow_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX rebind_requests_workflow_idx ON bitrix_sync.rebind_requests USING btree (workflow_id) WHERE (workflow_id IS NOT NULL);
+
+--
+-- Name: INDEX rebind_requests_workflow_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.rebind_requests_workflow_idx IS 'Retention keeps the workflows of rebind requests (their audit, and the foreign key).';
+
+--
+-- Name: settings_versions_one_active_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX settings_versions_one_active_uq ON bitrix_sync.settings_versions USING btree ((true)) WHERE ((status)::text = 'active'::text);
+
+--
+-- Name: technical_dead_letters_open_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX technical_dead_letters_open_idx ON bitrix_sync.technical_dead_letters USING btree (created_at) WHERE (resolved_at IS NULL);
+
+--
+-- Name: webhook_inbox_claim_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX webhook_inbox_claim_idx ON bitrix_sync.webhook_inbox USING btree (next_attempt_at, id) WHERE ((status)::text = ANY ((ARRAY['received'::character varying, 'retry_wait'::character varying])::text[]));
+
+--
+-- Name: webhook_inbox_coalesced_into_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX webhook_inbox_coalesced_into_idx ON bitrix_sync.webhook_inbox USING btree (coalesced_into) WHERE (coalesced_into IS NOT NULL);
+
+--
+-- Name: INDEX webhook_inbox_coalesced_into_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.webhook_inbox_coalesced_into_idx IS 'The events coalesced into one (complete_webhook, and the foreign key check when retention deletes).';
+
+--
+-- Name: webhook_inbox_event_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX webhook_inbox_event_uq ON bitrix_sync.webhook_inbox USING btree (receiver, event_id) WHERE (event_id IS NOT NULL);
+
+--
+-- Name: webhook_inbox_live_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX webhook_inbox_live_idx ON bitrix_sync.webhook_inbox USING btree (receiver, status) WHERE ((status)::text <> 'processed'::text);
+
+--
+-- Name: INDEX webhook_inbox_live_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.webhook_inbox_live_idx IS 'status_webhooks reads unprocessed rows only.';
+
+--
+-- Name: webhook_inbox_one_processing_per_entity_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX webhook_inbox_one_processing_per_entity_uq ON bitrix_sync.webhook_inbox USING btree (receiver, entity_id) WHERE ((status)::text = 'processing'::text);
+
+--
+-- Name: INDEX webhook_inbox_one_processing_per_entity_uq; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.webhook_inbox_one_processing_per_entity_uq IS 'At most one event of an entity is being processed at any time, whichever worker holds it.';
+
+--
+-- Name: webhook_inbox_pending_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX webhook_inbox_pending_idx ON bitrix_sync.webhook_inbox USING btree (receiver, entity_id, id) WHERE ((status)::text = ANY ((ARRAY['received'::character varying, 'retry_wait'::character varying, 'processing'::character varying])::text[]));
+
+--
+-- Name: webhook_inbox_processed_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX webhook_inbox_processed_idx ON bitrix_sync.webhook_inbox USING btree (processed_at) WHERE ((status)::text = 'processed'::text);
+
+--
+-- Name: INDEX webhook_inbox_processed_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.webhook_inbox_processed_idx IS 'Retention: processed events by age.';
+
+--
+-- Name: workflow_instances_finished_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX workflow_instances_finished_idx ON bitrix_sync.workflow_instances USING btree (finished_at) WHERE ((state)::text = ANY ((ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[]));
+
+--
+-- Name: INDEX workflow_instances_finished_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.workflow_instances_finished_idx IS 'Retention: finished workflows by age.';
+
+--
+-- Name: workflow_instances_one_active_per_user_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX workflow_instances_one_active_per_user_uq ON bitrix_sync.workflow_instances USING btree (user_id) WHERE ((state)::text <> ALL ((ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[]));
+
+--
+-- Name: workflow_instances_runnable_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX workflow_instances_runnable_idx ON bitrix_sync.workflow_instances USING btree (next_attempt_at) WHERE ((state)::text = ANY ((ARRAY['created'::character varying, 'running'::character varying, 'waiting_retry'::character varying])::text[]));
+
+--
+-- Name: workflow_instances_user_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX workflow_instances_user_idx ON bitrix_sync.workflow_instances USING btree (user_id, created_at DESC);
+
+--
+-- Name: jobs_main_index; Type: INDEX; Schema: graphile_worker; Owner: -
+--
+
+CREATE INDEX jobs_main_index ON graphile_worker._private_jobs USING btree (priority, run_at) INCLUDE (id, task_id, job_queue_id) WHERE (is_available = true);
+
+--
+-- Name: jobs_no_queue_index; Type: INDEX; Schema: graphile_worker; Owner: -
+--
+
+CREATE INDEX jobs_no_queue_index ON graphile_worker._private_jobs USING btree (priority, run_at) INCLUDE (id, task_id) WHERE ((is_available = true) AND (job_queue_id IS NULL));
+
+--
+-- Name: sync_queue_claim_live_idx; Type: INDEX; Schema: han_app; Owner: -
+--
+
+CREATE INDEX sync_queue_claim_live_idx ON han_app.sync_queue USING btree (status, next_attempt_at, created_at) WHERE ((status)::text = ANY ((ARRAY['pending'::character varying, 'leased'::character varying, 'retry_wait'::character varying, 'dead_letter'::character varying])::text[]));
+
+--
+-- Name: INDEX sync_queue_claim_live_idx; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON INDEX han_app.sync_queue_claim_live_idx IS 'Claim order (§6.1 columns status, next_attempt_at, created_at) over live intents only; finished rows are not indexed (issue 14).';
+
+--
+-- Name: sync_queue_dedup_active_uq; Type: INDEX; Schema: han_app; Owner: -
+--
+
+CREATE UNIQUE INDEX sync_queue_dedup_active_uq ON han_app.sync_queue USING btree (dedup_key) WHERE ((status)::text = ANY ((ARRAY['pending'::character varying, 'leased'::character varying, 'retry_wait'::character varying])::text[]));
+
+--
+-- Name: sync_queue_entity_idx; Type: INDEX; Schema: han_app; Owner: -
+--
+
+CREATE INDEX sync_queue_entity_idx ON han_app.sync_queue USING btree (entity_type, entity_id, created_at DESC);
+
+--
+-- Name: sync_queue_lease_idx; Type: INDEX; Schema: han_app; Owner: -
+--
+
+CREATE INDEX sync_queue_lease_idx ON han_app.sync_queue USING btree (locked_until) WHERE ((status)::text = 'leased'::text);
+
+--
+-- Name: workflow_instances _100_guard_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _100_guard_state BEFORE UPDATE OF state ON bitrix_sync.workflow_instances FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg_workflow_instances__guard_state('workflow', 'state');
+
+--
+-- Name: TRIGGER _100_guard_state ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _100_guard_state ON bitrix_sync.workflow_instances IS 'Refuses illegal workflow state changes (§7.1).';
+
+--
+-- Name: business_alerts _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.business_alerts FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('alert', 'status');
+
+--
+-- Name: TRIGGER _100_guard_status ON business_alerts; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.business_alerts IS 'Only open alerts change status.';
+
+--
+-- Name: crm_commands _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.crm_commands FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('command', 'status');
+
+--
+-- Name: TRIGGER _100_guard_status ON crm_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.crm_commands IS 'Refuses illegal command status changes (§7.2).';
+
+--
+-- Name: entity_external_mapping _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.entity_external_mapping FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('mapping', 'status');
+
+--
+-- Name: TRIGGER _100_guard_status ON entity_external_mapping; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.entity_external_mapping IS 'closed and broken mappings are final.';
+
+--
+-- Name: rebind_requests _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.rebind_requests FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('rebind', 'status');
+
+--
+-- Name: TRIGGER _100_guard_status ON rebind_requests; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.rebind_requests IS 'Refuses illegal rebind request status changes (§5.4).';
+
+--
+-- Name: settings_versions _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.settings_versions FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('settings', 'status');
+
+--
+-- Name: TRIGGER _100_guard_status ON settings_versions; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.settings_versions IS 'Only validated versions become active (§12.3).';
+
+--
+-- Name: webhook_inbox _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.webhook_inbox FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('webhook', 'status');
+
+--
+-- Name: TRIGGER _100_guard_status ON webhook_inbox; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.webhook_inbox IS 'Refuses illegal webhook status changes (§7.3).';
+
+--
+-- Name: business_alerts _110_initial_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _110_initial_state BEFORE INSERT ON bitrix_sync.business_alerts FOR EACH ROW WHEN ((((new.status)::text <> 'open'::text) OR ((new.crm_sync_status)::text <> 'pending'::text) OR (new.closed_at IS NOT NULL))) EXECUTE FUNCTION bitrix_sync.tg__refuse_insert_state('open, with its CRM mirror pending');
+
+--
+-- Name: TRIGGER _110_initial_state ON business_alerts; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _110_initial_state ON bitrix_sync.business_alerts IS 'Alerts open, and are mirrored into the CRM afterwards (§11).';
+
+--
+-- Name: crm_commands _110_initial_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _110_initial_state BEFORE INSERT ON bitrix_sync.crm_commands FOR EACH ROW WHEN ((((new.status)::text <> 'pending'::text) OR (new.lease_token IS NOT NULL) OR (new.sent_at IS NOT NULL) OR (new.completed_at IS NOT NULL))) EXECUTE FUNCTION bitrix_sync.tg__refuse_insert_state('pending, never sent, without a lease');
+
+--
+-- Name: TRIGGER _110_initial_state ON crm_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _110_initial_state ON bitrix_sync.crm_commands IS 'Commands are issued pending (§7.2).';
+
+--
+-- Name: entity_external_mapping _110_initial_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _110_initial_state BEFORE INSERT ON bitrix_sync.entity_external_mapping FOR EACH ROW WHEN (((new.status)::text <> 'active'::text)) EXECUTE FUNCTION bitrix_sync.tg__refuse_insert_state('active');
+
+--
+-- Name: TRIGGER _110_initial_state ON entity_external_mapping; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _110_initial_state ON bitrix_sync.entity_external_mapping IS 'A link is opened active; it is closed or broken only by close_mapping (§6.3).';
+
+--
+-- Name: rebind_requests _110_initial_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _110_initial_state BEFORE INSERT ON bitrix_sync.rebind_requests FOR EACH ROW WHEN ((((new.status)::text <> 'requested'::text) OR (new.completed_at IS NOT NULL) OR (new.failure_code IS NOT NULL))) EXECUTE FUNCTION bitrix_sync.tg__refuse_insert_state('requested');
+
+--
+-- Name: TRIGGER _110_initial_state ON rebind_requests; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _110_initial_state ON bitrix_sync.rebind_requests IS 'Rebind requests start requested (§5.4).';
+
+--
+-- Name: settings_versions _110_initial_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _110_initial_state BEFORE INSERT ON bitrix_sync.settings_versions FOR EACH ROW WHEN ((((new.status)::text <> 'draft'::text) OR (new.validation_errors IS NOT NULL) OR (new.validated_at IS NOT NULL) OR (new.activated_by IS NOT NULL) OR (new.activated_at IS NOT NULL) OR (new.superseded_at IS NOT NULL))) EXECUTE FUNCTION bitrix_sync.tg__refuse_insert_state('draft, neither validated nor activated');
+
+--
+-- Name: TRIGGER _110_initial_state ON settings_versions; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _110_initial_state ON bitrix_sync.settings_versions IS 'A settings version starts as a draft and is validated before it can be activated (§12.3).';
+
+--
+-- Name: webhook_inbox _110_initial_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _110_initial_state BEFORE INSERT ON bitrix_sync.webhook_inbox FOR EACH ROW WHEN ((((new.status)::text <> 'received'::text) OR (new.lease_token IS NOT NULL) OR (new.coalesced_into IS NOT NULL) OR (new.processed_at IS NOT NULL))) EXECUTE FUNCTION bitrix_sync.tg__refuse_insert_state('received, without a lease');
+
+--
+-- Name: TRIGGER _110_initial_state ON webhook_inbox; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _110_initial_state ON bitrix_sync.webhook_inbox IS 'Webhooks are recorded received (§7.3).';
+
+--
+-- Name: workflow_instances _110_initial_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _110_initial_state BEFORE INSERT ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((((new.state)::text <> 'created'::text) OR (new.lease_token IS NOT NULL) OR (new.finished_at IS NOT NULL))) EXECUTE FUNCTION bitrix_sync.tg__refuse_insert_state('created, without a lease');
+
+--
+-- Name: TRIGGER _110_initial_state ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _110_initial_state ON bitrix_sync.workflow_instances IS 'Workflows start created (§7.1).';
+
+--
+-- Name: cutover _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.cutover FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('singleton', 'cutover_watermark', 'cancelled_count', 'performed_by', 'performed_at');
+
+--
+-- Name: TRIGGER _120_immutable ON cutover; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _120_immutable ON bitrix_sync.cutover IS 'The cutover happens once (§17): moving the watermark would silently stop or replay App intake.';
+
+--
+-- Name: entity_external_mapping _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.entity_external_mapping FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('id', 'entity_type', 'entity_id', 'external_system', 'external_entity_type', 'external_id', 'opened_at', 'created_at');
+
+--
+-- Name: TRIGGER _120_immutable ON entity_external_mapping; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _120_immutable ON bitrix_sync.entity_external_mapping IS 'A link never changes its user or Contact: a new mapping is opened instead (§4).';
+
+--
+-- Name: rebind_requests _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.rebind_requests FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('id', 'user_id', 'previous_contact_id', 'target_contact_id', 'reason', 'operator_id', 'workflow_id', 'requested_at');
+
+--
+-- Name: TRIGGER _120_immutable ON rebind_requests; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _120_immutable ON bitrix_sync.rebind_requests IS 'The request, its reason and its operator are audit (§5.4): only its progress changes.';
+
+--
+-- Name: settings_versions _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.settings_versions FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg_settings_versions__freeze();
+
+--
+-- Name: TRIGGER _120_immutable ON settings_versions; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _120_immutable ON bitrix_sync.settings_versions IS 'Values and audit are history once a version leaves draft (§12.3).';
+
+--
+-- Name: admin_actions _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.admin_actions FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__forbid_delete();
+
+--
+-- Name: TRIGGER _200_forbid_delete ON admin_actions; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.admin_actions IS 'The admin audit is never deleted.';
+
+--
+-- Name: cutover _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.cutover FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__forbid_delete();
+
+--
+-- Name: TRIGGER _200_forbid_delete ON cutover; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.cutover IS 'The cutover record is kept: deleting it would close the processing gate.';
+
+--
+-- Name: entity_external_mapping _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.entity_external_mapping FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__forbid_delete();
+
+--
+-- Name: TRIGGER _200_forbid_delete ON entity_external_mapping; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.entity_external_mapping IS 'Mapping history is never deleted (§4).';
+
+--
+-- Name: rebind_requests _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.rebind_requests FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__forbid_delete();
+
+--
+-- Name: TRIGGER _200_forbid_delete ON rebind_requests; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.rebind_requests IS 'Rebind audit is never deleted.';
+
+--
+-- Name: settings_versions _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.settings_versions FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__forbid_delete();
+
+--
+-- Name: TRIGGER _200_forbid_delete ON settings_versions; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.settings_versions IS 'Settings audit is never deleted.';
+
+--
+-- Name: workflow_instances _300_close_rebind_request; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _300_close_rebind_request AFTER UPDATE OF state ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((((new.workflow_type)::text = 'contact.rebind'::text) AND ((new.state)::text = ANY ('{succeeded,failed,cancelled}'::text[])) AND ((old.state)::text <> ALL ('{succeeded,failed,cancelled}'::text[])))) EXECUTE FUNCTION bitrix_sync.tg_workflow_instances__close_rebind_request();
+
+--
+-- Name: TRIGGER _300_close_rebind_request ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _300_close_rebind_request ON bitrix_sync.workflow_instances IS 'Closes the rebind request of a contact.rebind workflow that finished without complete_rebind (§5.4, issue 11).';
+
+--
+-- Name: workflow_instances _400_start_held_intent; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _400_start_held_intent AFTER UPDATE OF state ON bitrix_sync.workflow_instances FOR EACH ROW WHEN (((new.held_intent_type IS NOT NULL) AND ((new.state)::text = ANY ('{succeeded,failed,cancelled}'::text[])) AND ((old.state)::text <> ALL ('{succeeded,failed,cancelled}'::text[])))) EXECUTE FUNCTION bitrix_sync.tg_workflow_instances__start_held_intent();
+
+--
+-- Name: TRIGGER _400_start_held_intent ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _400_start_held_intent ON bitrix_sync.workflow_instances IS 'Starts the App intent held during a rebind once the rebind has finished (after _300_close_rebind_request).';
+
+--
+-- Name: webhook_inbox _900_count_coalesced; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_count_coalesced AFTER UPDATE OF status ON bitrix_sync.webhook_inbox FOR EACH ROW WHEN ((((new.status)::text = 'coalesced'::text) AND ((old.status)::text IS DISTINCT FROM (new.status)::text))) EXECUTE FUNCTION bitrix_sync.tg_webhook_inbox__count_coalesced();
+
+--
+-- Name: TRIGGER _900_count_coalesced ON webhook_inbox; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_count_coalesced ON bitrix_sync.webhook_inbox IS 'Counts webhook events covered by another event''s read (received -> coalesced) for /metrics.';
+
+--
+-- Name: technical_dead_letters _900_count_dead_letter; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_count_dead_letter AFTER INSERT ON bitrix_sync.technical_dead_letters FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg_technical_dead_letters__count();
+
+--
+-- Name: TRIGGER _900_count_dead_letter ON technical_dead_letters; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_count_dead_letter ON bitrix_sync.technical_dead_letters IS 'Counts each new technical dead letter for /metrics (bitrix_sync.metric_events).';
+
+--
+-- Name: crm_commands _900_count_transition; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_count_transition AFTER UPDATE OF status ON bitrix_sync.crm_commands FOR EACH ROW WHEN (((old.status)::text IS DISTINCT FROM (new.status)::text)) EXECUTE FUNCTION bitrix_sync.tg_crm_commands__count_transition();
+
+--
+-- Name: TRIGGER _900_count_transition ON crm_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_count_transition ON bitrix_sync.crm_commands IS 'Counts each committed command transition for /metrics (bitrix_sync.metric_events).';
+
+--
+-- Name: workflow_instances _900_count_transition; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_count_transition AFTER UPDATE OF state ON bitrix_sync.workflow_instances FOR EACH ROW WHEN (((old.state)::text IS DISTINCT FROM (new.state)::text)) EXECUTE FUNCTION bitrix_sync.tg_workflow_instances__count_transition();
+
+--
+-- Name: TRIGGER _900_count_transition ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_count_transition ON bitrix_sync.workflow_instances IS 'Counts each committed workflow transition for /metrics (bitrix_sync.metric_events).';
+
+--
+-- Name: business_alerts _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.business_alerts FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+
+--
+-- Name: TRIGGER _900_set_updated_at ON business_alerts; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.business_alerts IS 'Stamps updated_at on every change.';
+
+--
+-- Name: contact_snapshots _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.contact_snapshots FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+
+--
+-- Name: TRIGGER _900_set_updated_at ON contact_snapshots; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.contact_snapshots IS 'Stamps updated_at on every change.';
+
+--
+-- Name: crm_commands _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.crm_commands FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+
+--
+-- Name: TRIGGER _900_set_updated_at ON crm_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.crm_commands IS 'Stamps updated_at on every change.';
+
+--
+-- Name: entity_external_mapping _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.entity_external_mapping FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+
+--
+-- Name: TRIGGER _900_set_updated_at ON entity_external_mapping; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.entity_external_mapping IS 'Stamps updated_at on every change.';
+
+--
+-- Name: rebind_requests _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.rebind_requests FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+
+--
+-- Name: TRIGGER _900_set_updated_at ON rebind_requests; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.rebind_requests IS 'Stamps updated_at on every change.';
+
+--
+-- Name: reconciliation_cursors _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.reconciliation_cursors FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+
+--
+-- Name: TRIGGER _900_set_updated_at ON reconciliation_cursors; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.reconciliation_cursors IS 'Stamps updated_at on every change.';
+
+--
+-- Name: workflow_instances _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.workflow_instances FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+
+--
+-- Name: TRIGGER _900_set_updated_at ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.workflow_instances IS 'Stamps updated_at on every change.';
+
+--
+-- Name: sync_queue _100_guard_status; Type: TRIGGER; Schema: han_app; Owner: -
+--
+
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON han_app.sync_queue FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('sync_queue', 'status');
+
+--
+-- Name: TRIGGER _100_guard_status ON sync_queue; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TRIGGER _100_guard_status ON han_app.sync_queue IS 'Refuses illegal queue status changes (bitrix_sync.state_edges).';
+
+--
+-- Name: sync_queue _110_initial_state; Type: TRIGGER; Schema: han_app; Owner: -
+--
+
+CREATE TRIGGER _110_initial_state BEFORE INSERT ON han_app.sync_queue FOR EACH ROW WHEN ((((new.status)::text <> 'pending'::text) OR (new.lease_token IS NOT NULL) OR (new.completed_at IS NOT NULL))) EXECUTE FUNCTION bitrix_sync.tg__refuse_insert_state('pending, without a lease');
+
+--
+-- Name: TRIGGER _110_initial_state ON sync_queue; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TRIGGER _110_initial_state ON han_app.sync_queue IS 'Intents are recorded pending (§6.1).';
+
+--
+-- Name: client_profile _500_enqueue_contact_sync_insert; Type: TRIGGER; Schema: han_app; Owner: -
+--
+
+CREATE TRIGGER _500_enqueue_contact_sync_insert AFTER INSERT ON han_app.client_profile FOR EACH ROW WHEN (((new.record_status)::text = 'active'::text)) EXECUTE FUNCTION han_app.enqueue_contact_sync();
+
+--
+-- Name: TRIGGER _500_enqueue_contact_sync_insert ON client_profile; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TRIGGER _500_enqueue_contact_sync_insert ON han_app.client_profile IS 'Records contact.map_or_create for an active profile (§6.2).';
+
+--
+-- Name: user_identity _500_enqueue_contact_sync_insert; Type: TRIGGER; Schema: han_app; Owner: -
+--
+
+CREATE TRIGGER _500_enqueue_contact_sync_insert AFTER INSERT ON han_app.user_identity FOR EACH ROW WHEN (((new.record_status)::text = 'active'::text)) EXECUTE FUNCTION han_app.enqueue_contact_sync();
+
+--
+-- Name: TRIGGER _500_enqueue_contact_sync_insert ON user_identity; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TRIGGER _500_enqueue_contact_sync_insert ON han_app.user_identity IS 'Records contact.map_or_create for an active identity (§6.2).';
+
+--
+-- Name: client_profile _500_enqueue_contact_sync_update; Type: TRIGGER; Schema: han_app; Owner: -
+--
+
+CREATE TRIGGER _500_enqueue_contact_sync_update AFTER UPDATE OF record_status ON han_app.client_profile FOR EACH ROW WHEN (((old.record_status)::text IS DISTINCT FROM (new.record_status)::text)) EXECUTE FUNCTION han_app.enqueue_contact_sync();
+
+--
+-- Name: TRIGGER _500_enqueue_contact_sync_update ON client_profile; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TRIGGER _500_enqueue_contact_sync_update ON han_app.client_profile IS 'Records contact.deactivate / contact.map_or_create when the profile leaves or returns to active (§6.2).';
+
+--
+-- Name: user_identity _500_enqueue_contact_sync_update; Type: TRIGGER; Schema: han_app; Owner: -
+--
+
+CREATE TRIGGER _500_enqueue_contact_sync_update AFTER UPDATE OF phone_number, record_status ON han_app.user_identity FOR EACH ROW WHEN ((((old.phone_number)::text IS DISTINCT FROM (new.phone_number)::text) OR ((old.record_status)::text IS DISTINCT FROM (new.record_status)::text))) EXECUTE FUNCTION han_app.enqueue_contact_sync('phone');
+
+--
+-- Name: TRIGGER _500_enqueue_contact_sync_update ON user_identity; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TRIGGER _500_enqueue_contact_sync_update ON han_app.user_identity IS 'Records contact.update (phone change of an active identity), contact.deactivate (leaving active) or contact.map_or_create (back to active) (§6.2).';
+
+--
+-- Name: admin_actions admin_actions_rebind_request_id_fkey; Type: FK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.admin_actions
+    ADD CONSTRAINT admin_actions_rebind_request_id_fkey FOREIGN KEY (rebind_request_id) REFERENCES bitrix_sync.rebind_requests(id);
+
+--
+-- Name: business_alerts business_alerts_previous_alert_id_fkey; Type: FK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.business_alerts
+    ADD CONSTRAINT business_alerts_previous_alert_id_fkey FOREIGN KEY (previous_alert_id) REFERENCES bitrix_sync.business_alerts(id);
+
+--
+-- Name: crm_commands crm_commands_alert_id_fkey; Type: FK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.crm_commands
+    ADD CONSTRAINT crm_commands_alert_id_fkey FOREIGN KEY (alert_id) REFERENCES bitrix_sync.business_alerts(id);
+
+--
+-- Name: crm_commands crm_commands_workflow_id_fkey; Type: FK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.crm_commands
+    ADD CONSTRAINT crm_commands_workflow_id_fkey FOREIGN KEY (workflow_id) REFERENCES bitrix_sync.workflow_instances(id);
+
+--
+-- Name: crm_inflight_slots crm_inflight_slots_bucket_fkey; Type: FK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.crm_inflight_slots
+    ADD CONSTRAINT crm_inflight_slots_bucket_fkey FOREIGN KEY (bucket) REFERENCES bitrix_sync.crm_rate_buckets(bucket) ON DELETE CASCADE;
+
+--
+-- Name: rebind_requests rebind_requests_workflow_id_fkey; Type: FK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.rebind_requests
+    ADD CONSTRAINT rebind_requests_workflow_id_fkey FOREIGN KEY (workflow_id) REFERENCES bitrix_sync.workflow_instances(id);
+
+--
+-- Name: settings_versions settings_versions_based_on_fkey; Type: FK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.settings_versions
+    ADD CONSTRAINT settings_versions_based_on_fkey FOREIGN KEY (based_on) REFERENCES bitrix_sync.settings_versions(version);
+
+--
+-- Name: settings_versions settings_versions_rollback_of_fkey; Type: FK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.settings_versions
+    ADD CONSTRAINT settings_versions_rollback_of_fkey FOREIGN KEY (rollback_of) REFERENCES bitrix_sync.settings_versions(version);
+
+--
+-- Name: webhook_inbox webhook_inbox_coalesced_into_fkey; Type: FK CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.webhook_inbox
+    ADD CONSTRAINT webhook_inbox_coalesced_into_fkey FOREIGN KEY (coalesced_into) REFERENCES bitrix_sync.webhook_inbox(id);
+
+--
+-- Name: client_profile client_profile_user_id_fkey; Type: FK CONSTRAINT; Schema: han_app; Owner: -
+--
+
+ALTER TABLE ONLY han_app.client_profile
+    ADD CONSTRAINT client_profile_user_id_fkey FOREIGN KEY (user_id) REFERENCES han_app.user_identity(id);
+
+--
+-- Name: _private_job_queues; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE graphile_worker._private_job_queues ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: _private_jobs; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE graphile_worker._private_jobs ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: _private_known_crontabs; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE graphile_worker._private_known_crontabs ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: _private_tasks; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
+--
+
+ALTER TABLE graphile_worker._private_tasks ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: _private_job_queues bitrix_sync_user_all; Type: POLICY; Schema: graphile_worker; Owner: -
+--
+
+CREATE POLICY bitrix_sync_user_all ON graphile_worker._private_job_queues TO bitrix_sync_user USING (true) WITH CHECK (true);
+
+--
+-- Name: _private_jobs bitrix_sync_user_all; Type: POLICY; Schema: graphile_worker; Owner: -
+--
+
+CREATE POLICY bitrix_sync_user_all ON graphile_worker._private_jobs TO bitrix_sync_user USING (true) WITH CHECK (true);
+
+--
+-- Name: _private_known_crontabs bitrix_sync_user_all; Type: POLICY; Schema: graphile_worker; Owner: -
+--
+
+CREATE POLICY bitrix_sync_user_all ON graphile_worker._private_known_crontabs TO bitrix_sync_user USING (true) WITH CHECK (true);
+
+--
+-- Name: _private_tasks bitrix_sync_user_all; Type: POLICY; Schema: graphile_worker; Owner: -
+--
+
+CREATE POLICY bitrix_sync_user_all ON graphile_worker._private_tasks TO bitrix_sync_user USING (true) WITH CHECK (true);
+
+--
+-- Name: SCHEMA bitrix_sync; Type: ACL; Schema: -; Owner: -
+--
+
+GRANT USAGE ON SCHEMA bitrix_sync TO bitrix_sync_user;
+GRANT USAGE ON SCHEMA bitrix_sync TO bitrix_sync_admin;
+
+--
+-- Name: SCHEMA graphile_worker; Type: ACL; Schema: -; Owner: -
+--
+
+GRANT USAGE ON SCHEMA graphile_worker TO bitrix_sync_user;
+
+--
+-- Name: SCHEMA han_app; Type: ACL; Schema: -; Owner: -
+--
+
+GRANT USAGE ON SCHEMA han_app TO bitrix_sync_user;
+GRANT USAGE ON SCHEMA han_app TO han_app_user;
+
+--
+-- Name: FUNCTION _retry_deadline(p_first_attempt_at timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with time zone) TO bitrix_sync_user;
+
+--
+-- Name: TABLE crm_commands; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.workflow_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(workflow_id) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.alert_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(alert_id) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.command_type; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(command_type) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.params; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(params) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.status; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(status) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.revision; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(revision) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.attempt_count; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(attempt_count) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.limit_hits; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(limit_hits) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.next_attempt_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(next_attempt_at) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.deadline_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(deadline_at) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.lease_token; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(lease_token) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.locked_by; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(locked_by) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.locked_until; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(locked_until) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.batch_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(batch_id) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.correlation_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(correlation_id) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.sent_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(sent_at) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.response; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(response) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.last_error_code; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_error_code) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.last_http_status; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_http_status) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.last_bitrix_error; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_bitrix_error) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.completed_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(completed_at) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.first_sent_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(first_sent_at) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.trace_context; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(trace_context) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _abandon_workflow_commands(p_workflow_id uuid, p_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._abandon_workflow_commands(p_workflow_id uuid, p_code text) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _active_setting(p_key text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._active_setting(p_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._active_setting(p_key text) TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync._active_setting(p_key text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION _alert_add_unsafe(p_alert_id bigint); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._alert_add_unsafe(p_alert_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._alert_add_unsafe(p_alert_id bigint) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _check_admin_audit(p_reason text, p_operator_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._check_admin_audit(p_reason text, p_operator_id text) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _check_bitrix_error(p_error text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._check_bitrix_error(p_error text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._check_bitrix_error(p_error text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _check_code(p_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._check_code(p_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._check_code(p_code text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _check_limiter_name(p_what text, p_value text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) TO bitrix_sync_user;
+
+--
+-- Name: TABLE rebind_requests; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.rebind_requests TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.rebind_requests TO bitrix_sync_admin;
+
+--
+-- Name: TABLE workflow_instances; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.workflow_type; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(workflow_type) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.intent_type; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(intent_type),UPDATE(intent_type) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.user_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(user_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.contact_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(contact_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.state; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(state) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.current_step; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(current_step) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.step_data; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(step_data) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.source_task_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(source_task_id),UPDATE(source_task_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.revision; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(revision) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.processed_revision; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(processed_revision) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.content_hash; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(content_hash),UPDATE(content_hash) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.attempt_count; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(attempt_count) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.next_attempt_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(next_attempt_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.deadline_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(deadline_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.lease_token; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(lease_token) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.locked_by; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(locked_by) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.locked_until; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(locked_until) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.outcome; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(outcome) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.last_error_code; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_error_code) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.finished_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(finished_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.trace_context; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(trace_context),UPDATE(trace_context) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.held_intent_type; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_intent_type) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.held_source_task_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_source_task_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.held_content_hash; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_content_hash) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.held_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _close_rebind_request(p_wf bitrix_sync.workflow_instances); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _command_first_attempt(p_row bitrix_sync.crm_commands); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._command_first_attempt(p_row bitrix_sync.crm_commands) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._command_first_attempt(p_row bitrix_sync.crm_commands) TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.source; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(source) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.source_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(source_id) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.workflow_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(workflow_id) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.command_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(command_id) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.operation; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(operation) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.error_code; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(error_code) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.http_status; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(http_status) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.bitrix_error; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(bitrix_error) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.attempt_count; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(attempt_count) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.first_attempt_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(first_attempt_at) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.deadline_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(deadline_at) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: COLUMN technical_dead_letters.correlation_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(correlation_id) ON TABLE bitrix_sync.technical_dead_letters TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _covered_dead_letters(p_dl bitrix_sync.technical_dead_letters); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._covered_dead_letters(p_dl bitrix_sync.technical_dead_letters) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _dead_letter_command_row(p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._dead_letter_command_row(p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._dead_letter_command_row(p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text) TO bitrix_sync_user;
+
+--
+-- Name: TABLE sync_queue; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT ON TABLE han_app.sync_queue TO bitrix_sync_user;
+GRANT SELECT ON TABLE han_app.sync_queue TO han_app_user;
+
+--
+-- Name: COLUMN sync_queue.status; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(status) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: COLUMN sync_queue.attempt_count; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(attempt_count) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: COLUMN sync_queue.next_attempt_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(next_attempt_at) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: COLUMN sync_queue.updated_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(updated_at) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: COLUMN sync_queue.locked_by; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(locked_by) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: COLUMN sync_queue.locked_until; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(locked_until) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: COLUMN sync_queue.lease_token; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(lease_token) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: COLUMN sync_queue.last_error_code; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(last_error_code) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: COLUMN sync_queue.last_error_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(last_error_at) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: COLUMN sync_queue.completed_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(completed_at) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: COLUMN sync_queue.cancel_reason; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT UPDATE(cancel_reason) ON TABLE han_app.sync_queue TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _dead_letter_sync_task_row(p_row han_app.sync_queue, p_error_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._dead_letter_sync_task_row(p_row han_app.sync_queue, p_error_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._dead_letter_sync_task_row(p_row han_app.sync_queue, p_error_code text) TO bitrix_sync_user;
+
+--
+-- Name: TABLE webhook_inbox; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.receiver; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(receiver) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.entity_type_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(entity_type_id) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.entity_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(entity_id) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.status; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(status) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.coalesced_into; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(coalesced_into) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.source_ip; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(source_ip) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.attempt_count; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(attempt_count) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.next_attempt_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(next_attempt_at) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.lease_token; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(lease_token) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.locked_by; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(locked_by) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.locked_until; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(locked_until) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.outcome; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(outcome) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.last_error_code; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_error_code) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.status_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(status_at) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.processed_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(processed_at) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: COLUMN webhook_inbox.trace_context; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(trace_context) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _held_workflow(p_id uuid, p_lease_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._held_workflow(p_id uuid, p_lease_token uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._held_workflow(p_id uuid, p_lease_token uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _is_write_command(p_command_type text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._is_write_command(p_command_type text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._is_write_command(p_command_type text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _normalise_settings(p_values jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._normalise_settings(p_values jsonb) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _open_dead_letter(p_id bigint); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._open_dead_letter(p_id bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _parked_decisions(p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._parked_decisions(p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._parked_decisions(p_reason text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION _rebind_crm_outcome(p_workflow_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._rebind_crm_outcome(p_workflow_id uuid) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _rebind_request_of(p_workflow_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._rebind_request_of(p_workflow_id uuid) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _record_admin_action(p_action text, p_workflow_id uuid, p_rebind_request_id uuid, p_decision text, p_contact_id text, p_reason text, p_operator_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._record_admin_action(p_action text, p_workflow_id uuid, p_rebind_request_id uuid, p_decision text, p_contact_id text, p_reason text, p_operator_id text) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _refuse_stale(p_what text, p_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._refuse_stale(p_what text, p_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._refuse_stale(p_what text, p_id text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _requeue_refusal(p_dl bitrix_sync.technical_dead_letters); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._requeue_refusal(p_dl bitrix_sync.technical_dead_letters) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _requeue_target(p_dl bitrix_sync.technical_dead_letters); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._requeue_target(p_dl bitrix_sync.technical_dead_letters) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _resolve_conflict_alerts(p_user_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._resolve_conflict_alerts(p_user_id uuid) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _resolve_dead_letters(p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._resolve_dead_letters(p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _retention_cutoff(p_key text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._retention_cutoff(p_key text) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _settings_errors(p_values jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._settings_errors(p_values jsonb) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _trace_context(p_traceparent text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._trace_context(p_traceparent text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._trace_context(p_traceparent text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _wake_workflow(p_workflow_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._wake_workflow(p_workflow_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._wake_workflow(p_workflow_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _workflow_first_attempt(p_row bitrix_sync.workflow_instances); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._workflow_first_attempt(p_row bitrix_sync.workflow_instances) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._workflow_first_attempt(p_row bitrix_sync.workflow_instances) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _workflow_holder(p_command_id bigint, p_workflow_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._workflow_holder(p_command_id bigint, p_workflow_token uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._workflow_holder(p_command_id bigint, p_workflow_token uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION accept_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.accept_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.accept_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION accept_webhooks(p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[], p_trace_contexts text[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.accept_webhooks(p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[], p_trace_contexts text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.accept_webhooks(p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[], p_trace_contexts text[]) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION acknowledge_dead_letter(p_id bigint, p_operator text, p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operator text, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operator text, p_reason text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision) TO bitrix_sync_user;
+
+--
+-- Name: TABLE settings_versions; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.settings_versions TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.settings_versions TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION activate_settings_version(p_version integer, p_actor text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.activate_settings_version(p_version integer, p_actor text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.activate_settings_version(p_version integer, p_actor text) TO bitrix_sync_admin;
+
+--
+-- Name: TABLE entity_external_mapping; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
+-- Name: COLUMN entity_external_mapping.entity_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(entity_id) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
+-- Name: COLUMN entity_external_mapping.external_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(external_id) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
+-- Name: COLUMN entity_external_mapping.status; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(status) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
+-- Name: COLUMN entity_external_mapping.closed_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(closed_at) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
+-- Name: COLUMN entity_external_mapping.close_reason; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(close_reason) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
+-- Name: COLUMN entity_external_mapping.workflow_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(workflow_id),UPDATE(workflow_id) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION active_mapping_for_contact(p_contact_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.active_mapping_for_contact(p_contact_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.active_mapping_for_contact(p_contact_id text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION active_mapping_for_user(p_user_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.active_mapping_for_user(p_user_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.active_mapping_for_user(p_user_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION active_settings(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.active_settings() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.active_settings() TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.active_settings() TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION alert_config_problem(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.alert_config_problem() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.alert_config_problem() TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION alert_entity_type_id(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.alert_entity_type_id() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.alert_entity_type_id() TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION alerts_to_look_up(p_limit integer); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer) TO bitrix_sync_user;
+
+--
+-- Name: TABLE contact_snapshots; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.contact_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(contact_id) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.user_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(user_id),UPDATE(user_id) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.name_hash; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(name_hash),UPDATE(name_hash) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.email_hash; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(email_hash),UPDATE(email_hash) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.phone_hash; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(phone_hash),UPDATE(phone_hash) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.citizenship_enum_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(citizenship_enum_id),UPDATE(citizenship_enum_id) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.citizenship_dictionary_loaded_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(citizenship_dictionary_loaded_at),UPDATE(citizenship_dictionary_loaded_at) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.registered; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(registered),UPDATE(registered) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.crm_created_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(crm_created_at),UPDATE(crm_created_at) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.crm_updated_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(crm_updated_at),UPDATE(crm_updated_at) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.last_applied_source; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(last_applied_source),UPDATE(last_applied_source) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.last_applied_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(last_applied_at),UPDATE(last_applied_at) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.last_webhook_received_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(last_webhook_received_at),UPDATE(last_webhook_received_at) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.stale; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(stale),UPDATE(stale) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: COLUMN contact_snapshots.stale_reason; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(stale_reason),UPDATE(stale_reason) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION begin_command_reconcile(p_id bigint, p_workflow_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.begin_command_reconcile(p_id bigint, p_workflow_token uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.begin_command_reconcile(p_id bigint, p_workflow_token uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION blocked_crm_methods(p_bucket text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.blocked_crm_methods(p_bucket text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.blocked_crm_methods(p_bucket text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION bring_forward_commands(p_codes text[], p_limit integer); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION cancel_parked_workflow(p_workflow_id uuid, p_reason text, p_operator_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.cancel_parked_workflow(p_workflow_id uuid, p_reason text, p_operator_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.cancel_parked_workflow(p_workflow_id uuid, p_reason text, p_operator_id text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION cancel_rebind_request(p_request_id uuid, p_reason text, p_operator_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.cancel_rebind_request(p_request_id uuid, p_reason text, p_operator_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.cancel_rebind_request(p_request_id uuid, p_reason text, p_operator_id text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION claim_commands(p_worker text, p_limit integer, p_lease interval); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer, p_lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer, p_lease interval) TO bitrix_sync_user;
+
+--
+-- Name: TABLE reconciliation_cursors; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.job_type; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(job_type) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.watermark; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(watermark) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.overlap; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(overlap) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.last_run_started_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_run_started_at) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.last_success_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_success_at) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.last_run_status; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_run_status) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.last_error_code; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_error_code) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.last_scanned; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_scanned) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.last_updated; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_updated) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.last_recovered; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_recovered) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.recovered_baseline; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(recovered_baseline) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: COLUMN reconciliation_cursors.lease_token; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(lease_token) ON TABLE bitrix_sync.reconciliation_cursors TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION claim_sync_tasks(p_worker text, p_limit integer, p_lease interval); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION claim_workflows(p_worker text, p_limit integer, p_lease interval); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, p_lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, p_lease interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION close_mapping(p_mapping_id uuid, p_reason text, p_workflow_id uuid, p_broken boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.close_mapping(p_mapping_id uuid, p_reason text, p_workflow_id uuid, p_broken boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.close_mapping(p_mapping_id uuid, p_reason text, p_workflow_id uuid, p_broken boolean) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION complete_command(p_id bigint, p_lease_token uuid, p_response jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[]) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION complete_rebind(p_workflow_id uuid, p_lease_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION complete_sync_task(p_id uuid, p_lease_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION crm_limiter_state(p_bucket text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.crm_limiter_state(p_bucket text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.crm_limiter_state(p_bucket text) TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.crm_limiter_state(p_bucket text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION cutover_performed(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.cutover_performed() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.cutover_performed() TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.cutover_performed() TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION dead_letter_command(p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer, p_bitrix_error text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.dead_letter_command(p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer, p_bitrix_error text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.dead_letter_command(p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer, p_bitrix_error text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION delete_retention_batch(p_table text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION fail_alert_lookup(p_alert_id bigint); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.fail_alert_lookup(p_alert_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.fail_alert_lookup(p_alert_id bigint) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text) TO bitrix_sync_user;
+
+--
+-- Name: TABLE business_alerts; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.alert_type; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(alert_type) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.severity; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(severity) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.fingerprint; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(fingerprint) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.user_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(user_id) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.current_contact_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(current_contact_id),UPDATE(current_contact_id) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.selected_contact_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(selected_contact_id),UPDATE(selected_contact_id) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.candidate_contact_ids; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(candidate_contact_ids),UPDATE(candidate_contact_ids) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.details; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(details),UPDATE(details) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.status; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(status) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.item_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(item_id) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.stage_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(stage_id) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.crm_sync_status; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(crm_sync_status) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.occurrence_count; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(occurrence_count) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.last_occurred_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_occurred_at) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.previous_alert_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(previous_alert_id) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.correlation_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(correlation_id),UPDATE(correlation_id) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: COLUMN business_alerts.closed_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(closed_at) ON TABLE bitrix_sync.business_alerts TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION finish_reconciliation_run(p_job_type text, p_lease_token uuid, p_scanned integer, p_updated integer, p_recovered integer); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.finish_reconciliation_run(p_job_type text, p_lease_token uuid, p_scanned integer, p_updated integer, p_recovered integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.finish_reconciliation_run(p_job_type text, p_lease_token uuid, p_scanned integer, p_updated integer, p_recovered integer) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION fire_workflow_event(p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.fire_workflow_event(p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.fire_workflow_event(p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION fold_intent_journal(p_limit integer, p_wait boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait boolean) TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait boolean) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION issue_alert_lookup(p_alert_id bigint, p_params jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params jsonb) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION list_dead_letters(p_include_resolved boolean, p_limit integer); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.list_dead_letters(p_include_resolved boolean, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.list_dead_letters(p_include_resolved boolean, p_limit integer) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION mark_alert_mirror_failed(p_alert_id bigint); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.mark_alert_mirror_failed(p_alert_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.mark_alert_mirror_failed(p_alert_id bigint) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION mark_alert_mirrored(p_alert_id bigint); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.mark_alert_mirrored(p_alert_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.mark_alert_mirrored(p_alert_id bigint) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION mark_contact_snapshot_stale(p_contact_id text, p_user_id uuid, p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.mark_contact_snapshot_stale(p_contact_id text, p_user_id uuid, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.mark_contact_snapshot_stale(p_contact_id text, p_user_id uuid, p_reason text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION metrics_snapshot(p_bucket text, p_check_mappings boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION note_crm_answered(p_bucket text, p_increase double precision, p_recovery_per_sec double precision); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.note_crm_answered(p_bucket text, p_increase double precision, p_recovery_per_sec double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.note_crm_answered(p_bucket text, p_increase double precision, p_recovery_per_sec double precision) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION note_crm_operating(p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamp with time zone[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.note_crm_operating(p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamp with time zone[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.note_crm_operating(p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamp with time zone[]) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION note_method_blocked(p_bucket text, p_method text, p_until timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.note_method_blocked(p_bucket text, p_method text, p_until timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.note_method_blocked(p_bucket text, p_method text, p_until timestamp with time zone) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION note_rate_limited(p_bucket text, p_decrease double precision, p_min_factor double precision, p_cooldown_ms integer, p_recovery_per_sec double precision); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.note_rate_limited(p_bucket text, p_decrease double precision, p_min_factor double precision, p_cooldown_ms integer, p_recovery_per_sec double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.note_rate_limited(p_bucket text, p_decrease double precision, p_min_factor double precision, p_cooldown_ms integer, p_recovery_per_sec double precision) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION perform_cutover(p_actor text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.perform_cutover(p_actor text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.perform_cutover(p_actor text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION propose_settings(p_changes jsonb, p_actor text, p_note text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.propose_settings(p_changes jsonb, p_actor text, p_note text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.propose_settings(p_changes jsonb, p_actor text, p_note text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text, p_selected_contact_id text, p_candidate_contact_ids jsonb, p_details jsonb, p_correlation_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text, p_selected_contact_id text, p_candidate_contact_ids jsonb, p_details jsonb, p_correlation_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text, p_selected_contact_id text, p_candidate_contact_ids jsonb, p_details jsonb, p_correlation_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION record_contact_created(p_contact_id text, p_user_id uuid, p_name_hash text, p_email_hash text, p_phone_hash text, p_citizenship_enum_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_contact_created(p_contact_id text, p_user_id uuid, p_name_hash text, p_email_hash text, p_phone_hash text, p_citizenship_enum_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.record_contact_created(p_contact_id text, p_user_id uuid, p_name_hash text, p_email_hash text, p_phone_hash text, p_citizenship_enum_id text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION record_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet, p_event_id text, p_source_ts timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet, p_event_id text, p_source_ts timestamp with time zone) FROM PUBLIC;
+
+--
+-- Name: FUNCTION recover_alert_command(p_id bigint, p_delay interval); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION reject_command(p_id bigint, p_lease_token uuid, p_error_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION release_command(p_id bigint, p_lease_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.release_command(p_id bigint, p_lease_token uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.release_command(p_id bigint, p_lease_token uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION release_crm_request(p_slot_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION release_sync_task(p_id uuid, p_lease_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION requeue_dead_letter(p_id bigint, p_operator text, p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.requeue_dead_letter(p_id bigint, p_operator text, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.requeue_dead_letter(p_id bigint, p_operator text, p_reason text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION resolve_alert_lookup(p_alert_id bigint, p_items jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.resolve_alert_lookup(p_alert_id bigint, p_items jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.resolve_alert_lookup(p_alert_id bigint, p_items jsonb) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION resolve_command_reconcile(p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb, p_error_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.resolve_command_reconcile(p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb, p_error_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.resolve_command_reconcile(p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb, p_error_code text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION retention_preview(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.retention_preview() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.retention_preview() TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION retry_command(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean, p_http_status integer, p_bitrix_error text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.retry_command(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean, p_http_status integer, p_bitrix_error text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.retry_command(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean, p_http_status integer, p_bitrix_error text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION retry_sync_task(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.retry_sync_task(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.retry_sync_task(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION rollback_settings(p_to_version integer, p_actor text, p_note text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.rollback_settings(p_to_version integer, p_actor text, p_note text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.rollback_settings(p_to_version integer, p_actor text, p_note text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION save_workflow_step(p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.save_workflow_step(p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.save_workflow_step(p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION start_or_join_workflow(p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text, p_trace_context text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.start_or_join_workflow(p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text, p_trace_context text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.start_or_join_workflow(p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text, p_trace_context text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION start_rebind_request(p_workflow_id uuid, p_lease_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lease_token uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lease_token uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION step_context(p_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.step_context(p_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.step_context(p_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION tg__forbid_delete(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg__forbid_delete() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg__guard_transition(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg__guard_transition() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg__refuse_immutable_change(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg__refuse_immutable_change() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg__refuse_insert_state(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg__refuse_insert_state() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg__set_updated_at(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg__set_updated_at() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg_crm_commands__count_transition(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg_crm_commands__count_transition() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg_settings_versions__freeze(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg_settings_versions__freeze() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg_technical_dead_letters__count(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg_technical_dead_letters__count() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg_webhook_inbox__count_coalesced(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg_webhook_inbox__count_coalesced() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg_workflow_instances__close_rebind_request(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg_workflow_instances__close_rebind_request() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg_workflow_instances__count_transition(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg_workflow_instances__count_transition() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg_workflow_instances__guard_state(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg_workflow_instances__guard_state() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg_workflow_instances__start_held_intent(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg_workflow_instances__start_held_intent() FROM PUBLIC;
+
+--
+-- Name: FUNCTION unwatch_intake(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.unwatch_intake() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.unwatch_intake() TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION validate_settings_version(p_version integer); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.validate_settings_version(p_version integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.validate_settings_version(p_version integer) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION watch_intake(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.watch_intake() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.watch_intake() TO bitrix_sync_user;
+
+--
+-- Name: TABLE _private_jobs; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker._private_jobs TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION add_job(identifier text, payload json, queue_name text, run_at timestamp with time zone, max_attempts integer, job_key text, priority integer, flags text[], job_key_mode text); Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT ALL ON FUNCTION graphile_worker.add_job(identifier text, payload json, queue_name text, run_at timestamp with time zone, max_attempts integer, job_key text, priority integer, flags text[], job_key_mode text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION add_jobs(specs graphile_worker.job_spec[], job_key_preserve_run_at boolean); Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT ALL ON FUNCTION graphile_worker.add_jobs(specs graphile_worker.job_spec[], job_key_preserve_run_at boolean) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION complete_jobs(job_ids bigint[]); Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT ALL ON FUNCTION graphile_worker.complete_jobs(job_ids bigint[]) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION force_unlock_workers(worker_ids text[]); Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT ALL ON FUNCTION graphile_worker.force_unlock_workers(worker_ids text[]) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION permanently_fail_jobs(job_ids bigint[], error_message text); Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT ALL ON FUNCTION graphile_worker.permanently_fail_jobs(job_ids bigint[], error_message text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION remove_job(job_key text); Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT ALL ON FUNCTION graphile_worker.remove_job(job_key text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION reschedule_jobs(job_ids bigint[], run_at timestamp with time zone, priority integer, attempts integer, max_attempts integer); Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT ALL ON FUNCTION graphile_worker.reschedule_jobs(job_ids bigint[], run_at timestamp with time zone, priority integer, attempts integer, max_attempts integer) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION enqueue_contact_sync(); Type: ACL; Schema: han_app; Owner: -
+--
+
+REVOKE ALL ON FUNCTION han_app.enqueue_contact_sync() FROM PUBLIC;
+
+--
+-- Name: COLUMN admin_actions.id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT(id) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_admin;
+
+--
+-- Name: COLUMN admin_actions.action; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT(action) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_admin;
+
+--
+-- Name: COLUMN admin_actions.workflow_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT(workflow_id) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_admin;
+
+--
+-- Name: COLUMN admin_actions.rebind_request_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT(rebind_request_id) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_admin;
+
+--
+-- Name: COLUMN admin_actions.decision; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT(decision) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_admin;
+
+--
+-- Name: COLUMN admin_actions.reason; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT(reason) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_admin;
+
+--
+-- Name: COLUMN admin_actions.operator_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT(operator_id) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_admin;
+
+--
+-- Name: COLUMN admin_actions.db_user; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT(db_user) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_admin;
+
+--
+-- Name: COLUMN admin_actions.performed_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT(performed_at) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_admin;
+
+--
+-- Name: COLUMN admin_actions.dead_letter_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT(dead_letter_id) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_admin;
+
+--
+-- Name: SEQUENCE business_alert_number_seq; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT USAGE ON SEQUENCE bitrix_sync.business_alert_number_seq TO bitrix_sync_user;
+
+--
+-- Name: TABLE crm_inflight_slots; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE ON TABLE bitrix_sync.crm_inflight_slots TO bitrix_sync_user;
+
+--
+-- Name: TABLE crm_method_blocks; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE bitrix_sync.crm_method_blocks TO bitrix_sync_user;
+
+--
+-- Name: TABLE crm_rate_buckets; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE bitrix_sync.crm_rate_buckets TO bitrix_sync_user;
+
+--
+-- Name: TABLE cutover; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.cutover TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.cutover TO bitrix_sync_admin;
+
+--
+-- Name: TABLE parked_workflows; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.parked_workflows TO bitrix_sync_admin;
+
+--
+-- Name: TABLE rebind_request_status; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.rebind_request_status TO bitrix_sync_admin;
+
+--
+-- Name: TABLE role_privileges; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.role_privileges TO bitrix_sync_admin;
+
+--
+-- Name: TABLE role_privilege_drift; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.role_privilege_drift TO bitrix_sync_admin;
+
+--
+-- Name: TABLE settings; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.settings TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.settings TO bitrix_sync_admin;
+
+--
+-- Name: TABLE state_edges; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.state_edges TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.state_edges TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_alert_mirror; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_alert_mirror TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_alert_mirror TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_alerts; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_alerts TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_alerts TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_commands; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_commands TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_commands TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_dead_letters; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_dead_letters TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_dead_letters TO bitrix_sync_admin;
+
+--
+-- Name: TABLE sync_queue_journal; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT ON TABLE han_app.sync_queue_journal TO bitrix_sync_user;
+GRANT SELECT ON TABLE han_app.sync_queue_journal TO han_app_user;
+
+--
+-- Name: TABLE status_queue; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_queue TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_queue TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_webhooks; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_webhooks TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_webhooks TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_workflows; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_workflows TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_workflows TO bitrix_sync_admin;
+
+--
+-- Name: TABLE _private_job_queues; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker._private_job_queues TO bitrix_sync_user;
+
+--
+-- Name: TABLE _private_known_crontabs; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker._private_known_crontabs TO bitrix_sync_user;
+
+--
+-- Name: TABLE _private_tasks; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker._private_tasks TO bitrix_sync_user;
+
+--
+-- Name: SEQUENCE job_queues_id_seq; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,USAGE ON SEQUENCE graphile_worker.job_queues_id_seq TO bitrix_sync_user;
+
+--
+-- Name: TABLE jobs; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker.jobs TO bitrix_sync_user;
+
+--
+-- Name: SEQUENCE jobs_id_seq1; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,USAGE ON SEQUENCE graphile_worker.jobs_id_seq1 TO bitrix_sync_user;
+
+--
+-- Name: TABLE migrations; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker.migrations TO bitrix_sync_user;
+
+--
+-- Name: SEQUENCE tasks_id_seq; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,USAGE ON SEQUENCE graphile_worker.tasks_id_seq TO bitrix_sync_user;
+
+--
+-- Name: TABLE client_profile; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE han_app.client_profile TO han_app_user;
+
+--
+-- Name: COLUMN client_profile.id; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(id) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.user_id; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(user_id) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.full_name; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(full_name),UPDATE(full_name) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.citizenship; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(citizenship),UPDATE(citizenship) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.email; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(email),UPDATE(email) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.record_status; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(record_status) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.source_updated_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(source_updated_at),UPDATE(source_updated_at) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.created_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(created_at) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.updated_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(updated_at) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: TABLE user_identity; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE han_app.user_identity TO han_app_user;
+
+--
+-- Name: COLUMN user_identity.id; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(id) ON TABLE han_app.user_identity TO bitrix_sync_user;
+
+--
+-- Name: COLUMN user_identity.phone_number; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(phone_number) ON TABLE han_app.user_identity TO bitrix_sync_user;
+
+--
+-- Name: COLUMN user_identity.record_status; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(record_status) ON TABLE han_app.user_identity TO bitrix_sync_user;
+
+--
+-- Name: COLUMN user_identity.created_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(created_at) ON TABLE han_app.user_identity TO bitrix_sync_user;
+
+--
+-- Name: COLUMN user_identity.updated_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(updated_at) ON TABLE han_app.user_identity TO bitrix_sync_user;
+
+--
+-- PostgreSQL database dump complete
+--
+
+\unrestrict bitrixsyncschemadump
