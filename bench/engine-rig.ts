@@ -26,7 +26,7 @@ let server: Promise<{ stop: () => Promise<void> }> | undefined;
  * BENCH_DATABASE_URL's (then the readings fall back to pg_stat_database when pg_stat_statements is
  * not loaded there).
  */
-function benchServer(): Promise<{ stop: () => Promise<void> }> {
+export function benchServer(): Promise<{ stop: () => Promise<void> }> {
   server ??= (async () => {
     if (process.env.BENCH_DATABASE_URL) {
       process.env.TEST_DATABASE_URL = process.env.BENCH_DATABASE_URL;
@@ -324,4 +324,95 @@ export async function seedHistory(rig: Rig, users: number): Promise<void> {
   } finally {
     await c.end();
   }
+}
+
+/** What one backlog run measured. */
+export interface BacklogResult {
+  seconds: number;
+  commands: number;
+  /** Statement time in the database (pg_stat_statements, or active_time). */
+  cpuMs: number;
+  /** CPU of the PostgreSQL server's processes over the run (/proc), or null. */
+  serverCpuMs: number | null;
+  /** CPU of this process (the service) over the run. */
+  serviceCpuMs: number;
+  reading: DbReading;
+}
+
+/**
+ * A backlog of `users` new App users (after `history` already linked ones), then the worker started
+ * and timed until every workflow succeeded; prints the figures and the top statements and functions.
+ */
+export async function backlogRun(
+  rig: BenchRig,
+  opts: { users: number; history?: number },
+): Promise<BacklogResult> {
+  const USERS = opts.users;
+  const HISTORY = opts.history ?? 0;
+  if (HISTORY > 0) {
+    await seedHistory(rig, HISTORY);
+    console.log(
+      `  history: ${HISTORY} users already linked (succeeded workflows, commands, mappings), analysed`,
+    );
+  }
+  await insertUsers(rig, USERS);
+  const commandsBefore = await countCommands(rig);
+  const base = await resetDbReading(rig);
+  const pgCpu = await pgServerCpuMs(rig);
+  const cpu = process.cpuUsage();
+  const started = Date.now();
+  await rig.startWorker();
+  await waitSucceeded(rig, HISTORY + USERS, 30 * 60_000, 25);
+  const seconds = (Date.now() - started) / 1000;
+  const used = process.cpuUsage(cpu);
+  const pgCpuAfter = await pgServerCpuMs(rig);
+  const commands = (await countCommands(rig)) - commandsBefore;
+  const reading = await readDb(rig, base);
+  console.log(
+    `  ${USERS} users settled in ${seconds.toFixed(2)} s: ${commands} CRM commands, ${(commands / seconds).toFixed(0)} commands/s`,
+  );
+  console.log(
+    `  database time ${(reading.totalMs / 1000).toFixed(2)} s (${reading.source}): ${(reading.totalMs / commands).toFixed(3)} ms per command; ` +
+      `service process CPU ${((used.user + used.system) / 1000 / commands).toFixed(3)} ms per command`,
+  );
+  if (pgCpu !== null && pgCpuAfter !== null) {
+    console.log(
+      `  PostgreSQL server CPU ${((pgCpuAfter - pgCpu) / 1000).toFixed(2)} s (/proc): ${((pgCpuAfter - pgCpu) / commands).toFixed(3)} ms per command; ` +
+        `${reading.calls === undefined ? "?" : (reading.calls / commands).toFixed(1)} statements per command`,
+    );
+  }
+  printTop(reading, Number(process.env.BENCH_TOP_WIDTH ?? 110));
+  await printTopFunctions(rig);
+  return {
+    seconds,
+    commands,
+    cpuMs: reading.totalMs,
+    serverCpuMs: pgCpu !== null && pgCpuAfter !== null ? pgCpuAfter - pgCpu : null,
+    serviceCpuMs: (used.user + used.system) / 1000,
+    reading,
+  };
+}
+
+/**
+ * The engine at its own limit: an emulator without a rate limit (5 ms latency), the limiter at its
+ * maxima (50 requests/s, burst 250, 50 in flight), batch.size 50.
+ */
+export function startUnlimitedRig(): Promise<BenchRig> {
+  return startBenchRig({
+    emulator: {
+      latencyMs: 5,
+      rate: { drainPerSec: 1e9, threshold: 1e9 },
+      operating: { limitSec: 1e9 },
+    },
+    settings: {
+      "batch.size": 50,
+      "batch.max_wait_ms": 50,
+      "limiter.refill_per_sec": 50,
+      "limiter.burst": 250,
+      "limiter.max_in_flight": 50,
+      "claim.size": 50,
+      "lease.ttl_sec": 60,
+      "worker.poll_interval_ms": 1000,
+    },
+  });
 }

@@ -1,5 +1,13 @@
-// `npm run bench:trigger`: what the project's triggers cost the App's own writes (issue 14; goal:
-// App write TPS with the triggers >= 0.90 of its TPS without them).
+// `npm run bench:trigger`: what the project's triggers cost the App's own writes, beside what the
+// alternatives cost in the same run. Four variants of the App's database, measured round by round:
+//   none     no trigger at all on the App's tables;
+//   project  the project's triggers (han_app.enqueue_contact_sync appending to the intent journal),
+//            with the fold running as the service runs it;
+//   peer     what a graphile-worker user would write instead: a trigger on a phone change calling
+//            graphile_worker.add_job('contact.update', ..., job_key => 'contact.update:<user>');
+//   limit    the cheapest durable intent there is: a trigger appending one row to a table with no
+//            index, constraint or trigger, never folded.
+// Goals: project >= 0.95 x limit, and ahead of peer. Also printed: project / none and limit / none.
 //
 // A freshly migrated database of its own (created and dropped here) on TEST_DATABASE_URL's server or,
 // without it, on an embedded PostgreSQL in a temporary folder. It holds BENCH_USERS App users with
@@ -16,7 +24,8 @@
 //
 // Knobs: BENCH_USERS (default 20000), BENCH_HISTORY (finished intents, default 50000),
 // BENCH_CLIENTS (pgbench clients, default 8), BENCH_SECONDS (per run, default 10), BENCH_ROUNDS
-// (default 9: single rounds spread widely on a shared machine), BENCH_FOLD_MS (pause between folds,
+// (default 7: single rounds spread widely on a shared machine; the variants' order rotates from
+// round to round), BENCH_VARIANTS (comma-separated subset, default all four), BENCH_FOLD_MS (pause between folds,
 // default 100; 0: no folder during the runs, one fold after), BENCH_SETUP_SQL (a file applied after
 // the migrations, to measure a variant),
 // PGBENCH (the pgbench binary; else `pgbench` on PATH or /usr/lib/postgresql/*/bin/pgbench).
@@ -34,9 +43,44 @@ const USERS = Number(process.env.BENCH_USERS ?? 20_000);
 const HISTORY = Number(process.env.BENCH_HISTORY ?? 50_000);
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 8);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
 const FOLD_MS = Number(process.env.BENCH_FOLD_MS ?? 100);
-const GOAL = 0.9;
+/** project / limit, and project / peer. */
+const GOAL_OF_LIMIT = 0.95;
+const GOAL_OF_PEER = 1;
+
+type Variant = "none" | "project" | "peer" | "limit";
+const ALL_VARIANTS: Variant[] = ["none", "project", "peer", "limit"];
+const VARIANTS: Variant[] = (process.env.BENCH_VARIANTS ?? ALL_VARIANTS.join(","))
+  .split(",")
+  .map((v) => v.trim())
+  .filter((v): v is Variant => (ALL_VARIANTS as string[]).includes(v));
+
+/**
+ * The peer's and the limit's triggers, on the same event as the project's phone trigger (a phone
+ * change of an active identity); both created disabled, enabled only for their own runs.
+ */
+const ALTERNATIVES_SQL = `
+create table bench_limit_journal (user_id uuid not null, recorded_at timestamptz not null default clock_timestamp());
+create function bench_peer_enqueue() returns trigger language plpgsql as $f$
+begin
+  perform graphile_worker.add_job('contact.update', json_build_object('user_id', new.id),
+                                   job_key => 'contact.update:' || new.id);
+  return null;
+end $f$;
+create function bench_limit_enqueue() returns trigger language plpgsql as $f$
+begin
+  insert into bench_limit_journal (user_id) values (new.id);
+  return null;
+end $f$;
+create trigger bench_peer after update of phone_number on han_app.user_identity for each row
+  when (old.phone_number is distinct from new.phone_number and new.record_status = 'active')
+  execute function bench_peer_enqueue();
+create trigger bench_limit after update of phone_number on han_app.user_identity for each row
+  when (old.phone_number is distinct from new.phone_number and new.record_status = 'active')
+  execute function bench_limit_enqueue();
+alter table han_app.user_identity disable trigger bench_peer, disable trigger bench_limit;
+`;
 
 function findPgbench(): string | null {
   if (process.env.PGBENCH) return process.env.PGBENCH;
@@ -98,17 +142,26 @@ async function seed(c: pg.Client): Promise<void> {
   await c.query("vacuum analyze han_app.user_identity, han_app.client_profile, han_app.sync_queue");
 }
 
-/** The project's triggers on the App's tables (all user triggers there belong to the project). */
+/** The project's triggers on the App's tables (every user trigger there but the bench's own). */
 async function setTriggers(c: pg.Client, on: boolean): Promise<number> {
   const { rows } = await c.query<{ tbl: string; name: string }>(
     `select t.tgrelid::regclass::text as tbl, t.tgname as name
        from pg_trigger t
       where t.tgrelid in ('han_app.user_identity'::regclass, 'han_app.client_profile'::regclass)
-        and not t.tgisinternal`,
+        and not t.tgisinternal and t.tgname not like 'bench\\_%'`,
   );
   for (const r of rows)
     await c.query(`alter table ${r.tbl} ${on ? "enable" : "disable"} trigger ${pg.escapeIdentifier(r.name)}`);
   return rows.length;
+}
+
+/** Only the variant's triggers enabled; returns how many triggers that is. */
+async function setVariant(c: pg.Client, v: Variant): Promise<number> {
+  const project = await setTriggers(c, v === "project");
+  await c.query(
+    `alter table han_app.user_identity ${v === "peer" ? "enable" : "disable"} trigger bench_peer, ${v === "limit" ? "enable" : "disable"} trigger bench_limit`,
+  );
+  return v === "project" ? project : v === "none" ? 0 : 1;
 }
 
 /** Back to the seeded queue: the previous run's intents removed, its indexes rebuilt, dead rows vacuumed. */
@@ -117,13 +170,16 @@ async function reset(c: pg.Client, seededBefore: Date): Promise<void> {
   await c.query("set local session_replication_role = replica");
   await c.query("delete from han_app.sync_queue where created_at > $1", [seededBefore]);
   await c.query("delete from han_app.sync_queue_journal");
+  await c.query("delete from graphile_worker._private_jobs");
   await c.query("commit");
+  await c.query("truncate bench_limit_journal");
+  await c.query("reindex table graphile_worker._private_jobs");
   // The indexes too: a run's intents split pages of the queue's random-keyed indexes (the key, the
   // dedup key, the user's) that a vacuum empties but does not merge, so without a rebuild every round
   // with triggers started from a larger index than the one before and ran slower than it.
   await c.query("reindex table han_app.sync_queue");
   await c.query(
-    "vacuum analyze han_app.user_identity, han_app.client_profile, han_app.sync_queue, han_app.sync_queue_journal",
+    "vacuum analyze han_app.user_identity, han_app.client_profile, han_app.sync_queue, han_app.sync_queue_journal, graphile_worker._private_jobs",
   );
   await c.query("checkpoint").catch(() => undefined);
 }
@@ -287,6 +343,7 @@ async function main(): Promise<number> {
     await migrateDatabase(dbUrl);
     await c.connect();
     if (process.env.BENCH_SETUP_SQL) await c.query(readFileSync(process.env.BENCH_SETUP_SQL, "utf8"));
+    await c.query(ALTERNATIVES_SQL);
     await seed(c);
     const seededBefore = (await c.query<{ t: Date }>("select clock_timestamp() as t")).rows[0]?.t as Date;
     const settings = (
@@ -298,44 +355,46 @@ async function main(): Promise<number> {
     writeFileSync(scriptFile, SCRIPT);
 
     const loads: number[] = [];
-    const withTps: number[] = [];
-    const withoutTps: number[] = [];
-    const ratios: number[] = [];
+    const tps: Record<Variant, number[]> = { none: [], project: [], peer: [], limit: [] };
+    const roundRatios: Record<string, number[]> = {};
     let missing = 0;
     const foldUs: number[] = [];
     console.log(
       `trigger bench: PostgreSQL ${settings?.v}, ${cpus().length} CPUs, ${USERS} users, ${HISTORY} finished intents, ` +
-        `${CLIENTS} clients, ${SECONDS} s per run, ${ROUNDS} rounds, synchronous_commit=${settings?.s}, fsync=${settings?.f}`,
+        `${CLIENTS} clients, ${SECONDS} s per run, ${ROUNDS} rounds of ${VARIANTS.join(", ")}, synchronous_commit=${settings?.s}, fsync=${settings?.f}`,
     );
     const cpu = await cpuCosts(dbUrl);
     if (cpu)
       console.log(
         `  CPU per App write (one backend, 5 000 phone changes in one transaction, median of 3): ` +
-          `the App's UPDATE ${cpu.app.toFixed(0)} µs; the trigger adds ${cpu.trigger.toFixed(0)} µs; ` +
+          `the App's UPDATE ${cpu.app.toFixed(0)} µs; the project's trigger adds ${cpu.trigger.toFixed(0)} µs; ` +
           `the fold takes ${cpu.fold.toFixed(0)} µs per intent in the service's backend`,
       );
     else console.log("  CPU per App write: not measured (the server's /proc is not readable from here)");
     // Warm-up (caches, plans), not counted.
     await reset(c, seededBefore);
+    await setVariant(c, "project");
     await runPgbench(bin, dbUrl, scriptFile, Math.min(5, SECONDS));
     for (let round = 0; round < ROUNDS; round++) {
-      const order = round % 2 === 0 ? [true, false] : [false, true];
-      const got: Record<string, number> = {};
-      for (const on of order) {
+      // The order rotates: each variant runs first, second, ... in turn.
+      const order = VARIANTS.map((_, i) => VARIANTS[(i + round) % VARIANTS.length] as Variant);
+      const got: Partial<Record<Variant, number>> = {};
+      for (const v of order) {
         await reset(c, seededBefore);
-        const n = await setTriggers(c, on);
+        const n = await setVariant(c, v);
         const start = (await c.query<{ t: Date }>("select clock_timestamp() as t")).rows[0]?.t as Date;
         const load = loadavg()[0] ?? 0;
         loads.push(load);
         const wal0 = await walStats(c);
-        const folder = on ? startFolder(dbUrl) : null;
+        const folder = v === "project" ? startFolder(dbUrl) : null;
         const r = await runPgbench(bin, dbUrl, scriptFile);
         const folded = await folder?.stop();
-        got[on ? "with" : "without"] = r.tps;
+        got[v] = r.tps;
+        tps[v].push(r.tps);
         const wal1 = await walStats(c);
         const walPerTx = `WAL ${((wal1.bytes - wal0.bytes) / r.tx).toFixed(0)} B/tx, ${((wal1.fpi - wal0.fpi) / r.tx).toFixed(2)} FPI/tx`;
         let check = "";
-        if (on) {
+        if (v === "project") {
           // What the folder left (at most one pause's worth), as the next claim would fold it.
           const t0 = performance.now();
           const rest = (
@@ -364,20 +423,31 @@ async function main(): Promise<number> {
           check += `, users changed ${rows[0]?.changed}, intents ${rows[0]?.intents}, missing ${rows[0]?.missing}`;
         }
         console.log(
-          `  round ${round + 1} ${on ? `with triggers (${n})` : "without triggers"}: ${r.tps.toFixed(0)} TPS ` +
+          `  round ${round + 1} ${v.padEnd(7)} (${n} trigger${n === 1 ? "" : "s"}): ${r.tps.toFixed(0)} TPS ` +
             `(${r.tx} transactions), ${walPerTx}, load ${load.toFixed(2)}${check}`,
         );
       }
-      ratios.push((got.with as number) / (got.without as number));
-      withTps.push(got.with as number);
-      withoutTps.push(got.without as number);
+      // Ratios within the round (the machine's state moves between rounds, less within one).
+      for (const [a, b] of [
+        ["project", "none"],
+        ["project", "limit"],
+        ["project", "peer"],
+        ["limit", "none"],
+        ["peer", "none"],
+      ] as const) {
+        const x = got[a];
+        const y = got[b];
+        if (x === undefined || y === undefined) continue;
+        const key = `${a}/${b}`;
+        roundRatios[key] = [...(roundRatios[key] ?? []), x / y];
+      }
     }
-    const ratio = median(ratios);
-    console.log(`  TPS with triggers (median): ${median(withTps).toFixed(0)}`);
-    console.log(`  TPS without triggers (median): ${median(withoutTps).toFixed(0)}`);
-    console.log(
-      `  ratio with/without: ${ratio.toFixed(3)} (rounds: ${ratios.map((x) => x.toFixed(3)).join(", ")}; goal >= ${GOAL})`,
-    );
+    for (const v of VARIANTS)
+      console.log(`  TPS ${v.padEnd(7)} (median of ${tps[v].length}): ${median(tps[v]).toFixed(0)}`);
+    for (const [k, rs] of Object.entries(roundRatios))
+      console.log(
+        `  ${k.padEnd(15)} ${median(rs).toFixed(3)} (rounds: ${rs.map((x) => x.toFixed(3)).join(", ")})`,
+      );
     console.log(
       `  load average during runs: ${Math.min(...loads).toFixed(2)}..${Math.max(...loads).toFixed(2)}; now ${loadavg()
         .map((x) => x.toFixed(2))
@@ -388,7 +458,16 @@ async function main(): Promise<number> {
         `  fold (the service's side, wall time of fold_intent_journal() calls, median of runs): ${median(foldUs).toFixed(0)} µs per intent`,
       );
     console.log(`  intents missing: ${missing}`);
-    console.log(`  goal ${ratio >= GOAL && missing === 0 ? "met" : "MISSED"}`);
+    const ofLimit = roundRatios["project/limit"];
+    const ofPeer = roundRatios["project/peer"];
+    if (ofLimit)
+      console.log(
+        `  goal project/limit >= ${GOAL_OF_LIMIT}: ${median(ofLimit).toFixed(3)} ${median(ofLimit) >= GOAL_OF_LIMIT ? "met" : "NOT met"}`,
+      );
+    if (ofPeer)
+      console.log(
+        `  goal project ahead of peer (project/peer > ${GOAL_OF_PEER}): ${median(ofPeer).toFixed(3)} ${median(ofPeer) > GOAL_OF_PEER ? "met" : "NOT met"}`,
+      );
     return missing === 0 ? 0 : 1;
   } finally {
     await c.end().catch(() => undefined);
