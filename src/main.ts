@@ -24,6 +24,7 @@ import { buildRuntime, registerRuntime } from "./runtime.js";
 import { checkDatabase, migrationStartupError } from "./startup/database.js";
 import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./startup/errors.js";
 import { assertPortFree, listen, type PortHolder } from "./startup/listen.js";
+import { prepareSandboxDatabase, refuseSandboxDatabase } from "./startup/sandbox-database.js";
 import { startRunner } from "./worker/runner.js";
 
 /**
@@ -139,8 +140,14 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
     const srv = await startEmbedded({ dir, persistent: true });
     databaseUrl = srv.url;
     stops.unshift(named("embedded_db", () => srv.stop()));
+  } else if (config.sandbox) {
+    // BITRIX_SYNC_SANDBOX=true: only on a database the sandbox created (it creates it when absent).
+    const { created } = await prepareSandboxDatabase(databaseUrl);
+    if (created)
+      log.warn({ event: "sandbox.database_created" }, "SANDBOX MODE: created the sandbox database");
   } else {
     await checkDatabase(databaseUrl);
+    await refuseSandboxDatabase(databaseUrl);
   }
   log.info({ event: "db.target", database: redactUrl(databaseUrl) }, "database selected");
 

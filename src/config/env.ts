@@ -30,6 +30,10 @@ const cidrList = z
  */
 export const EnvSchema = z.object({
   BITRIX_SYNC_ENABLED: boolish.optional(),
+  // Unset: sandbox mode only with neither a CRM webhook nor a database configured (the embedded one).
+  // true: sandbox mode, also on a configured database that the sandbox created itself.
+  // false: never sandbox mode; a missing CRM webhook URL stops the service.
+  BITRIX_SYNC_SANDBOX: boolish.optional(),
   BITRIX_SYNC_MODE: z.enum(["full"]).default("full"),
   BITRIX_SYNC_CONTACT_USER_ID_FIELD: fieldName.optional(),
   BITRIX_SYNC_CONTACT_REGISTERED_FIELD: fieldName.optional(),
@@ -75,7 +79,11 @@ export interface Fields {
 export interface Config {
   env: Env;
   secrets: Secrets;
-  /** No CRM webhook configured: run against the built-in emulator. */
+  /**
+   * Run against the built-in emulator: no CRM webhook configured, and either no database configured
+   * (the embedded one) or BITRIX_SYNC_SANDBOX=true (then only on a database the sandbox created:
+   * src/startup/sandbox-database.ts). Never on any other database.
+   */
   sandbox: boolean;
   /** Whether workers claim work. false keeps every pending row (§17 rollback). */
   processing: boolean;
@@ -113,6 +121,59 @@ export const SANDBOX_FIELDS = {
 export const SANDBOX_PORTAL_HOST = "sandbox-portal.bitrix24.test";
 export const SANDBOX_MEMBER_ID = "sandbox0000000000000000000000000";
 
+const WEBHOOK = "BITRIX_SYNC_CRM_REST_WEBHOOK_URL";
+
+/**
+ * Sandbox mode fails closed. It processes the configured database's intents against the emulator
+ * and writes emulator Contact IDs into the mappings, so a deployment that lost its webhook secret
+ * file must stop, not fall back to it: without the webhook URL the service runs in sandbox mode only
+ * on the embedded database, or with BITRIX_SYNC_SANDBOX=true (on a database the sandbox created,
+ * checked at start by src/startup/sandbox-database.ts). Never with sync enabled.
+ */
+function sandboxProblems(env: Env, secrets: Secrets, secretEnv: NodeJS.ProcessEnv): ConfigProblem[] {
+  const flag = env.BITRIX_SYNC_SANDBOX;
+  if (secrets[WEBHOOK] !== undefined) {
+    return flag === true
+      ? [
+          {
+            variable: "BITRIX_SYNC_SANDBOX",
+            kind: "invalid",
+            text: `BITRIX_SYNC_SANDBOX=true but ${WEBHOOK} is configured: remove one of them (sandbox mode never calls a real portal)`,
+          },
+        ]
+      : [];
+  }
+  const missing = `secret ${WEBHOOK} is missing (${secretLocation(WEBHOOK, secretEnv)})`;
+  if (env.BITRIX_SYNC_ENABLED === true) {
+    return [
+      {
+        variable: "BITRIX_SYNC_ENABLED",
+        kind: "invalid",
+        text: `BITRIX_SYNC_ENABLED=true but ${WEBHOOK} is not configured: sandbox mode is refused when sync is enabled`,
+      },
+    ];
+  }
+  if (flag === false) {
+    return [
+      {
+        variable: WEBHOOK,
+        kind: "secret_missing",
+        text: `${missing} and BITRIX_SYNC_SANDBOX=false: provide the secret, then start again.`,
+      },
+    ];
+  }
+  if (flag === undefined && secrets.BITRIX_SYNC_DATABASE_URL !== undefined) {
+    return [
+      {
+        variable: WEBHOOK,
+        kind: "secret_missing",
+        text: `${missing} while BITRIX_SYNC_DATABASE_URL names a database: sandbox mode runs only on the embedded database, never on a configured one; provide the secret (or, for a throw-away sandbox database, set BITRIX_SYNC_SANDBOX=true and name a database that does not exist yet), then start again.`,
+      },
+    ];
+  }
+  return [];
+}
+
 /** Validates the environment alone (no secrets read). Throws ConfigError listing every problem. */
 export function parseEnv(rawEnv: NodeJS.ProcessEnv = process.env): Env {
   const parsed = EnvSchema.safeParse(rawEnv);
@@ -132,15 +193,10 @@ export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
   const env = parseEnv(rawEnv);
   const secretEnv = { ...rawEnv, SECRETS_SOURCE: env.SECRETS_SOURCE === "env" ? "env" : "file" };
   const secrets = loadSecrets(secretEnv);
-  const sandbox = secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL === undefined;
   const problems: ConfigProblem[] = [];
   const invalid = (variable: string, text: string) => problems.push({ variable, kind: "invalid", text });
-  if (sandbox && env.BITRIX_SYNC_ENABLED === true) {
-    invalid(
-      "BITRIX_SYNC_ENABLED",
-      "BITRIX_SYNC_ENABLED=true but BITRIX_SYNC_CRM_REST_WEBHOOK_URL is not configured: sandbox mode is refused when sync is enabled",
-    );
-  }
+  const sandbox = secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL === undefined;
+  problems.push(...sandboxProblems(env, secrets, secretEnv));
   if (env.BITRIX_SYNC_ENABLED === true && env.SECRETS_SOURCE === "env") {
     invalid(
       "SECRETS_SOURCE",

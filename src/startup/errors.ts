@@ -31,7 +31,8 @@ export type StartupCause =
   | "port_not_permitted"
   | "database_unreachable"
   | "database_refused"
-  | "embedded_postgres_failed";
+  | "embedded_postgres_failed"
+  | "sandbox_database_refused";
 
 /** A startup failure with its cause, its exit code and the lines to print. */
 export class StartupError extends Error {
