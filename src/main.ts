@@ -9,7 +9,6 @@ import { crashFields, isJobBookkeepingLoss } from "./db/errors.js";
 import { migrateDatabase } from "./db/migrate.js";
 import { createServicePools } from "./db/pools.js";
 import { redactUrl } from "./db/url.js";
-import { startCrmEndpoint } from "./emulator/sandbox.js";
 import { createApp } from "./http/app.js";
 import { createHttpServer } from "./http/server.js";
 import { receiverConfig } from "./inbound/config.js";
@@ -21,6 +20,7 @@ import { connectHost, removeOwnServiceFile, runningService, writeServiceFile } f
 import { createLogger, type Logger } from "./observability/logger.js";
 import { startTracing, type Tracing } from "./observability/tracing-sdk.js";
 import { buildRuntime, registerRuntime } from "./runtime.js";
+import { startCrmEndpoint } from "./startup/crm-endpoint.js";
 import { checkDatabase, migrationStartupError } from "./startup/database.js";
 import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./startup/errors.js";
 import { assertPortFree, listen, type PortHolder } from "./startup/listen.js";
