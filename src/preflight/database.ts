@@ -7,6 +7,7 @@ import pg from "pg";
 import type { Config } from "../config/env.js";
 import { sqlstate } from "../db/errors.js";
 import { migrationsCurrent, migrationsFolder } from "../db/migrate.js";
+import { withSearchPath } from "../db/search-path.js";
 import { databaseAddress } from "../db/url.js";
 import { parseSettings, type Settings } from "../settings-schema.js";
 import { type CheckResult, check, notChecked } from "./types.js";
@@ -28,7 +29,8 @@ const IDS = [
 
 async function connect(url: string, timeoutMs: number): Promise<pg.Client> {
   const c = new pg.Client({
-    connectionString: url,
+    // As the service connects (src/db/search-path.ts): the search path checked is the one it gets.
+    connectionString: withSearchPath(url),
     connectionTimeoutMillis: timeoutMs,
     query_timeout: timeoutMs,
     application_name: "bitrix-sync-preflight",

@@ -10,6 +10,7 @@
 // superuser can write: it guards against a mistake (a secret file missing, the wrong URL), not
 // against someone who owns the database.
 import pg from "pg";
+import { withSearchPath } from "../db/search-path.js";
 import { databaseAddress, withDatabase } from "../db/url.js";
 import { databaseStartupError } from "./database.js";
 import { EXIT, StartupError } from "./errors.js";
@@ -20,7 +21,10 @@ export const SANDBOX_DATABASE_MARK = "bitrix-sync sandbox database:";
 const CONNECT_TIMEOUT_MS = 10_000;
 
 function client(url: string): pg.Client {
-  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
+  const c = new pg.Client({
+    connectionString: withSearchPath(url),
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+  });
   c.on("error", () => undefined);
   return c;
 }
