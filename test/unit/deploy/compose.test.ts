@@ -47,6 +47,11 @@ const networksOf = (s: Service) => (Array.isArray(s.networks) ? s.networks : Obj
 const secretTargets = (s: Service) =>
   (s.secrets ?? []).map((x) => (typeof x === "string" ? `/run/secrets/${x}` : x.target));
 const envExample = parseEnv(readFileSync(join(projectRoot, ".env.example"), "utf8"));
+const configExample = JSON.parse(
+  readFileSync(join(projectRoot, "deploy", "config.example.json"), "utf8"),
+) as {
+  migration: Record<string, string>;
+};
 const pkg = JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as {
   scripts: Record<string, string>;
 };
@@ -160,4 +165,22 @@ test("nginx runs the rendered server block with the repository's main configurat
   t.true(volumes.includes("./tls:/etc/nginx/tls:ro"));
   t.true(envExample.BITRIX_SYNC_NGINX_TLS_CERTIFICATE?.startsWith("/etc/nginx/tls/"));
   t.is(nginx.depends_on?.["bitrix-sync"]?.condition, "service_healthy");
+});
+
+test("the migrations run as the dedicated owner made by bootstrap.sql, not the cluster's superuser", (t) => {
+  const postgres = svc("postgres");
+  const superuser = postgres.environment?.POSTGRES_USER as string;
+  t.truthy(superuser);
+  const owner = new URL(configExample.migration.MIGRATION_DATABASE_URL as string).username;
+  t.is(owner, "bitrix_sync_owner");
+  t.not(owner, superuser);
+  t.true((postgres.volumes ?? []).includes("./postgres/bootstrap.sql:/etc/bitrix-sync/bootstrap.sql:ro"));
+  const init = readFileSync(join(projectRoot, "deploy", "postgres", "init-roles.sh"), "utf8");
+  t.regex(init, /-f \/etc\/bitrix-sync\/bootstrap\.sql/);
+  // The passwords reach psql as file names only, never as values on its command line.
+  t.notRegex(init, /-v \w*password=/);
+  t.regex(init, /-v owner_password_file=\/run\/secrets\/bitrix_sync_owner_password/);
+  t.true(secretTargets(postgres).includes("/run/secrets/bitrix_sync_owner_password"));
+  const bootstrap = readFileSync(join(projectRoot, "deploy", "postgres", "bootstrap.sql"), "utf8");
+  t.regex(bootstrap, /create role bitrix_sync_owner login nosuperuser/);
 });
