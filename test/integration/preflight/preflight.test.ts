@@ -340,30 +340,36 @@ test("a database URL off loopback without sslmode=verify-full fails on TLS", asy
   t.is(byId(await preflight(t, ok), "database.tls").status, "ok");
 });
 
-test.serial("a schema on the search path that others may create in: a warning on the default path, a failure on the service's", async (t) => {
-  const d = await deploy();
-  const before = await preflight(t, d);
-  t.is(byId(before, "database.search_path").status, "ok");
-  t.regex(byId(before, "database.search_path").detail, /the service's search path is pg_catalog/);
-  // public writable by everyone, as before PostgreSQL 15: the default path "$user", public has it.
-  await db.pool.query("grant create on schema public to public");
-  try {
-    const open = await preflight(t, d);
-    const c = byId(open, "database.search_path");
-    t.is(c.status, "warn");
-    t.regex(c.detail, /a session's default path \(public: .*\) has schemas other roles may create in: public \(.*bitrix_sync_user/);
-    // A schema on the service's own path: only pg_catalog there, so grant on it (this database only).
-    await db.pool.query("grant create on schema pg_catalog to bitrix_sync_admin");
+test.serial(
+  "a schema on the search path that others may create in: a warning on the default path, a failure on the service's",
+  async (t) => {
+    const d = await deploy();
+    const before = await preflight(t, d);
+    t.is(byId(before, "database.search_path").status, "ok");
+    t.regex(byId(before, "database.search_path").detail, /the service's search path is pg_catalog/);
+    // public writable by everyone, as before PostgreSQL 15: the default path "$user", public has it.
+    await db.pool.query("grant create on schema public to public");
     try {
-      const bad = await preflight(t, d);
-      const f = byId(bad, "database.search_path");
-      t.is(f.status, "fail");
-      t.regex(f.detail, /pg_catalog \(bitrix_sync_admin\)/);
-      t.is(bad.exitCode, 1);
+      const open = await preflight(t, d);
+      const c = byId(open, "database.search_path");
+      t.is(c.status, "warn");
+      t.regex(
+        c.detail,
+        /a session's default path \(public: .*\) has schemas other roles may create in: public \(.*bitrix_sync_user/,
+      );
+      // A schema on the service's own path: only pg_catalog there, so grant on it (this database only).
+      await db.pool.query("grant create on schema pg_catalog to bitrix_sync_admin");
+      try {
+        const bad = await preflight(t, d);
+        const f = byId(bad, "database.search_path");
+        t.is(f.status, "fail");
+        t.regex(f.detail, /pg_catalog \(bitrix_sync_admin\)/);
+        t.is(bad.exitCode, 1);
+      } finally {
+        await db.pool.query("revoke create on schema pg_catalog from bitrix_sync_admin");
+      }
     } finally {
-      await db.pool.query("revoke create on schema pg_catalog from bitrix_sync_admin");
+      await db.pool.query("revoke create on schema public from public");
     }
-  } finally {
-    await db.pool.query("revoke create on schema public from public");
-  }
-});
+  },
+);
