@@ -2,7 +2,7 @@
 // value stops the service with a message that names the variable but never echoes a secret.
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { type Cidr, parseCidrList } from "./cidr.js";
+import { type Cidr, type CidrRules, parseCidrList } from "./cidr.js";
 import { toRestFieldName } from "./fields.js";
 import { loadSecrets, type Secrets, secretLocation } from "./secrets.js";
 import { tokenProblems } from "./tokens.js";
@@ -14,15 +14,16 @@ const boolish = z
 const fieldName = z.string().regex(/^UF_CRM_\d+$/, "must look like UF_CRM_<digits>");
 
 /** Comma-separated CIDRs (src/config/cidr.ts); unset or blank is the empty list. */
-const cidrList = z
-  .string()
-  .optional()
-  .transform((text, ctx): Cidr[] => {
-    const r = parseCidrList(text);
-    if (r.ok) return r.cidrs;
-    for (const message of r.problems) ctx.addIssue({ code: "custom", message });
-    return z.NEVER;
-  });
+const cidrList = (rules: CidrRules = {}) =>
+  z
+    .string()
+    .optional()
+    .transform((text, ctx): Cidr[] => {
+      const r = parseCidrList(text, rules);
+      if (r.ok) return r.cidrs;
+      for (const message of r.problems) ctx.addIssue({ code: "custom", message });
+      return z.NEVER;
+    });
 
 /**
  * The service's environment (§12.1 names the secrets, §12.2 the rest). Exported for the tools that
@@ -45,9 +46,10 @@ export const EnvSchema = z.object({
   BITRIX_SYNC_PORTAL_MEMBER_ID: z.string().min(1).max(128).optional(),
   BITRIX_SYNC_PUBLIC_BASE_URL: z.url().optional(),
   // Applied by nginx, not by the service (§10.1): see src/config/nginx.ts.
-  BITRIX_WEBHOOK_ALLOWED_CIDRS: cidrList,
+  // No network wider than /8 (IPv4) or /32 (IPv6).
+  BITRIX_WEBHOOK_ALLOWED_CIDRS: cidrList({ limitWidth: true }),
   // Peers whose X-Real-IP the receivers record as the client's address; none by default.
-  BITRIX_SYNC_TRUSTED_PROXY_CIDRS: cidrList,
+  BITRIX_SYNC_TRUSTED_PROXY_CIDRS: cidrList(),
   BITRIX_SYNC_HTTP_TIMEOUT_SEC: z.coerce.number().int().min(1).max(60).default(10),
   BITRIX_SYNC_DB_POOL_SIZE: z.coerce.number().int().min(2).max(100).default(5),
   BITRIX_SYNC_MIGRATE_ON_START: boolish.default(true),

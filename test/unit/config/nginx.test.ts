@@ -194,3 +194,16 @@ test("requests without a token have a tighter limit of their own, never looser t
     /limit_req zone=bitrix_sync_tokenless;/,
   );
 });
+
+test("an allow-list entry wider than /8 or /32 is refused with the variable's name", (t) => {
+  t.regex(
+    problems({ ...base, BITRIX_WEBHOOK_ALLOWED_CIDRS: "203.0.113.0/24,0.0.0.0/0" }),
+    /BITRIX_WEBHOOK_ALLOWED_CIDRS: "0\.0\.0\.0\/0" is wider than \/8, the widest IPv4 network a list may hold: list the portal's own networks/,
+  );
+  t.regex(
+    problems({ ...base, BITRIX_WEBHOOK_ALLOWED_CIDRS: "2000::/3" }),
+    /BITRIX_WEBHOOK_ALLOWED_CIDRS: "2000::\/3" is wider than \/32/,
+  );
+  // The trusted proxies may be a private range of any size.
+  t.is(problems({ ...base, BITRIX_SYNC_TRUSTED_PROXY_CIDRS: "10.0.0.0/8,fd00::/8" }), "");
+});
