@@ -32,6 +32,11 @@ interface Service {
   networks?: string[] | Record<string, { ipv4_address?: string; aliases?: string[] } | null>;
   depends_on?: Record<string, { condition: string }>;
 }
+interface Limits {
+  mem_limit?: string;
+  cpus?: number;
+  pids_limit?: number;
+}
 interface Compose {
   services: Record<string, Service>;
   networks: Record<string, { internal?: boolean; ipam?: { config: Array<{ subnet: string }> } }>;
@@ -183,4 +188,30 @@ test("the migrations run as the dedicated owner made by bootstrap.sql, not the c
   t.true(secretTargets(postgres).includes("/run/secrets/bitrix_sync_owner_password"));
   const bootstrap = readFileSync(join(projectRoot, "deploy", "postgres", "bootstrap.sql"), "utf8");
   t.regex(bootstrap, /create role bitrix_sync_owner login nosuperuser/);
+});
+
+test("every container has a memory, CPU and process limit", (t) => {
+  for (const [name, s] of Object.entries(services) as Array<[string, Service & Limits]>) {
+    t.regex(String(s.mem_limit ?? ""), /^\d+[mg]$/, `${name}: mem_limit`);
+    t.true(typeof s.cpus === "number" && s.cpus > 0 && s.cpus <= 2, `${name}: cpus`);
+    t.true(
+      typeof s.pids_limit === "number" && s.pids_limit > 0 && s.pids_limit <= 1024,
+      `${name}: pids_limit`,
+    );
+  }
+});
+
+test("the service listens on its backend address only: health and metrics never on egress", (t) => {
+  const service = svc("bitrix-sync");
+  const nets = service.networks as Record<string, { ipv4_address?: string; aliases?: string[] }>;
+  const host = service.environment?.HOST as string;
+  t.is(host, nets.backend?.ipv4_address as string);
+  const subnet = parseCidrList(compose.networks.backend?.ipam?.config[0]?.subnet);
+  t.true(subnet.ok && cidrMatcher(subnet.cidrs)(host), "on the internal backend subnet");
+  t.is(compose.networks.backend?.internal, true);
+  t.deepEqual(nets.egress, {}, "egress gives the portal a way out, no fixed address to reach the service by");
+  t.true(nets.backend?.aliases?.includes("bitrix-sync"), "nginx's upstream name");
+  // The image's health check asks the address the service listens on.
+  const check = readFileSync(join(projectRoot, "scripts", "healthcheck.mjs"), "utf8");
+  t.regex(check, /process\.env\.HOST/);
 });
