@@ -449,7 +449,7 @@ async function checkOwner(c: pg.Client): Promise<CheckResult> {
       "database.owner",
       "warn",
       `the owner ${createrole.map((r) => r.owner).join(", ")} is not a superuser but has CREATEROLE, which on PostgreSQL ${Math.floor(version / 10000)} lets it grant itself any non-superuser role (pg_execute_server_program among them)`,
-      "after migrating, ALTER ROLE <owner> NOCREATEROLE; give it back only to apply a migration that includes sql/roles.sql (docs/deployment.md)",
+      `after migrating, as the DBA: ${createrole.map((r) => `ALTER ROLE ${r.owner} NOCREATEROLE;`).join(" ")} give it back only to apply a migration that includes sql/roles.sql (docs/deployment.md)`,
     );
   }
   return check("database.owner", "ok", `owned by ${owners}, not a superuser`);
