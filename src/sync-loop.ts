@@ -11,6 +11,7 @@ import pg from "pg";
 import { runAlertSync } from "./alerts/mirror.js";
 import { runAlertRecovery } from "./alerts/recover.js";
 import type { ServiceContext } from "./context.js";
+import { withSearchPath } from "./db/search-path.js";
 import { processAlertWebhooks, processContactWebhooks } from "./inbound/webhooks.js";
 import { runIntake } from "./workflows/intake.js";
 import { startPump } from "./workflows/pump.js";
@@ -88,7 +89,8 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
   const budgetEnd = setTimeout(onAbort, opts.budgetMs);
 
   const listener = new pg.Client({
-    connectionString: opts.connectionString,
+    // The service's search path, like the pools' connections (src/db/search-path.ts).
+    connectionString: withSearchPath(opts.connectionString),
     application_name: "bitrix-sync-listen",
     // Bounded like the pools' connections (src/db/pools.ts); without LISTEN the lanes poll.
     connectionTimeoutMillis: 10_000,

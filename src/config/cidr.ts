@@ -1,6 +1,8 @@
 // CIDR lists in the configuration: the robots' allow-list that nginx applies (§10.1) and the proxies
 // whose forwarded client address the service believes. A list is comma-separated; empty means none.
-// Host bits must be zero and entries distinct, so the reviewed text says exactly what it allows.
+// Host bits must be zero and entries distinct, so the reviewed text says exactly what it allows, and
+// no entry of the allow-list is wider than /8 (IPv4) or /32 (IPv6): it names a portal's networks,
+// not half the internet.
 import { BlockList, isIP } from "node:net";
 
 export interface Cidr {
@@ -50,8 +52,16 @@ function addressBits(address: string, family: 4 | 6): number[] | undefined {
   return words.flatMap((w) => Array.from({ length: width }, (_, i) => (w >> (width - 1 - i)) & 1));
 }
 
+export interface CidrRules {
+  /**
+   * Refuse networks wider than MIN_PREFIX (the robots' allow-list: it names a portal's networks).
+   * The trusted proxies may be a private range of any size.
+   */
+  limitWidth?: boolean;
+}
+
 /** Parses `address/prefix`. Returns an error sentence instead of throwing. */
-export function parseCidr(text: string): Cidr | string {
+export function parseCidr(text: string, rules: CidrRules = {}): Cidr | string {
   const s = text.trim();
   const [address, prefix, extra] = s.split("/");
   if (!address || prefix === undefined || extra !== undefined || !/^\d{1,3}$/.test(prefix)) {
@@ -67,7 +77,29 @@ export function parseCidr(text: string): Cidr | string {
   if (all.slice(bits).some((b) => b === 1)) {
     return `${JSON.stringify(s)} has host bits set after /${bits}: write the network address`;
   }
+  const tooWide = rules.limitWidth ? widerThanAllowed(all, family, bits) : null;
+  if (tooWide) return `${JSON.stringify(s)} ${tooWide}`;
   return { text: s, family, address, prefix: bits };
+}
+
+/** The widest prefix a list may hold: an allow-list names a portal's networks, not a share of the internet. */
+export const MIN_PREFIX = { 4: 8, 6: 32 } as const;
+
+/** ::ffff:0:0/96, where IPv6 spells IPv4 addresses (nginx and the matcher treat them as IPv4). */
+const MAPPED = [...new Array<number>(80).fill(0), ...new Array<number>(16).fill(1)];
+
+/** Why the network is too wide for a list, or null. */
+function widerThanAllowed(bits: number[], family: 4 | 6, prefix: number): string | null {
+  if (prefix < MIN_PREFIX[family]) {
+    return `is wider than /${MIN_PREFIX[family]}, the widest ${family === 4 ? "IPv4" : "IPv6"} network a list may hold: list the portal's own networks`;
+  }
+  // An IPv6 network reaching into the IPv4-mapped range is an IPv4 network in disguise: the same
+  // /8 applies to the IPv4 part (::ffff:10.0.0.0/104 is 10.0.0.0/8).
+  const shared = Math.min(prefix, 96);
+  if (family === 6 && bits.slice(0, shared).every((b, i) => b === MAPPED[i]) && prefix < 96 + MIN_PREFIX[4]) {
+    return `covers IPv4-mapped addresses wider than /${MIN_PREFIX[4]} (::ffff:0:0/96 spells IPv4): list the portal's own networks`;
+  }
+  return null;
 }
 
 /**
@@ -76,13 +108,14 @@ export function parseCidr(text: string): Cidr | string {
  */
 export function parseCidrList(
   text: string | undefined,
+  rules: CidrRules = {},
 ): { ok: true; cidrs: Cidr[] } | { ok: false; problems: string[] } {
   if (text === undefined || text.trim() === "") return { ok: true, cidrs: [] };
   const cidrs: Cidr[] = [];
   const problems: string[] = [];
   const seen = new Set<string>();
   for (const item of text.split(",")) {
-    const c = parseCidr(item);
+    const c = parseCidr(item, rules);
     if (typeof c === "string") {
       problems.push(item.trim() === "" ? "an empty entry (stray comma)" : c);
       continue;

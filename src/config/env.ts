@@ -2,7 +2,7 @@
 // value stops the service with a message that names the variable but never echoes a secret.
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { type Cidr, parseCidrList } from "./cidr.js";
+import { type Cidr, type CidrRules, parseCidrList } from "./cidr.js";
 import { toRestFieldName } from "./fields.js";
 import { loadSecrets, type Secrets, secretLocation } from "./secrets.js";
 import { tokenProblems } from "./tokens.js";
@@ -14,15 +14,16 @@ const boolish = z
 const fieldName = z.string().regex(/^UF_CRM_\d+$/, "must look like UF_CRM_<digits>");
 
 /** Comma-separated CIDRs (src/config/cidr.ts); unset or blank is the empty list. */
-const cidrList = z
-  .string()
-  .optional()
-  .transform((text, ctx): Cidr[] => {
-    const r = parseCidrList(text);
-    if (r.ok) return r.cidrs;
-    for (const message of r.problems) ctx.addIssue({ code: "custom", message });
-    return z.NEVER;
-  });
+const cidrList = (rules: CidrRules = {}) =>
+  z
+    .string()
+    .optional()
+    .transform((text, ctx): Cidr[] => {
+      const r = parseCidrList(text, rules);
+      if (r.ok) return r.cidrs;
+      for (const message of r.problems) ctx.addIssue({ code: "custom", message });
+      return z.NEVER;
+    });
 
 /**
  * The service's environment (§12.1 names the secrets, §12.2 the rest). Exported for the tools that
@@ -30,6 +31,10 @@ const cidrList = z
  */
 export const EnvSchema = z.object({
   BITRIX_SYNC_ENABLED: boolish.optional(),
+  // Unset: sandbox mode only with neither a CRM webhook nor a database configured (the embedded one).
+  // true: sandbox mode, also on a configured database that the sandbox created itself.
+  // false: never sandbox mode; a missing CRM webhook URL stops the service.
+  BITRIX_SYNC_SANDBOX: boolish.optional(),
   BITRIX_SYNC_MODE: z.enum(["full"]).default("full"),
   BITRIX_SYNC_CONTACT_USER_ID_FIELD: fieldName.optional(),
   BITRIX_SYNC_CONTACT_REGISTERED_FIELD: fieldName.optional(),
@@ -41,9 +46,10 @@ export const EnvSchema = z.object({
   BITRIX_SYNC_PORTAL_MEMBER_ID: z.string().min(1).max(128).optional(),
   BITRIX_SYNC_PUBLIC_BASE_URL: z.url().optional(),
   // Applied by nginx, not by the service (§10.1): see src/config/nginx.ts.
-  BITRIX_WEBHOOK_ALLOWED_CIDRS: cidrList,
+  // No network wider than /8 (IPv4) or /32 (IPv6).
+  BITRIX_WEBHOOK_ALLOWED_CIDRS: cidrList({ limitWidth: true }),
   // Peers whose X-Real-IP the receivers record as the client's address; none by default.
-  BITRIX_SYNC_TRUSTED_PROXY_CIDRS: cidrList,
+  BITRIX_SYNC_TRUSTED_PROXY_CIDRS: cidrList(),
   BITRIX_SYNC_HTTP_TIMEOUT_SEC: z.coerce.number().int().min(1).max(60).default(10),
   BITRIX_SYNC_DB_POOL_SIZE: z.coerce.number().int().min(2).max(100).default(5),
   BITRIX_SYNC_MIGRATE_ON_START: boolish.default(true),
@@ -75,7 +81,11 @@ export interface Fields {
 export interface Config {
   env: Env;
   secrets: Secrets;
-  /** No CRM webhook configured: run against the built-in emulator. */
+  /**
+   * Run against the built-in emulator: no CRM webhook configured, and either no database configured
+   * (the embedded one) or BITRIX_SYNC_SANDBOX=true (then only on a database the sandbox created:
+   * src/startup/sandbox-database.ts). Never on any other database.
+   */
   sandbox: boolean;
   /** Whether workers claim work. false keeps every pending row (§17 rollback). */
   processing: boolean;
@@ -113,6 +123,59 @@ export const SANDBOX_FIELDS = {
 export const SANDBOX_PORTAL_HOST = "sandbox-portal.bitrix24.test";
 export const SANDBOX_MEMBER_ID = "sandbox0000000000000000000000000";
 
+const WEBHOOK = "BITRIX_SYNC_CRM_REST_WEBHOOK_URL";
+
+/**
+ * Sandbox mode fails closed. It processes the configured database's intents against the emulator
+ * and writes emulator Contact IDs into the mappings, so a deployment that lost its webhook secret
+ * file must stop, not fall back to it: without the webhook URL the service runs in sandbox mode only
+ * on the embedded database, or with BITRIX_SYNC_SANDBOX=true (on a database the sandbox created,
+ * checked at start by src/startup/sandbox-database.ts). Never with sync enabled.
+ */
+function sandboxProblems(env: Env, secrets: Secrets, secretEnv: NodeJS.ProcessEnv): ConfigProblem[] {
+  const flag = env.BITRIX_SYNC_SANDBOX;
+  if (secrets[WEBHOOK] !== undefined) {
+    return flag === true
+      ? [
+          {
+            variable: "BITRIX_SYNC_SANDBOX",
+            kind: "invalid",
+            text: `BITRIX_SYNC_SANDBOX=true but ${WEBHOOK} is configured: remove one of them (sandbox mode never calls a real portal)`,
+          },
+        ]
+      : [];
+  }
+  const missing = `secret ${WEBHOOK} is missing (${secretLocation(WEBHOOK, secretEnv)})`;
+  if (env.BITRIX_SYNC_ENABLED === true) {
+    return [
+      {
+        variable: "BITRIX_SYNC_ENABLED",
+        kind: "invalid",
+        text: `BITRIX_SYNC_ENABLED=true but ${WEBHOOK} is not configured: sandbox mode is refused when sync is enabled`,
+      },
+    ];
+  }
+  if (flag === false) {
+    return [
+      {
+        variable: WEBHOOK,
+        kind: "secret_missing",
+        text: `${missing} and BITRIX_SYNC_SANDBOX=false: provide the secret, then start again.`,
+      },
+    ];
+  }
+  if (flag === undefined && secrets.BITRIX_SYNC_DATABASE_URL !== undefined) {
+    return [
+      {
+        variable: WEBHOOK,
+        kind: "secret_missing",
+        text: `${missing} while BITRIX_SYNC_DATABASE_URL names a database: sandbox mode runs only on the embedded database, never on a configured one; provide the secret (or, for a throw-away sandbox database, set BITRIX_SYNC_SANDBOX=true and name a database that does not exist yet), then start again.`,
+      },
+    ];
+  }
+  return [];
+}
+
 /** Validates the environment alone (no secrets read). Throws ConfigError listing every problem. */
 export function parseEnv(rawEnv: NodeJS.ProcessEnv = process.env): Env {
   const parsed = EnvSchema.safeParse(rawEnv);
@@ -132,15 +195,10 @@ export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
   const env = parseEnv(rawEnv);
   const secretEnv = { ...rawEnv, SECRETS_SOURCE: env.SECRETS_SOURCE === "env" ? "env" : "file" };
   const secrets = loadSecrets(secretEnv);
-  const sandbox = secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL === undefined;
   const problems: ConfigProblem[] = [];
   const invalid = (variable: string, text: string) => problems.push({ variable, kind: "invalid", text });
-  if (sandbox && env.BITRIX_SYNC_ENABLED === true) {
-    invalid(
-      "BITRIX_SYNC_ENABLED",
-      "BITRIX_SYNC_ENABLED=true but BITRIX_SYNC_CRM_REST_WEBHOOK_URL is not configured: sandbox mode is refused when sync is enabled",
-    );
-  }
+  const sandbox = secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL === undefined;
+  problems.push(...sandboxProblems(env, secrets, secretEnv));
   if (env.BITRIX_SYNC_ENABLED === true && env.SECRETS_SOURCE === "env") {
     invalid(
       "SECRETS_SOURCE",

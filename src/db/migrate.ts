@@ -7,6 +7,7 @@ import { Logger as GraphileLogger } from "@graphile/logger";
 import { migrate as gmMigrate } from "graphile-migrate";
 import { makeWorkerUtils } from "graphile-worker";
 import pg from "pg";
+import { SEARCH_PATH_SETTING, withSearchPath } from "./search-path.js";
 
 export const projectRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const migrationsFolder = join(projectRoot, "migrations");
@@ -61,11 +62,14 @@ export const WORKER_GRANTS_FILE = join(projectRoot, "sql", "worker_grants.sql");
  * the project's .gmrc. Safe to run concurrently; graphile-migrate takes a lock.
  */
 export async function migrateDatabase(
-  connectionString: string,
+  url: string,
   log?: Logger,
   /** A folder with a `committed/` of its own (tests: a database at an earlier release). */
   folder: string = migrationsFolder,
 ): Promise<void> {
+  // Every connection of the migrator gets the service's search path (src/db/search-path.ts), as the
+  // .gmrc gives graphile-migrate's CLI through pgSettings.
+  const connectionString = withSearchPath(url);
   const utils = await makeWorkerUtils({ connectionString });
   try {
     await utils.migrate();
@@ -77,7 +81,12 @@ export async function migrateDatabase(
     if (level === "info") log?.info({ event: "db.migrate" }, message);
   });
   try {
-    await gmMigrate({ connectionString, migrationsFolder: folder, logger });
+    await gmMigrate({
+      connectionString,
+      migrationsFolder: folder,
+      logger,
+      pgSettings: { search_path: SEARCH_PATH_SETTING },
+    });
   } finally {
     // graphile-migrate keeps its pool open a moment after use and exits the process if that idle
     // pool sees an error (e.g. the database being dropped or renamed). Close it now.

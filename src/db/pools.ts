@@ -11,6 +11,7 @@
 // backstop, longer than the statement timeout: it fires only when the server cannot (the network or
 // the server is gone), and the pool then drops that connection.
 import pg from "pg";
+import { withSearchPath } from "./search-path.js";
 
 /** What a pool is for; each gets the deadlines in POOL_LIMITS. */
 export type PoolUse = "work" | "receiver" | "status";
@@ -79,7 +80,8 @@ export function createPool(
 ): pg.Pool {
   const l = { ...POOL_LIMITS[use], ...overrides };
   const pool = new pg.Pool({
-    connectionString,
+    // The service's search path, on every connection (src/db/search-path.ts).
+    connectionString: withSearchPath(connectionString),
     max: l.max,
     application_name: `bitrix-sync:${use}`,
     connectionTimeoutMillis: l.connectMs,

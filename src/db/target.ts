@@ -10,7 +10,7 @@ export type DatabaseTarget =
   /** `meta` is null when `npm start` has never initialised the folder. */
   | { kind: "embedded"; dir: string; meta: EmbeddedMeta | null };
 
-export function databaseTarget(config: Config): DatabaseTarget {
+export function databaseTarget(config: Pick<Config, "env" | "secrets">): DatabaseTarget {
   const url = config.secrets.BITRIX_SYNC_DATABASE_URL;
   if (url !== undefined) return { kind: "configured", url };
   const dir = embeddedDir(config.env);

@@ -1,9 +1,10 @@
 // Sandbox mode (DESIGN.md "Local and test defaults"): with no CRM webhook configured, `npm start`
 // talks to the emulator on loopback instead of a portal. With a webhook configured this only checks
-// the URL against the portal host (§12.2, §16) so a bad value stops the service at startup.
+// the URL against the portal host (§12.2, §16) so a bad value stops the service at startup. The
+// service imports this file only in sandbox mode (src/startup/crm-endpoint.ts).
 import { randomBytes } from "node:crypto";
 import type { Config } from "../config/env.js";
-import { parseWebhookUrl } from "../crm/client.js";
+import { type CrmEndpoint, configuredCrmEndpoint } from "../startup/crm-endpoint.js";
 import { type Emulator, startEmulator } from "./server.js";
 
 interface Log {
@@ -11,15 +12,7 @@ interface Log {
   warn(obj: object, msg?: string): void;
 }
 
-/** Where CRM calls go. `webhookUrl` is a secret: never log it. */
-export interface CrmEndpoint {
-  webhookUrl: string;
-  portalHost: string;
-  sandbox: boolean;
-  /** The emulator, in sandbox mode. */
-  emulator: Emulator | null;
-  close(): Promise<void>;
-}
+export type { CrmEndpoint };
 
 /**
  * Starts the emulator in sandbox mode, or validates the configured webhook URL. `firstIds`: where the
@@ -30,13 +23,17 @@ export async function startCrmEndpoint(opts: {
   log: Log;
   firstIds?: { contact?: number; item?: number };
 }): Promise<CrmEndpoint> {
+  if (!opts.config.sandbox) return configuredCrmEndpoint(opts.config);
+  return await startSandboxEndpoint(opts);
+}
+
+/** The emulator as the sandbox portal, announced in the log. */
+export async function startSandboxEndpoint(opts: {
+  config: Config;
+  log: Log;
+  firstIds?: { contact?: number; item?: number };
+}): Promise<CrmEndpoint> {
   const { config, log } = opts;
-  if (!config.sandbox) {
-    const webhookUrl = config.secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL as string;
-    const portalHost = config.env.BITRIX_SYNC_PORTAL_HOST as string;
-    parseWebhookUrl(webhookUrl, portalHost);
-    return { webhookUrl, portalHost, sandbox: false, emulator: null, close: async () => undefined };
-  }
   const emulator = await startSandbox({ fields: config.fields, firstIds: opts.firstIds });
   log.warn(
     { event: "sandbox.emulator", portalHost: emulator.host },

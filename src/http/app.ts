@@ -11,12 +11,12 @@ import type { Logger } from "../observability/logger.js";
 import { registry } from "../observability/metrics.js";
 import { collectScrape } from "../observability/scrape.js";
 import { API_PATHS, LiveBody } from "./api.js";
-import { readiness, type StatusSource, statusDocument } from "./status.js";
+import { cachedReadiness, readiness, type StatusSource, statusDocument } from "./status.js";
 
 export interface AppDeps {
   /** The status endpoints' pool (src/db/pools.ts, use "status"); the receivers' too unless receiverPool is given. */
   pool: pg.Pool;
-  /** The receivers' pool (use "receiver"): inbox writes and the readiness probe of that path. */
+  /** The receivers' pool (use "receiver"): the robots' inbox writes only. */
   receiverPool?: pg.Pool;
   log: Logger;
   /** Robot webhook receivers (§10.1); absent: they answer 503 receiver_not_configured. */
@@ -33,15 +33,21 @@ const BEARER = /^bearer +(\S+) *$/i;
 export function createApp(deps: AppDeps): Hono {
   const app = new Hono();
   const inbox = new InboxWriter(deps.receiverPool ?? deps.pool, deps.receiver?.inbox);
-  const probe = () => inbox.probe();
+  // The probe of the receivers' write path (a test insert, rolled back) runs on the status pool: it
+  // exercises the same statement and locks, and a probe storm never takes a connection the robots'
+  // requests need (the receivers' pool is small on purpose: src/db/pools.ts).
+  const prober = new InboxWriter(deps.pool);
+  const probe = () => prober.probe();
+  const ready = cachedReadiness(() => readiness(deps.pool, deps.status, probe));
 
   // Paths, bodies and answers: src/http/api.ts, from which docs/openapi.json is generated.
   const live = LiveBody.parse({ status: "live" });
   app.get(API_PATHS.live, (c) => c.json(live));
 
   // §14: not_ready answers 503; degraded (a CRM outage shorter than a credential problem) 200.
+  // Served from a one-second cache (READINESS_CACHE_MS).
   app.get(API_PATHS.ready, async (c) => {
-    const r = await readiness(deps.pool, deps.status, probe);
+    const r = await ready();
     return c.json(r, r.status === "not_ready" ? 503 : 200);
   });
 

@@ -30,6 +30,35 @@ export const WORKER_STALL_MS = 90_000;
 
 /** Readiness answers within this, whatever the database does. */
 export const READINESS_DEADLINE_MS = 2_500;
+/**
+ * How long one readiness answer is served again. Load balancers, orchestrators and monitors probe
+ * readiness, often several of them every second or two; each probe costs a few queries and a test
+ * insert, so a burst of probes (or a probe storm while the database struggles) must not turn into
+ * as many rounds of queries. Concurrent probes share the round in flight.
+ */
+export const READINESS_CACHE_MS = 1_000;
+
+/** `compute` at most once per `ttlMs` after its last answer; callers during a round share it. */
+export function cachedReadiness(
+  compute: () => Promise<Readiness>,
+  ttlMs: number = READINESS_CACHE_MS,
+): () => Promise<Readiness> {
+  let last: { at: number; value: Readiness } | null = null;
+  let inFlight: Promise<Readiness> | null = null;
+  return () => {
+    if (last && Date.now() - last.at < ttlMs) return Promise.resolve(last.value);
+    inFlight ??= compute()
+      .then((value) => {
+        last = { at: Date.now(), value };
+        return value;
+      })
+      .finally(() => {
+        inFlight = null;
+      });
+    return inFlight;
+  };
+}
+
 /** The status document's database part; past it the answer is 503 with what the process knows. */
 export const STATUS_DEADLINE_MS = 4_000;
 

@@ -1,12 +1,15 @@
-// Preflight, database: reachable, migrated, graphile-worker's schema, the roles' privileges as the
-// catalogue defines them (bitrix_sync.role_privilege_drift), the hot settings valid, and the cutover
-// state (§13, §17). Read-only: nothing but SELECTs.
+// Preflight, database: reachable, over verified TLS unless on loopback, a search path nobody untrusted
+// can plant objects on, migrated, graphile-worker's schema, a schema owner that is not a superuser,
+// the roles' privileges as the catalogue defines them (bitrix_sync.role_privilege_drift), the hot
+// settings valid, and the cutover state (§13, §17). Read-only: nothing but SELECTs.
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
 import type { Config } from "../config/env.js";
+import { isLoopbackHost } from "../crm/client.js";
 import { sqlstate } from "../db/errors.js";
 import { migrationsCurrent, migrationsFolder } from "../db/migrate.js";
+import { withSearchPath } from "../db/search-path.js";
 import { databaseAddress } from "../db/url.js";
 import { parseSettings, type Settings } from "../settings-schema.js";
 import { type CheckResult, check, notChecked } from "./types.js";
@@ -19,16 +22,24 @@ export interface DatabaseChecks {
 
 const IDS = [
   "database.reachable",
+  "database.tls",
+  "database.search_path",
   "database.migrations",
   "database.worker_schema",
+  "database.owner",
   "database.grants",
   "database.settings",
   "database.cutover",
 ] as const;
 
-async function connect(url: string, timeoutMs: number): Promise<pg.Client> {
+/**
+ * `plain`: without the service's search path, i.e. with the path the database and the role give a
+ * session (psql, the graphile-worker CLI), for the search path check.
+ */
+async function connect(url: string, timeoutMs: number, plain = false): Promise<pg.Client> {
   const c = new pg.Client({
-    connectionString: url,
+    // As the service connects (src/db/search-path.ts): the search path checked is the one it gets.
+    connectionString: plain ? url : withSearchPath(url),
     connectionTimeoutMillis: timeoutMs,
     query_timeout: timeoutMs,
     application_name: "bitrix-sync-preflight",
@@ -59,6 +70,7 @@ export async function checkDatabase(config: Config, ownerUrl: string | undefined
   }
   const timeoutMs = config.env.BITRIX_SYNC_HTTP_TIMEOUT_SEC * 1000;
   const where = databaseAddress(url);
+  const tls = checkTls(url, ownerUrl);
   let c: pg.Client;
   try {
     c = await connect(url, timeoutMs);
@@ -73,7 +85,8 @@ export async function checkDatabase(config: Config, ownerUrl: string | undefined
           `could not connect to ${where} (${code})`,
           "check that PostgreSQL runs and that BITRIX_SYNC_DATABASE_URL's host, port, user and password are right",
         ),
-        ...IDS.slice(1).map((id) => notChecked(id, `the database at ${where} is not reachable`)),
+        tls,
+        ...IDS.slice(2).map((id) => notChecked(id, `the database at ${where} is not reachable`)),
       ],
     };
   }
@@ -94,6 +107,8 @@ export async function checkDatabase(config: Config, ownerUrl: string | undefined
             "give the service a connection as bitrix_sync_user (§13); the owner is for migrations only",
           ),
     );
+    results.push(tls);
+    results.push(await checkSearchPath(c, url, timeoutMs));
 
     // Migrations: graphile-migrate's table against migrations/committed.
     const committed = readdirSync(join(migrationsFolder, "committed")).filter((f) =>
@@ -144,11 +159,13 @@ export async function checkDatabase(config: Config, ownerUrl: string | undefined
 
     if (!migrated) {
       const why = "the schema is not current (database.migrations)";
+      results.push(notChecked("database.owner", why));
       results.push(notChecked("database.grants", why), notChecked("database.settings", why));
       results.push(notChecked("database.cutover", why));
       return { results, settings };
     }
 
+    results.push(await checkOwner(c));
     results.push(await checkGrants(c, ownerUrl, timeoutMs));
 
     const active = await c.query<{ s: unknown }>("select bitrix_sync.active_settings() as s");
@@ -270,4 +287,170 @@ async function checkGrants(
   } finally {
     await owner?.end().catch(() => undefined);
   }
+}
+
+/** Loopback (127.0.0.0/8, ::1, localhost) or a Unix socket: the connection never crosses a network. */
+function local(url: string): boolean {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return false;
+  }
+  const host = decodeURIComponent(u.hostname) || u.searchParams.get("host") || "localhost";
+  return host.startsWith("/") || isLoopbackHost(host.replace(/^\[|\]$/g, ""));
+}
+
+function sslmode(url: string): string | null {
+  try {
+    return new URL(url).searchParams.get("sslmode");
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * A connection that crosses a network must be encrypted and must know whom it talks to: `sslmode=
+ * verify-full` (the server's certificate checked against a trusted root and the host name).
+ * Anything less lets whoever sits on the path read the intents and the personal data, or pose as
+ * the database. The URLs' text is never shown, only the variable and the mode found.
+ */
+export function checkTls(serviceUrl: string, ownerUrl: string | undefined): CheckResult {
+  const urls: Array<[string, string]> = [["BITRIX_SYNC_DATABASE_URL", serviceUrl]];
+  if (ownerUrl !== undefined) urls.push(["MIGRATION_DATABASE_URL", ownerUrl]);
+  const weak: string[] = [];
+  const onLoopback: string[] = [];
+  for (const [name, url] of urls) {
+    if (local(url)) onLoopback.push(name);
+    else if (sslmode(url) !== "verify-full") weak.push(`${name} (sslmode=${sslmode(url) ?? "unset"})`);
+  }
+  if (weak.length > 0) {
+    return check(
+      "database.tls",
+      "fail",
+      `not on loopback and not sslmode=verify-full: ${weak.join(", ")}`,
+      "add sslmode=verify-full to the URL (and sslrootcert=<the CA's certificate> unless the system's roots sign the server's), so the connection is encrypted and the server's certificate and host name are checked",
+    );
+  }
+  const remote = urls.filter(([name]) => !onLoopback.includes(name)).map(([name]) => name);
+  return check(
+    "database.tls",
+    "ok",
+    [
+      remote.length > 0 ? `${remote.join(", ")}: sslmode=verify-full` : "",
+      onLoopback.length > 0 ? `${onLoopback.join(", ")}: on loopback` : "",
+    ]
+      .filter((x) => x !== "")
+      .join("; "),
+  );
+}
+
+/** For each schema of `path`, the roles other than superusers and its owner's members that may CREATE in it. */
+async function untrustedCreators(c: pg.Client, path: string[]): Promise<string[]> {
+  const { rows } = await c.query<{ schema: string; roles: string[] }>(
+    `select n.nspname as schema, array_agg(r.rolname::text order by r.rolname) as roles
+       from pg_catalog.pg_namespace n
+       cross join pg_catalog.pg_roles r
+      where n.nspname = any($1::text[])
+        and not r.rolsuper
+        and not pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
+        and pg_catalog.has_schema_privilege(r.oid, n.oid, 'CREATE')
+      group by n.nspname
+      order by n.nspname`,
+    [path],
+  );
+  return rows.map(
+    (r) => `${r.schema} (${r.roles.slice(0, 5).join(", ")}${r.roles.length > 5 ? ", ..." : ""})`,
+  );
+}
+
+/**
+ * The search path of the service's and the migrator's connections (src/db/search-path.ts): a schema
+ * on it where a role other than its owner or a superuser may CREATE lets that role plant an object
+ * the service resolves by name: a failure. The path a session gets without the service's option
+ * (psql, the graphile-worker CLI) is looked at too: there the same is a warning.
+ */
+async function checkSearchPath(c: pg.Client, url: string, timeoutMs: number): Promise<CheckResult> {
+  const path = async (client: pg.Client) =>
+    (await client.query<{ path: string[] }>("select pg_catalog.current_schemas(false)::text[] as path"))
+      .rows[0]?.path ?? [];
+  const servicePath = await path(c);
+  const unsafe = await untrustedCreators(c, servicePath);
+  if (unsafe.length > 0) {
+    return check(
+      "database.search_path",
+      "fail",
+      `the service's search path (${servicePath.join(", ")}) has schemas other roles may create in: ${unsafe.join("; ")}`,
+      "revoke CREATE on those schemas from every role but their owner (REVOKE CREATE ON SCHEMA <schema> FROM PUBLIC, <role>); docs/security.md",
+    );
+  }
+  let plain: pg.Client | null = null;
+  try {
+    plain = await connect(url, timeoutMs, true);
+    const defaultPath = await path(plain);
+    const open = await untrustedCreators(plain, defaultPath);
+    if (open.length > 0) {
+      return check(
+        "database.search_path",
+        "warn",
+        `the service's search path (${servicePath.join(", ")}) is safe, but a session's default path (${defaultPath.join(", ")}: psql, the graphile-worker CLI) has schemas other roles may create in: ${open.join("; ")}`,
+        "revoke CREATE on those schemas from PUBLIC and every role but their owner, or set the role's search_path (ALTER ROLE ... SET search_path = pg_catalog, pg_temp); docs/security.md",
+      );
+    }
+    return check(
+      "database.search_path",
+      "ok",
+      `the service's search path is ${servicePath.join(", ")}; no role but the owners and superusers may create in a schema on it or on a session's default path`,
+    );
+  } finally {
+    await plain?.end().catch(() => undefined);
+  }
+}
+
+/**
+ * Who owns the project's functions and schemas: the security definer functions run with their
+ * owner's rights, so a superuser owner turns any flaw in one of them into the whole cluster. On
+ * PostgreSQL 15 and older CREATEROLE is nearly as much (such a role may grant itself
+ * pg_execute_server_program): a warning.
+ */
+async function checkOwner(c: pg.Client): Promise<CheckResult> {
+  const { rows } = await c.query<{ owner: string; superuser: boolean; createrole: boolean; definer: number }>(
+    `select r.rolname::text as owner, r.rolsuper as superuser, r.rolcreaterole as createrole,
+            count(*) filter (where o.definer)::int as definer
+       from (select p.proowner as oid, p.prosecdef as definer
+               from pg_catalog.pg_proc p
+              where p.pronamespace in ('bitrix_sync'::regnamespace, 'han_app'::regnamespace)
+             union all
+             select n.nspowner, false
+               from pg_catalog.pg_namespace n
+              where n.nspname in ('bitrix_sync', 'han_app')) o
+       join pg_catalog.pg_roles r on r.oid = o.oid
+      group by r.rolname, r.rolsuper, r.rolcreaterole
+      order by r.rolname`,
+  );
+  const owners = rows.map((r) => r.owner).join(", ");
+  const superusers = rows.filter((r) => r.superuser);
+  if (superusers.length > 0) {
+    const definer = superusers.reduce((n, r) => n + r.definer, 0);
+    return check(
+      "database.owner",
+      "fail",
+      `the project's schemas and functions are owned by a superuser (${superusers.map((r) => r.owner).join(", ")}), ${definer} of them security definer: each runs with every right of the cluster`,
+      "migrate as a dedicated non-superuser owner (deploy/postgres/bootstrap.sql; docs/deployment.md), or ALTER the owner NOSUPERUSER",
+    );
+  }
+  const version = Number(
+    (await c.query<{ v: string }>("select pg_catalog.current_setting('server_version_num') as v")).rows[0]
+      ?.v ?? 0,
+  );
+  const createrole = rows.filter((r) => r.createrole);
+  if (createrole.length > 0 && version < 160000) {
+    return check(
+      "database.owner",
+      "warn",
+      `the owner ${createrole.map((r) => r.owner).join(", ")} is not a superuser but has CREATEROLE, which on PostgreSQL ${Math.floor(version / 10000)} lets it grant itself any non-superuser role (pg_execute_server_program among them)`,
+      `after migrating, as the DBA: ${createrole.map((r) => `ALTER ROLE ${r.owner} NOCREATEROLE;`).join(" ")} give it back only to apply a migration that includes sql/roles.sql (docs/deployment.md)`,
+    );
+  }
+  return check("database.owner", "ok", `owned by ${owners}, not a superuser`);
 }

@@ -17,8 +17,11 @@ export interface PreflightReport {
 
 const DEPENDENT = [
   "database.reachable",
+  "database.tls",
+  "database.search_path",
   "database.migrations",
   "database.worker_schema",
+  "database.owner",
   "database.grants",
   "database.settings",
   "database.cutover",

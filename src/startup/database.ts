@@ -1,6 +1,7 @@
 // The database check at startup: one connection and `select 1` before migrations, so an unreachable
 // or misconfigured database stops the service with a line naming host:port, the cause and the fix.
 import pg from "pg";
+import { withSearchPath } from "../db/search-path.js";
 import { databaseAddress } from "../db/url.js";
 import { EXIT, StartupError } from "./errors.js";
 
@@ -42,7 +43,7 @@ export function databaseStartupError(url: string, e: unknown, timeoutMs: number)
 
 /** Connects once and runs `select 1`; throws a StartupError saying what is wrong. */
 export async function checkDatabase(url: string, timeoutMs = 10_000): Promise<void> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: timeoutMs });
+  const client = new pg.Client({ connectionString: withSearchPath(url), connectionTimeoutMillis: timeoutMs });
   client.on("error", () => undefined);
   try {
     await client.connect();

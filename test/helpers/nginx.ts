@@ -3,9 +3,9 @@
 // file is rendered by the project's own `npm run render:nginx` command.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Agent, fetch as undiciFetch } from "undici";
 import { projectRoot } from "../../src/db/migrate.js";
 
 export const hasNginx = spawnSync("nginx", ["-v"]).status === 0;
@@ -90,7 +90,22 @@ export function nginxTest(box: NginxSandbox, main: string, stderr?: number) {
   });
 }
 
-/** Starts nginx and waits until `https://127.0.0.1:<port>/` answers. */
+/** Whether something accepts TCP connections on 127.0.0.1:`port`. */
+function listening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: "127.0.0.1", port });
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
+/**
+ * Starts nginx and waits until it accepts connections on 127.0.0.1:`port`. (A TCP connect, not an
+ * HTTPS request: the rendered configuration refuses a TLS handshake that does not name its server.)
+ */
 export async function startNginx(box: NginxSandbox, main: string, port: number): Promise<ChildProcess> {
   const p = spawn("nginx", ["-e", join(box.dir, "startup-error.log"), "-p", box.dir, "-c", main], {
     stdio: ["ignore", "ignore", "pipe"],
@@ -99,19 +114,10 @@ export async function startNginx(box: NginxSandbox, main: string, port: number):
   p.stderr?.on("data", (d) => {
     stderr += String(d);
   });
-  const probe = new Agent({ connect: { rejectUnauthorized: false } });
-  try {
-    for (let i = 0; i < 100; i++) {
-      try {
-        await undiciFetch(`https://127.0.0.1:${port}/`, { dispatcher: probe });
-        return p;
-      } catch {
-        if (p.exitCode !== null) throw new Error(`nginx exited: ${stderr}`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    }
-  } finally {
-    await probe.close();
+  for (let i = 0; i < 100; i++) {
+    if (await listening(port)) return p;
+    if (p.exitCode !== null) throw new Error(`nginx exited: ${stderr}`);
+    await new Promise((r) => setTimeout(r, 50));
   }
   p.kill("SIGTERM");
   throw new Error(`nginx did not start: ${stderr}`);

@@ -33,6 +33,8 @@ export interface Deployment {
 
 export async function deployment(opts: {
   databaseUrl: string;
+  /** The schema owner's connection (MIGRATION_DATABASE_URL); the database URL when absent. */
+  ownerUrl?: string;
   emulator?: Partial<EmulatorOptions>;
   env?: Record<string, string | undefined>;
 }): Promise<Deployment> {
@@ -68,7 +70,7 @@ export async function deployment(opts: {
     BITRIX_WEBHOOK_ALLOWED_CIDRS: "192.0.2.0/24",
     SECRETS_SOURCE: "file",
     BITRIX_SYNC_SECRETS_DIR: secretsDir,
-    MIGRATION_DATABASE_URL: opts.databaseUrl,
+    MIGRATION_DATABASE_URL: opts.ownerUrl ?? opts.databaseUrl,
   };
   for (const [k, v] of Object.entries(opts.env ?? {})) {
     if (v === undefined) delete env[k];

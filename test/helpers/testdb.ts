@@ -124,6 +124,52 @@ export async function createTestDb(opts: TestDbOptions = {}): Promise<TestDb> {
   };
 }
 
+export interface OwnedTestDb extends TestDb {
+  /** Connection string of the schema owner: a role of this database's own, not a superuser. */
+  ownerUrl: string;
+  owner: string;
+}
+
+/**
+ * A database migrated by a dedicated owner role that is not a superuser (LOGIN, CREATEROLE, CREATE on
+ * the database: deploy/postgres/bootstrap.sql), as a deployment migrates it; `url` and `pool` stay the
+ * superuser's. Slower than createTestDb (the migrations run). The role is dropped with the database.
+ */
+export async function createOwnedTestDb(opts: TestDbOptions = {}): Promise<OwnedTestDb> {
+  const suffix = randomBytes(6).toString("hex");
+  const name = `bs_o_${suffix}`;
+  const owner = `bs_owner_${suffix}`;
+  const password = randomBytes(12).toString("hex");
+  await withAdmin(async (c) => {
+    await c.query(`create role ${owner} login nosuperuser nocreatedb createrole password '${password}'`);
+    await c.query(`create database ${name}`);
+    await c.query(`grant create on database ${name} to ${owner}`);
+  });
+  const url = withDatabase(serverUrl(), name);
+  const ownerUrl = new URL(url);
+  ownerUrl.username = owner;
+  ownerUrl.password = password;
+  await migrateDatabase(ownerUrl.toString());
+  const pool = new pg.Pool({ connectionString: url, max: 10 });
+  pool.on("error", () => undefined);
+  pool.on("connect", (client) => client.on("error", () => undefined));
+  if (opts.cutover ?? true) await pool.query("select * from bitrix_sync.perform_cutover('test')");
+  return {
+    url,
+    name,
+    pool,
+    ownerUrl: ownerUrl.toString(),
+    owner,
+    async drop() {
+      await pool.end();
+      await withAdmin(async (c) => {
+        await c.query(`drop database if exists ${name} with (force)`);
+        await c.query(`drop role if exists ${owner}`);
+      });
+    },
+  };
+}
+
 /** An empty database (no migrations), for tests of the migrators themselves. */
 export async function createEmptyDb(): Promise<{ url: string; name: string; drop(): Promise<void> }> {
   const name = `bs_e_${randomBytes(6).toString("hex")}`;

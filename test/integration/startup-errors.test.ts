@@ -2,14 +2,20 @@
 // condition prints one line on stderr naming the cause and the fix, exits with its own code
 // (docs/operations.md), and no secret reaches the output. The cases run one at a time: each starts
 // a process that compiles the service, and eight at once on a busy 2-core machine outran any bound.
+import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
+import pg from "pg";
 import { freePort } from "../../src/db/embedded.js";
+import { withDatabase } from "../../src/db/url.js";
 import { EXIT, LINE_PREFIX } from "../../src/startup/errors.js";
+import { prepareSandboxDatabase } from "../../src/startup/sandbox-database.js";
+import { makeUser, randomPhone } from "../helpers/factories.js";
 import { cleanEnv, type ProcessResult, runService } from "../helpers/run-process.js";
+import { createTestDb, serverUrl } from "../helpers/testdb.js";
 
 const DB_PASSWORD = "pw-Qx7vLm2Rk9";
 const DB_USER = "svc_user_m4k2";
@@ -51,7 +57,9 @@ test.serial("a taken HTTP port names the port and PORT=, exits 75, and touches n
         HOST: "127.0.0.1",
         PORT: String(port),
         BITRIX_SYNC_DATA_DIR: tempDir(),
-        // Never reached: the port is checked first.
+        // Never reached: the port is checked first. (Sandbox mode on a configured database needs
+        // BITRIX_SYNC_SANDBOX=true.)
+        BITRIX_SYNC_SANDBOX: "true",
         BITRIX_SYNC_DATABASE_URL: `postgres://${DB_USER}:${DB_PASSWORD}@127.0.0.1:1/app`,
       }),
     );
@@ -74,6 +82,7 @@ test.serial("an unreachable database names host:port without credentials and exi
       SECRETS_SOURCE: "env",
       PORT: "0",
       BITRIX_SYNC_DATA_DIR: tempDir(),
+      BITRIX_SYNC_SANDBOX: "true",
       BITRIX_SYNC_DATABASE_URL: `postgres://${DB_USER}:${DB_PASSWORD}@127.0.0.1:${closed}/app`,
     }),
   );
@@ -222,3 +231,94 @@ test.serial("an invalid variable is named and exits 78", async (t) => {
     );
   },
 );
+
+// Sandbox mode fails closed (src/config/env.ts, src/startup/sandbox-database.ts): the deployment's
+// database, its webhook secret file gone, must not be processed against the emulator.
+test.serial(
+  "a configured database without the webhook secret file names the secret, exits 66, and processes nothing",
+  async (t) => {
+    const db = await createTestDb({ cutover: false });
+    try {
+      const user = await makeUser(db.pool, { phone: randomPhone() });
+      const dir = secretsDir("BITRIX_SYNC_CRM_REST_WEBHOOK_URL");
+      writeFileSync(join(dir, "BITRIX_SYNC_DATABASE_URL"), `${db.url}\n`);
+      const r = await runService(
+        cleanEnv({ BITRIX_SYNC_SECRETS_DIR: dir, BITRIX_SYNC_DATA_DIR: tempDir(), PORT: "0" }),
+        { timeoutMs: 30_000 },
+      );
+      assertFailure(
+        t,
+        r,
+        EXIT.secretMissing,
+        new RegExp(
+          `^bitrix-sync: cannot start: secret BITRIX_SYNC_CRM_REST_WEBHOOK_URL is missing \\(the file ${dir}/BITRIX_SYNC_CRM_REST_WEBHOOK_URL\\) while BITRIX_SYNC_DATABASE_URL names a database: sandbox mode runs only on the embedded database`,
+        ),
+      );
+      const left = await db.pool.query<{ cutovers: number; workflows: number; mappings: number }>(
+        `select (select count(*)::int from bitrix_sync.cutover) as cutovers,
+                (select count(*)::int from bitrix_sync.workflow_instances where user_id = $1) as workflows,
+                (select count(*)::int from bitrix_sync.entity_external_mapping) as mappings`,
+        [user.id],
+      );
+      t.deepEqual(left.rows[0], { cutovers: 0, workflows: 0, mappings: 0 });
+    } finally {
+      await db.drop();
+    }
+  },
+);
+
+test.serial(
+  "BITRIX_SYNC_SANDBOX=true on a database the sandbox did not create is refused, exit 78",
+  async (t) => {
+    const db = await createTestDb({ cutover: false });
+    try {
+      const r = await runService(
+        cleanEnv({
+          SECRETS_SOURCE: "env",
+          BITRIX_SYNC_SANDBOX: "true",
+          BITRIX_SYNC_DATABASE_URL: db.url,
+          BITRIX_SYNC_DATA_DIR: tempDir(),
+          PORT: "0",
+        }),
+        { timeoutMs: 30_000 },
+      );
+      assertFailure(
+        t,
+        r,
+        EXIT.config,
+        /^bitrix-sync: cannot start: BITRIX_SYNC_SANDBOX=true but the database named in BITRIX_SYNC_DATABASE_URL at \S+ was not created by the sandbox/,
+      );
+      const { rows } = await db.pool.query<{ n: number }>(
+        "select count(*)::int as n from bitrix_sync.cutover",
+      );
+      t.is(rows[0]?.n, 0, "no sandbox cutover");
+    } finally {
+      await db.drop();
+    }
+  },
+);
+
+test.serial("a real portal on a database the sandbox created is refused, exit 78", async (t) => {
+  const name = `bs_sbx_${randomBytes(6).toString("hex")}`;
+  const url = withDatabase(serverUrl(), name);
+  try {
+    t.deepEqual(await prepareSandboxDatabase(url), { created: true });
+    t.deepEqual(await prepareSandboxDatabase(url), { created: false }, "its mark is recognised");
+    const dir = secretsDir("none");
+    writeFileSync(join(dir, "BITRIX_SYNC_DATABASE_URL"), `${url}\n`);
+    const r = await runService(
+      cleanEnv({ ...PRODUCTION, BITRIX_SYNC_SECRETS_DIR: dir, BITRIX_SYNC_DATA_DIR: tempDir() }),
+      { timeoutMs: 30_000 },
+    );
+    assertFailure(
+      t,
+      r,
+      EXIT.config,
+      /^bitrix-sync: cannot start: the database named in BITRIX_SYNC_DATABASE_URL at \S+ was created by the sandbox/,
+    );
+  } finally {
+    const admin = new pg.Client({ connectionString: withDatabase(serverUrl(), "postgres") });
+    await admin.connect();
+    await admin.query(`drop database if exists ${name} with (force)`).finally(() => admin.end());
+  }
+});

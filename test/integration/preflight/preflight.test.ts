@@ -16,13 +16,14 @@ import { hasNginx } from "../../helpers/nginx.js";
 import { ALERT_SETTINGS, type Deployment, deployment, SAMPLE_PHONE } from "../../helpers/preflight.js";
 import { runProcess } from "../../helpers/run-process.js";
 import { setSettings } from "../../helpers/settings.js";
-import { createEmptyDb, createTestDb, type TestDb } from "../../helpers/testdb.js";
+import { createEmptyDb, createOwnedTestDb, createTestDb, type OwnedTestDb } from "../../helpers/testdb.js";
 
-let db: TestDb;
+let db: OwnedTestDb;
 const open: Deployment[] = [];
 test.before(async () => {
   // No cutover yet: preflight runs before it (§17 step 7), which is a warning while disabled.
-  db = await createTestDb({ cutover: false });
+  // Migrated by a schema owner that is not a superuser, as deploy/postgres/bootstrap.sql makes it.
+  db = await createOwnedTestDb({ cutover: false });
   await setSettings(db, ALERT_SETTINGS);
 });
 test.after.always(async () => {
@@ -33,7 +34,9 @@ test.after.always(async () => {
 async function deploy(
   opts: Omit<Parameters<typeof deployment>[0], "databaseUrl"> & { databaseUrl?: string } = {},
 ) {
-  const d = await deployment({ databaseUrl: db.url, ...opts });
+  // The owner's connection belongs to this file's database; another database is its own owner's.
+  const owner = opts.databaseUrl === undefined ? { ownerUrl: db.ownerUrl } : {};
+  const d = await deployment({ databaseUrl: db.url, ...owner, ...opts });
   open.push(d);
   return d;
 }
@@ -295,3 +298,78 @@ test("as a process: `npm run preflight`'s command, text and --json, exit codes a
   t.is(byId(parsed, "portal.credential").status, "fail");
   assertNoSecrets(t, d, json.stdout + json.stderr);
 });
+
+test("the project owned by a superuser fails on the owner", async (t) => {
+  // createTestDb's template is migrated by the test server's superuser.
+  const superuserOwned = await createTestDb();
+  t.teardown(() => superuserOwned.drop());
+  await setSettings(superuserOwned, ALERT_SETTINGS);
+  const d = await deploy({ databaseUrl: superuserOwned.url });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  const c = byId(r, "database.owner");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /owned by a superuser \(\w+\), \d+ of them security definer/);
+  t.regex(c.hint ?? "", /bootstrap\.sql/);
+});
+
+test("a non-superuser owner passes; with CREATEROLE on PostgreSQL 15 it is a warning", async (t) => {
+  const d = await deploy();
+  const r = await preflight(t, d);
+  const c = byId(r, "database.owner");
+  const version = Number(
+    (await db.pool.query<{ v: string }>("select current_setting('server_version_num') as v")).rows[0]?.v,
+  );
+  // The owner of createOwnedTestDb keeps CREATEROLE (the migrations needed it).
+  t.is(c.status, version < 160000 ? "warn" : "ok", c.detail);
+  t.regex(c.detail, new RegExp(db.owner));
+  if (version < 160000) t.regex(c.hint ?? "", /NOCREATEROLE/);
+});
+
+test("a database URL off loopback without sslmode=verify-full fails on TLS", async (t) => {
+  const remote = "postgres://bitrix_sync_user:pw@db.internal.example:5432/han?sslmode=require";
+  const d = await deploy({ env: { MIGRATION_DATABASE_URL: remote } });
+  const r = await preflight(t, d);
+  const c = byId(r, "database.tls");
+  t.is(c.status, "fail");
+  t.is(c.detail, "not on loopback and not sslmode=verify-full: MIGRATION_DATABASE_URL (sslmode=require)");
+  t.is(r.exitCode, 2, "the owner's connection does not answer either: database.grants is not checked");
+  const ok = await deploy({
+    env: { MIGRATION_DATABASE_URL: remote.replace("sslmode=require", "sslmode=verify-full") },
+  });
+  t.is(byId(await preflight(t, ok), "database.tls").status, "ok");
+});
+
+test.serial(
+  "a schema on the search path that others may create in: a warning on the default path, a failure on the service's",
+  async (t) => {
+    const d = await deploy();
+    const before = await preflight(t, d);
+    t.is(byId(before, "database.search_path").status, "ok");
+    t.regex(byId(before, "database.search_path").detail, /the service's search path is pg_catalog/);
+    // public writable by everyone, as before PostgreSQL 15: the default path "$user", public has it.
+    await db.pool.query("grant create on schema public to public");
+    try {
+      const open = await preflight(t, d);
+      const c = byId(open, "database.search_path");
+      t.is(c.status, "warn");
+      t.regex(
+        c.detail,
+        /a session's default path \(public: .*\) has schemas other roles may create in: public \(.*bitrix_sync_user/,
+      );
+      // A schema on the service's own path: only pg_catalog there, so grant on it (this database only).
+      await db.pool.query("grant create on schema pg_catalog to bitrix_sync_admin");
+      try {
+        const bad = await preflight(t, d);
+        const f = byId(bad, "database.search_path");
+        t.is(f.status, "fail");
+        t.regex(f.detail, /pg_catalog \(bitrix_sync_admin\)/);
+        t.is(bad.exitCode, 1);
+      } finally {
+        await db.pool.query("revoke create on schema pg_catalog from bitrix_sync_admin");
+      }
+    } finally {
+      await db.pool.query("revoke create on schema public from public");
+    }
+  },
+);

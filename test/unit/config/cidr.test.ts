@@ -6,7 +6,39 @@ test("a network address with its prefix is accepted, in both families", (t) => {
   t.like(parseCidr("127.0.0.2/32"), { family: 4, prefix: 32 });
   t.like(parseCidr("2001:db8:b24::/48"), { family: 6, prefix: 48 });
   t.like(parseCidr("::ffff:10.0.0.0/104"), { family: 6, prefix: 104 });
-  t.like(parseCidr("0.0.0.0/0"), { family: 4, prefix: 0 });
+  t.like(parseCidr("0.0.0.0/0"), { family: 4, prefix: 0 }, "any width without the allow-list's rule");
+  const allow = { limitWidth: true };
+  t.like(parseCidr("10.0.0.0/8", allow), { family: 4, prefix: 8 });
+  t.like(parseCidr("2001:db8::/32", allow), { family: 6, prefix: 32 });
+  t.like(parseCidr("::ffff:10.0.0.0/104", allow), { family: 6, prefix: 104 });
+});
+
+test("the allow-list refuses a network wider than /8 (IPv4) or /32 (IPv6), IPv4 spelt as IPv6 too", (t) => {
+  const allow = { limitWidth: true };
+  for (const wide of ["0.0.0.0/0", "0.0.0.0/1", "128.0.0.0/1", "10.0.0.0/7", "8.0.0.0/5"]) {
+    t.regex(
+      parseCidr(wide, allow) as string,
+      /is wider than \/8, the widest IPv4 network a list may hold/,
+      wide,
+    );
+  }
+  for (const wide of ["::/0", "2000::/3", "2001:db8::/31"]) {
+    t.regex(
+      parseCidr(wide, allow) as string,
+      /is wider than \/32, the widest IPv6 network a list may hold/,
+      wide,
+    );
+  }
+  for (const mapped of ["::ffff:0.0.0.0/96", "::ffff:0:0/96", "::ffff:8.0.0.0/101", "::/32"]) {
+    t.regex(parseCidr(mapped, allow) as string, /covers IPv4-mapped addresses wider than \/8/, mapped);
+  }
+  const list = parseCidrList("203.0.113.0/24, 0.0.0.0/0", allow);
+  t.deepEqual(list, {
+    ok: false,
+    problems: [
+      '"0.0.0.0/0" is wider than /8, the widest IPv4 network a list may hold: list the portal\'s own networks',
+    ],
+  });
 });
 
 test("host bits, missing or long prefixes and non-addresses are refused with a reason", (t) => {

@@ -45,7 +45,16 @@ test("each allowed network becomes an allow rule and a geo entry; everything els
 });
 
 test("nothing that could carry the query string is logged or forwarded by a directive", (t) => {
-  const code = renderNginxFromEnv(base).text.replace(/#.*$/gm, "");
+  const all = renderNginxFromEnv(base).text.replace(/#.*$/gm, "");
+  // The token's one use: whether there is one, in a map whose values are the peer or nothing, and
+  // that map's variable only as the token-less limit's key.
+  const presence =
+    /map \$arg_token \$bitrix_sync_tokenless_peer \{\n {2}"" \$binary_remote_addr;\n {2}default "";\n\}\n/;
+  t.regex(all, presence);
+  const code = all.replace(presence, "");
+  t.deepEqual(code.match(/\$bitrix_sync_tokenless_peer\b.*/g), [
+    "$bitrix_sync_tokenless_peer zone=bitrix_sync_tokenless:1m rate=30r/m;",
+  ]);
   t.notRegex(code, /\$request_uri|\$args|\$arg_|\$query_string|\$request\b|\$is_args/);
   t.notRegex(code, /\brewrite\b|return 30\d|\bredirect\b/);
   t.notRegex(code, /\/health|\/metrics|\/internal/);
@@ -124,8 +133,13 @@ test("values nginx would read as syntax are refused, and so are the service's ow
 });
 
 test("a burst of 0 renders no burst clause (nginx refuses burst=0)", (t) => {
-  const { text } = renderNginxFromEnv({ ...base, BITRIX_SYNC_NGINX_BURST: "0" });
+  const { text } = renderNginxFromEnv({
+    ...base,
+    BITRIX_SYNC_NGINX_BURST: "0",
+    BITRIX_SYNC_NGINX_TOKENLESS_BURST: "0",
+  });
   t.regex(text, /limit_req zone=bitrix_sync_webhooks;/);
+  t.regex(text, /limit_req zone=bitrix_sync_tokenless;/);
   t.notRegex(text, /burst=/);
 });
 
@@ -140,4 +154,56 @@ test("on a host without the service's secrets folder the receivers count as enab
     problems({ ...away, BITRIX_WEBHOOK_ALLOWED_CIDRS: "" }),
     /empty while the receivers are enabled \(the receiver tokens could not be checked on this host\)/,
   );
+});
+
+test("a default server drops other host names; the named one sends HSTS", (t) => {
+  const { text } = renderNginxFromEnv(base);
+  const servers = text.split(/^server \{$/m).slice(1);
+  t.is(servers.length, 2);
+  const [fallback, named] = servers as [string, string];
+  t.regex(fallback, /listen 443 ssl default_server;\n {2}listen \[::\]:443 ssl default_server;/);
+  t.regex(fallback, /server_name _;/);
+  t.regex(fallback, /ssl_reject_handshake on;/);
+  t.regex(fallback, /return 444;/);
+  t.notRegex(fallback, /proxy_pass|ssl_certificate/);
+  t.regex(named, /server_name sync\.example\.invalid;/);
+  t.regex(named, /add_header Strict-Transport-Security "max-age=63072000" always;/);
+  t.notRegex(
+    renderNginxFromEnv({ ...base, BITRIX_SYNC_NGINX_HSTS_MAX_AGE_SEC: "0" }).text,
+    /Strict-Transport-Security/,
+  );
+});
+
+test("requests without a token have a tighter limit of their own, never looser than the robots'", (t) => {
+  const { text } = renderNginxFromEnv(base);
+  t.true(text.includes("zone=bitrix_sync_tokenless:1m rate=30r/m;"));
+  for (const receiver of ["contact", "alert"]) {
+    const location = text.slice(text.indexOf(`location = /bitrix/sync/webhook/${receiver} {`));
+    t.regex(location, /limit_req zone=bitrix_sync_tokenless burst=10 nodelay;/, receiver);
+  }
+  t.regex(
+    problems({
+      ...base,
+      BITRIX_SYNC_NGINX_RATE_PER_SEC: "1",
+      BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN: "61",
+    }),
+    /BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN: must not be looser than BITRIX_SYNC_NGINX_RATE_PER_SEC/,
+  );
+  t.regex(
+    renderNginxFromEnv({ ...base, BITRIX_SYNC_NGINX_TOKENLESS_BURST: "0" }).text,
+    /limit_req zone=bitrix_sync_tokenless;/,
+  );
+});
+
+test("an allow-list entry wider than /8 or /32 is refused with the variable's name", (t) => {
+  t.regex(
+    problems({ ...base, BITRIX_WEBHOOK_ALLOWED_CIDRS: "203.0.113.0/24,0.0.0.0/0" }),
+    /BITRIX_WEBHOOK_ALLOWED_CIDRS: "0\.0\.0\.0\/0" is wider than \/8, the widest IPv4 network a list may hold: list the portal's own networks/,
+  );
+  t.regex(
+    problems({ ...base, BITRIX_WEBHOOK_ALLOWED_CIDRS: "2000::/3" }),
+    /BITRIX_WEBHOOK_ALLOWED_CIDRS: "2000::\/3" is wider than \/32/,
+  );
+  // The trusted proxies may be a private range of any size.
+  t.is(problems({ ...base, BITRIX_SYNC_TRUSTED_PROXY_CIDRS: "10.0.0.0/8,fd00::/8" }), "");
 });

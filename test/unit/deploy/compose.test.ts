@@ -32,6 +32,11 @@ interface Service {
   networks?: string[] | Record<string, { ipv4_address?: string; aliases?: string[] } | null>;
   depends_on?: Record<string, { condition: string }>;
 }
+interface Limits {
+  mem_limit?: string;
+  cpus?: number;
+  pids_limit?: number;
+}
 interface Compose {
   services: Record<string, Service>;
   networks: Record<string, { internal?: boolean; ipam?: { config: Array<{ subnet: string }> } }>;
@@ -47,6 +52,11 @@ const networksOf = (s: Service) => (Array.isArray(s.networks) ? s.networks : Obj
 const secretTargets = (s: Service) =>
   (s.secrets ?? []).map((x) => (typeof x === "string" ? `/run/secrets/${x}` : x.target));
 const envExample = parseEnv(readFileSync(join(projectRoot, ".env.example"), "utf8"));
+const configExample = JSON.parse(
+  readFileSync(join(projectRoot, "deploy", "config.example.json"), "utf8"),
+) as {
+  migration: Record<string, string>;
+};
 const pkg = JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as {
   scripts: Record<string, string>;
 };
@@ -160,4 +170,48 @@ test("nginx runs the rendered server block with the repository's main configurat
   t.true(volumes.includes("./tls:/etc/nginx/tls:ro"));
   t.true(envExample.BITRIX_SYNC_NGINX_TLS_CERTIFICATE?.startsWith("/etc/nginx/tls/"));
   t.is(nginx.depends_on?.["bitrix-sync"]?.condition, "service_healthy");
+});
+
+test("the migrations run as the dedicated owner made by bootstrap.sql, not the cluster's superuser", (t) => {
+  const postgres = svc("postgres");
+  const superuser = postgres.environment?.POSTGRES_USER as string;
+  t.truthy(superuser);
+  const owner = new URL(configExample.migration.MIGRATION_DATABASE_URL as string).username;
+  t.is(owner, "bitrix_sync_owner");
+  t.not(owner, superuser);
+  t.true((postgres.volumes ?? []).includes("./postgres/bootstrap.sql:/etc/bitrix-sync/bootstrap.sql:ro"));
+  const init = readFileSync(join(projectRoot, "deploy", "postgres", "init-roles.sh"), "utf8");
+  t.regex(init, /-f \/etc\/bitrix-sync\/bootstrap\.sql/);
+  // The passwords reach psql as file names only, never as values on its command line.
+  t.notRegex(init, /-v \w*password=/);
+  t.regex(init, /-v owner_password_file=\/run\/secrets\/bitrix_sync_owner_password/);
+  t.true(secretTargets(postgres).includes("/run/secrets/bitrix_sync_owner_password"));
+  const bootstrap = readFileSync(join(projectRoot, "deploy", "postgres", "bootstrap.sql"), "utf8");
+  t.regex(bootstrap, /create role bitrix_sync_owner login nosuperuser/);
+});
+
+test("every container has a memory, CPU and process limit", (t) => {
+  for (const [name, s] of Object.entries(services) as Array<[string, Service & Limits]>) {
+    t.regex(String(s.mem_limit ?? ""), /^\d+[mg]$/, `${name}: mem_limit`);
+    t.true(typeof s.cpus === "number" && s.cpus > 0 && s.cpus <= 2, `${name}: cpus`);
+    t.true(
+      typeof s.pids_limit === "number" && s.pids_limit > 0 && s.pids_limit <= 1024,
+      `${name}: pids_limit`,
+    );
+  }
+});
+
+test("the service listens on its backend address only: health and metrics never on egress", (t) => {
+  const service = svc("bitrix-sync");
+  const nets = service.networks as Record<string, { ipv4_address?: string; aliases?: string[] }>;
+  const host = service.environment?.HOST as string;
+  t.is(host, nets.backend?.ipv4_address as string);
+  const subnet = parseCidrList(compose.networks.backend?.ipam?.config[0]?.subnet);
+  t.true(subnet.ok && cidrMatcher(subnet.cidrs)(host), "on the internal backend subnet");
+  t.is(compose.networks.backend?.internal, true);
+  t.deepEqual(nets.egress, {}, "egress gives the portal a way out, no fixed address to reach the service by");
+  t.true(nets.backend?.aliases?.includes("bitrix-sync"), "nginx's upstream name");
+  // The image's health check asks the address the service listens on.
+  const check = readFileSync(join(projectRoot, "scripts", "healthcheck.mjs"), "utf8");
+  t.regex(check, /process\.env\.HOST/);
 });
