@@ -5,7 +5,7 @@
 -- record webhooks; they wait in the inbox.
 
 create or replace function bitrix_sync.cutover_performed() returns boolean
-language sql stable parallel safe as $$
+language sql stable parallel safe set search_path = pg_catalog, pg_temp as $$
   select exists (select 1 from bitrix_sync.cutover)
 $$;
 comment on function bitrix_sync.cutover_performed() is

@@ -77,7 +77,6 @@ comment on function han_app.enqueue_contact_sync() is
   'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
 
 -- The triggers: the WHEN clauses keep every write that records nothing out of PL/pgSQL.
-drop trigger if exists _500_enqueue_contact_sync on han_app.user_identity;
 drop trigger if exists _500_enqueue_contact_sync_insert on han_app.user_identity;
 create trigger _500_enqueue_contact_sync_insert
   after insert on han_app.user_identity
@@ -96,7 +95,6 @@ create trigger _500_enqueue_contact_sync_update
 comment on trigger _500_enqueue_contact_sync_update on han_app.user_identity is
   'Records contact.update (phone change of an active identity), contact.deactivate (leaving active) or contact.map_or_create (back to active) (§6.2).';
 
-drop trigger if exists _500_enqueue_contact_sync on han_app.client_profile;
 drop trigger if exists _500_enqueue_contact_sync_insert on han_app.client_profile;
 create trigger _500_enqueue_contact_sync_insert
   after insert on han_app.client_profile
@@ -183,7 +181,7 @@ comment on function bitrix_sync.fold_intent_journal(integer, boolean) is
 
 -- The intake watch (advisory lock 727014/1) and who takes it (727014/2): see watch_intake().
 create or replace function bitrix_sync.watch_intake() returns boolean
-language plpgsql set lock_timeout = '1s' as $$
+language plpgsql set lock_timeout = '1s' set search_path = pg_catalog, pg_temp as $$
 begin
   -- One sleeper per database is enough: NOTIFY wakes every listener.
   if not pg_try_advisory_lock(727014, 2) then
@@ -205,7 +203,7 @@ comment on function bitrix_sync.watch_intake() is
   'Called by a sync loop (on its LISTEN connection) whose intake found nothing, before it sleeps: takes the intake watch (session advisory lock 727014/1, exclusive) after the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs. The caller must look at the queue once more before sleeping, and call unwatch_intake() when it wakes. Returns false (nothing held) when another loop watches or an App transaction holds the watch for over 1 s; the fallback poll covers that.';
 
 create or replace function bitrix_sync.unwatch_intake() returns void
-language sql as $$
+language sql set search_path = pg_catalog, pg_temp as $$
   select pg_advisory_unlock(727014, 1) and pg_advisory_unlock(727014, 2);
   select null::void;
 $$;

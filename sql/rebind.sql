@@ -102,7 +102,7 @@ comment on function bitrix_sync.request_bitrix_contact_rebind(uuid, text, text, 
   'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user or already the target of an open request (BS009), and refuses while the user has an open request or a workflow (a parked one is named with how to clear it); records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';
 
 create or replace function bitrix_sync._rebind_request_of(p_workflow_id uuid) returns bitrix_sync.rebind_requests
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.rebind_requests;
 begin
@@ -138,10 +138,6 @@ end $$;
 comment on function bitrix_sync.start_rebind_request(uuid, uuid) is
   'requested -> in_progress when the contact.rebind workflow starts reading the Contacts (a request already in progress is returned as it is). Fenced by the workflow''s lease token (BS001). Security definer: the runtime role only reads rebind requests.';
 
--- The request closes with its workflow (tg_workflow_instances__close_rebind_request): the function
--- each failing path had to remember is gone.
-drop function if exists bitrix_sync.fail_rebind_request(uuid, uuid, text);
-
 create or replace function bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid)
 returns bitrix_sync.rebind_requests
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -176,7 +172,7 @@ comment on function bitrix_sync.complete_rebind(uuid, uuid) is
   'in_progress -> succeeded (outcome rebound) for the request of a contact.rebind workflow, in one call: closes the user''s active mapping (rebound), opens the link to the target Contact, and then resolves the user''s open conflict alerts. Fenced by the workflow''s lease token (BS001); BS006 if the target is linked meanwhile. Security definer, as start_rebind_request.';
 
 create or replace function bitrix_sync._rebind_crm_outcome(p_workflow_id uuid) returns text
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   -- The rebind's writes: the target write sets this user (set_user self), the clear of the previous
   -- Contact removes it (set_user clear). Only writes that were sent count.
   with w as (
@@ -226,7 +222,7 @@ comment on function bitrix_sync._close_rebind_request(bitrix_sync.workflow_insta
   'Internal: the still open request of a finished contact.rebind workflow becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. Returns null when the request was already finished.';
 
 create or replace function bitrix_sync.tg_workflow_instances__close_rebind_request() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   perform bitrix_sync._close_rebind_request(new);
   return null;

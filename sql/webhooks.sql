@@ -14,7 +14,7 @@ create or replace function bitrix_sync.record_webhook(
   p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet default null,
   p_event_id text default null, p_source_ts timestamptz default null
 ) returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_id bigint;
 begin
@@ -32,7 +32,7 @@ create or replace function bitrix_sync.claim_webhooks(
   p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds',
   p_receiver text default null
 ) returns setof bitrix_sync.webhook_inbox
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_cand record;
   v_row bitrix_sync.webhook_inbox;
@@ -90,7 +90,7 @@ comment on function bitrix_sync.claim_webhooks(text, integer, interval, text) is
 
 create or replace function bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text)
 returns bitrix_sync.webhook_inbox
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.webhook_inbox;
 begin
@@ -113,7 +113,7 @@ comment on function bitrix_sync.complete_webhook(bigint, uuid, text) is
 
 create or replace function bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text)
 returns bitrix_sync.webhook_inbox
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.webhook_inbox;
 begin
@@ -137,7 +137,7 @@ comment on function bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inb
 
 create or replace function bitrix_sync.retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval)
 returns bitrix_sync.webhook_inbox
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.webhook_inbox;
 begin
@@ -164,7 +164,7 @@ comment on function bitrix_sync.retry_webhook(bigint, uuid, text, interval) is
 
 create or replace function bitrix_sync.dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.webhook_inbox
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.webhook_inbox;
 begin

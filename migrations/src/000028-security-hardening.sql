@@ -1,0 +1,59 @@
+-- Security hardening (docs/security.md, "Functions run with a pinned search_path").
+--
+-- 1. search_path. Every function and trigger function of bitrix_sync and han_app now runs with
+--    search_path = pg_catalog, pg_temp, written in its definition in sql/ (a later migration that
+--    includes the file keeps it; CREATE OR REPLACE without the SET clause would drop it). Before, 107
+--    of 136 ran with the caller's path: where another role may create objects in a schema on that
+--    path (public on databases created before PostgreSQL 15 and on several managed services), it
+--    could plant an operator such as =(varchar, text) that matches the functions' varchar comparisons
+--    better than the built-in one, and it then ran as bitrix_sync_user inside e.g.
+--    active_mapping_for_contact() (test/integration/search-path.test.ts). The migration itself runs
+--    with the same path, so the views, trigger WHEN clauses and SQL bodies it creates are parsed
+--    without anything a planted object could offer.
+--    Two SQL functions stay unpinned: PostgreSQL never inlines a SQL function with a SET clause, and
+--    these are inlined on hot paths. Measured in one backend (npm run bench:search-path, backend CPU
+--    per call, median of 3 passes, load 8 on 2 cores), unpinned -> pinned:
+--      _retry_deadline(timestamptz), the deadline_at default of every workflow and command insert:
+--        70.5 -> 90.0 µs per workflow insert;
+--      _trace_context(text), once per event in accept_webhooks(): 57.5 -> 77.5 µs per event.
+--    Their bodies name every operator OPERATOR(pg_catalog.x) and every function and type with its
+--    schema. The other SQL functions cost nothing measurable pinned (alerts_to_look_up,
+--    blocked_crm_methods, active_mapping_for_contact, cutover_performed within the noise) or a few
+--    microseconds off the hot path (_workflow_first_attempt, _command_first_attempt: 2 µs a retry;
+--    _is_write_command: 2 µs), and are pinned. _retention_cutoff() is pinned and its callers read it
+--    once per statement (a scalar subquery) instead of once per row.
+--    The drop function lines that only served earlier migrations' signature changes are gone from
+--    sql/ (they stay in the committed migrations that needed them).
+set local lock_timeout = '10s';
+-- The definitions below are parsed with the path the functions run with (1.).
+set local search_path = pg_catalog, pg_temp;
+
+-- #include sql/common.sql
+-- #include sql/retry.sql
+-- #include sql/tracing.sql
+-- #include sql/state_machines.sql
+-- #include sql/row_guards.sql
+-- #include sql/settings.sql
+-- #include sql/limiter.sql
+-- #include sql/mapping.sql
+-- #include sql/cutover.sql
+-- #include sql/queue.sql
+-- #include sql/enqueue.sql
+-- #include sql/workflows.sql
+-- #include sql/commands.sql
+-- #include sql/webhooks.sql
+-- #include sql/receiver.sql
+-- #include sql/alerts.sql
+-- #include sql/alert_mirror.sql
+-- #include sql/snapshots.sql
+-- #include sql/reconciliation.sql
+-- #include sql/rebind.sql
+-- #include sql/admin_common.sql
+-- #include sql/parked.sql
+-- #include sql/rebind_admin.sql
+-- #include sql/dead_letters.sql
+-- #include sql/retention.sql
+-- #include sql/metrics.sql
+-- #include sql/status.sql
+-- #include sql/privileges.sql
+-- #include sql/grants.sql
