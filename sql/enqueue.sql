@@ -22,8 +22,16 @@ declare
   v_reason text;
   v_subject text := case tg_table_name when 'user_identity' then 'identity' else 'profile' end;
 begin
-  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo.
-  if current_setting('han.sync_suppress', true) = 'true' then
+  -- bitrix-sync writes CRM-master fields with han.sync_suppress = 'true' for its transaction: no
+  -- echo. Any session can set the setting, so it is honoured only for the service's own sessions:
+  -- the role the session acts as (SET ROLE, else its login) is bitrix_sync_user or a member of it
+  -- (a superuser is a member of every role). An App session that sets it, for its transaction or
+  -- left on a pooled connection, records its intents as ever. current_user would not do: this
+  -- function is security definer.
+  if current_setting('han.sync_suppress', true) = 'true'
+     and pg_has_role(case current_setting('role') when 'none' then session_user
+                                                  else current_setting('role')::name end,
+                     'bitrix_sync_user', 'MEMBER') then
     return null;
   end if;
 
@@ -74,7 +82,7 @@ begin
   return null;
 end $$;
 comment on function han_app.enqueue_contact_sync() is
-  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
+  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true'' in a session acting as bitrix_sync_user or a member of it (SET ROLE, else the login role; superusers included); the App''s sessions cannot skip. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
 
 -- The triggers: the WHEN clauses keep every write that records nothing out of PL/pgSQL.
 drop trigger if exists _500_enqueue_contact_sync_insert on han_app.user_identity;

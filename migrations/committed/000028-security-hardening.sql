@@ -1,5 +1,5 @@
 --! Previous: sha1:3b671ef44515fcb992a3f4de65f3da5657dee106
---! Hash: sha1:bc01ee133a77280ac6a01506563152b0668e5c4b
+--! Hash: sha1:05a12a28a824bb379c1a18b5b117f0bab23da280
 --! Message: security-hardening
 
 -- Security hardening (docs/security.md, "Functions run with a pinned search_path").
@@ -28,9 +28,25 @@
 --    once per statement (a scalar subquery) instead of once per row.
 --    The drop function lines that only served earlier migrations' signature changes are gone from
 --    sql/ (they stay in the committed migrations that needed them).
+--
+-- 2. han.sync_suppress. Any session can set it, so han_app.enqueue_contact_sync() honours it only
+--    when the session acts as bitrix_sync_user or a member of it (the SET ROLE role, else the login
+--    role; superusers are members of every role). An App session that sets it, or leaves it on a
+--    pooled connection, records its intents as ever (docs/workflows.md, deviations).
+--
+-- 4. Security definer functions that trusted what the caller handed them. The one found:
+--    _close_rebind_request(workflow_instances), executable by bitrix_sync_user, closed a rebind
+--    request from a row the caller could build (any state, any failure_code text). It now takes the
+--    workflow's id, re-reads the row under its lock, refuses a workflow that has not finished (BS002)
+--    or is no rebind (BS005), runs as the owner through its only caller, the trigger function
+--    tg_workflow_instances__close_rebind_request() (now security definer), and is granted to nobody.
+--    Every other security definer function takes ids, lease tokens and validated values only.
 set local lock_timeout = '10s';
 -- The definitions below are parsed with the path the functions run with (1.).
 set local search_path = pg_catalog, pg_temp;
+
+-- 4. _close_rebind_request takes the workflow's id instead of a row (sql/rebind.sql).
+drop function if exists bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances);
 
 -- >>> sql/common.sql (included)
 -- Shared helper of schema bitrix_sync: updated_at maintenance.
@@ -1455,8 +1471,16 @@ declare
   v_reason text;
   v_subject text := case tg_table_name when 'user_identity' then 'identity' else 'profile' end;
 begin
-  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo.
-  if current_setting('han.sync_suppress', true) = 'true' then
+  -- bitrix-sync writes CRM-master fields with han.sync_suppress = 'true' for its transaction: no
+  -- echo. Any session can set the setting, so it is honoured only for the service's own sessions:
+  -- the role the session acts as (SET ROLE, else its login) is bitrix_sync_user or a member of it
+  -- (a superuser is a member of every role). An App session that sets it, for its transaction or
+  -- left on a pooled connection, records its intents as ever. current_user would not do: this
+  -- function is security definer.
+  if current_setting('han.sync_suppress', true) = 'true'
+     and pg_has_role(case current_setting('role') when 'none' then session_user
+                                                  else current_setting('role')::name end,
+                     'bitrix_sync_user', 'MEMBER') then
     return null;
   end if;
 
@@ -1507,7 +1531,7 @@ begin
   return null;
 end $$;
 comment on function han_app.enqueue_contact_sync() is
-  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
+  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true'' in a session acting as bitrix_sync_user or a member of it (SET ROLE, else the login role; superusers included); the App''s sessions cannot skip. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
 
 -- The triggers: the WHEN clauses keep every write that records nothing out of PL/pgSQL.
 drop trigger if exists _500_enqueue_contact_sync_insert on han_app.user_identity;
@@ -3660,38 +3684,52 @@ $$;
 comment on function bitrix_sync._rebind_crm_outcome(uuid) is
   'Internal: what a contact.rebind workflow that did not complete left in the CRM, from its commands: crm_unchanged (no write sent), target_write_unconfirmed (sent, never confirmed), target_written (the target carries the user, the previous Contact was not cleared), target_written_clear_unconfirmed, target_written_previous_cleared (both written, the link did not move).';
 
-create or replace function bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances)
+-- Closing a request is the trigger's job, from the row the UPDATE left: the function takes the
+-- workflow's id, never a row (a caller could build one claiming any state and code), reads the
+-- workflow itself under its lock and refuses one that has not finished. Nobody is granted it: the
+-- trigger function, security definer, runs it as the owner.
+create or replace function bitrix_sync._close_rebind_request(p_workflow_id uuid)
 returns bitrix_sync.rebind_requests
--- Security definer: the runtime role's workflow transitions fire it, and that role only reads
--- rebind requests (docs/security.md).
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
+  v_wf bitrix_sync.workflow_instances;
   v_row bitrix_sync.rebind_requests;
 begin
+  select * into v_wf from bitrix_sync.workflow_instances w where w.id = p_workflow_id for update;
+  if not found or v_wf.workflow_type <> 'contact.rebind' then
+    raise exception 'workflow % is not a contact.rebind workflow', p_workflow_id
+      using errcode = 'BS005', hint = 'Only a rebind''s workflow has a request to close.';
+  end if;
+  if v_wf.state not in ('succeeded', 'failed', 'cancelled') then
+    raise exception 'workflow % is %, not finished: its rebind request stays open', p_workflow_id, v_wf.state
+      using errcode = 'BS002', hint = 'A request closes when its workflow reaches succeeded, failed or cancelled.';
+  end if;
   -- A cancelled workflow cancels its request; any other end without complete_rebind fails it with
   -- the workflow's code (a refusal, a CRM error, the retry horizon of a command or of a step).
   update bitrix_sync.rebind_requests r
-     set status = case when p_wf.state = 'cancelled' then 'cancelled' else 'failed' end,
-         failure_code = case p_wf.state when 'cancelled' then null
-                                        when 'failed' then coalesce(p_wf.last_error_code, 'rebind_not_completed')
+     set status = case when v_wf.state = 'cancelled' then 'cancelled' else 'failed' end,
+         failure_code = case v_wf.state when 'cancelled' then null
+                                        when 'failed' then coalesce(v_wf.last_error_code, 'rebind_not_completed')
                                         else 'rebind_not_completed' end,
-         outcome = bitrix_sync._rebind_crm_outcome(p_wf.id),
+         outcome = bitrix_sync._rebind_crm_outcome(v_wf.id),
          completed_at = now()
-   where r.workflow_id = p_wf.id and r.status in ('requested', 'in_progress')
+   where r.workflow_id = v_wf.id and r.status in ('requested', 'in_progress')
   returning * into v_row;
   return v_row;
 end $$;
-comment on function bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances) is
-  'Internal: the still open request of a finished contact.rebind workflow becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. Returns null when the request was already finished.';
+comment on function bitrix_sync._close_rebind_request(uuid) is
+  'Internal (the trigger _300_close_rebind_request): the still open request of a finished contact.rebind workflow, read by id under the row''s lock, becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. BS005 for another kind of workflow, BS002 for one not finished. Returns null when the request was already finished. Granted to nobody.';
 
 create or replace function bitrix_sync.tg_workflow_instances__close_rebind_request() returns trigger
-language plpgsql set search_path = pg_catalog, pg_temp as $$
+-- Security definer: the runtime role's transitions fire it, and that role neither writes rebind
+-- requests nor executes _close_rebind_request (docs/security.md).
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
-  perform bitrix_sync._close_rebind_request(new);
+  perform bitrix_sync._close_rebind_request(new.id);
   return null;
 end $$;
 comment on function bitrix_sync.tg_workflow_instances__close_rebind_request() is
-  'AFTER UPDATE OF state trigger: a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
+  'AFTER UPDATE OF state trigger (security definer): a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
 
 drop trigger if exists _300_close_rebind_request on bitrix_sync.workflow_instances;
 create trigger _300_close_rebind_request after update of state on bitrix_sync.workflow_instances
@@ -5044,8 +5082,6 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.record_alert_item(bigint,bigint,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
   ('function', 'bitrix_sync.complete_rebind(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Rebind workflow (security definer, fenced by the workflow lease).'),
-  ('function', 'bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
-   'Security definer, called by the trigger that closes the request of a finished contact.rebind workflow (the runtime''s transitions fire it).'),
   ('function', 'bitrix_sync.start_rebind_request(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Rebind workflow (security definer, fenced by the workflow lease).'),
   ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).'),
@@ -5089,7 +5125,10 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync._retention_cutoff(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
   ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync._rebind_crm_outcome(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of _close_rebind_request and cancel_rebind_request.'),
-  ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync._close_rebind_request(uuid)', array[]::text[], array[]::text[], array[]::text[],
+   'Internal helper of the trigger that closes the request of a finished contact.rebind workflow (the trigger function is security definer); takes the workflow id, never a row.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[],
+   'Trigger function (security definer): closes the request of a finished contact.rebind workflow, whoever moves it.'),
   ('function', 'bitrix_sync.tg_workflow_instances__start_held_intent()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync._normalise_settings(jsonb)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the settings functions.'),
   ('function', 'bitrix_sync._rebind_request_of(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the rebind workflow functions.'),

@@ -24,9 +24,25 @@
 --    once per statement (a scalar subquery) instead of once per row.
 --    The drop function lines that only served earlier migrations' signature changes are gone from
 --    sql/ (they stay in the committed migrations that needed them).
+--
+-- 2. han.sync_suppress. Any session can set it, so han_app.enqueue_contact_sync() honours it only
+--    when the session acts as bitrix_sync_user or a member of it (the SET ROLE role, else the login
+--    role; superusers are members of every role). An App session that sets it, or leaves it on a
+--    pooled connection, records its intents as ever (docs/workflows.md, deviations).
+--
+-- 4. Security definer functions that trusted what the caller handed them. The one found:
+--    _close_rebind_request(workflow_instances), executable by bitrix_sync_user, closed a rebind
+--    request from a row the caller could build (any state, any failure_code text). It now takes the
+--    workflow's id, re-reads the row under its lock, refuses a workflow that has not finished (BS002)
+--    or is no rebind (BS005), runs as the owner through its only caller, the trigger function
+--    tg_workflow_instances__close_rebind_request() (now security definer), and is granted to nobody.
+--    Every other security definer function takes ids, lease tokens and validated values only.
 set local lock_timeout = '10s';
 -- The definitions below are parsed with the path the functions run with (1.).
 set local search_path = pg_catalog, pg_temp;
+
+-- 4. _close_rebind_request takes the workflow's id instead of a row (sql/rebind.sql).
+drop function if exists bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances);
 
 -- #include sql/common.sql
 -- #include sql/retry.sql

@@ -1,8 +1,11 @@
 // han_app.enqueue_contact_sync() (§6.2): every decision of the trigger, against real PostgreSQL.
+import { randomUUID } from "node:crypto";
 import test from "ava";
 import pg from "pg";
 import { inTransaction } from "../../src/db/tx.js";
 import { makeUser, queueRows } from "../helpers/factories.js";
+import { asRole } from "../helpers/roles.js";
+import { one } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -193,6 +196,66 @@ test("SET LOCAL han.sync_suppress = 'true' records nothing, and does not leak in
   } finally {
     await pool.end();
   }
+});
+
+test("an App session that sets han.sync_suppress still records its intents, also on a pooled connection after it", async (t) => {
+  // One connection, reused like a pooled one, as the App's role.
+  const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  try {
+    const signup = (c: pg.PoolClient, id: string) =>
+      c.query(
+        `with u as (insert into han_app.user_identity (id, phone_number, record_status) values ($1, '+79990007788', 'active') returning id)
+         insert into han_app.client_profile (user_id, full_name, record_status) select id, 'Suppressed Maybe', 'active' from u`,
+        [id],
+      );
+    const first = randomUUID();
+    await asRole(pool, "han_app_user", async (c) => {
+      await c.query("set local han.sync_suppress = 'true'");
+      await signup(c, first);
+      await c.query("update han_app.user_identity set phone_number = '+79990007799' where id = $1", [first]);
+    });
+    t.deepEqual(
+      (await queueRows(db.pool, first)).map((r) => r.task_type),
+      ["contact.map_or_create", "contact.update"],
+      "the App's own transaction",
+    );
+    // A session-wide setting left on the connection by an earlier App session.
+    const c = await pool.connect();
+    await c.query("set han.sync_suppress = 'true'");
+    c.release();
+    const next = randomUUID();
+    await asRole(pool, "han_app_user", (cl) => signup(cl, next));
+    t.deepEqual(
+      (await queueRows(db.pool, next)).map((r) => r.task_type),
+      ["contact.map_or_create"],
+      "a later App session",
+    );
+  } finally {
+    await pool.end();
+  }
+});
+
+test("the service's own profile write records no intent (no echo)", async (t) => {
+  const u = await makeUser(db.pool);
+  const before = await queueRows(db.pool, u.id);
+  await asRole(db.pool, "bitrix_sync_user", (c) =>
+    c.query(
+      `select * from bitrix_sync.apply_crm_master_fields($1, '4242', 'From The CRM', 'Narnia', 'crm@example.org', 'n',
+                                                          'e', null, null, true, now(), now(), 'webhook')`,
+      [u.id],
+    ),
+  );
+  t.is(
+    (
+      await one<{ full_name: string }>(
+        db.pool,
+        "select full_name from han_app.client_profile where user_id = $1",
+        [u.id],
+      )
+    ).full_name,
+    "From The CRM",
+  );
+  t.deepEqual(await queueRows(db.pool, u.id), before);
 });
 
 /** A LISTEN connection on bitrix_sync_queue that records what arrives. */
