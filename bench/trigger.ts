@@ -207,9 +207,13 @@ function backendCpuMs(pid: number): number | null {
  * The CPU side, which the machine's load hardly moves: one backend changes CPU_WRITES distinct users'
  * phones in one transaction (the App's UPDATE, as pgbench sends it), with the triggers and without,
  * and a second backend folds what the triggers recorded. Microseconds of backend CPU per write and
- * per folded intent, medians of three passes; null when the server's /proc is not readable here.
+ * per folded intent, medians of three passes; then the same per App transaction (10 000 transactions
+ * of one write each, five passes), where what a trigger pays once per transaction shows. Null when the server's
+ * /proc is not readable here.
  */
-async function cpuCosts(url: string): Promise<{ app: number; trigger: number; fold: number } | null> {
+async function cpuCosts(
+  url: string,
+): Promise<{ app: number; trigger: number; fold: number; txApp: number; txTrigger: number } | null> {
   const N = 5000;
   const c = new pg.Client({ connectionString: url });
   const f = new pg.Client({ connectionString: url });
@@ -245,8 +249,38 @@ async function cpuCosts(url: string): Promise<{ app: number; trigger: number; fo
         }
       }
     }
+    // Per transaction: what a trigger pays once per App transaction (taking the intake watch's
+    // lock, for one) hides in the figure above, where 5 000 writes share one transaction. One DO
+    // block commits after each write (no round trips to count), five passes.
+    const txApp: number[] = [];
+    const txWith: number[] = [];
+    const T = 10_000;
+    await c.query("set synchronous_commit = off"); // CPU is measured; waiting for the disk is not
+    for (let pass = 0; pass < 5; pass++) {
+      for (const on of pass % 2 === 0 ? [false, true] : [true, false]) {
+        await setTriggers(c, on);
+        const base = 300_000_000 + (pass * 2 + (on ? 1 : 0)) * T;
+        const t0 = backendCpuMs(pid) as number;
+        await c.query(`do $tx$ begin
+          for i in 1 .. ${T} loop
+            update han_app.user_identity set phone_number = '+79' || lpad((${base} + i)::text, 9, '0'), updated_at = now()
+             where id = md5((1 + (${pass * T} + i) % ${USERS})::text)::uuid;
+            commit;
+          end loop;
+        end $tx$`);
+        (on ? txWith : txApp).push((((backendCpuMs(pid) as number) - t0) * 1000) / T);
+        if (on) await f.query("select bitrix_sync.fold_intent_journal(100000, true)");
+      }
+    }
+    await c.query("reset synchronous_commit");
     await setTriggers(c, true);
-    return { app: median(app), trigger: median(withTrigger) - median(app), fold: median(fold) };
+    return {
+      app: median(app),
+      trigger: median(withTrigger) - median(app),
+      fold: median(fold),
+      txApp: median(txApp),
+      txTrigger: median(txWith) - median(txApp),
+    };
   } finally {
     await c.end();
     await f.end();
@@ -313,6 +347,11 @@ async function main(): Promise<number> {
         `  CPU per App write (one backend, 5 000 phone changes in one transaction, median of 3): ` +
           `the App's UPDATE ${cpu.app.toFixed(0)} µs; the trigger adds ${cpu.trigger.toFixed(0)} µs; ` +
           `the fold takes ${cpu.fold.toFixed(0)} µs per intent in the service's backend`,
+      );
+    if (cpu)
+      console.log(
+        `  CPU per App transaction (one backend, 10 000 transactions of one phone change each, median of 5): ` +
+          `the App's transaction ${cpu.txApp.toFixed(0)} µs; the trigger adds ${cpu.txTrigger.toFixed(0)} µs`,
       );
     else console.log("  CPU per App write: not measured (the server's /proc is not readable from here)");
     // Warm-up (caches, plans), not counted.
