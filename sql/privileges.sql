@@ -86,6 +86,15 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'bitrix_sync.crm_rate_buckets', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
    'Token buckets.'),
 
+  -- locks no other role can take (sql/enqueue.sql): tables without rows, locked only by the owner's
+  -- security definer functions
+  ('table', 'bitrix_sync.lock_intake_fold', array[]::text[], array[]::text[], array[]::text[],
+   'One intake fold (and one cutover) at a time: fold_intent_journal and perform_cutover lock it.'),
+  ('table', 'bitrix_sync.lock_intake_watch', array[]::text[], array[]::text[], array[]::text[],
+   'The intake watch: a sleeping loop holds it (watch_intake), the App''s trigger marks its transactions on it.'),
+  ('table', 'bitrix_sync.lock_metrics_fold', array[]::text[], array[]::text[], array[]::text[],
+   'One metrics fold at a time (metrics_snapshot).'),
+
   -- metrics (sql/metrics.sql): written by security definer triggers, read by metrics_snapshot()
   ('table', 'bitrix_sync.metric_event_totals', array[]::text[], array[]::text[], array[]::text[],
    'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'),
@@ -176,8 +185,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).'),
   ('function', 'bitrix_sync.fold_intent_journal(integer,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'),
-  ('function', 'bitrix_sync.watch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop takes the intake watch before it sleeps (the App''s intents then NOTIFY).'),
-  ('function', 'bitrix_sync.unwatch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop releases the intake watch when it wakes.'),
+  ('function', 'bitrix_sync.watch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop takes the intake watch before it sleeps, in a transaction it ends when it wakes (the App''s intents NOTIFY meanwhile); security definer: the lock is on a table only the owner may lock.'),
   ('function', 'bitrix_sync.complete_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),

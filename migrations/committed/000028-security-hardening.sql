@@ -1,5 +1,5 @@
 --! Previous: sha1:3b671ef44515fcb992a3f4de65f3da5657dee106
---! Hash: sha1:05a12a28a824bb379c1a18b5b117f0bab23da280
+--! Hash: sha1:dba65d6eedc76e0b86475e2be4f6c6c56a836c7d
 --! Message: security-hardening
 
 -- Security hardening (docs/security.md, "Functions run with a pinned search_path").
@@ -34,6 +34,35 @@
 --    role; superusers are members of every role). An App session that sets it, or leaves it on a
 --    pooled connection, records its intents as ever (docs/workflows.md, deviations).
 --
+-- 3. Locks no other role can take. The intake's fold (and so every claim, which waits for it) and
+--    the intake watch (which decides whether an App commit NOTIFYs) waited on advisory locks
+--    727014/1..3, the cutover, the metrics fold and the webhook claim on advisory keys too: any role
+--    that can connect may take advisory locks, so it could stall App->CRM intake or make every App
+--    commit NOTIFY (serialising the App's commits). Now they are table locks on three tables without
+--    rows or columns that only the owner may lock (LOCK TABLE needs rights on the table; nobody is
+--    granted any), taken by security definer functions: the fold and the cutover SHARE UPDATE
+--    EXCLUSIVE on lock_intake_fold, the metrics fold on lock_metrics_fold, the App's trigger ROW
+--    EXCLUSIVE NOWAIT on lock_intake_watch (it NOTIFYs when that fails), and a sleeping loop SHARE
+--    on it (SHARE UPDATE EXCLUSIVE: one sleeper), asked for without queueing, every 5 ms for up to
+--    1 s. What a role without rights can still get on any table by its oid is ACCESS SHARE, ROW
+--    EXCLUSIVE (kept to the end of its transaction: a failing nextval() on the table) and a wait for
+--    SHARE UPDATE EXCLUSIVE (brin_summarize_range()); none of them blocks the fold, the App or the
+--    metrics fold, and none makes an App commit NOTIFY. ROW EXCLUSIVE does keep a loop from
+--    watching: it then polls, its fallback. The webhook claim takes the entities of a batch in
+--    (receiver, entity ID) order instead of an advisory lock per entity: a claimer that meets
+--    another's uncommitted claim of an entity waits for it and skips the entity, with no cycle.
+--    Weighed and not taken: a row lock for the watch (FOR KEY SHARE by each App transaction, FOR
+--    UPDATE by the loop) would be out of every other role's reach too, but it writes the row and
+--    creates a multixact for every App transaction that overlaps another, on the App's write path,
+--    and the loop would hold a transaction ID while it sleeps. The table locks write nothing, take
+--    no transaction ID and keep no snapshot; the watching transaction, open while the loop sleeps
+--    (at most worker.poll_interval_ms), lives on a connection of its own (a LISTEN connection gets
+--    no notification inside a transaction) with idle_in_transaction_session_timeout 30 s. bench:trigger
+--    before -> after: see docs/performance.md ("Intent writes, the watch without advisory locks").
+--    During a rolling deployment a loop of the previous release takes the watch outside a
+--    transaction, so it holds nothing: its App's intents NOTIFY nothing and it finds them at its
+--    fallback poll, until it is replaced; unwatch_intake() is gone (its caller ignores the error).
+--
 -- 4. Security definer functions that trusted what the caller handed them. The one found:
 --    _close_rebind_request(workflow_instances), executable by bitrix_sync_user, closed a rebind
 --    request from a row the caller could build (any state, any failure_code text). It now takes the
@@ -44,6 +73,21 @@
 set local lock_timeout = '10s';
 -- The definitions below are parsed with the path the functions run with (1.).
 set local search_path = pg_catalog, pg_temp;
+
+-- 3. The tables whose locks replace the advisory locks (sql/enqueue.sql, sql/cutover.sql,
+--    sql/metrics.sql). No rows and no columns: only the lock on each table is used, taken by the
+--    owner's security definer functions; nobody is granted anything on them.
+create table if not exists bitrix_sync.lock_intake_watch ();
+comment on table bitrix_sync.lock_intake_watch is
+  'The intake watch, a lock only: a sleeping sync loop holds SHARE on it (watch_intake(), in a transaction it ends when it wakes); han_app.enqueue_contact_sync() tries ROW EXCLUSIVE NOWAIT for each App transaction that records an intent and NOTIFYs when that fails. No rows; no role but the owner may lock it.';
+create table if not exists bitrix_sync.lock_intake_fold ();
+comment on table bitrix_sync.lock_intake_fold is
+  'One intake fold at a time, a lock only: fold_intent_journal() and perform_cutover() take SHARE UPDATE EXCLUSIVE on it. No rows; no role but the owner may lock it.';
+create table if not exists bitrix_sync.lock_metrics_fold ();
+comment on table bitrix_sync.lock_metrics_fold is
+  'One metrics fold at a time, a lock only: metrics_snapshot() tries SHARE UPDATE EXCLUSIVE NOWAIT on it. No rows; no role but the owner may lock it.';
+-- The watch is released by ending the watching transaction now.
+drop function if exists bitrix_sync.unwatch_intake();
 
 -- 4. _close_rebind_request takes the workflow's id instead of a row (sql/rebind.sql).
 drop function if exists bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances);
@@ -1196,8 +1240,9 @@ begin
   if p_actor is null or length(btrim(p_actor)) = 0 then
     raise exception 'cutover needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
   end if;
-  -- Serialize concurrent callers; the first one wins, the others see its result.
-  perform pg_advisory_xact_lock(hashtext('bitrix_sync.perform_cutover'));
+  -- Serialize concurrent callers; the first one wins, the others see its result. The fold's lock
+  -- (its fold below takes it anyway), which no other role can take (sql/enqueue.sql).
+  lock table bitrix_sync.lock_intake_fold in share update exclusive mode;
   select * into v_row from bitrix_sync.cutover;
   if found then
     return query select v_row.cutover_watermark, v_row.cancelled_count, true;
@@ -1462,6 +1507,21 @@ comment on function bitrix_sync.cancel_sync_task(uuid, uuid, text) is
 --   intake watch, bitrix_sync.watch_intake()). PostgreSQL serialises the commits of notifying
 --   transactions, so a NOTIFY per App transaction would queue the App's commits one behind the other
 --   while the loop is busy anyway; see watch_intake() for why no intent is missed.
+--
+-- Locks no other role can take (migration 000028; docs/security.md). The watch and the fold are
+-- table locks on two tables without rows or columns, bitrix_sync.lock_intake_watch and
+-- bitrix_sync.lock_intake_fold, taken only by the security definer functions below: LOCK TABLE needs
+-- rights on the table, which only the owner has, and the schema is out of reach of the App and of
+-- any other role. They were advisory locks (727014/1..3), which every role that can connect may
+-- take. What another role can still get on any table, by its oid and without rights, is ACCESS
+-- SHARE (pg_relation_size) and ROW EXCLUSIVE, kept to the end of its transaction (a failing
+-- nextval() on the table), and it can wait for SHARE UPDATE EXCLUSIVE (brin_summarize_range() on a
+-- table fails only once it has the lock). So the fold and a loop's claim to the watch use SHARE
+-- UPDATE EXCLUSIVE (compatible with both, conflicting with itself), the App's mark is ROW EXCLUSIVE
+-- (compatible with both), and the watch SHARE, which a role holding ROW EXCLUSIVE on the watch table
+-- does block: the loop then gives up watching and polls (worker.poll_interval_ms) and no App commit
+-- NOTIFYs, since the loop tries without queueing (NOWAIT) and so never makes the App's NOWAIT fail.
+-- Nothing here writes a row, takes a transaction ID or holds a snapshot.
 
 create or replace function han_app.enqueue_contact_sync() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -1522,12 +1582,15 @@ begin
   values (v_task, v_user_id, v_reason, new.updated_at);
 
   -- Wake-up only; workers also poll (§8). The payload names no user. A sync loop asleep on the
-  -- queue holds the intake watch exclusively, so the shared try fails exactly then. Otherwise this
-  -- transaction now holds the watch shared until it ends, and a loop about to fall asleep waits for
-  -- it, then looks at the queue once more (bitrix_sync.watch_intake()).
-  if not pg_try_advisory_xact_lock_shared(727014, 1) then
+  -- queue holds the intake watch (SHARE on bitrix_sync.lock_intake_watch), so this try fails exactly
+  -- then. Otherwise this transaction now holds ROW EXCLUSIVE on it until it ends, and a loop about to
+  -- fall asleep waits for it, then looks at the queue once more (bitrix_sync.watch_intake()). A
+  -- second intent of the same transaction finds the lock held already.
+  begin
+    lock table bitrix_sync.lock_intake_watch in row exclusive mode nowait;
+  exception when lock_not_available then
     perform pg_notify('bitrix_sync_queue', v_task);
-  end if;
+  end;
   return null;
 end $$;
 comment on function han_app.enqueue_contact_sync() is
@@ -1570,8 +1633,9 @@ create trigger _500_enqueue_contact_sync_update
 comment on trigger _500_enqueue_contact_sync_update on han_app.client_profile is
   'Records contact.deactivate / contact.map_or_create when the profile leaves or returns to active (§6.2).';
 
--- The journal's fold (advisory lock 727014/3: one folder at a time, so a later fold always carries
--- later intents than an earlier one, and two folders never lock the same queue rows in turn).
+-- The journal's fold (SHARE UPDATE EXCLUSIVE on bitrix_sync.lock_intake_fold: one folder at a time,
+-- so a later fold always carries later intents than an earlier one, and two folders never lock the
+-- same queue rows in turn).
 create or replace function bitrix_sync.fold_intent_journal(p_limit integer default 10000, p_wait boolean default false)
 returns integer
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -1583,10 +1647,14 @@ begin
       using errcode = 'BS004', hint = 'Call fold_intent_journal() without arguments, or with a limit in that range.';
   end if;
   if p_wait then
-    perform pg_advisory_xact_lock(727014, 3);
-  elsif not pg_try_advisory_xact_lock(727014, 3) then
-    -- Another transaction is folding right now; its rows become visible when it commits.
-    return 0;
+    lock table bitrix_sync.lock_intake_fold in share update exclusive mode;
+  else
+    begin
+      lock table bitrix_sync.lock_intake_fold in share update exclusive mode nowait;
+    exception when lock_not_available then
+      -- Another transaction is folding right now; its rows become visible when it commits.
+      return 0;
+    end;
   end if;
 
   with taken as (
@@ -1634,38 +1702,38 @@ begin
   return v_taken;
 end $$;
 comment on function bitrix_sync.fold_intent_journal(integer, boolean) is
-  'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (advisory lock 727014/3): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
+  'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (SHARE UPDATE EXCLUSIVE on bitrix_sync.lock_intake_fold, which no other role can take): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
 
--- The intake watch (advisory lock 727014/1) and who takes it (727014/2): see watch_intake().
+-- The intake watch: SHARE on bitrix_sync.lock_intake_watch, held by a sleeping loop's transaction.
 create or replace function bitrix_sync.watch_intake() returns boolean
-language plpgsql set lock_timeout = '1s' set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
-  -- One sleeper per database is enough: NOTIFY wakes every listener.
-  if not pg_try_advisory_lock(727014, 2) then
-    return false;
-  end if;
   begin
-    -- Exclusive: waits for the App transactions that recorded an intent without a NOTIFY (they hold
-    -- the watch shared) to end, so the caller's next look at the queue sees their intents. From
-    -- here until unwatch_intake(), every intent NOTIFYs.
-    perform pg_advisory_lock(727014, 1);
+    -- One sleeper per database is enough: NOTIFY wakes every listener. SHARE UPDATE EXCLUSIVE
+    -- conflicts with another loop's and not with the App's ROW EXCLUSIVE.
+    lock table bitrix_sync.lock_intake_watch in share update exclusive mode nowait;
+    -- SHARE waits for the App transactions that recorded an intent without a NOTIFY (they hold ROW
+    -- EXCLUSIVE) to end, so the caller's next look at the queue sees their intents. From here until
+    -- the caller's transaction ends, every intent NOTIFYs. Tried without queueing, every 5 ms for
+    -- up to 1 s: a request waiting in the lock's queue would make the App's NOWAIT fail, so a role
+    -- holding ROW EXCLUSIVE on the table could make App commits NOTIFY for as long as it waits.
+    for i in 1 .. 200 loop
+      begin
+        lock table bitrix_sync.lock_intake_watch in share mode nowait;
+        return true;
+      exception when lock_not_available then
+        perform pg_sleep(0.005);
+      end;
+    end loop;
+    -- A long App transaction: give up watching this time; the fallback poll covers it. Raised to
+    -- the block around, which gives the sleeper's lock back too.
+    raise exception using errcode = 'lock_not_available';
   exception when lock_not_available then
-    -- A long App transaction: give up watching this time; the fallback poll covers it.
-    perform pg_advisory_unlock(727014, 2);
     return false;
   end;
-  return true;
 end $$;
 comment on function bitrix_sync.watch_intake() is
-  'Called by a sync loop (on its LISTEN connection) whose intake found nothing, before it sleeps: takes the intake watch (session advisory lock 727014/1, exclusive) after the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs. The caller must look at the queue once more before sleeping, and call unwatch_intake() when it wakes. Returns false (nothing held) when another loop watches or an App transaction holds the watch for over 1 s; the fallback poll covers that.';
-
-create or replace function bitrix_sync.unwatch_intake() returns void
-language sql set search_path = pg_catalog, pg_temp as $$
-  select pg_advisory_unlock(727014, 1) and pg_advisory_unlock(727014, 2);
-  select null::void;
-$$;
-comment on function bitrix_sync.unwatch_intake() is
-  'A sync loop''s intake is awake again: releases the intake watch taken by watch_intake(), and the App''s intents stop NOTIFYing.';
+  'Called by a sync loop whose intake found nothing, before it sleeps, inside a transaction of its own on a connection of its own (a LISTEN connection gets no notification inside a transaction): takes the intake watch (SHARE on bitrix_sync.lock_intake_watch) once the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs, until the caller ends its transaction when it wakes. The caller must look at the queue once more before sleeping. Returns false (nothing held) when another loop watches or the watch stays taken for over 1 s (a long App transaction); the fallback poll covers that. Takes no transaction ID and keeps no snapshot.';
 -- <<< sql/enqueue.sql
 -- >>> sql/workflows.sql (included)
 -- Workflows (§7.1): one active workflow per user; persisted transitions by event name, fenced by
@@ -2658,7 +2726,6 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_cand record;
   v_row bitrix_sync.webhook_inbox;
-  v_claimed integer := 0;
 begin
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
     raise exception 'claim needs 1..1000 rows and a positive lease'
@@ -2668,23 +2735,30 @@ begin
   if not bitrix_sync.cutover_performed() then
     return;
   end if;
+  -- The oldest due events, locked (SKIP LOCKED: another claimer's are left to it); of each entity
+  -- among them the oldest event, the oldest p_limit entities first; taken in entity order. Two
+  -- claimers can pick events of one entity; the second then waits at the unique index for the
+  -- first to commit, and skips the entity. In entity order those waits never form a cycle (no
+  -- deadlock), with no per-entity lock. (An advisory lock per entity did that before migration
+  -- 000028; any role may take advisory locks, so one could hold back an entity's events for ever.)
   for v_cand in
-    select w.id, w.receiver, w.entity_id, w.status from bitrix_sync.webhook_inbox w
-     where (p_receiver is null or w.receiver = p_receiver)
-       and ((w.status in ('received', 'retry_wait') and w.next_attempt_at <= now())
-            or (w.status = 'processing' and w.locked_until < now()))
-     order by w.id
-     limit p_limit * 4
-     for update skip locked
+    with window_ as (
+      select w.id, w.receiver, w.entity_id, w.status from bitrix_sync.webhook_inbox w
+       where (p_receiver is null or w.receiver = p_receiver)
+         and ((w.status in ('received', 'retry_wait') and w.next_attempt_at <= now())
+              or (w.status = 'processing' and w.locked_until < now()))
+       order by w.id
+       limit p_limit * 4
+       for update skip locked
+    ), firsts as (
+      select distinct on (x.receiver, x.entity_id) x.id, x.receiver, x.entity_id, x.status
+        from window_ x order by x.receiver, x.entity_id, x.id
+    ), chosen as (
+      select f.id, f.receiver, f.entity_id, f.status from firsts f order by f.id limit p_limit
+    )
+    select c.id, c.receiver, c.entity_id, c.status from chosen c order by c.receiver, c.entity_id
   loop
-    exit when v_claimed >= p_limit;
-    -- Another claimer that has an event of this entity in flight holds this lock until it commits.
-    -- Skipping instead of waiting on its uncommitted index entry avoids a lock cycle between two
-    -- claimers that picked events of the same two entities in crossed order (a deadlock error).
-    continue when not pg_try_advisory_xact_lock(hashtext('bitrix_sync.webhook_inbox'),
-                                                hashtext(v_cand.receiver || ':' || v_cand.entity_id));
     begin
-      -- The status test skips candidates this loop has just coalesced into an earlier one.
       update bitrix_sync.webhook_inbox
          set status = 'processing', lease_token = gen_random_uuid(), locked_by = left(p_worker, 128),
              locked_until = now() + p_lease, attempt_count = attempt_count + 1, status_at = now()
@@ -2703,12 +2777,11 @@ begin
        and o.id in (select x.id from bitrix_sync.webhook_inbox x
                      where x.receiver = v_row.receiver and x.entity_id = v_row.entity_id and x.status = 'received'
                      for update skip locked);
-    v_claimed := v_claimed + 1;
     return next v_row;
   end loop;
 end $$;
 comment on function bitrix_sync.claim_webhooks(text, integer, interval, text) is
-  'Leases due inbox events, at most one per entity (enforced by a partial unique index), and coalesces the entity''s other received events into the claimed one. Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
+  'Leases due inbox events, at most one per entity (enforced by a partial unique index; the entities whose oldest due event is oldest first, among the 4 x p_limit oldest due events not locked by another claimer), and coalesces the entity''s other received events into the claimed one. Takes entities in (receiver, entity_id) order, so two claimers that picked one entity never deadlock (the second waits for the first and skips it). Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
 
 create or replace function bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text)
 returns bitrix_sync.webhook_inbox
@@ -4625,15 +4698,20 @@ declare
   v_refill double precision := (bitrix_sync._active_setting('limiter.refill_per_sec') #>> '{}')::double precision;
 begin
   -- Fold what the triggers appended since the last scrape. One scrape folds at a time; another
-  -- scrape meanwhile reads the totals plus the rows not folded yet, which gives the same sums.
-  if pg_try_advisory_xact_lock(hashtext('bitrix_sync.metric_events')) then
+  -- scrape meanwhile reads the totals plus the rows not folded yet, which gives the same sums. The
+  -- lock is SHARE UPDATE EXCLUSIVE on a table only the owner may lock (as the intake's fold,
+  -- sql/enqueue.sql): an advisory lock, which any role may take, let one stop every fold.
+  begin
+    lock table bitrix_sync.lock_metrics_fold in share update exclusive mode nowait;
     with moved as (
       delete from bitrix_sync.metric_events e returning e.machine, e.kind, e.from_state, e.to_state
     )
     insert into bitrix_sync.metric_event_totals as t (machine, kind, from_state, to_state, count)
     select m.machine, m.kind, m.from_state, m.to_state, count(*) from moved m group by 1, 2, 3, 4
     on conflict (machine, kind, from_state, to_state) do update set count = t.count + excluded.count;
-  end if;
+  exception when lock_not_available then
+    null; -- another scrape is folding
+  end;
 
   return query
   -- Live states only: each filter reaches the status view's scan (its grouping column), so no
@@ -4927,6 +5005,15 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'bitrix_sync.crm_rate_buckets', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
    'Token buckets.'),
 
+  -- locks no other role can take (sql/enqueue.sql): tables without rows, locked only by the owner's
+  -- security definer functions
+  ('table', 'bitrix_sync.lock_intake_fold', array[]::text[], array[]::text[], array[]::text[],
+   'One intake fold (and one cutover) at a time: fold_intent_journal and perform_cutover lock it.'),
+  ('table', 'bitrix_sync.lock_intake_watch', array[]::text[], array[]::text[], array[]::text[],
+   'The intake watch: a sleeping loop holds it (watch_intake), the App''s trigger marks its transactions on it.'),
+  ('table', 'bitrix_sync.lock_metrics_fold', array[]::text[], array[]::text[], array[]::text[],
+   'One metrics fold at a time (metrics_snapshot).'),
+
   -- metrics (sql/metrics.sql): written by security definer triggers, read by metrics_snapshot()
   ('table', 'bitrix_sync.metric_event_totals', array[]::text[], array[]::text[], array[]::text[],
    'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'),
@@ -5017,8 +5104,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).'),
   ('function', 'bitrix_sync.fold_intent_journal(integer,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'),
-  ('function', 'bitrix_sync.watch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop takes the intake watch before it sleeps (the App''s intents then NOTIFY).'),
-  ('function', 'bitrix_sync.unwatch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop releases the intake watch when it wakes.'),
+  ('function', 'bitrix_sync.watch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop takes the intake watch before it sleeps, in a transaction it ends when it wakes (the App''s intents NOTIFY meanwhile); security definer: the lock is on a table only the owner may lock.'),
   ('function', 'bitrix_sync.complete_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),

@@ -30,6 +30,35 @@
 --    role; superusers are members of every role). An App session that sets it, or leaves it on a
 --    pooled connection, records its intents as ever (docs/workflows.md, deviations).
 --
+-- 3. Locks no other role can take. The intake's fold (and so every claim, which waits for it) and
+--    the intake watch (which decides whether an App commit NOTIFYs) waited on advisory locks
+--    727014/1..3, the cutover, the metrics fold and the webhook claim on advisory keys too: any role
+--    that can connect may take advisory locks, so it could stall App->CRM intake or make every App
+--    commit NOTIFY (serialising the App's commits). Now they are table locks on three tables without
+--    rows or columns that only the owner may lock (LOCK TABLE needs rights on the table; nobody is
+--    granted any), taken by security definer functions: the fold and the cutover SHARE UPDATE
+--    EXCLUSIVE on lock_intake_fold, the metrics fold on lock_metrics_fold, the App's trigger ROW
+--    EXCLUSIVE NOWAIT on lock_intake_watch (it NOTIFYs when that fails), and a sleeping loop SHARE
+--    on it (SHARE UPDATE EXCLUSIVE: one sleeper), asked for without queueing, every 5 ms for up to
+--    1 s. What a role without rights can still get on any table by its oid is ACCESS SHARE, ROW
+--    EXCLUSIVE (kept to the end of its transaction: a failing nextval() on the table) and a wait for
+--    SHARE UPDATE EXCLUSIVE (brin_summarize_range()); none of them blocks the fold, the App or the
+--    metrics fold, and none makes an App commit NOTIFY. ROW EXCLUSIVE does keep a loop from
+--    watching: it then polls, its fallback. The webhook claim takes the entities of a batch in
+--    (receiver, entity ID) order instead of an advisory lock per entity: a claimer that meets
+--    another's uncommitted claim of an entity waits for it and skips the entity, with no cycle.
+--    Weighed and not taken: a row lock for the watch (FOR KEY SHARE by each App transaction, FOR
+--    UPDATE by the loop) would be out of every other role's reach too, but it writes the row and
+--    creates a multixact for every App transaction that overlaps another, on the App's write path,
+--    and the loop would hold a transaction ID while it sleeps. The table locks write nothing, take
+--    no transaction ID and keep no snapshot; the watching transaction, open while the loop sleeps
+--    (at most worker.poll_interval_ms), lives on a connection of its own (a LISTEN connection gets
+--    no notification inside a transaction) with idle_in_transaction_session_timeout 30 s. bench:trigger
+--    before -> after: see docs/performance.md ("Intent writes, the watch without advisory locks").
+--    During a rolling deployment a loop of the previous release takes the watch outside a
+--    transaction, so it holds nothing: its App's intents NOTIFY nothing and it finds them at its
+--    fallback poll, until it is replaced; unwatch_intake() is gone (its caller ignores the error).
+--
 -- 4. Security definer functions that trusted what the caller handed them. The one found:
 --    _close_rebind_request(workflow_instances), executable by bitrix_sync_user, closed a rebind
 --    request from a row the caller could build (any state, any failure_code text). It now takes the
@@ -40,6 +69,21 @@
 set local lock_timeout = '10s';
 -- The definitions below are parsed with the path the functions run with (1.).
 set local search_path = pg_catalog, pg_temp;
+
+-- 3. The tables whose locks replace the advisory locks (sql/enqueue.sql, sql/cutover.sql,
+--    sql/metrics.sql). No rows and no columns: only the lock on each table is used, taken by the
+--    owner's security definer functions; nobody is granted anything on them.
+create table if not exists bitrix_sync.lock_intake_watch ();
+comment on table bitrix_sync.lock_intake_watch is
+  'The intake watch, a lock only: a sleeping sync loop holds SHARE on it (watch_intake(), in a transaction it ends when it wakes); han_app.enqueue_contact_sync() tries ROW EXCLUSIVE NOWAIT for each App transaction that records an intent and NOTIFYs when that fails. No rows; no role but the owner may lock it.';
+create table if not exists bitrix_sync.lock_intake_fold ();
+comment on table bitrix_sync.lock_intake_fold is
+  'One intake fold at a time, a lock only: fold_intent_journal() and perform_cutover() take SHARE UPDATE EXCLUSIVE on it. No rows; no role but the owner may lock it.';
+create table if not exists bitrix_sync.lock_metrics_fold ();
+comment on table bitrix_sync.lock_metrics_fold is
+  'One metrics fold at a time, a lock only: metrics_snapshot() tries SHARE UPDATE EXCLUSIVE NOWAIT on it. No rows; no role but the owner may lock it.';
+-- The watch is released by ending the watching transaction now.
+drop function if exists bitrix_sync.unwatch_intake();
 
 -- 4. _close_rebind_request takes the workflow's id instead of a row (sql/rebind.sql).
 drop function if exists bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances);

@@ -283,21 +283,54 @@ async function marker(): Promise<string> {
   return m;
 }
 
+/** A sync loop's watch connection: `take()` opens a transaction and calls watch_intake() in it. */
+async function watcher(opts: { idleTimeout?: string } = {}) {
+  const c = new pg.Client({
+    connectionString: db.url,
+    ...(opts.idleTimeout ? { options: `-c idle_in_transaction_session_timeout=${opts.idleTimeout}` } : {}),
+  });
+  c.on("error", () => undefined);
+  await c.connect();
+  const pid = (await c.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p as number;
+  return {
+    c,
+    pid,
+    take: async () => {
+      await c.query("begin");
+      return (await c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w")).rows[0]?.w === true;
+    },
+    release: () => c.query("commit"),
+    end: () => c.end().catch(() => undefined),
+  };
+}
+
+/** The locks a backend holds on the intake watch's table. */
+async function watchLocks(pid: number): Promise<string[]> {
+  const { rows } = await db.pool.query<{ mode: string }>(
+    `select mode from pg_locks
+      where pid = $1 and locktype = 'relation' and relation = 'bitrix_sync.lock_intake_watch'::regclass and granted
+      order by mode`,
+    [pid],
+  );
+  return rows.map((r) => r.mode);
+}
+
 test.serial(
   "while a sync loop watches the intake, the trigger NOTIFYs bitrix_sync_queue without naming the user",
   async (t) => {
     const l = await listen();
+    const w = await watcher();
     try {
-      const { rows } = await l.c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w");
-      t.true(rows[0]?.w, "the watch is free");
+      t.true(await w.take(), "the watch is free");
       const u = await makeUser(db.pool);
       const m = await marker();
       await l.until(m);
       const before = l.got.slice(0, l.got.indexOf(m));
       t.deepEqual(before, ["contact.map_or_create"]);
       t.false(l.got.some((g) => g.includes(u.id)));
-      await l.c.query("select bitrix_sync.unwatch_intake()");
+      await w.release();
     } finally {
+      await w.end();
       await l.c.end();
     }
   },
@@ -332,54 +365,49 @@ test.serial(
     const u = await makeUser(db.pool);
     const app = await db.pool.connect();
     const l = await listen();
+    const w = await watcher();
     try {
       await app.query("begin");
       await app.query("update han_app.user_identity set phone_number = '+79990006677' where id = $1", [u.id]);
       // The loop's intake found nothing and goes to sleep: its watch waits for the App transaction.
-      const watch = l.c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w");
-      for (;;) {
-        const { rows } = await db.pool.query<{ n: number }>(
-          `select count(*)::int as n from pg_locks
-          where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014 and objid = 1 and not granted`,
-        );
-        if (rows[0]?.n === 1) break;
+      const watch = w.take();
+      // It has claimed the sleeper's place (one loop watches at a time) and tries for the watch.
+      while (!(await watchLocks(w.pid)).includes("ShareUpdateExclusiveLock"))
         await new Promise((r) => setTimeout(r, 10));
-      }
-      // Meanwhile a new intent does NOTIFY: the loop is about to sleep.
-      await makeUser(db.pool);
+      // Meanwhile a new intent: the watch is not held yet, so it sends no NOTIFY, and the loop waits
+      // for it too.
+      const meanwhile = await makeUser(db.pool, { fold: false });
       await app.query("commit");
-      t.true((await watch).rows[0]?.w);
-      // Once the watch is held, the intent of the waited-for transaction is visible to the look the
-      // loop takes before sleeping.
+      t.true(await watch);
+      t.deepEqual(await watchLocks(w.pid), ["ShareLock", "ShareUpdateExclusiveLock"]);
+      // Once the watch is held, the intents of the waited-for transactions are visible to the look
+      // the loop takes before sleeping.
       t.is(
         (await queueRows(db.pool, u.id)).filter(
           (r) => r.task_type === "contact.update" && r.status === "pending",
         ).length,
         1,
       );
+      t.is((await queueRows(db.pool, meanwhile.id)).length, 1);
+      // From now on every intent NOTIFYs.
+      await makeUser(db.pool);
       const m = await marker();
       await l.until(m);
-      t.deepEqual(
-        l.got.slice(0, l.got.indexOf(m)),
-        ["contact.map_or_create"],
-        "the new intent NOTIFYs while the loop waits",
-      );
+      t.deepEqual(l.got.slice(0, l.got.indexOf(m)), ["contact.map_or_create"]);
       // A second loop does not watch as well: one sleeper is woken for all.
-      const second = new pg.Client({ connectionString: db.url });
-      await second.connect();
+      const second = await watcher();
       try {
-        t.false((await second.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w")).rows[0]?.w);
+        t.false(await second.take());
+        t.deepEqual(await watchLocks(second.pid), [], "nothing held after giving up");
       } finally {
         await second.end();
       }
-      await l.c.query("select bitrix_sync.unwatch_intake()");
-      const { rows } = await db.pool.query<{ n: number }>(
-        "select count(*)::int as n from pg_locks where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014",
-      );
-      t.is(rows[0]?.n, 0, "unwatch releases the watch");
+      await w.release();
+      t.deepEqual(await watchLocks(w.pid), [], "ending the transaction releases the watch");
     } finally {
       await app.query("rollback").catch(() => undefined);
       app.release();
+      await w.end();
       await l.c.end();
     }
   },
@@ -390,20 +418,44 @@ test.serial(
   async (t) => {
     const u = await makeUser(db.pool);
     const app = await db.pool.connect();
-    const l = await listen();
+    const w = await watcher();
     try {
       await app.query("begin");
       await app.query("update han_app.user_identity set phone_number = '+79990007788' where id = $1", [u.id]);
-      t.false((await l.c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w")).rows[0]?.w);
-      const { rows } = await db.pool.query<{ n: number }>(
-        "select count(*)::int as n from pg_locks where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014 and pid = $1",
-        [(await l.c.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p],
-      );
-      t.is(rows[0]?.n, 0, "nothing held after giving up");
+      t.false(await w.take());
+      t.deepEqual(await watchLocks(w.pid), [], "nothing held after giving up");
       await app.query("commit");
     } finally {
       await app.query("rollback").catch(() => undefined);
       app.release();
+      await w.end();
+    }
+  },
+);
+
+test.serial(
+  "the watching transaction holds back no vacuum: no transaction ID, no snapshot; a stuck loop loses the watch at its idle timeout",
+  async (t) => {
+    const w = await watcher({ idleTimeout: "500ms" });
+    const l = await listen();
+    try {
+      t.true(await w.take());
+      const { rows } = await db.pool.query<{ state: string; xid: string | null; xmin: string | null }>(
+        "select state, backend_xid::text as xid, backend_xmin::text as xmin from pg_stat_activity where pid = $1",
+        [w.pid],
+      );
+      t.deepEqual(rows[0], { state: "idle in transaction", xid: null, xmin: null });
+      // The loop stops answering: the server ends the session, and the watch goes with it.
+      for (let i = 0; (await watchLocks(w.pid)).length > 0; i++) {
+        if (i > 300) t.fail("the watch was still held 3 s after the idle timeout");
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      await makeUser(db.pool);
+      const m = await marker();
+      await l.until(m);
+      t.deepEqual(l.got.slice(0, l.got.indexOf(m)), [], "no loop watches: no NOTIFY");
+    } finally {
+      await w.end();
       await l.c.end();
     }
   },
