@@ -287,6 +287,54 @@ async function cpuCosts(
   }
 }
 
+/**
+ * What the intake watch's try costs the App, alone (one backend, five passes, median): a PL/pgSQL
+ * loop of transactions that each take a transaction ID, try and commit, and one of tries repeated in
+ * one transaction, for the table lock the trigger takes (ROW EXCLUSIVE NOWAIT in an exception block)
+ * and, for comparison, the advisory lock it took before migration 000028. Microseconds per try above
+ * the same loop without one; null without the server's /proc.
+ */
+async function watchTryCosts(url: string): Promise<Record<string, { tx: number; again: number }> | null> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const pid = (await c.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p as number;
+    if (backendCpuMs(pid) === null) return null;
+    const tries: Record<string, string> = {
+      none: "null;",
+      "advisory (before)": "perform pg_try_advisory_xact_lock_shared(727014, 1);",
+      "table lock (after)":
+        "begin lock table bitrix_sync.lock_intake_watch in row exclusive mode nowait; exception when lock_not_available then null; end;",
+    };
+    const tx: Record<string, number[]> = Object.fromEntries(Object.keys(tries).map((n) => [n, []]));
+    const again: Record<string, number[]> = Object.fromEntries(Object.keys(tries).map((n) => [n, []]));
+    const N = 20_000;
+    for (let pass = 0; pass < 5; pass++) {
+      for (const [name, body] of Object.entries(tries)) {
+        let t0 = backendCpuMs(pid) as number;
+        await c.query(
+          `do $w$ begin for i in 1 .. ${N} loop perform txid_current(); ${body} commit; end loop; end $w$`,
+        );
+        tx[name]?.push((((backendCpuMs(pid) as number) - t0) * 1000) / N);
+        await c.query("begin");
+        t0 = backendCpuMs(pid) as number;
+        await c.query(
+          `do $w$ begin perform txid_current(); for i in 1 .. ${N * 5} loop ${body} end loop; end $w$`,
+        );
+        again[name]?.push((((backendCpuMs(pid) as number) - t0) * 1000) / (N * 5));
+        await c.query("rollback");
+      }
+    }
+    const base = { tx: median(tx.none ?? []), again: median(again.none ?? []) };
+    const out: Record<string, { tx: number; again: number }> = {};
+    for (const name of Object.keys(tries).filter((n) => n !== "none"))
+      out[name] = { tx: median(tx[name] ?? []) - base.tx, again: median(again[name] ?? []) - base.again };
+    return out;
+  } finally {
+    await c.end();
+  }
+}
+
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = Math.floor(s.length / 2);
@@ -354,6 +402,15 @@ async function main(): Promise<number> {
           `the App's transaction ${cpu.txApp.toFixed(0)} µs; the trigger adds ${cpu.txTrigger.toFixed(0)} µs`,
       );
     else console.log("  CPU per App write: not measured (the server's /proc is not readable from here)");
+    const tries = await watchTryCosts(dbUrl);
+    if (tries)
+      console.log(
+        `  the intake watch's try alone (one backend, median of 5), per transaction / repeated in one transaction: ${Object.entries(
+          tries,
+        )
+          .map(([name, v]) => `${name} ${v.tx.toFixed(1)} / ${v.again.toFixed(2)} µs`)
+          .join("; ")}`,
+      );
     // Warm-up (caches, plans), not counted.
     await reset(c, seededBefore);
     await runPgbench(bin, dbUrl, scriptFile, Math.min(5, SECONDS));

@@ -1,8 +1,8 @@
 --! Previous: sha1:3b671ef44515fcb992a3f4de65f3da5657dee106
---! Hash: sha1:dba65d6eedc76e0b86475e2be4f6c6c56a836c7d
+--! Hash: sha1:e7316aacd2bd0cad121f57aa339e38c43ce7cc67
 --! Message: security-hardening
 
--- Security hardening (docs/security.md, "Functions run with a pinned search_path").
+-- Security hardening (docs/security.md): four findings of a review of the three roles.
 --
 -- 1. search_path. Every function and trigger function of bitrix_sync and han_app now runs with
 --    search_path = pg_catalog, pg_temp, written in its definition in sql/ (a later migration that
@@ -16,10 +16,11 @@
 --    without anything a planted object could offer.
 --    Two SQL functions stay unpinned: PostgreSQL never inlines a SQL function with a SET clause, and
 --    these are inlined on hot paths. Measured in one backend (npm run bench:search-path, backend CPU
---    per call, median of 3 passes, load 8 on 2 cores), unpinned -> pinned:
+--    per call, median of 3 passes; two runs, at load 8 and 14 on 2 cores), unpinned -> pinned:
 --      _retry_deadline(timestamptz), the deadline_at default of every workflow and command insert:
---        70.5 -> 90.0 µs per workflow insert;
---      _trace_context(text), once per event in accept_webhooks(): 57.5 -> 77.5 µs per event.
+--        70.5 -> 90.0 and 65.8 -> 95.8 µs per workflow insert;
+--      _trace_context(text), once per event in accept_webhooks(): 57.5 -> 77.5 and 100 -> 137.5 µs
+--        per event.
 --    Their bodies name every operator OPERATOR(pg_catalog.x) and every function and type with its
 --    schema. The other SQL functions cost nothing measurable pinned (alerts_to_look_up,
 --    blocked_crm_methods, active_mapping_for_contact, cutover_performed within the noise) or a few
@@ -52,16 +53,18 @@
 --    (receiver, entity ID) order instead of an advisory lock per entity: a claimer that meets
 --    another's uncommitted claim of an entity waits for it and skips the entity, with no cycle.
 --    Weighed and not taken: a row lock for the watch (FOR KEY SHARE by each App transaction, FOR
---    UPDATE by the loop) would be out of every other role's reach too, but it writes the row and
---    creates a multixact for every App transaction that overlaps another, on the App's write path,
---    and the loop would hold a transaction ID while it sleeps. The table locks write nothing, take
---    no transaction ID and keep no snapshot; the watching transaction, open while the loop sleeps
---    (at most worker.poll_interval_ms), lives on a connection of its own (a LISTEN connection gets
---    no notification inside a transaction) with idle_in_transaction_session_timeout 30 s. bench:trigger
---    before -> after: see docs/performance.md ("Intent writes, the watch without advisory locks").
---    During a rolling deployment a loop of the previous release takes the watch outside a
---    transaction, so it holds nothing: its App's intents NOTIFY nothing and it finds them at its
---    fallback poll, until it is replaced; unwatch_intake() is gone (its caller ignores the error).
+--    UPDATE by the loop) would be out of every other role's reach too, but it writes the row (WAL)
+--    and creates a multixact for every App transaction that overlaps another, on the App's write
+--    path, and the loop would hold a transaction ID while it sleeps. The table locks write nothing,
+--    take no transaction ID and keep no snapshot; the watching transaction, open while the loop
+--    sleeps (at most worker.poll_interval_ms), lives on a connection of its own (a LISTEN connection
+--    gets no notification inside a transaction) with idle_in_transaction_session_timeout 30 s. What
+--    it costs the App (the NOWAIT try is a subtransaction): docs/performance.md, "Fourth look: the
+--    watch without advisory locks".
+--    During a rolling deployment a loop of the previous release calls watch_intake() outside a
+--    transaction, so it holds nothing afterwards: the App's intents send it no NOTIFY and it finds
+--    them at its fallback poll until it is replaced; unwatch_intake() is gone (that loop ignores the
+--    error).
 --
 -- 4. Security definer functions that trusted what the caller handed them. The one found:
 --    _close_rebind_request(workflow_instances), executable by bitrix_sync_user, closed a rebind
