@@ -6,8 +6,8 @@
 -- is the default of deadline_at on workflow_instances and crm_commands, so it runs in every insert of
 -- a workflow or a command (measured: 70 -> 90 µs per workflow insert pinned, bench:search-path;
 -- migration 000028). So every operator and function is written schema-qualified: whatever the
--- caller's search_path holds, nothing else can be picked up (test/integration/search-path.test.ts
--- checks the body).
+-- caller's search_path holds, nothing else can be picked up
+-- (test/integration/function-search-path.test.ts checks the body).
 
 create or replace function bitrix_sync._retry_deadline(p_first_attempt_at timestamptz) returns timestamptz
 language sql stable as $$

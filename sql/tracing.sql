@@ -7,7 +7,7 @@
 -- runs once per event inside accept_webhooks()' insert (measured: 57 -> 77 µs per event pinned,
 -- bench:search-path; migration 000028). So every operator and function is written schema-qualified
 -- (OPERATOR(pg_catalog.~), pg_catalog.substr): whatever the caller's search_path holds, nothing
--- else can be picked up (test/integration/search-path.test.ts checks the body).
+-- else can be picked up (test/integration/function-search-path.test.ts checks the body).
 
 create or replace function bitrix_sync._trace_context(p_traceparent text) returns text
 language sql immutable parallel safe as $$

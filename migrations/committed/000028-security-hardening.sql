@@ -1,5 +1,5 @@
 --! Previous: sha1:3b671ef44515fcb992a3f4de65f3da5657dee106
---! Hash: sha1:e7316aacd2bd0cad121f57aa339e38c43ce7cc67
+--! Hash: sha1:513053c728d338fba2a2976e6981522e20c9c503
 --! Message: security-hardening
 
 -- Security hardening (docs/security.md): four findings of a review of the three roles.
@@ -11,9 +11,9 @@
 --    path (public on databases created before PostgreSQL 15 and on several managed services), it
 --    could plant an operator such as =(varchar, text) that matches the functions' varchar comparisons
 --    better than the built-in one, and it then ran as bitrix_sync_user inside e.g.
---    active_mapping_for_contact() (test/integration/search-path.test.ts). The migration itself runs
---    with the same path, so the views, trigger WHEN clauses and SQL bodies it creates are parsed
---    without anything a planted object could offer.
+--    active_mapping_for_contact() (test/integration/function-search-path.test.ts). The migration
+--    itself runs with the same path, so the views, trigger WHEN clauses and SQL bodies it creates
+--    are parsed without anything a planted object could offer.
 --    Two SQL functions stay unpinned: PostgreSQL never inlines a SQL function with a SET clause, and
 --    these are inlined on hot paths. Measured in one backend (npm run bench:search-path, backend CPU
 --    per call, median of 3 passes; two runs, at load 8 and 14 on 2 cores), unpinned -> pinned:
@@ -116,8 +116,8 @@ comment on function bitrix_sync.tg__set_updated_at() is
 -- is the default of deadline_at on workflow_instances and crm_commands, so it runs in every insert of
 -- a workflow or a command (measured: 70 -> 90 µs per workflow insert pinned, bench:search-path;
 -- migration 000028). So every operator and function is written schema-qualified: whatever the
--- caller's search_path holds, nothing else can be picked up (test/integration/search-path.test.ts
--- checks the body).
+-- caller's search_path holds, nothing else can be picked up
+-- (test/integration/function-search-path.test.ts checks the body).
 
 create or replace function bitrix_sync._retry_deadline(p_first_attempt_at timestamptz) returns timestamptz
 language sql stable as $$
@@ -138,7 +138,7 @@ comment on function bitrix_sync._retry_deadline(timestamptz) is
 -- runs once per event inside accept_webhooks()' insert (measured: 57 -> 77 µs per event pinned,
 -- bench:search-path; migration 000028). So every operator and function is written schema-qualified
 -- (OPERATOR(pg_catalog.~), pg_catalog.substr): whatever the caller's search_path holds, nothing
--- else can be picked up (test/integration/search-path.test.ts checks the body).
+-- else can be picked up (test/integration/function-search-path.test.ts checks the body).
 
 create or replace function bitrix_sync._trace_context(p_traceparent text) returns text
 language sql immutable parallel safe as $$

@@ -7,9 +7,9 @@
 --    path (public on databases created before PostgreSQL 15 and on several managed services), it
 --    could plant an operator such as =(varchar, text) that matches the functions' varchar comparisons
 --    better than the built-in one, and it then ran as bitrix_sync_user inside e.g.
---    active_mapping_for_contact() (test/integration/search-path.test.ts). The migration itself runs
---    with the same path, so the views, trigger WHEN clauses and SQL bodies it creates are parsed
---    without anything a planted object could offer.
+--    active_mapping_for_contact() (test/integration/function-search-path.test.ts). The migration
+--    itself runs with the same path, so the views, trigger WHEN clauses and SQL bodies it creates
+--    are parsed without anything a planted object could offer.
 --    Two SQL functions stay unpinned: PostgreSQL never inlines a SQL function with a SET clause, and
 --    these are inlined on hot paths. Measured in one backend (npm run bench:search-path, backend CPU
 --    per call, median of 3 passes; two runs, at load 8 and 14 on 2 cores), unpinned -> pinned:
