@@ -263,9 +263,13 @@ function backendCpuMs(pid: number): number | null {
  * The CPU side, which the machine's load hardly moves: one backend changes CPU_WRITES distinct users'
  * phones in one transaction (the App's UPDATE, as pgbench sends it), with the triggers and without,
  * and a second backend folds what the triggers recorded. Microseconds of backend CPU per write and
- * per folded intent, medians of three passes; null when the server's /proc is not readable here.
+ * per folded intent, medians of three passes; then the same per App transaction (10 000 transactions
+ * of one write each, five passes), where what a trigger pays once per transaction shows. Null when the server's
+ * /proc is not readable here.
  */
-async function cpuCosts(url: string): Promise<{ app: number; trigger: number; fold: number } | null> {
+async function cpuCosts(
+  url: string,
+): Promise<{ app: number; trigger: number; fold: number; txApp: number; txTrigger: number } | null> {
   const N = 5000;
   const c = new pg.Client({ connectionString: url });
   const f = new pg.Client({ connectionString: url });
@@ -301,11 +305,89 @@ async function cpuCosts(url: string): Promise<{ app: number; trigger: number; fo
         }
       }
     }
+    // Per transaction: what a trigger pays once per App transaction (taking the intake watch's
+    // lock, for one) hides in the figure above, where 5 000 writes share one transaction. One DO
+    // block commits after each write (no round trips to count), five passes.
+    const txApp: number[] = [];
+    const txWith: number[] = [];
+    const T = 10_000;
+    await c.query("set synchronous_commit = off"); // CPU is measured; waiting for the disk is not
+    for (let pass = 0; pass < 5; pass++) {
+      for (const on of pass % 2 === 0 ? [false, true] : [true, false]) {
+        await setTriggers(c, on);
+        const base = 300_000_000 + (pass * 2 + (on ? 1 : 0)) * T;
+        const t0 = backendCpuMs(pid) as number;
+        await c.query(`do $tx$ begin
+          for i in 1 .. ${T} loop
+            update han_app.user_identity set phone_number = '+79' || lpad((${base} + i)::text, 9, '0'), updated_at = now()
+             where id = md5((1 + (${pass * T} + i) % ${USERS})::text)::uuid;
+            commit;
+          end loop;
+        end $tx$`);
+        (on ? txWith : txApp).push((((backendCpuMs(pid) as number) - t0) * 1000) / T);
+        if (on) await f.query("select bitrix_sync.fold_intent_journal(100000, true)");
+      }
+    }
+    await c.query("reset synchronous_commit");
     await setTriggers(c, true);
-    return { app: median(app), trigger: median(withTrigger) - median(app), fold: median(fold) };
+    return {
+      app: median(app),
+      trigger: median(withTrigger) - median(app),
+      fold: median(fold),
+      txApp: median(txApp),
+      txTrigger: median(txWith) - median(txApp),
+    };
   } finally {
     await c.end();
     await f.end();
+  }
+}
+
+/**
+ * What the intake watch's try costs the App, alone (one backend, five passes, median): a PL/pgSQL
+ * loop of transactions that each take a transaction ID, try and commit, and one of tries repeated in
+ * one transaction, for the table lock the trigger takes (ROW EXCLUSIVE NOWAIT in an exception block)
+ * and, for comparison, the advisory lock it took before migration 000028. Microseconds per try above
+ * the same loop without one; null without the server's /proc.
+ */
+async function watchTryCosts(url: string): Promise<Record<string, { tx: number; again: number }> | null> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const pid = (await c.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p as number;
+    if (backendCpuMs(pid) === null) return null;
+    const tries: Record<string, string> = {
+      none: "null;",
+      "advisory (before)": "perform pg_try_advisory_xact_lock_shared(727014, 1);",
+      "table lock (after)":
+        "begin lock table bitrix_sync.lock_intake_watch in row exclusive mode nowait; exception when lock_not_available then null; end;",
+    };
+    const tx: Record<string, number[]> = Object.fromEntries(Object.keys(tries).map((n) => [n, []]));
+    const again: Record<string, number[]> = Object.fromEntries(Object.keys(tries).map((n) => [n, []]));
+    const N = 20_000;
+    for (let pass = 0; pass < 5; pass++) {
+      for (const [name, body] of Object.entries(tries)) {
+        let t0 = backendCpuMs(pid) as number;
+        await c.query(
+          `do $w$ begin for i in 1 .. ${N} loop perform txid_current(); ${body} commit; end loop; end $w$`,
+        );
+        tx[name]?.push((((backendCpuMs(pid) as number) - t0) * 1000) / N);
+        await c.query("begin");
+        t0 = backendCpuMs(pid) as number;
+        await c.query(
+          `do $w$ begin perform txid_current(); for i in 1 .. ${N * 5} loop ${body} end loop; end $w$`,
+        );
+        again[name]?.push((((backendCpuMs(pid) as number) - t0) * 1000) / (N * 5));
+        await c.query("rollback");
+      }
+    }
+    const base = { tx: median(tx.none ?? []), again: median(again.none ?? []) };
+    const out: Record<string, { tx: number; again: number }> = {};
+    for (const name of Object.keys(tries).filter((n) => n !== "none"))
+      out[name] = { tx: median(tx[name] ?? []) - base.tx, again: median(again[name] ?? []) - base.again };
+    return out;
+  } finally {
+    await c.end();
   }
 }
 
@@ -370,7 +452,21 @@ async function main(): Promise<number> {
           `the App's UPDATE ${cpu.app.toFixed(0)} µs; the project's trigger adds ${cpu.trigger.toFixed(0)} µs; ` +
           `the fold takes ${cpu.fold.toFixed(0)} µs per intent in the service's backend`,
       );
+    if (cpu)
+      console.log(
+        `  CPU per App transaction (one backend, 10 000 transactions of one phone change each, median of 5): ` +
+          `the App's transaction ${cpu.txApp.toFixed(0)} µs; the trigger adds ${cpu.txTrigger.toFixed(0)} µs`,
+      );
     else console.log("  CPU per App write: not measured (the server's /proc is not readable from here)");
+    const tries = await watchTryCosts(dbUrl);
+    if (tries)
+      console.log(
+        `  the intake watch's try alone (one backend, median of 5), per transaction / repeated in one transaction: ${Object.entries(
+          tries,
+        )
+          .map(([name, v]) => `${name} ${v.tx.toFixed(1)} / ${v.again.toFixed(2)} µs`)
+          .join("; ")}`,
+      );
     // Warm-up (caches, plans), not counted.
     await reset(c, seededBefore);
     await setVariant(c, "project");

@@ -53,14 +53,15 @@ CREATE FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with ti
     LANGUAGE sql STABLE
     AS $$
   select p_first_attempt_at
-         + make_interval(secs => (bitrix_sync._active_setting('retry.horizon_sec') #>> '{}')::double precision)
+         operator(pg_catalog.+) pg_catalog.make_interval(
+           secs => (bitrix_sync._active_setting('retry.horizon_sec') operator(pg_catalog.#>>) '{}')::pg_catalog.float8)
 $$;
 
 --
 -- Name: FUNCTION _retry_deadline(p_first_attempt_at timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with time zone) IS 'The retry horizon of a row whose first attempt was p_first_attempt_at: that instant plus the active retry.horizon_sec. A retry due after it dead-letters with retry_horizon_exceeded.';
+COMMENT ON FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with time zone) IS 'The retry horizon of a row whose first attempt was p_first_attempt_at: that instant plus the active retry.horizon_sec. A retry due after it dead-letters with retry_horizon_exceeded. Inlined into its callers and the deadline_at defaults: no pinned search_path, every operator and name schema-qualified.';
 
 SET default_tablespace = '';
 
@@ -219,6 +220,7 @@ CREATE TYPE graphile_worker.job_spec AS (
 
 CREATE FUNCTION bitrix_sync._abandon_workflow_commands(p_workflow_id uuid, p_code text) RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_count integer;
@@ -285,6 +287,7 @@ COMMENT ON FUNCTION bitrix_sync._active_setting(p_key text) IS 'One key of the a
 
 CREATE FUNCTION bitrix_sync._alert_add_unsafe(p_alert_id bigint) RETURNS boolean
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   -- An add whose item may exist, and that no successful lookup has checked since it was sent.
   select exists (
@@ -309,6 +312,7 @@ COMMENT ON FUNCTION bitrix_sync._alert_add_unsafe(p_alert_id bigint) IS 'Interna
 
 CREATE FUNCTION bitrix_sync._check_admin_audit(p_reason text, p_operator_id text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   if p_reason is null or length(btrim(p_reason)) not between 3 and 500
@@ -331,6 +335,7 @@ COMMENT ON FUNCTION bitrix_sync._check_admin_audit(p_reason text, p_operator_id 
 
 CREATE FUNCTION bitrix_sync._check_bitrix_error(p_error text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 begin
   -- Bitrix24 error codes are identifiers (QUERY_LIMIT_EXCEEDED, ERROR_CORE, expired_token); the
@@ -354,6 +359,7 @@ COMMENT ON FUNCTION bitrix_sync._check_bitrix_error(p_error text) IS 'Refuses an
 
 CREATE FUNCTION bitrix_sync._check_code(p_code text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 begin
   if p_code is null or p_code !~ '^[a-z0-9][a-z0-9_.]{0,63}$' then
@@ -375,6 +381,7 @@ COMMENT ON FUNCTION bitrix_sync._check_code(p_code text) IS 'Refuses anything bu
 
 CREATE FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   if p_value is null or length(p_value) not between 1 and 200 then
@@ -452,196 +459,45 @@ COMMENT ON COLUMN bitrix_sync.rebind_requests.cancelled_by IS 'Operator who canc
 COMMENT ON COLUMN bitrix_sync.rebind_requests.cancel_reason IS 'Why the operator cancelled it (free text written by an admin).';
 
 --
--- Name: workflow_instances; Type: TABLE; Schema: bitrix_sync; Owner: -
+-- Name: _close_rebind_request(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TABLE bitrix_sync.workflow_instances (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    workflow_type character varying(32) NOT NULL,
-    intent_type character varying(32) NOT NULL,
-    user_id uuid NOT NULL,
-    contact_id character varying(128),
-    state character varying(16) DEFAULT 'created'::character varying NOT NULL,
-    current_step character varying(64) DEFAULT 'start'::character varying NOT NULL,
-    step_data jsonb DEFAULT '{}'::jsonb NOT NULL,
-    source_task_id uuid,
-    revision integer DEFAULT 1 NOT NULL,
-    processed_revision integer DEFAULT 0 NOT NULL,
-    content_hash character varying(64),
-    attempt_count integer DEFAULT 0 NOT NULL,
-    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
-    deadline_at timestamp with time zone DEFAULT bitrix_sync._retry_deadline(now()) NOT NULL,
-    lease_token uuid,
-    locked_by character varying(128),
-    locked_until timestamp with time zone,
-    outcome character varying(64),
-    last_error_code character varying(64),
-    correlation_id uuid DEFAULT gen_random_uuid() NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    finished_at timestamp with time zone,
-    trace_context text,
-    held_intent_type character varying(32),
-    held_source_task_id uuid,
-    held_content_hash character varying(64),
-    held_at timestamp with time zone,
-    requeued_at timestamp with time zone,
-    CONSTRAINT workflow_instances_attempt_count_check CHECK ((attempt_count >= 0)),
-    CONSTRAINT workflow_instances_lease CHECK (((lease_token IS NULL) = (locked_until IS NULL))),
-    CONSTRAINT workflow_instances_processed_revision_check CHECK ((processed_revision >= 0)),
-    CONSTRAINT workflow_instances_revision_check CHECK ((revision >= 1))
-);
-
---
--- Name: TABLE workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON TABLE bitrix_sync.workflow_instances IS 'One durable scenario per user at a time (§7.1). Every step is a persisted transition; at most one active CRM command per workflow.';
-
---
--- Name: COLUMN workflow_instances.workflow_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.workflow_type IS 'The scenario the workflow was started for.';
-
---
--- Name: COLUMN workflow_instances.intent_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.intent_type IS 'Newest intent joined into the workflow; it converges to this after its current step.';
-
---
--- Name: COLUMN workflow_instances.contact_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.contact_id IS 'Bitrix24 Contact the workflow works on, once known.';
-
---
--- Name: COLUMN workflow_instances.current_step; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.current_step IS 'Name of the step the workflow is at, e.g. find_by_phone, read_candidates, create_contact.';
-
---
--- Name: COLUMN workflow_instances.step_data; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.step_data IS 'Safe step state: Contact IDs, counts, flags. Never PII.';
-
---
--- Name: COLUMN workflow_instances.source_task_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.source_task_id IS 'han_app.sync_queue row that started or last joined the workflow.';
-
---
--- Name: COLUMN workflow_instances.revision; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.revision IS 'Intent revision: bumped when a newer intent joins the running workflow.';
-
---
--- Name: COLUMN workflow_instances.processed_revision; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.processed_revision IS 'Revision the last finished pass processed; a result confirms only that revision.';
-
---
--- Name: COLUMN workflow_instances.content_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.content_hash IS 'Keyed hash (HMAC-SHA256, "v2:..."; plain SHA-256 hex in rows written before the hash key) of the desired App-master content; equal content skips a pass.';
-
---
--- Name: COLUMN workflow_instances.deadline_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.deadline_at IS 'Retry horizon: created_at + retry.horizon_sec (§9), as of the last retry decision. schedule_workflow_retry decides from created_at and the active setting.';
-
---
--- Name: COLUMN workflow_instances.lease_token; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.lease_token IS 'Fencing token of the worker stepping the workflow.';
-
---
--- Name: COLUMN workflow_instances.outcome; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.outcome IS 'Safe outcome code when finished, e.g. created, mapped_existing, restored, deactivated.';
-
---
--- Name: COLUMN workflow_instances.correlation_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.correlation_id IS 'Propagated to commands, alerts, logs and traces.';
-
---
--- Name: COLUMN workflow_instances.trace_context; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.trace_context IS 'W3C traceparent of the intake span of the intent the workflow converges to (the one that started it or last joined it); its steps are traced as its children. Null when tracing was off.';
-
---
--- Name: COLUMN workflow_instances.held_intent_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.held_intent_type IS 'Newest App intent that arrived while this contact.rebind ran; it starts as the next workflow when the rebind ends.';
-
---
--- Name: COLUMN workflow_instances.held_source_task_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.held_source_task_id IS 'han_app.sync_queue row of the held intent.';
-
---
--- Name: COLUMN workflow_instances.held_content_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.held_content_hash IS 'Content hash of the held intent (as content_hash).';
-
---
--- Name: COLUMN workflow_instances.held_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.held_at IS 'When the held intent last arrived.';
-
---
--- Name: COLUMN workflow_instances.requeued_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.workflow_instances.requeued_at IS 'When an admin last requeued the failed workflow (requeue_dead_letter); its retry horizon counts from here instead of created_at.';
-
---
--- Name: _close_rebind_request(bitrix_sync.workflow_instances); Type: FUNCTION; Schema: bitrix_sync; Owner: -
---
-
-CREATE FUNCTION bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances) RETURNS bitrix_sync.rebind_requests
-    LANGUAGE plpgsql SECURITY DEFINER
+CREATE FUNCTION bitrix_sync._close_rebind_request(p_workflow_id uuid) RETURNS bitrix_sync.rebind_requests
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
+  v_wf bitrix_sync.workflow_instances;
   v_row bitrix_sync.rebind_requests;
 begin
+  select * into v_wf from bitrix_sync.workflow_instances w where w.id = p_workflow_id for update;
+  if not found or v_wf.workflow_type <> 'contact.rebind' then
+    raise exception 'workflow % is not a contact.rebind workflow', p_workflow_id
+      using errcode = 'BS005', hint = 'Only a rebind''s workflow has a request to close.';
+  end if;
+  if v_wf.state not in ('succeeded', 'failed', 'cancelled') then
+    raise exception 'workflow % is %, not finished: its rebind request stays open', p_workflow_id, v_wf.state
+      using errcode = 'BS002', hint = 'A request closes when its workflow reaches succeeded, failed or cancelled.';
+  end if;
   -- A cancelled workflow cancels its request; any other end without complete_rebind fails it with
   -- the workflow's code (a refusal, a CRM error, the retry horizon of a command or of a step).
   update bitrix_sync.rebind_requests r
-     set status = case when p_wf.state = 'cancelled' then 'cancelled' else 'failed' end,
-         failure_code = case p_wf.state when 'cancelled' then null
-                                        when 'failed' then coalesce(p_wf.last_error_code, 'rebind_not_completed')
+     set status = case when v_wf.state = 'cancelled' then 'cancelled' else 'failed' end,
+         failure_code = case v_wf.state when 'cancelled' then null
+                                        when 'failed' then coalesce(v_wf.last_error_code, 'rebind_not_completed')
                                         else 'rebind_not_completed' end,
-         outcome = bitrix_sync._rebind_crm_outcome(p_wf.id),
+         outcome = bitrix_sync._rebind_crm_outcome(v_wf.id),
          completed_at = now()
-   where r.workflow_id = p_wf.id and r.status in ('requested', 'in_progress')
+   where r.workflow_id = v_wf.id and r.status in ('requested', 'in_progress')
   returning * into v_row;
   return v_row;
 end $$;
 
 --
--- Name: FUNCTION _close_rebind_request(p_wf bitrix_sync.workflow_instances); Type: COMMENT; Schema: bitrix_sync; Owner: -
+-- Name: FUNCTION _close_rebind_request(p_workflow_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances) IS 'Internal: the still open request of a finished contact.rebind workflow becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. Returns null when the request was already finished.';
+COMMENT ON FUNCTION bitrix_sync._close_rebind_request(p_workflow_id uuid) IS 'Internal (the trigger _300_close_rebind_request): the still open request of a finished contact.rebind workflow, read by id under the row''s lock, becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. BS005 for another kind of workflow, BS002 for one not finished. Returns null when the request was already finished. Granted to nobody.';
 
 --
 -- Name: _command_first_attempt(bitrix_sync.crm_commands); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -649,6 +505,7 @@ COMMENT ON FUNCTION bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_
 
 CREATE FUNCTION bitrix_sync._command_first_attempt(p_row bitrix_sync.crm_commands) RETURNS timestamp with time zone
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   -- A command refused before it was ever sent has only its creation to count from.
   select coalesce(p_row.first_sent_at, p_row.created_at)
@@ -743,6 +600,7 @@ COMMENT ON COLUMN bitrix_sync.technical_dead_letters.requeued_to IS 'What carrie
 
 CREATE FUNCTION bitrix_sync._covered_dead_letters(p_dl bitrix_sync.technical_dead_letters) RETURNS bigint[]
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   -- The open entries one new attempt answers: the workflow's, or the alert's, or just this one.
   select coalesce(array_agg(d.id order by d.id), array[p_dl.id])
@@ -768,6 +626,7 @@ COMMENT ON FUNCTION bitrix_sync._covered_dead_letters(p_dl bitrix_sync.technical
 
 CREATE FUNCTION bitrix_sync._dead_letter_command_row(p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -941,6 +800,7 @@ COMMENT ON COLUMN han_app.sync_queue.cancel_reason IS 'Why the row was cancelled
 
 CREATE FUNCTION bitrix_sync._dead_letter_sync_task_row(p_row han_app.sync_queue, p_error_code text) RETURNS han_app.sync_queue
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row han_app.sync_queue;
@@ -1059,6 +919,7 @@ COMMENT ON COLUMN bitrix_sync.webhook_inbox.trace_context IS 'W3C traceparent of
 
 CREATE FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text) RETURNS bitrix_sync.webhook_inbox
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.webhook_inbox;
@@ -1086,11 +947,173 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text) IS 'Internal: moves a held event to dead_letter with its coalesced events and writes the technical DLQ row (first attempt = received_at).';
 
 --
+-- Name: workflow_instances; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.workflow_instances (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    workflow_type character varying(32) NOT NULL,
+    intent_type character varying(32) NOT NULL,
+    user_id uuid NOT NULL,
+    contact_id character varying(128),
+    state character varying(16) DEFAULT 'created'::character varying NOT NULL,
+    current_step character varying(64) DEFAULT 'start'::character varying NOT NULL,
+    step_data jsonb DEFAULT '{}'::jsonb NOT NULL,
+    source_task_id uuid,
+    revision integer DEFAULT 1 NOT NULL,
+    processed_revision integer DEFAULT 0 NOT NULL,
+    content_hash character varying(64),
+    attempt_count integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    deadline_at timestamp with time zone DEFAULT bitrix_sync._retry_deadline(now()) NOT NULL,
+    lease_token uuid,
+    locked_by character varying(128),
+    locked_until timestamp with time zone,
+    outcome character varying(64),
+    last_error_code character varying(64),
+    correlation_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    trace_context text,
+    held_intent_type character varying(32),
+    held_source_task_id uuid,
+    held_content_hash character varying(64),
+    held_at timestamp with time zone,
+    requeued_at timestamp with time zone,
+    CONSTRAINT workflow_instances_attempt_count_check CHECK ((attempt_count >= 0)),
+    CONSTRAINT workflow_instances_lease CHECK (((lease_token IS NULL) = (locked_until IS NULL))),
+    CONSTRAINT workflow_instances_processed_revision_check CHECK ((processed_revision >= 0)),
+    CONSTRAINT workflow_instances_revision_check CHECK ((revision >= 1))
+);
+
+--
+-- Name: TABLE workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.workflow_instances IS 'One durable scenario per user at a time (§7.1). Every step is a persisted transition; at most one active CRM command per workflow.';
+
+--
+-- Name: COLUMN workflow_instances.workflow_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.workflow_type IS 'The scenario the workflow was started for.';
+
+--
+-- Name: COLUMN workflow_instances.intent_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.intent_type IS 'Newest intent joined into the workflow; it converges to this after its current step.';
+
+--
+-- Name: COLUMN workflow_instances.contact_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.contact_id IS 'Bitrix24 Contact the workflow works on, once known.';
+
+--
+-- Name: COLUMN workflow_instances.current_step; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.current_step IS 'Name of the step the workflow is at, e.g. find_by_phone, read_candidates, create_contact.';
+
+--
+-- Name: COLUMN workflow_instances.step_data; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.step_data IS 'Safe step state: Contact IDs, counts, flags. Never PII.';
+
+--
+-- Name: COLUMN workflow_instances.source_task_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.source_task_id IS 'han_app.sync_queue row that started or last joined the workflow.';
+
+--
+-- Name: COLUMN workflow_instances.revision; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.revision IS 'Intent revision: bumped when a newer intent joins the running workflow.';
+
+--
+-- Name: COLUMN workflow_instances.processed_revision; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.processed_revision IS 'Revision the last finished pass processed; a result confirms only that revision.';
+
+--
+-- Name: COLUMN workflow_instances.content_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.content_hash IS 'Keyed hash (HMAC-SHA256, "v2:..."; plain SHA-256 hex in rows written before the hash key) of the desired App-master content; equal content skips a pass.';
+
+--
+-- Name: COLUMN workflow_instances.deadline_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.deadline_at IS 'Retry horizon: created_at + retry.horizon_sec (§9), as of the last retry decision. schedule_workflow_retry decides from created_at and the active setting.';
+
+--
+-- Name: COLUMN workflow_instances.lease_token; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.lease_token IS 'Fencing token of the worker stepping the workflow.';
+
+--
+-- Name: COLUMN workflow_instances.outcome; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.outcome IS 'Safe outcome code when finished, e.g. created, mapped_existing, restored, deactivated.';
+
+--
+-- Name: COLUMN workflow_instances.correlation_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.correlation_id IS 'Propagated to commands, alerts, logs and traces.';
+
+--
+-- Name: COLUMN workflow_instances.trace_context; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.trace_context IS 'W3C traceparent of the intake span of the intent the workflow converges to (the one that started it or last joined it); its steps are traced as its children. Null when tracing was off.';
+
+--
+-- Name: COLUMN workflow_instances.held_intent_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.held_intent_type IS 'Newest App intent that arrived while this contact.rebind ran; it starts as the next workflow when the rebind ends.';
+
+--
+-- Name: COLUMN workflow_instances.held_source_task_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.held_source_task_id IS 'han_app.sync_queue row of the held intent.';
+
+--
+-- Name: COLUMN workflow_instances.held_content_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.held_content_hash IS 'Content hash of the held intent (as content_hash).';
+
+--
+-- Name: COLUMN workflow_instances.held_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.held_at IS 'When the held intent last arrived.';
+
+--
+-- Name: COLUMN workflow_instances.requeued_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.workflow_instances.requeued_at IS 'When an admin last requeued the failed workflow (requeue_dead_letter); its retry horizon counts from here instead of created_at.';
+
+--
 -- Name: _held_workflow(uuid, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
 CREATE FUNCTION bitrix_sync._held_workflow(p_id uuid, p_lease_token uuid) RETURNS bitrix_sync.workflow_instances
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.workflow_instances;
@@ -1116,6 +1139,7 @@ COMMENT ON FUNCTION bitrix_sync._held_workflow(p_id uuid, p_lease_token uuid) IS
 
 CREATE FUNCTION bitrix_sync._is_write_command(p_command_type text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   select p_command_type in ('contact.add', 'contact.update', 'alert.add', 'alert.update')
 $$;
@@ -1132,6 +1156,7 @@ COMMENT ON FUNCTION bitrix_sync._is_write_command(p_command_type text) IS 'Comma
 
 CREATE FUNCTION bitrix_sync._normalise_settings(p_values jsonb) RETURNS jsonb
     LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_out jsonb := p_values;
@@ -1165,6 +1190,7 @@ COMMENT ON FUNCTION bitrix_sync._normalise_settings(p_values jsonb) IS 'Internal
 
 CREATE FUNCTION bitrix_sync._open_dead_letter(p_id bigint) RETURNS bitrix_sync.technical_dead_letters
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.technical_dead_letters;
@@ -1197,6 +1223,7 @@ COMMENT ON FUNCTION bitrix_sync._open_dead_letter(p_id bigint) IS 'Internal: the
 
 CREATE FUNCTION bitrix_sync._parked_decisions(p_reason text) RETURNS text[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   -- Too many candidates (the portal's answer may miss the newest), or a person's link that could not
   -- be made: a person picks the Contact or asks for a new one. Anything else is retried once the
@@ -1218,6 +1245,7 @@ COMMENT ON FUNCTION bitrix_sync._parked_decisions(p_reason text) IS 'The decisio
 
 CREATE FUNCTION bitrix_sync._rebind_crm_outcome(p_workflow_id uuid) RETURNS text
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   -- The rebind's writes: the target write sets this user (set_user self), the clear of the previous
   -- Contact removes it (set_user clear). Only writes that were sent count.
@@ -1253,6 +1281,7 @@ COMMENT ON FUNCTION bitrix_sync._rebind_crm_outcome(p_workflow_id uuid) IS 'Inte
 
 CREATE FUNCTION bitrix_sync._rebind_request_of(p_workflow_id uuid) RETURNS bitrix_sync.rebind_requests
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.rebind_requests;
@@ -1277,6 +1306,7 @@ COMMENT ON FUNCTION bitrix_sync._rebind_request_of(p_workflow_id uuid) IS 'Inter
 
 CREATE FUNCTION bitrix_sync._record_admin_action(p_action text, p_workflow_id uuid, p_rebind_request_id uuid, p_decision text, p_contact_id text, p_reason text, p_operator_id text) RETURNS bigint
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   insert into bitrix_sync.admin_actions
     (action, workflow_id, rebind_request_id, decision, contact_id, reason, operator_id)
@@ -1297,6 +1327,7 @@ COMMENT ON FUNCTION bitrix_sync._record_admin_action(p_action text, p_workflow_i
 
 CREATE FUNCTION bitrix_sync._refuse_stale(p_what text, p_id text) RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   raise exception '% % is not held under this lease token', p_what, p_id
@@ -1317,6 +1348,7 @@ COMMENT ON FUNCTION bitrix_sync._refuse_stale(p_what text, p_id text) IS 'Raises
 
 CREATE FUNCTION bitrix_sync._requeue_refusal(p_dl bitrix_sync.technical_dead_letters) RETURNS jsonb
     LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 declare
   v_q han_app.sync_queue;
@@ -1427,6 +1459,7 @@ COMMENT ON FUNCTION bitrix_sync._requeue_refusal(p_dl bitrix_sync.technical_dead
 
 CREATE FUNCTION bitrix_sync._requeue_target(p_dl bitrix_sync.technical_dead_letters) RETURNS text
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_q han_app.sync_queue;
@@ -1485,6 +1518,7 @@ COMMENT ON FUNCTION bitrix_sync._requeue_target(p_dl bitrix_sync.technical_dead_
 
 CREATE FUNCTION bitrix_sync._resolve_conflict_alerts(p_user_id uuid) RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_count integer;
@@ -1509,6 +1543,7 @@ COMMENT ON FUNCTION bitrix_sync._resolve_conflict_alerts(p_user_id uuid) IS 'Int
 
 CREATE FUNCTION bitrix_sync._resolve_dead_letters(p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text) RETURNS TABLE(dead_letter_id bigint, source text, operation text, resolution text, requeued_to text, resolved_at timestamp with time zone, resolved_by text)
     LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   with resolved as (
     update bitrix_sync.technical_dead_letters d
@@ -1541,6 +1576,7 @@ COMMENT ON FUNCTION bitrix_sync._resolve_dead_letters(p_ids bigint[], p_resoluti
 
 CREATE FUNCTION bitrix_sync._retention_cutoff(p_key text) RETURNS timestamp with time zone
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   select now() - make_interval(days => (bitrix_sync._active_setting(p_key) #>> '{}')::integer)
 $$;
@@ -1557,6 +1593,7 @@ COMMENT ON FUNCTION bitrix_sync._retention_cutoff(p_key text) IS 'Internal: now 
 
 CREATE FUNCTION bitrix_sync._settings_errors(p_values jsonb) RETURNS jsonb
     LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_def bitrix_sync.settings;
@@ -1659,9 +1696,9 @@ CREATE FUNCTION bitrix_sync._trace_context(p_traceparent text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $_$
   select case
-    when p_traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
-         and substr(p_traceparent, 4, 32) <> repeat('0', 32)
-         and substr(p_traceparent, 37, 16) <> repeat('0', 16)
+    when p_traceparent operator(pg_catalog.~) '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+         and pg_catalog.substr(p_traceparent, 4, 32) operator(pg_catalog.<>) pg_catalog.repeat('0', 32)
+         and pg_catalog.substr(p_traceparent, 37, 16) operator(pg_catalog.<>) pg_catalog.repeat('0', 16)
     then p_traceparent
   end
 $_$;
@@ -1670,7 +1707,7 @@ $_$;
 -- Name: FUNCTION _trace_context(p_traceparent text); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync._trace_context(p_traceparent text) IS 'The argument when it is a valid W3C traceparent (version 00, non-zero trace and span ids), else null: what the functions that store a trace context keep.';
+COMMENT ON FUNCTION bitrix_sync._trace_context(p_traceparent text) IS 'The argument when it is a valid W3C traceparent (version 00, non-zero trace and span ids), else null: what the functions that store a trace context keep. Inlined into its callers: no pinned search_path, every operator and name schema-qualified.';
 
 --
 -- Name: _wake_workflow(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -1678,6 +1715,7 @@ COMMENT ON FUNCTION bitrix_sync._trace_context(p_traceparent text) IS 'The argum
 
 CREATE FUNCTION bitrix_sync._wake_workflow(p_workflow_id uuid) RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   -- A command reached an outcome the workflow must look at: waiting_crm -> running (crm_replied).
@@ -1701,6 +1739,7 @@ COMMENT ON FUNCTION bitrix_sync._wake_workflow(p_workflow_id uuid) IS 'waiting_c
 
 CREATE FUNCTION bitrix_sync._workflow_first_attempt(p_row bitrix_sync.workflow_instances) RETURNS timestamp with time zone
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   -- Intake starts a workflow as soon as it is created; an admin's requeue starts it over.
   select coalesce(p_row.requeued_at, p_row.created_at)
@@ -1718,6 +1757,7 @@ COMMENT ON FUNCTION bitrix_sync._workflow_first_attempt(p_row bitrix_sync.workfl
 
 CREATE FUNCTION bitrix_sync._workflow_holder(p_command_id bigint, p_workflow_token uuid) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -1787,6 +1827,7 @@ COMMENT ON FUNCTION bitrix_sync.accept_webhook(p_receiver text, p_entity_type_id
 
 CREATE FUNCTION bitrix_sync.accept_webhooks(p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[], p_trace_contexts text[] DEFAULT NULL::text[]) RETURNS TABLE(ord integer, inbox_id bigint, refusal text)
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 declare
   v_n integer := coalesce(cardinality(p_receivers), 0);
@@ -1888,6 +1929,7 @@ COMMENT ON FUNCTION bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operator 
 
 CREATE FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS TABLE(granted boolean, slot_id uuid, wait_ms integer, tokens double precision, rate double precision, in_flight integer, decided_at timestamp with time zone)
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
 declare
@@ -2110,6 +2152,7 @@ COMMENT ON COLUMN bitrix_sync.entity_external_mapping.workflow_id IS 'Workflow t
 
 CREATE FUNCTION bitrix_sync.active_mapping_for_contact(p_contact_id text) RETURNS bitrix_sync.entity_external_mapping
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   select * from bitrix_sync.entity_external_mapping
    where external_system = 'bitrix24' and external_entity_type = 'contact' and external_id = p_contact_id
@@ -2128,6 +2171,7 @@ COMMENT ON FUNCTION bitrix_sync.active_mapping_for_contact(p_contact_id text) IS
 
 CREATE FUNCTION bitrix_sync.active_mapping_for_user(p_user_id uuid) RETURNS bitrix_sync.entity_external_mapping
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   select * from bitrix_sync.entity_external_mapping
    where external_system = 'bitrix24' and entity_type = 'user' and entity_id = p_user_id and status = 'active'
@@ -2200,6 +2244,7 @@ COMMENT ON FUNCTION bitrix_sync.alert_config_problem() IS 'Readiness (§14): ale
 
 CREATE FUNCTION bitrix_sync.alert_entity_type_id() RETURNS integer
     LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_value jsonb := bitrix_sync._active_setting('alerts.entity_type_id');
@@ -2232,6 +2277,7 @@ COMMENT ON FUNCTION bitrix_sync.alert_entity_type_id() IS 'The alert smart proce
 
 CREATE FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer DEFAULT 20) RETURNS TABLE(alert_id bigint, alert_number bigint, alert_type text, fingerprint text)
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   select a.id, a.alert_number, a.alert_type::text, a.fingerprint::text
     from bitrix_sync.business_alerts a
@@ -2331,6 +2377,7 @@ COMMENT ON COLUMN bitrix_sync.contact_snapshots.stale IS 'The App profile may be
 
 CREATE FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bitrix_sync.contact_snapshots
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.contact_snapshots;
@@ -2385,6 +2432,7 @@ COMMENT ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contac
 
 CREATE FUNCTION bitrix_sync.begin_command_reconcile(p_id bigint, p_workflow_token uuid) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -2406,6 +2454,7 @@ COMMENT ON FUNCTION bitrix_sync.begin_command_reconcile(p_id bigint, p_workflow_
 
 CREATE FUNCTION bitrix_sync.blocked_crm_methods(p_bucket text) RETURNS TABLE(method text, blocked_until timestamp with time zone)
     LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   select m.method, m.blocked_until
     from bitrix_sync.crm_method_blocks m
@@ -2425,6 +2474,7 @@ COMMENT ON FUNCTION bitrix_sync.blocked_crm_methods(p_bucket text) IS 'REST meth
 
 CREATE FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer DEFAULT NULL::integer) RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_n integer;
@@ -2595,6 +2645,7 @@ COMMENT ON FUNCTION bitrix_sync.cancel_rebind_request(p_request_id uuid, p_reaso
 
 CREATE FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text) RETURNS han_app.sync_queue
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row han_app.sync_queue;
@@ -2623,6 +2674,7 @@ COMMENT ON FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, 
 
 CREATE FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer DEFAULT 20, p_lease interval DEFAULT '00:01:00'::interval) RETURNS SETOF bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row record;
@@ -2746,6 +2798,7 @@ COMMENT ON COLUMN bitrix_sync.reconciliation_cursors.lease_token IS 'Fencing tok
 
 CREATE FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean DEFAULT false, p_overlap interval DEFAULT NULL::interval) RETURNS SETOF bitrix_sync.reconciliation_cursors
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.reconciliation_cursors;
@@ -2790,6 +2843,7 @@ COMMENT ON FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_i
 
 CREATE FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer DEFAULT 10, p_lease interval DEFAULT '00:01:00'::interval) RETURNS SETOF han_app.sync_queue
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_watermark timestamptz;
@@ -2849,11 +2903,11 @@ COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer,
 
 CREATE FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer DEFAULT 10, p_lease interval DEFAULT '00:01:00'::interval, p_receiver text DEFAULT NULL::text) RETURNS SETOF bitrix_sync.webhook_inbox
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_cand record;
   v_row bitrix_sync.webhook_inbox;
-  v_claimed integer := 0;
 begin
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
     raise exception 'claim needs 1..1000 rows and a positive lease'
@@ -2863,23 +2917,30 @@ begin
   if not bitrix_sync.cutover_performed() then
     return;
   end if;
+  -- The oldest due events, locked (SKIP LOCKED: another claimer's are left to it); of each entity
+  -- among them the oldest event, the oldest p_limit entities first; taken in entity order. Two
+  -- claimers can pick events of one entity; the second then waits at the unique index for the
+  -- first to commit, and skips the entity. In entity order those waits never form a cycle (no
+  -- deadlock), with no per-entity lock. (An advisory lock per entity did that before migration
+  -- 000028; any role may take advisory locks, so one could hold back an entity's events for ever.)
   for v_cand in
-    select w.id, w.receiver, w.entity_id, w.status from bitrix_sync.webhook_inbox w
-     where (p_receiver is null or w.receiver = p_receiver)
-       and ((w.status in ('received', 'retry_wait') and w.next_attempt_at <= now())
-            or (w.status = 'processing' and w.locked_until < now()))
-     order by w.id
-     limit p_limit * 4
-     for update skip locked
+    with window_ as (
+      select w.id, w.receiver, w.entity_id, w.status from bitrix_sync.webhook_inbox w
+       where (p_receiver is null or w.receiver = p_receiver)
+         and ((w.status in ('received', 'retry_wait') and w.next_attempt_at <= now())
+              or (w.status = 'processing' and w.locked_until < now()))
+       order by w.id
+       limit p_limit * 4
+       for update skip locked
+    ), firsts as (
+      select distinct on (x.receiver, x.entity_id) x.id, x.receiver, x.entity_id, x.status
+        from window_ x order by x.receiver, x.entity_id, x.id
+    ), chosen as (
+      select f.id, f.receiver, f.entity_id, f.status from firsts f order by f.id limit p_limit
+    )
+    select c.id, c.receiver, c.entity_id, c.status from chosen c order by c.receiver, c.entity_id
   loop
-    exit when v_claimed >= p_limit;
-    -- Another claimer that has an event of this entity in flight holds this lock until it commits.
-    -- Skipping instead of waiting on its uncommitted index entry avoids a lock cycle between two
-    -- claimers that picked events of the same two entities in crossed order (a deadlock error).
-    continue when not pg_try_advisory_xact_lock(hashtext('bitrix_sync.webhook_inbox'),
-                                                hashtext(v_cand.receiver || ':' || v_cand.entity_id));
     begin
-      -- The status test skips candidates this loop has just coalesced into an earlier one.
       update bitrix_sync.webhook_inbox
          set status = 'processing', lease_token = gen_random_uuid(), locked_by = left(p_worker, 128),
              locked_until = now() + p_lease, attempt_count = attempt_count + 1, status_at = now()
@@ -2898,7 +2959,6 @@ begin
        and o.id in (select x.id from bitrix_sync.webhook_inbox x
                      where x.receiver = v_row.receiver and x.entity_id = v_row.entity_id and x.status = 'received'
                      for update skip locked);
-    v_claimed := v_claimed + 1;
     return next v_row;
   end loop;
 end $$;
@@ -2907,7 +2967,7 @@ end $$;
 -- Name: FUNCTION claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text) IS 'Leases due inbox events, at most one per entity (enforced by a partial unique index), and coalesces the entity''s other received events into the claimed one. Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
+COMMENT ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text) IS 'Leases due inbox events, at most one per entity (enforced by a partial unique index; the entities whose oldest due event is oldest first, among the 4 x p_limit oldest due events not locked by another claimer), and coalesces the entity''s other received events into the claimed one. Takes entities in (receiver, entity_id) order, so two claimers that picked one entity never deadlock (the second waits for the first and skips it). Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
 
 --
 -- Name: claim_workflows(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -2915,6 +2975,7 @@ COMMENT ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p
 
 CREATE FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer DEFAULT 10, p_lease interval DEFAULT '00:01:00'::interval) RETURNS SETOF bitrix_sync.workflow_instances
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
@@ -2958,6 +3019,7 @@ COMMENT ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, 
 
 CREATE FUNCTION bitrix_sync.close_mapping(p_mapping_id uuid, p_reason text, p_workflow_id uuid, p_broken boolean DEFAULT false) RETURNS bitrix_sync.entity_external_mapping
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.entity_external_mapping;
@@ -2987,6 +3049,7 @@ COMMENT ON FUNCTION bitrix_sync.close_mapping(p_mapping_id uuid, p_reason text, 
 
 CREATE FUNCTION bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -3017,6 +3080,7 @@ COMMENT ON FUNCTION bitrix_sync.complete_command(p_id bigint, p_lease_token uuid
 
 CREATE FUNCTION bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[]) RETURNS SETOF bigint
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   if coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_lease_tokens), 0)
@@ -3101,6 +3165,7 @@ COMMENT ON FUNCTION bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_toke
 
 CREATE FUNCTION bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid) RETURNS han_app.sync_queue
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row han_app.sync_queue;
@@ -3128,6 +3193,7 @@ COMMENT ON FUNCTION bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid
 
 CREATE FUNCTION bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text) RETURNS bitrix_sync.webhook_inbox
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.webhook_inbox;
@@ -3182,6 +3248,7 @@ COMMENT ON FUNCTION bitrix_sync.crm_limiter_state(p_bucket text) IS 'Limiter sta
 
 CREATE FUNCTION bitrix_sync.cutover_performed() RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   select exists (select 1 from bitrix_sync.cutover)
 $$;
@@ -3198,6 +3265,7 @@ COMMENT ON FUNCTION bitrix_sync.cutover_performed() IS 'The processing gate (§1
 
 CREATE FUNCTION bitrix_sync.dead_letter_command(p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer DEFAULT NULL::integer, p_bitrix_error text DEFAULT NULL::text) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -3225,6 +3293,7 @@ COMMENT ON FUNCTION bitrix_sync.dead_letter_command(p_id bigint, p_lease_token u
 
 CREATE FUNCTION bitrix_sync.dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text) RETURNS han_app.sync_queue
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row han_app.sync_queue;
@@ -3251,6 +3320,7 @@ COMMENT ON FUNCTION bitrix_sync.dead_letter_sync_task(p_id uuid, p_lease_token u
 
 CREATE FUNCTION bitrix_sync.dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text) RETURNS bitrix_sync.webhook_inbox
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.webhook_inbox;
@@ -3295,7 +3365,7 @@ begin
       select array_agg(w.id) into v_ids
         from (select w.id from bitrix_sync.webhook_inbox w
                where w.status = 'processed'
-                 and w.processed_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+                 and w.processed_at < (select bitrix_sync._retention_cutoff('retention.webhooks_days'))
                  and not exists (select 1 from bitrix_sync.webhook_inbox c where c.coalesced_into = w.id)
                order by w.processed_at
                limit v_limit
@@ -3304,7 +3374,7 @@ begin
         select coalesce(v_ids, '{}') || coalesce(array_agg(w.id), '{}') into v_ids
           from (select w.id from bitrix_sync.webhook_inbox w
                  where w.status = 'dead_letter'
-                   and w.status_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+                   and w.status_at < (select bitrix_sync._retention_cutoff('retention.webhooks_days'))
                    and not exists (select 1 from bitrix_sync.webhook_inbox c where c.coalesced_into = w.id)
                    and not exists (select 1 from bitrix_sync.technical_dead_letters d
                                     where d.resolved_at is null and d.source = 'webhook' and d.source_id = w.id::text)
@@ -3318,7 +3388,7 @@ begin
         from (select c.id from bitrix_sync.crm_commands c
                 left join bitrix_sync.workflow_instances w on w.id = c.workflow_id
                 left join bitrix_sync.business_alerts a on a.id = c.alert_id
-               where c.completed_at < bitrix_sync._retention_cutoff('retention.commands_days')
+               where c.completed_at < (select bitrix_sync._retention_cutoff('retention.commands_days'))
                  and c.status in ('succeeded', 'dead_letter')
                  and (c.workflow_id is null or w.state in ('succeeded', 'failed', 'cancelled'))
                  and (c.alert_id is null or a.item_id is not null)
@@ -3333,7 +3403,7 @@ begin
       select array_agg(w.id) into v_uuids
         from (select w.id from bitrix_sync.workflow_instances w
                where w.state in ('succeeded', 'failed', 'cancelled')
-                 and w.finished_at < bitrix_sync._retention_cutoff('retention.workflows_days')
+                 and w.finished_at < (select bitrix_sync._retention_cutoff('retention.workflows_days'))
                  and not exists (select 1 from bitrix_sync.crm_commands c where c.workflow_id = w.id)
                  and exists (select 1 from bitrix_sync.workflow_instances n
                                   where n.user_id = w.user_id and n.created_at > w.created_at)
@@ -3349,7 +3419,7 @@ begin
       select array_agg(q.id) into v_uuids
         from (select q.id from han_app.sync_queue q
                where q.status in ('processed', 'cancelled', 'dead_letter')
-                 and q.completed_at < bitrix_sync._retention_cutoff('retention.queue_days')
+                 and q.completed_at < (select bitrix_sync._retention_cutoff('retention.queue_days'))
                  and not exists (select 1 from bitrix_sync.technical_dead_letters d
                                   where d.resolved_at is null and d.source = 'sync_queue' and d.source_id = q.id::text)
                  and q.id not in (select w.source_task_id from bitrix_sync.workflow_instances w
@@ -3378,6 +3448,7 @@ COMMENT ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) IS 'Deletes
 
 CREATE FUNCTION bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval) RETURNS han_app.sync_queue
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row han_app.sync_queue;
@@ -3403,6 +3474,7 @@ COMMENT ON FUNCTION bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token 
 
 CREATE FUNCTION bitrix_sync.extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval) RETURNS bitrix_sync.workflow_instances
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.workflow_instances;
@@ -3428,6 +3500,7 @@ COMMENT ON FUNCTION bitrix_sync.extend_workflow_lease(p_id uuid, p_lease_token u
 
 CREATE FUNCTION bitrix_sync.fail_alert_lookup(p_alert_id bigint) RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_add bitrix_sync.crm_commands;
@@ -3463,6 +3536,7 @@ COMMENT ON FUNCTION bitrix_sync.fail_alert_lookup(p_alert_id bigint) IS 'The loo
 
 CREATE FUNCTION bitrix_sync.fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text) RETURNS bitrix_sync.reconciliation_cursors
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.reconciliation_cursors;
@@ -3581,6 +3655,7 @@ COMMENT ON COLUMN bitrix_sync.business_alerts.previous_alert_id IS 'The earlier 
 
 CREATE FUNCTION bitrix_sync.finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text DEFAULT NULL::text) RETURNS bitrix_sync.business_alerts
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.business_alerts;
@@ -3612,6 +3687,7 @@ COMMENT ON FUNCTION bitrix_sync.finish_business_alert(p_alert_id bigint, p_statu
 
 CREATE FUNCTION bitrix_sync.finish_reconciliation_run(p_job_type text, p_lease_token uuid, p_scanned integer, p_updated integer, p_recovered integer DEFAULT NULL::integer) RETURNS bitrix_sync.reconciliation_cursors
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.reconciliation_cursors;
@@ -3644,6 +3720,7 @@ COMMENT ON FUNCTION bitrix_sync.finish_reconciliation_run(p_job_type text, p_lea
 
 CREATE FUNCTION bitrix_sync.fire_workflow_event(p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb DEFAULT '{}'::jsonb) RETURNS bitrix_sync.workflow_instances
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.workflow_instances;
@@ -3723,10 +3800,14 @@ begin
       using errcode = 'BS004', hint = 'Call fold_intent_journal() without arguments, or with a limit in that range.';
   end if;
   if p_wait then
-    perform pg_advisory_xact_lock(727014, 3);
-  elsif not pg_try_advisory_xact_lock(727014, 3) then
-    -- Another transaction is folding right now; its rows become visible when it commits.
-    return 0;
+    lock table bitrix_sync.lock_intake_fold in share update exclusive mode;
+  else
+    begin
+      lock table bitrix_sync.lock_intake_fold in share update exclusive mode nowait;
+    exception when lock_not_available then
+      -- Another transaction is folding right now; its rows become visible when it commits.
+      return 0;
+    end;
   end if;
 
   with taken as (
@@ -3778,7 +3859,7 @@ end $$;
 -- Name: FUNCTION fold_intent_journal(p_limit integer, p_wait boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait boolean) IS 'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (advisory lock 727014/3): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
+COMMENT ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait boolean) IS 'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (SHARE UPDATE EXCLUSIVE on bitrix_sync.lock_intake_fold, which no other role can take): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
 
 --
 -- Name: issue_alert_command(bigint, text, jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3786,6 +3867,7 @@ COMMENT ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait bool
 
 CREATE FUNCTION bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_cmd bitrix_sync.crm_commands;
@@ -3813,6 +3895,7 @@ COMMENT ON FUNCTION bitrix_sync.issue_alert_command(p_alert_id bigint, p_command
 
 CREATE FUNCTION bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params jsonb) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   if p_params is null or p_params ->> 'purpose' is distinct from 'find' or jsonb_typeof(p_params -> 'match') <> 'object' then
@@ -3844,6 +3927,7 @@ COMMENT ON FUNCTION bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params j
 
 CREATE FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text DEFAULT NULL::text, p_step_data jsonb DEFAULT NULL::jsonb) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_wf bitrix_sync.workflow_instances;
@@ -3922,6 +4006,7 @@ COMMENT ON FUNCTION bitrix_sync.list_dead_letters(p_include_resolved boolean, p_
 
 CREATE FUNCTION bitrix_sync.mark_alert_mirror_failed(p_alert_id bigint) RETURNS bitrix_sync.business_alerts
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.business_alerts;
@@ -3953,6 +4038,7 @@ COMMENT ON FUNCTION bitrix_sync.mark_alert_mirror_failed(p_alert_id bigint) IS '
 
 CREATE FUNCTION bitrix_sync.mark_alert_mirrored(p_alert_id bigint) RETURNS bitrix_sync.business_alerts
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.business_alerts;
@@ -3983,6 +4069,7 @@ COMMENT ON FUNCTION bitrix_sync.mark_alert_mirrored(p_alert_id bigint) IS 'crm_s
 
 CREATE FUNCTION bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -4014,6 +4101,7 @@ COMMENT ON FUNCTION bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_toke
 
 CREATE FUNCTION bitrix_sync.mark_contact_snapshot_stale(p_contact_id text, p_user_id uuid, p_reason text) RETURNS bitrix_sync.contact_snapshots
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.contact_snapshots;
@@ -4045,15 +4133,20 @@ declare
   v_refill double precision := (bitrix_sync._active_setting('limiter.refill_per_sec') #>> '{}')::double precision;
 begin
   -- Fold what the triggers appended since the last scrape. One scrape folds at a time; another
-  -- scrape meanwhile reads the totals plus the rows not folded yet, which gives the same sums.
-  if pg_try_advisory_xact_lock(hashtext('bitrix_sync.metric_events')) then
+  -- scrape meanwhile reads the totals plus the rows not folded yet, which gives the same sums. The
+  -- lock is SHARE UPDATE EXCLUSIVE on a table only the owner may lock (as the intake's fold,
+  -- sql/enqueue.sql): an advisory lock, which any role may take, let one stop every fold.
+  begin
+    lock table bitrix_sync.lock_metrics_fold in share update exclusive mode nowait;
     with moved as (
       delete from bitrix_sync.metric_events e returning e.machine, e.kind, e.from_state, e.to_state
     )
     insert into bitrix_sync.metric_event_totals as t (machine, kind, from_state, to_state, count)
     select m.machine, m.kind, m.from_state, m.to_state, count(*) from moved m group by 1, 2, 3, 4
     on conflict (machine, kind, from_state, to_state) do update set count = t.count + excluded.count;
-  end if;
+  exception when lock_not_available then
+    null; -- another scrape is folding
+  end;
 
   return query
   -- Live states only: each filter reaches the status view's scan (its grouping column), so no
@@ -4190,6 +4283,7 @@ COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings
 
 CREATE FUNCTION bitrix_sync.note_crm_answered(p_bucket text, p_increase double precision DEFAULT 4, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS double precision
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_now timestamptz;
@@ -4231,6 +4325,7 @@ COMMENT ON FUNCTION bitrix_sync.note_crm_answered(p_bucket text, p_increase doub
 
 CREATE FUNCTION bitrix_sync.note_crm_operating(p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamp with time zone[]) RETURNS void
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_now timestamptz := clock_timestamp();
@@ -4264,6 +4359,7 @@ COMMENT ON FUNCTION bitrix_sync.note_crm_operating(p_bucket text, p_methods text
 
 CREATE FUNCTION bitrix_sync.note_method_blocked(p_bucket text, p_method text, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_now timestamptz := clock_timestamp();
@@ -4298,6 +4394,7 @@ COMMENT ON FUNCTION bitrix_sync.note_method_blocked(p_bucket text, p_method text
 
 CREATE FUNCTION bitrix_sync.note_rate_limited(p_bucket text, p_decrease double precision DEFAULT 0.5, p_min_factor double precision DEFAULT 0.1, p_cooldown_ms integer DEFAULT 1000, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS double precision
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_now timestamptz;
@@ -4344,6 +4441,7 @@ COMMENT ON FUNCTION bitrix_sync.note_rate_limited(p_bucket text, p_decrease doub
 
 CREATE FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) RETURNS bitrix_sync.entity_external_mapping
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.entity_external_mapping;
@@ -4380,8 +4478,9 @@ begin
   if p_actor is null or length(btrim(p_actor)) = 0 then
     raise exception 'cutover needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
   end if;
-  -- Serialize concurrent callers; the first one wins, the others see its result.
-  perform pg_advisory_xact_lock(hashtext('bitrix_sync.perform_cutover'));
+  -- Serialize concurrent callers; the first one wins, the others see its result. The fold's lock
+  -- (its fold below takes it anyway), which no other role can take (sql/enqueue.sql).
+  lock table bitrix_sync.lock_intake_fold in share update exclusive mode;
   select * into v_row from bitrix_sync.cutover;
   if found then
     return query select v_row.cutover_watermark, v_row.cancelled_count, true;
@@ -4453,6 +4552,7 @@ COMMENT ON FUNCTION bitrix_sync.propose_settings(p_changes jsonb, p_actor text, 
 
 CREATE FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text DEFAULT NULL::text, p_selected_contact_id text DEFAULT NULL::text, p_candidate_contact_ids jsonb DEFAULT '[]'::jsonb, p_details jsonb DEFAULT '{}'::jsonb, p_correlation_id uuid DEFAULT NULL::uuid) RETURNS bitrix_sync.business_alerts
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.business_alerts;
@@ -4503,6 +4603,7 @@ COMMENT ON FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severi
 
 CREATE FUNCTION bitrix_sync.record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text) RETURNS bitrix_sync.business_alerts
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.business_alerts;
@@ -4529,6 +4630,7 @@ COMMENT ON FUNCTION bitrix_sync.record_alert_item(p_alert_id bigint, p_item_id b
 
 CREATE FUNCTION bitrix_sync.record_contact_created(p_contact_id text, p_user_id uuid, p_name_hash text, p_email_hash text, p_phone_hash text, p_citizenship_enum_id text) RETURNS bitrix_sync.contact_snapshots
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.contact_snapshots;
@@ -4559,6 +4661,7 @@ COMMENT ON FUNCTION bitrix_sync.record_contact_created(p_contact_id text, p_user
 
 CREATE FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text) RETURNS bitrix_sync.contact_snapshots
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.contact_snapshots;
@@ -4582,6 +4685,7 @@ COMMENT ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_i
 
 CREATE FUNCTION bitrix_sync.record_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet DEFAULT NULL::inet, p_event_id text DEFAULT NULL::text, p_source_ts timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_id bigint;
@@ -4606,6 +4710,7 @@ COMMENT ON FUNCTION bitrix_sync.record_webhook(p_receiver text, p_entity_type_id
 
 CREATE FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay interval) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -4652,6 +4757,7 @@ COMMENT ON FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay inter
 
 CREATE FUNCTION bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -4683,6 +4789,7 @@ COMMENT ON FUNCTION bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, 
 
 CREATE FUNCTION bitrix_sync.release_command(p_id bigint, p_lease_token uuid) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -4709,6 +4816,7 @@ COMMENT ON FUNCTION bitrix_sync.release_command(p_id bigint, p_lease_token uuid)
 
 CREATE FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) RETURNS boolean
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   delete from bitrix_sync.crm_inflight_slots s where s.slot_id = p_slot_id;
@@ -4727,6 +4835,7 @@ COMMENT ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) IS 'Frees an
 
 CREATE FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid) RETURNS han_app.sync_queue
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row han_app.sync_queue;
@@ -4907,6 +5016,7 @@ COMMENT ON FUNCTION bitrix_sync.requeue_dead_letter(p_id bigint, p_operator text
 
 CREATE FUNCTION bitrix_sync.resolve_alert_lookup(p_alert_id bigint, p_items jsonb) RETURNS text
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_item bigint;
@@ -4974,6 +5084,7 @@ COMMENT ON FUNCTION bitrix_sync.resolve_alert_lookup(p_alert_id bigint, p_items 
 
 CREATE FUNCTION bitrix_sync.resolve_command_reconcile(p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb DEFAULT NULL::jsonb, p_error_code text DEFAULT NULL::text) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -5129,8 +5240,8 @@ CREATE FUNCTION bitrix_sync.retention_preview() RETURNS TABLE(table_name text, d
   select 'webhooks', count(*), min(coalesce(w.processed_at, w.status_at)),
          (bitrix_sync._active_setting('retention.webhooks_days') #>> '{}')::integer
     from bitrix_sync.webhook_inbox w
-   where (w.status = 'processed' and w.processed_at < bitrix_sync._retention_cutoff('retention.webhooks_days'))
-      or (w.status = 'dead_letter' and w.status_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+   where (w.status = 'processed' and w.processed_at < (select bitrix_sync._retention_cutoff('retention.webhooks_days')))
+      or (w.status = 'dead_letter' and w.status_at < (select bitrix_sync._retention_cutoff('retention.webhooks_days'))
           and not exists (select 1 from bitrix_sync.technical_dead_letters d
                            where d.resolved_at is null and d.source = 'webhook' and d.source_id = w.id::text))
   union all
@@ -5139,7 +5250,7 @@ CREATE FUNCTION bitrix_sync.retention_preview() RETURNS TABLE(table_name text, d
     from bitrix_sync.crm_commands c
     left join bitrix_sync.workflow_instances w on w.id = c.workflow_id
     left join bitrix_sync.business_alerts a on a.id = c.alert_id
-   where c.completed_at < bitrix_sync._retention_cutoff('retention.commands_days')
+   where c.completed_at < (select bitrix_sync._retention_cutoff('retention.commands_days'))
      and c.status in ('succeeded', 'dead_letter')
      and (c.workflow_id is null or w.state in ('succeeded', 'failed', 'cancelled'))
      and (c.alert_id is null or a.item_id is not null)
@@ -5151,11 +5262,11 @@ CREATE FUNCTION bitrix_sync.retention_preview() RETURNS TABLE(table_name text, d
          (bitrix_sync._active_setting('retention.workflows_days') #>> '{}')::integer
     from bitrix_sync.workflow_instances w
    where w.state in ('succeeded', 'failed', 'cancelled')
-     and w.finished_at < bitrix_sync._retention_cutoff('retention.workflows_days')
+     and w.finished_at < (select bitrix_sync._retention_cutoff('retention.workflows_days'))
      and not exists (select 1 from bitrix_sync.crm_commands c
                       where c.workflow_id = w.id
                         and (c.completed_at is null
-                             or c.completed_at >= bitrix_sync._retention_cutoff('retention.commands_days')
+                             or c.completed_at >= (select bitrix_sync._retention_cutoff('retention.commands_days'))
                              or exists (select 1 from bitrix_sync.technical_dead_letters d
                                          where d.resolved_at is null and d.command_id = c.id)))
      and exists (select 1 from bitrix_sync.workflow_instances n
@@ -5169,7 +5280,7 @@ CREATE FUNCTION bitrix_sync.retention_preview() RETURNS TABLE(table_name text, d
          (bitrix_sync._active_setting('retention.queue_days') #>> '{}')::integer
     from han_app.sync_queue q
    where q.status in ('processed', 'cancelled', 'dead_letter')
-     and q.completed_at < bitrix_sync._retention_cutoff('retention.queue_days')
+     and q.completed_at < (select bitrix_sync._retention_cutoff('retention.queue_days'))
      and not exists (select 1 from bitrix_sync.technical_dead_letters d
                       where d.resolved_at is null and d.source = 'sync_queue' and d.source_id = q.id::text)
      and q.id not in (select w.source_task_id from bitrix_sync.workflow_instances w
@@ -5188,6 +5299,7 @@ COMMENT ON FUNCTION bitrix_sync.retention_preview() IS 'Admin: what the next ret
 
 CREATE FUNCTION bitrix_sync.retry_command(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean DEFAULT true, p_http_status integer DEFAULT NULL::integer, p_bitrix_error text DEFAULT NULL::text) RETURNS bitrix_sync.crm_commands
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.crm_commands;
@@ -5247,6 +5359,7 @@ COMMENT ON FUNCTION bitrix_sync.retry_command(p_id bigint, p_lease_token uuid, p
 
 CREATE FUNCTION bitrix_sync.retry_sync_task(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) RETURNS han_app.sync_queue
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row han_app.sync_queue;
@@ -5282,6 +5395,7 @@ COMMENT ON FUNCTION bitrix_sync.retry_sync_task(p_id uuid, p_lease_token uuid, p
 
 CREATE FUNCTION bitrix_sync.retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval) RETURNS bitrix_sync.webhook_inbox
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.webhook_inbox;
@@ -5354,6 +5468,7 @@ COMMENT ON FUNCTION bitrix_sync.rollback_settings(p_to_version integer, p_actor 
 
 CREATE FUNCTION bitrix_sync.save_workflow_step(p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text DEFAULT NULL::text) RETURNS bitrix_sync.workflow_instances
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 declare
   v_row bitrix_sync.workflow_instances;
@@ -5386,6 +5501,7 @@ COMMENT ON FUNCTION bitrix_sync.save_workflow_step(p_id uuid, p_lease_token uuid
 
 CREATE FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) RETURNS bitrix_sync.workflow_instances
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.workflow_instances;
@@ -5423,6 +5539,7 @@ COMMENT ON FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_token
 
 CREATE FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) RETURNS SETOF bigint
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   if coalesce(array_length(p_ids, 1), 0) <> coalesce(array_length(p_lease_tokens, 1), 0) then
@@ -5455,6 +5572,7 @@ COMMENT ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uui
 
 CREATE FUNCTION bitrix_sync.start_or_join_workflow(p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text, p_trace_context text DEFAULT NULL::text) RETURNS TABLE(workflow_id uuid, action text, previous_trace_context text)
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_row bitrix_sync.workflow_instances;
@@ -5572,6 +5690,7 @@ COMMENT ON FUNCTION bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lease
 
 CREATE FUNCTION bitrix_sync.step_context(p_id uuid) RETURNS bitrix_sync.step_context_t
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_out bitrix_sync.step_context_t;
@@ -5606,6 +5725,7 @@ COMMENT ON FUNCTION bitrix_sync.step_context(p_id uuid) IS 'What a workflow step
 
 CREATE FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]) RETURNS TABLE(task_id uuid, workflow_id uuid, action text, previous_trace_context text)
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_n integer := coalesce(cardinality(p_ids), 0);
@@ -5646,6 +5766,7 @@ COMMENT ON FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uui
 
 CREATE FUNCTION bitrix_sync.tg__forbid_delete() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   raise exception 'rows of %.% are history and are never deleted', tg_table_schema, tg_table_name
@@ -5665,6 +5786,7 @@ COMMENT ON FUNCTION bitrix_sync.tg__forbid_delete() IS 'BEFORE DELETE guard for 
 
 CREATE FUNCTION bitrix_sync.tg__guard_transition() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 -- TG_ARGV[0]: machine name in state_edges; TG_ARGV[1]: the state column.
 declare
@@ -5703,6 +5825,7 @@ COMMENT ON FUNCTION bitrix_sync.tg__guard_transition() IS 'BEFORE UPDATE guard: 
 
 CREATE FUNCTION bitrix_sync.tg__refuse_immutable_change() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 -- TG_ARGV: the columns that never change.
 declare
@@ -5733,6 +5856,7 @@ COMMENT ON FUNCTION bitrix_sync.tg__refuse_immutable_change() IS 'BEFORE UPDATE 
 
 CREATE FUNCTION bitrix_sync.tg__refuse_insert_state() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 -- TG_ARGV[0]: the initial state in words. The trigger's WHEN clause decides; this only reports.
 begin
@@ -5753,6 +5877,7 @@ COMMENT ON FUNCTION bitrix_sync.tg__refuse_insert_state() IS 'BEFORE INSERT guar
 
 CREATE FUNCTION bitrix_sync.tg__set_updated_at() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   new.updated_at := now();
@@ -5791,6 +5916,7 @@ COMMENT ON FUNCTION bitrix_sync.tg_crm_commands__count_transition() IS 'AFTER UP
 
 CREATE FUNCTION bitrix_sync.tg_settings_versions__freeze() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_old jsonb := to_jsonb(old);
@@ -5869,10 +5995,11 @@ COMMENT ON FUNCTION bitrix_sync.tg_webhook_inbox__count_coalesced() IS 'AFTER UP
 --
 
 CREATE FUNCTION bitrix_sync.tg_workflow_instances__close_rebind_request() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
-  perform bitrix_sync._close_rebind_request(new);
+  perform bitrix_sync._close_rebind_request(new.id);
   return null;
 end $$;
 
@@ -5880,7 +6007,7 @@ end $$;
 -- Name: FUNCTION tg_workflow_instances__close_rebind_request(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__close_rebind_request() IS 'AFTER UPDATE OF state trigger: a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
+COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__close_rebind_request() IS 'AFTER UPDATE OF state trigger (security definer): a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
 
 --
 -- Name: tg_workflow_instances__count_transition(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -5908,6 +6035,7 @@ COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__count_transition() IS 'AF
 
 CREATE FUNCTION bitrix_sync.tg_workflow_instances__guard_state() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   -- tg__guard_transition for the one machine whose column is "state" (TG_ARGV as there), reading it
@@ -5935,6 +6063,7 @@ COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__guard_state() IS 'BEFORE 
 
 CREATE FUNCTION bitrix_sync.tg_workflow_instances__start_held_intent() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
   -- The rebind's row has just left the active states, so the one-active-per-user index admits the
@@ -5950,23 +6079,6 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__start_held_intent() IS 'AFTER UPDATE OF state trigger: when a workflow holding an App intent (a contact.rebind) finishes, however it finishes, the held intent starts as the user''s next workflow.';
-
---
--- Name: unwatch_intake(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
---
-
-CREATE FUNCTION bitrix_sync.unwatch_intake() RETURNS void
-    LANGUAGE sql
-    AS $$
-  select pg_advisory_unlock(727014, 1) and pg_advisory_unlock(727014, 2);
-  select null::void;
-$$;
-
---
--- Name: FUNCTION unwatch_intake(); Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON FUNCTION bitrix_sync.unwatch_intake() IS 'A sync loop''s intake is awake again: releases the intake watch taken by watch_intake(), and the App''s intents stop NOTIFYing.';
 
 --
 -- Name: validate_settings_version(integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -6012,32 +6124,40 @@ COMMENT ON FUNCTION bitrix_sync.validate_settings_version(p_version integer) IS 
 --
 
 CREATE FUNCTION bitrix_sync.watch_intake() RETURNS boolean
-    LANGUAGE plpgsql
-    SET lock_timeout TO '1s'
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
-  -- One sleeper per database is enough: NOTIFY wakes every listener.
-  if not pg_try_advisory_lock(727014, 2) then
-    return false;
-  end if;
   begin
-    -- Exclusive: waits for the App transactions that recorded an intent without a NOTIFY (they hold
-    -- the watch shared) to end, so the caller's next look at the queue sees their intents. From
-    -- here until unwatch_intake(), every intent NOTIFYs.
-    perform pg_advisory_lock(727014, 1);
+    -- One sleeper per database is enough: NOTIFY wakes every listener. SHARE UPDATE EXCLUSIVE
+    -- conflicts with another loop's and not with the App's ROW EXCLUSIVE.
+    lock table bitrix_sync.lock_intake_watch in share update exclusive mode nowait;
+    -- SHARE waits for the App transactions that recorded an intent without a NOTIFY (they hold ROW
+    -- EXCLUSIVE) to end, so the caller's next look at the queue sees their intents. From here until
+    -- the caller's transaction ends, every intent NOTIFYs. Tried without queueing, every 5 ms for
+    -- up to 1 s: a request waiting in the lock's queue would make the App's NOWAIT fail, so a role
+    -- holding ROW EXCLUSIVE on the table could make App commits NOTIFY for as long as it waits.
+    for i in 1 .. 200 loop
+      begin
+        lock table bitrix_sync.lock_intake_watch in share mode nowait;
+        return true;
+      exception when lock_not_available then
+        perform pg_sleep(0.005);
+      end;
+    end loop;
+    -- A long App transaction: give up watching this time; the fallback poll covers it. Raised to
+    -- the block around, which gives the sleeper's lock back too.
+    raise exception using errcode = 'lock_not_available';
   exception when lock_not_available then
-    -- A long App transaction: give up watching this time; the fallback poll covers it.
-    perform pg_advisory_unlock(727014, 2);
     return false;
   end;
-  return true;
 end $$;
 
 --
 -- Name: FUNCTION watch_intake(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.watch_intake() IS 'Called by a sync loop (on its LISTEN connection) whose intake found nothing, before it sleeps: takes the intake watch (session advisory lock 727014/1, exclusive) after the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs. The caller must look at the queue once more before sleeping, and call unwatch_intake() when it wakes. Returns false (nothing held) when another loop watches or an App transaction holds the watch for over 1 s; the fallback poll covers that.';
+COMMENT ON FUNCTION bitrix_sync.watch_intake() IS 'Called by a sync loop whose intake found nothing, before it sleeps, inside a transaction of its own on a connection of its own (a LISTEN connection gets no notification inside a transaction): takes the intake watch (SHARE on bitrix_sync.lock_intake_watch) once the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs, until the caller ends its transaction when it wakes. The caller must look at the queue once more before sleeping. Returns false (nothing held) when another loop watches or the watch stays taken for over 1 s (a long App transaction); the fallback poll covers that. Takes no transaction ID and keeps no snapshot.';
 
 --
 -- Name: _private_jobs; Type: TABLE; Schema: graphile_worker; Owner: -
@@ -6371,8 +6491,16 @@ declare
   v_reason text;
   v_subject text := case tg_table_name when 'user_identity' then 'identity' else 'profile' end;
 begin
-  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo.
-  if current_setting('han.sync_suppress', true) = 'true' then
+  -- bitrix-sync writes CRM-master fields with han.sync_suppress = 'true' for its transaction: no
+  -- echo. Any session can set the setting, so it is honoured only for the service's own sessions:
+  -- the role the session acts as (SET ROLE, else its login) is bitrix_sync_user or a member of it
+  -- (a superuser is a member of every role). An App session that sets it, for its transaction or
+  -- left on a pooled connection, records its intents as ever. current_user would not do: this
+  -- function is security definer.
+  if current_setting('han.sync_suppress', true) = 'true'
+     and pg_has_role(case current_setting('role') when 'none' then session_user
+                                                  else current_setting('role')::name end,
+                     'bitrix_sync_user', 'MEMBER') then
     return null;
   end if;
 
@@ -6414,12 +6542,15 @@ begin
   values (v_task, v_user_id, v_reason, new.updated_at);
 
   -- Wake-up only; workers also poll (§8). The payload names no user. A sync loop asleep on the
-  -- queue holds the intake watch exclusively, so the shared try fails exactly then. Otherwise this
-  -- transaction now holds the watch shared until it ends, and a loop about to fall asleep waits for
-  -- it, then looks at the queue once more (bitrix_sync.watch_intake()).
-  if not pg_try_advisory_xact_lock_shared(727014, 1) then
+  -- queue holds the intake watch (SHARE on bitrix_sync.lock_intake_watch), so this try fails exactly
+  -- then. Otherwise this transaction now holds ROW EXCLUSIVE on it until it ends, and a loop about to
+  -- fall asleep waits for it, then looks at the queue once more (bitrix_sync.watch_intake()). A
+  -- second intent of the same transaction finds the lock held already.
+  begin
+    lock table bitrix_sync.lock_intake_watch in row exclusive mode nowait;
+  exception when lock_not_available then
     perform pg_notify('bitrix_sync_queue', v_task);
-  end if;
+  end;
   return null;
 end $$;
 
@@ -6427,7 +6558,7 @@ end $$;
 -- Name: FUNCTION enqueue_contact_sync(); Type: COMMENT; Schema: han_app; Owner: -
 --
 
-COMMENT ON FUNCTION han_app.enqueue_contact_sync() IS 'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
+COMMENT ON FUNCTION han_app.enqueue_contact_sync() IS 'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true'' in a session acting as bitrix_sync_user or a member of it (SET ROLE, else the login role; superusers included); the App''s sessions cannot skip. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
 
 --
 -- Name: admin_actions; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -6715,6 +6846,45 @@ CREATE TABLE bitrix_sync.cutover (
 COMMENT ON TABLE bitrix_sync.cutover IS 'The one-time switch from the stub to full sync (§17): the watermark and what was cancelled. At most one row.';
 
 --
+-- Name: lock_intake_fold; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.lock_intake_fold (
+);
+
+--
+-- Name: TABLE lock_intake_fold; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.lock_intake_fold IS 'One intake fold at a time, a lock only: fold_intent_journal() and perform_cutover() take SHARE UPDATE EXCLUSIVE on it. No rows; no role but the owner may lock it.';
+
+--
+-- Name: lock_intake_watch; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.lock_intake_watch (
+);
+
+--
+-- Name: TABLE lock_intake_watch; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.lock_intake_watch IS 'The intake watch, a lock only: a sleeping sync loop holds SHARE on it (watch_intake(), in a transaction it ends when it wakes); han_app.enqueue_contact_sync() tries ROW EXCLUSIVE NOWAIT for each App transaction that records an intent and NOTIFYs when that fails. No rows; no role but the owner may lock it.';
+
+--
+-- Name: lock_metrics_fold; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.lock_metrics_fold (
+);
+
+--
+-- Name: TABLE lock_metrics_fold; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.lock_metrics_fold IS 'One metrics fold at a time, a lock only: metrics_snapshot() tries SHARE UPDATE EXCLUSIVE NOWAIT on it. No rows; no role but the owner may lock it.';
+
+--
 -- Name: metric_event_totals; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
@@ -6820,7 +6990,7 @@ COMMENT ON VIEW bitrix_sync.rebind_request_status IS 'Rebind requests as an admi
 
 CREATE VIEW bitrix_sync.role_privileges AS
  WITH decisions(object_type, object_name, runtime, admin, app, note) AS (
-         VALUES ('schema'::text,'bitrix_sync'::text,ARRAY['USAGE'::text],ARRAY['USAGE'::text],ARRAY[]::text[],'The project''s schema; the App has no business in it.'::text), ('schema'::text,'han_app'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY['USAGE'::text],'The App''s schema; the admin reaches the queue only through status_queue.'::text), ('table'::text,'han_app.user_identity'::text,ARRAY['SELECT (id, phone_number, record_status, created_at, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'Identity is App-master; the runtime reads it at send time.'::text), ('table'::text,'han_app.client_profile'::text,ARRAY['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)'::text, 'UPDATE (full_name, citizenship, email, source_updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'::text), ('table'::text,'han_app.sync_queue'::text,ARRAY['SELECT'::text, 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'::text), ('table'::text,'han_app.sync_queue_journal'::text,ARRAY['SELECT'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'::text), ('function'::text,'han_app.enqueue_contact_sync()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): fires for the App''s writes; nobody calls it.'::text), ('table'::text,'bitrix_sync.business_alerts'::text,ARRAY['SELECT'::text, 'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)'::text, 'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'::text), ('sequence'::text,'bitrix_sync.business_alert_number_seq'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY[]::text[],'The default of business_alerts.alert_number, evaluated as the inserting role.'::text), ('table'::text,'bitrix_sync.contact_snapshots'::text,ARRAY['SELECT'::text, 'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text, 'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text],ARRAY[]::text[],ARRAY[]::text[],'Hashes of what the runtime last wrote into or read from each Contact.'::text), ('table'::text,'bitrix_sync.crm_commands'::text,ARRAY['SELECT'::text, 'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'::text],ARRAY[]::text[],ARRAY[]::text[],'Issued pending (no status column to insert); what a command asks for never changes after issue.'::text), ('table'::text,'bitrix_sync.entity_external_mapping'::text,ARRAY['SELECT'::text, 'INSERT (entity_id, external_id, workflow_id)'::text, 'UPDATE (status, closed_at, close_reason, workflow_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'Opened active and closed by the runtime''s mapping functions; the user and the Contact of a link never change.'::text), ('table'::text,'bitrix_sync.reconciliation_cursors'::text,ARRAY['SELECT'::text, 'INSERT (job_type)'::text, 'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token)'::text],ARRAY[]::text[],ARRAY[]::text[],'The reconciliation runs'' cursors and leases.'::text), ('table'::text,'bitrix_sync.technical_dead_letters'::text,ARRAY['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'::text), ('table'::text,'bitrix_sync.webhook_inbox'::text,ARRAY['SELECT'::text, 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Recorded received by accept_webhooks; what arrived never changes.'::text), ('table'::text,'bitrix_sync.workflow_instances'::text,ARRAY['SELECT'::text, 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)'::text, 'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'::text],ARRAY[]::text[],ARRAY[]::text[],'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'::text), ('table'::text,'bitrix_sync.crm_inflight_slots'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'DELETE'::text],ARRAY[]::text[],ARRAY[]::text[],'In-flight slots; the admin reads them through crm_limiter_state().'::text), ('table'::text,'bitrix_sync.crm_method_blocks'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Per-method operating-time blocks.'::text), ('table'::text,'bitrix_sync.crm_rate_buckets'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Token buckets.'::text), ('table'::text,'bitrix_sync.metric_event_totals'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'::text), ('table'::text,'bitrix_sync.metric_events'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counted events; appended by the security definer _900 triggers whoever makes the change.'::text), ('table'::text,'bitrix_sync.cutover'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written once by perform_cutover() (admin); the runtime only reads the watermark.'::text), ('table'::text,'bitrix_sync.rebind_requests'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'::text), ('table'::text,'bitrix_sync.settings'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'The catalogue of keys and bounds; changed by migrations only.'::text), ('table'::text,'bitrix_sync.admin_actions'::text,ARRAY[]::text[],ARRAY['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'::text],ARRAY[]::text[],'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'::text), ('table'::text,'bitrix_sync.settings_versions'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by the admin''s settings functions only.'::text), ('sequence'::text,'bitrix_sync.admin_actions_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of admin_actions.'::text), ('sequence'::text,'bitrix_sync.business_alerts_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of business_alerts.'::text), ('sequence'::text,'bitrix_sync.crm_commands_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of crm_commands.'::text), ('sequence'::text,'bitrix_sync.settings_versions_version_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of settings_versions.'::text), ('sequence'::text,'bitrix_sync.technical_dead_letters_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of technical_dead_letters.'::text), ('sequence'::text,'bitrix_sync.webhook_inbox_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of webhook_inbox.'::text), ('view'::text,'bitrix_sync.parked_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'::text), ('view'::text,'bitrix_sync.rebind_request_status'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Rebind requests as an admin follows them (docs/admin.md).'::text), ('view'::text,'bitrix_sync.role_privileges'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'This catalogue.'::text), ('view'::text,'bitrix_sync.role_privilege_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Where the database''s ACLs differ from this catalogue (empty when they agree).'::text), ('view'::text,'bitrix_sync.state_edges'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'::text), ('view'::text,'bitrix_sync.status_alerts'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): counts and ages only.'::text), ('view'::text,'bitrix_sync.status_alert_mirror'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'::text), ('view'::text,'bitrix_sync.status_commands'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_dead_letters'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_queue'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_webhooks'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_workflows'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('function'::text,'bitrix_sync.accept_webhook(text,integer,text,inet)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Re-records one robot call by hand (the robot does not retry).'::text), ('function'::text,'bitrix_sync.activate_settings_version(integer,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.perform_cutover(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The one-time cutover (§17); it also opens the processing gate.'::text), ('function'::text,'bitrix_sync.propose_settings(jsonb,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind (§5.4).'::text), ('function'::text,'bitrix_sync.cancel_rebind_request(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind: cancel an open request (docs/admin.md).'::text), ('function'::text,'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: resume with a decision.'::text), ('function'::text,'bitrix_sync.cancel_parked_workflow(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: cancel with a reason.'::text), ('function'::text,'bitrix_sync._parked_decisions(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.rollback_settings(integer,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.validate_settings_version(integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.list_dead_letters(boolean,integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: what is open, and what a requeue would do (docs/admin.md).'::text), ('function'::text,'bitrix_sync.acknowledge_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: resolved without a new attempt, audited.'::text), ('function'::text,'bitrix_sync.requeue_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: a new attempt through the normal state machine, audited.'::text), ('function'::text,'bitrix_sync.retention_preview()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: what the next run would delete (reads the history: by hand only).'::text), ('function'::text,'bitrix_sync.delete_retention_batch(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync._active_setting(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'::text), ('function'::text,'bitrix_sync.active_settings()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The active settings with defaults.'::text), ('function'::text,'bitrix_sync.crm_limiter_state(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter state for status (§14).'::text), ('function'::text,'bitrix_sync.cutover_performed()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The processing gate, for readiness and the pump.'::text), ('function'::text,'bitrix_sync.metrics_snapshot(text,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'::text), ('function'::text,'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The receivers'' one statement (and the readiness probe of that path).'::text), ('function'::text,'bitrix_sync.alert_config_problem()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Readiness: alert_config_invalid.'::text), ('function'::text,'bitrix_sync.alert_entity_type_id()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The alert receiver''s entity type.'::text), ('function'::text,'bitrix_sync.cancel_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_sync_tasks(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fold_intent_journal(integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'::text), ('function'::text,'bitrix_sync.watch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop takes the intake watch before it sleeps (the App''s intents then NOTIFY).'::text), ('function'::text,'bitrix_sync.unwatch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop releases the intake watch when it wakes.'::text), ('function'::text,'bitrix_sync.complete_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.release_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_workflows(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.step_context(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (the start of a step).'::text), ('function'::text,'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake.'::text), ('function'::text,'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake of a claimed batch in one call.'::text), ('function'::text,'bitrix_sync.begin_command_reconcile(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.claim_commands(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_command(bigint,uuid,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump settles a batch with it).'::text), ('function'::text,'bitrix_sync.bring_forward_commands(text[],integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump after a portal-wide failure).'::text), ('function'::text,'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_alert_command(bigint,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.mark_command_uncertain(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.reject_command(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.release_command(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.send_commands(bigint[],uuid[],uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.blocked_crm_methods(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_answered(text,double precision,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.release_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.claim_webhooks(text,integer,interval,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.dead_letter_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.retry_webhook(bigint,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.active_mapping_for_contact(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.active_mapping_for_user(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.recover_alert_command(bigint,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'::text), ('function'::text,'bitrix_sync.alerts_to_look_up(integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: items to look up.'::text), ('function'::text,'bitrix_sync.issue_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup of an item.'::text), ('function'::text,'bitrix_sync.resolve_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup''s outcome.'::text), ('function'::text,'bitrix_sync.fail_alert_lookup(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: a lookup that failed for good.'::text), ('function'::text,'bitrix_sync.close_mapping(uuid,text,uuid,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.open_mapping(uuid,text,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots and the CRM-master profile write.'::text), ('function'::text,'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_phone(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.finish_business_alert(bigint,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirror_failed(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirrored(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.record_alert_item(bigint,bigint,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.complete_rebind(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Security definer, called by the trigger that closes the request of a finished contact.rebind workflow (the runtime''s transitions fire it).'::text), ('function'::text,'bitrix_sync.start_rebind_request(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fail_reconciliation_run(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync._check_bitrix_error(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._check_code(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: refuses raw text as an error code.'::text), ('function'::text,'bitrix_sync._check_limiter_name(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the limiter.'::text), ('function'::text,'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the queue functions.'::text), ('function'::text,'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the inbox functions.'::text), ('function'::text,'bitrix_sync._held_workflow(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the workflow functions.'::text), ('function'::text,'bitrix_sync._is_write_command(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of claim_commands.'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'::text), ('function'::text,'bitrix_sync._refuse_stale(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: the BS001 refusal.'::text), ('function'::text,'bitrix_sync._retry_deadline(timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper and the default of deadline_at, evaluated as the inserting role.'::text), ('function'::text,'bitrix_sync._wake_workflow(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._workflow_holder(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command reconcile functions.'::text), ('function'::text,'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'::text), ('function'::text,'bitrix_sync._alert_add_unsafe(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the alert mirror (runAlertSync asks it before an add).'::text), ('function'::text,'bitrix_sync._abandon_workflow_commands(uuid,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._check_admin_audit(text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._open_dead_letter(bigint)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._retention_cutoff(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._rebind_crm_outcome(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of _close_rebind_request and cancel_rebind_request.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__close_rebind_request()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__start_held_intent()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync._normalise_settings(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._rebind_request_of(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the rebind workflow functions.'::text), ('function'::text,'bitrix_sync._resolve_conflict_alerts(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of complete_rebind.'::text), ('function'::text,'bitrix_sync._settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Not used by the service: the receivers call accept_webhooks.'::text), ('function'::text,'bitrix_sync.tg__forbid_delete()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__guard_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__guard_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_immutable_change()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_insert_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__set_updated_at()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_crm_commands__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_technical_dead_letters__count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_webhook_inbox__count_coalesced()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_settings_versions__freeze()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text)
+         VALUES ('schema'::text,'bitrix_sync'::text,ARRAY['USAGE'::text],ARRAY['USAGE'::text],ARRAY[]::text[],'The project''s schema; the App has no business in it.'::text), ('schema'::text,'han_app'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY['USAGE'::text],'The App''s schema; the admin reaches the queue only through status_queue.'::text), ('table'::text,'han_app.user_identity'::text,ARRAY['SELECT (id, phone_number, record_status, created_at, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'Identity is App-master; the runtime reads it at send time.'::text), ('table'::text,'han_app.client_profile'::text,ARRAY['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)'::text, 'UPDATE (full_name, citizenship, email, source_updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'::text), ('table'::text,'han_app.sync_queue'::text,ARRAY['SELECT'::text, 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'::text), ('table'::text,'han_app.sync_queue_journal'::text,ARRAY['SELECT'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'::text), ('function'::text,'han_app.enqueue_contact_sync()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): fires for the App''s writes; nobody calls it.'::text), ('table'::text,'bitrix_sync.business_alerts'::text,ARRAY['SELECT'::text, 'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)'::text, 'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'::text), ('sequence'::text,'bitrix_sync.business_alert_number_seq'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY[]::text[],'The default of business_alerts.alert_number, evaluated as the inserting role.'::text), ('table'::text,'bitrix_sync.contact_snapshots'::text,ARRAY['SELECT'::text, 'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text, 'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text],ARRAY[]::text[],ARRAY[]::text[],'Hashes of what the runtime last wrote into or read from each Contact.'::text), ('table'::text,'bitrix_sync.crm_commands'::text,ARRAY['SELECT'::text, 'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'::text],ARRAY[]::text[],ARRAY[]::text[],'Issued pending (no status column to insert); what a command asks for never changes after issue.'::text), ('table'::text,'bitrix_sync.entity_external_mapping'::text,ARRAY['SELECT'::text, 'INSERT (entity_id, external_id, workflow_id)'::text, 'UPDATE (status, closed_at, close_reason, workflow_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'Opened active and closed by the runtime''s mapping functions; the user and the Contact of a link never change.'::text), ('table'::text,'bitrix_sync.reconciliation_cursors'::text,ARRAY['SELECT'::text, 'INSERT (job_type)'::text, 'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token)'::text],ARRAY[]::text[],ARRAY[]::text[],'The reconciliation runs'' cursors and leases.'::text), ('table'::text,'bitrix_sync.technical_dead_letters'::text,ARRAY['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'::text), ('table'::text,'bitrix_sync.webhook_inbox'::text,ARRAY['SELECT'::text, 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Recorded received by accept_webhooks; what arrived never changes.'::text), ('table'::text,'bitrix_sync.workflow_instances'::text,ARRAY['SELECT'::text, 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)'::text, 'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'::text],ARRAY[]::text[],ARRAY[]::text[],'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'::text), ('table'::text,'bitrix_sync.crm_inflight_slots'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'DELETE'::text],ARRAY[]::text[],ARRAY[]::text[],'In-flight slots; the admin reads them through crm_limiter_state().'::text), ('table'::text,'bitrix_sync.crm_method_blocks'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Per-method operating-time blocks.'::text), ('table'::text,'bitrix_sync.crm_rate_buckets'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Token buckets.'::text), ('table'::text,'bitrix_sync.lock_intake_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One intake fold (and one cutover) at a time: fold_intent_journal and perform_cutover lock it.'::text), ('table'::text,'bitrix_sync.lock_intake_watch'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'The intake watch: a sleeping loop holds it (watch_intake), the App''s trigger marks its transactions on it.'::text), ('table'::text,'bitrix_sync.lock_metrics_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One metrics fold at a time (metrics_snapshot).'::text), ('table'::text,'bitrix_sync.metric_event_totals'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'::text), ('table'::text,'bitrix_sync.metric_events'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counted events; appended by the security definer _900 triggers whoever makes the change.'::text), ('table'::text,'bitrix_sync.cutover'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written once by perform_cutover() (admin); the runtime only reads the watermark.'::text), ('table'::text,'bitrix_sync.rebind_requests'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'::text), ('table'::text,'bitrix_sync.settings'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'The catalogue of keys and bounds; changed by migrations only.'::text), ('table'::text,'bitrix_sync.admin_actions'::text,ARRAY[]::text[],ARRAY['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'::text],ARRAY[]::text[],'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'::text), ('table'::text,'bitrix_sync.settings_versions'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by the admin''s settings functions only.'::text), ('sequence'::text,'bitrix_sync.admin_actions_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of admin_actions.'::text), ('sequence'::text,'bitrix_sync.business_alerts_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of business_alerts.'::text), ('sequence'::text,'bitrix_sync.crm_commands_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of crm_commands.'::text), ('sequence'::text,'bitrix_sync.settings_versions_version_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of settings_versions.'::text), ('sequence'::text,'bitrix_sync.technical_dead_letters_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of technical_dead_letters.'::text), ('sequence'::text,'bitrix_sync.webhook_inbox_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of webhook_inbox.'::text), ('view'::text,'bitrix_sync.parked_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'::text), ('view'::text,'bitrix_sync.rebind_request_status'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Rebind requests as an admin follows them (docs/admin.md).'::text), ('view'::text,'bitrix_sync.role_privileges'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'This catalogue.'::text), ('view'::text,'bitrix_sync.role_privilege_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Where the database''s ACLs differ from this catalogue (empty when they agree).'::text), ('view'::text,'bitrix_sync.state_edges'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'::text), ('view'::text,'bitrix_sync.status_alerts'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): counts and ages only.'::text), ('view'::text,'bitrix_sync.status_alert_mirror'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'::text), ('view'::text,'bitrix_sync.status_commands'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_dead_letters'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_queue'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_webhooks'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_workflows'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('function'::text,'bitrix_sync.accept_webhook(text,integer,text,inet)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Re-records one robot call by hand (the robot does not retry).'::text), ('function'::text,'bitrix_sync.activate_settings_version(integer,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.perform_cutover(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The one-time cutover (§17); it also opens the processing gate.'::text), ('function'::text,'bitrix_sync.propose_settings(jsonb,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind (§5.4).'::text), ('function'::text,'bitrix_sync.cancel_rebind_request(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind: cancel an open request (docs/admin.md).'::text), ('function'::text,'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: resume with a decision.'::text), ('function'::text,'bitrix_sync.cancel_parked_workflow(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: cancel with a reason.'::text), ('function'::text,'bitrix_sync._parked_decisions(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.rollback_settings(integer,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.validate_settings_version(integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.list_dead_letters(boolean,integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: what is open, and what a requeue would do (docs/admin.md).'::text), ('function'::text,'bitrix_sync.acknowledge_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: resolved without a new attempt, audited.'::text), ('function'::text,'bitrix_sync.requeue_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: a new attempt through the normal state machine, audited.'::text), ('function'::text,'bitrix_sync.retention_preview()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: what the next run would delete (reads the history: by hand only).'::text), ('function'::text,'bitrix_sync.delete_retention_batch(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync._active_setting(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'::text), ('function'::text,'bitrix_sync.active_settings()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The active settings with defaults.'::text), ('function'::text,'bitrix_sync.crm_limiter_state(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter state for status (§14).'::text), ('function'::text,'bitrix_sync.cutover_performed()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The processing gate, for readiness and the pump.'::text), ('function'::text,'bitrix_sync.metrics_snapshot(text,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'::text), ('function'::text,'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The receivers'' one statement (and the readiness probe of that path).'::text), ('function'::text,'bitrix_sync.alert_config_problem()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Readiness: alert_config_invalid.'::text), ('function'::text,'bitrix_sync.alert_entity_type_id()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The alert receiver''s entity type.'::text), ('function'::text,'bitrix_sync.cancel_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_sync_tasks(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fold_intent_journal(integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'::text), ('function'::text,'bitrix_sync.watch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop takes the intake watch before it sleeps, in a transaction it ends when it wakes (the App''s intents NOTIFY meanwhile); security definer: the lock is on a table only the owner may lock.'::text), ('function'::text,'bitrix_sync.complete_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.release_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_workflows(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.step_context(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (the start of a step).'::text), ('function'::text,'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake.'::text), ('function'::text,'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake of a claimed batch in one call.'::text), ('function'::text,'bitrix_sync.begin_command_reconcile(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.claim_commands(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_command(bigint,uuid,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump settles a batch with it).'::text), ('function'::text,'bitrix_sync.bring_forward_commands(text[],integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump after a portal-wide failure).'::text), ('function'::text,'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_alert_command(bigint,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.mark_command_uncertain(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.reject_command(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.release_command(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.send_commands(bigint[],uuid[],uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.blocked_crm_methods(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_answered(text,double precision,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.release_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.claim_webhooks(text,integer,interval,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.dead_letter_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.retry_webhook(bigint,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.active_mapping_for_contact(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.active_mapping_for_user(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.recover_alert_command(bigint,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'::text), ('function'::text,'bitrix_sync.alerts_to_look_up(integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: items to look up.'::text), ('function'::text,'bitrix_sync.issue_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup of an item.'::text), ('function'::text,'bitrix_sync.resolve_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup''s outcome.'::text), ('function'::text,'bitrix_sync.fail_alert_lookup(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: a lookup that failed for good.'::text), ('function'::text,'bitrix_sync.close_mapping(uuid,text,uuid,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.open_mapping(uuid,text,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots and the CRM-master profile write.'::text), ('function'::text,'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_phone(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.finish_business_alert(bigint,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirror_failed(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirrored(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.record_alert_item(bigint,bigint,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.complete_rebind(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.start_rebind_request(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fail_reconciliation_run(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync._check_bitrix_error(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._check_code(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: refuses raw text as an error code.'::text), ('function'::text,'bitrix_sync._check_limiter_name(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the limiter.'::text), ('function'::text,'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the queue functions.'::text), ('function'::text,'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the inbox functions.'::text), ('function'::text,'bitrix_sync._held_workflow(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the workflow functions.'::text), ('function'::text,'bitrix_sync._is_write_command(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of claim_commands.'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'::text), ('function'::text,'bitrix_sync._refuse_stale(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: the BS001 refusal.'::text), ('function'::text,'bitrix_sync._retry_deadline(timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper and the default of deadline_at, evaluated as the inserting role.'::text), ('function'::text,'bitrix_sync._wake_workflow(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._workflow_holder(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command reconcile functions.'::text), ('function'::text,'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'::text), ('function'::text,'bitrix_sync._alert_add_unsafe(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the alert mirror (runAlertSync asks it before an add).'::text), ('function'::text,'bitrix_sync._abandon_workflow_commands(uuid,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._check_admin_audit(text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._open_dead_letter(bigint)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._retention_cutoff(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._rebind_crm_outcome(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of _close_rebind_request and cancel_rebind_request.'::text), ('function'::text,'bitrix_sync._close_rebind_request(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the trigger that closes the request of a finished contact.rebind workflow (the trigger function is security definer); takes the workflow id, never a row.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__close_rebind_request()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): closes the request of a finished contact.rebind workflow, whoever moves it.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__start_held_intent()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync._normalise_settings(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._rebind_request_of(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the rebind workflow functions.'::text), ('function'::text,'bitrix_sync._resolve_conflict_alerts(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of complete_rebind.'::text), ('function'::text,'bitrix_sync._settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Not used by the service: the receivers call accept_webhooks.'::text), ('function'::text,'bitrix_sync.tg__forbid_delete()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__guard_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__guard_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_immutable_change()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_insert_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__set_updated_at()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_crm_commands__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_technical_dead_letters__count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_webhook_inbox__count_coalesced()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_settings_versions__freeze()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text)
         )
  SELECT d.object_type,
     d.object_name,
@@ -8946,167 +9116,10 @@ GRANT SELECT ON TABLE bitrix_sync.rebind_requests TO bitrix_sync_user;
 GRANT SELECT ON TABLE bitrix_sync.rebind_requests TO bitrix_sync_admin;
 
 --
--- Name: TABLE workflow_instances; Type: ACL; Schema: bitrix_sync; Owner: -
+-- Name: FUNCTION _close_rebind_request(p_workflow_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
-GRANT SELECT ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.workflow_type; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT INSERT(workflow_type) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.intent_type; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT INSERT(intent_type),UPDATE(intent_type) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.user_id; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT INSERT(user_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.contact_id; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(contact_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.state; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(state) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.current_step; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(current_step) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.step_data; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(step_data) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.source_task_id; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT INSERT(source_task_id),UPDATE(source_task_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.revision; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(revision) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.processed_revision; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(processed_revision) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.content_hash; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT INSERT(content_hash),UPDATE(content_hash) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.attempt_count; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(attempt_count) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.next_attempt_at; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(next_attempt_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.deadline_at; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(deadline_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.lease_token; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(lease_token) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.locked_by; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(locked_by) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.locked_until; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(locked_until) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.outcome; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(outcome) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.last_error_code; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(last_error_code) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.finished_at; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(finished_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.trace_context; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT INSERT(trace_context),UPDATE(trace_context) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.held_intent_type; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(held_intent_type) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.held_source_task_id; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(held_source_task_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.held_content_hash; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(held_content_hash) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: COLUMN workflow_instances.held_at; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT UPDATE(held_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
-
---
--- Name: FUNCTION _close_rebind_request(p_wf bitrix_sync.workflow_instances); Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-REVOKE ALL ON FUNCTION bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances) FROM PUBLIC;
-GRANT ALL ON FUNCTION bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances) TO bitrix_sync_user;
+REVOKE ALL ON FUNCTION bitrix_sync._close_rebind_request(p_workflow_id uuid) FROM PUBLIC;
 
 --
 -- Name: FUNCTION _command_first_attempt(p_row bitrix_sync.crm_commands); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -9388,6 +9401,162 @@ GRANT INSERT(trace_context) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_us
 
 REVOKE ALL ON FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text) TO bitrix_sync_user;
+
+--
+-- Name: TABLE workflow_instances; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.workflow_type; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(workflow_type) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.intent_type; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(intent_type),UPDATE(intent_type) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.user_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(user_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.contact_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(contact_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.state; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(state) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.current_step; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(current_step) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.step_data; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(step_data) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.source_task_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(source_task_id),UPDATE(source_task_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.revision; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(revision) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.processed_revision; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(processed_revision) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.content_hash; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(content_hash),UPDATE(content_hash) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.attempt_count; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(attempt_count) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.next_attempt_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(next_attempt_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.deadline_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(deadline_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.lease_token; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(lease_token) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.locked_by; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(locked_by) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.locked_until; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(locked_until) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.outcome; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(outcome) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.last_error_code; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(last_error_code) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.finished_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(finished_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.trace_context; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(trace_context),UPDATE(trace_context) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.held_intent_type; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_intent_type) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.held_source_task_id; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_source_task_id) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.held_content_hash; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_content_hash) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.held_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION _held_workflow(p_id uuid, p_lease_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -10526,13 +10695,6 @@ REVOKE ALL ON FUNCTION bitrix_sync.tg_workflow_instances__guard_state() FROM PUB
 --
 
 REVOKE ALL ON FUNCTION bitrix_sync.tg_workflow_instances__start_held_intent() FROM PUBLIC;
-
---
--- Name: FUNCTION unwatch_intake(); Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-REVOKE ALL ON FUNCTION bitrix_sync.unwatch_intake() FROM PUBLIC;
-GRANT ALL ON FUNCTION bitrix_sync.unwatch_intake() TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION validate_settings_version(p_version integer); Type: ACL; Schema: bitrix_sync; Owner: -

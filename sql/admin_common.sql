@@ -3,7 +3,7 @@
 -- an admin cancels, so that nothing is sent for it afterwards.
 
 create or replace function bitrix_sync._check_admin_audit(p_reason text, p_operator_id text) returns void
-language plpgsql immutable as $$
+language plpgsql immutable set search_path = pg_catalog, pg_temp as $$
 begin
   if p_reason is null or length(btrim(p_reason)) not between 3 and 500
      or p_operator_id is null or length(btrim(p_operator_id)) not between 1 and 128 then
@@ -19,7 +19,7 @@ create or replace function bitrix_sync._record_admin_action(
   p_action text, p_workflow_id uuid, p_rebind_request_id uuid, p_decision text, p_contact_id text,
   p_reason text, p_operator_id text
 ) returns bigint
-language sql as $$
+language sql set search_path = pg_catalog, pg_temp as $$
   insert into bitrix_sync.admin_actions
     (action, workflow_id, rebind_request_id, decision, contact_id, reason, operator_id)
   values (p_action, p_workflow_id, p_rebind_request_id, p_decision, p_contact_id, btrim(p_reason),
@@ -31,7 +31,7 @@ comment on function bitrix_sync._record_admin_action(text, uuid, uuid, text, tex
 
 create or replace function bitrix_sync._abandon_workflow_commands(p_workflow_id uuid, p_code text)
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_count integer;
   v_more integer;

@@ -14,7 +14,7 @@
 -- src/alerts/recover.ts drives these functions; src/workflows/pump.ts settles the commands.
 
 create or replace function bitrix_sync._alert_add_unsafe(p_alert_id bigint) returns boolean
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   -- An add whose item may exist, and that no successful lookup has checked since it was sent.
   select exists (
     select 1 from bitrix_sync.crm_commands a
@@ -30,7 +30,7 @@ comment on function bitrix_sync._alert_add_unsafe(bigint) is
 
 create or replace function bitrix_sync.recover_alert_command(p_id bigint, p_delay interval)
 returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
   v_deadline timestamptz;
@@ -68,7 +68,7 @@ comment on function bitrix_sync.recover_alert_command(bigint, interval) is
 
 create or replace function bitrix_sync.alerts_to_look_up(p_limit integer default 20)
 returns table (alert_id bigint, alert_number bigint, alert_type text, fingerprint text)
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   select a.id, a.alert_number, a.alert_type::text, a.fingerprint::text
     from bitrix_sync.business_alerts a
    where a.id in (
@@ -90,7 +90,7 @@ comment on function bitrix_sync.alerts_to_look_up(integer) is
 
 create or replace function bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params jsonb)
 returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   if p_params is null or p_params ->> 'purpose' is distinct from 'find' or jsonb_typeof(p_params -> 'match') <> 'object' then
     raise exception 'an alert lookup needs params {entityTypeId, purpose: "find", match: {field, value}}'
@@ -113,7 +113,7 @@ comment on function bitrix_sync.issue_alert_lookup(bigint, jsonb) is
 
 create or replace function bitrix_sync.resolve_alert_lookup(p_alert_id bigint, p_items jsonb)
 returns text
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_item bigint;
   v_stage text;
@@ -172,7 +172,7 @@ comment on function bitrix_sync.resolve_alert_lookup(bigint, jsonb) is
 
 create or replace function bitrix_sync.fail_alert_lookup(p_alert_id bigint)
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_add bitrix_sync.crm_commands;
   v_count integer := 0;

@@ -7,7 +7,7 @@ create or replace function bitrix_sync.raise_business_alert(
   p_candidate_contact_ids jsonb default '[]'::jsonb, p_details jsonb default '{}'::jsonb,
   p_correlation_id uuid default null
 ) returns bitrix_sync.business_alerts
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.business_alerts;
   v_previous bigint;
@@ -49,7 +49,7 @@ comment on function bitrix_sync.raise_business_alert(text, text, text, uuid, tex
 
 create or replace function bitrix_sync.record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text)
 returns bitrix_sync.business_alerts
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.business_alerts;
 begin
@@ -67,7 +67,7 @@ comment on function bitrix_sync.record_alert_item(bigint, bigint, text) is
 
 create or replace function bitrix_sync.finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text default null)
 returns bitrix_sync.business_alerts
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.business_alerts;
 begin
@@ -90,7 +90,7 @@ comment on function bitrix_sync.finish_business_alert(bigint, text, text) is
 
 create or replace function bitrix_sync.mark_alert_mirrored(p_alert_id bigint)
 returns bitrix_sync.business_alerts
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.business_alerts;
 begin
@@ -112,7 +112,7 @@ comment on function bitrix_sync.mark_alert_mirrored(bigint) is
 
 create or replace function bitrix_sync.mark_alert_mirror_failed(p_alert_id bigint)
 returns bitrix_sync.business_alerts
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.business_alerts;
 begin
@@ -134,7 +134,7 @@ comment on function bitrix_sync.mark_alert_mirror_failed(bigint) is
   'crm_sync_status synced -> failed when the alert''s command failed for good (visible in status). A pending alert keeps its newer change queued; a failed one stays failed.';
 
 create or replace function bitrix_sync._resolve_conflict_alerts(p_user_id uuid) returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_count integer;
 begin

@@ -10,14 +10,14 @@
 -- on a table with a long history can be far off.
 
 create or replace function bitrix_sync._is_write_command(p_command_type text) returns boolean
-language sql immutable parallel safe as $$
+language sql immutable parallel safe set search_path = pg_catalog, pg_temp as $$
   select p_command_type in ('contact.add', 'contact.update', 'alert.add', 'alert.update')
 $$;
 comment on function bitrix_sync._is_write_command(text) is
   'Commands that change the CRM: a lost reply to one of these is uncertain, not retryable.';
 
 create or replace function bitrix_sync._wake_workflow(p_workflow_id uuid) returns void
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   -- A command reached an outcome the workflow must look at: waiting_crm -> running (crm_replied).
   update bitrix_sync.workflow_instances
@@ -30,17 +30,11 @@ end $$;
 comment on function bitrix_sync._wake_workflow(uuid) is
   'waiting_crm -> running for the workflow owning a command that succeeded, failed for good or became uncertain.';
 
--- Issue 12 added the issuing step's trace context (a parameter with a default): the five-argument
--- form is replaced. Issue 14 added the step state, so one call persists the whole step: the
--- six-argument form is replaced too.
-drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text);
-drop function if exists bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text);
-
 create or replace function bitrix_sync.issue_command(
   p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text,
   p_trace_context text default null, p_step_data jsonb default null
 ) returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_wf bitrix_sync.workflow_instances;
   v_cmd bitrix_sync.crm_commands;
@@ -72,7 +66,7 @@ comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, tex
 
 create or replace function bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb)
 returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_cmd bitrix_sync.crm_commands;
 begin
@@ -92,7 +86,7 @@ comment on function bitrix_sync.issue_alert_command(bigint, text, jsonb) is
 create or replace function bitrix_sync.claim_commands(
   p_worker text, p_limit integer default 20, p_lease interval default interval '60 seconds'
 ) returns setof bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row record;
 begin
@@ -158,12 +152,9 @@ end $$;
 comment on function bitrix_sync.claim_commands(text, integer, interval) is
   'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover().';
 
--- The horizon used to be passed in by the pump; it is read from the settings here now.
-drop function if exists bitrix_sync.send_commands(bigint[], uuid[], uuid, interval);
-
 create or replace function bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid)
 returns setof bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   if coalesce(array_length(p_ids, 1), 0) <> coalesce(array_length(p_lease_tokens, 1), 0) then
     raise exception 'send_commands needs one lease token per command id'
@@ -187,7 +178,7 @@ comment on function bitrix_sync.send_commands(bigint[], uuid[], uuid) is
 
 create or replace function bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb)
 returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
 begin
@@ -209,7 +200,7 @@ comment on function bitrix_sync.complete_command(bigint, uuid, jsonb) is
 
 create or replace function bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[])
 returns setof bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   if coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_lease_tokens), 0)
      or coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_responses), 0) then
@@ -243,7 +234,7 @@ comment on function bitrix_sync.complete_commands(bigint[], uuid[], jsonb[]) is
 
 create or replace function bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer default null)
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_n integer;
   v_w integer := 0;
@@ -291,7 +282,7 @@ comment on function bitrix_sync.bring_forward_commands(text[], integer) is
 
 create or replace function bitrix_sync.release_command(p_id bigint, p_lease_token uuid)
 returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
 begin
@@ -308,7 +299,7 @@ comment on function bitrix_sync.release_command(bigint, uuid) is
   'leased -> pending without sending (no limiter token, method blocked, shutdown). Refuses stale tokens (BS001).';
 
 create or replace function bitrix_sync._check_bitrix_error(p_error text) returns void
-language plpgsql immutable as $$
+language plpgsql immutable set search_path = pg_catalog, pg_temp as $$
 begin
   -- Bitrix24 error codes are identifiers (QUERY_LIMIT_EXCEEDED, ERROR_CORE, expired_token); the
   -- error_description next to them may quote field values, so only the identifier is kept (§9).
@@ -323,7 +314,7 @@ comment on function bitrix_sync._check_bitrix_error(text) is
 
 create or replace function bitrix_sync._command_first_attempt(p_row bitrix_sync.crm_commands)
 returns timestamptz
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   -- A command refused before it was ever sent has only its creation to count from.
   select coalesce(p_row.first_sent_at, p_row.created_at)
 $$;
@@ -333,7 +324,7 @@ comment on function bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)
 create or replace function bitrix_sync._dead_letter_command_row(
   p_row bitrix_sync.crm_commands, p_error_code text, p_http_status integer, p_bitrix_error text
 ) returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
   v_first timestamptz := bitrix_sync._command_first_attempt(p_row);
@@ -363,7 +354,7 @@ create or replace function bitrix_sync.retry_command(
   p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval, p_spends_attempt boolean default true,
   p_http_status integer default null, p_bitrix_error text default null
 ) returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
   v_deadline timestamptz;
@@ -414,7 +405,7 @@ comment on function bitrix_sync.retry_command(bigint, uuid, text, interval, bool
 
 create or replace function bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
 begin
@@ -439,7 +430,7 @@ create or replace function bitrix_sync.dead_letter_command(
   p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer default null,
   p_bitrix_error text default null
 ) returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
 begin
@@ -458,7 +449,7 @@ comment on function bitrix_sync.dead_letter_command(bigint, uuid, text, integer,
 
 create or replace function bitrix_sync._workflow_holder(p_command_id bigint, p_workflow_token uuid)
 returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
 begin
@@ -476,7 +467,7 @@ comment on function bitrix_sync._workflow_holder(bigint, uuid) is
 
 create or replace function bitrix_sync.begin_command_reconcile(p_id bigint, p_workflow_token uuid)
 returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
 begin
@@ -491,7 +482,7 @@ create or replace function bitrix_sync.resolve_command_reconcile(
   p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb default null,
   p_error_code text default null
 ) returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
 begin
@@ -554,7 +545,7 @@ comment on function bitrix_sync.resolve_command_reconcile(bigint, uuid, text, js
 
 create or replace function bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.crm_commands
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.crm_commands;
 begin

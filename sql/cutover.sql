@@ -5,7 +5,7 @@
 -- record webhooks; they wait in the inbox.
 
 create or replace function bitrix_sync.cutover_performed() returns boolean
-language sql stable parallel safe as $$
+language sql stable parallel safe set search_path = pg_catalog, pg_temp as $$
   select exists (select 1 from bitrix_sync.cutover)
 $$;
 comment on function bitrix_sync.cutover_performed() is
@@ -21,8 +21,9 @@ begin
   if p_actor is null or length(btrim(p_actor)) = 0 then
     raise exception 'cutover needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
   end if;
-  -- Serialize concurrent callers; the first one wins, the others see its result.
-  perform pg_advisory_xact_lock(hashtext('bitrix_sync.perform_cutover'));
+  -- Serialize concurrent callers; the first one wins, the others see its result. The fold's lock
+  -- (its fold below takes it anyway), which no other role can take (sql/enqueue.sql).
+  lock table bitrix_sync.lock_intake_fold in share update exclusive mode;
   select * into v_row from bitrix_sync.cutover;
   if found then
     return query select v_row.cutover_watermark, v_row.cancelled_count, true;

@@ -17,7 +17,7 @@
 -- Entries that one restart covers (the same workflow, the same alert) are resolved together.
 
 create or replace function bitrix_sync._open_dead_letter(p_id bigint) returns bitrix_sync.technical_dead_letters
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.technical_dead_letters;
 begin
@@ -40,7 +40,7 @@ comment on function bitrix_sync._open_dead_letter(bigint) is
   'Internal: the open dead letter, locked; BS040 when there is none with that id, BS041 when it is already resolved.';
 
 create or replace function bitrix_sync._requeue_refusal(p_dl bitrix_sync.technical_dead_letters) returns jsonb
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
   v_q han_app.sync_queue;
   v_hook bitrix_sync.webhook_inbox;
@@ -141,7 +141,7 @@ comment on function bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_lett
   'Internal: why a dead letter cannot be requeued now, as {code, message, hint} (BS042 nothing to run again, BS043 something else is running), or null when it can.';
 
 create or replace function bitrix_sync._requeue_target(p_dl bitrix_sync.technical_dead_letters) returns text
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_q han_app.sync_queue;
   v_hook bitrix_sync.webhook_inbox;
@@ -190,7 +190,7 @@ comment on function bitrix_sync._requeue_target(bitrix_sync.technical_dead_lette
   'Internal (requeue_dead_letter, after _requeue_refusal said yes): starts the new attempt and returns what carries it (sync_queue:<id>, webhook:<id>, workflow:<id>, alert:<id>).';
 
 create or replace function bitrix_sync._covered_dead_letters(p_dl bitrix_sync.technical_dead_letters) returns bigint[]
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   -- The open entries one new attempt answers: the workflow's, or the alert's, or just this one.
   select coalesce(array_agg(d.id order by d.id), array[p_dl.id])
     from bitrix_sync.technical_dead_letters d
@@ -245,7 +245,7 @@ create or replace function bitrix_sync._resolve_dead_letters(
   dead_letter_id bigint, source text, operation text, resolution text, requeued_to text,
   resolved_at timestamptz, resolved_by text
 )
-language sql as $$
+language sql set search_path = pg_catalog, pg_temp as $$
   with resolved as (
     update bitrix_sync.technical_dead_letters d
        set resolved_at = now(), resolved_by = btrim(p_operator), resolution = p_resolution,

@@ -13,6 +13,21 @@
 --   intake watch, bitrix_sync.watch_intake()). PostgreSQL serialises the commits of notifying
 --   transactions, so a NOTIFY per App transaction would queue the App's commits one behind the other
 --   while the loop is busy anyway; see watch_intake() for why no intent is missed.
+--
+-- Locks no other role can take (migration 000028; docs/security.md). The watch and the fold are
+-- table locks on two tables without rows or columns, bitrix_sync.lock_intake_watch and
+-- bitrix_sync.lock_intake_fold, taken only by the security definer functions below: LOCK TABLE needs
+-- rights on the table, which only the owner has, and the schema is out of reach of the App and of
+-- any other role. They were advisory locks (727014/1..3), which every role that can connect may
+-- take. What another role can still get on any table, by its oid and without rights, is ACCESS
+-- SHARE (pg_relation_size) and ROW EXCLUSIVE, kept to the end of its transaction (a failing
+-- nextval() on the table), and it can wait for SHARE UPDATE EXCLUSIVE (brin_summarize_range() on a
+-- table fails only once it has the lock). So the fold and a loop's claim to the watch use SHARE
+-- UPDATE EXCLUSIVE (compatible with both, conflicting with itself), the App's mark is ROW EXCLUSIVE
+-- (compatible with both), and the watch SHARE, which a role holding ROW EXCLUSIVE on the watch table
+-- does block: the loop then gives up watching and polls (worker.poll_interval_ms) and no App commit
+-- NOTIFYs, since the loop tries without queueing (NOWAIT) and so never makes the App's NOWAIT fail.
+-- Nothing here writes a row, takes a transaction ID or holds a snapshot.
 
 create or replace function han_app.enqueue_contact_sync() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -22,8 +37,16 @@ declare
   v_reason text;
   v_subject text := case tg_table_name when 'user_identity' then 'identity' else 'profile' end;
 begin
-  -- bitrix-sync writes CRM-master fields with SET LOCAL han.sync_suppress = 'true': no echo.
-  if current_setting('han.sync_suppress', true) = 'true' then
+  -- bitrix-sync writes CRM-master fields with han.sync_suppress = 'true' for its transaction: no
+  -- echo. Any session can set the setting, so it is honoured only for the service's own sessions:
+  -- the role the session acts as (SET ROLE, else its login) is bitrix_sync_user or a member of it
+  -- (a superuser is a member of every role). An App session that sets it, for its transaction or
+  -- left on a pooled connection, records its intents as ever. current_user would not do: this
+  -- function is security definer.
+  if current_setting('han.sync_suppress', true) = 'true'
+     and pg_has_role(case current_setting('role') when 'none' then session_user
+                                                  else current_setting('role')::name end,
+                     'bitrix_sync_user', 'MEMBER') then
     return null;
   end if;
 
@@ -65,19 +88,21 @@ begin
   values (v_task, v_user_id, v_reason, new.updated_at);
 
   -- Wake-up only; workers also poll (§8). The payload names no user. A sync loop asleep on the
-  -- queue holds the intake watch exclusively, so the shared try fails exactly then. Otherwise this
-  -- transaction now holds the watch shared until it ends, and a loop about to fall asleep waits for
-  -- it, then looks at the queue once more (bitrix_sync.watch_intake()).
-  if not pg_try_advisory_xact_lock_shared(727014, 1) then
+  -- queue holds the intake watch (SHARE on bitrix_sync.lock_intake_watch), so this try fails exactly
+  -- then. Otherwise this transaction now holds ROW EXCLUSIVE on it until it ends, and a loop about to
+  -- fall asleep waits for it, then looks at the queue once more (bitrix_sync.watch_intake()). A
+  -- second intent of the same transaction finds the lock held already.
+  begin
+    lock table bitrix_sync.lock_intake_watch in row exclusive mode nowait;
+  exception when lock_not_available then
     perform pg_notify('bitrix_sync_queue', v_task);
-  end if;
+  end;
   return null;
 end $$;
 comment on function han_app.enqueue_contact_sync() is
-  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true''. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
+  'AFTER INSERT/UPDATE trigger on user_identity and client_profile (§6.2): active insert or return to active -> contact.map_or_create; leaving active -> contact.deactivate; phone change of an active identity (TG_ARGV[0] = ''phone'', decided by the trigger''s WHEN) -> contact.update. Skips when han.sync_suppress = ''true'' in a session acting as bitrix_sync_user or a member of it (SET ROLE, else the login role; superusers included); the App''s sessions cannot skip. Appends the intent to han_app.sync_queue_journal; fold_intent_journal() coalesces it per (task, user) into sync_queue before every claim. NOTIFYs bitrix_sync_queue only while a sync loop sleeps on the intake watch (bitrix_sync.watch_intake()).';
 
 -- The triggers: the WHEN clauses keep every write that records nothing out of PL/pgSQL.
-drop trigger if exists _500_enqueue_contact_sync on han_app.user_identity;
 drop trigger if exists _500_enqueue_contact_sync_insert on han_app.user_identity;
 create trigger _500_enqueue_contact_sync_insert
   after insert on han_app.user_identity
@@ -96,7 +121,6 @@ create trigger _500_enqueue_contact_sync_update
 comment on trigger _500_enqueue_contact_sync_update on han_app.user_identity is
   'Records contact.update (phone change of an active identity), contact.deactivate (leaving active) or contact.map_or_create (back to active) (§6.2).';
 
-drop trigger if exists _500_enqueue_contact_sync on han_app.client_profile;
 drop trigger if exists _500_enqueue_contact_sync_insert on han_app.client_profile;
 create trigger _500_enqueue_contact_sync_insert
   after insert on han_app.client_profile
@@ -115,8 +139,9 @@ create trigger _500_enqueue_contact_sync_update
 comment on trigger _500_enqueue_contact_sync_update on han_app.client_profile is
   'Records contact.deactivate / contact.map_or_create when the profile leaves or returns to active (§6.2).';
 
--- The journal's fold (advisory lock 727014/3: one folder at a time, so a later fold always carries
--- later intents than an earlier one, and two folders never lock the same queue rows in turn).
+-- The journal's fold (SHARE UPDATE EXCLUSIVE on bitrix_sync.lock_intake_fold: one folder at a time,
+-- so a later fold always carries later intents than an earlier one, and two folders never lock the
+-- same queue rows in turn).
 create or replace function bitrix_sync.fold_intent_journal(p_limit integer default 10000, p_wait boolean default false)
 returns integer
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -128,10 +153,14 @@ begin
       using errcode = 'BS004', hint = 'Call fold_intent_journal() without arguments, or with a limit in that range.';
   end if;
   if p_wait then
-    perform pg_advisory_xact_lock(727014, 3);
-  elsif not pg_try_advisory_xact_lock(727014, 3) then
-    -- Another transaction is folding right now; its rows become visible when it commits.
-    return 0;
+    lock table bitrix_sync.lock_intake_fold in share update exclusive mode;
+  else
+    begin
+      lock table bitrix_sync.lock_intake_fold in share update exclusive mode nowait;
+    exception when lock_not_available then
+      -- Another transaction is folding right now; its rows become visible when it commits.
+      return 0;
+    end;
   end if;
 
   with taken as (
@@ -179,35 +208,35 @@ begin
   return v_taken;
 end $$;
 comment on function bitrix_sync.fold_intent_journal(integer, boolean) is
-  'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (advisory lock 727014/3): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
+  'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (SHARE UPDATE EXCLUSIVE on bitrix_sync.lock_intake_fold, which no other role can take): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
 
--- The intake watch (advisory lock 727014/1) and who takes it (727014/2): see watch_intake().
+-- The intake watch: SHARE on bitrix_sync.lock_intake_watch, held by a sleeping loop's transaction.
 create or replace function bitrix_sync.watch_intake() returns boolean
-language plpgsql set lock_timeout = '1s' as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
-  -- One sleeper per database is enough: NOTIFY wakes every listener.
-  if not pg_try_advisory_lock(727014, 2) then
-    return false;
-  end if;
   begin
-    -- Exclusive: waits for the App transactions that recorded an intent without a NOTIFY (they hold
-    -- the watch shared) to end, so the caller's next look at the queue sees their intents. From
-    -- here until unwatch_intake(), every intent NOTIFYs.
-    perform pg_advisory_lock(727014, 1);
+    -- One sleeper per database is enough: NOTIFY wakes every listener. SHARE UPDATE EXCLUSIVE
+    -- conflicts with another loop's and not with the App's ROW EXCLUSIVE.
+    lock table bitrix_sync.lock_intake_watch in share update exclusive mode nowait;
+    -- SHARE waits for the App transactions that recorded an intent without a NOTIFY (they hold ROW
+    -- EXCLUSIVE) to end, so the caller's next look at the queue sees their intents. From here until
+    -- the caller's transaction ends, every intent NOTIFYs. Tried without queueing, every 5 ms for
+    -- up to 1 s: a request waiting in the lock's queue would make the App's NOWAIT fail, so a role
+    -- holding ROW EXCLUSIVE on the table could make App commits NOTIFY for as long as it waits.
+    for i in 1 .. 200 loop
+      begin
+        lock table bitrix_sync.lock_intake_watch in share mode nowait;
+        return true;
+      exception when lock_not_available then
+        perform pg_sleep(0.005);
+      end;
+    end loop;
+    -- A long App transaction: give up watching this time; the fallback poll covers it. Raised to
+    -- the block around, which gives the sleeper's lock back too.
+    raise exception using errcode = 'lock_not_available';
   exception when lock_not_available then
-    -- A long App transaction: give up watching this time; the fallback poll covers it.
-    perform pg_advisory_unlock(727014, 2);
     return false;
   end;
-  return true;
 end $$;
 comment on function bitrix_sync.watch_intake() is
-  'Called by a sync loop (on its LISTEN connection) whose intake found nothing, before it sleeps: takes the intake watch (session advisory lock 727014/1, exclusive) after the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs. The caller must look at the queue once more before sleeping, and call unwatch_intake() when it wakes. Returns false (nothing held) when another loop watches or an App transaction holds the watch for over 1 s; the fallback poll covers that.';
-
-create or replace function bitrix_sync.unwatch_intake() returns void
-language sql as $$
-  select pg_advisory_unlock(727014, 1) and pg_advisory_unlock(727014, 2);
-  select null::void;
-$$;
-comment on function bitrix_sync.unwatch_intake() is
-  'A sync loop''s intake is awake again: releases the intake watch taken by watch_intake(), and the App''s intents stop NOTIFYing.';
+  'Called by a sync loop whose intake found nothing, before it sleeps, inside a transaction of its own on a connection of its own (a LISTEN connection gets no notification inside a transaction): takes the intake watch (SHARE on bitrix_sync.lock_intake_watch) once the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs, until the caller ends its transaction when it wakes. The caller must look at the queue once more before sleeping. Returns false (nothing held) when another loop watches or the watch stays taken for over 1 s (a long App transaction); the fallback poll covers that. Takes no transaction ID and keeps no snapshot.';

@@ -6,7 +6,7 @@
 -- what: sql/privileges.sql.
 
 create or replace function bitrix_sync._check_limiter_name(p_what text, p_value text) returns void
-language plpgsql immutable as $$
+language plpgsql immutable set search_path = pg_catalog, pg_temp as $$
 begin
   if p_value is null or length(p_value) not between 1 and 200 then
     raise exception 'limiter % must be a non-empty name of at most 200 characters', p_what
@@ -26,7 +26,7 @@ create or replace function bitrix_sync.acquire_crm_request(
   p_recovery_per_sec double precision default 0.05
 ) returns table (granted boolean, slot_id uuid, wait_ms integer, tokens double precision,
                  rate double precision, in_flight integer, decided_at timestamptz)
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
   v_now timestamptz;
@@ -93,7 +93,7 @@ comment on function bitrix_sync.acquire_crm_request(text, text, double precision
   'Takes one token and one in-flight slot for an HTTP request to the portal, or says how long to wait (wait_ms). decided_at is the server time of the decision. Shared by every replica (§8).';
 
 create or replace function bitrix_sync.release_crm_request(p_slot_id uuid) returns boolean
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   delete from bitrix_sync.crm_inflight_slots s where s.slot_id = p_slot_id;
   return found;
@@ -108,7 +108,7 @@ create or replace function bitrix_sync.note_rate_limited(
   p_cooldown_ms integer default 1000,
   p_recovery_per_sec double precision default 0.05
 ) returns double precision
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_now timestamptz;
   v_row bitrix_sync.crm_rate_buckets;
@@ -149,7 +149,7 @@ create or replace function bitrix_sync.note_crm_answered(
   p_increase double precision default 4,
   p_recovery_per_sec double precision default 0.05
 ) returns double precision
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_now timestamptz;
   v_row bitrix_sync.crm_rate_buckets;
@@ -183,7 +183,7 @@ comment on function bitrix_sync.note_crm_answered(text, double precision, double
 create or replace function bitrix_sync.note_method_blocked(
   p_bucket text, p_method text, p_until timestamptz default null
 ) returns timestamptz
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_now timestamptz := clock_timestamp();
   v_reset timestamptz;
@@ -210,7 +210,7 @@ comment on function bitrix_sync.note_method_blocked(text, text, timestamptz) is
 create or replace function bitrix_sync.note_crm_operating(
   p_bucket text, p_methods text[], p_operating double precision[], p_reset_at timestamptz[]
 ) returns void
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_now timestamptz := clock_timestamp();
 begin
@@ -235,7 +235,7 @@ comment on function bitrix_sync.note_crm_operating(text, text[], double precisio
 
 create or replace function bitrix_sync.blocked_crm_methods(p_bucket text)
 returns table (method text, blocked_until timestamptz)
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   select m.method, m.blocked_until
     from bitrix_sync.crm_method_blocks m
    where m.bucket = p_bucket and m.blocked_until > clock_timestamp()

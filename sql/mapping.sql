@@ -3,7 +3,7 @@
 
 create or replace function bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid)
 returns bitrix_sync.entity_external_mapping
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.entity_external_mapping;
 begin
@@ -23,7 +23,7 @@ comment on function bitrix_sync.open_mapping(uuid, text, uuid) is
 create or replace function bitrix_sync.close_mapping(
   p_mapping_id uuid, p_reason text, p_workflow_id uuid, p_broken boolean default false
 ) returns bitrix_sync.entity_external_mapping
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.entity_external_mapping;
 begin
@@ -44,7 +44,7 @@ comment on function bitrix_sync.close_mapping(uuid, text, uuid, boolean) is
 
 create or replace function bitrix_sync.active_mapping_for_user(p_user_id uuid)
 returns bitrix_sync.entity_external_mapping
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   select * from bitrix_sync.entity_external_mapping
    where external_system = 'bitrix24' and entity_type = 'user' and entity_id = p_user_id and status = 'active'
 $$;
@@ -52,7 +52,7 @@ comment on function bitrix_sync.active_mapping_for_user(uuid) is 'The user''s ac
 
 create or replace function bitrix_sync.active_mapping_for_contact(p_contact_id text)
 returns bitrix_sync.entity_external_mapping
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   select * from bitrix_sync.entity_external_mapping
    where external_system = 'bitrix24' and external_entity_type = 'contact' and external_id = p_contact_id
      and status = 'active'

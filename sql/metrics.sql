@@ -86,15 +86,20 @@ declare
   v_refill double precision := (bitrix_sync._active_setting('limiter.refill_per_sec') #>> '{}')::double precision;
 begin
   -- Fold what the triggers appended since the last scrape. One scrape folds at a time; another
-  -- scrape meanwhile reads the totals plus the rows not folded yet, which gives the same sums.
-  if pg_try_advisory_xact_lock(hashtext('bitrix_sync.metric_events')) then
+  -- scrape meanwhile reads the totals plus the rows not folded yet, which gives the same sums. The
+  -- lock is SHARE UPDATE EXCLUSIVE on a table only the owner may lock (as the intake's fold,
+  -- sql/enqueue.sql): an advisory lock, which any role may take, let one stop every fold.
+  begin
+    lock table bitrix_sync.lock_metrics_fold in share update exclusive mode nowait;
     with moved as (
       delete from bitrix_sync.metric_events e returning e.machine, e.kind, e.from_state, e.to_state
     )
     insert into bitrix_sync.metric_event_totals as t (machine, kind, from_state, to_state, count)
     select m.machine, m.kind, m.from_state, m.to_state, count(*) from moved m group by 1, 2, 3, 4
     on conflict (machine, kind, from_state, to_state) do update set count = t.count + excluded.count;
-  end if;
+  exception when lock_not_available then
+    null; -- another scrape is folding
+  end;
 
   return query
   -- Live states only: each filter reaches the status view's scan (its grouping column), so no

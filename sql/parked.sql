@@ -3,7 +3,7 @@
 -- one, or cancels it; every call is audited (sql/admin_common.sql) and every refusal says what to do.
 
 create or replace function bitrix_sync._parked_decisions(p_reason text) returns text[]
-language sql immutable parallel safe as $$
+language sql immutable parallel safe set search_path = pg_catalog, pg_temp as $$
   -- Too many candidates (the portal's answer may miss the newest), or a person's link that could not
   -- be made: a person picks the Contact or asks for a new one. Anything else is retried once the
   -- data is fixed (the App's phone, the CRM's citizenship list, the duplicates merged in the CRM).

@@ -86,6 +86,15 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'bitrix_sync.crm_rate_buckets', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
    'Token buckets.'),
 
+  -- locks no other role can take (sql/enqueue.sql): tables without rows, locked only by the owner's
+  -- security definer functions
+  ('table', 'bitrix_sync.lock_intake_fold', array[]::text[], array[]::text[], array[]::text[],
+   'One intake fold (and one cutover) at a time: fold_intent_journal and perform_cutover lock it.'),
+  ('table', 'bitrix_sync.lock_intake_watch', array[]::text[], array[]::text[], array[]::text[],
+   'The intake watch: a sleeping loop holds it (watch_intake), the App''s trigger marks its transactions on it.'),
+  ('table', 'bitrix_sync.lock_metrics_fold', array[]::text[], array[]::text[], array[]::text[],
+   'One metrics fold at a time (metrics_snapshot).'),
+
   -- metrics (sql/metrics.sql): written by security definer triggers, read by metrics_snapshot()
   ('table', 'bitrix_sync.metric_event_totals', array[]::text[], array[]::text[], array[]::text[],
    'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'),
@@ -176,8 +185,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).'),
   ('function', 'bitrix_sync.fold_intent_journal(integer,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'),
-  ('function', 'bitrix_sync.watch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop takes the intake watch before it sleeps (the App''s intents then NOTIFY).'),
-  ('function', 'bitrix_sync.unwatch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop releases the intake watch when it wakes.'),
+  ('function', 'bitrix_sync.watch_intake()', array['EXECUTE'], array[]::text[], array[]::text[], 'The sync loop takes the intake watch before it sleeps, in a transaction it ends when it wakes (the App''s intents NOTIFY meanwhile); security definer: the lock is on a table only the owner may lock.'),
   ('function', 'bitrix_sync.complete_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
@@ -241,8 +249,6 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.record_alert_item(bigint,bigint,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.'),
   ('function', 'bitrix_sync.complete_rebind(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Rebind workflow (security definer, fenced by the workflow lease).'),
-  ('function', 'bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances)', array['EXECUTE'], array[]::text[], array[]::text[],
-   'Security definer, called by the trigger that closes the request of a finished contact.rebind workflow (the runtime''s transitions fire it).'),
   ('function', 'bitrix_sync.start_rebind_request(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Rebind workflow (security definer, fenced by the workflow lease).'),
   ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).'),
@@ -286,7 +292,10 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync._retention_cutoff(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
   ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync._rebind_crm_outcome(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of _close_rebind_request and cancel_rebind_request.'),
-  ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
+  ('function', 'bitrix_sync._close_rebind_request(uuid)', array[]::text[], array[]::text[], array[]::text[],
+   'Internal helper of the trigger that closes the request of a finished contact.rebind workflow (the trigger function is security definer); takes the workflow id, never a row.'),
+  ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[],
+   'Trigger function (security definer): closes the request of a finished contact.rebind workflow, whoever moves it.'),
   ('function', 'bitrix_sync.tg_workflow_instances__start_held_intent()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.'),
   ('function', 'bitrix_sync._normalise_settings(jsonb)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the settings functions.'),
   ('function', 'bitrix_sync._rebind_request_of(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the rebind workflow functions.'),

@@ -2,7 +2,7 @@
 -- lease token on every claim, and completion only under the current token (fencing).
 
 create or replace function bitrix_sync._check_code(p_code text) returns void
-language plpgsql immutable as $$
+language plpgsql immutable set search_path = pg_catalog, pg_temp as $$
 begin
   if p_code is null or p_code !~ '^[a-z0-9][a-z0-9_.]{0,63}$' then
     raise exception 'error code must be a safe snake_case code of at most 64 characters'
@@ -14,7 +14,7 @@ comment on function bitrix_sync._check_code(text) is
   'Refuses anything but a safe snake_case error code, so raw text (which may carry PII or secrets) never reaches a row. SQLSTATE BS004.';
 
 create or replace function bitrix_sync._refuse_stale(p_what text, p_id text) returns void
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   raise exception '% % is not held under this lease token', p_what, p_id
     using errcode = 'BS001',
@@ -27,7 +27,7 @@ comment on function bitrix_sync._refuse_stale(text, text) is
 create or replace function bitrix_sync.claim_sync_tasks(
   p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
 ) returns setof han_app.sync_queue
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_watermark timestamptz;
 begin
@@ -78,7 +78,7 @@ comment on function bitrix_sync.claim_sync_tasks(text, integer, interval) is
 
 create or replace function bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval)
 returns han_app.sync_queue
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
@@ -95,7 +95,7 @@ comment on function bitrix_sync.extend_sync_task_lease(uuid, uuid, interval) is
 
 create or replace function bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid)
 returns han_app.sync_queue
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
@@ -114,7 +114,7 @@ comment on function bitrix_sync.complete_sync_task(uuid, uuid) is
 
 create or replace function bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid)
 returns han_app.sync_queue
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
@@ -133,7 +133,7 @@ comment on function bitrix_sync.release_sync_task(uuid, uuid) is
 
 create or replace function bitrix_sync._dead_letter_sync_task_row(p_row han_app.sync_queue, p_error_code text)
 returns han_app.sync_queue
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
@@ -155,7 +155,7 @@ comment on function bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue, t
 create or replace function bitrix_sync.retry_sync_task(
   p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval
 ) returns han_app.sync_queue
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
@@ -182,7 +182,7 @@ comment on function bitrix_sync.retry_sync_task(uuid, uuid, text, interval) is
 
 create or replace function bitrix_sync.dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text)
 returns han_app.sync_queue
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
@@ -200,7 +200,7 @@ comment on function bitrix_sync.dead_letter_sync_task(uuid, uuid, text) is
 
 create or replace function bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text)
 returns han_app.sync_queue
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin

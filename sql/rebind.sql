@@ -102,7 +102,7 @@ comment on function bitrix_sync.request_bitrix_contact_rebind(uuid, text, text, 
   'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user or already the target of an open request (BS009), and refuses while the user has an open request or a workflow (a parked one is named with how to clear it); records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';
 
 create or replace function bitrix_sync._rebind_request_of(p_workflow_id uuid) returns bitrix_sync.rebind_requests
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.rebind_requests;
 begin
@@ -138,10 +138,6 @@ end $$;
 comment on function bitrix_sync.start_rebind_request(uuid, uuid) is
   'requested -> in_progress when the contact.rebind workflow starts reading the Contacts (a request already in progress is returned as it is). Fenced by the workflow''s lease token (BS001). Security definer: the runtime role only reads rebind requests.';
 
--- The request closes with its workflow (tg_workflow_instances__close_rebind_request): the function
--- each failing path had to remember is gone.
-drop function if exists bitrix_sync.fail_rebind_request(uuid, uuid, text);
-
 create or replace function bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid)
 returns bitrix_sync.rebind_requests
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -176,7 +172,7 @@ comment on function bitrix_sync.complete_rebind(uuid, uuid) is
   'in_progress -> succeeded (outcome rebound) for the request of a contact.rebind workflow, in one call: closes the user''s active mapping (rebound), opens the link to the target Contact, and then resolves the user''s open conflict alerts. Fenced by the workflow''s lease token (BS001); BS006 if the target is linked meanwhile. Security definer, as start_rebind_request.';
 
 create or replace function bitrix_sync._rebind_crm_outcome(p_workflow_id uuid) returns text
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   -- The rebind's writes: the target write sets this user (set_user self), the clear of the previous
   -- Contact removes it (set_user clear). Only writes that were sent count.
   with w as (
@@ -201,38 +197,52 @@ $$;
 comment on function bitrix_sync._rebind_crm_outcome(uuid) is
   'Internal: what a contact.rebind workflow that did not complete left in the CRM, from its commands: crm_unchanged (no write sent), target_write_unconfirmed (sent, never confirmed), target_written (the target carries the user, the previous Contact was not cleared), target_written_clear_unconfirmed, target_written_previous_cleared (both written, the link did not move).';
 
-create or replace function bitrix_sync._close_rebind_request(p_wf bitrix_sync.workflow_instances)
+-- Closing a request is the trigger's job, from the row the UPDATE left: the function takes the
+-- workflow's id, never a row (a caller could build one claiming any state and code), reads the
+-- workflow itself under its lock and refuses one that has not finished. Nobody is granted it: the
+-- trigger function, security definer, runs it as the owner.
+create or replace function bitrix_sync._close_rebind_request(p_workflow_id uuid)
 returns bitrix_sync.rebind_requests
--- Security definer: the runtime role's workflow transitions fire it, and that role only reads
--- rebind requests (docs/security.md).
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
+  v_wf bitrix_sync.workflow_instances;
   v_row bitrix_sync.rebind_requests;
 begin
+  select * into v_wf from bitrix_sync.workflow_instances w where w.id = p_workflow_id for update;
+  if not found or v_wf.workflow_type <> 'contact.rebind' then
+    raise exception 'workflow % is not a contact.rebind workflow', p_workflow_id
+      using errcode = 'BS005', hint = 'Only a rebind''s workflow has a request to close.';
+  end if;
+  if v_wf.state not in ('succeeded', 'failed', 'cancelled') then
+    raise exception 'workflow % is %, not finished: its rebind request stays open', p_workflow_id, v_wf.state
+      using errcode = 'BS002', hint = 'A request closes when its workflow reaches succeeded, failed or cancelled.';
+  end if;
   -- A cancelled workflow cancels its request; any other end without complete_rebind fails it with
   -- the workflow's code (a refusal, a CRM error, the retry horizon of a command or of a step).
   update bitrix_sync.rebind_requests r
-     set status = case when p_wf.state = 'cancelled' then 'cancelled' else 'failed' end,
-         failure_code = case p_wf.state when 'cancelled' then null
-                                        when 'failed' then coalesce(p_wf.last_error_code, 'rebind_not_completed')
+     set status = case when v_wf.state = 'cancelled' then 'cancelled' else 'failed' end,
+         failure_code = case v_wf.state when 'cancelled' then null
+                                        when 'failed' then coalesce(v_wf.last_error_code, 'rebind_not_completed')
                                         else 'rebind_not_completed' end,
-         outcome = bitrix_sync._rebind_crm_outcome(p_wf.id),
+         outcome = bitrix_sync._rebind_crm_outcome(v_wf.id),
          completed_at = now()
-   where r.workflow_id = p_wf.id and r.status in ('requested', 'in_progress')
+   where r.workflow_id = v_wf.id and r.status in ('requested', 'in_progress')
   returning * into v_row;
   return v_row;
 end $$;
-comment on function bitrix_sync._close_rebind_request(bitrix_sync.workflow_instances) is
-  'Internal: the still open request of a finished contact.rebind workflow becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. Returns null when the request was already finished.';
+comment on function bitrix_sync._close_rebind_request(uuid) is
+  'Internal (the trigger _300_close_rebind_request): the still open request of a finished contact.rebind workflow, read by id under the row''s lock, becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. BS005 for another kind of workflow, BS002 for one not finished. Returns null when the request was already finished. Granted to nobody.';
 
 create or replace function bitrix_sync.tg_workflow_instances__close_rebind_request() returns trigger
-language plpgsql as $$
+-- Security definer: the runtime role's transitions fire it, and that role neither writes rebind
+-- requests nor executes _close_rebind_request (docs/security.md).
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
-  perform bitrix_sync._close_rebind_request(new);
+  perform bitrix_sync._close_rebind_request(new.id);
   return null;
 end $$;
 comment on function bitrix_sync.tg_workflow_instances__close_rebind_request() is
-  'AFTER UPDATE OF state trigger: a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
+  'AFTER UPDATE OF state trigger (security definer): a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
 
 drop trigger if exists _300_close_rebind_request on bitrix_sync.workflow_instances;
 create trigger _300_close_rebind_request after update of state on bitrix_sync.workflow_instances

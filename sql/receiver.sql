@@ -21,15 +21,11 @@
 -- event's data. Only BS004 for arrays of different lengths (no event can be told apart) fails the
 -- whole call, as does the database itself failing.
 
--- Issue 12 added each request's trace context (an array with a default): the four-array form is
--- replaced.
-drop function if exists bitrix_sync.accept_webhooks(text[], integer[], text[], inet[]);
-
 create or replace function bitrix_sync.accept_webhooks(
   p_receivers text[], p_entity_type_ids integer[], p_entity_ids text[], p_source_ips inet[],
   p_trace_contexts text[] default null
 ) returns table (ord integer, inbox_id bigint, refusal text)
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_n integer := coalesce(cardinality(p_receivers), 0);
   v_alert_type integer;

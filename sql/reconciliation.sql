@@ -6,7 +6,7 @@
 create or replace function bitrix_sync.claim_reconciliation_cursor(
   p_job_type text, p_interval interval, p_force boolean default false, p_overlap interval default null
 ) returns setof bitrix_sync.reconciliation_cursors
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.reconciliation_cursors;
   v_lease interval := make_interval(secs => (bitrix_sync._active_setting('reconcile.lease_sec') #>> '{}')::double precision);
@@ -43,7 +43,7 @@ comment on function bitrix_sync.claim_reconciliation_cursor(text, interval, bool
 create or replace function bitrix_sync.finish_reconciliation_run(
   p_job_type text, p_lease_token uuid, p_scanned integer, p_updated integer, p_recovered integer default null
 ) returns bitrix_sync.reconciliation_cursors
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.reconciliation_cursors;
 begin
@@ -67,7 +67,7 @@ comment on function bitrix_sync.finish_reconciliation_run(text, uuid, integer, i
 
 create or replace function bitrix_sync.fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.reconciliation_cursors
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.reconciliation_cursors;
 begin

@@ -14,8 +14,10 @@
 -- skipped), the workflows of mappings and rebind requests, and the commands of an alert whose item
 -- is not known yet (they decide whether an add may have landed).
 
+-- Pinned like every function, so never inlined: the callers below read it as a scalar subquery,
+-- evaluated once per statement rather than once per row.
 create or replace function bitrix_sync._retention_cutoff(p_key text) returns timestamptz
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   select now() - make_interval(days => (bitrix_sync._active_setting(p_key) #>> '{}')::integer)
 $$;
 comment on function bitrix_sync._retention_cutoff(text) is
@@ -39,7 +41,7 @@ begin
       select array_agg(w.id) into v_ids
         from (select w.id from bitrix_sync.webhook_inbox w
                where w.status = 'processed'
-                 and w.processed_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+                 and w.processed_at < (select bitrix_sync._retention_cutoff('retention.webhooks_days'))
                  and not exists (select 1 from bitrix_sync.webhook_inbox c where c.coalesced_into = w.id)
                order by w.processed_at
                limit v_limit
@@ -48,7 +50,7 @@ begin
         select coalesce(v_ids, '{}') || coalesce(array_agg(w.id), '{}') into v_ids
           from (select w.id from bitrix_sync.webhook_inbox w
                  where w.status = 'dead_letter'
-                   and w.status_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+                   and w.status_at < (select bitrix_sync._retention_cutoff('retention.webhooks_days'))
                    and not exists (select 1 from bitrix_sync.webhook_inbox c where c.coalesced_into = w.id)
                    and not exists (select 1 from bitrix_sync.technical_dead_letters d
                                     where d.resolved_at is null and d.source = 'webhook' and d.source_id = w.id::text)
@@ -62,7 +64,7 @@ begin
         from (select c.id from bitrix_sync.crm_commands c
                 left join bitrix_sync.workflow_instances w on w.id = c.workflow_id
                 left join bitrix_sync.business_alerts a on a.id = c.alert_id
-               where c.completed_at < bitrix_sync._retention_cutoff('retention.commands_days')
+               where c.completed_at < (select bitrix_sync._retention_cutoff('retention.commands_days'))
                  and c.status in ('succeeded', 'dead_letter')
                  and (c.workflow_id is null or w.state in ('succeeded', 'failed', 'cancelled'))
                  and (c.alert_id is null or a.item_id is not null)
@@ -77,7 +79,7 @@ begin
       select array_agg(w.id) into v_uuids
         from (select w.id from bitrix_sync.workflow_instances w
                where w.state in ('succeeded', 'failed', 'cancelled')
-                 and w.finished_at < bitrix_sync._retention_cutoff('retention.workflows_days')
+                 and w.finished_at < (select bitrix_sync._retention_cutoff('retention.workflows_days'))
                  and not exists (select 1 from bitrix_sync.crm_commands c where c.workflow_id = w.id)
                  and exists (select 1 from bitrix_sync.workflow_instances n
                                   where n.user_id = w.user_id and n.created_at > w.created_at)
@@ -93,7 +95,7 @@ begin
       select array_agg(q.id) into v_uuids
         from (select q.id from han_app.sync_queue q
                where q.status in ('processed', 'cancelled', 'dead_letter')
-                 and q.completed_at < bitrix_sync._retention_cutoff('retention.queue_days')
+                 and q.completed_at < (select bitrix_sync._retention_cutoff('retention.queue_days'))
                  and not exists (select 1 from bitrix_sync.technical_dead_letters d
                                   where d.resolved_at is null and d.source = 'sync_queue' and d.source_id = q.id::text)
                  and q.id not in (select w.source_task_id from bitrix_sync.workflow_instances w
@@ -118,8 +120,8 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select 'webhooks', count(*), min(coalesce(w.processed_at, w.status_at)),
          (bitrix_sync._active_setting('retention.webhooks_days') #>> '{}')::integer
     from bitrix_sync.webhook_inbox w
-   where (w.status = 'processed' and w.processed_at < bitrix_sync._retention_cutoff('retention.webhooks_days'))
-      or (w.status = 'dead_letter' and w.status_at < bitrix_sync._retention_cutoff('retention.webhooks_days')
+   where (w.status = 'processed' and w.processed_at < (select bitrix_sync._retention_cutoff('retention.webhooks_days')))
+      or (w.status = 'dead_letter' and w.status_at < (select bitrix_sync._retention_cutoff('retention.webhooks_days'))
           and not exists (select 1 from bitrix_sync.technical_dead_letters d
                            where d.resolved_at is null and d.source = 'webhook' and d.source_id = w.id::text))
   union all
@@ -128,7 +130,7 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
     from bitrix_sync.crm_commands c
     left join bitrix_sync.workflow_instances w on w.id = c.workflow_id
     left join bitrix_sync.business_alerts a on a.id = c.alert_id
-   where c.completed_at < bitrix_sync._retention_cutoff('retention.commands_days')
+   where c.completed_at < (select bitrix_sync._retention_cutoff('retention.commands_days'))
      and c.status in ('succeeded', 'dead_letter')
      and (c.workflow_id is null or w.state in ('succeeded', 'failed', 'cancelled'))
      and (c.alert_id is null or a.item_id is not null)
@@ -140,11 +142,11 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
          (bitrix_sync._active_setting('retention.workflows_days') #>> '{}')::integer
     from bitrix_sync.workflow_instances w
    where w.state in ('succeeded', 'failed', 'cancelled')
-     and w.finished_at < bitrix_sync._retention_cutoff('retention.workflows_days')
+     and w.finished_at < (select bitrix_sync._retention_cutoff('retention.workflows_days'))
      and not exists (select 1 from bitrix_sync.crm_commands c
                       where c.workflow_id = w.id
                         and (c.completed_at is null
-                             or c.completed_at >= bitrix_sync._retention_cutoff('retention.commands_days')
+                             or c.completed_at >= (select bitrix_sync._retention_cutoff('retention.commands_days'))
                              or exists (select 1 from bitrix_sync.technical_dead_letters d
                                          where d.resolved_at is null and d.command_id = c.id)))
      and exists (select 1 from bitrix_sync.workflow_instances n
@@ -158,7 +160,7 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
          (bitrix_sync._active_setting('retention.queue_days') #>> '{}')::integer
     from han_app.sync_queue q
    where q.status in ('processed', 'cancelled', 'dead_letter')
-     and q.completed_at < bitrix_sync._retention_cutoff('retention.queue_days')
+     and q.completed_at < (select bitrix_sync._retention_cutoff('retention.queue_days'))
      and not exists (select 1 from bitrix_sync.technical_dead_letters d
                       where d.resolved_at is null and d.source = 'sync_queue' and d.source_id = q.id::text)
      and q.id not in (select w.source_task_id from bitrix_sync.workflow_instances w

@@ -6,7 +6,7 @@
 -- (session_replication_role = replica, superuser only). Re-runnable.
 
 create or replace function bitrix_sync.tg__refuse_insert_state() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 -- TG_ARGV[0]: the initial state in words. The trigger's WHEN clause decides; this only reports.
 begin
   raise exception 'a new row of %.% must start %', tg_table_schema, tg_table_name, tg_argv[0]
@@ -17,7 +17,7 @@ comment on function bitrix_sync.tg__refuse_insert_state() is
   'BEFORE INSERT guard, fired by its WHEN clause when a row is inserted in a state other than its machine''s initial one (or already leased or finished). SQLSTATE BS030.';
 
 create or replace function bitrix_sync.tg__refuse_immutable_change() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 -- TG_ARGV: the columns that never change.
 declare
   v_old jsonb := to_jsonb(old);
@@ -38,7 +38,7 @@ comment on function bitrix_sync.tg__refuse_immutable_change() is
   'BEFORE UPDATE guard: refuses a change of any column named in TG_ARGV (identity and audit columns). SQLSTATE BS031.';
 
 create or replace function bitrix_sync.tg_settings_versions__freeze() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_old jsonb := to_jsonb(old);
   v_new jsonb := to_jsonb(new);

@@ -48,7 +48,7 @@ on conflict (key) do update
       nullable = excluded.nullable, description = excluded.description;
 
 create or replace function bitrix_sync._settings_errors(p_values jsonb) returns jsonb
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
   v_def bitrix_sync.settings;
   v_val jsonb;
@@ -139,7 +139,7 @@ comment on function bitrix_sync._settings_errors(jsonb) is
   'Validation messages for a complete settings object against the catalogue (types, bounds, maximum lengths, allowed values and entries, cross-field rules); empty array when valid.';
 
 create or replace function bitrix_sync._normalise_settings(p_values jsonb) returns jsonb
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
   v_out jsonb := p_values;
   v_def record;
@@ -311,7 +311,7 @@ comment on function bitrix_sync._active_setting(text) is
   'One key of the active settings version, the catalogue default filled in (JSON null when unset and nullable). What SQL rules read; an unknown key raises BS004.';
 
 create or replace function bitrix_sync.alert_entity_type_id() returns integer
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
   v_value jsonb := bitrix_sync._active_setting('alerts.entity_type_id');
   v_num numeric;

@@ -6,7 +6,7 @@ create or replace function bitrix_sync.record_contact_created(
   p_contact_id text, p_user_id uuid, p_name_hash text, p_email_hash text, p_phone_hash text,
   p_citizenship_enum_id text
 ) returns bitrix_sync.contact_snapshots
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.contact_snapshots;
 begin
@@ -28,7 +28,7 @@ comment on function bitrix_sync.record_contact_created(text, uuid, text, text, t
 
 create or replace function bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text)
 returns bitrix_sync.contact_snapshots
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.contact_snapshots;
 begin
@@ -43,7 +43,7 @@ comment on function bitrix_sync.record_contact_phone(text, uuid, text) is
 
 create or replace function bitrix_sync.mark_contact_snapshot_stale(p_contact_id text, p_user_id uuid, p_reason text)
 returns bitrix_sync.contact_snapshots
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.contact_snapshots;
 begin
@@ -63,7 +63,7 @@ create or replace function bitrix_sync.apply_crm_master_fields(
   p_registered boolean, p_crm_created_at timestamptz, p_crm_updated_at timestamptz, p_source text,
   p_webhook_received_at timestamptz default null
 ) returns bitrix_sync.contact_snapshots
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.contact_snapshots;
 begin

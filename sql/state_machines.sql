@@ -85,7 +85,7 @@ comment on view bitrix_sync.state_edges is
   'Every legal state transition of every machine, named by its event. The guard triggers and docs/state-machines.md follow this list.';
 
 create or replace function bitrix_sync.tg__guard_transition() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 -- TG_ARGV[0]: machine name in state_edges; TG_ARGV[1]: the state column.
 declare
   v_from text;
@@ -114,7 +114,7 @@ comment on function bitrix_sync.tg__guard_transition() is
   'BEFORE UPDATE guard: refuses a change of the state column (TG_ARGV[1], read directly when it is status) that is not an edge of machine TG_ARGV[0] in bitrix_sync.state_edges. SQLSTATE BS002.';
 
 create or replace function bitrix_sync.tg_workflow_instances__guard_state() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   -- tg__guard_transition for the one machine whose column is "state" (TG_ARGV as there), reading it
   -- directly.
@@ -132,7 +132,7 @@ comment on function bitrix_sync.tg_workflow_instances__guard_state() is
   'BEFORE UPDATE OF state guard of workflow_instances: refuses a change of state that is not an edge of machine TG_ARGV[0] (workflow) in bitrix_sync.state_edges. SQLSTATE BS002.';
 
 create or replace function bitrix_sync.tg__forbid_delete() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   raise exception 'rows of %.% are history and are never deleted', tg_table_schema, tg_table_name
     using errcode = 'BS003',

@@ -14,7 +14,7 @@ create or replace function bitrix_sync.record_webhook(
   p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet default null,
   p_event_id text default null, p_source_ts timestamptz default null
 ) returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_id bigint;
 begin
@@ -32,11 +32,10 @@ create or replace function bitrix_sync.claim_webhooks(
   p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds',
   p_receiver text default null
 ) returns setof bitrix_sync.webhook_inbox
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_cand record;
   v_row bitrix_sync.webhook_inbox;
-  v_claimed integer := 0;
 begin
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
     raise exception 'claim needs 1..1000 rows and a positive lease'
@@ -46,23 +45,30 @@ begin
   if not bitrix_sync.cutover_performed() then
     return;
   end if;
+  -- The oldest due events, locked (SKIP LOCKED: another claimer's are left to it); of each entity
+  -- among them the oldest event, the oldest p_limit entities first; taken in entity order. Two
+  -- claimers can pick events of one entity; the second then waits at the unique index for the
+  -- first to commit, and skips the entity. In entity order those waits never form a cycle (no
+  -- deadlock), with no per-entity lock. (An advisory lock per entity did that before migration
+  -- 000028; any role may take advisory locks, so one could hold back an entity's events for ever.)
   for v_cand in
-    select w.id, w.receiver, w.entity_id, w.status from bitrix_sync.webhook_inbox w
-     where (p_receiver is null or w.receiver = p_receiver)
-       and ((w.status in ('received', 'retry_wait') and w.next_attempt_at <= now())
-            or (w.status = 'processing' and w.locked_until < now()))
-     order by w.id
-     limit p_limit * 4
-     for update skip locked
+    with window_ as (
+      select w.id, w.receiver, w.entity_id, w.status from bitrix_sync.webhook_inbox w
+       where (p_receiver is null or w.receiver = p_receiver)
+         and ((w.status in ('received', 'retry_wait') and w.next_attempt_at <= now())
+              or (w.status = 'processing' and w.locked_until < now()))
+       order by w.id
+       limit p_limit * 4
+       for update skip locked
+    ), firsts as (
+      select distinct on (x.receiver, x.entity_id) x.id, x.receiver, x.entity_id, x.status
+        from window_ x order by x.receiver, x.entity_id, x.id
+    ), chosen as (
+      select f.id, f.receiver, f.entity_id, f.status from firsts f order by f.id limit p_limit
+    )
+    select c.id, c.receiver, c.entity_id, c.status from chosen c order by c.receiver, c.entity_id
   loop
-    exit when v_claimed >= p_limit;
-    -- Another claimer that has an event of this entity in flight holds this lock until it commits.
-    -- Skipping instead of waiting on its uncommitted index entry avoids a lock cycle between two
-    -- claimers that picked events of the same two entities in crossed order (a deadlock error).
-    continue when not pg_try_advisory_xact_lock(hashtext('bitrix_sync.webhook_inbox'),
-                                                hashtext(v_cand.receiver || ':' || v_cand.entity_id));
     begin
-      -- The status test skips candidates this loop has just coalesced into an earlier one.
       update bitrix_sync.webhook_inbox
          set status = 'processing', lease_token = gen_random_uuid(), locked_by = left(p_worker, 128),
              locked_until = now() + p_lease, attempt_count = attempt_count + 1, status_at = now()
@@ -81,16 +87,15 @@ begin
        and o.id in (select x.id from bitrix_sync.webhook_inbox x
                      where x.receiver = v_row.receiver and x.entity_id = v_row.entity_id and x.status = 'received'
                      for update skip locked);
-    v_claimed := v_claimed + 1;
     return next v_row;
   end loop;
 end $$;
 comment on function bitrix_sync.claim_webhooks(text, integer, interval, text) is
-  'Leases due inbox events, at most one per entity (enforced by a partial unique index), and coalesces the entity''s other received events into the claimed one. Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
+  'Leases due inbox events, at most one per entity (enforced by a partial unique index; the entities whose oldest due event is oldest first, among the 4 x p_limit oldest due events not locked by another claimer), and coalesces the entity''s other received events into the claimed one. Takes entities in (receiver, entity_id) order, so two claimers that picked one entity never deadlock (the second waits for the first and skips it). Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
 
 create or replace function bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text)
 returns bitrix_sync.webhook_inbox
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.webhook_inbox;
 begin
@@ -113,7 +118,7 @@ comment on function bitrix_sync.complete_webhook(bigint, uuid, text) is
 
 create or replace function bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text)
 returns bitrix_sync.webhook_inbox
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.webhook_inbox;
 begin
@@ -137,7 +142,7 @@ comment on function bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inb
 
 create or replace function bitrix_sync.retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval)
 returns bitrix_sync.webhook_inbox
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.webhook_inbox;
 begin
@@ -164,7 +169,7 @@ comment on function bitrix_sync.retry_webhook(bigint, uuid, text, interval) is
 
 create or replace function bitrix_sync.dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.webhook_inbox
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.webhook_inbox;
 begin

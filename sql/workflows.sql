@@ -8,15 +8,11 @@
 -- transition then scanned the whole backlog: quadratic in the backlog, until the next ANALYZE, which
 -- on a table with a long history can be far off.
 
--- Issue 12 added the intent's trace context (a parameter with a default, and the workflow's previous
--- context in the result): the four-argument form is replaced.
-drop function if exists bitrix_sync.start_or_join_workflow(uuid, text, uuid, text);
-
 create or replace function bitrix_sync.start_or_join_workflow(
   p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text,
   p_trace_context text default null
 ) returns table (workflow_id uuid, action text, previous_trace_context text)
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.workflow_instances;
   v_trace text := bitrix_sync._trace_context(p_trace_context);
@@ -96,7 +92,7 @@ create or replace function bitrix_sync.take_sync_tasks(
   p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[],
   p_trace_contexts text[]
 ) returns table (task_id uuid, workflow_id uuid, action text, previous_trace_context text)
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_n integer := coalesce(cardinality(p_ids), 0);
   v_out record;
@@ -127,7 +123,7 @@ comment on function bitrix_sync.take_sync_tasks(uuid[], uuid[], uuid[], text[], 
   'Intake of a claimed batch in one call: for each intent, in the order given, start_or_join_workflow() and complete_sync_task() under its lease token, as the caller would one intent per transaction. One row per intent (its workflow, the action, the previous trace context). A stale lease refuses the whole call (BS001); arrays of different lengths or over 1000 elements BS004.';
 
 create or replace function bitrix_sync.tg_workflow_instances__start_held_intent() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   -- The rebind's row has just left the active states, so the one-active-per-user index admits the
   -- next workflow. A concurrent intake waiting on the row lock finds this one and joins it.
@@ -153,7 +149,7 @@ comment on trigger _400_start_held_intent on bitrix_sync.workflow_instances is
 create or replace function bitrix_sync.claim_workflows(
   p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
 ) returns setof bitrix_sync.workflow_instances
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
     raise exception 'claim needs 1..1000 rows and a positive lease'
@@ -189,7 +185,7 @@ comment on function bitrix_sync.claim_workflows(text, integer, interval) is
 create or replace function bitrix_sync.fire_workflow_event(
   p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb default '{}'::jsonb
 ) returns bitrix_sync.workflow_instances
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.workflow_instances;
   v_to text;
@@ -250,7 +246,7 @@ comment on function bitrix_sync.fire_workflow_event(uuid, uuid, text, jsonb) is
 
 create or replace function bitrix_sync.extend_workflow_lease(p_id uuid, p_lease_token uuid, p_lease interval)
 returns bitrix_sync.workflow_instances
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.workflow_instances;
 begin
@@ -267,7 +263,7 @@ comment on function bitrix_sync.extend_workflow_lease(uuid, uuid, interval) is
 
 create or replace function bitrix_sync._held_workflow(p_id uuid, p_lease_token uuid)
 returns bitrix_sync.workflow_instances
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.workflow_instances;
 begin
@@ -296,7 +292,7 @@ comment on type bitrix_sync.step_context_t is
 
 create or replace function bitrix_sync.step_context(p_id uuid)
 returns bitrix_sync.step_context_t
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_out bitrix_sync.step_context_t;
   v_last bitrix_sync.crm_commands;
@@ -323,7 +319,7 @@ comment on function bitrix_sync.step_context(uuid) is
 create or replace function bitrix_sync.save_workflow_step(
   p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text default null
 ) returns bitrix_sync.workflow_instances
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.workflow_instances;
 begin
@@ -347,7 +343,7 @@ comment on function bitrix_sync.save_workflow_step(uuid, uuid, jsonb, text) is
 
 create or replace function bitrix_sync._workflow_first_attempt(p_row bitrix_sync.workflow_instances)
 returns timestamptz
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
   -- Intake starts a workflow as soon as it is created; an admin's requeue starts it over.
   select coalesce(p_row.requeued_at, p_row.created_at)
 $$;
@@ -357,7 +353,7 @@ comment on function bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_ins
 create or replace function bitrix_sync.schedule_workflow_retry(
   p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval
 ) returns bitrix_sync.workflow_instances
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row bitrix_sync.workflow_instances;
   v_deadline timestamptz;

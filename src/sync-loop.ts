@@ -4,9 +4,12 @@
 // rounds at its time budget or when `signal` aborts, and returns when the rounds in progress end.
 //
 // The App's intents NOTIFY only while a loop sleeps on the intake watch (sql/enqueue.sql): before
-// its intake sleeps, the loop takes the watch on its LISTEN connection (which waits for the App
-// transactions that recorded an intent without a NOTIFY), looks at the queue once more, and
-// releases the watch when it wakes. A busy loop thus costs the App no NOTIFY per transaction.
+// its intake sleeps, the loop takes the watch in a transaction on a connection of its own (which
+// waits for the App transactions that recorded an intent without a NOTIFY), looks at the queue once
+// more, and ends that transaction when it wakes. A busy loop thus costs the App no NOTIFY per
+// transaction. The watch is a table lock, held by an open transaction, so it cannot live on the
+// LISTEN connection (no notification arrives inside a transaction); that transaction takes no
+// transaction ID and keeps no snapshot, so it holds back no vacuum.
 import pg from "pg";
 import { runAlertSync } from "./alerts/mirror.js";
 import { runAlertRecovery } from "./alerts/recover.js";
@@ -184,23 +187,16 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
   };
   // Intake sleeps on the intake watch (bitrix_sync.watch_intake()) when LISTEN works: only then do
   // the App's intents NOTIFY. Without the watch (another loop holds it, a long App transaction, no
-  // LISTEN) the fallback poll covers the wait.
+  // LISTEN, the watch connection lost) the fallback poll covers the wait.
+  const watch = new IntakeWatch(opts.connectionString);
   const intakeSleep: Sleep = async (ms) => {
-    let watching = false;
-    if (listening) {
-      try {
-        const { rows } = await listener.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w");
-        watching = rows[0]?.w === true;
-      } catch {
-        watching = false;
-      }
-    }
+    const watching = listening && (await watch.take());
     try {
       // Intents committed before the watch was taken sent no NOTIFY: look once more.
       if (watching && active() && (await intakeRound().catch(() => 0)) > 0) return;
       await waker.wait("intake", ms);
     } finally {
-      if (watching) await listener.query("select bitrix_sync.unwatch_intake()").catch(() => undefined);
+      if (watching) await watch.release();
     }
   };
 
@@ -229,6 +225,64 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
   } finally {
     clearTimeout(budgetEnd);
     opts.signal?.removeEventListener("abort", onAbort);
+    await watch.close();
     await listener.end().catch(() => undefined);
+  }
+}
+
+/**
+ * The connection that holds the intake watch while the loop sleeps: `take()` opens a transaction
+ * and calls bitrix_sync.watch_intake() in it; `release()` ends the transaction. Connected on first
+ * use and again after a failure; any failure means "not watching" (the loop polls).
+ */
+class IntakeWatch {
+  private client: pg.Client | undefined;
+  constructor(private readonly connectionString: string) {}
+
+  async take(): Promise<boolean> {
+    try {
+      const c = await this.connect();
+      await c.query("begin");
+      const { rows } = await c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w");
+      if (rows[0]?.w === true) return true;
+      await c.query("rollback");
+      return false;
+    } catch {
+      await this.close();
+      return false;
+    }
+  }
+
+  async release(): Promise<void> {
+    try {
+      await this.client?.query("commit");
+    } catch {
+      await this.close();
+    }
+  }
+
+  async close(): Promise<void> {
+    const c = this.client;
+    this.client = undefined;
+    await c?.end().catch(() => undefined);
+  }
+
+  private async connect(): Promise<pg.Client> {
+    if (this.client) return this.client;
+    const c = new pg.Client({
+      connectionString: this.connectionString,
+      application_name: "bitrix-sync-watch",
+      connectionTimeoutMillis: 10_000,
+      keepAlive: true,
+      // The transaction stays open while the loop sleeps (worker.poll_interval_ms, at most 5 s). A
+      // server-wide idle-in-transaction timeout below that would end the session at every sleep; a
+      // process that stops answering still loses the watch after 30 s. watch_intake() itself gives
+      // up after about 1 s.
+      options: "-c idle_in_transaction_session_timeout=30s -c statement_timeout=5s",
+    });
+    c.on("error", () => undefined); // the next take() connects again
+    await c.connect();
+    this.client = c;
+    return c;
   }
 }

@@ -13,15 +13,14 @@ test.after.always(async () => {
   await rig?.close();
 });
 
-/** Waits until the LISTEN connection of a sync loop holds the intake watch (a state, not a time). */
+/** Waits until the watch connection of a sync loop holds the intake watch (a state, not a time). */
 async function watchHeld(): Promise<void> {
   for (;;) {
     const { rows } = await rig.db.pool.query<{ n: number }>(
       `select count(*)::int as n
          from pg_locks l join pg_stat_activity a on a.pid = l.pid
-        where l.locktype = 'advisory' and l.database = (select oid from pg_database where datname = current_database())
-          and l.classid = 727014 and l.objid = 1 and l.mode = 'ExclusiveLock' and l.granted
-          and a.application_name = 'bitrix-sync-listen'`,
+        where l.locktype = 'relation' and l.relation = 'bitrix_sync.lock_intake_watch'::regclass
+          and l.mode = 'ShareLock' and l.granted and a.application_name = 'bitrix-sync-watch'`,
     );
     if (rows[0]?.n === 1) return;
     await new Promise((r) => setTimeout(r, 20));

@@ -1,8 +1,11 @@
 // han_app.enqueue_contact_sync() (§6.2): every decision of the trigger, against real PostgreSQL.
+import { randomUUID } from "node:crypto";
 import test from "ava";
 import pg from "pg";
 import { inTransaction } from "../../src/db/tx.js";
 import { makeUser, queueRows } from "../helpers/factories.js";
+import { asRole } from "../helpers/roles.js";
+import { one } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -195,6 +198,66 @@ test("SET LOCAL han.sync_suppress = 'true' records nothing, and does not leak in
   }
 });
 
+test("an App session that sets han.sync_suppress still records its intents, also on a pooled connection after it", async (t) => {
+  // One connection, reused like a pooled one, as the App's role.
+  const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  try {
+    const signup = (c: pg.PoolClient, id: string) =>
+      c.query(
+        `with u as (insert into han_app.user_identity (id, phone_number, record_status) values ($1, '+79990007788', 'active') returning id)
+         insert into han_app.client_profile (user_id, full_name, record_status) select id, 'Suppressed Maybe', 'active' from u`,
+        [id],
+      );
+    const first = randomUUID();
+    await asRole(pool, "han_app_user", async (c) => {
+      await c.query("set local han.sync_suppress = 'true'");
+      await signup(c, first);
+      await c.query("update han_app.user_identity set phone_number = '+79990007799' where id = $1", [first]);
+    });
+    t.deepEqual(
+      (await queueRows(db.pool, first)).map((r) => r.task_type),
+      ["contact.map_or_create", "contact.update"],
+      "the App's own transaction",
+    );
+    // A session-wide setting left on the connection by an earlier App session.
+    const c = await pool.connect();
+    await c.query("set han.sync_suppress = 'true'");
+    c.release();
+    const next = randomUUID();
+    await asRole(pool, "han_app_user", (cl) => signup(cl, next));
+    t.deepEqual(
+      (await queueRows(db.pool, next)).map((r) => r.task_type),
+      ["contact.map_or_create"],
+      "a later App session",
+    );
+  } finally {
+    await pool.end();
+  }
+});
+
+test("the service's own profile write records no intent (no echo)", async (t) => {
+  const u = await makeUser(db.pool);
+  const before = await queueRows(db.pool, u.id);
+  await asRole(db.pool, "bitrix_sync_user", (c) =>
+    c.query(
+      `select * from bitrix_sync.apply_crm_master_fields($1, '4242', 'From The CRM', 'Narnia', 'crm@example.org', 'n',
+                                                          'e', null, null, true, now(), now(), 'webhook')`,
+      [u.id],
+    ),
+  );
+  t.is(
+    (
+      await one<{ full_name: string }>(
+        db.pool,
+        "select full_name from han_app.client_profile where user_id = $1",
+        [u.id],
+      )
+    ).full_name,
+    "From The CRM",
+  );
+  t.deepEqual(await queueRows(db.pool, u.id), before);
+});
+
 /** A LISTEN connection on bitrix_sync_queue that records what arrives. */
 async function listen(): Promise<{ c: pg.Client; got: string[]; until: (p: string) => Promise<void> }> {
   const c = new pg.Client({ connectionString: db.url });
@@ -220,21 +283,54 @@ async function marker(): Promise<string> {
   return m;
 }
 
+/** A sync loop's watch connection: `take()` opens a transaction and calls watch_intake() in it. */
+async function watcher(opts: { idleTimeout?: string } = {}) {
+  const c = new pg.Client({
+    connectionString: db.url,
+    ...(opts.idleTimeout ? { options: `-c idle_in_transaction_session_timeout=${opts.idleTimeout}` } : {}),
+  });
+  c.on("error", () => undefined);
+  await c.connect();
+  const pid = (await c.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p as number;
+  return {
+    c,
+    pid,
+    take: async () => {
+      await c.query("begin");
+      return (await c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w")).rows[0]?.w === true;
+    },
+    release: () => c.query("commit"),
+    end: () => c.end().catch(() => undefined),
+  };
+}
+
+/** The locks a backend holds on the intake watch's table. */
+async function watchLocks(pid: number): Promise<string[]> {
+  const { rows } = await db.pool.query<{ mode: string }>(
+    `select mode from pg_locks
+      where pid = $1 and locktype = 'relation' and relation = 'bitrix_sync.lock_intake_watch'::regclass and granted
+      order by mode`,
+    [pid],
+  );
+  return rows.map((r) => r.mode);
+}
+
 test.serial(
   "while a sync loop watches the intake, the trigger NOTIFYs bitrix_sync_queue without naming the user",
   async (t) => {
     const l = await listen();
+    const w = await watcher();
     try {
-      const { rows } = await l.c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w");
-      t.true(rows[0]?.w, "the watch is free");
+      t.true(await w.take(), "the watch is free");
       const u = await makeUser(db.pool);
       const m = await marker();
       await l.until(m);
       const before = l.got.slice(0, l.got.indexOf(m));
       t.deepEqual(before, ["contact.map_or_create"]);
       t.false(l.got.some((g) => g.includes(u.id)));
-      await l.c.query("select bitrix_sync.unwatch_intake()");
+      await w.release();
     } finally {
+      await w.end();
       await l.c.end();
     }
   },
@@ -269,54 +365,49 @@ test.serial(
     const u = await makeUser(db.pool);
     const app = await db.pool.connect();
     const l = await listen();
+    const w = await watcher();
     try {
       await app.query("begin");
       await app.query("update han_app.user_identity set phone_number = '+79990006677' where id = $1", [u.id]);
       // The loop's intake found nothing and goes to sleep: its watch waits for the App transaction.
-      const watch = l.c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w");
-      for (;;) {
-        const { rows } = await db.pool.query<{ n: number }>(
-          `select count(*)::int as n from pg_locks
-          where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014 and objid = 1 and not granted`,
-        );
-        if (rows[0]?.n === 1) break;
+      const watch = w.take();
+      // It has claimed the sleeper's place (one loop watches at a time) and tries for the watch.
+      while (!(await watchLocks(w.pid)).includes("ShareUpdateExclusiveLock"))
         await new Promise((r) => setTimeout(r, 10));
-      }
-      // Meanwhile a new intent does NOTIFY: the loop is about to sleep.
-      await makeUser(db.pool);
+      // Meanwhile a new intent: the watch is not held yet, so it sends no NOTIFY, and the loop waits
+      // for it too.
+      const meanwhile = await makeUser(db.pool, { fold: false });
       await app.query("commit");
-      t.true((await watch).rows[0]?.w);
-      // Once the watch is held, the intent of the waited-for transaction is visible to the look the
-      // loop takes before sleeping.
+      t.true(await watch);
+      t.deepEqual(await watchLocks(w.pid), ["ShareLock", "ShareUpdateExclusiveLock"]);
+      // Once the watch is held, the intents of the waited-for transactions are visible to the look
+      // the loop takes before sleeping.
       t.is(
         (await queueRows(db.pool, u.id)).filter(
           (r) => r.task_type === "contact.update" && r.status === "pending",
         ).length,
         1,
       );
+      t.is((await queueRows(db.pool, meanwhile.id)).length, 1);
+      // From now on every intent NOTIFYs.
+      await makeUser(db.pool);
       const m = await marker();
       await l.until(m);
-      t.deepEqual(
-        l.got.slice(0, l.got.indexOf(m)),
-        ["contact.map_or_create"],
-        "the new intent NOTIFYs while the loop waits",
-      );
+      t.deepEqual(l.got.slice(0, l.got.indexOf(m)), ["contact.map_or_create"]);
       // A second loop does not watch as well: one sleeper is woken for all.
-      const second = new pg.Client({ connectionString: db.url });
-      await second.connect();
+      const second = await watcher();
       try {
-        t.false((await second.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w")).rows[0]?.w);
+        t.false(await second.take());
+        t.deepEqual(await watchLocks(second.pid), [], "nothing held after giving up");
       } finally {
         await second.end();
       }
-      await l.c.query("select bitrix_sync.unwatch_intake()");
-      const { rows } = await db.pool.query<{ n: number }>(
-        "select count(*)::int as n from pg_locks where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014",
-      );
-      t.is(rows[0]?.n, 0, "unwatch releases the watch");
+      await w.release();
+      t.deepEqual(await watchLocks(w.pid), [], "ending the transaction releases the watch");
     } finally {
       await app.query("rollback").catch(() => undefined);
       app.release();
+      await w.end();
       await l.c.end();
     }
   },
@@ -327,20 +418,44 @@ test.serial(
   async (t) => {
     const u = await makeUser(db.pool);
     const app = await db.pool.connect();
-    const l = await listen();
+    const w = await watcher();
     try {
       await app.query("begin");
       await app.query("update han_app.user_identity set phone_number = '+79990007788' where id = $1", [u.id]);
-      t.false((await l.c.query<{ w: boolean }>("select bitrix_sync.watch_intake() as w")).rows[0]?.w);
-      const { rows } = await db.pool.query<{ n: number }>(
-        "select count(*)::int as n from pg_locks where locktype = 'advisory' and database = (select oid from pg_database where datname = current_database()) and classid = 727014 and pid = $1",
-        [(await l.c.query<{ p: number }>("select pg_backend_pid() as p")).rows[0]?.p],
-      );
-      t.is(rows[0]?.n, 0, "nothing held after giving up");
+      t.false(await w.take());
+      t.deepEqual(await watchLocks(w.pid), [], "nothing held after giving up");
       await app.query("commit");
     } finally {
       await app.query("rollback").catch(() => undefined);
       app.release();
+      await w.end();
+    }
+  },
+);
+
+test.serial(
+  "the watching transaction holds back no vacuum: no transaction ID, no snapshot; a stuck loop loses the watch at its idle timeout",
+  async (t) => {
+    const w = await watcher({ idleTimeout: "500ms" });
+    const l = await listen();
+    try {
+      t.true(await w.take());
+      const { rows } = await db.pool.query<{ state: string; xid: string | null; xmin: string | null }>(
+        "select state, backend_xid::text as xid, backend_xmin::text as xmin from pg_stat_activity where pid = $1",
+        [w.pid],
+      );
+      t.deepEqual(rows[0], { state: "idle in transaction", xid: null, xmin: null });
+      // The loop stops answering: the server ends the session, and the watch goes with it.
+      for (let i = 0; (await watchLocks(w.pid)).length > 0; i++) {
+        if (i > 300) t.fail("the watch was still held 3 s after the idle timeout");
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      await makeUser(db.pool);
+      const m = await marker();
+      await l.until(m);
+      t.deepEqual(l.got.slice(0, l.got.indexOf(m)), [], "no loop watches: no NOTIFY");
+    } finally {
+      await w.end();
       await l.c.end();
     }
   },

@@ -5,6 +5,7 @@
 import { randomBytes, randomInt, randomUUID } from "node:crypto";
 import test from "ava";
 import { makeUser } from "../helpers/factories.js";
+import { asRole } from "../helpers/roles.js";
 import { forceRow, one, rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -448,7 +449,7 @@ test("a second request while one is open names the open one and how to watch or 
 });
 
 test("the migration's repair closes requests whose workflow had already finished", async (t) => {
-  // What migration 000014 (rebind-loop) runs once: the same function the trigger uses.
+  // What migration 000014 (rebind-loop) ran once: the function the trigger uses (by id since 000028).
   const r = await rebinding();
   await forceRow(db.pool, "bitrix_sync.workflow_instances", r.workflowId, {
     state: "failed",
@@ -459,9 +460,37 @@ test("the migration's repair closes requests whose workflow had already finished
     finished_at: new Date(),
   });
   t.is((await request(r.requestId)).status, "requested", "forced past the trigger, as before 000014");
-  await db.pool.query(
-    "select bitrix_sync._close_rebind_request(w) from bitrix_sync.workflow_instances w where w.id = $1",
-    [r.workflowId],
-  );
+  await db.pool.query("select bitrix_sync._close_rebind_request($1::uuid)", [r.workflowId]);
   t.like(await request(r.requestId), { status: "failed", failure_code: "server_error" });
+});
+
+test("the runtime cannot close a rebind request with a row it built; the function re-reads the workflow and wants it finished", async (t) => {
+  const r = await rebinding();
+  // The runtime reads workflows; a row it builds from one claims a failure that never happened.
+  const forged = asRole(db.pool, "bitrix_sync_user", (c) =>
+    c.query(
+      `select bitrix_sync._close_rebind_request(
+                jsonb_populate_record(w, '{"state": "failed", "last_error_code": "anything the caller likes"}'))
+         from bitrix_sync.workflow_instances w where w.id = $1`,
+      [r.workflowId],
+    ),
+  );
+  const err = await t.throwsAsync(forged);
+  t.true(["42883", "42501"].includes((err as { code?: string } | undefined)?.code ?? ""), err?.message);
+  // Nor by the workflow's id: only the trigger (security definer) calls it.
+  await rejectsWith(
+    t,
+    asRole(db.pool, "bitrix_sync_user", (c) =>
+      c.query("select bitrix_sync._close_rebind_request($1::uuid)", [r.workflowId]),
+    ),
+    "42501",
+  );
+  t.like(await request(r.requestId), { status: "requested", failure_code: null });
+  // Whoever calls it: a workflow still running closes nothing.
+  await rejectsWith(
+    t,
+    db.pool.query("select bitrix_sync._close_rebind_request($1::uuid)", [r.workflowId]),
+    "BS002",
+  );
+  t.like(await request(r.requestId), { status: "requested", failure_code: null });
 });
