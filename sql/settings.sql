@@ -185,7 +185,7 @@ begin
   return v_version;
 end $$;
 comment on function bitrix_sync.propose_settings(jsonb, text, text) is
-  'Creates a draft version: the active values with p_changes applied, whole numbers of integer keys normalised (1036.0 -> 1036). Validate, then activate it.';
+  'Creates a draft version: the active values with p_changes applied, whole numbers of integer keys normalised (1036.0 -> 1036); created_by is the declared actor, created_db_user the login (session_user). Validate, then activate it.';
 
 create or replace function bitrix_sync.validate_settings_version(p_version integer)
 returns jsonb
@@ -210,12 +210,12 @@ begin
      set settings_values = v_values,
          status = case when jsonb_array_length(v_errors) = 0 then 'validated' else 'rejected' end,
          validation_errors = case when jsonb_array_length(v_errors) = 0 then null else v_errors end,
-         validated_at = now()
+         validated_at = now(), validated_db_user = session_user
    where version = p_version;
   return v_errors;
 end $$;
 comment on function bitrix_sync.validate_settings_version(integer) is
-  'draft -> validated, or -> rejected with the reasons (returned and stored); the values are normalised in the same change. A rejected version can never be activated.';
+  'draft -> validated, or -> rejected with the reasons (returned and stored); the values are normalised in the same change, and the login (session_user) is recorded in validated_db_user. A rejected version can never be activated.';
 
 create or replace function bitrix_sync.activate_settings_version(p_version integer, p_actor text)
 returns bitrix_sync.settings_versions
@@ -243,14 +243,15 @@ begin
       using errcode = 'BS008', hint = 'Propose a new version.';
   end if;
   update bitrix_sync.settings_versions set status = 'superseded', superseded_at = now() where status = 'active';
-  update bitrix_sync.settings_versions set status = 'active', activated_by = btrim(p_actor), activated_at = now()
+  update bitrix_sync.settings_versions
+     set status = 'active', activated_by = btrim(p_actor), activated_db_user = session_user, activated_at = now()
    where version = p_version
   returning * into v_row;
   perform pg_notify('bitrix_sync_settings', v_row.version::text);
   return v_row;
 end $$;
 comment on function bitrix_sync.activate_settings_version(integer, text) is
-  'validated -> active; the previous active version becomes superseded. Records who and when, and NOTIFYs bitrix_sync_settings.';
+  'validated -> active; the previous active version becomes superseded. Records who (the declared actor and the login, session_user) and when, and NOTIFYs bitrix_sync_settings.';
 
 create or replace function bitrix_sync.rollback_settings(p_to_version integer, p_actor text, p_note text default null)
 returns bitrix_sync.settings_versions

@@ -1,0 +1,47 @@
+-- Findings of a security review: the login behind every audited admin action, the grants drift
+-- check widened to role memberships and to roles outside the catalogue.
+set local lock_timeout = '10s';
+
+------------------------------------------------------------------------------------------------
+-- The database login (session_user) beside every self-declared operator name. Nullable and without
+-- a value for existing rows: who ran them was not recorded, and the migration's own login would be
+-- a false record. Rows inserted from now on take session_user from the column default (inside a
+-- security definer function too: session_user is the login, whatever role the function runs as);
+-- the functions that resolve, validate, activate or cancel write it themselves.
+------------------------------------------------------------------------------------------------
+alter table bitrix_sync.rebind_requests
+  add column if not exists requested_db_user varchar(128),
+  add column if not exists cancelled_db_user varchar(128);
+alter table bitrix_sync.rebind_requests alter column requested_db_user set default session_user;
+comment on column bitrix_sync.rebind_requests.requested_db_user is
+  'The database login (session_user) that called request_bitrix_contact_rebind(); operator_id is the name it declared. Null for requests recorded before this column existed.';
+comment on column bitrix_sync.rebind_requests.cancelled_db_user is
+  'The database login (session_user) that called cancel_rebind_request(); cancelled_by is the name it declared.';
+
+alter table bitrix_sync.settings_versions
+  add column if not exists created_db_user varchar(128),
+  add column if not exists validated_db_user varchar(128),
+  add column if not exists activated_db_user varchar(128);
+alter table bitrix_sync.settings_versions alter column created_db_user set default session_user;
+comment on column bitrix_sync.settings_versions.created_db_user is
+  'The database login (session_user) that proposed the version (propose_settings, rollback_settings); created_by is the name it declared. Null for versions recorded before this column existed.';
+comment on column bitrix_sync.settings_versions.validated_db_user is
+  'The database login (session_user) that validated (or rejected) the version.';
+comment on column bitrix_sync.settings_versions.activated_db_user is
+  'The database login (session_user) that activated the version; activated_by is the name it declared.';
+
+alter table bitrix_sync.cutover add column if not exists performed_db_user varchar(128);
+alter table bitrix_sync.cutover alter column performed_db_user set default session_user;
+comment on column bitrix_sync.cutover.performed_db_user is
+  'The database login (session_user) that ran perform_cutover(); performed_by is the name it declared. Null for a cutover recorded before this column existed.';
+
+alter table bitrix_sync.technical_dead_letters add column if not exists resolved_db_user varchar(128);
+comment on column bitrix_sync.technical_dead_letters.resolved_db_user is
+  'The database login (session_user) that acknowledged or requeued the dead letter; resolved_by is the name it declared.';
+
+-- #include sql/settings.sql
+-- #include sql/rebind_admin.sql
+-- #include sql/dead_letters.sql
+-- #include sql/row_guards.sql
+-- #include sql/privileges.sql
+-- #include sql/grants.sql
