@@ -1,5 +1,5 @@
 --! Previous: sha1:3b671ef44515fcb992a3f4de65f3da5657dee106
---! Hash: sha1:335796a2cd799075131b595a467210580b5ba00f
+--! Hash: sha1:c908e868b0255e26617bae88e936df9f7d4e65ef
 --! Message: held-links-labelled-hashes-audit
 
 -- Findings of a security review: the login behind every audited admin action, the grants drift
@@ -1320,8 +1320,19 @@ comment on view bitrix_sync.role_privileges is
 -- What the database actually grants, in the catalogue's terms, and where the two differ. The
 -- project's objects are all of schema bitrix_sync and the objects of han_app the catalogue names
 -- (in production han_app holds the App's other tables, which are none of this project's business).
+--
+-- Beyond the three roles' ACLs it reports what would give someone the project's rights without a
+-- grant of this catalogue:
+--   * a privilege on a project object held by any other role (the objects' owner aside; the App's
+--     schema and its identity and profile tables are the App's to share);
+--   * role memberships. The catalogue's rule: each project role may be held by roles outside the
+--     project (a login, or a group of logins), each of which holds no other project role, directly
+--     or through groups, and none WITH ADMIN OPTION (it could hand the role on); a project role is a
+--     member of no role at all (it would gain that role's rights, and a project role inside another
+--     one merges the two). The owner of schema bitrix_sync (the migration role, which creates the
+--     roles and may administer them) is exempt.
 create or replace view bitrix_sync.role_privilege_drift as
-with objects as (
+with recursive objects as (
   select 'schema'::text as object_type, n.nspname::text as object_name, n.nspowner as owner, n.nspacl as acl,
          null::oid as relid, 'n'::"char" as acl_kind
     from pg_namespace n where n.nspname in ('bitrix_sync', 'han_app')
@@ -1353,6 +1364,7 @@ with objects as (
     cross join lateral aclexplode(coalesce(o.acl, acldefault(o.acl_kind, o.owner))) a
     left join pg_roles r on r.oid = a.grantee
    where a.grantee = 0 or r.rolname in (select role from roles)
+      or (a.grantee <> o.owner and o.object_name not in ('han_app', 'han_app.user_identity', 'han_app.client_profile'))
   union all
   -- ... and column privileges
   select o.object_type, o.object_name, coalesce(r.rolname, 'PUBLIC'), a.privilege_type, att.attname::text
@@ -1361,6 +1373,36 @@ with objects as (
     cross join lateral aclexplode(att.attacl) a
     left join pg_roles r on r.oid = a.grantee
    where a.grantee = 0 or r.rolname in (select role from roles)
+      or (a.grantee <> o.owner and o.object_name not in ('han_app', 'han_app.user_identity', 'han_app.client_profile'))
+), project_role_oids as (
+  select r.oid, r.rolname::text as rolname from pg_roles r where r.rolname in (select role from roles)
+), schema_owner as (
+  select n.nspowner as oid from pg_namespace n where n.nspname = 'bitrix_sync'
+), held (holder, project_role) as (
+  -- Who holds each project role, directly or through groups.
+  select m.member, m.roleid from pg_auth_members m where m.roleid in (select oid from project_role_oids)
+  union
+  select m.member, h.project_role from held h join pg_auth_members m on m.roleid = h.holder
+), membership_drift as (
+  -- A project role that is a member of any role, and a project role held WITH ADMIN OPTION.
+  select g.rolname::text as granted, mr.rolname::text as member,
+         case when m.admin_option then 'MEMBER WITH ADMIN OPTION' else 'MEMBER' end as privilege,
+         'extra_membership'::text as problem
+    from pg_auth_members m
+    join pg_roles g on g.oid = m.roleid
+    join pg_roles mr on mr.oid = m.member
+   where m.member not in (select oid from schema_owner)
+     and (m.member in (select oid from project_role_oids)
+          or (m.admin_option and m.roleid in (select oid from project_role_oids)))
+  union all
+  -- A role outside the project that holds more than one project role.
+  select p.rolname, hr.rolname::text, 'MEMBER', 'conflicting_membership'
+    from held h
+    join project_role_oids p on p.oid = h.project_role
+    join pg_roles hr on hr.oid = h.holder
+   where h.holder not in (select oid from project_role_oids)
+     and h.holder not in (select oid from schema_owner)
+     and (select count(distinct h2.project_role) from held h2 where h2.holder = h.holder) > 1
 ), expected as (
   select c.object_type, c.object_name, c.role, m[1] as privilege, btrim(col) as column_name
     from catalogue c
@@ -1388,9 +1430,12 @@ select o.object_type, o.object_name, r.role, null, null, 'undecided'
 union all
 select distinct c.object_type, c.object_name, null, null, null, 'unknown_object'
   from catalogue c
- where not exists (select 1 from objects o where o.object_type = c.object_type and o.object_name = c.object_name);
+ where not exists (select 1 from objects o where o.object_type = c.object_type and o.object_name = c.object_name)
+union all
+select distinct 'role', d.granted, d.member, d.privilege, null, d.problem
+  from membership_drift d;
 comment on view bitrix_sync.role_privilege_drift is
-  'Differences between the database''s ACLs and bitrix_sync.role_privileges for the three roles and PUBLIC: missing and extra privileges (column privileges by column), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object). Empty when they agree.';
+  'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the three roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role or held WITH ADMIN OPTION (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
 -- <<< sql/privileges.sql
 -- >>> sql/grants.sql (included)
 -- Least privilege (§13, DESIGN.md): everything is revoked, then exactly what the catalogue

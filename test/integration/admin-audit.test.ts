@@ -100,43 +100,66 @@ test.serial("settings versions record the login that proposed, validated and act
   );
 });
 
-test.serial("a rebind request and its cancel record the login, in the table and in rebind_request_status", async (t) => {
-  const user = await makeUser(db.pool);
-  await db.pool.query("select bitrix_sync.open_mapping($1, $2, null)", [user.id, String(randomInt(1, 2 ** 40))]);
-  await asThrowawayLogin(
-    async (c) => {
-      const { id } = await one<{ id: string }>(
-        c,
-        "select bitrix_sync.request_bitrix_contact_rebind($1, $2, 'duplicate merged in the CRM', 'ops:declared') as id",
-        [user.id, String(randomInt(1, 2 ** 40))],
-      );
-      await c.query("select * from bitrix_sync.cancel_rebind_request($1, 'asked by mistake', 'ops:other')", [id]);
-      return id;
-    },
-    async (c, login, id) => {
-      t.deepEqual(
-        await one(
+test.serial(
+  "a rebind request and its cancel record the login, in the table and in rebind_request_status",
+  async (t) => {
+    const user = await makeUser(db.pool);
+    await db.pool.query("select bitrix_sync.open_mapping($1, $2, null)", [
+      user.id,
+      String(randomInt(1, 2 ** 40)),
+    ]);
+    await asThrowawayLogin(
+      async (c) => {
+        const { id } = await one<{ id: string }>(
           c,
-          "select operator_id, requested_db_user, cancelled_by, cancelled_db_user from bitrix_sync.rebind_requests where id = $1",
+          "select bitrix_sync.request_bitrix_contact_rebind($1, $2, 'duplicate merged in the CRM', 'ops:declared') as id",
+          [user.id, String(randomInt(1, 2 ** 40))],
+        );
+        await c.query(
+          "select * from bitrix_sync.cancel_rebind_request($1, 'asked by mistake', 'ops:other')",
           [id],
-        ),
-        { operator_id: "ops:declared", requested_db_user: login, cancelled_by: "ops:other", cancelled_db_user: login },
-      );
-      t.deepEqual(
-        await one(
-          c,
-          "select operator_id, requested_db_user, cancelled_by, cancelled_db_user from bitrix_sync.rebind_request_status where request_id = $1",
-          [id],
-        ),
-        { operator_id: "ops:declared", requested_db_user: login, cancelled_by: "ops:other", cancelled_db_user: login },
-      );
-      t.deepEqual(
-        await one(c, "select operator_id, db_user from bitrix_sync.admin_actions where rebind_request_id = $1", [id]),
-        { operator_id: "ops:other", db_user: login },
-      );
-    },
-  );
-});
+        );
+        return id;
+      },
+      async (c, login, id) => {
+        t.deepEqual(
+          await one(
+            c,
+            "select operator_id, requested_db_user, cancelled_by, cancelled_db_user from bitrix_sync.rebind_requests where id = $1",
+            [id],
+          ),
+          {
+            operator_id: "ops:declared",
+            requested_db_user: login,
+            cancelled_by: "ops:other",
+            cancelled_db_user: login,
+          },
+        );
+        t.deepEqual(
+          await one(
+            c,
+            "select operator_id, requested_db_user, cancelled_by, cancelled_db_user from bitrix_sync.rebind_request_status where request_id = $1",
+            [id],
+          ),
+          {
+            operator_id: "ops:declared",
+            requested_db_user: login,
+            cancelled_by: "ops:other",
+            cancelled_db_user: login,
+          },
+        );
+        t.deepEqual(
+          await one(
+            c,
+            "select operator_id, db_user from bitrix_sync.admin_actions where rebind_request_id = $1",
+            [id],
+          ),
+          { operator_id: "ops:other", db_user: login },
+        );
+      },
+    );
+  },
+);
 
 test.serial("parked workflow decisions record the login in admin_actions", async (t) => {
   const user = await makeUser(db.pool);
@@ -148,64 +171,86 @@ test.serial("parked workflow decisions record the login in admin_actions", async
     step_data: JSON.stringify({ pass: 1, as: "contact.map_or_create" }),
   });
   await asThrowawayLogin(
-    (c) => c.query("select * from bitrix_sync.cancel_parked_workflow($1, 'user left', 'ops:declared')", [wf.id]),
+    (c) =>
+      c.query("select * from bitrix_sync.cancel_parked_workflow($1, 'user left', 'ops:declared')", [wf.id]),
     async (c, login) => {
       t.deepEqual(
-        await one(c, "select action, operator_id, db_user from bitrix_sync.admin_actions where workflow_id = $1", [
-          wf.id,
-        ]),
+        await one(
+          c,
+          "select action, operator_id, db_user from bitrix_sync.admin_actions where workflow_id = $1",
+          [wf.id],
+        ),
         { action: "cancel_workflow", operator_id: "ops:declared", db_user: login },
       );
     },
   );
 });
 
-test.serial("a dead letter's resolution records the login, in the table, list_dead_letters and admin_actions", async (t) => {
-  const { dl } = await deadLetteredIntent(db.pool);
-  await asThrowawayLogin(
-    async (c) => {
-      await c.query("select * from bitrix_sync.acknowledge_dead_letter($1, 'ops:declared', 'looked at it')", [dl.id]);
-      return await one<{ resolved_by: string; resolved_db_user: string }>(
-        c,
-        "select resolved_by, resolved_db_user from bitrix_sync.list_dead_letters(true, 10000) where id = $1",
-        [dl.id],
-      );
-    },
-    async (c, login, listed) => {
-      t.deepEqual(listed, { resolved_by: "ops:declared", resolved_db_user: login });
-      t.deepEqual(
-        await one(c, "select resolved_by, resolved_db_user from bitrix_sync.technical_dead_letters where id = $1", [
-          dl.id,
-        ]),
-        { resolved_by: "ops:declared", resolved_db_user: login },
-      );
-      t.deepEqual(
-        await one(c, "select operator_id, db_user from bitrix_sync.admin_actions where dead_letter_id = $1", [dl.id]),
-        { operator_id: "ops:declared", db_user: login },
-      );
-    },
-  );
-});
+test.serial(
+  "a dead letter's resolution records the login, in the table, list_dead_letters and admin_actions",
+  async (t) => {
+    const { dl } = await deadLetteredIntent(db.pool);
+    await asThrowawayLogin(
+      async (c) => {
+        await c.query(
+          "select * from bitrix_sync.acknowledge_dead_letter($1, 'ops:declared', 'looked at it')",
+          [dl.id],
+        );
+        return await one<{ resolved_by: string; resolved_db_user: string }>(
+          c,
+          "select resolved_by, resolved_db_user from bitrix_sync.list_dead_letters(true, 10000) where id = $1",
+          [dl.id],
+        );
+      },
+      async (c, login, listed) => {
+        t.deepEqual(listed, { resolved_by: "ops:declared", resolved_db_user: login });
+        t.deepEqual(
+          await one(
+            c,
+            "select resolved_by, resolved_db_user from bitrix_sync.technical_dead_letters where id = $1",
+            [dl.id],
+          ),
+          { resolved_by: "ops:declared", resolved_db_user: login },
+        );
+        t.deepEqual(
+          await one(
+            c,
+            "select operator_id, db_user from bitrix_sync.admin_actions where dead_letter_id = $1",
+            [dl.id],
+          ),
+          { operator_id: "ops:declared", db_user: login },
+        );
+      },
+    );
+  },
+);
 
-test.serial("the login columns: session_user by default where a row is inserted, set by the function where one is updated", async (t) => {
-  // The migration adds the columns without a value for existing rows: the migration's own login
-  // would be a false record. New rows take session_user from the column default.
-  const { rows } = await db.pool.query<{ table_name: string; column_name: string; column_default: string | null }>(
-    `select table_name, column_name, column_default from information_schema.columns
+test.serial(
+  "the login columns: session_user by default where a row is inserted, set by the function where one is updated",
+  async (t) => {
+    // The migration adds the columns without a value for existing rows: the migration's own login
+    // would be a false record. New rows take session_user from the column default.
+    const { rows } = await db.pool.query<{
+      table_name: string;
+      column_name: string;
+      column_default: string | null;
+    }>(
+      `select table_name, column_name, column_default from information_schema.columns
       where table_schema = 'bitrix_sync' and column_name like '%db_user'
         and table_name in (select tablename from pg_tables where schemaname = 'bitrix_sync') order by 1, 2`,
-  );
-  t.deepEqual(
-    rows.map((r) => `${r.table_name}.${r.column_name} ${r.column_default ?? "-"}`),
-    [
-      "admin_actions.db_user SESSION_USER",
-      "cutover.performed_db_user SESSION_USER",
-      "rebind_requests.cancelled_db_user -",
-      "rebind_requests.requested_db_user SESSION_USER",
-      "settings_versions.activated_db_user -",
-      "settings_versions.created_db_user SESSION_USER",
-      "settings_versions.validated_db_user -",
-      "technical_dead_letters.resolved_db_user -",
-    ],
-  );
-});
+    );
+    t.deepEqual(
+      rows.map((r) => `${r.table_name}.${r.column_name} ${r.column_default ?? "-"}`),
+      [
+        "admin_actions.db_user SESSION_USER",
+        "cutover.performed_db_user SESSION_USER",
+        "rebind_requests.cancelled_db_user -",
+        "rebind_requests.requested_db_user SESSION_USER",
+        "settings_versions.activated_db_user -",
+        "settings_versions.created_db_user SESSION_USER",
+        "settings_versions.validated_db_user -",
+        "technical_dead_letters.resolved_db_user -",
+      ],
+    );
+  },
+);
