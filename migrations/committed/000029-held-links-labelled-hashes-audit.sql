@@ -1,9 +1,10 @@
 --! Previous: sha1:3b671ef44515fcb992a3f4de65f3da5657dee106
---! Hash: sha1:c908e868b0255e26617bae88e936df9f7d4e65ef
+--! Hash: sha1:5d8d49d252e3270870bff7424ce8e8787622164a
 --! Message: held-links-labelled-hashes-audit
 
--- Findings of a security review: the login behind every audited admin action, the grants drift
--- check widened to role memberships and to roles outside the catalogue.
+-- Findings of a security review: hashes over personal data labelled with their field (v3) and the
+-- unkeyed ones cleared or left to the service to re-key, the login behind every audited admin action,
+-- the grants drift check widened to role memberships and to roles outside the catalogue.
 set local lock_timeout = '10s';
 
 ------------------------------------------------------------------------------------------------
@@ -42,6 +43,114 @@ comment on column bitrix_sync.cutover.performed_db_user is
 alter table bitrix_sync.technical_dead_letters add column if not exists resolved_db_user varchar(128);
 comment on column bitrix_sync.technical_dead_letters.resolved_db_user is
   'The database login (session_user) that acknowledged or requeued the dead letter; resolved_by is the name it declared.';
+
+------------------------------------------------------------------------------------------------
+-- Hashes (src/hash.ts, sql/hashes.sql): the service writes "v3:" HMACs labelled with their field and
+-- reads v2 and plain SHA-256 as legacy. The unkeyed ones the database holds are cleared here where
+-- the next read recomputes them; snapshots' phone hashes are re-keyed by the service (task
+-- rekey_hashes).
+------------------------------------------------------------------------------------------------
+comment on column bitrix_sync.contact_snapshots.name_hash is
+  'Keyed hash of NAME as applied: "v3:" HMAC-SHA256 over "name", NUL and the value; "v2:..." (unlabelled) in rows written before 000029, read as legacy; ''cleared'' where an unkeyed hash was cleared (unknown until the next apply). No value copies.';
+comment on column bitrix_sync.contact_snapshots.email_hash is
+  'Keyed hash of the e-mail as applied: "v3:" HMAC-SHA256 over "email", NUL and the value; "v2:..." (unlabelled) in rows written before 000029, read as legacy; ''cleared'' where an unkeyed hash was cleared. No value copies.';
+comment on column bitrix_sync.contact_snapshots.phone_hash is
+  'Keyed hash of the phone bitrix-sync last wrote into the Contact (the entry the next change overwrites): "v3:" HMAC-SHA256 over "phone", NUL and the value; older forms (v2, plain SHA-256) are re-keyed by the service.';
+comment on column bitrix_sync.workflow_instances.content_hash is
+  'Keyed hash of the desired App-master content ("v3:" HMAC-SHA256 over "content", NUL and the JSON; v2 in older rows; null where an unkeyed one was cleared); equal content skips a pass.';
+
+-- >>> sql/hashes.sql (included)
+-- Hashes over personal data in older forms (src/hash.ts, docs/security.md "The hash key"). The
+-- service writes "v3:" HMACs labelled with their field; rows may still hold the v2 form (keyed, not
+-- labelled: read as legacy, rewritten when the value is at hand) and the unkeyed form of the time
+-- before BITRIX_SYNC_HASH_KEY (plain SHA-256 hex: ten billion +7 phones are tried in minutes). The
+-- database cannot compute a keyed hash (the key never leaves the service), so per column:
+--   * cleared here, where the next read recomputes the hash and nothing needs the old one: intents'
+--     content hashes, snapshots' name and e-mail hashes (to 'cleared': the value before is unknown,
+--     which reconciliation does not count as a change), and hashes in the results of finished
+--     commands that no running workflow reads any more;
+--   * re-keyed by the service where the value is at hand: a snapshot's phone hash against the App's
+--     phone (rekey_contact_phones, src/maintenance/rekey.ts) or against the Contact's numbers when the
+--     update steps read them (src/workflows/command-io.ts). Cleared instead it would make the user's
+--     next phone change append a number rather than overwrite the one bitrix-sync wrote.
+
+create or replace function bitrix_sync.clear_unkeyed_hashes()
+returns table (column_name text, cleared bigint)
+language plpgsql
+set search_path = pg_catalog, pg_temp as $$
+declare
+  v_unkeyed constant text := '^[0-9a-f]{64}$';
+  v_n bigint;
+begin
+  -- An intent's content hash is only compared for equality with the next intent's: without it that
+  -- intent runs one pass more, which reads the Contact and writes nothing.
+  update bitrix_sync.workflow_instances w set content_hash = null where w.content_hash ~ v_unkeyed;
+  get diagnostics v_n = row_count;
+  return query select 'workflow_instances.content_hash'::text, v_n;
+  update bitrix_sync.workflow_instances w set held_content_hash = null where w.held_content_hash ~ v_unkeyed;
+  get diagnostics v_n = row_count;
+  return query select 'workflow_instances.held_content_hash'::text, v_n;
+  -- Recomputed by the next apply (webhook, reconciliation, a workflow's final read).
+  update bitrix_sync.contact_snapshots s set name_hash = 'cleared' where s.name_hash ~ v_unkeyed;
+  get diagnostics v_n = row_count;
+  return query select 'contact_snapshots.name_hash'::text, v_n;
+  update bitrix_sync.contact_snapshots s set email_hash = 'cleared' where s.email_hash ~ v_unkeyed;
+  get diagnostics v_n = row_count;
+  return query select 'contact_snapshots.email_hash'::text, v_n;
+  -- Results are history once their workflow has finished (or for alert commands, at once). The
+  -- commands of a workflow still running keep theirs: its next step may plan a phone update from
+  -- them; retention deletes them after the workflow.
+  update bitrix_sync.crm_commands c
+     set response = regexp_replace(c.response::text, '"[0-9a-f]{64}"', '"cleared"', 'g')::jsonb
+   where c.status in ('succeeded', 'dead_letter') and c.response is not null
+     and c.response::text ~ '"[0-9a-f]{64}"'
+     and not exists (select 1 from bitrix_sync.workflow_instances w
+                      where w.id = c.workflow_id and w.state not in ('succeeded', 'failed', 'cancelled'));
+  get diagnostics v_n = row_count;
+  return query select 'crm_commands.response'::text, v_n;
+end $$;
+comment on function bitrix_sync.clear_unkeyed_hashes() is
+  'Clears the unkeyed (plain SHA-256) hashes the database holds where the next read recomputes them: intents'' content hashes (null), snapshots'' name and e-mail hashes (''cleared''), hashes in finished commands'' results that no running workflow reads. Snapshots'' phone hashes are re-keyed by the service (rekey_contact_phones). Run once by migration 000029; re-runnable. Returns the rows changed per column.';
+
+create or replace function bitrix_sync.rekey_contact_phones(p_contact_ids text[], p_old_hashes text[], p_new_hashes text[])
+returns integer
+language plpgsql
+set search_path = pg_catalog, pg_temp as $$
+declare
+  v_n integer := coalesce(cardinality(p_contact_ids), 0);
+  v_changed integer;
+begin
+  if coalesce(cardinality(p_old_hashes), 0) <> v_n or coalesce(cardinality(p_new_hashes), 0) <> v_n or v_n > 10000 then
+    raise exception 'rekey_contact_phones needs three arrays of one length, at most 10000'
+      using errcode = 'BS004', hint = 'Pass Contact ID, the hash read and its replacement per snapshot.';
+  end if;
+  if exists (select 1 from unnest(p_old_hashes, p_new_hashes) i(old_hash, new_hash)
+              where i.old_hash is null or i.old_hash !~ '^([0-9a-f]{64}|v2:[A-Za-z0-9_-]{43})$'
+                 or (i.new_hash is not null and i.new_hash !~ '^v3:[A-Za-z0-9_-]{43}$')
+                 or (i.new_hash is null and i.old_hash !~ '^[0-9a-f]{64}$')) then
+    raise exception 'rekey_contact_phones replaces a legacy phone hash by a v3 one, or clears an unkeyed one'
+      using errcode = 'BS004', hint = 'Old: 64 hex characters or v2:...; new: v3:..., or null for an unkeyed old one.';
+  end if;
+  -- Compare and set: a snapshot changed since it was read keeps its new value. A user with a running
+  -- workflow is left for that workflow's read of the Contact (it may hold an older read's hashes).
+  with input as (
+    select * from unnest(p_contact_ids, p_old_hashes, p_new_hashes) i(contact_id, old_hash, new_hash)
+  ), changed as (
+    update bitrix_sync.contact_snapshots s
+       set phone_hash = i.new_hash
+      from input i
+     where s.contact_id = i.contact_id and s.phone_hash = i.old_hash
+       and not exists (select 1 from bitrix_sync.workflow_instances w
+                        where w.user_id = s.user_id and w.state not in ('succeeded', 'failed', 'cancelled'))
+    returning 1
+  )
+  select count(*)::integer into v_changed from changed;
+  return v_changed;
+end $$;
+comment on function bitrix_sync.rekey_contact_phones(text[], text[], text[]) is
+  'The service re-keys snapshots'' phone hashes in a legacy form (v2, or unkeyed plain SHA-256) where the App''s phone is the number they stand for (new v3 hash), or clears an unkeyed one that matches no phone at hand (null: the next phone change appends). Compare and set per snapshot; users with a running workflow are skipped. BS004 for arrays of different lengths or hashes of the wrong form. Returns how many changed.';
+-- <<< sql/hashes.sql
+select * from bitrix_sync.clear_unkeyed_hashes();
 
 -- >>> sql/settings.sql (included)
 -- Hot settings (§12.3): a typed catalogue, versions with validation status and audit, activation of
@@ -1252,6 +1361,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).'),
   ('function', 'bitrix_sync.fail_reconciliation_run(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
   ('function', 'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
+  ('function', 'bitrix_sync.rekey_contact_phones(text[],text[],text[])', array['EXECUTE'], array[]::text[], array[]::text[],
+   'The hourly rekey_hashes task: legacy phone hashes of snapshots rewritten under the hash key.'),
 
   -- internal helpers the runtime's (security invoker) functions call: a nested call is checked
   -- against the calling role too
@@ -1281,6 +1392,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   -- nobody: internals of security definer functions, trigger functions (a trigger fires without
   -- EXECUTE), and record_webhook (one NOTIFY per row; kept for sources with stable event IDs)
   ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync.clear_unkeyed_hashes()', array[]::text[], array[]::text[], array[]::text[],
+   'Run by migration 000029 as the owner: unkeyed hashes cleared where the next read recomputes them.'),
   ('function', 'bitrix_sync._check_admin_audit(text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync._open_dead_letter(bigint)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
   ('function', 'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),

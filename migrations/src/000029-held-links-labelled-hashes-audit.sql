@@ -1,5 +1,6 @@
--- Findings of a security review: the login behind every audited admin action, the grants drift
--- check widened to role memberships and to roles outside the catalogue.
+-- Findings of a security review: hashes over personal data labelled with their field (v3) and the
+-- unkeyed ones cleared or left to the service to re-key, the login behind every audited admin action,
+-- the grants drift check widened to role memberships and to roles outside the catalogue.
 set local lock_timeout = '10s';
 
 ------------------------------------------------------------------------------------------------
@@ -38,6 +39,24 @@ comment on column bitrix_sync.cutover.performed_db_user is
 alter table bitrix_sync.technical_dead_letters add column if not exists resolved_db_user varchar(128);
 comment on column bitrix_sync.technical_dead_letters.resolved_db_user is
   'The database login (session_user) that acknowledged or requeued the dead letter; resolved_by is the name it declared.';
+
+------------------------------------------------------------------------------------------------
+-- Hashes (src/hash.ts, sql/hashes.sql): the service writes "v3:" HMACs labelled with their field and
+-- reads v2 and plain SHA-256 as legacy. The unkeyed ones the database holds are cleared here where
+-- the next read recomputes them; snapshots' phone hashes are re-keyed by the service (task
+-- rekey_hashes).
+------------------------------------------------------------------------------------------------
+comment on column bitrix_sync.contact_snapshots.name_hash is
+  'Keyed hash of NAME as applied: "v3:" HMAC-SHA256 over "name", NUL and the value; "v2:..." (unlabelled) in rows written before 000029, read as legacy; ''cleared'' where an unkeyed hash was cleared (unknown until the next apply). No value copies.';
+comment on column bitrix_sync.contact_snapshots.email_hash is
+  'Keyed hash of the e-mail as applied: "v3:" HMAC-SHA256 over "email", NUL and the value; "v2:..." (unlabelled) in rows written before 000029, read as legacy; ''cleared'' where an unkeyed hash was cleared. No value copies.';
+comment on column bitrix_sync.contact_snapshots.phone_hash is
+  'Keyed hash of the phone bitrix-sync last wrote into the Contact (the entry the next change overwrites): "v3:" HMAC-SHA256 over "phone", NUL and the value; older forms (v2, plain SHA-256) are re-keyed by the service.';
+comment on column bitrix_sync.workflow_instances.content_hash is
+  'Keyed hash of the desired App-master content ("v3:" HMAC-SHA256 over "content", NUL and the JSON; v2 in older rows; null where an unkeyed one was cleared); equal content skips a pass.';
+
+-- #include sql/hashes.sql
+select * from bitrix_sync.clear_unkeyed_hashes();
 
 -- #include sql/settings.sql
 -- #include sql/rebind_admin.sql

@@ -9,7 +9,7 @@ import {
   loadSnapshot,
   snapshotCreated,
 } from "../../app-data.js";
-import { piiHash } from "../../hash.js";
+import { matchesPiiHash } from "../../hash.js";
 import { decide } from "../decide/candidates.js";
 import { decideManualLink, manualDecision } from "../decide/manual.js";
 import {
@@ -87,12 +87,15 @@ async function readMapped(s: Step, last: CommandRow): Promise<void> {
   }
 }
 
-/** The App's phone is not the one the snapshot says bitrix-sync last wrote to the linked Contact. */
+/**
+ * The App's phone is not the one the snapshot says bitrix-sync last wrote to the linked Contact. By
+ * value, so a snapshot hash of an older form (src/hash.ts) of the same phone is not "behind".
+ */
 async function phoneBehind(s: Step): Promise<boolean> {
   const user = await loadAppUser(s.tx, s.wf.user_id);
   if (!user || !hasValidPhone(user)) return false;
   const snap = await loadSnapshot(s.tx, String(s.sd.contact));
-  return snap?.phoneHash !== piiHash(user.phone as string);
+  return !matchesPiiHash(snap?.phoneHash, "phone", user.phone);
 }
 
 /**
