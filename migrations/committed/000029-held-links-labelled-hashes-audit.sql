@@ -1,11 +1,45 @@
 --! Previous: sha1:3b671ef44515fcb992a3f4de65f3da5657dee106
---! Hash: sha1:5d8d49d252e3270870bff7424ce8e8787622164a
+--! Hash: sha1:54a4ed247116a3b803c3a7055b5e7da6cec49280
 --! Message: held-links-labelled-hashes-audit
 
--- Findings of a security review: hashes over personal data labelled with their field (v3) and the
+-- Findings of a security review: the CRM-master fields held back after a link made by phone alone
+-- (mapping.hold_after_phone_link), hashes over personal data labelled with their field (v3) and the
 -- unkeyed ones cleared or left to the service to re-key, the login behind every audited admin action,
 -- the grants drift check widened to role memberships and to roles outside the catalogue.
 set local lock_timeout = '10s';
+
+------------------------------------------------------------------------------------------------
+-- A link made by phone alone (B1.1, B2.1) trusts the App's phone number. With the hot setting
+-- mapping.hold_after_phone_link on, the Contact's CRM-master fields are held back from the App until
+-- a robot webhook reports a CRM change made after the link, or an admin confirms
+-- (sql/held_links.sql). The hold is the link's: recorded on its mapping row, ended with it.
+------------------------------------------------------------------------------------------------
+alter table bitrix_sync.entity_external_mapping
+  add column if not exists held_at timestamptz,
+  add column if not exists held_crm_updated_at timestamptz,
+  add column if not exists hold_released_at timestamptz,
+  add column if not exists hold_released_by varchar(16);
+-- Every existing row has the four columns null: the check holds without a scan worth the name, and
+-- the table holds one row per link made (thousands, not millions).
+alter table bitrix_sync.entity_external_mapping drop constraint if exists entity_external_mapping_hold;
+-- squawk-ignore constraint-missing-not-valid
+alter table bitrix_sync.entity_external_mapping add constraint entity_external_mapping_hold
+  check ((hold_released_at is null) = (hold_released_by is null)
+         and (hold_released_at is null or held_at is not null)
+         and (held_crm_updated_at is null or held_at is not null)
+         and (hold_released_by is null or hold_released_by::text = any ('{robot_webhook,admin}'::text[])));
+-- New columns, no row has a value yet: the index builds instantly.
+-- squawk-ignore require-concurrent-index-creation
+create index if not exists entity_external_mapping_held_idx on bitrix_sync.entity_external_mapping (held_at)
+  where status = 'active' and held_at is not null and hold_released_at is null;
+comment on column bitrix_sync.entity_external_mapping.held_at is
+  'Set when the link was made by phone alone (B1.1, B2.1) while mapping.hold_after_phone_link was on: the Contact''s CRM-master fields are held back from the App until the hold is released. Null: never held.';
+comment on column bitrix_sync.entity_external_mapping.held_crm_updated_at is
+  'The Contact''s updatedTime at the first read after the link (the service''s own write of the user id included): a robot webhook releases the hold only when its read shows a newer one.';
+comment on column bitrix_sync.entity_external_mapping.hold_released_at is
+  'When the hold ended: the CRM-master fields were applied from then on. Null while held or never held.';
+comment on column bitrix_sync.entity_external_mapping.hold_released_by is
+  'robot_webhook (a robot webhook reported a CRM change after the link) | admin (confirm_phone_link; who and why in admin_actions).';
 
 ------------------------------------------------------------------------------------------------
 -- The database login (session_user) beside every self-declared operator name. Nullable and without
@@ -180,6 +214,7 @@ values
   ('limiter.burst', 'integer', '5', 1, 250, null, null, false, 'Token bucket capacity (requests).'),
   ('limiter.max_in_flight', 'integer', '2', 1, 50, null, null, false, 'HTTP requests to the portal in flight at once, all replicas together (§8).'),
   ('limiter.refill_per_sec', 'number', '2', 0.01, 50, null, null, false, 'Token bucket refill rate, requests per second (§8: 2 until the plan is confirmed).'),
+  ('mapping.hold_after_phone_link', 'boolean', 'false', null, null, null, null, false, 'After a link made by phone alone (B1.1, B2.1), hold the Contact''s name, e-mail and citizenship back from the App until a robot webhook reports a CRM change made after the link or an admin confirms (confirm_phone_link). Off: applied at once, which trusts that the App verifies phone numbers.'),
   ('reconcile.contacts_interval_sec', 'integer', '900', 60, 86400, null, null, false, 'Incremental Contact reconciliation interval (§10.2: 15 min).'),
   ('reconcile.lease_sec', 'integer', '600', 60, 86400, null, null, false, 'A reconciliation run still marked running after this long is taken to have died: the next claim starts a new run.'),
   ('reconcile.opened_filter', 'enum', '"Y"', null, null, '["Y", "N", "1", "0"]', null, false, 'Value sent for the opened filter of crm.item.list; the reference documents Y/N for system booleans.'),
@@ -525,6 +560,355 @@ begin
   end if;
 end $$;
 -- <<< sql/settings.sql
+-- >>> sql/held_links.sql (included)
+-- Links made by phone alone (§5.1 B1.1, B2.1; docs/workflows.md "Links made by phone alone"): such
+-- a link rests on the App's phone number only. If the App does not verify phone numbers, whoever
+-- signs up with someone else's number is linked to that person's Contact, and the final read copies
+-- the Contact's name, e-mail and citizenship into their profile. With the hot setting
+-- mapping.hold_after_phone_link on, the link is made (the Contact gets the user id, the mapping is
+-- active) but the CRM-master fields are held back from the App until
+--   * a robot webhook for the Contact reports a change made in the CRM after the link (its read
+--     shows a newer updatedTime than the first read after the link, which already includes the
+--     service's own write of the user id: the robot call that write causes releases nothing), or
+--   * an admin confirms (confirm_phone_link), which also queues a read of the Contact.
+-- Then the fields are applied as for any link, so nothing is lost. Reconciliation and the workflows'
+-- reads apply nothing while a link is held. A link found through the user id the Contact carries
+-- (§4), one to a Contact bitrix-sync created, one a person chose (a parked workflow's link_contact, a
+-- rebind) is never held. The hold is the link's: a link closed (deactivation, rebind, a missing
+-- Contact) ends it, and a new link by phone is held anew. Turning the setting off holds no new link
+-- and keeps the holds already recorded until they are released.
+
+create or replace function bitrix_sync.hold_phone_link(p_user_id uuid, p_contact_id text)
+returns boolean
+language plpgsql
+set search_path = pg_catalog, pg_temp as $$
+declare
+  v_held boolean;
+begin
+  if not coalesce((bitrix_sync._active_setting('mapping.hold_after_phone_link') #>> '{}')::boolean, false) then
+    return false;
+  end if;
+  update bitrix_sync.entity_external_mapping m
+     set held_at = now()
+   where m.entity_id = p_user_id and m.external_id = p_contact_id and m.status = 'active' and m.held_at is null
+  returning true into v_held;
+  return coalesce(v_held, false);
+end $$;
+comment on function bitrix_sync.hold_phone_link(uuid, text) is
+  'Called right after a link made by phone alone (B1.1, B2.1) is opened: records the hold (held_at) on the user''s active mapping of that Contact when mapping.hold_after_phone_link is on. Returns whether the link is held now.';
+
+create or replace function bitrix_sync.held_link_read(
+  p_mapping_id uuid, p_crm_updated_at timestamptz, p_robot_webhook boolean
+) returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp as $$
+declare
+  v_row bitrix_sync.entity_external_mapping;
+begin
+  select * into v_row from bitrix_sync.entity_external_mapping m where m.id = p_mapping_id for update;
+  if not found or v_row.status <> 'active' or v_row.held_at is null or v_row.hold_released_at is not null then
+    return 'not_held';
+  end if;
+  if v_row.held_crm_updated_at is null then
+    -- The first read after the link: what a later robot webhook has to be newer than.
+    update bitrix_sync.entity_external_mapping m
+       set held_crm_updated_at = coalesce(p_crm_updated_at, now())
+     where m.id = p_mapping_id;
+    return 'held';
+  end if;
+  if p_robot_webhook and p_crm_updated_at > v_row.held_crm_updated_at then
+    update bitrix_sync.entity_external_mapping m
+       set hold_released_at = now(), hold_released_by = 'robot_webhook'
+     where m.id = p_mapping_id;
+    return 'released';
+  end if;
+  return 'held';
+end $$;
+comment on function bitrix_sync.held_link_read(uuid, timestamptz, boolean) is
+  'A read of a linked Contact meets its mapping''s hold: not_held (apply as usual); held (apply nothing; the first read after the link records the Contact''s updatedTime); released (p_robot_webhook and the Contact changed after that first read: the hold ends, apply now).';
+
+create or replace function bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text)
+returns table (mapping_id uuid, inbox_id bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp as $$
+declare
+  v_row bitrix_sync.entity_external_mapping;
+  v_inbox bigint;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
+  select * into v_row from bitrix_sync.entity_external_mapping m
+   where m.entity_type = 'user' and m.entity_id = p_user_id and m.status = 'active'
+   for update;
+  if not found then
+    raise exception 'this user has no active link to a Contact'
+      using errcode = 'BS005',
+            hint = 'Check the user id; only an active link can be held. Held links: select * from bitrix_sync.held_phone_links;';
+  end if;
+  if v_row.held_at is null or v_row.hold_released_at is not null then
+    raise exception 'this user''s link is not held: its CRM-master fields are applied already'
+      using errcode = 'BS002',
+            hint = 'Nothing to confirm. Held links: select * from bitrix_sync.held_phone_links;';
+  end if;
+  update bitrix_sync.entity_external_mapping m
+     set hold_released_at = now(), hold_released_by = 'admin'
+   where m.id = v_row.id;
+  perform bitrix_sync._record_admin_action('confirm_phone_link', v_row.workflow_id, null, null, v_row.external_id,
+                                           p_reason, p_operator_id);
+  -- The fields follow through the webhooks lane: a read of the Contact, applied as a robot call's.
+  select a.inbox_id into v_inbox
+    from bitrix_sync.accept_webhooks(array['contact'], array[3], array[v_row.external_id::text], array[null::inet]) a;
+  return query select v_row.id, v_inbox;
+end $$;
+comment on function bitrix_sync.confirm_phone_link(uuid, text, text) is
+  'Admin (docs/admin.md "Held phone links"): releases the hold of a user''s link made by phone alone (hold_released_by admin), audited in admin_actions with the operator''s reason and the login, and queues a read of the Contact (an inbox row) that applies its CRM-master fields to the App. BS004 missing reason or operator, BS005 no active link, BS002 the link is not held.';
+
+create or replace view bitrix_sync.status_held_links as
+select count(*)::bigint as count,
+       coalesce(extract(epoch from now() - min(m.held_at)), 0)::bigint as oldest_age_sec
+  from bitrix_sync.entity_external_mapping m
+ where m.status = 'active' and m.held_at is not null and m.hold_released_at is null;
+comment on view bitrix_sync.status_held_links is
+  'Status (§14): active links made by phone alone whose CRM-master fields are held back (mapping.hold_after_phone_link), with the oldest hold''s age. Counts only.';
+
+create or replace view bitrix_sync.held_phone_links as
+select m.id as mapping_id, m.workflow_id, m.held_at,
+       extract(epoch from now() - m.held_at)::bigint as age_sec,
+       m.held_crm_updated_at is not null as read_seen
+  from bitrix_sync.entity_external_mapping m
+ where m.status = 'active' and m.held_at is not null and m.hold_released_at is null;
+comment on view bitrix_sync.held_phone_links is
+  'Held links as an admin looks at them (docs/admin.md): the mapping and the workflow that made it, since when, and whether the Contact has been read since the link (read_seen). No user or Contact IDs; confirm_phone_link takes the user id.';
+-- <<< sql/held_links.sql
+-- >>> sql/metrics.sql (included)
+-- Metrics (§15): what /metrics reads from the database in one call at scrape time, and the counting
+-- of state transitions where they happen, in the transaction that makes them. Counts, ages and
+-- low-cardinality labels only (types, states, receivers, sources, safe codes): never a user or
+-- Contact ID, a phone, an e-mail or a fingerprint. src/observability/metrics.ts turns the rows into
+-- Prometheus families; docs/observability.md lists them.
+--
+-- Why the transition counters live here: most transitions happen inside SQL (claims, the wake-up of
+-- a workflow when its command completes, coalescing, dead-lettering), where no lane sees the old
+-- state. An AFTER trigger appends one row per transition to bitrix_sync.metric_events; nothing is
+-- updated in place, so two writers never wait on each other and a rolled-back transition is never
+-- counted. metrics_snapshot() folds the appended rows into bitrix_sync.metric_event_totals, so the
+-- counters survive restarts and every replica reports the same totals.
+
+create or replace function bitrix_sync.tg_workflow_instances__count_transition() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('workflow', new.workflow_type, old.state, new.state);
+  return null;
+end $$;
+comment on function bitrix_sync.tg_workflow_instances__count_transition() is
+  'AFTER UPDATE OF state trigger: appends one workflow transition (type, from, to) to metric_events for bitrix_sync_workflow_transitions_total. Security definer: whoever moves the workflow, nobody needs rights on the table.';
+
+drop trigger if exists _900_count_transition on bitrix_sync.workflow_instances;
+create trigger _900_count_transition after update of state on bitrix_sync.workflow_instances
+  for each row when (old.state is distinct from new.state)
+  execute function bitrix_sync.tg_workflow_instances__count_transition();
+comment on trigger _900_count_transition on bitrix_sync.workflow_instances is
+  'Counts each committed workflow transition for /metrics (bitrix_sync.metric_events).';
+
+create or replace function bitrix_sync.tg_crm_commands__count_transition() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('command', new.command_type, old.status, new.status);
+  return null;
+end $$;
+comment on function bitrix_sync.tg_crm_commands__count_transition() is
+  'AFTER UPDATE OF status trigger: appends one command transition (type, from, to) to metric_events for bitrix_sync_command_transitions_total.';
+
+drop trigger if exists _900_count_transition on bitrix_sync.crm_commands;
+create trigger _900_count_transition after update of status on bitrix_sync.crm_commands
+  for each row when (old.status is distinct from new.status)
+  execute function bitrix_sync.tg_crm_commands__count_transition();
+comment on trigger _900_count_transition on bitrix_sync.crm_commands is
+  'Counts each committed command transition for /metrics (bitrix_sync.metric_events).';
+
+create or replace function bitrix_sync.tg_webhook_inbox__count_coalesced() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('webhook', new.receiver, old.status, new.status);
+  return null;
+end $$;
+comment on function bitrix_sync.tg_webhook_inbox__count_coalesced() is
+  'AFTER UPDATE OF status trigger: appends one event coalesced into another (claim_webhooks) to metric_events for bitrix_sync_webhook_coalesced_total.';
+
+drop trigger if exists _900_count_coalesced on bitrix_sync.webhook_inbox;
+create trigger _900_count_coalesced after update of status on bitrix_sync.webhook_inbox
+  for each row when (new.status = 'coalesced' and old.status is distinct from new.status)
+  execute function bitrix_sync.tg_webhook_inbox__count_coalesced();
+comment on trigger _900_count_coalesced on bitrix_sync.webhook_inbox is
+  'Counts webhook events covered by another event''s read (received -> coalesced) for /metrics.';
+
+create or replace function bitrix_sync.tg_technical_dead_letters__count() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('dead_letter', new.source, '', 'dead_letter');
+  return null;
+end $$;
+comment on function bitrix_sync.tg_technical_dead_letters__count() is
+  'AFTER INSERT trigger: appends one new technical dead letter (by source) to metric_events for bitrix_sync_dead_letters_total.';
+
+drop trigger if exists _900_count_dead_letter on bitrix_sync.technical_dead_letters;
+create trigger _900_count_dead_letter after insert on bitrix_sync.technical_dead_letters
+  for each row execute function bitrix_sync.tg_technical_dead_letters__count();
+comment on trigger _900_count_dead_letter on bitrix_sync.technical_dead_letters is
+  'Counts each new technical dead letter for /metrics (bitrix_sync.metric_events).';
+
+create or replace function bitrix_sync.metrics_snapshot(p_bucket text default null, p_check_mappings boolean default false)
+returns table (family text, labels jsonb, value double precision)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_burst double precision := (bitrix_sync._active_setting('limiter.burst') #>> '{}')::double precision;
+  v_refill double precision := (bitrix_sync._active_setting('limiter.refill_per_sec') #>> '{}')::double precision;
+begin
+  -- Fold what the triggers appended since the last scrape. One scrape folds at a time; another
+  -- scrape meanwhile reads the totals plus the rows not folded yet, which gives the same sums.
+  if pg_try_advisory_xact_lock(hashtext('bitrix_sync.metric_events')) then
+    with moved as (
+      delete from bitrix_sync.metric_events e returning e.machine, e.kind, e.from_state, e.to_state
+    )
+    insert into bitrix_sync.metric_event_totals as t (machine, kind, from_state, to_state, count)
+    select m.machine, m.kind, m.from_state, m.to_state, count(*) from moved m group by 1, 2, 3, 4
+    on conflict (machine, kind, from_state, to_state) do update set count = t.count + excluded.count;
+  end if;
+
+  return query
+  -- Live states only: each filter reaches the status view's scan (its grouping column), so no
+  -- finished row is read.
+  with queue as (
+    select q.status, q.count, q.oldest_age_sec from bitrix_sync.status_queue q
+     where q.status in ('pending', 'leased', 'retry_wait')
+  ), queue_all as (
+    -- Every live status always present (0 when empty), so "older than" alerts have a series.
+    select s.status, coalesce(q.count, 0) as count, coalesce(q.oldest_age_sec, 0) as oldest_age_sec
+      from unnest(array['pending', 'leased', 'retry_wait']) s(status) left join queue q on q.status = s.status
+  ), workflows as (
+    select w.workflow_type, w.state, w.count, w.oldest_age_sec from bitrix_sync.status_workflows w
+     where w.state in ('created', 'running', 'waiting_crm', 'waiting_retry', 'waiting_manual')
+  ), commands as (
+    select c.command_type, c.status, c.count, c.oldest_age_sec from bitrix_sync.status_commands c
+     where c.status in ('pending', 'leased', 'in_flight', 'retry_wait', 'uncertain', 'reconcile')
+  ), inbox as (
+    select h.receiver, h.status, h.count, h.oldest_age_sec from bitrix_sync.status_webhooks h
+     where h.status in ('received', 'coalesced', 'processing', 'retry_wait')
+  ), dead as (
+    select d.source, d.operation, d.error_code, d.count, d.oldest_age_sec from bitrix_sync.status_dead_letters d
+  ), alerts as (
+    select a.alert_type, a.severity, a.open_count, a.sla_overdue from bitrix_sync.status_alerts a
+  ), mirror as (
+    -- Alerts whose smart-process item is behind; both statuses always present (0 when none).
+    select s.status, coalesce(m.count, 0) as count
+      from unnest(array['pending', 'failed']) s(status)
+      left join bitrix_sync.status_alert_mirror m on m.mirror_status = s.status
+  ), events as (
+    -- The folded totals plus whatever a concurrent scrape has not folded yet.
+    select e.machine, e.kind, e.from_state, e.to_state, sum(e.n) as n
+      from (select t.machine, t.kind, t.from_state, t.to_state, t.count as n from bitrix_sync.metric_event_totals t
+            union all
+            select p.machine, p.kind, p.from_state, p.to_state, 1 from bitrix_sync.metric_events p) e
+     group by e.machine, e.kind, e.from_state, e.to_state
+  )
+  select 'bitrix_sync_queue_depth', jsonb_build_object('status', q.status), q.count::float8 from queue_all q
+  union all
+  select 'bitrix_sync_queue_oldest_age_seconds', jsonb_build_object('status', q.status), q.oldest_age_sec::float8
+    from queue_all q
+  union all
+  select 'bitrix_sync_workflows_active', jsonb_build_object('workflow_type', w.workflow_type, 'state', w.state),
+         w.count::float8 from workflows w
+  union all
+  select 'bitrix_sync_workflows_oldest_age_seconds',
+         jsonb_build_object('workflow_type', w.workflow_type, 'state', w.state), w.oldest_age_sec::float8 from workflows w
+  union all
+  select 'bitrix_sync_crm_commands', jsonb_build_object('command_type', c.command_type, 'status', c.status),
+         c.count::float8 from commands c
+  union all
+  select 'bitrix_sync_crm_commands_oldest_age_seconds',
+         jsonb_build_object('command_type', c.command_type, 'status', c.status), c.oldest_age_sec::float8 from commands c
+  union all
+  select 'bitrix_sync_webhook_inbox', jsonb_build_object('receiver', h.receiver, 'status', h.status), h.count::float8
+    from inbox h
+  union all
+  select 'bitrix_sync_webhook_inbox_oldest_age_seconds', jsonb_build_object('receiver', h.receiver, 'status', h.status),
+         h.oldest_age_sec::float8 from inbox h
+  union all
+  select 'bitrix_sync_dead_letters_open',
+         jsonb_build_object('source', d.source, 'operation', d.operation, 'code', d.error_code), d.count::float8 from dead d
+  union all
+  select 'bitrix_sync_dead_letters_oldest_age_seconds', jsonb_build_object('source', d.source),
+         max(d.oldest_age_sec)::float8 from dead d group by d.source
+  union all
+  select 'bitrix_sync_business_alerts_open', jsonb_build_object('alert_type', a.alert_type, 'severity', a.severity),
+         a.open_count::float8 from alerts a
+  union all
+  select 'bitrix_sync_business_alerts_sla_overdue', jsonb_build_object('alert_type', a.alert_type, 'severity', a.severity),
+         a.sla_overdue::float8 from alerts a
+  union all
+  select 'bitrix_sync_business_alerts_unmirrored', jsonb_build_object('mirror_status', m.status), m.count::float8
+    from mirror m
+  union all
+  -- A pass over the active mappings: the service asks for it at most once a minute.
+  select 'bitrix_sync_mapping_invariant_violations', '{}'::jsonb, count(*)::float8
+    from bitrix_sync.entity_external_mapping m
+    join han_app.user_identity u on u.id = m.entity_id
+   where p_check_mappings and m.status = 'active' and u.record_status <> 'active'
+  having p_check_mappings
+  union all
+  -- Links made by phone alone whose CRM-master fields are held back (always present, 0 when none).
+  select 'bitrix_sync_phone_links_held', '{}'::jsonb, h.count::float8 from bitrix_sync.status_held_links h
+  union all
+  select 'bitrix_sync_phone_links_held_oldest_age_seconds', '{}'::jsonb, h.oldest_age_sec::float8
+    from bitrix_sync.status_held_links h
+  union all
+  select 'bitrix_sync_reconciliation_cursor_lag_seconds', jsonb_build_object('job_type', r.job_type),
+         greatest(0, extract(epoch from now() - r.watermark))::float8
+    from bitrix_sync.reconciliation_cursors r
+   where r.watermark is not null
+  union all
+  select l.family, '{}'::jsonb, l.value
+    from bitrix_sync.crm_rate_buckets b
+   cross join lateral (values
+     -- Refilled to now at the stored rate factor, as the next acquire_crm_request() would see it.
+     ('bitrix_sync_limiter_tokens',
+      least(v_burst, b.tokens + v_refill * b.rate_factor * greatest(0, extract(epoch from clock_timestamp() - b.refilled_at)))),
+     ('bitrix_sync_limiter_rate_factor', b.rate_factor),
+     ('bitrix_sync_limiter_throttled_seconds',
+      greatest(0, coalesce(extract(epoch from b.throttled_until - clock_timestamp()), 0))::float8),
+     ('bitrix_sync_limiter_in_flight',
+      (select count(*) from bitrix_sync.crm_inflight_slots s
+        where s.bucket = b.bucket and s.expires_at > clock_timestamp())::float8),
+     ('bitrix_sync_limiter_blocked_methods',
+      (select count(*) from bitrix_sync.crm_method_blocks m
+        where m.bucket = b.bucket and m.blocked_until > clock_timestamp())::float8)
+   ) l(family, value)
+   where b.bucket = p_bucket
+  union all
+  select 'bitrix_sync_workflow_transitions_total',
+         jsonb_build_object('workflow_type', e.kind, 'from', e.from_state, 'to', e.to_state), e.n::float8
+    from events e where e.machine = 'workflow'
+  union all
+  select 'bitrix_sync_command_transitions_total',
+         jsonb_build_object('command_type', e.kind, 'from', e.from_state, 'to', e.to_state), e.n::float8
+    from events e where e.machine = 'command'
+  union all
+  -- Present from the start for every receiver and source (0 before the first event), so increase()
+  -- sees the first one.
+  select 'bitrix_sync_webhook_coalesced_total', jsonb_build_object('receiver', k.kind),
+         coalesce((select sum(e.n) from events e where e.machine = 'webhook' and e.kind = k.kind), 0)::float8
+    from unnest(array['contact', 'alert']) k(kind)
+  union all
+  select 'bitrix_sync_dead_letters_total', jsonb_build_object('source', k.kind),
+         coalesce((select sum(e.n) from events e where e.machine = 'dead_letter' and e.kind = k.kind), 0)::float8
+    from unnest(array['sync_queue', 'workflow', 'crm_command', 'webhook']) k(kind);
+end $$;
+comment on function bitrix_sync.metrics_snapshot(text, boolean) is
+  'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts, links held after a phone-only link, reconciliation cursor lag, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
+-- <<< sql/metrics.sql
 -- >>> sql/rebind_admin.sql (included)
 -- Rebind requests for the admin (§5.4, docs/admin.md "Rebind"): watch a request without reading
 -- personal data, and cancel an open one with a reason. A cancel stops its workflow and records what
@@ -1173,8 +1557,9 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
          'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'],
    array[]::text[], array[]::text[], 'Issued pending (no status column to insert); what a command asks for never changes after issue.'),
   ('table', 'bitrix_sync.entity_external_mapping',
-   array['SELECT', 'INSERT (entity_id, external_id, workflow_id)', 'UPDATE (status, closed_at, close_reason, workflow_id)'],
-   array[]::text[], array[]::text[], 'Opened active and closed by the runtime''s mapping functions; the user and the Contact of a link never change.'),
+   array['SELECT', 'INSERT (entity_id, external_id, workflow_id)',
+         'UPDATE (status, closed_at, close_reason, workflow_id, held_at, held_crm_updated_at, hold_released_at, hold_released_by)'],
+   array[]::text[], array[]::text[], 'Opened active and closed by the runtime''s mapping functions, which also hold and release a link made by phone alone; the user and the Contact of a link never change.'),
   ('table', 'bitrix_sync.reconciliation_cursors',
    array['SELECT', 'INSERT (job_type)',
          'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token)'],
@@ -1244,6 +1629,9 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('view', 'bitrix_sync.status_queue', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
   ('view', 'bitrix_sync.status_webhooks', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
   ('view', 'bitrix_sync.status_workflows', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_held_links', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14): links whose CRM-master fields are held back; counts only.'),
+  ('view', 'bitrix_sync.held_phone_links', array[]::text[], array['SELECT'], array[]::text[],
+   'Held links made by phone alone, as an admin confirms them (docs/admin.md); no user or Contact IDs.'),
 
   -- admin functions (security definer): cutover, settings, rebind, re-recording a lost webhook
   ('function', 'bitrix_sync.accept_webhook(text,integer,text,inet)', array[]::text[], array['EXECUTE'], array[]::text[],
@@ -1254,6 +1642,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.propose_settings(jsonb,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
   ('function', 'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind (§5.4).'),
   ('function', 'bitrix_sync.cancel_rebind_request(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind: cancel an open request (docs/admin.md).'),
+  ('function', 'bitrix_sync.confirm_phone_link(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Held phone links: release a hold and queue the read that applies the fields, audited (docs/admin.md).'),
   ('function', 'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: resume with a decision.'),
   ('function', 'bitrix_sync.cancel_parked_workflow(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: cancel with a reason.'),
   ('function', 'bitrix_sync._parked_decisions(text)', array[]::text[], array['EXECUTE'], array[]::text[],
@@ -1361,6 +1751,10 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).'),
   ('function', 'bitrix_sync.fail_reconciliation_run(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
   ('function', 'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
+  ('function', 'bitrix_sync.hold_phone_link(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Mapping: the hold of a link made by phone alone (mapping.hold_after_phone_link).'),
+  ('function', 'bitrix_sync.held_link_read(uuid,timestamp with time zone,boolean)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Mapping: a read of a held link''s Contact (final read, webhook, reconciliation) records, keeps or releases the hold.'),
   ('function', 'bitrix_sync.rekey_contact_phones(text[],text[],text[])', array['EXECUTE'], array[]::text[], array[]::text[],
    'The hourly rekey_hashes task: legacy phone hashes of snapshots rewritten under the hash key.'),
 

@@ -1,7 +1,41 @@
--- Findings of a security review: hashes over personal data labelled with their field (v3) and the
+-- Findings of a security review: the CRM-master fields held back after a link made by phone alone
+-- (mapping.hold_after_phone_link), hashes over personal data labelled with their field (v3) and the
 -- unkeyed ones cleared or left to the service to re-key, the login behind every audited admin action,
 -- the grants drift check widened to role memberships and to roles outside the catalogue.
 set local lock_timeout = '10s';
+
+------------------------------------------------------------------------------------------------
+-- A link made by phone alone (B1.1, B2.1) trusts the App's phone number. With the hot setting
+-- mapping.hold_after_phone_link on, the Contact's CRM-master fields are held back from the App until
+-- a robot webhook reports a CRM change made after the link, or an admin confirms
+-- (sql/held_links.sql). The hold is the link's: recorded on its mapping row, ended with it.
+------------------------------------------------------------------------------------------------
+alter table bitrix_sync.entity_external_mapping
+  add column if not exists held_at timestamptz,
+  add column if not exists held_crm_updated_at timestamptz,
+  add column if not exists hold_released_at timestamptz,
+  add column if not exists hold_released_by varchar(16);
+-- Every existing row has the four columns null: the check holds without a scan worth the name, and
+-- the table holds one row per link made (thousands, not millions).
+alter table bitrix_sync.entity_external_mapping drop constraint if exists entity_external_mapping_hold;
+-- squawk-ignore constraint-missing-not-valid
+alter table bitrix_sync.entity_external_mapping add constraint entity_external_mapping_hold
+  check ((hold_released_at is null) = (hold_released_by is null)
+         and (hold_released_at is null or held_at is not null)
+         and (held_crm_updated_at is null or held_at is not null)
+         and (hold_released_by is null or hold_released_by::text = any ('{robot_webhook,admin}'::text[])));
+-- New columns, no row has a value yet: the index builds instantly.
+-- squawk-ignore require-concurrent-index-creation
+create index if not exists entity_external_mapping_held_idx on bitrix_sync.entity_external_mapping (held_at)
+  where status = 'active' and held_at is not null and hold_released_at is null;
+comment on column bitrix_sync.entity_external_mapping.held_at is
+  'Set when the link was made by phone alone (B1.1, B2.1) while mapping.hold_after_phone_link was on: the Contact''s CRM-master fields are held back from the App until the hold is released. Null: never held.';
+comment on column bitrix_sync.entity_external_mapping.held_crm_updated_at is
+  'The Contact''s updatedTime at the first read after the link (the service''s own write of the user id included): a robot webhook releases the hold only when its read shows a newer one.';
+comment on column bitrix_sync.entity_external_mapping.hold_released_at is
+  'When the hold ended: the CRM-master fields were applied from then on. Null while held or never held.';
+comment on column bitrix_sync.entity_external_mapping.hold_released_by is
+  'robot_webhook (a robot webhook reported a CRM change after the link) | admin (confirm_phone_link; who and why in admin_actions).';
 
 ------------------------------------------------------------------------------------------------
 -- The database login (session_user) beside every self-declared operator name. Nullable and without
@@ -59,6 +93,8 @@ comment on column bitrix_sync.workflow_instances.content_hash is
 select * from bitrix_sync.clear_unkeyed_hashes();
 
 -- #include sql/settings.sql
+-- #include sql/held_links.sql
+-- #include sql/metrics.sql
 -- #include sql/rebind_admin.sql
 -- #include sql/dead_letters.sql
 -- #include sql/row_guards.sql

@@ -284,6 +284,15 @@ export async function projectResult(
         const c = contacts[0];
         if (!c || !userId) return { found: false };
         if (c.userId !== userId) return { found: true, user_id_matches: false, registered: c.registered };
+        // A link made by phone alone may be held (sql/held_links.sql): nothing reaches the App yet;
+        // this read is remembered as the one a robot webhook has to be newer than.
+        const { rows: hold } = await tx.query<{ hold: string }>(
+          `select bitrix_sync.held_link_read(m.id, $3, false) as hold from bitrix_sync.entity_external_mapping m
+            where m.entity_id = $1 and m.external_id = $2 and m.status = 'active'`,
+          [userId, String(c.id), c.updatedAt ? new Date(c.updatedAt) : null],
+        );
+        if (hold[0]?.hold === "held")
+          return { found: true, user_id_matches: true, registered: c.registered, applied: false, held: true };
         const applied = await applyCrmMaster(tx, userId, c, "app_create", ctx.dictionary);
         if (!applied.applied && !applied.stale) throw new BusinessFailure("unknown_citizenship");
         return { found: true, user_id_matches: true, registered: c.registered, applied: applied.applied };

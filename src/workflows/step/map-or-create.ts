@@ -226,6 +226,9 @@ async function claimContact(s: Step, last: CommandRow): Promise<void> {
         await s.tx.query("select bitrix_sync.close_mapping($1, 'taken_over', $2)", [rows[0].id, s.wf.id]);
     }
     await s.openMapping(contactId);
+    // Found by phone alone: the link trusts the App's phone number. A link a person chose
+    // (manual_link) is not one; §4's Contact carrying the user id never comes here (restore).
+    if (s.sd.branch === "B1.1" || s.sd.branch === "B2.1") await s.holdPhoneLink(contactId);
     const others = (s.sd.others as number[] | undefined) ?? [];
     if (s.sd.branch === "B2.1" && others.length > 0) {
       await s.alert({
