@@ -9,6 +9,7 @@ import type pg from "pg";
 import { createdWorkflow } from "../helpers/builders.js";
 import { deadLetteredIntent } from "../helpers/dead-letters.js";
 import { makeUser } from "../helpers/factories.js";
+import { setSettings } from "../helpers/settings.js";
 import { forceRow, one } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -224,6 +225,36 @@ test.serial(
     );
   },
 );
+
+test.serial("confirming a held phone link records the login in admin_actions", async (t) => {
+  const user = await makeUser(db.pool);
+  const contact = String(randomInt(1, 2 ** 40));
+  await setSettings(db, { "mapping.hold_after_phone_link": true });
+  await db.pool.query("select bitrix_sync.open_mapping($1, $2, null)", [user.id, contact]);
+  const { held } = await one<{ held: boolean }>(
+    db.pool,
+    "select bitrix_sync.hold_phone_link($1, $2) as held",
+    [user.id, contact],
+  );
+  t.true(held);
+  await setSettings(db, { "mapping.hold_after_phone_link": false });
+  await asThrowawayLogin(
+    (c) =>
+      c.query("select * from bitrix_sync.confirm_phone_link($1, 'confirmed by call', 'ops:declared')", [
+        user.id,
+      ]),
+    async (c, login) => {
+      t.deepEqual(
+        await one(
+          c,
+          "select action, contact_id, operator_id, db_user from bitrix_sync.admin_actions where action = 'confirm_phone_link' and contact_id = $1",
+          [contact],
+        ),
+        { action: "confirm_phone_link", contact_id: contact, operator_id: "ops:declared", db_user: login },
+      );
+    },
+  );
+});
 
 test.serial(
   "the login columns: session_user by default where a row is inserted, set by the function where one is updated",
