@@ -11,7 +11,9 @@
 -- Then the fields are applied as for any link, so nothing is lost. Reconciliation and the workflows'
 -- reads apply nothing while a link is held. A link found through the user id the Contact carries
 -- (§4), one to a Contact bitrix-sync created, one a person chose (a parked workflow's link_contact, a
--- rebind) is never held. The hold is the link's: a link closed (deactivation, rebind, a missing
+-- rebind) is not made by phone alone and is not held; except that a link found through a user id
+-- that an earlier, still held link of the same user and Contact wrote keeps that hold
+-- (keep_phone_link_hold): a deactivation and a return must not turn a phone into proof. The hold is the link's: a link closed (deactivation, rebind, a missing
 -- Contact) ends it, and a new link by phone is held anew. Turning the setting off holds no new link
 -- and keeps the holds already recorded until they are released.
 
@@ -33,6 +35,33 @@ begin
 end $$;
 comment on function bitrix_sync.hold_phone_link(uuid, text) is
   'Called right after a link made by phone alone (B1.1, B2.1) is opened: records the hold (held_at) on the user''s active mapping of that Contact when mapping.hold_after_phone_link is on. Returns whether the link is held now.';
+
+create or replace function bitrix_sync.keep_phone_link_hold(p_user_id uuid, p_contact_id text)
+returns boolean
+language plpgsql
+set search_path = pg_catalog, pg_temp as $$
+declare
+  v_held boolean;
+begin
+  -- The Contact carries this user's id only because an earlier link of the same pair, made by phone
+  -- alone, wrote it; that link closed (a deactivation, say) while still held. The user id is no more
+  -- proof than the phone was: the new link keeps the hold, whatever the setting says now.
+  if not exists (
+       select 1 from bitrix_sync.entity_external_mapping p
+        where p.id = (select l.id from bitrix_sync.entity_external_mapping l
+                       where l.entity_id = p_user_id and l.external_id = p_contact_id and l.status <> 'active'
+                       order by l.opened_at desc limit 1)
+          and p.held_at is not null and p.hold_released_at is null) then
+    return false;
+  end if;
+  update bitrix_sync.entity_external_mapping m
+     set held_at = now()
+   where m.entity_id = p_user_id and m.external_id = p_contact_id and m.status = 'active' and m.held_at is null
+  returning true into v_held;
+  return coalesce(v_held, false);
+end $$;
+comment on function bitrix_sync.keep_phone_link_hold(uuid, text) is
+  'Called right after a link found through the user id the Contact carries (§4 restore, the previous link''s Contact): when the latest earlier link of the same user and Contact was held and never released, the new link is held too (the user id was written on the strength of the phone alone). Returns whether the link is held now.';
 
 create or replace function bitrix_sync.held_link_read(
   p_mapping_id uuid, p_crm_updated_at timestamptz, p_robot_webhook boolean

@@ -1,5 +1,5 @@
 --! Previous: sha1:3b671ef44515fcb992a3f4de65f3da5657dee106
---! Hash: sha1:54a4ed247116a3b803c3a7055b5e7da6cec49280
+--! Hash: sha1:4855a0181677697cce032ab070cfd4b4d0781d30
 --! Message: held-links-labelled-hashes-audit
 
 -- Findings of a security review: the CRM-master fields held back after a link made by phone alone
@@ -574,7 +574,9 @@ end $$;
 -- Then the fields are applied as for any link, so nothing is lost. Reconciliation and the workflows'
 -- reads apply nothing while a link is held. A link found through the user id the Contact carries
 -- (§4), one to a Contact bitrix-sync created, one a person chose (a parked workflow's link_contact, a
--- rebind) is never held. The hold is the link's: a link closed (deactivation, rebind, a missing
+-- rebind) is not made by phone alone and is not held; except that a link found through a user id
+-- that an earlier, still held link of the same user and Contact wrote keeps that hold
+-- (keep_phone_link_hold): a deactivation and a return must not turn a phone into proof. The hold is the link's: a link closed (deactivation, rebind, a missing
 -- Contact) ends it, and a new link by phone is held anew. Turning the setting off holds no new link
 -- and keeps the holds already recorded until they are released.
 
@@ -596,6 +598,33 @@ begin
 end $$;
 comment on function bitrix_sync.hold_phone_link(uuid, text) is
   'Called right after a link made by phone alone (B1.1, B2.1) is opened: records the hold (held_at) on the user''s active mapping of that Contact when mapping.hold_after_phone_link is on. Returns whether the link is held now.';
+
+create or replace function bitrix_sync.keep_phone_link_hold(p_user_id uuid, p_contact_id text)
+returns boolean
+language plpgsql
+set search_path = pg_catalog, pg_temp as $$
+declare
+  v_held boolean;
+begin
+  -- The Contact carries this user's id only because an earlier link of the same pair, made by phone
+  -- alone, wrote it; that link closed (a deactivation, say) while still held. The user id is no more
+  -- proof than the phone was: the new link keeps the hold, whatever the setting says now.
+  if not exists (
+       select 1 from bitrix_sync.entity_external_mapping p
+        where p.id = (select l.id from bitrix_sync.entity_external_mapping l
+                       where l.entity_id = p_user_id and l.external_id = p_contact_id and l.status <> 'active'
+                       order by l.opened_at desc limit 1)
+          and p.held_at is not null and p.hold_released_at is null) then
+    return false;
+  end if;
+  update bitrix_sync.entity_external_mapping m
+     set held_at = now()
+   where m.entity_id = p_user_id and m.external_id = p_contact_id and m.status = 'active' and m.held_at is null
+  returning true into v_held;
+  return coalesce(v_held, false);
+end $$;
+comment on function bitrix_sync.keep_phone_link_hold(uuid, text) is
+  'Called right after a link found through the user id the Contact carries (§4 restore, the previous link''s Contact): when the latest earlier link of the same user and Contact was held and never released, the new link is held too (the user id was written on the strength of the phone alone). Returns whether the link is held now.';
 
 create or replace function bitrix_sync.held_link_read(
   p_mapping_id uuid, p_crm_updated_at timestamptz, p_robot_webhook boolean
@@ -1753,6 +1782,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
   ('function', 'bitrix_sync.hold_phone_link(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Mapping: the hold of a link made by phone alone (mapping.hold_after_phone_link).'),
+  ('function', 'bitrix_sync.keep_phone_link_hold(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Mapping: a link found through the user id an earlier, still held link of the pair wrote keeps the hold.'),
   ('function', 'bitrix_sync.held_link_read(uuid,timestamp with time zone,boolean)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Mapping: a read of a held link''s Contact (final read, webhook, reconciliation) records, keeps or releases the hold.'),
   ('function', 'bitrix_sync.rekey_contact_phones(text[],text[],text[])', array['EXECUTE'], array[]::text[], array[]::text[],

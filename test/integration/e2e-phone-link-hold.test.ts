@@ -272,6 +272,42 @@ test.serial("B2.1 is held too; a created Contact and the §4 restore by user id 
   t.is((await profile(c.id)).full_name, "C In CRM");
 });
 
+test.serial(
+  "a deactivation and a return do not turn the phone into proof: the new link keeps the hold",
+  async (t) => {
+    const { u, contact } = await phoneOnlyLink();
+    const since = new Date();
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [
+      u.id,
+    ]);
+    await waitFor(async () => {
+      const { rows } = await rig.db.pool.query(
+        "select 1 from bitrix_sync.entity_external_mapping where entity_id = $1 and close_reason = 'deactivated'",
+        [u.id],
+      );
+      return rows.length > 0;
+    }, 20_000);
+    await rig.db.pool.query("update han_app.user_identity set record_status = 'active' where id = $1", [
+      u.id,
+    ]);
+    const wf = await waitFor(async () => {
+      const { rows } = await rig.db.pool.query(
+        `select * from bitrix_sync.workflow_instances where user_id = $1 and created_at > $2
+          and workflow_type = 'contact.map_or_create' and state = 'succeeded'`,
+        [u.id, since],
+      );
+      return rows[0];
+    }, 20_000);
+    // Found again through the user id the held link wrote (the phone search's restore), not confirmed.
+    t.is(wf.step_data.branch, "restore");
+    t.is(wf.outcome, "mapped_held");
+    const m = await mapping(u.id);
+    t.is(m.external_id, String(contact.id));
+    t.truthy(m.held_at);
+    t.deepEqual(await profile(u.id), { full_name: "Own Name", email: null, citizenship: null });
+  },
+);
+
 test.serial("held links show in status and metrics: count and oldest age, no IDs", async (t) => {
   const { rows } = await rig.db.pool.query<{ count: number; oldest_age_sec: number }>(
     "select count::int, oldest_age_sec::int from bitrix_sync.status_held_links",

@@ -271,6 +271,17 @@ export class Step {
     return rows[0]?.held === true;
   }
 
+  /**
+   * A link found through the user id the Contact carries keeps the hold of an earlier link of the
+   * same user and Contact made by phone alone and never released (sql/held_links.sql).
+   */
+  async keepPhoneLinkHold(contactId: number): Promise<void> {
+    await this.tx.query("select bitrix_sync.keep_phone_link_hold($1, $2)", [
+      this.wf.user_id,
+      String(contactId),
+    ]);
+  }
+
   async breakMapping(mappingId: string, contactId: string): Promise<void> {
     await this.tx.query("select bitrix_sync.close_mapping($1, 'contact_not_found', $2, true)", [
       mappingId,

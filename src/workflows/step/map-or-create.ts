@@ -140,6 +140,7 @@ async function readPrevious(s: Step, last: CommandRow): Promise<void> {
       s.sd.contact = mine.id;
       s.sd.branch = "previous";
       await s.openMapping(mine.id);
+      await s.keepPhoneLinkHold(mine.id);
       return await s.issue("contact.read", { ids: [mine.id], purpose: "phones" }, "read_for_update");
     }
   }
@@ -170,6 +171,7 @@ async function readCandidates(s: Step, last: CommandRow): Promise<void> {
     case "restore":
       s.sd.contact = d.contactId;
       await s.openMapping(d.contactId);
+      await s.keepPhoneLinkHold(d.contactId);
       if (d.fixFlag) return await claimCommand(s, d.contactId, "restore_flag");
       return await finalRead(s);
     case "take":
