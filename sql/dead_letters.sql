@@ -259,7 +259,8 @@ create or replace function bitrix_sync._resolve_dead_letters(
   dead_letter_id bigint, source text, operation text, resolution text, requeued_to text,
   resolved_at timestamptz, resolved_by text
 )
-language sql as $$
+language sql
+set search_path = pg_catalog, pg_temp as $$
   with resolved as (
     update bitrix_sync.technical_dead_letters d
        set resolved_at = now(), resolved_by = btrim(p_operator), resolved_db_user = session_user,

@@ -38,7 +38,8 @@ comment on function bitrix_sync.tg__refuse_immutable_change() is
   'BEFORE UPDATE guard: refuses a change of any column named in TG_ARGV (identity and audit columns). SQLSTATE BS031.';
 
 create or replace function bitrix_sync.tg_settings_versions__freeze() returns trigger
-language plpgsql as $$
+language plpgsql
+set search_path = pg_catalog, pg_temp as $$
 declare
   v_old jsonb := to_jsonb(old);
   v_new jsonb := to_jsonb(new);

@@ -1,5 +1,5 @@
 --! Previous: sha1:3b671ef44515fcb992a3f4de65f3da5657dee106
---! Hash: sha1:4855a0181677697cce032ab070cfd4b4d0781d30
+--! Hash: sha1:9be0180f4cd22af95cca9eb30c116b6eae4b2f5f
 --! Message: held-links-labelled-hashes-audit
 
 -- Findings of a security review: the CRM-master fields held back after a link made by phone alone
@@ -1280,7 +1280,8 @@ create or replace function bitrix_sync._resolve_dead_letters(
   dead_letter_id bigint, source text, operation text, resolution text, requeued_to text,
   resolved_at timestamptz, resolved_by text
 )
-language sql as $$
+language sql
+set search_path = pg_catalog, pg_temp as $$
   with resolved as (
     update bitrix_sync.technical_dead_letters d
        set resolved_at = now(), resolved_by = btrim(p_operator), resolved_db_user = session_user,
@@ -1404,7 +1405,8 @@ comment on function bitrix_sync.tg__refuse_immutable_change() is
   'BEFORE UPDATE guard: refuses a change of any column named in TG_ARGV (identity and audit columns). SQLSTATE BS031.';
 
 create or replace function bitrix_sync.tg_settings_versions__freeze() returns trigger
-language plpgsql as $$
+language plpgsql
+set search_path = pg_catalog, pg_temp as $$
 declare
   v_old jsonb := to_jsonb(old);
   v_new jsonb := to_jsonb(new);
