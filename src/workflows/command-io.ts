@@ -285,10 +285,12 @@ export async function projectResult(
         if (!c || !userId) return { found: false };
         if (c.userId !== userId) return { found: true, user_id_matches: false, registered: c.registered };
         // A link made by phone alone may be held (sql/held_links.sql): nothing reaches the App yet;
-        // this read is remembered as the one a robot webhook has to be newer than.
+        // this read is remembered as the one a robot webhook has to be newer than. Only a held
+        // link's row is locked and read further; any other link finds no row here.
         const { rows: hold } = await tx.query<{ hold: string }>(
           `select bitrix_sync.held_link_read(m.id, $3, false) as hold from bitrix_sync.entity_external_mapping m
-            where m.entity_id = $1 and m.external_id = $2 and m.status = 'active'`,
+            where m.entity_id = $1 and m.external_id = $2 and m.status = 'active'
+              and m.held_at is not null and m.hold_released_at is null`,
           [userId, String(c.id), c.updatedAt ? new Date(c.updatedAt) : null],
         );
         if (hold[0]?.hold === "held")
