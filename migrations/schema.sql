@@ -416,6 +416,8 @@ CREATE TABLE bitrix_sync.rebind_requests (
     outcome character varying(64),
     cancelled_by character varying(128),
     cancel_reason text,
+    requested_db_user character varying(128) DEFAULT SESSION_USER,
+    cancelled_db_user character varying(128),
     CONSTRAINT rebind_requests_operator_id_check CHECK ((length(btrim((operator_id)::text)) > 0)),
     CONSTRAINT rebind_requests_reason_check CHECK (((length(btrim(reason)) >= 3) AND (length(btrim(reason)) <= 500))),
     CONSTRAINT rebind_requests_status_check CHECK (((status)::text = ANY ((ARRAY['requested'::character varying, 'in_progress'::character varying, 'succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[]))),
@@ -457,6 +459,18 @@ COMMENT ON COLUMN bitrix_sync.rebind_requests.cancelled_by IS 'Operator who canc
 --
 
 COMMENT ON COLUMN bitrix_sync.rebind_requests.cancel_reason IS 'Why the operator cancelled it (free text written by an admin).';
+
+--
+-- Name: COLUMN rebind_requests.requested_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.rebind_requests.requested_db_user IS 'The database login (session_user) that called request_bitrix_contact_rebind(); operator_id is the name it declared. Null for requests recorded before this column existed.';
+
+--
+-- Name: COLUMN rebind_requests.cancelled_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.rebind_requests.cancelled_db_user IS 'The database login (session_user) that called cancel_rebind_request(); cancelled_by is the name it declared.';
 
 --
 -- Name: _close_rebind_request(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -541,6 +555,7 @@ CREATE TABLE bitrix_sync.technical_dead_letters (
     resolution character varying(16),
     resolution_reason text,
     requeued_to character varying(80),
+    resolved_db_user character varying(128),
     CONSTRAINT technical_dead_letters_error_code_check CHECK (((error_code)::text ~ '^[a-z0-9_.]+$'::text)),
     CONSTRAINT technical_dead_letters_resolution_check CHECK ((((resolution IS NULL) AND (resolved_at IS NULL) AND (resolved_by IS NULL) AND (resolution_reason IS NULL) AND (requeued_to IS NULL)) OR (((resolution)::text = ANY ((ARRAY['acknowledged'::character varying, 'requeued'::character varying])::text[])) AND (resolved_at IS NOT NULL) AND (resolved_by IS NOT NULL) AND ((length(btrim(resolution_reason)) >= 3) AND (length(btrim(resolution_reason)) <= 500)) AND (((resolution)::text = 'requeued'::text) = (requeued_to IS NOT NULL))))),
     CONSTRAINT technical_dead_letters_source_check CHECK (((source)::text = ANY ((ARRAY['sync_queue'::character varying, 'workflow'::character varying, 'crm_command'::character varying, 'webhook'::character varying])::text[])))
@@ -593,6 +608,12 @@ COMMENT ON COLUMN bitrix_sync.technical_dead_letters.resolution_reason IS 'The o
 --
 
 COMMENT ON COLUMN bitrix_sync.technical_dead_letters.requeued_to IS 'What carries the new attempt: sync_queue:<id>, webhook:<id>, workflow:<id> or alert:<id>.';
+
+--
+-- Name: COLUMN technical_dead_letters.resolved_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.technical_dead_letters.resolved_db_user IS 'The database login (session_user) that acknowledged or requeued the dead letter; resolved_by is the name it declared.';
 
 --
 -- Name: _covered_dead_letters(bitrix_sync.technical_dead_letters); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -1045,7 +1066,7 @@ COMMENT ON COLUMN bitrix_sync.workflow_instances.processed_revision IS 'Revision
 -- Name: COLUMN workflow_instances.content_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON COLUMN bitrix_sync.workflow_instances.content_hash IS 'Keyed hash (HMAC-SHA256, "v2:..."; plain SHA-256 hex in rows written before the hash key) of the desired App-master content; equal content skips a pass.';
+COMMENT ON COLUMN bitrix_sync.workflow_instances.content_hash IS 'Keyed hash of the desired App-master content ("v3:" HMAC-SHA256 over "content", NUL and the JSON; v2 in older rows; null where an unkeyed one was cleared); equal content skips a pass.';
 
 --
 -- Name: COLUMN workflow_instances.deadline_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -1547,8 +1568,8 @@ CREATE FUNCTION bitrix_sync._resolve_dead_letters(p_ids bigint[], p_resolution t
     AS $$
   with resolved as (
     update bitrix_sync.technical_dead_letters d
-       set resolved_at = now(), resolved_by = btrim(p_operator), resolution = p_resolution,
-           resolution_reason = btrim(p_reason), requeued_to = p_target
+       set resolved_at = now(), resolved_by = btrim(p_operator), resolved_db_user = session_user,
+           resolution = p_resolution, resolution_reason = btrim(p_reason), requeued_to = p_target
      where d.id = any(p_ids) and d.resolved_at is null
     returning d.*
   ), audit as (
@@ -1568,7 +1589,7 @@ $$;
 -- Name: FUNCTION _resolve_dead_letters(p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync._resolve_dead_letters(p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text) IS 'Internal: marks open dead letters resolved with the resolution, operator, reason and (requeued) target, and writes an admin_actions row for each; returns them.';
+COMMENT ON FUNCTION bitrix_sync._resolve_dead_letters(p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text) IS 'Internal: marks open dead letters resolved with the resolution, operator, login (session_user), reason and (requeued) target, and writes an admin_actions row for each; returns them.';
 
 --
 -- Name: _retention_cutoff(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -2018,6 +2039,9 @@ CREATE TABLE bitrix_sync.settings_versions (
     activated_by character varying(128),
     activated_at timestamp with time zone,
     superseded_at timestamp with time zone,
+    created_db_user character varying(128) DEFAULT SESSION_USER,
+    validated_db_user character varying(128),
+    activated_db_user character varying(128),
     CONSTRAINT settings_versions_settings_values_check CHECK ((jsonb_typeof(settings_values) = 'object'::text)),
     CONSTRAINT settings_versions_status_check CHECK (((status)::text = ANY ((ARRAY['draft'::character varying, 'validated'::character varying, 'rejected'::character varying, 'active'::character varying, 'superseded'::character varying])::text[])))
 );
@@ -2039,6 +2063,24 @@ COMMENT ON COLUMN bitrix_sync.settings_versions.settings_values IS 'Complete key
 --
 
 COMMENT ON COLUMN bitrix_sync.settings_versions.rollback_of IS 'For a rollback: the earlier version whose values this one restores.';
+
+--
+-- Name: COLUMN settings_versions.created_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.settings_versions.created_db_user IS 'The database login (session_user) that proposed the version (propose_settings, rollback_settings); created_by is the name it declared. Null for versions recorded before this column existed.';
+
+--
+-- Name: COLUMN settings_versions.validated_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.settings_versions.validated_db_user IS 'The database login (session_user) that validated (or rejected) the version.';
+
+--
+-- Name: COLUMN settings_versions.activated_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.settings_versions.activated_db_user IS 'The database login (session_user) that activated the version; activated_by is the name it declared.';
 
 --
 -- Name: activate_settings_version(integer, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -2071,7 +2113,8 @@ begin
       using errcode = 'BS008', hint = 'Propose a new version.';
   end if;
   update bitrix_sync.settings_versions set status = 'superseded', superseded_at = now() where status = 'active';
-  update bitrix_sync.settings_versions set status = 'active', activated_by = btrim(p_actor), activated_at = now()
+  update bitrix_sync.settings_versions
+     set status = 'active', activated_by = btrim(p_actor), activated_db_user = session_user, activated_at = now()
    where version = p_version
   returning * into v_row;
   perform pg_notify('bitrix_sync_settings', v_row.version::text);
@@ -2082,7 +2125,7 @@ end $$;
 -- Name: FUNCTION activate_settings_version(p_version integer, p_actor text); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.activate_settings_version(p_version integer, p_actor text) IS 'validated -> active; the previous active version becomes superseded. Records who and when, and NOTIFYs bitrix_sync_settings.';
+COMMENT ON FUNCTION bitrix_sync.activate_settings_version(p_version integer, p_actor text) IS 'validated -> active; the previous active version becomes superseded. Records who (the declared actor and the login, session_user) and when, and NOTIFYs bitrix_sync_settings.';
 
 --
 -- Name: entity_external_mapping; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -2102,12 +2145,17 @@ CREATE TABLE bitrix_sync.entity_external_mapping (
     workflow_id uuid,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    held_at timestamp with time zone,
+    held_crm_updated_at timestamp with time zone,
+    hold_released_at timestamp with time zone,
+    hold_released_by character varying(16),
     CONSTRAINT entity_external_mapping_active_open CHECK ((((status)::text <> 'active'::text) OR ((closed_at IS NULL) AND (close_reason IS NULL)))),
     CONSTRAINT entity_external_mapping_closed_documented CHECK ((((status)::text = 'active'::text) OR ((closed_at IS NOT NULL) AND (close_reason IS NOT NULL)))),
     CONSTRAINT entity_external_mapping_entity_type_check CHECK (((entity_type)::text = 'user'::text)),
     CONSTRAINT entity_external_mapping_external_entity_type_check CHECK (((external_entity_type)::text = 'contact'::text)),
     CONSTRAINT entity_external_mapping_external_id_check CHECK (((external_id)::text ~ '^[1-9][0-9]{0,17}$'::text)),
-    CONSTRAINT entity_external_mapping_external_system_check CHECK (((external_system)::text = 'bitrix24'::text))
+    CONSTRAINT entity_external_mapping_external_system_check CHECK (((external_system)::text = 'bitrix24'::text)),
+    CONSTRAINT entity_external_mapping_hold CHECK ((((hold_released_at IS NULL) = (hold_released_by IS NULL)) AND ((hold_released_at IS NULL) OR (held_at IS NOT NULL)) AND ((held_crm_updated_at IS NULL) OR (held_at IS NOT NULL)) AND ((hold_released_by IS NULL) OR ((hold_released_by)::text = ANY ('{robot_webhook,admin}'::text[])))))
 );
 
 --
@@ -2145,6 +2193,30 @@ COMMENT ON COLUMN bitrix_sync.entity_external_mapping.close_reason IS 'Why the l
 --
 
 COMMENT ON COLUMN bitrix_sync.entity_external_mapping.workflow_id IS 'Workflow that opened or last closed the row (correlation).';
+
+--
+-- Name: COLUMN entity_external_mapping.held_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.entity_external_mapping.held_at IS 'Set when the link was made by phone alone (B1.1, B2.1) while mapping.hold_after_phone_link was on: the Contact''s CRM-master fields are held back from the App until the hold is released. Null: never held.';
+
+--
+-- Name: COLUMN entity_external_mapping.held_crm_updated_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.entity_external_mapping.held_crm_updated_at IS 'The Contact''s updatedTime at the first read after the link (the service''s own write of the user id included): a robot webhook releases the hold only when its read shows a newer one.';
+
+--
+-- Name: COLUMN entity_external_mapping.hold_released_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.entity_external_mapping.hold_released_at IS 'When the hold ended: the CRM-master fields were applied from then on. Null while held or never held.';
+
+--
+-- Name: COLUMN entity_external_mapping.hold_released_by; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.entity_external_mapping.hold_released_by IS 'robot_webhook (a robot webhook reported a CRM change after the link) | admin (confirm_phone_link; who and why in admin_actions).';
 
 --
 -- Name: active_mapping_for_contact(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -2339,19 +2411,19 @@ COMMENT ON TABLE bitrix_sync.contact_snapshots IS 'What bitrix-sync last saw or 
 -- Name: COLUMN contact_snapshots.name_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON COLUMN bitrix_sync.contact_snapshots.name_hash IS 'Keyed hash (HMAC-SHA256, "v2:..."; plain SHA-256 hex in rows written before the hash key) of NAME as applied; no value copies.';
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.name_hash IS 'Keyed hash of NAME as applied: "v3:" HMAC-SHA256 over "name", NUL and the value; "v2:..." (unlabelled) in rows written before 000029, read as legacy; ''cleared'' where an unkeyed hash was cleared (unknown until the next apply). No value copies.';
 
 --
 -- Name: COLUMN contact_snapshots.email_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON COLUMN bitrix_sync.contact_snapshots.email_hash IS 'Keyed hash (HMAC-SHA256, "v2:..."; plain SHA-256 hex in rows written before the hash key) of the e-mail as applied; no value copies.';
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.email_hash IS 'Keyed hash of the e-mail as applied: "v3:" HMAC-SHA256 over "email", NUL and the value; "v2:..." (unlabelled) in rows written before 000029, read as legacy; ''cleared'' where an unkeyed hash was cleared. No value copies.';
 
 --
 -- Name: COLUMN contact_snapshots.phone_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON COLUMN bitrix_sync.contact_snapshots.phone_hash IS 'Keyed hash (HMAC-SHA256, "v2:..."; plain SHA-256 hex in rows written before the hash key) of the phone bitrix-sync last wrote into the Contact: the entry the next change overwrites.';
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.phone_hash IS 'Keyed hash of the phone bitrix-sync last wrote into the Contact (the entry the next change overwrites): "v3:" HMAC-SHA256 over "phone", NUL and the value; older forms (v2, plain SHA-256) are re-keyed by the service.';
 
 --
 -- Name: COLUMN contact_snapshots.crm_updated_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -2612,7 +2684,7 @@ begin
   v_outcome := bitrix_sync._rebind_crm_outcome(v_req.workflow_id);
   update bitrix_sync.rebind_requests r
      set status = 'cancelled', outcome = v_outcome, cancel_reason = btrim(p_reason),
-         cancelled_by = btrim(p_operator_id), completed_at = now()
+         cancelled_by = btrim(p_operator_id), cancelled_db_user = session_user, completed_at = now()
    where r.id = p_request_id
   returning * into v_req;
   -- The workflow stops here, whoever holds its lease: a step still running is refused at its next
@@ -3014,6 +3086,52 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, p_lease interval) IS 'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover().';
 
 --
+-- Name: clear_unkeyed_hashes(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.clear_unkeyed_hashes() RETURNS TABLE(column_name text, cleared bigint)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_unkeyed constant text := '^[0-9a-f]{64}$';
+  v_n bigint;
+begin
+  -- An intent's content hash is only compared for equality with the next intent's: without it that
+  -- intent runs one pass more, which reads the Contact and writes nothing.
+  update bitrix_sync.workflow_instances w set content_hash = null where w.content_hash ~ v_unkeyed;
+  get diagnostics v_n = row_count;
+  return query select 'workflow_instances.content_hash'::text, v_n;
+  update bitrix_sync.workflow_instances w set held_content_hash = null where w.held_content_hash ~ v_unkeyed;
+  get diagnostics v_n = row_count;
+  return query select 'workflow_instances.held_content_hash'::text, v_n;
+  -- Recomputed by the next apply (webhook, reconciliation, a workflow's final read).
+  update bitrix_sync.contact_snapshots s set name_hash = 'cleared' where s.name_hash ~ v_unkeyed;
+  get diagnostics v_n = row_count;
+  return query select 'contact_snapshots.name_hash'::text, v_n;
+  update bitrix_sync.contact_snapshots s set email_hash = 'cleared' where s.email_hash ~ v_unkeyed;
+  get diagnostics v_n = row_count;
+  return query select 'contact_snapshots.email_hash'::text, v_n;
+  -- Results are history once their workflow has finished (or for alert commands, at once). The
+  -- commands of a workflow still running keep theirs: its next step may plan a phone update from
+  -- them; retention deletes them after the workflow.
+  update bitrix_sync.crm_commands c
+     set response = regexp_replace(c.response::text, '"[0-9a-f]{64}"', '"cleared"', 'g')::jsonb
+   where c.status in ('succeeded', 'dead_letter') and c.response is not null
+     and c.response::text ~ '"[0-9a-f]{64}"'
+     and not exists (select 1 from bitrix_sync.workflow_instances w
+                      where w.id = c.workflow_id and w.state not in ('succeeded', 'failed', 'cancelled'));
+  get diagnostics v_n = row_count;
+  return query select 'crm_commands.response'::text, v_n;
+end $_$;
+
+--
+-- Name: FUNCTION clear_unkeyed_hashes(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.clear_unkeyed_hashes() IS 'Clears the unkeyed (plain SHA-256) hashes the database holds where the next read recomputes them: intents'' content hashes (null), snapshots'' name and e-mail hashes (''cleared''), hashes in finished commands'' results that no running workflow reads. Snapshots'' phone hashes are re-keyed by the service (rekey_contact_phones). Run once by migration 000029; re-runnable. Returns the rows changed per column.';
+
+--
 -- Name: close_mapping(uuid, text, uuid, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -3218,6 +3336,49 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text) IS 'processing -> processed with a safe outcome code; the events coalesced into it are processed too. Refuses stale tokens (BS001).';
+
+--
+-- Name: confirm_phone_link(uuid, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text) RETURNS TABLE(mapping_id uuid, inbox_id bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.entity_external_mapping;
+  v_inbox bigint;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator_id);
+  select * into v_row from bitrix_sync.entity_external_mapping m
+   where m.entity_type = 'user' and m.entity_id = p_user_id and m.status = 'active'
+   for update;
+  if not found then
+    raise exception 'this user has no active link to a Contact'
+      using errcode = 'BS005',
+            hint = 'Check the user id; only an active link can be held. Held links: select * from bitrix_sync.held_phone_links;';
+  end if;
+  if v_row.held_at is null or v_row.hold_released_at is not null then
+    raise exception 'this user''s link is not held: its CRM-master fields are applied already'
+      using errcode = 'BS002',
+            hint = 'Nothing to confirm. Held links: select * from bitrix_sync.held_phone_links;';
+  end if;
+  update bitrix_sync.entity_external_mapping m
+     set hold_released_at = now(), hold_released_by = 'admin'
+   where m.id = v_row.id;
+  perform bitrix_sync._record_admin_action('confirm_phone_link', v_row.workflow_id, null, null, v_row.external_id,
+                                           p_reason, p_operator_id);
+  -- The fields follow through the webhooks lane: a read of the Contact, applied as a robot call's.
+  select a.inbox_id into v_inbox
+    from bitrix_sync.accept_webhooks(array['contact'], array[3], array[v_row.external_id::text], array[null::inet]) a;
+  return query select v_row.id, v_inbox;
+end $$;
+
+--
+-- Name: FUNCTION confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text) IS 'Admin (docs/admin.md "Held phone links"): releases the hold of a user''s link made by phone alone (hold_released_by admin), audited in admin_actions with the operator''s reason and the login, and queues a read of the Contact (an inbox row) that applies its CRM-master fields to the App. BS004 missing reason or operator, BS005 no active link, BS002 the link is not held.';
 
 --
 -- Name: crm_limiter_state(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3862,6 +4023,70 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait boolean) IS 'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (SHARE UPDATE EXCLUSIVE on bitrix_sync.lock_intake_fold, which no other role can take): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
 
 --
+-- Name: held_link_read(uuid, timestamp with time zone, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.entity_external_mapping;
+begin
+  select * into v_row from bitrix_sync.entity_external_mapping m where m.id = p_mapping_id for update;
+  if not found or v_row.status <> 'active' or v_row.held_at is null or v_row.hold_released_at is not null then
+    return 'not_held';
+  end if;
+  if v_row.held_crm_updated_at is null then
+    -- The first read after the link: what a later robot webhook has to be newer than.
+    update bitrix_sync.entity_external_mapping m
+       set held_crm_updated_at = coalesce(p_crm_updated_at, now())
+     where m.id = p_mapping_id;
+    return 'held';
+  end if;
+  if p_robot_webhook and p_crm_updated_at > v_row.held_crm_updated_at then
+    update bitrix_sync.entity_external_mapping m
+       set hold_released_at = now(), hold_released_by = 'robot_webhook'
+     where m.id = p_mapping_id;
+    return 'released';
+  end if;
+  return 'held';
+end $$;
+
+--
+-- Name: FUNCTION held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean) IS 'A read of a linked Contact meets its mapping''s hold: not_held (apply as usual); held (apply nothing; the first read after the link records the Contact''s updatedTime); released (p_robot_webhook and the Contact changed after that first read: the hold ends, apply now).';
+
+--
+-- Name: hold_phone_link(uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.hold_phone_link(p_user_id uuid, p_contact_id text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_held boolean;
+begin
+  if not coalesce((bitrix_sync._active_setting('mapping.hold_after_phone_link') #>> '{}')::boolean, false) then
+    return false;
+  end if;
+  update bitrix_sync.entity_external_mapping m
+     set held_at = now()
+   where m.entity_id = p_user_id and m.external_id = p_contact_id and m.status = 'active' and m.held_at is null
+  returning true into v_held;
+  return coalesce(v_held, false);
+end $$;
+
+--
+-- Name: FUNCTION hold_phone_link(p_user_id uuid, p_contact_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.hold_phone_link(p_user_id uuid, p_contact_id text) IS 'Called right after a link made by phone alone (B1.1, B2.1) is opened: records the hold (held_at) on the user''s active mapping of that Contact when mapping.hold_after_phone_link is on. Returns whether the link is held now.';
+
+--
 -- Name: issue_alert_command(bigint, text, jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -3963,10 +4188,45 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) IS 'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm (await_crm) at step p_step, storing p_step_data (the step state, a JSON object) in the same write when given. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it. Refuses a stale lease or a workflow not running (BS001).';
 
 --
+-- Name: keep_phone_link_hold(uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.keep_phone_link_hold(p_user_id uuid, p_contact_id text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_held boolean;
+begin
+  -- The Contact carries this user's id only because an earlier link of the same pair, made by phone
+  -- alone, wrote it; that link closed (a deactivation, say) while still held. The user id is no more
+  -- proof than the phone was: the new link keeps the hold, whatever the setting says now.
+  if not exists (
+       select 1 from bitrix_sync.entity_external_mapping p
+        where p.id = (select l.id from bitrix_sync.entity_external_mapping l
+                       where l.entity_id = p_user_id and l.external_id = p_contact_id and l.status <> 'active'
+                       order by l.opened_at desc limit 1)
+          and p.held_at is not null and p.hold_released_at is null) then
+    return false;
+  end if;
+  update bitrix_sync.entity_external_mapping m
+     set held_at = now()
+   where m.entity_id = p_user_id and m.external_id = p_contact_id and m.status = 'active' and m.held_at is null
+  returning true into v_held;
+  return coalesce(v_held, false);
+end $$;
+
+--
+-- Name: FUNCTION keep_phone_link_hold(p_user_id uuid, p_contact_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.keep_phone_link_hold(p_user_id uuid, p_contact_id text) IS 'Called right after a link found through the user id the Contact carries (§4 restore, the previous link''s Contact): when the latest earlier link of the same user and Contact was held and never released, the new link is held too (the user id was written on the strength of the phone alone). Returns whether the link is held now.';
+
+--
 -- Name: list_dead_letters(boolean, integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.list_dead_letters(p_include_resolved boolean DEFAULT false, p_limit integer DEFAULT 100) RETURNS TABLE(id bigint, source text, operation text, error_code text, http_status integer, bitrix_error text, attempt_count integer, first_attempt_at timestamp with time zone, deadline_at timestamp with time zone, created_at timestamp with time zone, age_sec bigint, source_id text, workflow_id uuid, command_id bigint, workflow_type text, workflow_state text, requeue text, resolution text, resolved_at timestamp with time zone, resolved_by text, requeued_to text)
+CREATE FUNCTION bitrix_sync.list_dead_letters(p_include_resolved boolean DEFAULT false, p_limit integer DEFAULT 100) RETURNS TABLE(id bigint, source text, operation text, error_code text, http_status integer, bitrix_error text, attempt_count integer, first_attempt_at timestamp with time zone, deadline_at timestamp with time zone, created_at timestamp with time zone, age_sec bigint, source_id text, workflow_id uuid, command_id bigint, workflow_type text, workflow_state text, requeue text, resolution text, resolved_at timestamp with time zone, resolved_by text, requeued_to text, resolved_db_user text)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3983,7 +4243,7 @@ begin
          case when d.resolved_at is not null then null
               when r.why is null then 'ready'
               else (r.why ->> 'code') || ': ' || (r.why ->> 'message') end,
-         d.resolution::text, d.resolved_at, d.resolved_by::text, d.requeued_to::text
+         d.resolution::text, d.resolved_at, d.resolved_by::text, d.requeued_to::text, d.resolved_db_user::text
     from bitrix_sync.technical_dead_letters d
     left join bitrix_sync.workflow_instances w on w.id = d.workflow_id
     left join lateral (select bitrix_sync._requeue_refusal(d) as why) r on d.resolved_at is null
@@ -3998,7 +4258,7 @@ end $$;
 -- Name: FUNCTION list_dead_letters(p_include_resolved boolean, p_limit integer); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.list_dead_letters(p_include_resolved boolean, p_limit integer) IS 'Admin (§9): the newest p_limit technical dead letters, open ones only unless p_include_resolved, oldest first, with safe columns (codes, counts, times, internal ids; the reasons are in admin_actions), the state of their workflow, and `requeue`: ready, or the SQLSTATE and sentence a requeue would refuse with now.';
+COMMENT ON FUNCTION bitrix_sync.list_dead_letters(p_include_resolved boolean, p_limit integer) IS 'Admin (§9): the newest p_limit technical dead letters, open ones only unless p_include_resolved, oldest first, with safe columns (codes, counts, times, internal ids, who resolved it: the declared operator and the login; the reasons are in admin_actions), the state of their workflow, and `requeue`: ready, or the SQLSTATE and sentence a requeue would refuse with now.';
 
 --
 -- Name: mark_alert_mirror_failed(bigint); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4229,6 +4489,12 @@ begin
    where p_check_mappings and m.status = 'active' and u.record_status <> 'active'
   having p_check_mappings
   union all
+  -- Links made by phone alone whose CRM-master fields are held back (always present, 0 when none).
+  select 'bitrix_sync_phone_links_held', '{}'::jsonb, h.count::float8 from bitrix_sync.status_held_links h
+  union all
+  select 'bitrix_sync_phone_links_held_oldest_age_seconds', '{}'::jsonb, h.oldest_age_sec::float8
+    from bitrix_sync.status_held_links h
+  union all
   select 'bitrix_sync_reconciliation_cursor_lag_seconds', jsonb_build_object('job_type', r.job_type),
          greatest(0, extract(epoch from now() - r.watermark))::float8
     from bitrix_sync.reconciliation_cursors r
@@ -4275,7 +4541,7 @@ end $$;
 -- Name: FUNCTION metrics_snapshot(p_bucket text, p_check_mappings boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) IS 'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts, reconciliation cursor lag, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
+COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) IS 'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts, links held after a phone-only link, reconciliation cursor lag, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
 
 --
 -- Name: note_crm_answered(text, double precision, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4544,7 +4810,7 @@ end $$;
 -- Name: FUNCTION propose_settings(p_changes jsonb, p_actor text, p_note text); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.propose_settings(p_changes jsonb, p_actor text, p_note text) IS 'Creates a draft version: the active values with p_changes applied, whole numbers of integer keys normalised (1036.0 -> 1036). Validate, then activate it.';
+COMMENT ON FUNCTION bitrix_sync.propose_settings(p_changes jsonb, p_actor text, p_note text) IS 'Creates a draft version: the active values with p_changes applied, whole numbers of integer keys normalised (1036.0 -> 1036); created_by is the declared actor, created_db_user the login (session_user). Validate, then activate it.';
 
 --
 -- Name: raise_business_alert(text, text, text, uuid, text, text, jsonb, jsonb, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4782,6 +5048,52 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text) IS 'leased|in_flight -> dead_letter for a business failure (invalid phone, unknown citizenship): no technical DLQ row; the workflow wakes, parks in waiting_manual and raises a business alert (§9). Refuses stale tokens (BS001).';
+
+--
+-- Name: rekey_contact_phones(text[], text[], text[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.rekey_contact_phones(p_contact_ids text[], p_old_hashes text[], p_new_hashes text[]) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_n integer := coalesce(cardinality(p_contact_ids), 0);
+  v_changed integer;
+begin
+  if coalesce(cardinality(p_old_hashes), 0) <> v_n or coalesce(cardinality(p_new_hashes), 0) <> v_n or v_n > 10000 then
+    raise exception 'rekey_contact_phones needs three arrays of one length, at most 10000'
+      using errcode = 'BS004', hint = 'Pass Contact ID, the hash read and its replacement per snapshot.';
+  end if;
+  if exists (select 1 from unnest(p_old_hashes, p_new_hashes) i(old_hash, new_hash)
+              where i.old_hash is null or i.old_hash !~ '^([0-9a-f]{64}|v2:[A-Za-z0-9_-]{43})$'
+                 or (i.new_hash is not null and i.new_hash !~ '^v3:[A-Za-z0-9_-]{43}$')
+                 or (i.new_hash is null and i.old_hash !~ '^[0-9a-f]{64}$')) then
+    raise exception 'rekey_contact_phones replaces a legacy phone hash by a v3 one, or clears an unkeyed one'
+      using errcode = 'BS004', hint = 'Old: 64 hex characters or v2:...; new: v3:..., or null for an unkeyed old one.';
+  end if;
+  -- Compare and set: a snapshot changed since it was read keeps its new value. A user with a running
+  -- workflow is left for that workflow's read of the Contact (it may hold an older read's hashes).
+  with input as (
+    select * from unnest(p_contact_ids, p_old_hashes, p_new_hashes) i(contact_id, old_hash, new_hash)
+  ), changed as (
+    update bitrix_sync.contact_snapshots s
+       set phone_hash = i.new_hash
+      from input i
+     where s.contact_id = i.contact_id and s.phone_hash = i.old_hash
+       and not exists (select 1 from bitrix_sync.workflow_instances w
+                        where w.user_id = s.user_id and w.state not in ('succeeded', 'failed', 'cancelled'))
+    returning 1
+  )
+  select count(*)::integer into v_changed from changed;
+  return v_changed;
+end $_$;
+
+--
+-- Name: FUNCTION rekey_contact_phones(p_contact_ids text[], p_old_hashes text[], p_new_hashes text[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.rekey_contact_phones(p_contact_ids text[], p_old_hashes text[], p_new_hashes text[]) IS 'The service re-keys snapshots'' phone hashes in a legacy form (v2, or unkeyed plain SHA-256) where the App''s phone is the number they stand for (new v3 hash), or clears an unkeyed one that matches no phone at hand (null: the next phone change appends). Compare and set per snapshot; users with a running workflow are skipped. BS004 for arrays of different lengths or hashes of the wrong form. Returns how many changed.';
 
 --
 -- Name: release_command(bigint, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -5927,8 +6239,10 @@ begin
   -- What each step of the settings machine may write; everything else is history once written.
   v_allowed := case
     when old.status = 'draft' and new.status = 'draft' then array['settings_values', 'note']
-    when old.status = 'draft' then array['status', 'settings_values', 'validation_errors', 'validated_at']
-    when old.status = 'validated' and new.status = 'active' then array['status', 'activated_by', 'activated_at']
+    when old.status = 'draft' then array['status', 'settings_values', 'validation_errors', 'validated_at',
+                                         'validated_db_user']
+    when old.status = 'validated' and new.status = 'active' then array['status', 'activated_by', 'activated_at',
+                                                                       'activated_db_user']
     when old.status = 'active' and new.status = 'superseded' then array['status', 'superseded_at']
     -- Any other status change is judged by the guard trigger _100_guard_status.
     else array['status']
@@ -5948,7 +6262,7 @@ end $$;
 -- Name: FUNCTION tg_settings_versions__freeze(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.tg_settings_versions__freeze() IS 'BEFORE UPDATE guard on settings_versions: values and note change only while a version is a draft; validation, activation and supersession each write only their own audit columns; created_by, based_on, rollback_of never change. SQLSTATE BS031.';
+COMMENT ON FUNCTION bitrix_sync.tg_settings_versions__freeze() IS 'BEFORE UPDATE guard on settings_versions: values and note change only while a version is a draft; validation, activation and supersession each write only their own audit columns (the declared actor and the login); created_by, created_db_user, based_on, rollback_of never change. SQLSTATE BS031.';
 
 --
 -- Name: tg_technical_dead_letters__count(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -6108,7 +6422,7 @@ begin
      set settings_values = v_values,
          status = case when jsonb_array_length(v_errors) = 0 then 'validated' else 'rejected' end,
          validation_errors = case when jsonb_array_length(v_errors) = 0 then null else v_errors end,
-         validated_at = now()
+         validated_at = now(), validated_db_user = session_user
    where version = p_version;
   return v_errors;
 end $$;
@@ -6117,7 +6431,7 @@ end $$;
 -- Name: FUNCTION validate_settings_version(p_version integer); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.validate_settings_version(p_version integer) IS 'draft -> validated, or -> rejected with the reasons (returned and stored); the values are normalised in the same change. A rejected version can never be activated.';
+COMMENT ON FUNCTION bitrix_sync.validate_settings_version(p_version integer) IS 'draft -> validated, or -> rejected with the reasons (returned and stored); the values are normalised in the same change, and the login (session_user) is recorded in validated_db_user. A rejected version can never be activated.';
 
 --
 -- Name: watch_intake(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -6836,6 +7150,7 @@ CREATE TABLE bitrix_sync.cutover (
     cancelled_count integer NOT NULL,
     performed_by character varying(128) NOT NULL,
     performed_at timestamp with time zone DEFAULT now() NOT NULL,
+    performed_db_user character varying(128) DEFAULT SESSION_USER,
     CONSTRAINT cutover_singleton_check CHECK (singleton)
 );
 
@@ -6844,6 +7159,31 @@ CREATE TABLE bitrix_sync.cutover (
 --
 
 COMMENT ON TABLE bitrix_sync.cutover IS 'The one-time switch from the stub to full sync (§17): the watermark and what was cancelled. At most one row.';
+
+--
+-- Name: COLUMN cutover.performed_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.cutover.performed_db_user IS 'The database login (session_user) that ran perform_cutover(); performed_by is the name it declared. Null for a cutover recorded before this column existed.';
+
+--
+-- Name: held_phone_links; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.held_phone_links AS
+ SELECT m.id AS mapping_id,
+    m.workflow_id,
+    m.held_at,
+    (EXTRACT(epoch FROM (now() - m.held_at)))::bigint AS age_sec,
+    (m.held_crm_updated_at IS NOT NULL) AS read_seen
+   FROM bitrix_sync.entity_external_mapping m
+  WHERE (((m.status)::text = 'active'::text) AND (m.held_at IS NOT NULL) AND (m.hold_released_at IS NULL));
+
+--
+-- Name: VIEW held_phone_links; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.held_phone_links IS 'Held links as an admin looks at them (docs/admin.md): the mapping and the workflow that made it, since when, and whether the Contact has been read since the link (read_seen). No user or Contact IDs; confirm_phone_link takes the user id.';
 
 --
 -- Name: lock_intake_fold; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -6974,7 +7314,9 @@ CREATE VIEW bitrix_sync.rebind_request_status AS
     w.current_step,
     w.last_error_code AS workflow_error_code,
     w.held_intent_type,
-    (EXTRACT(epoch FROM (COALESCE(r.completed_at, now()) - r.requested_at)))::bigint AS age_sec
+    (EXTRACT(epoch FROM (COALESCE(r.completed_at, now()) - r.requested_at)))::bigint AS age_sec,
+    r.requested_db_user,
+    r.cancelled_db_user
    FROM (bitrix_sync.rebind_requests r
      LEFT JOIN bitrix_sync.workflow_instances w ON ((w.id = r.workflow_id)));
 
@@ -6982,7 +7324,7 @@ CREATE VIEW bitrix_sync.rebind_request_status AS
 -- Name: VIEW rebind_request_status; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON VIEW bitrix_sync.rebind_request_status IS 'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked, and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
+COMMENT ON VIEW bitrix_sync.rebind_request_status IS 'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked and who cancelled (the declared operator and the database login, session_user), and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
 
 --
 -- Name: role_privileges; Type: VIEW; Schema: bitrix_sync; Owner: -
@@ -6990,7 +7332,7 @@ COMMENT ON VIEW bitrix_sync.rebind_request_status IS 'Rebind requests as an admi
 
 CREATE VIEW bitrix_sync.role_privileges AS
  WITH decisions(object_type, object_name, runtime, admin, app, note) AS (
-         VALUES ('schema'::text,'bitrix_sync'::text,ARRAY['USAGE'::text],ARRAY['USAGE'::text],ARRAY[]::text[],'The project''s schema; the App has no business in it.'::text), ('schema'::text,'han_app'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY['USAGE'::text],'The App''s schema; the admin reaches the queue only through status_queue.'::text), ('table'::text,'han_app.user_identity'::text,ARRAY['SELECT (id, phone_number, record_status, created_at, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'Identity is App-master; the runtime reads it at send time.'::text), ('table'::text,'han_app.client_profile'::text,ARRAY['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)'::text, 'UPDATE (full_name, citizenship, email, source_updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'::text), ('table'::text,'han_app.sync_queue'::text,ARRAY['SELECT'::text, 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'::text), ('table'::text,'han_app.sync_queue_journal'::text,ARRAY['SELECT'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'::text), ('function'::text,'han_app.enqueue_contact_sync()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): fires for the App''s writes; nobody calls it.'::text), ('table'::text,'bitrix_sync.business_alerts'::text,ARRAY['SELECT'::text, 'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)'::text, 'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'::text), ('sequence'::text,'bitrix_sync.business_alert_number_seq'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY[]::text[],'The default of business_alerts.alert_number, evaluated as the inserting role.'::text), ('table'::text,'bitrix_sync.contact_snapshots'::text,ARRAY['SELECT'::text, 'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text, 'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text],ARRAY[]::text[],ARRAY[]::text[],'Hashes of what the runtime last wrote into or read from each Contact.'::text), ('table'::text,'bitrix_sync.crm_commands'::text,ARRAY['SELECT'::text, 'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'::text],ARRAY[]::text[],ARRAY[]::text[],'Issued pending (no status column to insert); what a command asks for never changes after issue.'::text), ('table'::text,'bitrix_sync.entity_external_mapping'::text,ARRAY['SELECT'::text, 'INSERT (entity_id, external_id, workflow_id)'::text, 'UPDATE (status, closed_at, close_reason, workflow_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'Opened active and closed by the runtime''s mapping functions; the user and the Contact of a link never change.'::text), ('table'::text,'bitrix_sync.reconciliation_cursors'::text,ARRAY['SELECT'::text, 'INSERT (job_type)'::text, 'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token)'::text],ARRAY[]::text[],ARRAY[]::text[],'The reconciliation runs'' cursors and leases.'::text), ('table'::text,'bitrix_sync.technical_dead_letters'::text,ARRAY['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'::text), ('table'::text,'bitrix_sync.webhook_inbox'::text,ARRAY['SELECT'::text, 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Recorded received by accept_webhooks; what arrived never changes.'::text), ('table'::text,'bitrix_sync.workflow_instances'::text,ARRAY['SELECT'::text, 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)'::text, 'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'::text],ARRAY[]::text[],ARRAY[]::text[],'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'::text), ('table'::text,'bitrix_sync.crm_inflight_slots'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'DELETE'::text],ARRAY[]::text[],ARRAY[]::text[],'In-flight slots; the admin reads them through crm_limiter_state().'::text), ('table'::text,'bitrix_sync.crm_method_blocks'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Per-method operating-time blocks.'::text), ('table'::text,'bitrix_sync.crm_rate_buckets'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Token buckets.'::text), ('table'::text,'bitrix_sync.lock_intake_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One intake fold (and one cutover) at a time: fold_intent_journal and perform_cutover lock it.'::text), ('table'::text,'bitrix_sync.lock_intake_watch'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'The intake watch: a sleeping loop holds it (watch_intake), the App''s trigger marks its transactions on it.'::text), ('table'::text,'bitrix_sync.lock_metrics_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One metrics fold at a time (metrics_snapshot).'::text), ('table'::text,'bitrix_sync.metric_event_totals'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'::text), ('table'::text,'bitrix_sync.metric_events'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counted events; appended by the security definer _900 triggers whoever makes the change.'::text), ('table'::text,'bitrix_sync.cutover'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written once by perform_cutover() (admin); the runtime only reads the watermark.'::text), ('table'::text,'bitrix_sync.rebind_requests'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'::text), ('table'::text,'bitrix_sync.settings'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'The catalogue of keys and bounds; changed by migrations only.'::text), ('table'::text,'bitrix_sync.admin_actions'::text,ARRAY[]::text[],ARRAY['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'::text],ARRAY[]::text[],'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'::text), ('table'::text,'bitrix_sync.settings_versions'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by the admin''s settings functions only.'::text), ('sequence'::text,'bitrix_sync.admin_actions_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of admin_actions.'::text), ('sequence'::text,'bitrix_sync.business_alerts_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of business_alerts.'::text), ('sequence'::text,'bitrix_sync.crm_commands_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of crm_commands.'::text), ('sequence'::text,'bitrix_sync.settings_versions_version_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of settings_versions.'::text), ('sequence'::text,'bitrix_sync.technical_dead_letters_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of technical_dead_letters.'::text), ('sequence'::text,'bitrix_sync.webhook_inbox_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of webhook_inbox.'::text), ('view'::text,'bitrix_sync.parked_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'::text), ('view'::text,'bitrix_sync.rebind_request_status'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Rebind requests as an admin follows them (docs/admin.md).'::text), ('view'::text,'bitrix_sync.role_privileges'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'This catalogue.'::text), ('view'::text,'bitrix_sync.role_privilege_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Where the database''s ACLs differ from this catalogue (empty when they agree).'::text), ('view'::text,'bitrix_sync.state_edges'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'::text), ('view'::text,'bitrix_sync.status_alerts'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): counts and ages only.'::text), ('view'::text,'bitrix_sync.status_alert_mirror'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'::text), ('view'::text,'bitrix_sync.status_commands'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_dead_letters'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_queue'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_webhooks'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_workflows'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('function'::text,'bitrix_sync.accept_webhook(text,integer,text,inet)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Re-records one robot call by hand (the robot does not retry).'::text), ('function'::text,'bitrix_sync.activate_settings_version(integer,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.perform_cutover(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The one-time cutover (§17); it also opens the processing gate.'::text), ('function'::text,'bitrix_sync.propose_settings(jsonb,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind (§5.4).'::text), ('function'::text,'bitrix_sync.cancel_rebind_request(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind: cancel an open request (docs/admin.md).'::text), ('function'::text,'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: resume with a decision.'::text), ('function'::text,'bitrix_sync.cancel_parked_workflow(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: cancel with a reason.'::text), ('function'::text,'bitrix_sync._parked_decisions(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.rollback_settings(integer,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.validate_settings_version(integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.list_dead_letters(boolean,integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: what is open, and what a requeue would do (docs/admin.md).'::text), ('function'::text,'bitrix_sync.acknowledge_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: resolved without a new attempt, audited.'::text), ('function'::text,'bitrix_sync.requeue_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: a new attempt through the normal state machine, audited.'::text), ('function'::text,'bitrix_sync.retention_preview()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: what the next run would delete (reads the history: by hand only).'::text), ('function'::text,'bitrix_sync.delete_retention_batch(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync._active_setting(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'::text), ('function'::text,'bitrix_sync.active_settings()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The active settings with defaults.'::text), ('function'::text,'bitrix_sync.crm_limiter_state(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter state for status (§14).'::text), ('function'::text,'bitrix_sync.cutover_performed()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The processing gate, for readiness and the pump.'::text), ('function'::text,'bitrix_sync.metrics_snapshot(text,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'::text), ('function'::text,'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The receivers'' one statement (and the readiness probe of that path).'::text), ('function'::text,'bitrix_sync.alert_config_problem()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Readiness: alert_config_invalid.'::text), ('function'::text,'bitrix_sync.alert_entity_type_id()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The alert receiver''s entity type.'::text), ('function'::text,'bitrix_sync.cancel_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_sync_tasks(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fold_intent_journal(integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'::text), ('function'::text,'bitrix_sync.watch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop takes the intake watch before it sleeps, in a transaction it ends when it wakes (the App''s intents NOTIFY meanwhile); security definer: the lock is on a table only the owner may lock.'::text), ('function'::text,'bitrix_sync.complete_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.release_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_workflows(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.step_context(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (the start of a step).'::text), ('function'::text,'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake.'::text), ('function'::text,'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake of a claimed batch in one call.'::text), ('function'::text,'bitrix_sync.begin_command_reconcile(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.claim_commands(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_command(bigint,uuid,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump settles a batch with it).'::text), ('function'::text,'bitrix_sync.bring_forward_commands(text[],integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump after a portal-wide failure).'::text), ('function'::text,'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_alert_command(bigint,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.mark_command_uncertain(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.reject_command(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.release_command(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.send_commands(bigint[],uuid[],uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.blocked_crm_methods(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_answered(text,double precision,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.release_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.claim_webhooks(text,integer,interval,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.dead_letter_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.retry_webhook(bigint,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.active_mapping_for_contact(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.active_mapping_for_user(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.recover_alert_command(bigint,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'::text), ('function'::text,'bitrix_sync.alerts_to_look_up(integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: items to look up.'::text), ('function'::text,'bitrix_sync.issue_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup of an item.'::text), ('function'::text,'bitrix_sync.resolve_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup''s outcome.'::text), ('function'::text,'bitrix_sync.fail_alert_lookup(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: a lookup that failed for good.'::text), ('function'::text,'bitrix_sync.close_mapping(uuid,text,uuid,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.open_mapping(uuid,text,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots and the CRM-master profile write.'::text), ('function'::text,'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_phone(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.finish_business_alert(bigint,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirror_failed(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirrored(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.record_alert_item(bigint,bigint,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.complete_rebind(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.start_rebind_request(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fail_reconciliation_run(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync._check_bitrix_error(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._check_code(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: refuses raw text as an error code.'::text), ('function'::text,'bitrix_sync._check_limiter_name(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the limiter.'::text), ('function'::text,'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the queue functions.'::text), ('function'::text,'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the inbox functions.'::text), ('function'::text,'bitrix_sync._held_workflow(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the workflow functions.'::text), ('function'::text,'bitrix_sync._is_write_command(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of claim_commands.'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'::text), ('function'::text,'bitrix_sync._refuse_stale(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: the BS001 refusal.'::text), ('function'::text,'bitrix_sync._retry_deadline(timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper and the default of deadline_at, evaluated as the inserting role.'::text), ('function'::text,'bitrix_sync._wake_workflow(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._workflow_holder(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command reconcile functions.'::text), ('function'::text,'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'::text), ('function'::text,'bitrix_sync._alert_add_unsafe(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the alert mirror (runAlertSync asks it before an add).'::text), ('function'::text,'bitrix_sync._abandon_workflow_commands(uuid,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._check_admin_audit(text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._open_dead_letter(bigint)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._retention_cutoff(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._rebind_crm_outcome(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of _close_rebind_request and cancel_rebind_request.'::text), ('function'::text,'bitrix_sync._close_rebind_request(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the trigger that closes the request of a finished contact.rebind workflow (the trigger function is security definer); takes the workflow id, never a row.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__close_rebind_request()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): closes the request of a finished contact.rebind workflow, whoever moves it.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__start_held_intent()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync._normalise_settings(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._rebind_request_of(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the rebind workflow functions.'::text), ('function'::text,'bitrix_sync._resolve_conflict_alerts(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of complete_rebind.'::text), ('function'::text,'bitrix_sync._settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Not used by the service: the receivers call accept_webhooks.'::text), ('function'::text,'bitrix_sync.tg__forbid_delete()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__guard_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__guard_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_immutable_change()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_insert_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__set_updated_at()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_crm_commands__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_technical_dead_letters__count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_webhook_inbox__count_coalesced()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_settings_versions__freeze()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text)
+         VALUES ('schema'::text,'bitrix_sync'::text,ARRAY['USAGE'::text],ARRAY['USAGE'::text],ARRAY[]::text[],'The project''s schema; the App has no business in it.'::text), ('schema'::text,'han_app'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY['USAGE'::text],'The App''s schema; the admin reaches the queue only through status_queue.'::text), ('table'::text,'han_app.user_identity'::text,ARRAY['SELECT (id, phone_number, record_status, created_at, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'Identity is App-master; the runtime reads it at send time.'::text), ('table'::text,'han_app.client_profile'::text,ARRAY['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)'::text, 'UPDATE (full_name, citizenship, email, source_updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'::text), ('table'::text,'han_app.sync_queue'::text,ARRAY['SELECT'::text, 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'::text), ('table'::text,'han_app.sync_queue_journal'::text,ARRAY['SELECT'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'::text), ('function'::text,'han_app.enqueue_contact_sync()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): fires for the App''s writes; nobody calls it.'::text), ('table'::text,'bitrix_sync.business_alerts'::text,ARRAY['SELECT'::text, 'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)'::text, 'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'::text), ('sequence'::text,'bitrix_sync.business_alert_number_seq'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY[]::text[],'The default of business_alerts.alert_number, evaluated as the inserting role.'::text), ('table'::text,'bitrix_sync.contact_snapshots'::text,ARRAY['SELECT'::text, 'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text, 'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text],ARRAY[]::text[],ARRAY[]::text[],'Hashes of what the runtime last wrote into or read from each Contact.'::text), ('table'::text,'bitrix_sync.crm_commands'::text,ARRAY['SELECT'::text, 'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'::text],ARRAY[]::text[],ARRAY[]::text[],'Issued pending (no status column to insert); what a command asks for never changes after issue.'::text), ('table'::text,'bitrix_sync.entity_external_mapping'::text,ARRAY['SELECT'::text, 'INSERT (entity_id, external_id, workflow_id)'::text, 'UPDATE (status, closed_at, close_reason, workflow_id, held_at, held_crm_updated_at, hold_released_at, hold_released_by)'::text],ARRAY[]::text[],ARRAY[]::text[],'Opened active and closed by the runtime''s mapping functions, which also hold and release a link made by phone alone; the user and the Contact of a link never change.'::text), ('table'::text,'bitrix_sync.reconciliation_cursors'::text,ARRAY['SELECT'::text, 'INSERT (job_type)'::text, 'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token)'::text],ARRAY[]::text[],ARRAY[]::text[],'The reconciliation runs'' cursors and leases.'::text), ('table'::text,'bitrix_sync.technical_dead_letters'::text,ARRAY['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'::text), ('table'::text,'bitrix_sync.webhook_inbox'::text,ARRAY['SELECT'::text, 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Recorded received by accept_webhooks; what arrived never changes.'::text), ('table'::text,'bitrix_sync.workflow_instances'::text,ARRAY['SELECT'::text, 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)'::text, 'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'::text],ARRAY[]::text[],ARRAY[]::text[],'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'::text), ('table'::text,'bitrix_sync.crm_inflight_slots'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'DELETE'::text],ARRAY[]::text[],ARRAY[]::text[],'In-flight slots; the admin reads them through crm_limiter_state().'::text), ('table'::text,'bitrix_sync.crm_method_blocks'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Per-method operating-time blocks.'::text), ('table'::text,'bitrix_sync.crm_rate_buckets'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Token buckets.'::text), ('table'::text,'bitrix_sync.lock_intake_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One intake fold (and one cutover) at a time: fold_intent_journal and perform_cutover lock it.'::text), ('table'::text,'bitrix_sync.lock_intake_watch'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'The intake watch: a sleeping loop holds it (watch_intake), the App''s trigger marks its transactions on it.'::text), ('table'::text,'bitrix_sync.lock_metrics_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One metrics fold at a time (metrics_snapshot).'::text), ('table'::text,'bitrix_sync.metric_event_totals'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'::text), ('table'::text,'bitrix_sync.metric_events'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counted events; appended by the security definer _900 triggers whoever makes the change.'::text), ('table'::text,'bitrix_sync.cutover'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written once by perform_cutover() (admin); the runtime only reads the watermark.'::text), ('table'::text,'bitrix_sync.rebind_requests'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'::text), ('table'::text,'bitrix_sync.settings'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'The catalogue of keys and bounds; changed by migrations only.'::text), ('table'::text,'bitrix_sync.admin_actions'::text,ARRAY[]::text[],ARRAY['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'::text],ARRAY[]::text[],'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'::text), ('table'::text,'bitrix_sync.settings_versions'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by the admin''s settings functions only.'::text), ('sequence'::text,'bitrix_sync.admin_actions_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of admin_actions.'::text), ('sequence'::text,'bitrix_sync.business_alerts_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of business_alerts.'::text), ('sequence'::text,'bitrix_sync.crm_commands_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of crm_commands.'::text), ('sequence'::text,'bitrix_sync.settings_versions_version_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of settings_versions.'::text), ('sequence'::text,'bitrix_sync.technical_dead_letters_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of technical_dead_letters.'::text), ('sequence'::text,'bitrix_sync.webhook_inbox_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of webhook_inbox.'::text), ('view'::text,'bitrix_sync.parked_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'::text), ('view'::text,'bitrix_sync.rebind_request_status'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Rebind requests as an admin follows them (docs/admin.md).'::text), ('view'::text,'bitrix_sync.role_privileges'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'This catalogue.'::text), ('view'::text,'bitrix_sync.role_privilege_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Where the database''s ACLs differ from this catalogue (empty when they agree).'::text), ('view'::text,'bitrix_sync.state_edges'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'::text), ('view'::text,'bitrix_sync.status_alerts'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): counts and ages only.'::text), ('view'::text,'bitrix_sync.status_alert_mirror'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'::text), ('view'::text,'bitrix_sync.status_commands'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_dead_letters'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_queue'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_webhooks'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_workflows'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_held_links'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): links whose CRM-master fields are held back; counts only.'::text), ('view'::text,'bitrix_sync.held_phone_links'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Held links made by phone alone, as an admin confirms them (docs/admin.md); no user or Contact IDs.'::text), ('function'::text,'bitrix_sync.accept_webhook(text,integer,text,inet)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Re-records one robot call by hand (the robot does not retry).'::text), ('function'::text,'bitrix_sync.activate_settings_version(integer,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.perform_cutover(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The one-time cutover (§17); it also opens the processing gate.'::text), ('function'::text,'bitrix_sync.propose_settings(jsonb,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind (§5.4).'::text), ('function'::text,'bitrix_sync.cancel_rebind_request(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind: cancel an open request (docs/admin.md).'::text), ('function'::text,'bitrix_sync.confirm_phone_link(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Held phone links: release a hold and queue the read that applies the fields, audited (docs/admin.md).'::text), ('function'::text,'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: resume with a decision.'::text), ('function'::text,'bitrix_sync.cancel_parked_workflow(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: cancel with a reason.'::text), ('function'::text,'bitrix_sync._parked_decisions(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.rollback_settings(integer,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.validate_settings_version(integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.list_dead_letters(boolean,integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: what is open, and what a requeue would do (docs/admin.md).'::text), ('function'::text,'bitrix_sync.acknowledge_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: resolved without a new attempt, audited.'::text), ('function'::text,'bitrix_sync.requeue_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: a new attempt through the normal state machine, audited.'::text), ('function'::text,'bitrix_sync.retention_preview()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: what the next run would delete (reads the history: by hand only).'::text), ('function'::text,'bitrix_sync.delete_retention_batch(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync._active_setting(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'::text), ('function'::text,'bitrix_sync.active_settings()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The active settings with defaults.'::text), ('function'::text,'bitrix_sync.crm_limiter_state(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter state for status (§14).'::text), ('function'::text,'bitrix_sync.cutover_performed()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The processing gate, for readiness and the pump.'::text), ('function'::text,'bitrix_sync.metrics_snapshot(text,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'::text), ('function'::text,'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The receivers'' one statement (and the readiness probe of that path).'::text), ('function'::text,'bitrix_sync.alert_config_problem()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Readiness: alert_config_invalid.'::text), ('function'::text,'bitrix_sync.alert_entity_type_id()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The alert receiver''s entity type.'::text), ('function'::text,'bitrix_sync.cancel_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_sync_tasks(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fold_intent_journal(integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'::text), ('function'::text,'bitrix_sync.watch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop takes the intake watch before it sleeps, in a transaction it ends when it wakes (the App''s intents NOTIFY meanwhile); security definer: the lock is on a table only the owner may lock.'::text), ('function'::text,'bitrix_sync.complete_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.release_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_workflows(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.step_context(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (the start of a step).'::text), ('function'::text,'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake.'::text), ('function'::text,'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake of a claimed batch in one call.'::text), ('function'::text,'bitrix_sync.begin_command_reconcile(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.claim_commands(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_command(bigint,uuid,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump settles a batch with it).'::text), ('function'::text,'bitrix_sync.bring_forward_commands(text[],integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump after a portal-wide failure).'::text), ('function'::text,'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_alert_command(bigint,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.mark_command_uncertain(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.reject_command(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.release_command(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.send_commands(bigint[],uuid[],uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.blocked_crm_methods(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_answered(text,double precision,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.release_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.claim_webhooks(text,integer,interval,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.dead_letter_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.retry_webhook(bigint,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.active_mapping_for_contact(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.active_mapping_for_user(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.recover_alert_command(bigint,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'::text), ('function'::text,'bitrix_sync.alerts_to_look_up(integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: items to look up.'::text), ('function'::text,'bitrix_sync.issue_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup of an item.'::text), ('function'::text,'bitrix_sync.resolve_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup''s outcome.'::text), ('function'::text,'bitrix_sync.fail_alert_lookup(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: a lookup that failed for good.'::text), ('function'::text,'bitrix_sync.close_mapping(uuid,text,uuid,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.open_mapping(uuid,text,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots and the CRM-master profile write.'::text), ('function'::text,'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_phone(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.finish_business_alert(bigint,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirror_failed(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirrored(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.record_alert_item(bigint,bigint,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.complete_rebind(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.start_rebind_request(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fail_reconciliation_run(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.hold_phone_link(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: the hold of a link made by phone alone (mapping.hold_after_phone_link).'::text), ('function'::text,'bitrix_sync.keep_phone_link_hold(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: a link found through the user id an earlier, still held link of the pair wrote keeps the hold.'::text), ('function'::text,'bitrix_sync.held_link_read(uuid,timestamp with time zone,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: a read of a held link''s Contact (final read, webhook, reconciliation) records, keeps or releases the hold.'::text), ('function'::text,'bitrix_sync.rekey_contact_phones(text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The hourly rekey_hashes task: legacy phone hashes of snapshots rewritten under the hash key.'::text), ('function'::text,'bitrix_sync._check_bitrix_error(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._check_code(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: refuses raw text as an error code.'::text), ('function'::text,'bitrix_sync._check_limiter_name(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the limiter.'::text), ('function'::text,'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the queue functions.'::text), ('function'::text,'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the inbox functions.'::text), ('function'::text,'bitrix_sync._held_workflow(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the workflow functions.'::text), ('function'::text,'bitrix_sync._is_write_command(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of claim_commands.'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'::text), ('function'::text,'bitrix_sync._refuse_stale(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: the BS001 refusal.'::text), ('function'::text,'bitrix_sync._retry_deadline(timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper and the default of deadline_at, evaluated as the inserting role.'::text), ('function'::text,'bitrix_sync._wake_workflow(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._workflow_holder(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command reconcile functions.'::text), ('function'::text,'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'::text), ('function'::text,'bitrix_sync._alert_add_unsafe(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the alert mirror (runAlertSync asks it before an add).'::text), ('function'::text,'bitrix_sync._abandon_workflow_commands(uuid,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync.clear_unkeyed_hashes()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Run by migration 000029 as the owner: unkeyed hashes cleared where the next read recomputes them.'::text), ('function'::text,'bitrix_sync._check_admin_audit(text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._open_dead_letter(bigint)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._retention_cutoff(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._rebind_crm_outcome(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of _close_rebind_request and cancel_rebind_request.'::text), ('function'::text,'bitrix_sync._close_rebind_request(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the trigger that closes the request of a finished contact.rebind workflow (the trigger function is security definer); takes the workflow id, never a row.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__close_rebind_request()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): closes the request of a finished contact.rebind workflow, whoever moves it.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__start_held_intent()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync._normalise_settings(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._rebind_request_of(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the rebind workflow functions.'::text), ('function'::text,'bitrix_sync._resolve_conflict_alerts(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of complete_rebind.'::text), ('function'::text,'bitrix_sync._settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Not used by the service: the receivers call accept_webhooks.'::text), ('function'::text,'bitrix_sync.tg__forbid_delete()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__guard_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__guard_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_immutable_change()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_insert_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__set_updated_at()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_crm_commands__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_technical_dead_letters__count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_webhook_inbox__count_coalesced()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_settings_versions__freeze()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text)
         )
  SELECT d.object_type,
     d.object_name,
@@ -7011,7 +7353,7 @@ COMMENT ON VIEW bitrix_sync.role_privileges IS 'The privilege catalogue (§13): 
 --
 
 CREATE VIEW bitrix_sync.role_privilege_drift AS
- WITH objects AS (
+ WITH RECURSIVE objects AS (
          SELECT 'schema'::text AS object_type,
             (n.nspname)::text AS object_name,
             n.nspowner AS owner,
@@ -7082,7 +7424,7 @@ CREATE VIEW bitrix_sync.role_privilege_drift AS
              CROSS JOIN LATERAL aclexplode(COALESCE(o.acl, acldefault(o.acl_kind, o.owner))) a(grantor, grantee, privilege_type, is_grantable))
              LEFT JOIN pg_roles r ON ((r.oid = a.grantee)))
           WHERE ((a.grantee = (0)::oid) OR (r.rolname IN ( SELECT roles.role
-                   FROM roles)))
+                   FROM roles)) OR ((a.grantee <> o.owner) AND (o.object_name <> ALL (ARRAY['han_app'::text, 'han_app.user_identity'::text, 'han_app.client_profile'::text]))))
         UNION ALL
          SELECT o.object_type,
             o.object_name,
@@ -7094,7 +7436,56 @@ CREATE VIEW bitrix_sync.role_privilege_drift AS
              CROSS JOIN LATERAL aclexplode(att.attacl) a(grantor, grantee, privilege_type, is_grantable))
              LEFT JOIN pg_roles r ON ((r.oid = a.grantee)))
           WHERE ((a.grantee = (0)::oid) OR (r.rolname IN ( SELECT roles.role
-                   FROM roles)))
+                   FROM roles)) OR ((a.grantee <> o.owner) AND (o.object_name <> ALL (ARRAY['han_app'::text, 'han_app.user_identity'::text, 'han_app.client_profile'::text]))))
+        ), project_role_oids AS (
+         SELECT r.oid,
+            (r.rolname)::text AS rolname
+           FROM pg_roles r
+          WHERE (r.rolname IN ( SELECT roles.role
+                   FROM roles))
+        ), schema_owner AS (
+         SELECT n.nspowner AS oid
+           FROM pg_namespace n
+          WHERE (n.nspname = 'bitrix_sync'::name)
+        ), held(holder, project_role) AS (
+         SELECT m.member,
+            m.roleid
+           FROM pg_auth_members m
+          WHERE (m.roleid IN ( SELECT project_role_oids.oid
+                   FROM project_role_oids))
+        UNION
+         SELECT m.member,
+            h.project_role
+           FROM (held h
+             JOIN pg_auth_members m ON ((m.roleid = h.holder)))
+        ), membership_drift AS (
+         SELECT (g.rolname)::text AS granted,
+            (mr.rolname)::text AS member,
+                CASE
+                    WHEN m.admin_option THEN 'MEMBER WITH ADMIN OPTION'::text
+                    ELSE 'MEMBER'::text
+                END AS privilege,
+            'extra_membership'::text AS problem
+           FROM ((pg_auth_members m
+             JOIN pg_roles g ON ((g.oid = m.roleid)))
+             JOIN pg_roles mr ON ((mr.oid = m.member)))
+          WHERE ((NOT (m.member IN ( SELECT schema_owner.oid
+                   FROM schema_owner))) AND ((m.member IN ( SELECT project_role_oids.oid
+                   FROM project_role_oids)) OR (m.admin_option AND (m.roleid IN ( SELECT project_role_oids.oid
+                   FROM project_role_oids)))))
+        UNION ALL
+         SELECT p.rolname,
+            (hr.rolname)::text AS rolname,
+            'MEMBER'::text,
+            'conflicting_membership'::text
+           FROM ((held h
+             JOIN project_role_oids p ON ((p.oid = h.project_role)))
+             JOIN pg_roles hr ON ((hr.oid = h.holder)))
+          WHERE ((NOT (h.holder IN ( SELECT project_role_oids.oid
+                   FROM project_role_oids))) AND (NOT (h.holder IN ( SELECT schema_owner.oid
+                   FROM schema_owner))) AND (( SELECT count(DISTINCT h2.project_role) AS count
+                   FROM held h2
+                  WHERE (h2.holder = h.holder)) > 1))
         ), expected AS (
          SELECT c.object_type,
             c.object_name,
@@ -7151,13 +7542,21 @@ UNION ALL
    FROM catalogue c
   WHERE (NOT (EXISTS ( SELECT 1
            FROM objects o
-          WHERE ((o.object_type = c.object_type) AND (o.object_name = c.object_name)))));
+          WHERE ((o.object_type = c.object_type) AND (o.object_name = c.object_name)))))
+UNION ALL
+ SELECT DISTINCT 'role'::text AS object_type,
+    d.granted AS object_name,
+    d.member AS role,
+    d.privilege,
+    NULL::text AS column_name,
+    d.problem
+   FROM membership_drift d;
 
 --
 -- Name: VIEW role_privilege_drift; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON VIEW bitrix_sync.role_privilege_drift IS 'Differences between the database''s ACLs and bitrix_sync.role_privileges for the three roles and PUBLIC: missing and extra privileges (column privileges by column), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object). Empty when they agree.';
+COMMENT ON VIEW bitrix_sync.role_privilege_drift IS 'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the three roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role or held WITH ADMIN OPTION (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
 
 --
 -- Name: settings; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -7311,6 +7710,22 @@ CREATE VIEW bitrix_sync.status_dead_letters AS
 --
 
 COMMENT ON VIEW bitrix_sync.status_dead_letters IS 'Open technical dead letters by source, operation and safe code.';
+
+--
+-- Name: status_held_links; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_held_links AS
+ SELECT count(*) AS count,
+    (COALESCE(EXTRACT(epoch FROM (now() - min(m.held_at))), (0)::numeric))::bigint AS oldest_age_sec
+   FROM bitrix_sync.entity_external_mapping m
+  WHERE (((m.status)::text = 'active'::text) AND (m.held_at IS NOT NULL) AND (m.hold_released_at IS NULL));
+
+--
+-- Name: VIEW status_held_links; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_held_links IS 'Status (§14): active links made by phone alone whose CRM-master fields are held back (mapping.hold_after_phone_link), with the oldest hold''s age. Counts only.';
 
 --
 -- Name: sync_queue_journal; Type: TABLE; Schema: han_app; Owner: -
@@ -8076,6 +8491,12 @@ CREATE INDEX entity_external_mapping_entity_idx ON bitrix_sync.entity_external_m
 CREATE INDEX entity_external_mapping_external_idx ON bitrix_sync.entity_external_mapping USING btree (external_id);
 
 --
+-- Name: entity_external_mapping_held_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX entity_external_mapping_held_idx ON bitrix_sync.entity_external_mapping USING btree (held_at) WHERE (((status)::text = 'active'::text) AND (held_at IS NOT NULL) AND (hold_released_at IS NULL));
+
+--
 -- Name: entity_external_mapping_workflow_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
 --
 
@@ -8403,7 +8824,7 @@ COMMENT ON TRIGGER _110_initial_state ON bitrix_sync.rebind_requests IS 'Rebind 
 -- Name: settings_versions _110_initial_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _110_initial_state BEFORE INSERT ON bitrix_sync.settings_versions FOR EACH ROW WHEN ((((new.status)::text <> 'draft'::text) OR (new.validation_errors IS NOT NULL) OR (new.validated_at IS NOT NULL) OR (new.activated_by IS NOT NULL) OR (new.activated_at IS NOT NULL) OR (new.superseded_at IS NOT NULL))) EXECUTE FUNCTION bitrix_sync.tg__refuse_insert_state('draft, neither validated nor activated');
+CREATE TRIGGER _110_initial_state BEFORE INSERT ON bitrix_sync.settings_versions FOR EACH ROW WHEN ((((new.status)::text <> 'draft'::text) OR (new.validation_errors IS NOT NULL) OR (new.validated_at IS NOT NULL) OR (new.activated_by IS NOT NULL) OR (new.activated_at IS NOT NULL) OR (new.superseded_at IS NOT NULL) OR (new.validated_db_user IS NOT NULL) OR (new.activated_db_user IS NOT NULL))) EXECUTE FUNCTION bitrix_sync.tg__refuse_insert_state('draft, neither validated nor activated');
 
 --
 -- Name: TRIGGER _110_initial_state ON settings_versions; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -8439,7 +8860,7 @@ COMMENT ON TRIGGER _110_initial_state ON bitrix_sync.workflow_instances IS 'Work
 -- Name: cutover _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.cutover FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('singleton', 'cutover_watermark', 'cancelled_count', 'performed_by', 'performed_at');
+CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.cutover FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('singleton', 'cutover_watermark', 'cancelled_count', 'performed_by', 'performed_at', 'performed_db_user');
 
 --
 -- Name: TRIGGER _120_immutable ON cutover; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -8463,13 +8884,13 @@ COMMENT ON TRIGGER _120_immutable ON bitrix_sync.entity_external_mapping IS 'A l
 -- Name: rebind_requests _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.rebind_requests FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('id', 'user_id', 'previous_contact_id', 'target_contact_id', 'reason', 'operator_id', 'workflow_id', 'requested_at');
+CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.rebind_requests FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('id', 'user_id', 'previous_contact_id', 'target_contact_id', 'reason', 'operator_id', 'workflow_id', 'requested_at', 'requested_db_user');
 
 --
 -- Name: TRIGGER _120_immutable ON rebind_requests; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _120_immutable ON bitrix_sync.rebind_requests IS 'The request, its reason and its operator are audit (§5.4): only its progress changes.';
+COMMENT ON TRIGGER _120_immutable ON bitrix_sync.rebind_requests IS 'The request, its reason, its operator and the login that asked are audit (§5.4): only its progress changes.';
 
 --
 -- Name: settings_versions _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
@@ -9765,6 +10186,30 @@ GRANT UPDATE(close_reason) ON TABLE bitrix_sync.entity_external_mapping TO bitri
 GRANT INSERT(workflow_id),UPDATE(workflow_id) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
 
 --
+-- Name: COLUMN entity_external_mapping.held_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_at) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
+-- Name: COLUMN entity_external_mapping.held_crm_updated_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_crm_updated_at) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
+-- Name: COLUMN entity_external_mapping.hold_released_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(hold_released_at) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
+-- Name: COLUMN entity_external_mapping.hold_released_by; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(hold_released_by) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION active_mapping_for_contact(p_contact_id text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10066,6 +10511,12 @@ REVOKE ALL ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit intege
 GRANT ALL ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, p_lease interval) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION clear_unkeyed_hashes(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.clear_unkeyed_hashes() FROM PUBLIC;
+
+--
 -- Name: FUNCTION close_mapping(p_mapping_id uuid, p_reason text, p_workflow_id uuid, p_broken boolean); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10106,6 +10557,13 @@ GRANT ALL ON FUNCTION bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uu
 
 REVOKE ALL ON FUNCTION bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text) TO bitrix_sync_admin;
 
 --
 -- Name: FUNCTION crm_limiter_state(p_bucket text); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -10318,6 +10776,20 @@ GRANT ALL ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait bo
 GRANT ALL ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait boolean) TO bitrix_sync_admin;
 
 --
+-- Name: FUNCTION held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION hold_phone_link(p_user_id uuid, p_contact_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.hold_phone_link(p_user_id uuid, p_contact_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.hold_phone_link(p_user_id uuid, p_contact_id text) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10337,6 +10809,13 @@ GRANT ALL ON FUNCTION bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params
 
 REVOKE ALL ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION keep_phone_link_hold(p_user_id uuid, p_contact_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.keep_phone_link_hold(p_user_id uuid, p_contact_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.keep_phone_link_hold(p_user_id uuid, p_contact_id text) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION list_dead_letters(p_include_resolved boolean, p_limit integer); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -10477,6 +10956,13 @@ GRANT ALL ON FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay int
 
 REVOKE ALL ON FUNCTION bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.reject_command(p_id bigint, p_lease_token uuid, p_error_code text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION rekey_contact_phones(p_contact_ids text[], p_old_hashes text[], p_new_hashes text[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.rekey_contact_phones(p_contact_ids text[], p_old_hashes text[], p_new_hashes text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.rekey_contact_phones(p_contact_ids text[], p_old_hashes text[], p_new_hashes text[]) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION release_command(p_id bigint, p_lease_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -10856,6 +11342,12 @@ GRANT SELECT ON TABLE bitrix_sync.cutover TO bitrix_sync_user;
 GRANT SELECT ON TABLE bitrix_sync.cutover TO bitrix_sync_admin;
 
 --
+-- Name: TABLE held_phone_links; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.held_phone_links TO bitrix_sync_admin;
+
+--
 -- Name: TABLE parked_workflows; Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10920,6 +11412,13 @@ GRANT SELECT ON TABLE bitrix_sync.status_commands TO bitrix_sync_admin;
 
 GRANT SELECT ON TABLE bitrix_sync.status_dead_letters TO bitrix_sync_user;
 GRANT SELECT ON TABLE bitrix_sync.status_dead_letters TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_held_links; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_held_links TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_held_links TO bitrix_sync_admin;
 
 --
 -- Name: TABLE sync_queue_journal; Type: ACL; Schema: han_app; Owner: -

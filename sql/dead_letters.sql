@@ -205,12 +205,26 @@ $$;
 comment on function bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters) is
   'Internal: the ids of the open dead letters a requeue of p_dl answers: every open entry of its workflow, or of its alert''s commands, or p_dl alone.';
 
+-- The login that resolved an entry (resolved_db_user) joined the result's columns: a result type
+-- changes only through a drop, done once (sql/grants.sql grants EXECUTE again at the end).
+do $$
+begin
+  if exists (select 1 from pg_proc p
+              where p.oid = 'bitrix_sync.list_dead_letters(boolean, integer)'::regprocedure
+                and not ('resolved_db_user' = any (p.proargnames))) then
+    drop function bitrix_sync.list_dead_letters(boolean, integer);
+  end if;
+exception when undefined_function then
+  null;
+end $$;
+
 create or replace function bitrix_sync.list_dead_letters(p_include_resolved boolean default false, p_limit integer default 100)
 returns table (
   id bigint, source text, operation text, error_code text, http_status integer, bitrix_error text,
   attempt_count integer, first_attempt_at timestamptz, deadline_at timestamptz, created_at timestamptz,
   age_sec bigint, source_id text, workflow_id uuid, command_id bigint, workflow_type text, workflow_state text,
-  requeue text, resolution text, resolved_at timestamptz, resolved_by text, requeued_to text
+  requeue text, resolution text, resolved_at timestamptz, resolved_by text, requeued_to text,
+  resolved_db_user text
 )
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 begin
@@ -226,7 +240,7 @@ begin
          case when d.resolved_at is not null then null
               when r.why is null then 'ready'
               else (r.why ->> 'code') || ': ' || (r.why ->> 'message') end,
-         d.resolution::text, d.resolved_at, d.resolved_by::text, d.requeued_to::text
+         d.resolution::text, d.resolved_at, d.resolved_by::text, d.requeued_to::text, d.resolved_db_user::text
     from bitrix_sync.technical_dead_letters d
     left join bitrix_sync.workflow_instances w on w.id = d.workflow_id
     left join lateral (select bitrix_sync._requeue_refusal(d) as why) r on d.resolved_at is null
@@ -237,7 +251,7 @@ begin
    order by d.id;
 end $$;
 comment on function bitrix_sync.list_dead_letters(boolean, integer) is
-  'Admin (§9): the newest p_limit technical dead letters, open ones only unless p_include_resolved, oldest first, with safe columns (codes, counts, times, internal ids; the reasons are in admin_actions), the state of their workflow, and `requeue`: ready, or the SQLSTATE and sentence a requeue would refuse with now.';
+  'Admin (§9): the newest p_limit technical dead letters, open ones only unless p_include_resolved, oldest first, with safe columns (codes, counts, times, internal ids, who resolved it: the declared operator and the login; the reasons are in admin_actions), the state of their workflow, and `requeue`: ready, or the SQLSTATE and sentence a requeue would refuse with now.';
 
 create or replace function bitrix_sync._resolve_dead_letters(
   p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text
@@ -248,8 +262,8 @@ create or replace function bitrix_sync._resolve_dead_letters(
 language sql set search_path = pg_catalog, pg_temp as $$
   with resolved as (
     update bitrix_sync.technical_dead_letters d
-       set resolved_at = now(), resolved_by = btrim(p_operator), resolution = p_resolution,
-           resolution_reason = btrim(p_reason), requeued_to = p_target
+       set resolved_at = now(), resolved_by = btrim(p_operator), resolved_db_user = session_user,
+           resolution = p_resolution, resolution_reason = btrim(p_reason), requeued_to = p_target
      where d.id = any(p_ids) and d.resolved_at is null
     returning d.*
   ), audit as (
@@ -265,7 +279,7 @@ language sql set search_path = pg_catalog, pg_temp as $$
    order by r.id
 $$;
 comment on function bitrix_sync._resolve_dead_letters(bigint[], text, text, text, text) is
-  'Internal: marks open dead letters resolved with the resolution, operator, reason and (requeued) target, and writes an admin_actions row for each; returns them.';
+  'Internal: marks open dead letters resolved with the resolution, operator, login (session_user), reason and (requeued) target, and writes an admin_actions row for each; returns them.';
 
 create or replace function bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operator text, p_reason text)
 returns table (

@@ -182,6 +182,12 @@ begin
    where p_check_mappings and m.status = 'active' and u.record_status <> 'active'
   having p_check_mappings
   union all
+  -- Links made by phone alone whose CRM-master fields are held back (always present, 0 when none).
+  select 'bitrix_sync_phone_links_held', '{}'::jsonb, h.count::float8 from bitrix_sync.status_held_links h
+  union all
+  select 'bitrix_sync_phone_links_held_oldest_age_seconds', '{}'::jsonb, h.oldest_age_sec::float8
+    from bitrix_sync.status_held_links h
+  union all
   select 'bitrix_sync_reconciliation_cursor_lag_seconds', jsonb_build_object('job_type', r.job_type),
          greatest(0, extract(epoch from now() - r.watermark))::float8
     from bitrix_sync.reconciliation_cursors r
@@ -224,4 +230,4 @@ begin
     from unnest(array['sync_queue', 'workflow', 'crm_command', 'webhook']) k(kind);
 end $$;
 comment on function bitrix_sync.metrics_snapshot(text, boolean) is
-  'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts, reconciliation cursor lag, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
+  'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts, links held after a phone-only link, reconciliation cursor lag, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';

@@ -60,8 +60,9 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
          'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'],
    array[]::text[], array[]::text[], 'Issued pending (no status column to insert); what a command asks for never changes after issue.'),
   ('table', 'bitrix_sync.entity_external_mapping',
-   array['SELECT', 'INSERT (entity_id, external_id, workflow_id)', 'UPDATE (status, closed_at, close_reason, workflow_id)'],
-   array[]::text[], array[]::text[], 'Opened active and closed by the runtime''s mapping functions; the user and the Contact of a link never change.'),
+   array['SELECT', 'INSERT (entity_id, external_id, workflow_id)',
+         'UPDATE (status, closed_at, close_reason, workflow_id, held_at, held_crm_updated_at, hold_released_at, hold_released_by)'],
+   array[]::text[], array[]::text[], 'Opened active and closed by the runtime''s mapping functions, which also hold and release a link made by phone alone; the user and the Contact of a link never change.'),
   ('table', 'bitrix_sync.reconciliation_cursors',
    array['SELECT', 'INSERT (job_type)',
          'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token)'],
@@ -140,6 +141,9 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('view', 'bitrix_sync.status_queue', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
   ('view', 'bitrix_sync.status_webhooks', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
   ('view', 'bitrix_sync.status_workflows', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14).'),
+  ('view', 'bitrix_sync.status_held_links', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14): links whose CRM-master fields are held back; counts only.'),
+  ('view', 'bitrix_sync.held_phone_links', array[]::text[], array['SELECT'], array[]::text[],
+   'Held links made by phone alone, as an admin confirms them (docs/admin.md); no user or Contact IDs.'),
 
   -- admin functions (security definer): cutover, settings, rebind, re-recording a lost webhook
   ('function', 'bitrix_sync.accept_webhook(text,integer,text,inet)', array[]::text[], array['EXECUTE'], array[]::text[],
@@ -150,6 +154,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.propose_settings(jsonb,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).'),
   ('function', 'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind (§5.4).'),
   ('function', 'bitrix_sync.cancel_rebind_request(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind: cancel an open request (docs/admin.md).'),
+  ('function', 'bitrix_sync.confirm_phone_link(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Held phone links: release a hold and queue the read that applies the fields, audited (docs/admin.md).'),
   ('function', 'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: resume with a decision.'),
   ('function', 'bitrix_sync.cancel_parked_workflow(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: cancel with a reason.'),
   ('function', 'bitrix_sync._parked_decisions(text)', array[]::text[], array['EXECUTE'], array[]::text[],
@@ -254,6 +260,14 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).'),
   ('function', 'bitrix_sync.fail_reconciliation_run(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
   ('function', 'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
+  ('function', 'bitrix_sync.hold_phone_link(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Mapping: the hold of a link made by phone alone (mapping.hold_after_phone_link).'),
+  ('function', 'bitrix_sync.keep_phone_link_hold(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Mapping: a link found through the user id an earlier, still held link of the pair wrote keeps the hold.'),
+  ('function', 'bitrix_sync.held_link_read(uuid,timestamp with time zone,boolean)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Mapping: a read of a held link''s Contact (final read, webhook, reconciliation) records, keeps or releases the hold.'),
+  ('function', 'bitrix_sync.rekey_contact_phones(text[],text[],text[])', array['EXECUTE'], array[]::text[], array[]::text[],
+   'The hourly rekey_hashes task: legacy phone hashes of snapshots rewritten under the hash key.'),
 
   -- internal helpers the runtime's (security invoker) functions call: a nested call is checked
   -- against the calling role too
@@ -283,6 +297,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   -- nobody: internals of security definer functions, trigger functions (a trigger fires without
   -- EXECUTE), and record_webhook (one NOTIFY per row; kept for sources with stable event IDs)
   ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
+  ('function', 'bitrix_sync.clear_unkeyed_hashes()', array[]::text[], array[]::text[], array[]::text[],
+   'Run by migration 000029 as the owner: unkeyed hashes cleared where the next read recomputes them.'),
   ('function', 'bitrix_sync._check_admin_audit(text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync._open_dead_letter(bigint)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
   ('function', 'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
@@ -325,8 +341,19 @@ comment on view bitrix_sync.role_privileges is
 -- What the database actually grants, in the catalogue's terms, and where the two differ. The
 -- project's objects are all of schema bitrix_sync and the objects of han_app the catalogue names
 -- (in production han_app holds the App's other tables, which are none of this project's business).
+--
+-- Beyond the three roles' ACLs it reports what would give someone the project's rights without a
+-- grant of this catalogue:
+--   * a privilege on a project object held by any other role (the objects' owner aside; the App's
+--     schema and its identity and profile tables are the App's to share);
+--   * role memberships. The catalogue's rule: each project role may be held by roles outside the
+--     project (a login, or a group of logins), each of which holds no other project role, directly
+--     or through groups, and none WITH ADMIN OPTION (it could hand the role on); a project role is a
+--     member of no role at all (it would gain that role's rights, and a project role inside another
+--     one merges the two). The owner of schema bitrix_sync (the migration role, which creates the
+--     roles and may administer them) is exempt.
 create or replace view bitrix_sync.role_privilege_drift as
-with objects as (
+with recursive objects as (
   select 'schema'::text as object_type, n.nspname::text as object_name, n.nspowner as owner, n.nspacl as acl,
          null::oid as relid, 'n'::"char" as acl_kind
     from pg_namespace n where n.nspname in ('bitrix_sync', 'han_app')
@@ -358,6 +385,7 @@ with objects as (
     cross join lateral aclexplode(coalesce(o.acl, acldefault(o.acl_kind, o.owner))) a
     left join pg_roles r on r.oid = a.grantee
    where a.grantee = 0 or r.rolname in (select role from roles)
+      or (a.grantee <> o.owner and o.object_name not in ('han_app', 'han_app.user_identity', 'han_app.client_profile'))
   union all
   -- ... and column privileges
   select o.object_type, o.object_name, coalesce(r.rolname, 'PUBLIC'), a.privilege_type, att.attname::text
@@ -366,6 +394,36 @@ with objects as (
     cross join lateral aclexplode(att.attacl) a
     left join pg_roles r on r.oid = a.grantee
    where a.grantee = 0 or r.rolname in (select role from roles)
+      or (a.grantee <> o.owner and o.object_name not in ('han_app', 'han_app.user_identity', 'han_app.client_profile'))
+), project_role_oids as (
+  select r.oid, r.rolname::text as rolname from pg_roles r where r.rolname in (select role from roles)
+), schema_owner as (
+  select n.nspowner as oid from pg_namespace n where n.nspname = 'bitrix_sync'
+), held (holder, project_role) as (
+  -- Who holds each project role, directly or through groups.
+  select m.member, m.roleid from pg_auth_members m where m.roleid in (select oid from project_role_oids)
+  union
+  select m.member, h.project_role from held h join pg_auth_members m on m.roleid = h.holder
+), membership_drift as (
+  -- A project role that is a member of any role, and a project role held WITH ADMIN OPTION.
+  select g.rolname::text as granted, mr.rolname::text as member,
+         case when m.admin_option then 'MEMBER WITH ADMIN OPTION' else 'MEMBER' end as privilege,
+         'extra_membership'::text as problem
+    from pg_auth_members m
+    join pg_roles g on g.oid = m.roleid
+    join pg_roles mr on mr.oid = m.member
+   where m.member not in (select oid from schema_owner)
+     and (m.member in (select oid from project_role_oids)
+          or (m.admin_option and m.roleid in (select oid from project_role_oids)))
+  union all
+  -- A role outside the project that holds more than one project role.
+  select p.rolname, hr.rolname::text, 'MEMBER', 'conflicting_membership'
+    from held h
+    join project_role_oids p on p.oid = h.project_role
+    join pg_roles hr on hr.oid = h.holder
+   where h.holder not in (select oid from project_role_oids)
+     and h.holder not in (select oid from schema_owner)
+     and (select count(distinct h2.project_role) from held h2 where h2.holder = h.holder) > 1
 ), expected as (
   select c.object_type, c.object_name, c.role, m[1] as privilege, btrim(col) as column_name
     from catalogue c
@@ -393,6 +451,9 @@ select o.object_type, o.object_name, r.role, null, null, 'undecided'
 union all
 select distinct c.object_type, c.object_name, null, null, null, 'unknown_object'
   from catalogue c
- where not exists (select 1 from objects o where o.object_type = c.object_type and o.object_name = c.object_name);
+ where not exists (select 1 from objects o where o.object_type = c.object_type and o.object_name = c.object_name)
+union all
+select distinct 'role', d.granted, d.member, d.privilege, null, d.problem
+  from membership_drift d;
 comment on view bitrix_sync.role_privilege_drift is
-  'Differences between the database''s ACLs and bitrix_sync.role_privileges for the three roles and PUBLIC: missing and extra privileges (column privileges by column), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object). Empty when they agree.';
+  'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the three roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role or held WITH ADMIN OPTION (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';

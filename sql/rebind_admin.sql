@@ -6,11 +6,12 @@ create or replace view bitrix_sync.rebind_request_status as
 select r.id as request_id, r.status, r.failure_code, r.outcome, r.operator_id, r.requested_at, r.completed_at,
        r.cancelled_by, w.id as workflow_id, w.state as workflow_state, w.current_step,
        w.last_error_code as workflow_error_code, w.held_intent_type,
-       extract(epoch from coalesce(r.completed_at, now()) - r.requested_at)::bigint as age_sec
+       extract(epoch from coalesce(r.completed_at, now()) - r.requested_at)::bigint as age_sec,
+       r.requested_db_user, r.cancelled_db_user
   from bitrix_sync.rebind_requests r
   left join bitrix_sync.workflow_instances w on w.id = r.workflow_id;
 comment on view bitrix_sync.rebind_request_status is
-  'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked, and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
+  'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked and who cancelled (the declared operator and the database login, session_user), and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
 
 create or replace function bitrix_sync.cancel_rebind_request(p_request_id uuid, p_reason text, p_operator_id text)
 returns table (request_id uuid, status text, outcome text, workflow_id uuid, workflow_state text)
@@ -50,7 +51,7 @@ begin
   v_outcome := bitrix_sync._rebind_crm_outcome(v_req.workflow_id);
   update bitrix_sync.rebind_requests r
      set status = 'cancelled', outcome = v_outcome, cancel_reason = btrim(p_reason),
-         cancelled_by = btrim(p_operator_id), completed_at = now()
+         cancelled_by = btrim(p_operator_id), cancelled_db_user = session_user, completed_at = now()
    where r.id = p_request_id
   returning * into v_req;
   -- The workflow stops here, whoever holds its lease: a step still running is refused at its next

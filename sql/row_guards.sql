@@ -48,8 +48,10 @@ begin
   -- What each step of the settings machine may write; everything else is history once written.
   v_allowed := case
     when old.status = 'draft' and new.status = 'draft' then array['settings_values', 'note']
-    when old.status = 'draft' then array['status', 'settings_values', 'validation_errors', 'validated_at']
-    when old.status = 'validated' and new.status = 'active' then array['status', 'activated_by', 'activated_at']
+    when old.status = 'draft' then array['status', 'settings_values', 'validation_errors', 'validated_at',
+                                         'validated_db_user']
+    when old.status = 'validated' and new.status = 'active' then array['status', 'activated_by', 'activated_at',
+                                                                       'activated_db_user']
     when old.status = 'active' and new.status = 'superseded' then array['status', 'superseded_at']
     -- Any other status change is judged by the guard trigger _100_guard_status.
     else array['status']
@@ -65,7 +67,7 @@ begin
   return new;
 end $$;
 comment on function bitrix_sync.tg_settings_versions__freeze() is
-  'BEFORE UPDATE guard on settings_versions: values and note change only while a version is a draft; validation, activation and supersession each write only their own audit columns; created_by, based_on, rollback_of never change. SQLSTATE BS031.';
+  'BEFORE UPDATE guard on settings_versions: values and note change only while a version is a draft; validation, activation and supersession each write only their own audit columns (the declared actor and the login); created_by, created_db_user, based_on, rollback_of never change. SQLSTATE BS031.';
 
 -- Initial states (the [*] arrows of docs/state-machines.md). WHEN keeps the hot inserts (inbox,
 -- commands, queue) free of a PL/pgSQL call.
@@ -116,7 +118,8 @@ comment on trigger _110_initial_state on bitrix_sync.business_alerts is 'Alerts 
 drop trigger if exists _110_initial_state on bitrix_sync.settings_versions;
 create trigger _110_initial_state before insert on bitrix_sync.settings_versions
   for each row when (new.status <> 'draft' or new.validation_errors is not null or new.validated_at is not null
-                     or new.activated_by is not null or new.activated_at is not null or new.superseded_at is not null)
+                     or new.activated_by is not null or new.activated_at is not null or new.superseded_at is not null
+                     or new.validated_db_user is not null or new.activated_db_user is not null)
   execute function bitrix_sync.tg__refuse_insert_state('draft, neither validated nor activated');
 comment on trigger _110_initial_state on bitrix_sync.settings_versions is 'A settings version starts as a draft and is validated before it can be activated (§12.3).';
 
@@ -131,9 +134,10 @@ comment on trigger _120_immutable on bitrix_sync.entity_external_mapping is
 drop trigger if exists _120_immutable on bitrix_sync.rebind_requests;
 create trigger _120_immutable before update on bitrix_sync.rebind_requests
   for each row execute function bitrix_sync.tg__refuse_immutable_change(
-    'id', 'user_id', 'previous_contact_id', 'target_contact_id', 'reason', 'operator_id', 'workflow_id', 'requested_at');
+    'id', 'user_id', 'previous_contact_id', 'target_contact_id', 'reason', 'operator_id', 'workflow_id', 'requested_at',
+    'requested_db_user');
 comment on trigger _120_immutable on bitrix_sync.rebind_requests is
-  'The request, its reason and its operator are audit (§5.4): only its progress changes.';
+  'The request, its reason, its operator and the login that asked are audit (§5.4): only its progress changes.';
 
 drop trigger if exists _120_immutable on bitrix_sync.settings_versions;
 create trigger _120_immutable before update on bitrix_sync.settings_versions
@@ -144,7 +148,7 @@ comment on trigger _120_immutable on bitrix_sync.settings_versions is
 drop trigger if exists _120_immutable on bitrix_sync.cutover;
 create trigger _120_immutable before update on bitrix_sync.cutover
   for each row execute function bitrix_sync.tg__refuse_immutable_change(
-    'singleton', 'cutover_watermark', 'cancelled_count', 'performed_by', 'performed_at');
+    'singleton', 'cutover_watermark', 'cancelled_count', 'performed_by', 'performed_at', 'performed_db_user');
 comment on trigger _120_immutable on bitrix_sync.cutover is
   'The cutover happens once (§17): moving the watermark would silently stop or replay App intake.';
 

@@ -25,6 +25,7 @@ values
   ('limiter.burst', 'integer', '5', 1, 250, null, null, false, 'Token bucket capacity (requests).'),
   ('limiter.max_in_flight', 'integer', '2', 1, 50, null, null, false, 'HTTP requests to the portal in flight at once, all replicas together (§8).'),
   ('limiter.refill_per_sec', 'number', '2', 0.01, 50, null, null, false, 'Token bucket refill rate, requests per second (§8: 2 until the plan is confirmed).'),
+  ('mapping.hold_after_phone_link', 'boolean', 'false', null, null, null, null, false, 'After a link made by phone alone (B1.1, B2.1), hold the Contact''s name, e-mail and citizenship back from the App until a robot webhook reports a CRM change made after the link or an admin confirms (confirm_phone_link). Off: applied at once, which trusts that the App verifies phone numbers.'),
   ('reconcile.contacts_interval_sec', 'integer', '900', 60, 86400, null, null, false, 'Incremental Contact reconciliation interval (§10.2: 15 min).'),
   ('reconcile.lease_sec', 'integer', '600', 60, 86400, null, null, false, 'A reconciliation run still marked running after this long is taken to have died: the next claim starts a new run.'),
   ('reconcile.opened_filter', 'enum', '"Y"', null, null, '["Y", "N", "1", "0"]', null, false, 'Value sent for the opened filter of crm.item.list; the reference documents Y/N for system booleans.'),
@@ -185,7 +186,7 @@ begin
   return v_version;
 end $$;
 comment on function bitrix_sync.propose_settings(jsonb, text, text) is
-  'Creates a draft version: the active values with p_changes applied, whole numbers of integer keys normalised (1036.0 -> 1036). Validate, then activate it.';
+  'Creates a draft version: the active values with p_changes applied, whole numbers of integer keys normalised (1036.0 -> 1036); created_by is the declared actor, created_db_user the login (session_user). Validate, then activate it.';
 
 create or replace function bitrix_sync.validate_settings_version(p_version integer)
 returns jsonb
@@ -210,12 +211,12 @@ begin
      set settings_values = v_values,
          status = case when jsonb_array_length(v_errors) = 0 then 'validated' else 'rejected' end,
          validation_errors = case when jsonb_array_length(v_errors) = 0 then null else v_errors end,
-         validated_at = now()
+         validated_at = now(), validated_db_user = session_user
    where version = p_version;
   return v_errors;
 end $$;
 comment on function bitrix_sync.validate_settings_version(integer) is
-  'draft -> validated, or -> rejected with the reasons (returned and stored); the values are normalised in the same change. A rejected version can never be activated.';
+  'draft -> validated, or -> rejected with the reasons (returned and stored); the values are normalised in the same change, and the login (session_user) is recorded in validated_db_user. A rejected version can never be activated.';
 
 create or replace function bitrix_sync.activate_settings_version(p_version integer, p_actor text)
 returns bitrix_sync.settings_versions
@@ -243,14 +244,15 @@ begin
       using errcode = 'BS008', hint = 'Propose a new version.';
   end if;
   update bitrix_sync.settings_versions set status = 'superseded', superseded_at = now() where status = 'active';
-  update bitrix_sync.settings_versions set status = 'active', activated_by = btrim(p_actor), activated_at = now()
+  update bitrix_sync.settings_versions
+     set status = 'active', activated_by = btrim(p_actor), activated_db_user = session_user, activated_at = now()
    where version = p_version
   returning * into v_row;
   perform pg_notify('bitrix_sync_settings', v_row.version::text);
   return v_row;
 end $$;
 comment on function bitrix_sync.activate_settings_version(integer, text) is
-  'validated -> active; the previous active version becomes superseded. Records who and when, and NOTIFYs bitrix_sync_settings.';
+  'validated -> active; the previous active version becomes superseded. Records who (the declared actor and the login, session_user) and when, and NOTIFYs bitrix_sync_settings.';
 
 create or replace function bitrix_sync.rollback_settings(p_to_version integer, p_actor text, p_note text default null)
 returns bitrix_sync.settings_versions

@@ -79,9 +79,10 @@ export function hasValidPhone(u: AppUser): boolean {
 /**
  * The keyed hash (src/hash.ts) of the App-master content an intent wants in the CRM. Equal hashes
  * mean semantically equal intents (DESIGN.md, adopted guarantees). Only App-master fields count:
- * phone and status. A workflow recorded before the hash key existed holds a legacy hash, which never
- * equals a new one: its next intent runs one pass more, which reads the Contact and finds nothing
- * to write.
+ * phone and status. A workflow that holds an older form (v2, or none: migration 000029 cleared the
+ * unkeyed ones) never equals a new hash: the user's next intent runs one pass more, which reads the
+ * Contact and finds nothing to write (the update steps compare the phone by value, whatever the
+ * form of the hashes they hold).
  */
 export function desiredContentHash(intent: string, u: AppUser | null): string {
   if (!u) return contentHash({ intent, missing: true });
@@ -225,8 +226,8 @@ export async function applyCrmMaster(
       name,
       citizenship,
       email,
-      piiHash(name),
-      piiHash(email),
+      piiHash("name", name),
+      piiHash("email", email),
       contact.citizenshipEnumId,
       loadedAt === null ? null : new Date(loadedAt),
       contact.registered,

@@ -3,18 +3,31 @@
 // (workflow_instances.content_hash, which covers the phone). They make values comparable without
 // storing them. A plain SHA-256 of a +7 phone is not that: there are only 10^10 such numbers, and
 // a laptop tries them all in minutes. So these are HMAC-SHA256 under a secret key,
-// BITRIX_SYNC_HASH_KEY (docs/security.md), and read as "v2:" plus 43 base64url characters (46, so
+// BITRIX_SYNC_HASH_KEY (docs/security.md), over the field's name, a NUL and the value
+// ("phone\0+79991234567"): two fields with equal values (a name that is also an e-mail, a phone
+// written into the name) never share a hash. Written as "v3:" plus 43 base64url characters (46, so
 // the varchar(64) columns hold them).
 //
-// Rows written before the key existed hold plain SHA-256 hex (64 characters, no prefix): the
-// legacy form. They stay valid. `matchesPiiHash` compares a stored hash of either form with a value,
-// and the one place that holds both a legacy hash and the value it covers upgrades the row (the
-// phone entry bitrix-sync wrote, src/workflows/command-io.ts). Nothing rewrites Contacts in the CRM
-// for the switch: a user's next phone change overwrites the same entry, as before.
+// Two older forms are read as legacy, never written:
+//   - "v2:" + base64url: HMAC under the same key over the value alone (no field label);
+//   - 64 hex characters: plain SHA-256, written before the key existed.
+// `matchesPiiHash` compares a stored hash of any form with a value. Where a legacy hash and the value
+// it covers are at hand it is rewritten (the phone entry bitrix-sync wrote,
+// src/workflows/command-io.ts; the snapshots' phones against the App's, src/maintenance/rekey.ts).
+// Migration 000029 cleared the unkeyed ones whose value is never at hand (bitrix_sync.
+// clear_unkeyed_hashes()): a snapshot's name or e-mail hash then reads "cleared", which matches
+// nothing and tells reconciliation that the value before is unknown (CLEARED_HASH).
 import { createHash, createHmac } from "node:crypto";
 
-const PREFIX = "v2:";
-const LEGACY = /^[0-9a-f]{64}$/;
+const PREFIX = "v3:";
+const V2 = /^v2:[A-Za-z0-9_-]{43}$/;
+const HEX = /^[0-9a-f]{64}$/;
+
+/** What a keyed hash is of. The label is part of the HMAC input; it is never stored. */
+export type HashField = "phone" | "name" | "email" | "content";
+
+/** A snapshot hash cleared by migration 000029: the value it stood for is unknown. */
+export const CLEARED_HASH = "cleared";
 
 let key: Buffer | null = null;
 
@@ -26,41 +39,67 @@ export function configureHashKey(secret: string | undefined): void {
   key = secret === undefined || secret === "" ? null : Buffer.from(secret, "utf8");
 }
 
-function hmac(text: string): string {
+function hmac(text: string): Buffer {
   if (key === null) {
     throw new Error(
       "BITRIX_SYNC_HASH_KEY is not configured: personal data cannot be hashed (configure the secret; it is required when BITRIX_SYNC_ENABLED=true)",
     );
   }
-  return PREFIX + createHmac("sha256", key).update(text, "utf8").digest("base64url");
+  return createHmac("sha256", key).update(text, "utf8").digest();
 }
 
-/** The keyed hash of a personal value (phone, name, e-mail). Null stays null. */
-export function piiHash(value: string | null | undefined): string | null {
+function labelled(field: HashField, text: string): string {
+  return PREFIX + hmac(`${field}\0${text}`).toString("base64url");
+}
+
+/** The keyed hash of a personal value (phone, name, e-mail), labelled with its field. Null stays null. */
+export function piiHash(
+  field: Exclude<HashField, "content">,
+  value: string | null | undefined,
+): string | null {
   if (value === null || value === undefined) return null;
-  return hmac(value);
+  return labelled(field, value);
 }
 
-/** The keyed hash of a JSON value with sorted keys (stable across key order), e.g. intent content. */
+/** The keyed hash of a JSON value with sorted keys (stable across key order): an intent's content. */
 export function contentHash(value: unknown): string {
-  return hmac(stableJson(value));
+  return labelled("content", stableJson(value));
 }
 
-/** True for a hash in the form written before the key existed (plain SHA-256 hex). */
+/** True for a hash in a form that is read but no longer written: v2 (unlabelled) or plain SHA-256. */
 export function isLegacyHash(stored: string | null | undefined): boolean {
-  return typeof stored === "string" && LEGACY.test(stored);
+  return typeof stored === "string" && (V2.test(stored) || HEX.test(stored));
 }
 
-/** Plain SHA-256 hex: the legacy form, kept to recognise old rows, never written anew. */
+/** True for a hash in the unkeyed form (plain SHA-256 hex): the one to re-key or clear. */
+export function isUnkeyedHash(stored: string | null | undefined): boolean {
+  return typeof stored === "string" && HEX.test(stored);
+}
+
+/** Plain SHA-256 hex: the unkeyed legacy form, kept to recognise old rows, never written anew. */
 export function legacySha256(value: string): string {
   return createHash("sha256").update(value, "utf8").digest("hex");
 }
 
-/** Whether `stored` (either form) is the hash of `value`; null matches null only. */
-export function matchesPiiHash(stored: string | null | undefined, value: string | null | undefined): boolean {
+/** The v2 form (HMAC without the field label): kept to recognise old rows, never written anew. */
+export function legacyV2Hash(value: string): string {
+  return `v2:${hmac(value).toString("base64url")}`;
+}
+
+/**
+ * Whether `stored` (any form) is the hash of `value` as field `field`; null matches null only, and
+ * a cleared hash matches nothing.
+ */
+export function matchesPiiHash(
+  stored: string | null | undefined,
+  field: Exclude<HashField, "content">,
+  value: string | null | undefined,
+): boolean {
   if (stored === null || stored === undefined || value === null || value === undefined)
     return (stored ?? null) === null && (value ?? null) === null;
-  return isLegacyHash(stored) ? legacySha256(value) === stored : hmac(value) === stored;
+  if (HEX.test(stored)) return legacySha256(value) === stored;
+  if (V2.test(stored)) return legacyV2Hash(value) === stored;
+  return stored === labelled(field, value);
 }
 
 /**

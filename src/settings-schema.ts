@@ -62,6 +62,8 @@ export const SettingsSchema = z.object({
   health: z.object({ crmStaleSec: int(30, 86_400) }),
   lease: z.object({ ttlSec: int(5, 3600) }),
   limiter: z.object({ burst: int(1, 250), maxInFlight: int(1, 50), refillPerSec: num(0.01, 50) }),
+  /** Read by SQL (bitrix_sync.hold_phone_link, sql/held_links.sql); here for the drift test and status. */
+  mapping: z.object({ holdAfterPhoneLink: z.boolean() }),
   reconcile: z.object({
     contactsIntervalSec: int(60, 86_400),
     leaseSec: int(60, 86_400),

@@ -4,10 +4,12 @@ import type { Task } from "graphile-worker";
 import { z } from "zod";
 import { reconcileAlerts } from "../src/alerts/reconcile.js";
 import { runtime } from "../src/runtime.js";
+import { safeTask } from "../src/worker/task-errors.js";
 
 const Payload = z.object({ force: z.boolean().optional() }).passthrough();
 
-const task: Task = async (payload, helpers) => {
+// Wrapped: whatever it throws reaches the runner as a code, never data (src/worker/task-errors.ts).
+const task: Task = safeTask("reconcile_alerts", async (payload, helpers) => {
   const p = Payload.parse(payload ?? {});
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
@@ -17,6 +19,6 @@ const task: Task = async (payload, helpers) => {
     // SIGTERM: the run stops before its next batch request and gives the cursor back.
     signal: AbortSignal.any([r.stopping, helpers.abortSignal ?? new AbortController().signal]),
   });
-};
+});
 
 export default task;

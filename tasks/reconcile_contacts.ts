@@ -5,10 +5,12 @@ import type { Task } from "graphile-worker";
 import { z } from "zod";
 import { reconcileContacts } from "../src/inbound/reconcile.js";
 import { runtime } from "../src/runtime.js";
+import { failTask, safeTask } from "../src/worker/task-errors.js";
 
 const Payload = z.object({ force: z.boolean().optional() }).passthrough();
 
-const task: Task = async (payload, helpers) => {
+// Wrapped: whatever it throws reaches the runner as a code, never data (src/worker/task-errors.ts).
+const task: Task = safeTask("reconcile_contacts", async (payload, helpers) => {
   const p = Payload.parse(payload ?? {});
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
@@ -17,7 +19,7 @@ const task: Task = async (payload, helpers) => {
     // SIGTERM: the run stops before its next batch and gives the cursor back.
     signal: AbortSignal.any([r.stopping, helpers.abortSignal ?? new AbortController().signal]),
   });
-  if (report.status === "failed") throw new Error(`reconciliation failed: ${report.errorCode}`);
-};
+  if (report.status === "failed") throw failTask("reconcile_contacts", report.errorCode ?? "run_failed");
+});
 
 export default task;

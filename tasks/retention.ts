@@ -5,16 +5,18 @@ import type { Task } from "graphile-worker";
 import { z } from "zod";
 import { runRetention } from "../src/maintenance/retention.js";
 import { runtime } from "../src/runtime.js";
+import { safeTask } from "../src/worker/task-errors.js";
 
 const Payload = z.object({}).passthrough();
 
-const task: Task = async (payload, helpers) => {
+// Wrapped: whatever it throws reaches the runner as a code, never data (src/worker/task-errors.ts).
+const task: Task = safeTask("retention", async (payload, helpers) => {
   Payload.parse(payload ?? {});
   const r = await runtime();
   // A paused service (BITRIX_SYNC_ENABLED=false, §17 rollback) keeps its history as it is.
   if (!r.config.processing || r.stopping.aborted) return;
   const signal = AbortSignal.any([r.stopping, helpers.abortSignal ?? new AbortController().signal]);
   await runRetention(r.pool, r.settings.get().retention, r.log, { signal });
-};
+});
 
 export default task;

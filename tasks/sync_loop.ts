@@ -5,6 +5,7 @@ import type { Task } from "graphile-worker";
 import { z } from "zod";
 import { runtime } from "../src/runtime.js";
 import { runSyncLoop } from "../src/sync-loop.js";
+import { safeTask } from "../src/worker/task-errors.js";
 
 const Payload = z.object({ budget_ms: z.number().int().min(1000).max(600_000).optional() }).passthrough();
 
@@ -25,7 +26,8 @@ interface Run {
 let current: Run | null = null;
 let successor: Run | null = null;
 
-const task: Task = async (payload, helpers) => {
+// Wrapped: whatever it throws reaches the runner as a code, never data (src/worker/task-errors.ts).
+const task: Task = safeTask("sync_loop", async (payload, helpers) => {
   const p = Payload.parse(payload ?? {});
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
@@ -71,6 +73,6 @@ const task: Task = async (payload, helpers) => {
         .catch(() => undefined);
     }
   }
-};
+});
 
 export default task;

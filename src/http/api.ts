@@ -83,6 +83,8 @@ export const StatusBody = ProcessStatus.extend({
     z.object({ alert_type: z.string(), severity: z.string(), open_count: count, sla_overdue: count }),
   ),
   alert_mirror: z.array(z.object({ mirror_status: z.string(), count, oldest_age_sec: age })),
+  /** Links made by phone alone whose CRM-master fields are held back (mapping.hold_after_phone_link). */
+  held_links: z.object({ count, oldest_age_sec: age }),
   reconciliation: z.array(
     z.object({
       job_type: z.string(),

@@ -232,7 +232,7 @@ async function limiterStatus(src: StatusSource): Promise<z.input<typeof LimiterS
 }
 
 async function databaseStatus(pool: pg.Pool) {
-  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, cursors] = await Promise.all([
+  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, held, cursors] = await Promise.all([
     pool.query(
       "select status, count::int, oldest_age_sec::int from bitrix_sync.status_queue order by status",
     ),
@@ -254,6 +254,9 @@ async function databaseStatus(pool: pg.Pool) {
     pool.query(
       "select mirror_status, count::int, oldest_age_sec::int from bitrix_sync.status_alert_mirror order by 1",
     ),
+    pool.query<{ count: number; oldest_age_sec: number }>(
+      "select count::int, oldest_age_sec::int from bitrix_sync.status_held_links",
+    ),
     pool.query(
       "select job_type, watermark, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered from bitrix_sync.reconciliation_cursors order by job_type",
     ),
@@ -266,6 +269,7 @@ async function databaseStatus(pool: pg.Pool) {
     dead_letters: dlq.rows,
     business_alerts: alerts.rows,
     alert_mirror: mirror.rows,
+    held_links: held.rows[0] ?? { count: 0, oldest_age_sec: 0 },
     reconciliation: cursors.rows,
   };
 }

@@ -10,6 +10,8 @@ import type { ContactRecord } from "../crm/contact-fields.js";
 /** What happened to one Contact read by ID. Low-cardinality: used as outcome codes and labels. */
 export type ContactOutcome =
   | "applied"
+  /** The link was made by phone alone and is held (sql/held_links.sql): nothing applied. */
+  | "held"
   | "stale"
   | "unknown_mapping"
   | "user_id_mismatch"
@@ -21,6 +23,8 @@ export interface MappedContact {
   contactId: number;
   userId: string;
   mappingId: string;
+  /** A link made by phone alone whose CRM-master fields are held back (sql/held_links.sql). */
+  held: boolean;
 }
 
 /** Active mappings of these Contact IDs. */
@@ -28,14 +32,15 @@ export async function activeMappings(
   db: pg.Pool | pg.PoolClient,
   contactIds: number[],
 ): Promise<Map<number, MappedContact>> {
-  const { rows } = await db.query<{ id: string; entity_id: string; external_id: string }>(
-    "select id, entity_id, external_id from bitrix_sync.entity_external_mapping where status = 'active' and external_id = any($1)",
+  const { rows } = await db.query<{ id: string; entity_id: string; external_id: string; held: boolean }>(
+    `select id, entity_id, external_id, held_at is not null and hold_released_at is null as held
+       from bitrix_sync.entity_external_mapping where status = 'active' and external_id = any($1)`,
     [contactIds.map(String)],
   );
   return new Map(
     rows.map((r) => [
       Number(r.external_id),
-      { contactId: Number(r.external_id), userId: r.entity_id, mappingId: r.id },
+      { contactId: Number(r.external_id), userId: r.entity_id, mappingId: r.id, held: r.held },
     ]),
   );
 }
@@ -46,7 +51,7 @@ export async function activeMappings(
  */
 export async function applyContact(
   c: pg.PoolClient,
-  deps: Pick<ServiceContext, "dictionary">,
+  deps: Pick<ServiceContext, "dictionary" | "log">,
   m: MappedContact,
   contact: ContactRecord | undefined,
   source: Exclude<ApplySource, "app_create">,
@@ -64,6 +69,22 @@ export async function applyContact(
     return "user_id_mismatch";
   }
   if (contact.registered === false) return "registration_inactive";
+  if (m.held) {
+    // Only a robot webhook that reads a change made in the CRM after the link releases the hold;
+    // reconciliation applies nothing meanwhile (sql/held_links.sql).
+    const { rows } = await c.query<{ hold: string }>(
+      "select bitrix_sync.held_link_read($1, $2, $3) as hold",
+      [m.mappingId, contact.updatedAt ? new Date(contact.updatedAt) : null, source === "webhook"],
+    );
+    const hold = rows[0]?.hold;
+    if (hold === "held") return "held";
+    if (hold === "released") {
+      deps.log.info(
+        { event: "link.hold_released", mappingId: m.mappingId, by: "robot_webhook" },
+        "a robot webhook reported a CRM change after a link made by phone alone: its fields apply now",
+      );
+    }
+  }
   const r = await applyCrmMaster(c, m.userId, contact, source, deps.dictionary, { webhookReceivedAt });
   if (r.applied) return "applied";
   if (r.stale) return "stale";

@@ -11,7 +11,7 @@ import { executeBatch } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
-import { matchesPiiHash } from "../hash.js";
+import { CLEARED_HASH, matchesPiiHash } from "../hash.js";
 import {
   reconciliationRecovered,
   reconciliationRuns,
@@ -68,8 +68,9 @@ interface SnapshotHashes {
 
 /**
  * Whether applying `contact` left the App's CRM-master values as they were. The hashes before are
- * compared with the applied values themselves, so a snapshot written before the hash key existed
- * (legacy form, src/hash.ts) is not counted as a change, and the switch raises no recovery spike.
+ * compared with the applied values themselves, so a snapshot hash of an older form (v2, plain
+ * SHA-256: src/hash.ts) is not counted as a change, and a hash cleared by migration 000029 (the value
+ * before is unknown) is not counted either: a change of the hash form raises no recovery spike.
  */
 function sameValues(
   before: SnapshotHashes | undefined,
@@ -78,9 +79,11 @@ function sameValues(
 ): boolean {
   if (!before || !after || !contact) return false;
   const { name, email } = crmMasterValues(contact);
+  const same = (stored: string | null, field: "name" | "email", value: string | null) =>
+    stored === CLEARED_HASH || matchesPiiHash(stored, field, value);
   return (
-    matchesPiiHash(before.name_hash, name) &&
-    matchesPiiHash(before.email_hash, email) &&
+    same(before.name_hash, "name", name) &&
+    same(before.email_hash, "email", email) &&
     before.citizenship_enum_id === after.citizenship_enum_id &&
     before.stale === after.stale
   );

@@ -122,6 +122,18 @@ export const DATABASE_FAMILIES: readonly Family[] = [
     ["mirror_status"],
   ),
   f(
+    "bitrix_sync_phone_links_held",
+    "gauge",
+    "Active links made by phone alone whose CRM-master fields are held back (mapping.hold_after_phone_link) until a robot webhook or an admin confirms.",
+    [],
+  ),
+  f(
+    "bitrix_sync_phone_links_held_oldest_age_seconds",
+    "gauge",
+    "Age of the oldest held link made by phone alone (0 when there is none).",
+    [],
+  ),
+  f(
     "bitrix_sync_mapping_invariant_violations",
     "gauge",
     "Active mappings whose App user is not active (contact.deactivate should have closed them); checked at most once a minute.",

@@ -220,7 +220,8 @@ export async function checkDatabase(config: Config, ownerUrl: string | undefined
   return { results, settings };
 }
 
-interface Drift {
+/** A row of bitrix_sync.role_privilege_drift. */
+export interface Drift {
   object_type: string;
   object_name: string;
   role: string | null;
@@ -269,21 +270,7 @@ async function checkGrants(
       }
       throw e;
     }
-    if (rows.length === 0) return check("database.grants", "ok", "roles and grants match sql/privileges.sql");
-    const shown = rows
-      .slice(0, 5)
-      .map((r) =>
-        `${r.problem} ${r.privilege ?? ""}${r.column_name ? ` (${r.column_name})` : ""} on ${r.object_type} ${r.object_name}${r.role ? ` for ${r.role}` : ""}`.replace(
-          /\s+/g,
-          " ",
-        ),
-      );
-    return check(
-      "database.grants",
-      "fail",
-      `${rows.length} difference(s) from the privilege catalogue: ${shown.join("; ")}${rows.length > 5 ? "; ..." : ""}`,
-      "re-apply the catalogue as the owner (psql -f sql/grants.sql) or revoke the manual GRANT; see docs/security.md",
-    );
+    return grantsVerdict(rows);
   } finally {
     await owner?.end().catch(() => undefined);
   }
@@ -453,4 +440,55 @@ async function checkOwner(c: pg.Client): Promise<CheckResult> {
     );
   }
   return check("database.owner", "ok", `owned by ${owners}, not a superuser`);
+}
+
+const PROJECT_ROLES = new Set(["bitrix_sync_user", "bitrix_sync_admin", "han_app_user"]);
+
+/** One drift row in words: a privilege (or its absence) on an object, or a role membership. */
+export function describeDrift(r: Drift): string {
+  if (r.object_type === "role") {
+    const admin = r.privilege?.includes("ADMIN OPTION") ? " with admin option" : "";
+    return r.problem === "conflicting_membership"
+      ? `conflicting_membership ${r.role} holds ${r.object_name} and another project role`
+      : `extra_membership ${r.role} is a member of ${r.object_name}${admin}`;
+  }
+  return `${r.problem} ${r.privilege ?? ""}${r.column_name ? ` (${r.column_name})` : ""} on ${r.object_type} ${r.object_name}${r.role ? ` for ${r.role}` : ""}`.replace(
+    /\s+/g,
+    " ",
+  );
+}
+
+/**
+ * The database.grants check from the drift rows. The hint fits what was found: re-applying the
+ * catalogue (sql/grants.sql) repairs the three roles' grants only; a role outside the catalogue and
+ * a membership need a REVOKE by hand.
+ */
+export function grantsVerdict(rows: readonly Drift[]): CheckResult {
+  if (rows.length === 0)
+    return check("database.grants", "ok", "roles, memberships and grants match sql/privileges.sql");
+  const shown = rows.slice(0, 5).map(describeDrift);
+  const hints: string[] = [];
+  if (
+    rows.some(
+      (r) =>
+        r.object_type !== "role" && (r.role === null || PROJECT_ROLES.has(r.role) || r.role === "PUBLIC"),
+    )
+  )
+    hints.push("re-apply the catalogue as the owner (psql -f sql/grants.sql) or revoke the manual GRANT");
+  if (
+    rows.some(
+      (r) => r.object_type !== "role" && r.role !== null && !PROJECT_ROLES.has(r.role) && r.role !== "PUBLIC",
+    )
+  )
+    hints.push("revoke the privilege from the role outside the catalogue (REVOKE ... FROM <role>)");
+  if (rows.some((r) => r.object_type === "role"))
+    hints.push(
+      "revoke the membership (REVOKE <role> FROM <member>): a login holds one project role, without admin option",
+    );
+  return check(
+    "database.grants",
+    "fail",
+    `${rows.length} difference(s) from the privilege catalogue: ${shown.join("; ")}${rows.length > 5 ? "; ..." : ""}`,
+    `${hints.join("; ")}; see docs/security.md`,
+  );
 }

@@ -15,7 +15,7 @@ import {
 import type { CommandResults, CommandType, CrmCommand } from "../crm/catalogue.js";
 import type { CitizenshipDictionary, ContactRecord } from "../crm/contact-fields.js";
 import { isValidRuPhone, type PhonePlan, phoneChange } from "../crm/contact-fields.js";
-import { isLegacyHash, legacySha256, piiHash } from "../hash.js";
+import { isLegacyHash, matchesPiiHash, piiHash } from "../hash.js";
 import type { CommandRow } from "./types.js";
 
 /** A command the pump can send, plus what its handler needs to know about what was sent. */
@@ -104,7 +104,7 @@ export async function hydrate(
           value: {
             userId,
             cmd: { type, key, params: { phones: [phone] } },
-            memo: { phoneHash: piiHash(phone) },
+            memo: { phoneHash: piiHash("phone", phone) },
           },
         };
       }
@@ -130,9 +130,9 @@ export async function hydrate(
               },
             },
             memo: {
-              phoneHash: piiHash(phone),
-              nameHash: piiHash(name),
-              emailHash: piiHash(email),
+              phoneHash: piiHash("phone", phone),
+              nameHash: piiHash("name", name),
+              emailHash: piiHash("email", email),
               citizenshipEnumId: cit?.id ?? null,
             },
           },
@@ -154,7 +154,7 @@ export async function hydrate(
           ? { entryId: ph.entry_id, valueType: ph.value_type || "MOBILE" }
           : { append: true };
         params.phones = [phoneChange(plan, phone)];
-        memo.phoneHash = piiHash(phone);
+        memo.phoneHash = piiHash("phone", phone);
       }
       return { ok: true, value: { userId, cmd: { type, key, params }, memo } };
     }
@@ -178,16 +178,16 @@ export async function hydrate(
 }
 
 /**
- * A snapshot written before the hash key existed holds the phone bitrix-sync wrote as plain SHA-256
- * (src/hash.ts). Here, and only here, both that hash and the Contact's numbers are at hand: the
- * entry it matches has its hash rewritten in the keyed form, so the update step, which compares
- * keyed hashes, overwrites that entry instead of appending a second one.
+ * A snapshot may hold the phone bitrix-sync wrote in a legacy form (v2, or plain SHA-256 from
+ * before the hash key: src/hash.ts). Here both that hash and the Contact's numbers are at hand: the
+ * entry it matches has its hash rewritten in the v3 form, so the update step, which compares the
+ * entries' v3 hashes with the snapshot's, overwrites that entry instead of appending a second one.
  */
 async function upgradeLegacyPhoneHash(tx: pg.PoolClient, c: ContactRecord): Promise<void> {
   const snap = await loadSnapshot(tx, String(c.id));
   if (!snap?.phoneHash || !isLegacyHash(snap.phoneHash)) return;
-  const entry = c.phones.find((e) => legacySha256(e.value.trim()) === snap.phoneHash);
-  const upgraded = entry ? piiHash(entry.value.trim()) : null;
+  const entry = c.phones.find((e) => matchesPiiHash(snap.phoneHash, "phone", e.value.trim()));
+  const upgraded = entry ? piiHash("phone", entry.value.trim()) : null;
   if (upgraded) await snapshotPhone(tx, snap.contactId, snap.userId, upgraded);
 }
 
@@ -271,7 +271,11 @@ export async function projectResult(
           contacts: contacts.map((c) => ({
             ...contactSummary(c),
             // The entry type is kept so an overwrite does not change it; the number only as a hash.
-            phones: c.phones.map((e) => ({ id: e.id, type: e.valueType, hash: piiHash(e.value.trim()) })),
+            phones: c.phones.map((e) => ({
+              id: e.id,
+              type: e.valueType,
+              hash: piiHash("phone", e.value.trim()),
+            })),
           })),
         };
       }
@@ -280,6 +284,17 @@ export async function projectResult(
         const c = contacts[0];
         if (!c || !userId) return { found: false };
         if (c.userId !== userId) return { found: true, user_id_matches: false, registered: c.registered };
+        // A link made by phone alone may be held (sql/held_links.sql): nothing reaches the App yet;
+        // this read is remembered as the one a robot webhook has to be newer than. Only a held
+        // link's row is locked and read further; any other link finds no row here.
+        const { rows: hold } = await tx.query<{ hold: string }>(
+          `select bitrix_sync.held_link_read(m.id, $3, false) as hold from bitrix_sync.entity_external_mapping m
+            where m.entity_id = $1 and m.external_id = $2 and m.status = 'active'
+              and m.held_at is not null and m.hold_released_at is null`,
+          [userId, String(c.id), c.updatedAt ? new Date(c.updatedAt) : null],
+        );
+        if (hold[0]?.hold === "held")
+          return { found: true, user_id_matches: true, registered: c.registered, applied: false, held: true };
         const applied = await applyCrmMaster(tx, userId, c, "app_create", ctx.dictionary);
         if (!applied.applied && !applied.stale) throw new BusinessFailure("unknown_citizenship");
         return { found: true, user_id_matches: true, registered: c.registered, applied: applied.applied };

@@ -84,13 +84,14 @@ test("the admin lists open dead letters with safe columns and what a requeue wou
       "resolution",
       "resolved_at",
       "resolved_by",
+      "resolved_db_user",
       "source",
       "source_id",
       "workflow_id",
       "workflow_state",
       "workflow_type",
     ],
-    "codes, counts, times and internal ids only: no user id, Contact id, reason or raw text",
+    "codes, counts, times, internal ids and who resolved it only: no user id, Contact id, reason or raw text",
   );
   await rejectsWith(
     t,

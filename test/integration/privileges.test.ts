@@ -1,4 +1,5 @@
 // Least privilege (§13, DESIGN.md): each role can do its job and nothing else.
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
@@ -262,6 +263,96 @@ test("a grant outside the catalogue, or one missing, shows as drift", async (t) 
     await c.query("rollback");
     c.release();
   }
+});
+
+/**
+ * Runs `fn` in a transaction that is rolled back, with throwaway roles named `<prefix>_<hex>` created
+ * in it (roles are cluster-wide: neither they nor their memberships are ever seen outside it).
+ */
+async function withThrowawayRoles(
+  names: string[],
+  fn: (c: pg.PoolClient, role: Record<string, string>) => Promise<void>,
+): Promise<void> {
+  const suffix = randomBytes(4).toString("hex");
+  const role = Object.fromEntries(names.map((n) => [n, `bs_${n}_${suffix}`]));
+  const c = await db.pool.connect();
+  try {
+    await c.query("begin");
+    for (const r of Object.values(role)) await c.query(`create role ${r} nologin`);
+    await fn(c, role);
+  } finally {
+    await c.query("rollback");
+    c.release();
+  }
+}
+
+test("a role outside the catalogue holding a privilege on the project's objects shows as drift", async (t) => {
+  await withThrowawayRoles(["reporting"], async (c, { reporting }) => {
+    await c.query(`grant select on bitrix_sync.entity_external_mapping to ${reporting}`);
+    await c.query(`grant update (status) on han_app.sync_queue to ${reporting}`);
+    await c.query(`grant execute on function bitrix_sync.active_settings() to ${reporting}`);
+    await c.query(`grant usage on schema bitrix_sync to ${reporting}`);
+    // The App's own tables and schema are the App's to share: not the project's business.
+    await c.query(`grant select on han_app.client_profile to ${reporting}`);
+    await c.query(`grant usage on schema han_app to ${reporting}`);
+    t.deepEqual(
+      (await drift(c)).map((d) => [d.object_name, d.role, d.privilege, d.column_name, d.problem]),
+      [
+        ["bitrix_sync.active_settings()", reporting, "EXECUTE", null, "extra"],
+        ["bitrix_sync", reporting, "USAGE", null, "extra"],
+        ["bitrix_sync.entity_external_mapping", reporting, "SELECT", null, "extra"],
+        ["han_app.sync_queue", reporting, "UPDATE", "status", "extra"],
+      ],
+    );
+  });
+});
+
+test("role memberships the catalogue does not list show as drift; a login holding one project role does not", async (t) => {
+  await withThrowawayRoles(
+    ["app", "ops", "ops_team", "other", "admin_giver", "service"],
+    async (c, { app, ops, ops_team, other, admin_giver, service }) => {
+      // What deployment does: logins holding one project role each, directly or through a group.
+      await c.query(`grant han_app_user to ${app}`);
+      await c.query(`grant bitrix_sync_admin to ${ops_team}`);
+      await c.query(`grant ${ops_team} to ${ops}`);
+      await c.query(`grant bitrix_sync_user to ${service}`);
+      t.deepEqual(await drift(c), [], "one project role per login is the catalogue's rule");
+
+      // The admin role granted to the App's login; a project role holding another role; a project
+      // role in another project role; a membership that may be handed on.
+      await c.query(`grant bitrix_sync_admin to ${app}`);
+      await c.query(`grant ${other} to bitrix_sync_user`);
+      await c.query("grant bitrix_sync_user to han_app_user");
+      await c.query(`grant bitrix_sync_admin to ${admin_giver} with admin option`);
+      t.deepEqual(
+        (await drift(c)).map((d) => [d.object_type, d.object_name, d.role, d.privilege, d.problem]),
+        [
+          ["role", "bitrix_sync_admin", admin_giver, "MEMBER WITH ADMIN OPTION", "extra_membership"],
+          ["role", "bitrix_sync_admin", app, "MEMBER", "conflicting_membership"],
+          // the App's login now holds the runtime role too, through han_app_user
+          ["role", "bitrix_sync_user", app, "MEMBER", "conflicting_membership"],
+          ["role", "bitrix_sync_user", "han_app_user", "MEMBER", "extra_membership"],
+          ["role", other, "bitrix_sync_user", "MEMBER", "extra_membership"],
+          ["role", "han_app_user", app, "MEMBER", "conflicting_membership"],
+        ],
+      );
+    },
+  );
+});
+
+test("a login holding two project roles through groups shows as drift", async (t) => {
+  await withThrowawayRoles(["team", "login"], async (c, { team, login }) => {
+    await c.query(`grant bitrix_sync_admin to ${team}`);
+    await c.query(`grant ${team} to ${login}`);
+    await c.query(`grant bitrix_sync_user to ${login}`);
+    t.deepEqual(
+      (await drift(c)).map((d) => [d.object_name, d.role, d.problem]),
+      [
+        ["bitrix_sync_admin", login, "conflicting_membership"],
+        ["bitrix_sync_user", login, "conflicting_membership"],
+      ],
+    );
+  });
 });
 
 test("the admin functions are the admin's; the runtime role executes none of them", async (t) => {

@@ -181,6 +181,11 @@ test.serial("status needs the service token and holds no PII, IDs or secrets", a
     "select bitrix_sync.raise_business_alert('duplicate_contacts', 'low', repeat('a', 64), $1, '777001', null, '[\"777002\"]', '{}', null)",
     [u.id],
   );
+  // A link made by phone alone whose fields are held back (mapping.hold_after_phone_link).
+  await setSettings(db, { "mapping.hold_after_phone_link": true });
+  await db.pool.query("select bitrix_sync.open_mapping($1, '777003', null)", [u.id]);
+  await db.pool.query("select bitrix_sync.hold_phone_link($1, '777003')", [u.id]);
+  await setSettings(db, { "mapping.hold_after_phone_link": false });
   const src = source(PROD);
   const app = createApp({ pool: db.pool, log, status: src });
   t.is((await app.request("/internal/sync/v1/status")).status, 401);
@@ -197,6 +202,8 @@ test.serial("status needs the service token and holds no PII, IDs or secrets", a
   t.is(body.mode, "full");
   t.true(body.queue.some((q: { status: string; count: number }) => q.status === "pending" && q.count >= 1));
   t.is(body.business_alerts[0].alert_type, "duplicate_contacts");
+  t.is(body.held_links.count, 1);
+  t.true(body.held_links.oldest_age_sec >= 0);
   for (const secret of [
     u.id,
     u.phone,

@@ -58,7 +58,8 @@ export type FinalReadDecision =
   /** The Contact vanished after it was chosen: break the link, outcome contact_missing. */
   | { kind: "contact_missing" }
   | { kind: "user_id_mismatch" }
-  | { kind: "succeed"; outcome: "restored" | "mapped" };
+  /** mapped_held: linked by phone alone, its CRM-master fields held back (sql/held_links.sql). */
+  | { kind: "succeed"; outcome: "restored" | "mapped" | "mapped_held" };
 
 /** After the read that applies the chosen Contact to the App (step final_read). */
 export function afterFinalRead(
@@ -67,6 +68,7 @@ export function afterFinalRead(
 ): FinalReadDecision {
   if (response.found === false) return { kind: "contact_missing" };
   if (response.user_id_matches === false) return { kind: "user_id_mismatch" };
+  if (response.held === true) return { kind: "succeed", outcome: "mapped_held" };
   return { kind: "succeed", outcome: (branch ?? "mapped") === "restore" ? "restored" : "mapped" };
 }
 

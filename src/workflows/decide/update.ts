@@ -32,6 +32,20 @@ export type UpdatePlan =
   | { kind: "update"; params: Record<string, unknown> };
 
 /**
+ * The hash the plan looks for among the Contact's entries: the entry's own hash when it is the App's
+ * phone in whatever form it was stored (a read stored by an older process holds an older form,
+ * src/hash.ts), else `fresh`, the phone's hash in today's form. Without it, the App's phone, already
+ * on the Contact, would be appended again.
+ */
+export function desiredPhoneHash(
+  c: PhonesRead,
+  isAppPhone: (hash: string) => boolean,
+  fresh: string,
+): string {
+  return (c.phones ?? []).find((p) => isAppPhone(p.hash))?.hash ?? fresh;
+}
+
+/**
  * The update of a Contact that is this user's: the phone entry to overwrite or append (on hashes:
  * the App's phone, and the one this service wrote last) and the registration flag, or nothing.
  */

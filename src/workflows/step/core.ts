@@ -259,6 +259,29 @@ export class Step {
     ]);
   }
 
+  /**
+   * A link made by phone alone (B1.1, B2.1) is held when mapping.hold_after_phone_link is on: its
+   * Contact's CRM-master fields wait for a robot webhook or an admin (sql/held_links.sql).
+   */
+  async holdPhoneLink(contactId: number): Promise<boolean> {
+    const { rows } = await this.tx.query<{ held: boolean }>(
+      "select bitrix_sync.hold_phone_link($1, $2) as held",
+      [this.wf.user_id, String(contactId)],
+    );
+    return rows[0]?.held === true;
+  }
+
+  /**
+   * A link found through the user id the Contact carries keeps the hold of an earlier link of the
+   * same user and Contact made by phone alone and never released (sql/held_links.sql).
+   */
+  async keepPhoneLinkHold(contactId: number): Promise<void> {
+    await this.tx.query("select bitrix_sync.keep_phone_link_hold($1, $2)", [
+      this.wf.user_id,
+      String(contactId),
+    ]);
+  }
+
   async breakMapping(mappingId: string, contactId: string): Promise<void> {
     await this.tx.query("select bitrix_sync.close_mapping($1, 'contact_not_found', $2, true)", [
       mappingId,

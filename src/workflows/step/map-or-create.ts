@@ -9,7 +9,7 @@ import {
   loadSnapshot,
   snapshotCreated,
 } from "../../app-data.js";
-import { piiHash } from "../../hash.js";
+import { matchesPiiHash } from "../../hash.js";
 import { decide } from "../decide/candidates.js";
 import { decideManualLink, manualDecision } from "../decide/manual.js";
 import {
@@ -87,12 +87,15 @@ async function readMapped(s: Step, last: CommandRow): Promise<void> {
   }
 }
 
-/** The App's phone is not the one the snapshot says bitrix-sync last wrote to the linked Contact. */
+/**
+ * The App's phone is not the one the snapshot says bitrix-sync last wrote to the linked Contact. By
+ * value, so a snapshot hash of an older form (src/hash.ts) of the same phone is not "behind".
+ */
 async function phoneBehind(s: Step): Promise<boolean> {
   const user = await loadAppUser(s.tx, s.wf.user_id);
   if (!user || !hasValidPhone(user)) return false;
   const snap = await loadSnapshot(s.tx, String(s.sd.contact));
-  return snap?.phoneHash !== piiHash(user.phone as string);
+  return !matchesPiiHash(snap?.phoneHash, "phone", user.phone);
 }
 
 /**
@@ -137,6 +140,7 @@ async function readPrevious(s: Step, last: CommandRow): Promise<void> {
       s.sd.contact = mine.id;
       s.sd.branch = "previous";
       await s.openMapping(mine.id);
+      await s.keepPhoneLinkHold(mine.id);
       return await s.issue("contact.read", { ids: [mine.id], purpose: "phones" }, "read_for_update");
     }
   }
@@ -167,6 +171,7 @@ async function readCandidates(s: Step, last: CommandRow): Promise<void> {
     case "restore":
       s.sd.contact = d.contactId;
       await s.openMapping(d.contactId);
+      await s.keepPhoneLinkHold(d.contactId);
       if (d.fixFlag) return await claimCommand(s, d.contactId, "restore_flag");
       return await finalRead(s);
     case "take":
@@ -223,6 +228,9 @@ async function claimContact(s: Step, last: CommandRow): Promise<void> {
         await s.tx.query("select bitrix_sync.close_mapping($1, 'taken_over', $2)", [rows[0].id, s.wf.id]);
     }
     await s.openMapping(contactId);
+    // Found by phone alone: the link trusts the App's phone number. A link a person chose
+    // (manual_link) is not one; §4's Contact carrying the user id never comes here (restore).
+    if (s.sd.branch === "B1.1" || s.sd.branch === "B2.1") await s.holdPhoneLink(contactId);
     const others = (s.sd.others as number[] | undefined) ?? [];
     if (s.sd.branch === "B2.1" && others.length > 0) {
       await s.alert({

@@ -2,9 +2,9 @@
 // rule, ../decide/update.ts) and the registration flag if they differ. Without a link it runs as
 // map_or_create. Step names and outcome codes are persisted: keep them.
 import { type AppUser, hasValidPhone, isEligible, loadAppUser, loadSnapshot } from "../../app-data.js";
-import { piiHash } from "../../hash.js";
+import { matchesPiiHash, piiHash } from "../../hash.js";
 import { isNotFound, lateWriteSettledAt } from "../decide/pass.js";
-import { checkUpdateRead, planContactUpdate } from "../decide/update.js";
+import { checkUpdateRead, desiredPhoneHash, planContactUpdate } from "../decide/update.js";
 import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
 import { finalRead, startMapOrCreate } from "./map-or-create.js";
@@ -48,9 +48,15 @@ async function afterReadForUpdate(s: Step, last: CommandRow): Promise<void> {
   }
   const c = check.contact;
   const user = await loadAppUser(s.tx, s.wf.user_id);
-  const desired = user && hasValidPhone(user) ? piiHash(user.phone) : null;
+  const phone = user && hasValidPhone(user) ? (user.phone as string) : null;
   // The phone became invalid (or the user vanished) since the pass started: the start step decides again.
-  if (desired === null) return await s.start();
+  if (phone === null) return await s.start();
+  // Compared by value: a read stored by an older process holds its entries' hashes in an older form.
+  const desired = desiredPhoneHash(
+    c,
+    (hash) => matchesPiiHash(hash, "phone", phone),
+    piiHash("phone", phone) as string,
+  );
   const snap = await loadSnapshot(s.tx, String(c.id));
   const plan = planContactUpdate(c, desired, snap?.phoneHash);
   // A pass of map_or_create that came here (a Contact linked again, or a phone behind) ends with the

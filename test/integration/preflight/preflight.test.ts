@@ -2,6 +2,7 @@
 // loopback (through the service's own CRM client), a migrated PostgreSQL, secret files, the nginx
 // renderer and a real `nginx -t`. Correct, it exits 0; each mistake makes it exit non-zero and name
 // what is wrong; its output never holds a secret, the webhook URL or a Contact's data.
+import { randomBytes } from "node:crypto";
 import { chmodSync } from "node:fs";
 import { join } from "node:path";
 import test, { type ExecutionContext } from "ava";
@@ -241,6 +242,30 @@ test("drifted grants fail and name the difference", async (t) => {
   t.is(c.status, "fail");
   t.regex(c.detail, /extra SELECT on table bitrix_sync\.crm_commands for han_app_user/);
   t.is(byId(r, "database.cutover").status, "ok");
+});
+
+test("a privilege held by a role outside the catalogue fails and names the role", async (t) => {
+  // The role is cluster-wide but holds nothing outside this test's own database, so no other test
+  // (nor another database's drift check) sees it.
+  const reporting = `bs_reporting_${randomBytes(4).toString("hex")}`;
+  const drifted = await createTestDb();
+  t.teardown(async () => {
+    await drifted.drop();
+    await db.pool.query(`drop role if exists ${reporting}`);
+  });
+  await setSettings(drifted, ALERT_SETTINGS);
+  await drifted.pool.query(`create role ${reporting} nologin`);
+  await drifted.pool.query(`grant select on bitrix_sync.entity_external_mapping to ${reporting}`);
+  const d = await deploy({ databaseUrl: drifted.url });
+  const r = await preflight(t, d);
+  t.is(r.exitCode, 1);
+  const c = byId(r, "database.grants");
+  t.is(c.status, "fail");
+  t.regex(
+    c.detail,
+    new RegExp(`extra SELECT on table bitrix_sync\\.entity_external_mapping for ${reporting}`),
+  );
+  t.regex(c.hint ?? "", /revoke/);
 });
 
 test("an alert smart process that does not match the settings fails", async (t) => {

@@ -123,7 +123,7 @@ test("phone update: an entry without an ID cannot be overwritten, so the number 
 
 test("phone update works the same on hashes, which is how the workflow plans without storing numbers", (t) => {
   configureHashKey("contact-fields-test-hash-key-0123456789");
-  const h = (v: string) => piiHash(v) as string;
+  const h = (v: string) => piiHash("phone", v) as string;
   const entries = [m(h("+79990000009"), "WORK", 10), m(h("+79990000001"), "HOME", 11)];
   for (const [desired, previous] of [
     ["+79990000002", "+79990000001"],

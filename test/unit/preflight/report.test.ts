@@ -2,6 +2,7 @@
 // line per check with its hint.
 import test from "ava";
 import { checkStubEra, STUB_ERA_VARIABLE } from "../../../src/preflight/config.js";
+import { type Drift, describeDrift, grantsVerdict } from "../../../src/preflight/database.js";
 import { check, exitCode, formatReport, notChecked } from "../../../src/preflight/index.js";
 import { serviceMethods } from "../../../src/preflight/portal.js";
 
@@ -55,4 +56,60 @@ test("the methods asked about are the catalogue's and batch", (t) => {
   t.true(m.includes("crm.duplicate.findbycomm"));
   t.true(m.includes("crm.contact.userfield.list"));
   t.deepEqual(m, [...m].sort());
+});
+
+test("database.grants names each difference in words and hints at the repair that fits it", (t) => {
+  const row = (r: Partial<Drift>): Drift => ({
+    object_type: "table",
+    object_name: "bitrix_sync.crm_commands",
+    role: "han_app_user",
+    privilege: "SELECT",
+    column_name: null,
+    problem: "extra",
+    ...r,
+  });
+  t.is(grantsVerdict([]).status, "ok");
+  const project = grantsVerdict([row({})]);
+  t.is(project.status, "fail");
+  t.regex(project.detail, /extra SELECT on table bitrix_sync\.crm_commands for han_app_user/);
+  t.regex(project.hint ?? "", /sql\/grants\.sql/);
+  t.notRegex(project.hint ?? "", /membership/);
+
+  const other = grantsVerdict([row({ role: "reporting", privilege: "UPDATE", column_name: "status" })]);
+  t.regex(other.detail, /extra UPDATE \(status\) on table bitrix_sync\.crm_commands for reporting/);
+  t.regex(other.hint ?? "", /REVOKE \.\.\. FROM <role>/);
+  t.notRegex(other.hint ?? "", /grants\.sql/, "re-applying the catalogue does not touch other roles");
+
+  const members = grantsVerdict([
+    row({
+      object_type: "role",
+      object_name: "bitrix_sync_admin",
+      role: "app_login",
+      privilege: "MEMBER",
+      problem: "conflicting_membership",
+    }),
+    row({
+      object_type: "role",
+      object_name: "bitrix_sync_admin",
+      role: "ops",
+      privilege: "MEMBER WITH ADMIN OPTION",
+      problem: "extra_membership",
+    }),
+    row({
+      object_type: "role",
+      object_name: "pg_read_all_data",
+      role: "bitrix_sync_user",
+      privilege: "MEMBER",
+      problem: "extra_membership",
+    }),
+  ]);
+  t.is(
+    members.detail,
+    "3 difference(s) from the privilege catalogue: conflicting_membership app_login holds bitrix_sync_admin and another project role; extra_membership ops is a member of bitrix_sync_admin with admin option; extra_membership bitrix_sync_user is a member of pg_read_all_data",
+  );
+  t.regex(members.hint ?? "", /REVOKE <role> FROM <member>/);
+  t.is(
+    describeDrift(row({ problem: "missing", role: "bitrix_sync_admin" })),
+    "missing SELECT on table bitrix_sync.crm_commands for bitrix_sync_admin",
+  );
 });

@@ -45,6 +45,13 @@ const final: Array<[Record<string, unknown>, string | undefined, ReturnType<type
   [{ found: true, user_id_matches: true, registered: true }, "B2.1", { kind: "succeed", outcome: "mapped" }],
   [{ found: true, user_id_matches: true }, "B0+recovered", { kind: "succeed", outcome: "mapped" }],
   [{ found: true, user_id_matches: true }, undefined, { kind: "succeed", outcome: "mapped" }],
+  // A link made by phone alone whose fields are held back (mapping.hold_after_phone_link).
+  [
+    { found: true, user_id_matches: true, registered: true, applied: false, held: true },
+    "B1.1",
+    { kind: "succeed", outcome: "mapped_held" },
+  ],
+  [{ found: true, user_id_matches: false, held: true }, "B2.1", { kind: "user_id_mismatch" }],
 ];
 for (const [r, branch, expected] of final) {
   test(`final_read ${JSON.stringify(r)} after ${branch ?? "no branch"} -> ${"outcome" in expected ? expected.outcome : expected.kind}`, (t) => {

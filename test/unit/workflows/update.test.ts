@@ -1,5 +1,10 @@
 import test from "ava";
-import { checkUpdateRead, type PhonesRead, planContactUpdate } from "../../../src/workflows/decide/update.js";
+import {
+  checkUpdateRead,
+  desiredPhoneHash,
+  type PhonesRead,
+  planContactUpdate,
+} from "../../../src/workflows/decide/update.js";
 
 const ME = "11111111-1111-4111-8111-111111111111";
 const OTHER = "22222222-2222-4222-8222-222222222222";
@@ -90,3 +95,21 @@ for (const [title, c, previous, expected] of plans) {
     t.deepEqual(planContactUpdate(c, NEW, previous), expected);
   });
 }
+
+test("a read holding the App's phone in an older hash form: found by value, nothing appended", (t) => {
+  const OLDER_FORM_OF_NEW = "v2:older-form-of-the-new-phone";
+  const c = contact([
+    { id: 1, type: "WORK", hash: OLDER_FORM_OF_NEW },
+    { id: 2, type: "MOBILE", hash: "someone-else" },
+  ]);
+  const isAppPhone = (h: string) => h === OLDER_FORM_OF_NEW;
+  const desired = desiredPhoneHash(c, isAppPhone, NEW);
+  t.is(desired, OLDER_FORM_OF_NEW);
+  t.deepEqual(planContactUpdate(c, desired, OLD), { kind: "succeed", outcome: "no_change" });
+  // Compared by today's form alone, the same read would append the App's phone a second time.
+  t.deepEqual(planContactUpdate(c, NEW, OLD), {
+    kind: "update",
+    params: { contact_id: 4, phone: { append: true } },
+  });
+  t.is(desiredPhoneHash(contact([{ id: 2, type: "MOBILE", hash: "someone-else" }]), isAppPhone, NEW), NEW);
+});
