@@ -270,7 +270,7 @@ class IntakeWatch {
   private async connect(): Promise<pg.Client> {
     if (this.client) return this.client;
     const c = new pg.Client({
-      connectionString: this.connectionString,
+      connectionString: withSearchPath(this.connectionString),
       application_name: "bitrix-sync-watch",
       connectionTimeoutMillis: 10_000,
       keepAlive: true,

@@ -14,6 +14,7 @@ import { type MigrationPlan, needsSummary, type Problem, serialize } from "./mig
 import { diffCatalogues, renderSummary, stripSummary } from "./migration-summary.js";
 import { dumpSchema } from "./schema-dump.js";
 import { type ScratchServer, withScratchDatabase } from "./scratch.js";
+import { withSearchPath } from "./search-path.js";
 
 export interface ChainResult {
   /** Migration file name -> its summary, generated, for every migration after 000027 that applied. */
@@ -70,7 +71,7 @@ export async function applyChain(
       // migration run ends (docs/migrations.md): the state a new migration meets in production.
       for (const m of base) writeFileSync(join(committedDir, m.filename), m.text);
       await migrateDatabase(url, undefined, folder);
-      const client = new pg.Client({ connectionString: url });
+      const client = new pg.Client({ connectionString: withSearchPath(url) });
       await client.connect();
       try {
         let previous = base.at(-1)?.hash ?? null;

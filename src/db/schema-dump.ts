@@ -7,6 +7,7 @@ import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { promisify } from "node:util";
 import pg from "pg";
+import { withSearchPath } from "./search-path.js";
 
 const run = promisify(execFile);
 
@@ -69,7 +70,7 @@ export function normaliseDump(text: string): string {
 
 /** The normalised schema-only dump of the database at `url`. */
 export async function dumpSchema(url: string): Promise<string> {
-  const c = new pg.Client({ connectionString: url });
+  const c = new pg.Client({ connectionString: withSearchPath(url) });
   await c.connect();
   let major: number;
   try {

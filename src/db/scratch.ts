@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
+import { withSearchPath } from "./search-path.js";
 import { withDatabase } from "./url.js";
 
 export interface ScratchServer {
@@ -48,7 +49,7 @@ export async function withScratchDatabase<T>(
   fn: (url: string) => Promise<T>,
 ): Promise<T> {
   const name = `bs_scratch_${randomBytes(6).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: server.url });
+  const admin = new pg.Client({ connectionString: withSearchPath(server.url) });
   await admin.connect();
   try {
     // Encoding and locale fixed, not the cluster's defaults (initdb takes them from the environment):

@@ -2,28 +2,35 @@
 // prints one readable line per entry (pino-pretty), piped or in a container it prints JSON lines; and
 // the `version` in every line is package.json's, also when the image runs `node` directly, where npm
 // sets no npm_package_version (or a wrapper's npm sets another package's). The real service, in
-// sandbox mode against a test database; the terminal is a pseudo-terminal from `script`.
+// sandbox mode on a database it creates (BITRIX_SYNC_SANDBOX=true: the only configured database
+// sandbox mode accepts); the terminal is a pseudo-terminal from `script`.
 import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
+import pg from "pg";
 import { projectRoot } from "../../src/db/migrate.js";
+import { withDatabase } from "../../src/db/url.js";
 import { processAlive, readServiceFile } from "../../src/local/service-file.js";
 import { waitFor } from "../helpers/e2e.js";
-import { createTestDb, type TestDb } from "../helpers/testdb.js";
+import { serverUrl } from "../helpers/testdb.js";
 
 const PACKAGE_VERSION = (
   JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as { version: string }
 ).version;
 
-let db: TestDb;
-test.before(async () => {
-  db = await createTestDb();
-});
-test.after.always(async () => {
-  await db?.drop();
-});
+/** Drops a database the service created for one test. */
+async function dropDatabase(name: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: withDatabase(serverUrl(), "postgres") });
+  await admin.connect();
+  try {
+    await admin.query(`drop database if exists ${name} with (force)`);
+  } finally {
+    await admin.end();
+  }
+}
 
 interface Run {
   output: () => string;
@@ -42,13 +49,15 @@ async function startService(
 ): Promise<Run> {
   const data = mkdtempSync(join(tmpdir(), "bitrix-sync-logfmt-"));
   chmodSync(data, 0o755);
+  // A database that does not exist yet: the service creates, marks and migrates it.
+  const dbName = `bs_logfmt_${randomBytes(6).toString("hex")}`;
   const env = {
     PATH: process.env.PATH ?? "",
     HOME: process.env.HOME ?? "/tmp",
     TERM: "xterm",
     SECRETS_SOURCE: "env",
-    BITRIX_SYNC_DATABASE_URL: db.url,
-    BITRIX_SYNC_MIGRATE_ON_START: "false",
+    BITRIX_SYNC_DATABASE_URL: withDatabase(serverUrl(), dbName),
+    BITRIX_SYNC_SANDBOX: "true",
     BITRIX_SYNC_DATA_DIR: data,
     PORT: "0",
     HOST: "127.0.0.1",
@@ -80,6 +89,7 @@ async function startService(
       // already gone
     }
     rmSync(data, { recursive: true, force: true });
+    await dropDatabase(dbName);
   };
   t.teardown(stop);
   await waitFor(

@@ -73,9 +73,9 @@ test("a new migration opens with what it creates, replaces and drops; graphile-m
   const original = readFileSync(cutover, "utf8");
   // A function as replacement: in a replacement string "$$" stands for one "$".
   const changed = original.replace(
-    "language sql stable parallel safe as $$\n  select exists (select 1 from bitrix_sync.cutover)",
+    "language sql stable parallel safe set search_path = pg_catalog, pg_temp as $$\n  select exists (select 1 from bitrix_sync.cutover)",
     () =>
-      "language sql volatile parallel safe as $$\n  -- the gate\n  select exists (select 1 from bitrix_sync.cutover)",
+      "language sql volatile parallel safe set search_path = pg_catalog, pg_temp as $$\n  -- the gate\n  select exists (select 1 from bitrix_sync.cutover)",
   );
   t.not(changed, original, "the fixture's edit of sql/cutover.sql must apply");
   writeFileSync(cutover, changed);
