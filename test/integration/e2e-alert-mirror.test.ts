@@ -5,27 +5,16 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import test from "ava";
 import { reconcileAlerts } from "../../src/alerts/reconcile.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { readiness } from "../../src/http/status.js";
 import { registry } from "../../src/observability/metrics.js";
 import { collectScrape } from "../../src/observability/scrape.js";
 import { asRole } from "../helpers/dead-letters.js";
 import { type Rig, startRig, waitFor } from "../helpers/e2e.js";
-import { setSettings } from "../helpers/settings.js";
 import { one } from "../helpers/sql-core.js";
 
-const FIELDS = {
-  alert_number: "ufCrm14_1001",
-  fingerprint: "ufCrm14_1002",
-  occurrence_count: "ufCrm14_1003",
-  type: "ufCrm14_1004",
-};
-const ALERTS = {
-  "alerts.entity_type_id": 1040,
-  "alerts.stage_new": "DT1040_7:NEW",
-  "alerts.stage_resolved": "DT1040_7:SUCCESS",
-  "alerts.stage_closed_without_resolution": "DT1040_7:FAIL",
-  "alerts.fields": FIELDS,
-};
+const ALERTS = DEFAULT_ALERT_SETTINGS;
+const FIELDS = ALERTS["alerts.fields"];
 
 let rig: Rig;
 test.before(async () => {
@@ -155,26 +144,6 @@ test.serial("a rate-limited alert.add is retried with the commands' backoff", as
   t.is(itemsOf(a).length, 1);
   const add = (await commands(a.id)).find((c) => c.command_type === "alert.add");
   t.like(add, { status: "succeeded", attempt_count: 2 });
-});
-
-test.serial("without an alert field, an unanswered add is looked up by the item's title", async (t) => {
-  await setSettings(rig.db, { "alerts.fields": { type: FIELDS.type } });
-  await rig.runtime.settings.refresh();
-  try {
-    rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 3_000 }, { method: "crm.item.add" });
-    const a = await raise();
-    const done = await synced(a.id);
-    const items = [...rig.emulator.store.items.values()].filter((i) =>
-      i.title.includes(`#${a.alert_number}:`),
-    );
-    t.is(items.length, 1);
-    t.is(String(items[0]?.id), String(done.item_id));
-    const lookup = (await commands(a.id)).find((c) => c.command_type === "alert.list");
-    t.like(lookup?.response, { outcome: "found" });
-  } finally {
-    await setSettings(rig.db, { "alerts.fields": FIELDS });
-    await rig.runtime.settings.refresh();
-  }
 });
 
 test.serial(
