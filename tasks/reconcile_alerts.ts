@@ -1,5 +1,6 @@
 // graphile-worker task (crontab, every minute): polls open business alerts when
-// alerts.reconcile_interval_sec has passed since the last run (§10.3).
+// alerts.reconcile_interval_sec has passed since the last run (§10.3), or, after a failed run, when
+// its backoff has: the failed run is then scheduled again for that moment.
 import type { Task } from "graphile-worker";
 import { z } from "zod";
 import { reconcileAlerts } from "../src/alerts/reconcile.js";
@@ -12,11 +13,21 @@ const task: Task = async (payload, helpers) => {
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
   const { alerts } = r.settings.get();
-  await reconcileAlerts(r.services, alerts, alerts.reconcileIntervalSec, {
+  const report = await reconcileAlerts(r.services, alerts, alerts.reconcileIntervalSec, {
     force: p.force === true,
     // SIGTERM: the run stops before its next batch request and gives the cursor back.
     signal: AbortSignal.any([r.stopping, helpers.abortSignal ?? new AbortController().signal]),
   });
+  if (report.errorCode === undefined) return;
+  if (report.retryAt) {
+    // Not forced: the claim decides again whether the run is due (another may have run meanwhile).
+    await helpers.addJob(
+      "reconcile_alerts",
+      {},
+      { runAt: report.retryAt, jobKey: "reconcile_alerts:retry", jobKeyMode: "replace", maxAttempts: 1 },
+    );
+  }
+  throw new Error(`alert reconciliation failed: ${report.errorCode}`);
 };
 
 export default task;

@@ -4,6 +4,7 @@
 // real PostgreSQL, the emulator over HTTP with its "reply lost after commit" fault.
 import { randomBytes, randomUUID } from "node:crypto";
 import test from "ava";
+import { refreshAlertItems } from "../../src/alerts/items.js";
 import { reconcileAlerts } from "../../src/alerts/reconcile.js";
 import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { readiness } from "../../src/http/status.js";
@@ -323,5 +324,68 @@ test.serial(
       ),
       { last_run_status: "succeeded", lease_token: null },
     );
+  },
+);
+
+test.serial(
+  "a group of items whose read keeps failing is never taken for deleted: the other alerts are brought in line, the run fails and is due at its backoff",
+  async (t) => {
+    const a = await raise();
+    const b = await raise();
+    const [ma, mb] = [await synced(a.id), await synced(b.id)];
+    for (const m of [ma, mb]) {
+      const item = rig.emulator.store.items.get(Number(m.item_id));
+      if (!item) return t.fail(`item ${m.item_id} not in the portal`);
+      item.stageId = ALERTS["alerts.stage_resolved"];
+      rig.emulator.store.touch(item);
+    }
+    // a's item in the first group of 50, b's in the second; the second group's read keeps failing.
+    const ids = [
+      Number(ma.item_id),
+      ...Array.from({ length: 49 }, (_, i) => 9_000_000 + i),
+      Number(mb.item_id),
+    ];
+    rig.emulator.failNext(
+      { kind: "command_error", error: "INTERNAL_SERVER_ERROR", description: "boom", status: 500 },
+      { method: "crm.item.list", skip: 1, times: 10 },
+    );
+    const { alerts } = rig.runtime.settings.get();
+    const err = (await t.throwsAsync(
+      refreshAlertItems(rig.runtime.services, alerts, ids, undefined, { attempts: 3 }),
+    )) as unknown as { code?: string; kind?: string; changed?: number };
+    rig.emulator.clearFaults();
+    t.like(err, { code: "server_error", kind: "transient", changed: 1 });
+    const status = async (id: string) =>
+      (
+        await one<{ status: string }>(
+          rig.db.pool,
+          "select status from bitrix_sync.business_alerts where id = $1",
+          [id],
+        )
+      ).status;
+    t.is(await status(a.id), "resolved", "the group that answered was brought in line");
+    t.is(await status(b.id), "open", "an item that could not be read is not remote_missing");
+
+    // The run: every read fails; it fails, keeps nothing half done, and is due again at its backoff.
+    rig.emulator.failNext("INTERNAL_SERVER_ERROR", { method: "crm.item.list", times: 3 });
+    const r = await reconcileAlerts(rig.runtime.services, alerts, alerts.reconcileIntervalSec, {
+      force: true,
+    });
+    rig.emulator.clearFaults();
+    t.like(r, { ran: true, errorCode: "server_error" });
+    t.truthy(r.retryAt);
+    t.like(
+      await one(
+        rig.db.pool,
+        "select last_run_status, last_error_code, failed_runs from bitrix_sync.reconciliation_cursors where job_type = 'alerts'",
+      ),
+      { last_run_status: "failed", last_error_code: "server_error", failed_runs: 1 },
+    );
+    t.is(await status(b.id), "open");
+    const next = await reconcileAlerts(rig.runtime.services, alerts, alerts.reconcileIntervalSec, {
+      force: true,
+    });
+    t.is(next.errorCode, undefined);
+    t.is(await status(b.id), "resolved");
   },
 );
