@@ -138,10 +138,22 @@ begin
   ), alerts as (
     select a.alert_type, a.severity, a.open_count, a.sla_overdue from bitrix_sync.status_alerts a
   ), mirror as (
-    -- Alerts whose smart-process item is behind; both statuses always present (0 when none).
-    select s.status, coalesce(m.count, 0) as count, coalesce(m.oldest_age_sec, 0) as oldest_age_sec
+    -- Alerts whose smart-process item is behind; both statuses always present (0 when none). The
+    -- age counts from the last change, or from the alert's creation while it has no item at all:
+    -- an alert that keeps recurring but never reaches the smart process still ages.
+    select s.status, coalesce(m.count, 0) as count,
+           coalesce(extract(epoch from now() - m.oldest_at), 0)::bigint as oldest_age_sec
       from unnest(array['pending', 'failed']) s(status)
-      left join bitrix_sync.status_alert_mirror m on m.mirror_status = s.status
+      left join (select a.crm_sync_status as status, count(*) as count,
+                        min(case when a.item_id is null then a.created_at else a.updated_at end) as oldest_at
+                   from bitrix_sync.business_alerts a
+                  where a.crm_sync_status <> 'synced'
+                  group by a.crm_sync_status) m on m.status = s.status
+  ), cursors as (
+    -- The alert job runs only while alerts.entity_type_id is set: a cursor left from an earlier
+    -- configuration does not trail.
+    select r.job_type, r.watermark, r.failed_runs from bitrix_sync.reconciliation_cursors r
+     where r.job_type <> 'alerts' or bitrix_sync._active_setting('alerts.entity_type_id') <> 'null'::jsonb
   ), events as (
     -- The folded totals plus whatever a concurrent scrape has not folded yet.
     select e.machine, e.kind, e.from_state, e.to_state, sum(e.n) as n
@@ -198,7 +210,7 @@ begin
   -- From the cutover while no run has succeeded yet: a job that never succeeds still trails.
   select 'bitrix_sync_reconciliation_cursor_lag_seconds', jsonb_build_object('job_type', r.job_type),
          greatest(0, extract(epoch from now() - coalesce(r.watermark, v_cutover)))::float8
-    from bitrix_sync.reconciliation_cursors r
+    from cursors r
    where coalesce(r.watermark, v_cutover) is not null
   union all
   select l.family, '{}'::jsonb, l.value
@@ -240,7 +252,7 @@ begin
   -- against, alerts that do not reach the smart process, items deleted in the CRM.
   union all
   select 'bitrix_sync_reconciliation_failed_runs', jsonb_build_object('job_type', r.job_type), r.failed_runs::float8
-    from bitrix_sync.reconciliation_cursors r
+    from cursors r
   union all
   select 'bitrix_sync_reconciliation_interval_seconds', jsonb_build_object('job_type', i.job_type),
          (bitrix_sync._active_setting(i.key) #>> '{}')::float8

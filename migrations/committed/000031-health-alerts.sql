@@ -1,5 +1,5 @@
 --! Previous: sha1:3b671ef44515fcb992a3f4de65f3da5657dee106
---! Hash: sha1:e6518f446a557adac67fe447c23e49f77b132445
+--! Hash: sha1:bca47a4d670194c5e702d1f46da8912f4e04be7b
 --! Message: health-alerts
 
 -- What tells an operator that something failed silently (docs/runbook.md, docs/observability.md):
@@ -79,8 +79,8 @@ values
   ('reconcile.lease_sec', 'integer', '600', 60, 86400, null, null, false, 'A reconciliation run still marked running after this long is taken to have died: the next claim starts a new run.'),
   ('reconcile.opened_filter', 'enum', '"Y"', null, null, '["Y", "N", "1", "0"]', null, false, 'Value sent for the opened filter of crm.item.list; the reference documents Y/N for system booleans.'),
   ('reconcile.overlap_sec', 'integer', '120', 0, 3600, null, null, false, 'Overlap re-read below the watermark.'),
-  ('reconcile.recovered_spike_ratio', 'number', '0.2', 0, 1, null, null, false, 'Ops alert when recovered-without-webhook / changed exceeds this share.'),
-  ('reconcile.recovered_spike_threshold', 'integer', '20', 1, 100000, null, null, false, 'Ops alert when a run recovers at least this many Contacts without a webhook and more than twice the baseline.'),
+  ('reconcile.recovered_spike_ratio', 'number', '0.2', 0, 1, null, null, false, 'Ops alert (§10.2) when the Contacts a run recovered without a webhook exceed this share of the changed linked Contacts it read; this or reconcile.recovered_spike_threshold is enough.'),
+  ('reconcile.recovered_spike_threshold', 'integer', '20', 1, 100000, null, null, false, 'Ops alert (§10.2) when a run recovers at least this many Contacts without a webhook and more than twice the usual (recovered_baseline); this or reconcile.recovered_spike_ratio is enough.'),
   ('retention.batch_size', 'integer', '500', 10, 5000, null, null, false, 'Rows deleted per retention transaction; each batch is its own short transaction.'),
   ('retention.commands_days', 'integer', '30', 1, 3650, null, null, false, 'Finished CRM commands (succeeded, dead-lettered) are deleted this many days after they finished; at most retention.workflows_days.'),
   ('retention.enabled', 'boolean', 'true', null, null, null, null, false, 'Whether the hourly retention task deletes finished rows.'),
@@ -767,10 +767,22 @@ begin
   ), alerts as (
     select a.alert_type, a.severity, a.open_count, a.sla_overdue from bitrix_sync.status_alerts a
   ), mirror as (
-    -- Alerts whose smart-process item is behind; both statuses always present (0 when none).
-    select s.status, coalesce(m.count, 0) as count, coalesce(m.oldest_age_sec, 0) as oldest_age_sec
+    -- Alerts whose smart-process item is behind; both statuses always present (0 when none). The
+    -- age counts from the last change, or from the alert's creation while it has no item at all:
+    -- an alert that keeps recurring but never reaches the smart process still ages.
+    select s.status, coalesce(m.count, 0) as count,
+           coalesce(extract(epoch from now() - m.oldest_at), 0)::bigint as oldest_age_sec
       from unnest(array['pending', 'failed']) s(status)
-      left join bitrix_sync.status_alert_mirror m on m.mirror_status = s.status
+      left join (select a.crm_sync_status as status, count(*) as count,
+                        min(case when a.item_id is null then a.created_at else a.updated_at end) as oldest_at
+                   from bitrix_sync.business_alerts a
+                  where a.crm_sync_status <> 'synced'
+                  group by a.crm_sync_status) m on m.status = s.status
+  ), cursors as (
+    -- The alert job runs only while alerts.entity_type_id is set: a cursor left from an earlier
+    -- configuration does not trail.
+    select r.job_type, r.watermark, r.failed_runs from bitrix_sync.reconciliation_cursors r
+     where r.job_type <> 'alerts' or bitrix_sync._active_setting('alerts.entity_type_id') <> 'null'::jsonb
   ), events as (
     -- The folded totals plus whatever a concurrent scrape has not folded yet.
     select e.machine, e.kind, e.from_state, e.to_state, sum(e.n) as n
@@ -827,7 +839,7 @@ begin
   -- From the cutover while no run has succeeded yet: a job that never succeeds still trails.
   select 'bitrix_sync_reconciliation_cursor_lag_seconds', jsonb_build_object('job_type', r.job_type),
          greatest(0, extract(epoch from now() - coalesce(r.watermark, v_cutover)))::float8
-    from bitrix_sync.reconciliation_cursors r
+    from cursors r
    where coalesce(r.watermark, v_cutover) is not null
   union all
   select l.family, '{}'::jsonb, l.value
@@ -869,7 +881,7 @@ begin
   -- against, alerts that do not reach the smart process, items deleted in the CRM.
   union all
   select 'bitrix_sync_reconciliation_failed_runs', jsonb_build_object('job_type', r.job_type), r.failed_runs::float8
-    from bitrix_sync.reconciliation_cursors r
+    from cursors r
   union all
   select 'bitrix_sync_reconciliation_interval_seconds', jsonb_build_object('job_type', i.job_type),
          (bitrix_sync._active_setting(i.key) #>> '{}')::float8
