@@ -91,11 +91,10 @@ export interface SnapshotSource {
 /**
  * Whether reconciliation recovered a Contact without a webhook (§10.2), for a Contact whose
  * CRM-master values it has just changed in the App: the CRM's state was newer than the snapshot (its
- * values differ, its time is not older), the
- * values it holds now came from this run (source attribution), and no robot call for the Contact was
- * received since the App last took its values (neither one processed meanwhile, whose time the
- * snapshot keeps, nor one still waiting in the inbox). A Contact whose webhook is on its way is
- * updated by the run, not recovered.
+ * values differ, its time is not older), the values the App holds now came from this run (source
+ * attribution), and no robot call for the Contact was received since the App last took its values
+ * (neither one processed meanwhile, whose time the snapshot keeps, nor one still waiting in the
+ * inbox). A Contact whose webhook is on its way is updated by the run, not recovered.
  */
 export function recoveredWithoutWebhook(
   before: SnapshotSource | undefined,
