@@ -186,7 +186,11 @@ test.serial(
     );
     const retried = await claim("alerts", 3600);
     t.truthy(retried?.lease_token, "due at its retry time although the hour has not passed");
-    t.is((retried as unknown as { failed_runs: number }).failed_runs, 1, "the claim says how many failed before");
+    t.is(
+      (retried as unknown as { failed_runs: number }).failed_runs,
+      1,
+      "the claim says how many failed before",
+    );
     const twice = await failWith(retried?.lease_token ?? null, "server_error", 0);
     t.is(twice.failed_runs, 2);
     // Given back at shutdown: due at once, and not a failure.

@@ -36,7 +36,12 @@ const page = (start: number): CrmCommand => ({
   params: { updatedSince: "2000-01-01T00:00:00+00:00", start, opened: "Y" },
 });
 const PAGES = [page(0), page(50), page(100)];
-const FAULT = { kind: "command_error", error: "INTERNAL_SERVER_ERROR", description: "boom", status: 500 } as const;
+const FAULT = {
+  kind: "command_error",
+  error: "INTERNAL_SERVER_ERROR",
+  description: "boom",
+  status: 500,
+} as const;
 
 function options(waits: number[]) {
   let requests = 0;

@@ -52,7 +52,13 @@ const pkg = JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) 
 };
 
 test("the service, its migration, nginx, PostgreSQL and the public path's prober", (t) => {
-  t.deepEqual(Object.keys(services).sort(), ["bitrix-sync", "blackbox-exporter", "migrate", "nginx", "postgres"]);
+  t.deepEqual(Object.keys(services).sort(), [
+    "bitrix-sync",
+    "blackbox-exporter",
+    "migrate",
+    "nginx",
+    "postgres",
+  ]);
 });
 
 test("every container: read-only root, no capabilities, no new privileges, a tmpfs for /tmp", (t) => {
