@@ -13,6 +13,7 @@ import { SANDBOX_FIELDS } from "../src/config/env.js";
 import { type EmbeddedServer, startEmbedded } from "../src/db/embedded.js";
 import { migrateDatabase } from "../src/db/migrate.js";
 import { startEmulator } from "../src/emulator/server.js";
+import { DEFAULT_ALERT_SETTINGS } from "../src/emulator/store.js";
 import {
   ALERT_NUMBER_FIELD,
   ALERT_PROCESS,
@@ -115,7 +116,8 @@ async function main(): Promise<number> {
     "alerts.stage_new": ALERT_PROCESS.stages.open[0],
     "alerts.stage_resolved": ALERT_PROCESS.stages.resolved,
     "alerts.stage_closed_without_resolution": ALERT_PROCESS.stages.closed,
-    "alerts.fields": { alert_number: ALERT_NUMBER_FIELD, fingerprint: "ufCrm14_1002", type: "ufCrm14_1004" },
+    // Every item field of §11, as the catalogue requires (alert_number is ALERT_NUMBER_FIELD).
+    "alerts.fields": DEFAULT_ALERT_SETTINGS["alerts.fields"],
     // Open alerts are polled every minute (the least allowed): the repair of a lost alert webhook.
     "alerts.reconcile_interval_sec": 60,
   });

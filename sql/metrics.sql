@@ -78,12 +78,30 @@ create trigger _900_count_dead_letter after insert on bitrix_sync.technical_dead
 comment on trigger _900_count_dead_letter on bitrix_sync.technical_dead_letters is
   'Counts each new technical dead letter for /metrics (bitrix_sync.metric_events).';
 
+create or replace function bitrix_sync.tg_business_alerts__count_remote_missing() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
+  values ('alert', new.alert_type, old.status, new.status);
+  return null;
+end $$;
+comment on function bitrix_sync.tg_business_alerts__count_remote_missing() is
+  'AFTER UPDATE OF status trigger: appends one alert whose smart-process item was found deleted (open -> remote_missing, §10.3) to metric_events for bitrix_sync_business_alerts_remote_missing_total.';
+
+drop trigger if exists _900_count_remote_missing on bitrix_sync.business_alerts;
+create trigger _900_count_remote_missing after update of status on bitrix_sync.business_alerts
+  for each row when (new.status = 'remote_missing' and old.status is distinct from new.status)
+  execute function bitrix_sync.tg_business_alerts__count_remote_missing();
+comment on trigger _900_count_remote_missing on bitrix_sync.business_alerts is
+  'Counts each alert whose smart-process item was deleted in the CRM (remote_missing) for /metrics (bitrix_sync.metric_events).';
+
 create or replace function bitrix_sync.metrics_snapshot(p_bucket text default null, p_check_mappings boolean default false)
 returns table (family text, labels jsonb, value double precision)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_burst double precision := (bitrix_sync._active_setting('limiter.burst') #>> '{}')::double precision;
   v_refill double precision := (bitrix_sync._active_setting('limiter.refill_per_sec') #>> '{}')::double precision;
+  v_cutover timestamptz := (select c.cutover_watermark from bitrix_sync.cutover c);
 begin
   -- Fold what the triggers appended since the last scrape. One scrape folds at a time; another
   -- scrape meanwhile reads the totals plus the rows not folded yet, which gives the same sums. The
@@ -125,10 +143,22 @@ begin
   ), alerts as (
     select a.alert_type, a.severity, a.open_count, a.sla_overdue from bitrix_sync.status_alerts a
   ), mirror as (
-    -- Alerts whose smart-process item is behind; both statuses always present (0 when none).
-    select s.status, coalesce(m.count, 0) as count
+    -- Alerts whose smart-process item is behind; both statuses always present (0 when none). The
+    -- age counts from the last change, or from the alert's creation while it has no item at all:
+    -- an alert that keeps recurring but never reaches the smart process still ages.
+    select s.status, coalesce(m.count, 0) as count,
+           coalesce(extract(epoch from now() - m.oldest_at), 0)::bigint as oldest_age_sec
       from unnest(array['pending', 'failed']) s(status)
-      left join bitrix_sync.status_alert_mirror m on m.mirror_status = s.status
+      left join (select a.crm_sync_status as status, count(*) as count,
+                        min(case when a.item_id is null then a.created_at else a.updated_at end) as oldest_at
+                   from bitrix_sync.business_alerts a
+                  where a.crm_sync_status <> 'synced'
+                  group by a.crm_sync_status) m on m.status = s.status
+  ), cursors as (
+    -- The alert job runs only while alerts.entity_type_id is set: a cursor left from an earlier
+    -- configuration does not trail.
+    select r.job_type, r.watermark, r.failed_runs from bitrix_sync.reconciliation_cursors r
+     where r.job_type <> 'alerts' or bitrix_sync._active_setting('alerts.entity_type_id') <> 'null'::jsonb
   ), events as (
     -- The folded totals plus whatever a concurrent scrape has not folded yet.
     select e.machine, e.kind, e.from_state, e.to_state, sum(e.n) as n
@@ -188,10 +218,11 @@ begin
   select 'bitrix_sync_phone_links_held_oldest_age_seconds', '{}'::jsonb, h.oldest_age_sec::float8
     from bitrix_sync.status_held_links h
   union all
+  -- From the cutover while no run has succeeded yet: a job that never succeeds still trails.
   select 'bitrix_sync_reconciliation_cursor_lag_seconds', jsonb_build_object('job_type', r.job_type),
-         greatest(0, extract(epoch from now() - r.watermark))::float8
-    from bitrix_sync.reconciliation_cursors r
-   where r.watermark is not null
+         greatest(0, extract(epoch from now() - coalesce(r.watermark, v_cutover)))::float8
+    from cursors r
+   where coalesce(r.watermark, v_cutover) is not null
   union all
   select l.family, '{}'::jsonb, l.value
     from bitrix_sync.crm_rate_buckets b
@@ -227,7 +258,26 @@ begin
   union all
   select 'bitrix_sync_dead_letters_total', jsonb_build_object('source', k.kind),
          coalesce((select sum(e.n) from events e where e.machine = 'dead_letter' and e.kind = k.kind), 0)::float8
-    from unnest(array['sync_queue', 'workflow', 'crm_command', 'webhook']) k(kind);
+    from unnest(array['sync_queue', 'workflow', 'crm_command', 'webhook']) k(kind)
+  -- Silent failures (docs/runbook.md): a run that keeps failing, the interval each lag is measured
+  -- against, alerts that do not reach the smart process, items deleted in the CRM.
+  union all
+  select 'bitrix_sync_reconciliation_failed_runs', jsonb_build_object('job_type', r.job_type), r.failed_runs::float8
+    from cursors r
+  union all
+  select 'bitrix_sync_reconciliation_interval_seconds', jsonb_build_object('job_type', i.job_type),
+         (bitrix_sync._active_setting(i.key) #>> '{}')::float8
+    from (values ('contacts', 'reconcile.contacts_interval_sec'), ('alerts', 'alerts.reconcile_interval_sec')) i(job_type, key)
+  union all
+  select 'bitrix_sync_business_alerts_unmirrored_oldest_age_seconds', jsonb_build_object('mirror_status', m.status),
+         m.oldest_age_sec::float8 from mirror m
+  union all
+  select 'bitrix_sync_business_alerts_mirror_enabled', '{}'::jsonb,
+         case when bitrix_sync._active_setting('alerts.database_only') = 'true'::jsonb then 0 else 1 end::float8
+  union all
+  -- Present from the start (0 before the first), so increase() sees the first one.
+  select 'bitrix_sync_business_alerts_remote_missing_total', '{}'::jsonb,
+         coalesce((select sum(e.n) from events e where e.machine = 'alert' and e.to_state = 'remote_missing'), 0)::float8;
 end $$;
 comment on function bitrix_sync.metrics_snapshot(text, boolean) is
-  'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts, links held after a phone-only link, reconciliation cursor lag, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
+  'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts and their mirror (behind, its age, whether it is on, items deleted in the CRM), links held after a phone-only link, reconciliation cursor lag, failed runs and intervals, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';

@@ -7,15 +7,16 @@
 insert into bitrix_sync.settings (key, value_type, default_value, min_value, max_value, allowed_values, max_length, nullable, description)
 values
   ('alerts.category_id', 'integer', null, 0, 2147483647, null, null, true, 'Smart-process category (pipeline) ID of the alert process.'),
+  ('alerts.database_only', 'boolean', 'false', null, null, null, null, false, 'true: business alerts stay in the database (bitrix_sync.status_alerts) and no smart-process item is made or changed, so the smart process need not exist. false (default): alerts go to the smart process, whose settings must then be complete, and preflight fails while they cannot.'),
   ('alerts.entity_type_id', 'integer', null, 128, 2147483647, null, null, true, 'entityTypeId of the "sync conflicts" smart process; required before alerts reach the CRM.'),
-  ('alerts.fields', 'json', '{}', null, null, '["alert_number", "candidate_contact_ids", "correlation_id", "current_contact_id", "details", "fingerprint", "first_occurred_at", "last_occurred_at", "occurrence_count", "previous_alert_number", "selected_contact_id", "severity", "type", "user_id"]', 64, false, 'Smart-process field names (ufCrm<type>_...) by logical alert field: alert_number, fingerprint, type, severity, user, contacts, details, counts, dates, previous link, correlation. alert_number (or fingerprint) is what an unanswered alert.add is looked up by.'),
+  ('alerts.fields', 'json', '{}', null, null, '["alert_number", "candidate_contact_ids", "correlation_id", "current_contact_id", "details", "fingerprint", "first_occurred_at", "last_occurred_at", "occurrence_count", "previous_alert_number", "selected_contact_id", "severity", "type", "user_id"]', 64, false, 'Smart-process field names (ufCrm<type>_...) by logical alert field: alert_number, fingerprint, type, severity, user, contacts, details, counts, dates, previous link, correlation; one field per entry. All of them (the item fields of §11) while alerts go to the smart process. alert_number is what an unanswered alert.add is looked up by.'),
   ('alerts.reconcile_interval_sec', 'integer', '3600', 60, 86400, null, null, false, 'How often open alerts are polled (§10.3).'),
   ('alerts.responsible_id', 'integer', null, 1, 2147483647, null, null, true, 'Bitrix24 user ID responsible for new alert items.'),
   ('alerts.sla_hours', 'integer', '24', 1, 720, null, null, false, 'Resolution SLA of an alert in calendar hours from its first occurrence (nights, weekends and holidays count); 24 by default.'),
-  ('alerts.stage_closed_without_resolution', 'text', null, null, null, null, 64, true, 'Terminal stage ID: closed without resolution.'),
-  ('alerts.stage_in_progress', 'text', null, null, null, null, 64, true, 'Stage ID: in progress.'),
-  ('alerts.stage_new', 'text', null, null, null, null, 64, true, 'Stage ID for new alerts.'),
-  ('alerts.stage_resolved', 'text', null, null, null, null, 64, true, 'Terminal stage ID: resolved.'),
+  ('alerts.stage_closed_without_resolution', 'text', null, null, null, null, 64, true, 'Terminal stage ID: closed without resolution. Differs from every other stage; required while alerts go to the smart process.'),
+  ('alerts.stage_in_progress', 'text', null, null, null, null, 64, true, 'Stage ID: in progress (open; optional).'),
+  ('alerts.stage_new', 'text', null, null, null, null, 64, true, 'Stage ID for new alerts (open); required while alerts go to the smart process.'),
+  ('alerts.stage_resolved', 'text', null, null, null, null, 64, true, 'Terminal stage ID: resolved. Differs from every other stage; required while alerts go to the smart process.'),
   ('batch.max_wait_ms', 'integer', '200', 1, 60000, null, null, false, 'Flush a partial batch after this wait (§8).'),
   ('batch.size', 'integer', '20', 1, 50, null, null, false, 'Commands per Bitrix24 batch request (§8: 1..50).'),
   ('citizenship.cache_ttl_sec', 'integer', '3600', 10, 604800, null, null, false, 'TTL of the citizenship dictionary cache (§3.3).'),
@@ -30,8 +31,8 @@ values
   ('reconcile.lease_sec', 'integer', '600', 60, 86400, null, null, false, 'A reconciliation run still marked running after this long is taken to have died: the next claim starts a new run.'),
   ('reconcile.opened_filter', 'enum', '"Y"', null, null, '["Y", "N", "1", "0"]', null, false, 'Value sent for the opened filter of crm.item.list; the reference documents Y/N for system booleans.'),
   ('reconcile.overlap_sec', 'integer', '120', 0, 3600, null, null, false, 'Overlap re-read below the watermark.'),
-  ('reconcile.recovered_spike_ratio', 'number', '0.2', 0, 1, null, null, false, 'Ops alert when recovered-without-webhook / changed exceeds this share.'),
-  ('reconcile.recovered_spike_threshold', 'integer', '20', 1, 100000, null, null, false, 'Ops alert when a run recovers at least this many Contacts without a webhook and more than twice the baseline.'),
+  ('reconcile.recovered_spike_ratio', 'number', '0.2', 0, 1, null, null, false, 'Ops alert (§10.2) when the Contacts a run recovered without a webhook exceed this share of the changed linked Contacts it read; this or reconcile.recovered_spike_threshold is enough.'),
+  ('reconcile.recovered_spike_threshold', 'integer', '20', 1, 100000, null, null, false, 'Ops alert (§10.2) when a run recovers at least this many Contacts without a webhook and more than twice the usual (recovered_baseline); this or reconcile.recovered_spike_ratio is enough.'),
   ('retention.batch_size', 'integer', '500', 10, 5000, null, null, false, 'Rows deleted per retention transaction; each batch is its own short transaction.'),
   ('retention.commands_days', 'integer', '30', 1, 3650, null, null, false, 'Finished CRM commands (succeeded, dead-lettered) are deleted this many days after they finished; at most retention.workflows_days.'),
   ('retention.enabled', 'boolean', 'true', null, null, null, null, false, 'Whether the hourly retention task deletes finished rows.'),
@@ -47,6 +48,93 @@ on conflict (key) do update
   set value_type = excluded.value_type, default_value = excluded.default_value, min_value = excluded.min_value,
       max_value = excluded.max_value, allowed_values = excluded.allowed_values, max_length = excluded.max_length,
       nullable = excluded.nullable, description = excluded.description;
+
+-- The alert smart process's rules across keys (§11). Terminal stages are told apart from each other
+-- and from the open ones: a resolved stage equal to the new one would close every new item at the
+-- next poll. Field names are smart-process fields (src/alerts/mirror.ts skips anything else), one per
+-- logical field. While alerts go to the smart process (alerts.entity_type_id set, alerts.database_only
+-- false) the new and both terminal stages and every item field of §11 (the catalogue's allowed
+-- entries of alerts.fields) are named. src/settings-schema.ts (alertSettingsIssues) says the same in
+-- the same words; test/integration/settings-schema.test.ts keeps them equal.
+create or replace function bitrix_sync._alert_settings_errors(p_values jsonb) returns jsonb
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+declare
+  v_eff jsonb;
+  v_errors jsonb := '[]'::jsonb;
+  v_stage record;
+  v_other record;
+  v_fields jsonb;
+  v_missing text;
+  v_dup record;
+  v_entry record;
+begin
+  if p_values is null or pg_catalog.jsonb_typeof(p_values) <> 'object' then
+    return v_errors;
+  end if;
+  -- The effective alerts.* values: the version's, else the catalogue default.
+  select pg_catalog.jsonb_object_agg(s.key, coalesce(p_values -> s.key, s.default_value, 'null'::jsonb))
+    into v_eff
+    from bitrix_sync.settings s
+   where s.key like 'alerts.%';
+  -- Terminal stages against every other stage (each pair once; a terminal stage against the open ones).
+  for v_stage in
+    select t.key, t.ord, v_eff ->> t.key as value
+      from (values ('alerts.stage_resolved', 1), ('alerts.stage_closed_without_resolution', 2)) t(key, ord)
+  loop
+    continue when v_stage.value is null;
+    for v_other in
+      select o.key, v_eff ->> o.key as value
+        from (values ('alerts.stage_new', 0), ('alerts.stage_in_progress', 0), ('alerts.stage_resolved', 1)) o(key, ord)
+       where o.ord < v_stage.ord
+    loop
+      if v_other.value = v_stage.value then
+        v_errors := v_errors || pg_catalog.to_jsonb(pg_catalog.format('%s: a terminal stage must differ from %s', v_stage.key, v_other.key));
+      end if;
+    end loop;
+  end loop;
+  v_fields := v_eff -> 'alerts.fields';
+  if pg_catalog.jsonb_typeof(v_fields) = 'object' then
+    for v_entry in select e.key, e.value from pg_catalog.jsonb_each(v_fields) e order by e.key collate "C" loop
+      if pg_catalog.jsonb_typeof(v_entry.value) = 'string'
+         and (v_entry.value #>> '{}') !~ '^ufCrm[0-9]*_[A-Za-z0-9_]+$' then
+        v_errors := v_errors || pg_catalog.to_jsonb(pg_catalog.format(
+          'alerts.fields: entry %s must name a smart-process field (ufCrm<type>_<name>)', pg_catalog.left(v_entry.key, 64)));
+      end if;
+    end loop;
+    for v_dup in
+      select e.value #>> '{}' as field, pg_catalog.string_agg(e.key, ', ' order by e.key collate "C") as entries
+        from pg_catalog.jsonb_each(v_fields) e
+       where pg_catalog.jsonb_typeof(e.value) = 'string'
+       group by 1 having count(*) > 1 order by min(e.key collate "C")
+    loop
+      v_errors := v_errors || pg_catalog.to_jsonb(pg_catalog.format(
+        'alerts.fields: entries %s name the same field; each needs its own', v_dup.entries));
+    end loop;
+  end if;
+  -- Alerts go to the smart process: what the mirror needs must be there.
+  if pg_catalog.jsonb_typeof(v_eff -> 'alerts.entity_type_id') = 'number'
+     and (v_eff -> 'alerts.database_only') is distinct from 'true'::jsonb then
+    for v_stage in
+      select k.key from (values ('alerts.stage_new'), ('alerts.stage_resolved'), ('alerts.stage_closed_without_resolution')) k(key)
+       where v_eff ->> k.key is null
+    loop
+      v_errors := v_errors || pg_catalog.to_jsonb(pg_catalog.format(
+        '%s: required while alerts.entity_type_id is set (or set alerts.database_only to keep alerts in the database)', v_stage.key));
+    end loop;
+    select pg_catalog.string_agg(a.name, ', ' order by a.name collate "C") into v_missing
+      from bitrix_sync.settings s
+     cross join lateral pg_catalog.jsonb_array_elements_text(s.allowed_values) a(name)
+     where s.key = 'alerts.fields'
+       and (pg_catalog.jsonb_typeof(v_fields) <> 'object' or not (v_fields ? a.name));
+    if v_missing is not null then
+      v_errors := v_errors || pg_catalog.to_jsonb(pg_catalog.format(
+        'alerts.fields: required while alerts.entity_type_id is set (§11 item fields); missing %s', v_missing));
+    end if;
+  end if;
+  return v_errors;
+end $$;
+comment on function bitrix_sync._alert_settings_errors(jsonb) is
+  'Validation messages of the alert smart process''s settings across keys (§11): terminal stages distinct from each other and from the open ones, alerts.fields naming smart-process fields, one each, and, while alerts.entity_type_id is set and alerts.database_only is not, the new and terminal stages and every item field present. Part of _settings_errors; empty array when valid.';
 
 create or replace function bitrix_sync._settings_errors(p_values jsonb) returns jsonb
 language plpgsql stable set search_path = pg_catalog, pg_temp as $$
@@ -131,6 +219,7 @@ begin
      > coalesce((p_values ->> 'retention.workflows_days')::numeric, 90) then
     v_errors := v_errors || to_jsonb('retention.commands_days: must not exceed retention.workflows_days'::text);
   end if;
+  v_errors := v_errors || bitrix_sync._alert_settings_errors(p_values);
   return v_errors;
 exception
   when invalid_text_representation or numeric_value_out_of_range then

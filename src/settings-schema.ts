@@ -42,20 +42,108 @@ export const ALERT_FIELD_NAMES = [
   "user_id",
 ] as const;
 
+/** A smart-process user field name, as the mirror writes it (src/alerts/mirror.ts). */
+export const ALERT_FIELD_NAME = /^ufCrm[0-9]*_[A-Za-z0-9_]+$/;
+
+const ALERT_OPEN_STAGES = ["stageNew", "stageInProgress"] as const;
+const ALERT_TERMINAL_STAGES = ["stageResolved", "stageClosedWithoutResolution"] as const;
+/** The stages the mirror and the alert refresh cannot work without (§11). */
+const ALERT_REQUIRED_STAGES = ["stageNew", "stageResolved", "stageClosedWithoutResolution"] as const;
+
+type AlertStage = (typeof ALERT_OPEN_STAGES)[number] | (typeof ALERT_TERMINAL_STAGES)[number];
+
+interface AlertValues {
+  entityTypeId: number | null;
+  databaseOnly: boolean;
+  fields: Partial<Record<(typeof ALERT_FIELD_NAMES)[number], string>>;
+  stageNew: string | null;
+  stageInProgress: string | null;
+  stageResolved: string | null;
+  stageClosedWithoutResolution: string | null;
+}
+
+/**
+ * The alert smart process's rules across keys (§11), in the words of the catalogue's
+ * `_alert_settings_errors` (sql/settings.sql; test/integration/settings-schema.test.ts keeps both
+ * equal): terminal stages differ from each other and from the open ones (a resolved stage equal to
+ * the new one would close every new item at the next poll); alerts.fields names smart-process
+ * fields, one per entry; while alerts go to the smart process (entity type set, not database-only)
+ * the new and both terminal stages and every item field are named. `path` is the key's name in
+ * this schema.
+ */
+export function alertSettingsIssues(a: AlertValues): Array<{ path: string; message: string }> {
+  const out: Array<{ path: string; message: string }> = [];
+  const key = (name: string) => settingKey(["alerts", name]);
+  const order: AlertStage[] = [...ALERT_OPEN_STAGES, ...ALERT_TERMINAL_STAGES];
+  for (const terminal of ALERT_TERMINAL_STAGES) {
+    const value = a[terminal];
+    if (value === null) continue;
+    for (const other of order.slice(0, order.indexOf(terminal))) {
+      if (a[other] === value) {
+        out.push({ path: terminal, message: `a terminal stage must differ from ${key(other)}` });
+      }
+    }
+  }
+  const entries = Object.entries(a.fields)
+    .filter((e): e is [string, string] => typeof e[1] === "string")
+    .sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0));
+  for (const [logical, field] of entries) {
+    if (!ALERT_FIELD_NAME.test(field)) {
+      out.push({
+        path: "fields",
+        message: `entry ${logical} must name a smart-process field (ufCrm<type>_<name>)`,
+      });
+    }
+  }
+  const byField = new Map<string, string[]>();
+  for (const [logical, field] of entries) byField.set(field, [...(byField.get(field) ?? []), logical]);
+  const shared = [...byField.values()].filter((l) => l.length > 1).map((l) => l.join(", "));
+  for (const list of shared.sort()) {
+    out.push({ path: "fields", message: `entries ${list} name the same field; each needs its own` });
+  }
+  if (a.entityTypeId !== null && !a.databaseOnly) {
+    for (const stage of ALERT_REQUIRED_STAGES) {
+      if (a[stage] === null) {
+        out.push({
+          path: stage,
+          message:
+            "required while alerts.entity_type_id is set (or set alerts.database_only to keep alerts in the database)",
+        });
+      }
+    }
+    const missing = ALERT_FIELD_NAMES.filter((n) => a.fields[n] === undefined);
+    if (missing.length > 0) {
+      out.push({
+        path: "fields",
+        message: `required while alerts.entity_type_id is set (§11 item fields); missing ${[...missing].sort().join(", ")}`,
+      });
+    }
+  }
+  return out;
+}
+
 export const SettingsSchema = z.object({
-  alerts: z.object({
-    categoryId: int(0, INT4_MAX).nullable(),
-    entityTypeId: int(128, INT4_MAX).nullable(),
-    /** Logical alert field -> smart-process field name (ufCrm<type>_...). */
-    fields: json(ALERT_FIELD_NAMES, 64),
-    reconcileIntervalSec: int(60, 86_400),
-    responsibleId: int(1, INT4_MAX).nullable(),
-    slaHours: int(1, 720),
-    stageClosedWithoutResolution: text(64).nullable(),
-    stageInProgress: text(64).nullable(),
-    stageNew: text(64).nullable(),
-    stageResolved: text(64).nullable(),
-  }),
+  alerts: z
+    .object({
+      categoryId: int(0, INT4_MAX).nullable(),
+      /** Alerts stay in the database: no smart-process item is made or changed. */
+      databaseOnly: z.boolean(),
+      entityTypeId: int(128, INT4_MAX).nullable(),
+      /** Logical alert field -> smart-process field name (ufCrm<type>_...). */
+      fields: json(ALERT_FIELD_NAMES, 64),
+      reconcileIntervalSec: int(60, 86_400),
+      responsibleId: int(1, INT4_MAX).nullable(),
+      slaHours: int(1, 720),
+      stageClosedWithoutResolution: text(64).nullable(),
+      stageInProgress: text(64).nullable(),
+      stageNew: text(64).nullable(),
+      stageResolved: text(64).nullable(),
+    })
+    // The catalogue's cross-field rules of the alert smart process (_alert_settings_errors).
+    .superRefine((a, ctx) => {
+      for (const i of alertSettingsIssues(a))
+        ctx.addIssue({ code: "custom", path: [i.path], message: i.message });
+    }),
   batch: z.object({ maxWaitMs: int(1, 60_000), size: int(1, 50) }),
   citizenship: z.object({ cacheTtlSec: int(10, 604_800) }),
   claim: z.object({ size: int(1, 1000) }),

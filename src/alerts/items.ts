@@ -3,13 +3,25 @@
 // reconciliation.
 import type { Link } from "@opentelemetry/api";
 import type { ServiceContext } from "../context.js";
-import { executeBatch } from "../crm/batch.js";
+import type { CommandOutcome } from "../crm/batch.js";
 import type { AlertItem } from "../crm/catalogue.js";
+import { readBatches } from "../crm/read-batches.js";
 import type { AlertSettings } from "./mirror.js";
+
+/** How refreshAlertItems reads: sends of one sub-request (1: no retry) and the shutdown signal. */
+export interface RefreshOptions {
+  attempts?: number;
+  signal?: AbortSignal | undefined;
+  /** Called before each HTTP request; may throw to stop. */
+  beforeRequest?: () => void;
+}
 
 /**
  * Brings local alerts in line with their smart-process items (§10.3): a terminal stage closes the
- * alert, a deleted item makes it remote_missing. Returns how many alerts changed.
+ * alert, a deleted item makes it remote_missing. Returns how many alerts changed. A read of a group
+ * of items that failed (after `attempts` sends) leaves those alerts as they are, the others are
+ * still brought in line, and then it throws (`code`, `kind` of the failure): an item that could not
+ * be read is never taken for a deleted one.
  */
 export async function refreshAlertItems(
   deps: ServiceContext,
@@ -17,29 +29,39 @@ export async function refreshAlertItems(
   itemIds: number[],
   /** Span links to the inbox events this read serves. */
   links?: Link[],
+  opts: RefreshOptions = {},
 ): Promise<number> {
-  if (s.entityTypeId === null || itemIds.length === 0) return 0;
-  const commands = [];
-  for (let i = 0; i < itemIds.length; i += 50) {
-    commands.push({
-      type: "alert.list" as const,
-      params: { entityTypeId: s.entityTypeId, ids: itemIds.slice(i, i + 50) },
-    });
-  }
-  const outcomes = await executeBatch(deps.crm, commands, links ? { links } : {});
+  const entityTypeId = s.entityTypeId;
+  if (entityTypeId === null || itemIds.length === 0) return 0;
+  const chunks: number[][] = [];
+  for (let i = 0; i < itemIds.length; i += 50) chunks.push(itemIds.slice(i, i + 50));
+  const outcomes = await readBatches(
+    deps.crm,
+    chunks.map((ids) => ({ type: "alert.list" as const, params: { entityTypeId, ids } })),
+    {
+      attempts: opts.attempts ?? 1,
+      retry: deps.settings().retry,
+      maxDelayMs: 30_000,
+      signal: opts.signal,
+      ...(opts.beforeRequest ? { beforeRequest: opts.beforeRequest } : {}),
+      ...(links ? { links } : {}),
+    },
+  );
   const items = new Map<number, AlertItem>();
-  for (const o of outcomes) {
-    if (!o.ok)
-      throw Object.assign(new Error("alert items could not be read"), {
-        code: o.failure.code,
-        kind: o.failure.kind,
-      });
+  const read = new Set<number>();
+  let failure: (CommandOutcome & { ok: false })["failure"] | undefined;
+  outcomes.forEach((o, i) => {
+    if (!o.ok) {
+      failure ??= o.failure;
+      return;
+    }
+    for (const id of chunks[i] ?? []) read.add(id);
     for (const it of (o.result as { items: AlertItem[] }).items) items.set(it.id, it);
-  }
+  });
   let changed = 0;
   const { rows } = await deps.pool.query<{ id: string; item_id: string; status: string }>(
     "select id, item_id, status from bitrix_sync.business_alerts where item_id = any($1) and status = 'open'",
-    [itemIds],
+    [[...read]],
   );
   for (const a of rows) {
     const it = items.get(Number(a.item_id));
@@ -59,6 +81,13 @@ export async function refreshAlertItems(
     } else {
       await deps.pool.query("select bitrix_sync.record_alert_item($1, $2, $3)", [a.id, it.id, it.stageId]);
     }
+  }
+  if (failure) {
+    throw Object.assign(new Error("alert items could not be read"), {
+      code: failure.code,
+      kind: failure.kind,
+      changed,
+    });
   }
   return changed;
 }

@@ -1,7 +1,8 @@
 // Mirrors business alerts into the Bitrix24 smart process (§11): an alert whose row changed
 // (crm_sync_status = pending) gets an alert.add (no item yet) or alert.update command. Entity type,
-// category, stages, fields and responsible come from settings; until alerts.entity_type_id is set,
-// alerts stay pending in the database (visible in bitrix_sync.status_alert_mirror). The pump
+// category, stages, fields and responsible come from settings; until alerts.entity_type_id is set, or
+// while alerts.database_only is true, alerts stay pending in the database (visible in
+// bitrix_sync.status_alert_mirror). The pump
 // (src/workflows/pump.ts) sends these commands with the workflows' and reports the ones that fail;
 // ./recover.ts takes over the ones that got no answer (an add is looked up before it is sent again).
 import type pg from "pg";
@@ -10,6 +11,14 @@ import type { Settings } from "../settings-schema.js";
 
 /** The `alerts` group of the hot settings (alerts.*). */
 export type AlertSettings = Settings["alerts"];
+
+/**
+ * Whether alerts go to the smart process: its entity type is set and alerts.database_only is not.
+ * Otherwise they stay in the database (pending in bitrix_sync.status_alert_mirror).
+ */
+export function mirrorsToCrm(s: AlertSettings): s is AlertSettings & { entityTypeId: number } {
+  return s.entityTypeId !== null && !s.databaseOnly;
+}
 
 /** Usable entries of alerts.fields: logical name -> a smart-process field name (ufCrm<type>_...). */
 function fieldNames(fields: AlertSettings["fields"]): Array<[string, string]> {
@@ -74,7 +83,7 @@ export function alertItemFields(a: AlertRow, s: AlertSettings): Record<string, A
 
 /** Issues add/update commands for alerts that changed. Returns how many were issued. */
 export async function runAlertSync(pool: pg.Pool, s: AlertSettings, limit = 20): Promise<number> {
-  if (s.entityTypeId === null) return 0;
+  if (!mirrorsToCrm(s)) return 0;
   const c = await pool.connect();
   try {
     await c.query("begin");

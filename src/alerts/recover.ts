@@ -8,7 +8,7 @@ import type pg from "pg";
 import { retryDelayMs } from "../crm/backoff.js";
 import type { Logger } from "../observability/logger.js";
 import type { Settings } from "../settings-schema.js";
-import { type AlertSettings, alertTitle } from "./mirror.js";
+import { type AlertSettings, alertTitle, mirrorsToCrm } from "./mirror.js";
 
 /**
  * The field and value an alert's item is found by: its alert_number field (unique per alert), else
@@ -40,7 +40,7 @@ export async function runAlertRecovery(
   log: Logger,
   limit = 20,
 ): Promise<number> {
-  if (s.alerts.entityTypeId === null) return 0;
+  if (!mirrorsToCrm(s.alerts)) return 0;
   let moved = 0;
   const { rows: unanswered } = await pool.query<{ id: string; attempt_count: number; limit_hits: number }>(
     `select id, attempt_count, limit_hits from bitrix_sync.crm_commands

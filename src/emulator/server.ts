@@ -100,8 +100,13 @@ export interface Emulator {
    * Queues a fault for the next matching request. `method` filters: the REST method of the request,
    * or of any command inside a batch (the whole batch then gets the fault); for command_error, the
    * command's method. `skip` lets that many matches through first (e.g. fail the second page only).
+   * `params` (command_error only): the command's parameters must hold these values too, compared as
+   * strings (e.g. `{ start: 50 }` fails the page at offset 50, however often it is sent).
    */
-  failNext(fault: Fault | FaultShorthand, opts?: { method?: string; times?: number; skip?: number }): void;
+  failNext(
+    fault: Fault | FaultShorthand,
+    opts?: { method?: string; times?: number; skip?: number; params?: Record<string, string | number> },
+  ): void;
   /** Drops every queued fault (the end of a storm or an outage scripted with `times`). */
   clearFaults(): void;
   /** Latency for every request from now on. */
@@ -120,6 +125,8 @@ export interface Emulator {
 interface QueuedFault {
   fault: Fault;
   method?: string;
+  /** command_error: parameter values the command must hold (compared as strings). */
+  params?: Record<string, string | number>;
   times: number;
   /** Matching requests (or commands) to let through before the fault applies. */
   skip: number;
@@ -252,7 +259,10 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
       };
     }
     const forced = takeFault(
-      (q) => q.fault.kind === "command_error" && (q.method === undefined || q.method === method),
+      (q) =>
+        q.fault.kind === "command_error" &&
+        (q.method === undefined || q.method === method) &&
+        Object.entries(q.params ?? {}).every(([k, v]) => String(params[k]) === String(v)),
     );
     if (forced && forced.kind === "command_error") {
       return {
@@ -515,6 +525,7 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
       faults.push({
         fault: expand(f),
         ...(o.method !== undefined ? { method: o.method } : {}),
+        ...(o.params !== undefined ? { params: o.params } : {}),
         times: o.times ?? 1,
         skip: o.skip ?? 0,
       });

@@ -2,6 +2,7 @@
 // record), smart-process items with stages, and the Contact user fields including one enumeration.
 // Shapes and quirks follow ../shared/reference/bitrix24-rest.md; where the reference marks something
 // UNCONFIRMED the choice made here is commented.
+import { ALERT_FIELD_NAMES } from "../settings-schema.js";
 
 /** One multifield entry (PHONE or EMAIL) with the portal's own entry ID. */
 export interface StoredMulti {
@@ -115,6 +116,28 @@ export const DEFAULT_SMART_PROCESS: SmartProcessDef = {
   stages: ["DT1040_7:NEW", "DT1040_7:PREPARATION", "DT1040_7:SUCCESS", "DT1040_7:FAIL"],
   // One user field per logical alert field (ALERT_FIELD_NAMES has 14).
   fields: Array.from({ length: 14 }, (_, i) => `ufCrm14_${1001 + i}`),
+};
+
+/** The logical alert fields the tests and the chaos run name first (their field numbers are fixed). */
+const FIRST_ALERT_FIELDS = ["alert_number", "fingerprint", "occurrence_count", "type"];
+
+/**
+ * The alerts.* settings that point the service at DEFAULT_SMART_PROCESS: its entity type, category,
+ * new and terminal stages, and one of its user fields per logical alert field (alert_number is
+ * ufCrm14_1001, fingerprint 1002, occurrence_count 1003, type 1004, the others after them in
+ * alphabetical order). Complete, as the catalogue requires while alerts go to the smart process.
+ */
+export const DEFAULT_ALERT_SETTINGS = {
+  "alerts.entity_type_id": DEFAULT_SMART_PROCESS.entityTypeId,
+  "alerts.category_id": DEFAULT_SMART_PROCESS.categoryId,
+  "alerts.stage_new": DEFAULT_SMART_PROCESS.stages[0] as string,
+  "alerts.stage_resolved": DEFAULT_SMART_PROCESS.stages[2] as string,
+  "alerts.stage_closed_without_resolution": DEFAULT_SMART_PROCESS.stages[3] as string,
+  "alerts.fields": Object.fromEntries(
+    [...FIRST_ALERT_FIELDS, ...ALERT_FIELD_NAMES.filter((n) => !FIRST_ALERT_FIELDS.includes(n))].map(
+      (name, i) => [name, (DEFAULT_SMART_PROCESS.fields as string[])[i] as string],
+    ),
+  ) as Record<(typeof ALERT_FIELD_NAMES)[number], string>,
 };
 
 /** Formats epoch ms as the portal does: ISO 8601, seconds, numeric offset. */

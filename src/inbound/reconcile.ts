@@ -2,14 +2,20 @@
 // the Contacts changed since the watermark (minus an overlap that re-reads the boundary) with the
 // open flag and the registration flag set, selecting ids only; the active mapped ones are read by ID
 // and applied like a webhook. Pages are computed from `total` and fetched together in batches, so
-// 10 000 changed Contacts cost about ten HTTP requests. The watermark moves only after a whole run
-// succeeded. Each run counts Contacts the App was behind on without a webhook having repaired them;
-// a spike raises the ops alert of §10.2.
+// 10 000 changed Contacts cost about ten HTTP requests. A sub-request that fails (one page, one read)
+// is sent again within the run after the retry backoff; one that keeps failing is reported and the
+// others' Contacts are still applied, but the run counts as failed: the watermark moves only after a
+// whole run succeeded. A failed run is due again after the backoff, not after a whole interval. Each
+// run counts the Contacts it recovered without a webhook (§10.2: newer in the CRM than the snapshot,
+// no robot call received since the App last took their values); a spike of their number or of their
+// share raises the ops alert of §10.2.
 import { crmMasterValues } from "../app-data.js";
 import type { ServiceContext } from "../context.js";
-import { executeBatch } from "../crm/batch.js";
+import { type RetrySettings, retryDelayMs } from "../crm/backoff.js";
+import type { CommandOutcome } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
+import { readBatches } from "../crm/read-batches.js";
 import { inTransaction } from "../db/tx.js";
 import { CLEARED_HASH, matchesPiiHash } from "../hash.js";
 import {
@@ -25,8 +31,10 @@ import { activeMappings, applyContact, type ContactOutcome, type MappedContact }
 
 /** Contacts applied per transaction. */
 const APPLY_CHUNK = 200;
-/** Sub-requests per HTTP batch (the portal's maximum). */
-const BATCH_MAX = 50;
+/** Sends of one sub-request within a run, the first included. */
+export const REQUEST_ATTEMPTS = 3;
+/** A sub-request whose next send would wait longer is left to the run's own retry. */
+const MAX_REQUEST_DELAY_MS = 30_000;
 
 /** The `reconcile` group of the hot settings (reconcile.*). */
 export type ReconcileSettings = Settings["reconcile"];
@@ -39,8 +47,12 @@ export interface ReconcileReport {
   updated: number;
   recovered: number;
   requests: number;
+  /** Sub-requests (pages, reads) that still failed after their sends within the run. */
+  failedRequests: number;
   spike: boolean;
   errorCode?: string;
+  /** A failed run: when it is due again (the backoff), for the task to schedule it. */
+  retryAt?: Date;
   outcomes: Partial<Record<ContactOutcome | "unchanged", number>>;
 }
 
@@ -51,6 +63,8 @@ interface Claim {
   started: Date;
   cutover: Date | null;
   baseline: number | null;
+  /** Runs that failed since the last success, before this one. */
+  failed_runs: number;
 }
 
 class RunFailed extends Error {
@@ -64,6 +78,58 @@ interface SnapshotHashes {
   email_hash: string | null;
   citizenship_enum_id: string | null;
   stale: boolean;
+}
+
+/** What a Contact's snapshot says about where its values came from and when (§10.2). */
+export interface SnapshotSource {
+  crm_updated_at: Date | null;
+  last_applied_at: Date | null;
+  last_applied_source: string | null;
+  last_webhook_received_at: Date | null;
+}
+
+/**
+ * Whether reconciliation recovered a Contact without a webhook (§10.2), for a Contact whose
+ * CRM-master values it has just changed in the App: the CRM's state was newer than the snapshot (its
+ * values differ, its time is not older), the values the App holds now came from this run (source
+ * attribution), and no robot call for the Contact was received since the App last took its values
+ * (neither one processed meanwhile, whose time the snapshot keeps, nor one still waiting in the
+ * inbox). A Contact whose webhook is on its way is updated by the run, not recovered.
+ */
+export function recoveredWithoutWebhook(
+  before: SnapshotSource | undefined,
+  after: SnapshotSource | undefined,
+  crmUpdatedAt: Date | null,
+  pendingWebhookAt: Date | null,
+): boolean {
+  if (after?.last_applied_source !== "reconciliation") return false;
+  // Not older than the snapshot (the portal's times have one-second resolution: an edit in the
+  // second of the last read carries the same time, and its values decide).
+  const was = before?.crm_updated_at ?? null;
+  if (was !== null && (crmUpdatedAt === null || crmUpdatedAt.getTime() < was.getTime())) return false;
+  const since = before?.last_applied_at?.getTime() ?? Number.NEGATIVE_INFINITY;
+  for (const at of [after.last_webhook_received_at, pendingWebhookAt]) {
+    if (at !== null && at.getTime() > since) return false;
+  }
+  return true;
+}
+
+/**
+ * The spike of §10.2: the number of Contacts recovered without a webhook reaches
+ * reconcile.recovered_spike_threshold and more than twice the usual (the smoothed baseline), or
+ * their share of the changed linked Contacts exceeds reconcile.recovered_spike_ratio. Either one is
+ * enough: on a quiet portal that loses every webhook the count stays small, the share does not.
+ */
+export function isRecoveredSpike(
+  recovered: number,
+  mapped: number,
+  baseline: number | null,
+  s: Pick<ReconcileSettings, "recoveredSpikeThreshold" | "recoveredSpikeRatio">,
+): boolean {
+  if (recovered <= 0) return false;
+  const byCount = recovered >= s.recoveredSpikeThreshold && (baseline === null || recovered > 2 * baseline);
+  const byShare = mapped > 0 && recovered / mapped > s.recoveredSpikeRatio;
+  return byCount || byShare;
 }
 
 /**
@@ -89,29 +155,51 @@ function sameValues(
   );
 }
 
-/** Requests sent by the run, and the process's shutdown signal: a run stops before its next batch. */
+/**
+ * Requests sent by the run, the process's shutdown signal (a run stops before its next request),
+ * the backoff, and the safe codes of the sub-requests that still failed.
+ */
 interface Counter {
   requests: number;
   signal?: AbortSignal | undefined;
+  retry: Pick<RetrySettings, "baseMs" | "maxMs">;
+  failed: string[];
 }
 
-async function send(deps: ServiceContext, commands: CrmCommand[], counter: Counter) {
-  const out = [];
-  for (let i = 0; i < commands.length; i += BATCH_MAX) {
-    // On SIGTERM the run ends here and gives its cursor back (fail_reconciliation_run keeps the
-    // watermark), rather than holding it until reconcile.lease_sec after the process is gone.
-    if (counter.signal?.aborted) throw new RunFailed("shutdown");
-    counter.requests++;
-    const res = await executeBatch(deps.crm, commands.slice(i, i + BATCH_MAX));
-    for (const o of res) {
-      if (!o.ok) throw new RunFailed(o.failure.code);
-      out.push(o);
-    }
-  }
-  return out;
+/** Reads `commands`, each sent again after a transient failure; outcomes in their order. */
+async function send(
+  deps: ServiceContext,
+  commands: CrmCommand[],
+  counter: Counter,
+): Promise<CommandOutcome[]> {
+  return await readBatches(deps.crm, commands, {
+    attempts: REQUEST_ATTEMPTS,
+    retry: counter.retry,
+    maxDelayMs: MAX_REQUEST_DELAY_MS,
+    signal: counter.signal,
+    beforeRequest: () => {
+      // On SIGTERM the run ends here and gives its cursor back (fail_reconciliation_run keeps the
+      // watermark), rather than holding it until reconcile.lease_sec after the process is gone.
+      if (counter.signal?.aborted) throw new RunFailed("shutdown");
+      counter.requests++;
+    },
+  });
 }
 
-/** Every changed Contact ID since `since`, page 1 first, then the other pages together. */
+/** A sub-request that still failed: reported, the run goes on with the others. */
+function failedRequest(deps: ServiceContext, counter: Counter, o: CommandOutcome & { ok: false }): void {
+  counter.failed.push(o.failure.code);
+  deps.log.warn(
+    { event: "reconciliation.request_failed", code: o.failure.code, commandType: o.type },
+    "a reconciliation request kept failing; the run goes on with the others and will read this window again",
+  );
+}
+
+/**
+ * Every changed Contact ID since `since`, page 1 first, then the other pages together. Without page
+ * 1 nothing is known (its `total` says how many pages there are): the run fails. A later page that
+ * keeps failing is reported and its IDs are missing from this run.
+ */
 async function changedIds(
   deps: ServiceContext,
   since: string,
@@ -123,17 +211,23 @@ async function changedIds(
     params: { updatedSince: since, start, opened },
   });
   const [first] = await send(deps, [list(0)], counter);
+  if (!first?.ok) throw new RunFailed(first?.failure.code ?? "run_failed");
   const r0 = (first as { result: { ids: number[]; total: number | null } }).result;
   const ids = new Set(r0.ids);
   const total = r0.total ?? r0.ids.length;
   const rest: CrmCommand[] = [];
   for (let start = PAGE_SIZE; start < total; start += PAGE_SIZE) rest.push(list(start));
   for (const o of await send(deps, rest, counter)) {
+    if (!o.ok) {
+      failedRequest(deps, counter, o);
+      continue;
+    }
     for (const id of (o as { result: { ids: number[] } }).result.ids) ids.add(id);
   }
-  if (ids.size < total) {
+  if (ids.size < total && counter.failed.length === 0) {
     // Offsets shift when a Contact leaves the filter during the scan; walk by keyset to be sure
-    // nothing at a page boundary was skipped.
+    // nothing at a page boundary was skipped. (After a failed page the run fails anyway, and the
+    // next one reads the window again.)
     let afterId = 0;
     for (;;) {
       const [o] = await send(
@@ -141,6 +235,10 @@ async function changedIds(
         [{ type: "contact.list_changed", params: { updatedSince: since, afterId, opened } }],
         counter,
       );
+      if (!o?.ok) {
+        if (o) failedRequest(deps, counter, o);
+        break;
+      }
       const r = (o as { result: { ids: number[]; lastId: number | null; complete: boolean } }).result;
       for (const id of r.ids) ids.add(id);
       if (r.complete || r.lastId === null) break;
@@ -167,6 +265,7 @@ export async function reconcileContacts(
     updated: 0,
     recovered: 0,
     requests: 0,
+    failedRequests: 0,
     spike: false,
     outcomes: {},
   };
@@ -175,7 +274,7 @@ export async function reconcileContacts(
   const { rows: claimed } = await deps.pool.query<Claim>(
     `select r.lease_token, r.watermark, r.last_run_started_at as started,
             (select cutover_watermark from bitrix_sync.cutover) as cutover,
-            r.recovered_baseline::float8 as baseline
+            r.recovered_baseline::float8 as baseline, r.failed_runs
        from bitrix_sync.claim_reconciliation_cursor('contacts', make_interval(secs => $1), $2,
                                                      make_interval(secs => $3)) r`,
     [s.contactsIntervalSec, opts.force === true, s.overlapSec],
@@ -196,6 +295,7 @@ export async function reconcileContacts(
         "bitrix_sync.reconcile.updated": report.updated,
         "bitrix_sync.reconcile.recovered": report.recovered,
         "bitrix_sync.reconcile.requests": report.requests,
+        "bitrix_sync.reconcile.failed_requests": report.failedRequests,
       });
       if (report.errorCode) markFailed(span, report.errorCode);
       return report;
@@ -214,26 +314,39 @@ async function runClaimed(
   const from =
     claim.watermark ?? claim.cutover ?? new Date(claim.started.getTime() - s.contactsIntervalSec * 1000);
   const since = toPortalTimestamp(new Date(from.getTime() - s.overlapSec * 1000));
-  const counter: Counter = { requests: 0, signal };
+  const retry = deps.settings().retry;
+  const counter: Counter = { requests: 0, signal, retry, failed: [] };
   try {
     const ids = await changedIds(deps, since, s.openedFilter, counter);
     report.scanned = ids.length;
     const mappings = await activeMappings(deps.pool, ids);
     const mapped = ids.filter((id) => mappings.has(id));
     report.mapped = mapped.length;
-    const reads: CrmCommand[] = [];
-    for (let i = 0; i < mapped.length; i += PAGE_SIZE)
-      reads.push({ type: "contact.read", params: { ids: mapped.slice(i, i + PAGE_SIZE) } });
+    const chunks: number[][] = [];
+    for (let i = 0; i < mapped.length; i += PAGE_SIZE) chunks.push(mapped.slice(i, i + PAGE_SIZE));
     const contacts = new Map<number, ContactRecord>();
-    for (const o of await send(deps, reads, counter)) {
+    // The Contacts whose read answered: one missing from the answer was deleted; one whose read
+    // failed is simply not known in this run.
+    const read = new Set<number>();
+    const answers = await send(
+      deps,
+      chunks.map((ids) => ({ type: "contact.read", params: { ids } })),
+      counter,
+    );
+    answers.forEach((o, i) => {
+      if (!o.ok) {
+        failedRequest(deps, counter, o);
+        return;
+      }
+      for (const id of chunks[i] ?? []) read.add(id);
       for (const c of (o as { result: { contacts: ContactRecord[] } }).result.contacts) contacts.set(c.id, c);
-    }
-    // What the App held before: the CRM timestamp and the hashes of the CRM-master values.
+    });
+    // What the App held before: the CRM timestamp, the hashes of the CRM-master values, and where
+    // they came from and when (source attribution, §10.2).
     const snapshotOf = async (ids: number[]) => {
-      const { rows } = await deps.pool.query<
-        SnapshotHashes & { contact_id: string; crm_updated_at: Date | null }
-      >(
-        `select contact_id, crm_updated_at, name_hash, email_hash, citizenship_enum_id, stale
+      const { rows } = await deps.pool.query<SnapshotHashes & SnapshotSource & { contact_id: string }>(
+        `select contact_id, crm_updated_at, name_hash, email_hash, citizenship_enum_id, stale,
+                last_applied_at, last_applied_source, last_webhook_received_at
            from bitrix_sync.contact_snapshots where contact_id = any($1)`,
         [ids.map(String)],
       );
@@ -243,6 +356,7 @@ async function runClaimed(
     const applied: number[] = [];
     // Applied in chunks, one transaction each: a commit per Contact would dominate a large run.
     const todo = mapped.filter((id) => {
+      if (!read.has(id)) return false;
       const contact = contacts.get(id);
       const was = before.get(id)?.crm_updated_at ?? null;
       const crmAt = contact?.updatedAt ? new Date(contact.updatedAt) : null;
@@ -275,23 +389,49 @@ async function runClaimed(
         if (outcome === "applied") applied.push(id);
       }
     }
-    // Updated = the App's CRM-master values changed; each such Contact had been missed by webhooks.
+    // Updated = the App's CRM-master values changed. Recovered = updated, and no webhook had
+    // brought or announced the change (recoveredWithoutWebhook).
     const after = await snapshotOf(applied);
+    const pending = await pendingWebhooks(deps, applied);
     for (const id of applied) {
       if (!sameValues(before.get(id), after.get(id), contacts.get(id))) {
         report.updated++;
-        report.recovered++;
+        const crmAt = contacts.get(id)?.updatedAt;
+        if (
+          recoveredWithoutWebhook(
+            before.get(id),
+            after.get(id),
+            crmAt ? new Date(crmAt) : null,
+            pending.get(id) ?? null,
+          )
+        )
+          report.recovered++;
       } else {
         report.outcomes.unchanged = (report.outcomes.unchanged ?? 0) + 1;
         report.outcomes.applied = (report.outcomes.applied ?? 1) - 1;
       }
     }
     report.requests = counter.requests;
-    const baseline = claim.baseline ?? report.recovered;
-    report.spike =
-      report.recovered >= s.recoveredSpikeThreshold &&
-      (report.recovered > 2 * baseline ||
-        (report.mapped > 0 && report.recovered / report.mapped > s.recoveredSpikeRatio));
+    report.failedRequests = counter.failed.length;
+    const baseline = claim.baseline;
+    report.spike = isRecoveredSpike(report.recovered, report.mapped, baseline, s);
+    reconciliationScanned.inc(report.scanned);
+    reconciliationUpdated.inc(report.updated);
+    reconciliationRecovered.inc(report.recovered);
+    if (report.spike) {
+      reconciliationSpikes.inc();
+      deps.log.error(
+        {
+          event: "reconciliation.recovered_spike",
+          recovered: report.recovered,
+          mapped: report.mapped,
+          baseline,
+        },
+        "reconciliation recovered many Contacts without a webhook: webhooks may be lost (check the nginx source-IP rejections, docs/runbook.md)",
+      );
+    }
+    // A sub-request kept failing: what it would have found is unknown, so the window is read again.
+    if (counter.failed.length > 0) throw new RunFailed(counter.failed[0] as string);
     await deps.pool.query("select bitrix_sync.finish_reconciliation_run('contacts', $1, $2, $3, $4)", [
       claim.lease_token,
       report.scanned,
@@ -300,10 +440,6 @@ async function runClaimed(
     ]);
     report.status = "succeeded";
     reconciliationRuns.inc({ status: "succeeded" });
-    reconciliationScanned.inc(report.scanned);
-    reconciliationUpdated.inc(report.updated);
-    reconciliationRecovered.inc(report.recovered);
-    if (report.spike) reconciliationSpikes.inc();
     deps.log.info(
       {
         event: "reconciliation.contacts",
@@ -315,33 +451,50 @@ async function runClaimed(
       },
       "Contact reconciliation run finished",
     );
-    if (report.spike) {
-      deps.log.error(
-        { event: "reconciliation.recovered_spike", recovered: report.recovered, baseline },
-        "reconciliation recovered many Contacts without a webhook: webhooks may be lost (check the nginx source-IP rejections, docs/operations.md)",
-      );
-    }
   } catch (e) {
     report.status = "failed";
     reconciliationRuns.inc({ status: "failed" });
     report.requests = counter.requests;
+    report.failedRequests = counter.failed.length;
     const leaseLost = (e as { code?: unknown }).code === "BS001";
     report.errorCode = e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : "run_failed";
-    // The watermark stays: the next run reads the same window again. A run whose lease was taken
-    // over leaves the cursor to the run that holds it now.
+    // The watermark stays: the next run reads the same window again, after the backoff. A run whose
+    // lease was taken over leaves the cursor to the run that holds it now.
     if (!leaseLost) {
-      await deps.pool
-        .query("select bitrix_sync.fail_reconciliation_run('contacts', $1, $2)", [
-          claim.lease_token,
-          report.errorCode,
-        ])
+      const delayMs = retryDelayMs(claim.failed_runs, retry);
+      const { rows } = await deps.pool
+        .query<{ retry_at: Date | null }>(
+          "select retry_at from bitrix_sync.fail_reconciliation_run('contacts', $1, $2, make_interval(secs => $3))",
+          [claim.lease_token, report.errorCode, delayMs / 1000],
+        )
         .catch((err) => {
           if ((err as { code?: unknown }).code !== "BS001") throw err;
+          return { rows: [] };
         });
+      if (rows[0]?.retry_at) report.retryAt = rows[0].retry_at;
     }
     deps.log.warn(
-      { event: "reconciliation.failed", code: report.errorCode },
-      "Contact reconciliation run failed; watermark kept",
+      {
+        event: "reconciliation.failed",
+        code: report.errorCode,
+        failedRequests: report.failedRequests,
+        updated: report.updated,
+        retryAt: report.retryAt?.toISOString(),
+      },
+      "Contact reconciliation run failed; watermark kept, the run is retried after its backoff",
     );
   }
+}
+
+/** When a robot call still waiting in the inbox was received, per Contact (the newest). */
+async function pendingWebhooks(deps: ServiceContext, contactIds: number[]): Promise<Map<number, Date>> {
+  if (contactIds.length === 0) return new Map();
+  // The inbox's pending index (receiver, entity_id) serves this; processed calls are in the snapshot.
+  const { rows } = await deps.pool.query<{ entity_id: string; received_at: Date }>(
+    `select entity_id, max(received_at) as received_at from bitrix_sync.webhook_inbox
+      where receiver = 'contact' and entity_id = any($1) and status in ('received', 'retry_wait', 'processing')
+      group by entity_id`,
+    [contactIds.map(String)],
+  );
+  return new Map(rows.map((r) => [Number(r.entity_id), r.received_at]));
 }

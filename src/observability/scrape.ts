@@ -134,6 +134,24 @@ export const DATABASE_FAMILIES: readonly Family[] = [
     [],
   ),
   f(
+    "bitrix_sync_business_alerts_unmirrored_oldest_age_seconds",
+    "gauge",
+    "How long the oldest alert whose smart-process item is behind has waited, since its last change or, without an item, since it was raised; by mirror status (0 when none).",
+    ["mirror_status"],
+  ),
+  f(
+    "bitrix_sync_business_alerts_mirror_enabled",
+    "gauge",
+    "1 when business alerts go to the smart process, 0 when alerts.database_only keeps them in the database.",
+    [],
+  ),
+  f(
+    "bitrix_sync_business_alerts_remote_missing_total",
+    "counter",
+    "Open business alerts whose smart-process item was found deleted in the CRM (remote_missing, §10.3).",
+    [],
+  ),
+  f(
     "bitrix_sync_mapping_invariant_violations",
     "gauge",
     "Active mappings whose App user is not active (contact.deactivate should have closed them); checked at most once a minute.",
@@ -142,7 +160,19 @@ export const DATABASE_FAMILIES: readonly Family[] = [
   f(
     "bitrix_sync_reconciliation_cursor_lag_seconds",
     "gauge",
-    "How far a reconciliation cursor's watermark trails now, by job type.",
+    "How far a reconciliation cursor's watermark trails now (from the cutover while no run has succeeded), by job type.",
+    ["job_type"],
+  ),
+  f(
+    "bitrix_sync_reconciliation_failed_runs",
+    "gauge",
+    "Reconciliation runs that failed since the last successful one, by job type (0 after a success).",
+    ["job_type"],
+  ),
+  f(
+    "bitrix_sync_reconciliation_interval_seconds",
+    "gauge",
+    "The configured interval between reconciliation runs, by job type (reconcile.contacts_interval_sec, alerts.reconcile_interval_sec).",
     ["job_type"],
   ),
   f("bitrix_sync_limiter_tokens", "gauge", "Tokens in the shared CRM token bucket now.", []),

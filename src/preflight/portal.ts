@@ -147,7 +147,7 @@ async function run(client: CrmClient, config: Config, settings: Settings | null)
 
   out.push(await checkMethods(client));
   out.push(await checkContactFields(client, config));
-  out.push(await checkAlertProcess(client, settings));
+  out.push(await checkAlertProcess(client, settings, config.env.BITRIX_SYNC_ENABLED === true));
   out.push(memberId(config));
   out.push(...(await probes(client, config, settings)));
   return out;
@@ -247,16 +247,36 @@ async function checkContactFields(client: CrmClient, config: Config): Promise<Ch
   return check("portal.contact_fields", "ok", found.join(", "));
 }
 
-async function checkAlertProcess(client: CrmClient, settings: Settings | null): Promise<CheckResult> {
+/**
+ * The alert smart process (§11) as the settings name it. Business alerts must reach the portal once
+ * sync is enabled: a process that is not configured or not there fails, unless alerts.database_only
+ * says they stay in the database on purpose. While sync is still disabled, a missing configuration
+ * is a warning (what enabling will demand).
+ */
+async function checkAlertProcess(
+  client: CrmClient,
+  settings: Settings | null,
+  enabled: boolean,
+): Promise<CheckResult> {
   if (settings === null)
     return notChecked("portal.alert_process", "the hot settings could not be read (database.settings)");
   const a = settings.alerts;
-  if (a.entityTypeId === null) {
+  if (a.databaseOnly) {
     return check(
       "portal.alert_process",
       "warn",
-      "alerts.entity_type_id is not set: business alerts stay in the database and no smart-process item is made",
-      "set alerts.entity_type_id, its category, stages and fields (docs/admin.md) to mirror alerts into the portal",
+      "alerts.database_only is true: business alerts stay in the database (bitrix_sync.status_alerts) and no smart-process item is made",
+      "managers see no conflict in the CRM this way; set the smart process (docs/configuration.md) and alerts.database_only false to mirror them",
+    );
+  }
+  if (a.entityTypeId === null) {
+    return check(
+      "portal.alert_process",
+      enabled ? "fail" : "warn",
+      enabled
+        ? "BITRIX_SYNC_ENABLED=true but alerts.entity_type_id is not set: business alerts cannot reach the portal"
+        : "alerts.entity_type_id is not set: business alerts could not reach the portal once sync is enabled",
+      "set the alert smart process (alerts.entity_type_id, its category, stages and every field, docs/configuration.md), or alerts.database_only true to keep alerts in the database on purpose",
     );
   }
   const t = a.entityTypeId;

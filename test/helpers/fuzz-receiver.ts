@@ -11,6 +11,7 @@ import fc from "fast-check";
 import { Pool } from "undici";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { startEmulator } from "../../src/emulator/server.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { TEST_ALERT_TOKEN, TEST_CONTACT_TOKEN, TEST_MEMBER_ID, waitFor } from "./e2e.js";
 import { type Contract, type Req, robotRequest, serialise } from "./receiver-requests.js";
 import { serviceEnv, startService } from "./service-process.js";
@@ -168,7 +169,7 @@ export async function runReceiverFuzz(opts: FuzzOptions): Promise<FuzzReport> {
   let service: ReturnType<typeof startService> | undefined;
   let http: Pool | undefined;
   try {
-    await setSettings(db, { "alerts.entity_type_id": ALERT_ENTITY_TYPE_ID });
+    await setSettings(db, { ...DEFAULT_ALERT_SETTINGS, "alerts.entity_type_id": ALERT_ENTITY_TYPE_ID });
     const env = serviceEnv(
       db.url,
       { url: emulator.url, host: emulator.host },

@@ -20,19 +20,27 @@ export interface NginxSandbox {
   remove(): void;
 }
 
-/** A temporary prefix with a throw-away self-signed certificate. */
-export function nginxSandbox(): NginxSandbox {
+/**
+ * A temporary prefix with a throw-away self-signed certificate for `localhost` (also as a subject
+ * alternative name, which verifying clients such as Go's require), valid for `days`.
+ */
+export function nginxSandbox(opts: { days?: number } = {}): NginxSandbox {
   const dir = mkdtempSync(join(tmpdir(), "bitrix-sync-nginx-"));
   const cert = join(dir, "cert.pem");
   const key = join(dir, "key.pem");
   const r = spawnSync(
     "openssl",
-    ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"].concat([
-      "-keyout",
-      key,
-      "-out",
-      cert,
-    ]),
+    [
+      "req",
+      "-x509",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-days",
+      String(opts.days ?? 1),
+      "-subj",
+      "/CN=localhost",
+    ].concat(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", key, "-out", cert]),
     { stdio: "ignore" },
   );
   if (r.status !== 0) throw new Error("openssl could not make a test certificate");

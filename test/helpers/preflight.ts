@@ -7,16 +7,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { type Emulator, type EmulatorOptions, startEmulator } from "../../src/emulator/server.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 
 /** The alert settings matching the emulator's default smart process (src/emulator/store.ts). */
-export const ALERT_SETTINGS = {
-  "alerts.entity_type_id": 1040,
-  "alerts.category_id": 7,
-  "alerts.stage_new": "DT1040_7:NEW",
-  "alerts.stage_resolved": "DT1040_7:SUCCESS",
-  "alerts.stage_closed_without_resolution": "DT1040_7:FAIL",
-  "alerts.fields": { alert_number: "ufCrm14_1001", fingerprint: "ufCrm14_1002", type: "ufCrm14_1004" },
-};
+export const ALERT_SETTINGS = DEFAULT_ALERT_SETTINGS;
 
 export const MEMBER_ID = randomBytes(16).toString("hex");
 /** A phone of a sample Contact: it must never appear in preflight's output. */

@@ -58,7 +58,20 @@ export function rulesWithFor(duration: string): string {
   return stringify(file);
 }
 
-async function freePort(): Promise<number> {
+/**
+ * The named alert rules of the rules file as one group, each as the file has it but with its `for:`
+ * (when it has one) replaced by `duration`: a test of those alerts only.
+ */
+export function rulesNamed(names: readonly string[], duration: string): string {
+  const rules = alertRules().filter((r) => names.includes(r.alert));
+  const missing = names.filter((n) => !rules.some((r) => r.alert === n));
+  if (missing.length > 0) throw new Error(`not in the rules file: ${missing.join(", ")}`);
+  for (const r of rules) if (r.for !== undefined) r.for = duration;
+  return stringify({ groups: [{ name: "under-test", rules }] });
+}
+
+/** A free TCP port on loopback (the OS's choice). */
+export async function freePort(): Promise<number> {
   return await new Promise((resolve, reject) => {
     const s = createServer();
     s.once("error", reject);
@@ -79,9 +92,15 @@ export interface RunningPrometheus {
 
 /**
  * Starts Debian's prometheus on loopback with its own temporary data folder, scraping `target`
- * (host:port) every second as job "bitrix-sync" and evaluating `rules` (YAML text) every second.
+ * (host:port; null for none) every second as job "bitrix-sync" and evaluating `rules` (YAML text)
+ * every second.
  */
-export async function startPrometheus(target: string, rules: string): Promise<RunningPrometheus> {
+export async function startPrometheus(
+  target: string | null,
+  rules: string,
+  /** More scrape jobs (e.g. the blackbox probe's), each scraped every second too. */
+  extraScrapeConfigs: object[] = [],
+): Promise<RunningPrometheus> {
   const dir = mkdtempSync(join(tmpdir(), "bitrix-sync-prometheus-"));
   writeFileSync(join(dir, "rules.yml"), rules);
   writeFileSync(
@@ -89,7 +108,10 @@ export async function startPrometheus(target: string, rules: string): Promise<Ru
     stringify({
       global: { scrape_interval: "1s", evaluation_interval: "1s", scrape_timeout: "900ms" },
       rule_files: [join(dir, "rules.yml")],
-      scrape_configs: [{ job_name: "bitrix-sync", static_configs: [{ targets: [target] }] }],
+      scrape_configs: [
+        ...(target === null ? [] : [{ job_name: "bitrix-sync", static_configs: [{ targets: [target] }] }]),
+        ...extraScrapeConfigs,
+      ],
     }),
   );
   const port = await freePort();

@@ -4,6 +4,7 @@
 import { Writable } from "node:stream";
 import type pg from "pg";
 import { parseCidrList } from "../../src/config/cidr.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { createApp } from "../../src/http/app.js";
 import {
   DEFAULT_MAX_BODY_BYTES,
@@ -95,7 +96,10 @@ export async function inboxCount(pool: pg.Pool): Promise<number> {
   return rows[0]?.n ?? -1;
 }
 
-/** Activates a settings version with alerts.entity_type_id set (or cleared with null). */
+/**
+ * Activates a settings version with alerts.entity_type_id set (with the rest of the emulator's
+ * smart process, which the catalogue requires with it) or cleared with null.
+ */
 export async function setAlertEntityType(pool: pg.Pool, id: number | null): Promise<void> {
-  await setSettings({ pool }, { "alerts.entity_type_id": id });
+  await setSettings({ pool }, { ...DEFAULT_ALERT_SETTINGS, "alerts.entity_type_id": id });
 }

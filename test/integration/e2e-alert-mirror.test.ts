@@ -4,28 +4,18 @@
 // real PostgreSQL, the emulator over HTTP with its "reply lost after commit" fault.
 import { randomBytes, randomUUID } from "node:crypto";
 import test from "ava";
+import { refreshAlertItems } from "../../src/alerts/items.js";
 import { reconcileAlerts } from "../../src/alerts/reconcile.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { readiness } from "../../src/http/status.js";
 import { registry } from "../../src/observability/metrics.js";
 import { collectScrape } from "../../src/observability/scrape.js";
 import { asRole } from "../helpers/dead-letters.js";
 import { type Rig, startRig, waitFor } from "../helpers/e2e.js";
-import { setSettings } from "../helpers/settings.js";
 import { one } from "../helpers/sql-core.js";
 
-const FIELDS = {
-  alert_number: "ufCrm14_1001",
-  fingerprint: "ufCrm14_1002",
-  occurrence_count: "ufCrm14_1003",
-  type: "ufCrm14_1004",
-};
-const ALERTS = {
-  "alerts.entity_type_id": 1040,
-  "alerts.stage_new": "DT1040_7:NEW",
-  "alerts.stage_resolved": "DT1040_7:SUCCESS",
-  "alerts.stage_closed_without_resolution": "DT1040_7:FAIL",
-  "alerts.fields": FIELDS,
-};
+const ALERTS = DEFAULT_ALERT_SETTINGS;
+const FIELDS = ALERTS["alerts.fields"];
 
 let rig: Rig;
 test.before(async () => {
@@ -155,26 +145,6 @@ test.serial("a rate-limited alert.add is retried with the commands' backoff", as
   t.is(itemsOf(a).length, 1);
   const add = (await commands(a.id)).find((c) => c.command_type === "alert.add");
   t.like(add, { status: "succeeded", attempt_count: 2 });
-});
-
-test.serial("without an alert field, an unanswered add is looked up by the item's title", async (t) => {
-  await setSettings(rig.db, { "alerts.fields": { type: FIELDS.type } });
-  await rig.runtime.settings.refresh();
-  try {
-    rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 3_000 }, { method: "crm.item.add" });
-    const a = await raise();
-    const done = await synced(a.id);
-    const items = [...rig.emulator.store.items.values()].filter((i) =>
-      i.title.includes(`#${a.alert_number}:`),
-    );
-    t.is(items.length, 1);
-    t.is(String(items[0]?.id), String(done.item_id));
-    const lookup = (await commands(a.id)).find((c) => c.command_type === "alert.list");
-    t.like(lookup?.response, { outcome: "found" });
-  } finally {
-    await setSettings(rig.db, { "alerts.fields": FIELDS });
-    await rig.runtime.settings.refresh();
-  }
 });
 
 test.serial(
@@ -354,5 +324,68 @@ test.serial(
       ),
       { last_run_status: "succeeded", lease_token: null },
     );
+  },
+);
+
+test.serial(
+  "a group of items whose read keeps failing is never taken for deleted: the other alerts are brought in line, the run fails and is due at its backoff",
+  async (t) => {
+    const a = await raise();
+    const b = await raise();
+    const [ma, mb] = [await synced(a.id), await synced(b.id)];
+    for (const m of [ma, mb]) {
+      const item = rig.emulator.store.items.get(Number(m.item_id));
+      if (!item) return t.fail(`item ${m.item_id} not in the portal`);
+      item.stageId = ALERTS["alerts.stage_resolved"];
+      rig.emulator.store.touch(item);
+    }
+    // a's item in the first group of 50, b's in the second; the second group's read keeps failing.
+    const ids = [
+      Number(ma.item_id),
+      ...Array.from({ length: 49 }, (_, i) => 9_000_000 + i),
+      Number(mb.item_id),
+    ];
+    rig.emulator.failNext(
+      { kind: "command_error", error: "INTERNAL_SERVER_ERROR", description: "boom", status: 500 },
+      { method: "crm.item.list", skip: 1, times: 10 },
+    );
+    const { alerts } = rig.runtime.settings.get();
+    const err = (await t.throwsAsync(
+      refreshAlertItems(rig.runtime.services, alerts, ids, undefined, { attempts: 3 }),
+    )) as unknown as { code?: string; kind?: string; changed?: number };
+    rig.emulator.clearFaults();
+    t.like(err, { code: "server_error", kind: "transient", changed: 1 });
+    const status = async (id: string) =>
+      (
+        await one<{ status: string }>(
+          rig.db.pool,
+          "select status from bitrix_sync.business_alerts where id = $1",
+          [id],
+        )
+      ).status;
+    t.is(await status(a.id), "resolved", "the group that answered was brought in line");
+    t.is(await status(b.id), "open", "an item that could not be read is not remote_missing");
+
+    // The run: every read fails; it fails, keeps nothing half done, and is due again at its backoff.
+    rig.emulator.failNext("INTERNAL_SERVER_ERROR", { method: "crm.item.list", times: 3 });
+    const r = await reconcileAlerts(rig.runtime.services, alerts, alerts.reconcileIntervalSec, {
+      force: true,
+    });
+    rig.emulator.clearFaults();
+    t.like(r, { ran: true, errorCode: "server_error" });
+    t.truthy(r.retryAt);
+    t.like(
+      await one(
+        rig.db.pool,
+        "select last_run_status, last_error_code, failed_runs from bitrix_sync.reconciliation_cursors where job_type = 'alerts'",
+      ),
+      { last_run_status: "failed", last_error_code: "server_error", failed_runs: 1 },
+    );
+    t.is(await status(b.id), "open");
+    const next = await reconcileAlerts(rig.runtime.services, alerts, alerts.reconcileIntervalSec, {
+      force: true,
+    });
+    t.is(next.errorCode, undefined);
+    t.is(await status(b.id), "resolved");
   },
 );

@@ -2,6 +2,7 @@
 // lane of the sync loop, the emulator over HTTP. No echo, no harm from duplicates or late events.
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { createApp } from "../../src/http/app.js";
 import { receiverConfig } from "../../src/inbound/config.js";
 import {
@@ -26,10 +27,7 @@ test.before(async () => {
     "batch.max_wait_ms": 50,
     "limiter.burst": 10,
     "limiter.refill_per_sec": 20,
-    "alerts.entity_type_id": 1040,
-    "alerts.stage_new": "DT1040_7:NEW",
-    "alerts.stage_resolved": "DT1040_7:SUCCESS",
-    "alerts.stage_closed_without_resolution": "DT1040_7:FAIL",
+    ...DEFAULT_ALERT_SETTINGS,
   });
   await rig.runtime.settings.refresh();
   app = createApp({ pool: rig.db.pool, log: rig.runtime.log, receiver: receiverConfig(rig.runtime.config) });

@@ -182,3 +182,78 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  "silent failures have samples: failed runs, intervals, lag since the cutover, alerts behind the smart process, deleted items",
+  async (t) => {
+    // Intervals from the settings, both job types, whether or not a run happened.
+    t.is(await value("bitrix_sync_reconciliation_interval_seconds", { job_type: "contacts" }), 900);
+    t.is(await value("bitrix_sync_reconciliation_interval_seconds", { job_type: "alerts" }), 3600);
+    // A Contact run that failed twice and never succeeded: counted, and lagging since the cutover.
+    for (let i = 0; i < 2; i++) {
+      const { rows } = await db.pool.query<{ lease_token: string }>(
+        "select lease_token from bitrix_sync.claim_reconciliation_cursor('contacts', interval '0', true)",
+      );
+      await db.pool.query(
+        "select bitrix_sync.fail_reconciliation_run('contacts', $1, 'server_error', interval '0')",
+        [rows[0]?.lease_token],
+      );
+    }
+    t.is(await value("bitrix_sync_reconciliation_failed_runs", { job_type: "contacts" }), 2);
+    t.true(
+      (await snapshot()).some(
+        (r) =>
+          r.family === "bitrix_sync_reconciliation_cursor_lag_seconds" && r.labels.job_type === "contacts",
+      ),
+      "a cursor without a watermark trails from the cutover",
+    );
+    // An alerts cursor left from an earlier configuration: no sample while alerts are not set up.
+    await db.pool.query(
+      "insert into bitrix_sync.reconciliation_cursors (job_type) values ('alerts') on conflict do nothing",
+    );
+    t.false(
+      (await snapshot()).some(
+        (r) => r.labels.job_type === "alerts" && r.family !== "bitrix_sync_reconciliation_interval_seconds",
+      ),
+    );
+
+    // An alert that never reached the smart process ages from its creation, although it recurs.
+    t.is(await value("bitrix_sync_business_alerts_mirror_enabled", {}), 1);
+    const fp = "c".repeat(64);
+    const raise = () =>
+      db.pool.query<{ id: string }>(
+        "select id from bitrix_sync.raise_business_alert('duplicate_contacts', 'low', $1, gen_random_uuid())",
+        [fp],
+      );
+    const { rows: raised } = await raise();
+    await db.pool.query(
+      "update bitrix_sync.business_alerts set created_at = now() - interval '1 hour' where id = $1",
+      [raised[0]?.id],
+    );
+    await raise(); // a new occurrence: updated_at is now
+    const age = await value("bitrix_sync_business_alerts_unmirrored_oldest_age_seconds", {
+      mirror_status: "pending",
+    });
+    t.true(age >= 3599, `aged from its creation: ${age}`);
+    t.is(
+      await value("bitrix_sync_business_alerts_unmirrored_oldest_age_seconds", { mirror_status: "failed" }),
+      0,
+    );
+
+    // Kept in the database on purpose: the mirror is off.
+    const { rows: v } = await db.pool.query<{ v: number }>(
+      `select bitrix_sync.propose_settings('{"alerts.database_only": true}', 'test') as v`,
+    );
+    await db.pool.query("select bitrix_sync.validate_settings_version($1)", [v[0]?.v]);
+    await db.pool.query("select bitrix_sync.activate_settings_version($1, 'test')", [v[0]?.v]);
+    t.is(await value("bitrix_sync_business_alerts_mirror_enabled", {}), 0);
+
+    // An item deleted in the CRM: counted once, from 0.
+    t.is(await value("bitrix_sync_business_alerts_remote_missing_total", {}), 0);
+    await db.pool.query("select bitrix_sync.finish_business_alert($1, 'remote_missing', null)", [
+      raised[0]?.id,
+    ]);
+    t.is(await value("bitrix_sync_business_alerts_remote_missing_total", {}), 1);
+    t.is(await value("bitrix_sync_business_alerts_remote_missing_total", {}), 1, "a second scrape: same sum");
+  },
+);

@@ -3,6 +3,7 @@
 // schema change, or the other way round, fails here.
 import test from "ava";
 import { z } from "zod";
+import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { parseSettings, SettingsSchema, settingKey } from "../../src/settings-schema.js";
 import { CATALOGUE_DEFAULTS } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -168,5 +169,85 @@ test("the schema accepts exactly what the database's validation accepts, at and 
     const sqlAccepts = (rows[0]?.e ?? []).length === 0;
     const tsAccepts = parseSettings({ ...CATALOGUE_DEFAULTS, ...changes }).ok;
     t.is(tsAccepts, sqlAccepts, `${key} = ${JSON.stringify(value)}: SQL ${JSON.stringify(rows[0]?.e)}`);
+  }
+});
+
+test("the alert smart process's rules across keys say the same, in the same words, in SQL and in the schema", async (t) => {
+  const full = DEFAULT_ALERT_SETTINGS;
+  const fields = full["alerts.fields"];
+  const { alert_number: _, occurrence_count: __, ...withoutTwo } = fields;
+  const cases: Array<[string, Record<string, unknown>, string[]]> = [
+    ["the emulator's smart process, complete", full, []],
+    [
+      "resolved equal to new",
+      { ...full, "alerts.stage_resolved": full["alerts.stage_new"] },
+      ["alerts.stage_resolved: a terminal stage must differ from alerts.stage_new"],
+    ],
+    [
+      "both terminal stages alike, and equal to in progress",
+      {
+        ...full,
+        "alerts.stage_in_progress": "DT1040_7:FAIL",
+        "alerts.stage_resolved": "DT1040_7:FAIL",
+      },
+      [
+        "alerts.stage_closed_without_resolution: a terminal stage must differ from alerts.stage_in_progress",
+        "alerts.stage_closed_without_resolution: a terminal stage must differ from alerts.stage_resolved",
+        "alerts.stage_resolved: a terminal stage must differ from alerts.stage_in_progress",
+      ],
+    ],
+    [
+      "stages alike even while alerts are not configured",
+      { "alerts.stage_new": "S", "alerts.stage_closed_without_resolution": "S" },
+      ["alerts.stage_closed_without_resolution: a terminal stage must differ from alerts.stage_new"],
+    ],
+    [
+      "an entity type and nothing else",
+      { "alerts.entity_type_id": 1040 },
+      [
+        "alerts.fields: required while alerts.entity_type_id is set (§11 item fields); missing alert_number, candidate_contact_ids, correlation_id, current_contact_id, details, fingerprint, first_occurred_at, last_occurred_at, occurrence_count, previous_alert_number, selected_contact_id, severity, type, user_id",
+        "alerts.stage_closed_without_resolution: required while alerts.entity_type_id is set (or set alerts.database_only to keep alerts in the database)",
+        "alerts.stage_new: required while alerts.entity_type_id is set (or set alerts.database_only to keep alerts in the database)",
+        "alerts.stage_resolved: required while alerts.entity_type_id is set (or set alerts.database_only to keep alerts in the database)",
+      ],
+    ],
+    [
+      "an entity type kept in the database",
+      { "alerts.entity_type_id": 1040, "alerts.database_only": true },
+      [],
+    ],
+    [
+      "two item fields missing",
+      { ...full, "alerts.fields": withoutTwo },
+      [
+        "alerts.fields: required while alerts.entity_type_id is set (§11 item fields); missing alert_number, occurrence_count",
+      ],
+    ],
+    [
+      "a field that is not a smart-process field, and two entries naming one field",
+      {
+        ...full,
+        "alerts.fields": {
+          ...fields,
+          type: "UF_CRM_14_1004",
+          severity: fields.details,
+          user_id: fields.details,
+        },
+      },
+      [
+        "alerts.fields: entries details, severity, user_id name the same field; each needs its own",
+        "alerts.fields: entry type must name a smart-process field (ufCrm<type>_<name>)",
+      ],
+    ],
+  ];
+  for (const [name, changes, expected] of cases) {
+    const { rows } = await db.pool.query<{ e: string[] }>("select bitrix_sync._settings_errors($1) as e", [
+      JSON.stringify(changes),
+    ]);
+    const sql = (rows[0]?.e ?? []).sort();
+    const parsed = parseSettings({ ...CATALOGUE_DEFAULTS, ...changes });
+    const ts = (parsed.ok ? [] : parsed.errors).sort();
+    t.deepEqual(sql, [...expected].sort(), `${name}: SQL`);
+    t.deepEqual(ts, sql, `${name}: the schema`);
   }
 });

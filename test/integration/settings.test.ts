@@ -164,7 +164,9 @@ async function storedText(version: number, key: string): Promise<string | undefi
 
 test.serial("integer settings are stored as int4 prints them: 1036.0 and 1.0360e3 become 1036", async (t) => {
   for (const written of ["1036.0", "1.0360e3"]) {
-    const v = await proposeRaw(`{"alerts.entity_type_id": ${written}, "batch.size": 25.00}`);
+    const v = await proposeRaw(
+      `{"alerts.entity_type_id": ${written}, "alerts.database_only": true, "batch.size": 25.00}`,
+    );
     t.is(await storedText(v, "alerts.entity_type_id"), "1036", written);
     t.is(await storedText(v, "batch.size"), "25", written);
     t.deepEqual(await validate(v), []);
@@ -172,7 +174,7 @@ test.serial("integer settings are stored as int4 prints them: 1036.0 and 1.0360e
   // A draft written without propose_settings() (by the owner) is normalised when validated.
   const { rows } = await db.pool.query<{ version: number }>(
     `insert into bitrix_sync.settings_versions (settings_values, created_by)
-     values ('{"alerts.entity_type_id": 1036.0}'::jsonb, 'owner') returning version`,
+     values ('{"alerts.entity_type_id": 1036.0, "alerts.database_only": true}'::jsonb, 'owner') returning version`,
   );
   const v = rows[0]?.version as number;
   t.is(await storedText(v, "alerts.entity_type_id"), "1036.0");
@@ -214,7 +216,7 @@ test.serial(
     }
     const ok = await validate(
       await proposeRaw(
-        `{"alerts.entity_type_id": 2147483647, "alerts.stage_new": "${"S".repeat(64)}", "alerts.fields": {"fingerprint": "ufCrm14_1"}}`,
+        `{"alerts.entity_type_id": 2147483647, "alerts.database_only": true, "alerts.stage_new": "${"S".repeat(64)}", "alerts.fields": {"fingerprint": "ufCrm14_1"}}`,
       ),
     );
     t.deepEqual(ok, []);

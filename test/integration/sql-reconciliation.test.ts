@@ -164,3 +164,62 @@ test("the SQL reading of a setting fills the catalogue default and refuses an un
   );
   t.truthy(err.hint);
 });
+
+test.serial(
+  "a failed run is due again at its backoff, not after the interval; failures count until a success",
+  async (t) => {
+    const failWith = (token: string | null, code: string, retrySec: number | null) =>
+      one<Cursor & { failed_runs: number; retry_at: Date | null }>(
+        db.pool,
+        `select * from bitrix_sync.fail_reconciliation_run($1, $2, $3,
+                  case when $4::float8 is null then null else make_interval(secs => $4) end)`,
+        ["alerts", token, code, retrySec],
+      );
+    const first = await claim("alerts", 3600, true);
+    t.is((first as unknown as { failed_runs: number }).failed_runs, 0);
+    const failed = await failWith(first?.lease_token ?? null, "server_error", 2);
+    t.is(failed.failed_runs, 1);
+    t.truthy(failed.retry_at);
+    t.is(await claim("alerts", 3600), undefined, "not before its retry time");
+    await db.pool.query(
+      "update bitrix_sync.reconciliation_cursors set retry_at = now() - interval '1 second' where job_type = 'alerts'",
+    );
+    const retried = await claim("alerts", 3600);
+    t.truthy(retried?.lease_token, "due at its retry time although the hour has not passed");
+    t.is(
+      (retried as unknown as { failed_runs: number }).failed_runs,
+      1,
+      "the claim says how many failed before",
+    );
+    const twice = await failWith(retried?.lease_token ?? null, "server_error", 0);
+    t.is(twice.failed_runs, 2);
+    // Given back at shutdown: due at once, and not a failure.
+    const third = await claim("alerts", 3600);
+    t.truthy(third?.lease_token);
+    const stopped = await failWith(third?.lease_token ?? null, "shutdown", null);
+    t.is(stopped.failed_runs, 2);
+    const fourth = await claim("alerts", 3600);
+    t.truthy(fourth?.lease_token, "the next replica starts at once");
+    // Without a delay (an older caller): due after the interval, as before.
+    const plain = await fail("alerts", fourth?.lease_token ?? null, "server_error");
+    t.like(plain, { last_run_status: "failed" });
+    t.is(await claim("alerts", 3600), undefined);
+    await startedAgo("alerts", 3601);
+    const late = await claim("alerts", 3600);
+    t.truthy(late?.lease_token);
+    await rejectsWith(
+      t,
+      db.pool.query(
+        "select bitrix_sync.fail_reconciliation_run('alerts', $1, 'server_error', interval '-1 second')",
+        [late?.lease_token],
+      ),
+      "BS004",
+    );
+    const ok = await one<{ failed_runs: number; retry_at: Date | null }>(
+      db.pool,
+      "select * from bitrix_sync.finish_reconciliation_run('alerts', $1, 0, 0)",
+      [late?.lease_token],
+    );
+    t.like(ok, { failed_runs: 0, retry_at: null });
+  },
+);

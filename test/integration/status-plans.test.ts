@@ -108,6 +108,9 @@ const QUERIES = [
   "select * from bitrix_sync.status_dead_letters",
   "select * from bitrix_sync.status_alerts",
   "select * from bitrix_sync.status_alert_mirror",
+  // the age of the alerts the smart process is behind on (metrics_snapshot's mirror rows)
+  `select a.crm_sync_status, count(*), min(case when a.item_id is null then a.created_at else a.updated_at end)
+     from bitrix_sync.business_alerts a where a.crm_sync_status <> 'synced' group by a.crm_sync_status`,
   // the mapping-invariant gauge of /metrics
   `select count(*) as n from bitrix_sync.entity_external_mapping m
      join han_app.user_identity u on u.id = m.entity_id

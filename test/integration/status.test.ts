@@ -4,6 +4,7 @@ import test from "ava";
 import { loadConfig } from "../../src/config/env.js";
 import { classify } from "../../src/crm/classify.js";
 import { createPool } from "../../src/db/pools.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { createApp } from "../../src/http/app.js";
 import { type StatusSource, WORKER_STALL_MS } from "../../src/http/status.js";
 import { HealthState } from "../../src/observability/health.js";
@@ -164,7 +165,7 @@ test.serial("alerts configured but unusable make readiness degraded with alert_c
     }
   }
   // A usable entity type with another alerts.* value past today's bounds.
-  await setSettings(db, { "alerts.entity_type_id": 1036 });
+  await setSettings(db, { ...DEFAULT_ALERT_SETTINGS, "alerts.entity_type_id": 1036 });
   const restore = await forceActiveSettingValue(db.pool, "alerts.responsible_id", "4294967296");
   try {
     t.deepEqual((await ready(source(PROD))).body.problems, ["alert_config_invalid"]);

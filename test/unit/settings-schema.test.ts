@@ -85,7 +85,7 @@ test("types and bounds are the catalogue's; errors name the key and never echo t
     ["batch.max_wait_ms", 1],
     ["limiter.refill_per_sec", 0.01],
     ["reconcile.opened_filter", "N"],
-    ["alerts.entity_type_id", 1040],
+    ["alerts.entity_type_id", null],
     ["alerts.stage_new", "DT1040_7:NEW"],
     ["alerts.fields", { fingerprint: "ufCrm14_1" }],
   ];

@@ -398,3 +398,46 @@ test.serial(
     }
   },
 );
+
+test("with sync enabled, business alerts that cannot reach the portal fail; alerts.database_only says they stay in the database", async (t) => {
+  // A deployment after the cutover, alerts not configured (the catalogue's defaults).
+  // Owned by a non-superuser, as a deployment is (database.owner would fail otherwise).
+  const other = await createOwnedTestDb();
+  t.teardown(() => other.drop());
+  const enabled = await deploy({ databaseUrl: other.url, env: { BITRIX_SYNC_ENABLED: "true" } });
+  let r = await preflight(t, enabled);
+  let c = byId(r, "portal.alert_process");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /BITRIX_SYNC_ENABLED=true but alerts\.entity_type_id is not set/);
+  t.regex(c.hint ?? "", /alerts\.database_only/);
+  t.is(r.exitCode, 1);
+
+  // Still disabled: what enabling will demand, as a warning.
+  const disabled = await deploy({ databaseUrl: other.url });
+  c = byId(await preflight(t, disabled), "portal.alert_process");
+  t.is(c.status, "warn");
+  t.regex(c.detail, /could not reach the portal once sync is enabled/);
+
+  // Configured, but the smart process is not on the portal.
+  await setSettings(other, { ...ALERT_SETTINGS, "alerts.entity_type_id": 1052 });
+  r = await preflight(t, enabled);
+  c = byId(r, "portal.alert_process");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /smart process 1052 \(alerts\.entity_type_id\) cannot be read/);
+  t.is(r.exitCode, 1);
+
+  // Kept in the database on purpose: a warning, never a failure.
+  await setSettings(other, { "alerts.entity_type_id": null, "alerts.database_only": true });
+  r = await preflight(t, enabled);
+  c = byId(r, "portal.alert_process");
+  t.is(c.status, "warn");
+  t.regex(c.detail, /alerts\.database_only is true/);
+  t.is(
+    r.exitCode,
+    0,
+    r.results
+      .filter((x) => x.status !== "ok" && x.status !== "warn")
+      .map((x) => x.id)
+      .join(", "),
+  );
+});

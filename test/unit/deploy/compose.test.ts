@@ -61,8 +61,14 @@ const pkg = JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) 
   scripts: Record<string, string>;
 };
 
-test("the service, its migration, nginx and PostgreSQL", (t) => {
-  t.deepEqual(Object.keys(services).sort(), ["bitrix-sync", "migrate", "nginx", "postgres"]);
+test("the service, its migration, nginx, PostgreSQL and the public path's prober", (t) => {
+  t.deepEqual(Object.keys(services).sort(), [
+    "bitrix-sync",
+    "blackbox-exporter",
+    "migrate",
+    "nginx",
+    "postgres",
+  ]);
 });
 
 test("every container: read-only root, no capabilities, no new privileges, a tmpfs for /tmp", (t) => {
@@ -76,18 +82,21 @@ test("every container: read-only root, no capabilities, no new privileges, a tmp
     t.is(s.network_mode, undefined, name);
     t.regex(
       s.image ?? "",
-      /:(\d+(?:\.\d+)+-\w+|\$\{BITRIX_SYNC_IMAGE_TAG:-local\})$/,
+      /:(\d+(?:\.\d+)+-\w+|v\d+(?:\.\d+){2}|\$\{BITRIX_SYNC_IMAGE_TAG:-local\})$/,
       `${name}: pinned image`,
     );
   }
   t.regex(svc("postgres").user ?? "", /^[1-9]\d*:[1-9]\d*$/);
   t.regex(svc("nginx").user ?? "", /^[1-9]\d*:[1-9]\d*$/);
+  t.regex(svc("blackbox-exporter").user ?? "", /^[1-9]\d*:[1-9]\d*$/);
 });
 
-test("only nginx publishes a port, the one its rendered config listens on", (t) => {
+test("only nginx publishes a public port, the one its rendered config listens on", (t) => {
   for (const [name, s] of Object.entries(services)) {
-    if (name !== "nginx") t.is(s.ports, undefined, name);
+    if (name !== "nginx" && name !== "blackbox-exporter") t.is(s.ports, undefined, name);
   }
+  // The prober, for the monitoring on the host only.
+  t.deepEqual(svc("blackbox-exporter").ports, ["127.0.0.1:9115:9115"]);
   const ports = svc("nginx").ports ?? [];
   t.deepEqual(ports, [`443:${envExample.BITRIX_SYNC_NGINX_LISTEN}`]);
 });
@@ -98,6 +107,7 @@ test("a private backend network; only the service gets a way out, to the portal"
   t.deepEqual(networksOf(svc("migrate")), ["backend"]);
   t.deepEqual(networksOf(svc("bitrix-sync")).sort(), ["backend", "egress"]);
   t.deepEqual(networksOf(svc("nginx")).sort(), ["backend", "edge"]);
+  t.deepEqual(networksOf(svc("blackbox-exporter")), ["edge"], "the prober reaches nginx as a robot does");
   t.not(compose.networks.egress?.internal, true);
 });
 
