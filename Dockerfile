@@ -44,7 +44,7 @@ COPY tasks ./tasks
 COPY migrations/committed ./migrations/committed
 # sql/worker_grants.sql is applied after every migration run (docs/migrations.md).
 COPY sql/worker_grants.sql ./sql/
-COPY scripts/migrate.ts scripts/healthcheck.mjs ./scripts/
+COPY scripts/migrate.ts scripts/healthcheck.mjs scripts/diagnose.ts ./scripts/
 USER 10001:10001
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \

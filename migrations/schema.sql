@@ -420,6 +420,189 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync._check_admin_audit(p_reason text, p_operator_id text) IS 'Internal: refuses an admin call without a reason (3 to 500 characters) or an operator id (BS004).';
 
 --
+-- Name: audit_state; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.audit_state (
+    singleton boolean DEFAULT true NOT NULL,
+    last_run_started_at timestamp with time zone,
+    last_run_mode character varying(8),
+    last_run_status character varying(16),
+    lease_token uuid,
+    last_success_at timestamp with time zone,
+    last_all_success_at timestamp with time zone,
+    last_error_code character varying(64),
+    last_audited integer,
+    last_requests integer,
+    last_links integer,
+    last_overdue integer,
+    registered_after_id bigint DEFAULT 0 NOT NULL,
+    registered_cycle_started_at timestamp with time zone,
+    registered_cycle_seen integer DEFAULT 0 NOT NULL,
+    registered_cycle_total integer,
+    registered_cycle_finished_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT audit_state_last_audited_check CHECK ((last_audited >= 0)),
+    CONSTRAINT audit_state_last_error_code_check CHECK (((last_error_code IS NULL) OR ((last_error_code)::text ~ '^[a-z][a-z0-9_]{0,63}$'::text))),
+    CONSTRAINT audit_state_last_links_check CHECK ((last_links >= 0)),
+    CONSTRAINT audit_state_last_overdue_check CHECK ((last_overdue >= 0)),
+    CONSTRAINT audit_state_last_requests_check CHECK ((last_requests >= 0)),
+    CONSTRAINT audit_state_last_run_mode_check CHECK (((last_run_mode)::text = ANY ((ARRAY['sample'::character varying, 'all'::character varying])::text[]))),
+    CONSTRAINT audit_state_last_run_status_check CHECK (((last_run_status)::text = ANY ((ARRAY['running'::character varying, 'succeeded'::character varying, 'failed'::character varying])::text[]))),
+    CONSTRAINT audit_state_lease CHECK ((((last_run_status)::text = 'running'::text) = (lease_token IS NOT NULL))),
+    CONSTRAINT audit_state_registered_after_id_check CHECK ((registered_after_id >= 0)),
+    CONSTRAINT audit_state_registered_cycle_seen_check CHECK ((registered_cycle_seen >= 0)),
+    CONSTRAINT audit_state_registered_cycle_total_check CHECK ((registered_cycle_total >= 0)),
+    CONSTRAINT audit_state_singleton_check CHECK (singleton)
+);
+
+--
+-- Name: TABLE audit_state; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.audit_state IS 'The convergence audit''s state (one row): the run in progress (lease), the last run''s outcome and counts, and the cursor of its scan of registered Contacts.';
+
+--
+-- Name: COLUMN audit_state.singleton; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.singleton IS 'Always true: the table has one row.';
+
+--
+-- Name: COLUMN audit_state.last_run_started_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.last_run_started_at IS 'When the last (or current) run was claimed.';
+
+--
+-- Name: COLUMN audit_state.last_run_mode; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.last_run_mode IS 'sample (the least recently audited links) or all (every active link, {"all": true}).';
+
+--
+-- Name: COLUMN audit_state.last_run_status; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.last_run_status IS 'running, succeeded or failed.';
+
+--
+-- Name: COLUMN audit_state.lease_token; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.lease_token IS 'Fences the run in progress: only its holder records findings and finishes it.';
+
+--
+-- Name: COLUMN audit_state.last_success_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.last_success_at IS 'When the last run finished successfully (bitrix_sync_audit_last_success_timestamp_seconds).';
+
+--
+-- Name: COLUMN audit_state.last_all_success_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.last_all_success_at IS 'When the last full ({"all": true}) run finished successfully.';
+
+--
+-- Name: COLUMN audit_state.last_error_code; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.last_error_code IS 'Safe code of the last failed run.';
+
+--
+-- Name: COLUMN audit_state.last_audited; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.last_audited IS 'Links the last finished run compared with their Contacts.';
+
+--
+-- Name: COLUMN audit_state.last_requests; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.last_requests IS 'HTTP requests the last finished run sent to the portal.';
+
+--
+-- Name: COLUMN audit_state.last_links; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.last_links IS 'Active links of active users when the last run finished.';
+
+--
+-- Name: COLUMN audit_state.last_overdue; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.last_overdue IS 'Of those, the links not compared within audit.period_days when the last run finished (bitrix_sync_audit_overdue_links).';
+
+--
+-- Name: COLUMN audit_state.registered_after_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.registered_after_id IS 'Keyset cursor of the scan of registered Contacts: the scan goes on above this Contact ID (0: a new cycle).';
+
+--
+-- Name: COLUMN audit_state.registered_cycle_started_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.registered_cycle_started_at IS 'When the current cycle of the registered scan started.';
+
+--
+-- Name: COLUMN audit_state.registered_cycle_seen; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.registered_cycle_seen IS 'Registered Contacts the current cycle has listed so far.';
+
+--
+-- Name: COLUMN audit_state.registered_cycle_total; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.registered_cycle_total IS 'Registered Contacts the last complete cycle listed: sizes the pages of each sampled run.';
+
+--
+-- Name: COLUMN audit_state.registered_cycle_finished_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.registered_cycle_finished_at IS 'When the last cycle of the registered scan completed.';
+
+--
+-- Name: COLUMN audit_state.created_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.created_at IS 'When the audit was installed; stands for the last success until the first run succeeds.';
+
+--
+-- Name: COLUMN audit_state.updated_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_state.updated_at IS 'Last change of the row.';
+
+--
+-- Name: _check_audit_lease(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._check_audit_lease(p_lease_token uuid) RETURNS bitrix_sync.audit_state
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.audit_state;
+begin
+  select * into v_row from bitrix_sync.audit_state s
+   where s.singleton and s.last_run_status = 'running' and s.lease_token = p_lease_token;
+  if not found then
+    perform bitrix_sync._refuse_stale('convergence audit run', 'audit');
+  end if;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION _check_audit_lease(p_lease_token uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._check_audit_lease(p_lease_token uuid) IS 'Internal: the audit state when p_lease_token holds the running audit; BS001 otherwise (the run was taken over after audit.lease_sec).';
+
+--
 -- Name: _check_bitrix_error(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -1058,6 +1241,99 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text) IS 'Internal: moves a held event to dead_letter with its coalesced events and writes the technical DLQ row (first attempt = received_at).';
 
 --
+-- Name: _drift_busy_users(timestamp with time zone, uuid[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._drift_busy_users(p_since timestamp with time zone, p_user_ids uuid[] DEFAULT NULL::uuid[]) RETURNS TABLE(user_id uuid)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  -- Users the ordinary paths are working on, or worked on since the audit read their data: an
+  -- intent recorded or queued, a workflow unfinished or moved since p_since, a snapshot written
+  -- since p_since, a Contact webhook waiting. What the audit read of them may be out of date, and
+  -- what is out of step may be on its way back: such users are judged by a later run.
+  select j.user_id from han_app.sync_queue_journal j
+   where p_user_ids is null or j.user_id = any(p_user_ids)
+  union
+  select q.entity_id from han_app.sync_queue q
+   where q.status in ('pending', 'leased', 'retry_wait') and (p_user_ids is null or q.entity_id = any(p_user_ids))
+  union
+  -- Each predicate is written as its partial index's (workflow_instances_one_active_per_user_uq,
+  -- workflow_instances_finished_idx, webhook_inbox_pending_idx): the history is never scanned.
+  select w.user_id from bitrix_sync.workflow_instances w
+   where w.state not in ('succeeded', 'failed', 'cancelled')
+     and (p_user_ids is null or w.user_id = any(p_user_ids))
+  union
+  select w.user_id from bitrix_sync.workflow_instances w
+   where w.state in ('succeeded', 'failed', 'cancelled') and w.finished_at >= p_since
+     and (p_user_ids is null or w.user_id = any(p_user_ids))
+  union
+  select s.user_id from bitrix_sync.contact_snapshots s
+   where s.updated_at >= p_since and (p_user_ids is null or s.user_id = any(p_user_ids))
+  union
+  select m.entity_id from bitrix_sync.webhook_inbox i
+    join bitrix_sync.entity_external_mapping m on m.external_id = i.entity_id and m.status = 'active'
+   where i.status in ('received', 'retry_wait', 'processing') and i.receiver = 'contact'
+     and (p_user_ids is null or m.entity_id = any(p_user_ids))
+$$;
+
+--
+-- Name: FUNCTION _drift_busy_users(p_since timestamp with time zone, p_user_ids uuid[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._drift_busy_users(p_since timestamp with time zone, p_user_ids uuid[]) IS 'Internal: the users (of p_user_ids, or all) with work in progress or done since p_since: an intent in the journal or the queue, a workflow unfinished or changed, a snapshot written, a Contact webhook waiting. The audit leaves their findings as they are this run.';
+
+--
+-- Name: _drift_kind_group(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._drift_kind_group(p_kind text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select case
+    when p_kind in ('contact_missing', 'phone_missing', 'user_id_wrong', 'registered_wrong', 'crm_master_behind') then 'link'
+    when p_kind in ('unmapped_user', 'inactive_user_linked') then 'user'
+    when p_kind in ('registered_inactive_user', 'registered_unknown_user') then 'registered'
+  end
+$$;
+
+--
+-- Name: FUNCTION _drift_kind_group(p_kind text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._drift_kind_group(p_kind text) IS 'Internal: which part of an audit run judges a drift kind: link (a link compared with its Contact), user (App users and links, in SQL), registered (the scan of registered Contacts); null for an unknown kind.';
+
+--
+-- Name: _drift_repair_intent(text[], boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._drift_repair_intent(p_kinds text[], p_eligible boolean) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select case
+    -- The user is gone or inactive, or their Contact is registered against them: the deactivation
+    -- turns the flag off and closes what is still open (§5.3).
+    when p_kinds && array['inactive_user_linked', 'registered_inactive_user', 'registered_unknown_user'] then 'contact.deactivate'
+    -- The linked Contact is gone: the update's not-found rule breaks the link, keeps the snapshot
+    -- and raises contact_not_found for a person (§5.2); for an inactive user, the deactivation's (§5.3).
+    when 'contact_missing' = any(p_kinds) then
+      case when p_eligible then 'contact.update' else 'contact.deactivate' end
+    -- Everything else is put right by map_or_create: it reads the linked Contact, applies its
+    -- CRM-master fields, restores an emptied user id and the flag, and writes a missing phone
+    -- (or, without a link, searches and links as for a new user, §5.1).
+    when cardinality(p_kinds) > 0 then 'contact.map_or_create'
+  end
+$$;
+
+--
+-- Name: FUNCTION _drift_repair_intent(p_kinds text[], p_eligible boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._drift_repair_intent(p_kinds text[], p_eligible boolean) IS 'Internal: the intent repair_drift records for a user with these drift kinds (p_eligible: identity and profile active): contact.deactivate, contact.update (a missing Contact of an active user) or contact.map_or_create.';
+
+--
 -- Name: workflow_instances; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
@@ -1262,6 +1538,29 @@ $$;
 COMMENT ON FUNCTION bitrix_sync._is_write_command(p_command_type text) IS 'Commands that change the CRM: a lost reply to one of these is uncertain, not retryable.';
 
 --
+-- Name: _mask_pii(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._mask_pii(p_value text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  -- §15: at most the first two and the last two readable characters; short values not at all, and
+  -- the length is never shown.
+  select case
+    when p_value is null then null
+    when length(pg_catalog.btrim(p_value)) < 8 then '***'
+    else left(pg_catalog.btrim(p_value), 2) || '***' || right(pg_catalog.btrim(p_value), 2)
+  end
+$$;
+
+--
+-- Name: FUNCTION _mask_pii(p_value text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._mask_pii(p_value text) IS 'Internal: a personal value as an admin may see it (§15): the first two and last two characters around ***, or *** alone for values shorter than 8 characters; null stays null.';
+
+--
 -- Name: _normalise_settings(jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -1452,6 +1751,87 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync._refuse_stale(p_what text, p_id text) IS 'Raises BS001 for a completion that does not present the current lease token (a stale holder).';
+
+--
+-- Name: _repair_drift(text, text, uuid[], text[], boolean, boolean, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[], p_kinds text[], p_dry_run boolean, p_admin_action boolean, p_only_unrepaired boolean) RETURNS TABLE(user_id uuid, contact_id text, kinds text[], intent text, recorded boolean)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+declare
+  v_missing uuid[];
+  v_action bigint;
+  v_plan jsonb;
+begin
+  if p_user_ids is not null then
+    select array_agg(x) into v_missing
+      from unnest(p_user_ids) x
+     where not exists (select 1 from bitrix_sync.drift_findings f where f.user_id = x);
+    if v_missing is not null then
+      raise exception '% of the users named have no open drift finding (first: %)', cardinality(v_missing), v_missing[1]
+        using errcode = 'BS061',
+              hint = 'Nothing was recorded. Repair only users listed in bitrix_sync.status_drift; a finding disappears when an audit finds the user in step again.';
+    end if;
+  end if;
+
+  select coalesce(jsonb_agg(jsonb_build_object('user_id', g.user_id, 'contact_id', g.contact_id, 'kinds', g.kinds,
+                                             'intent', bitrix_sync._drift_repair_intent(g.kinds, g.eligible))
+                   order by g.user_id), '[]'::jsonb)
+    into v_plan
+    from (select f.user_id, min(f.contact_id::text) as contact_id,
+                 array_agg(distinct f.kind::text order by f.kind::text) as kinds,
+                 coalesce(bool_and(u.record_status = 'active' and p.record_status = 'active'), false) as eligible
+            from bitrix_sync.drift_findings f
+            left join han_app.user_identity u on u.id = f.user_id
+            left join han_app.client_profile p on p.user_id = f.user_id
+           where f.user_id is not null
+             and (p_user_ids is null or f.user_id = any(p_user_ids))
+             and (p_kinds is null or f.kind = any(p_kinds))
+             and (not p_only_unrepaired or f.repair_requested_at is null)
+           group by f.user_id) g;
+
+  if not p_dry_run and jsonb_array_length(v_plan) > 0 then
+    if p_admin_action then
+      v_action := bitrix_sync._record_admin_action('repair_drift', null, null, null, null, p_reason, p_requested_by);
+    end if;
+    -- The ordinary intake: one journal row per user, as the App's trigger writes them; the fold
+    -- coalesces it with whatever the App recorded meanwhile. reason drift_repair gives the intent a
+    -- content hash of its own, so it is not skipped as equal to the user's last workflow.
+    insert into han_app.sync_queue_journal (task_type, user_id, reason, source_updated_at)
+    select r.intent, r.user_id, 'drift_repair', now() from jsonb_to_recordset(v_plan) r(user_id uuid, contact_id text, kinds text[], intent text) order by r.user_id;
+    insert into bitrix_sync.drift_repairs (admin_action_id, user_id, contact_id, kinds, intent, requested_by, reason)
+    select v_action, r.user_id, r.contact_id, r.kinds, r.intent, btrim(p_requested_by), btrim(p_reason)
+      from jsonb_to_recordset(v_plan) r(user_id uuid, contact_id text, kinds text[], intent text) order by r.user_id;
+    update bitrix_sync.drift_findings f
+       set repair_requested_at = now(), repair_intent = r.intent
+      from jsonb_to_recordset(v_plan) r(user_id uuid, contact_id text, kinds text[], intent text)
+     where f.user_id = r.user_id and (p_kinds is null or f.kind = any(p_kinds));
+    -- Wake a sync loop asleep on the intake watch, as the App's trigger does (sql/enqueue.sql).
+    if not pg_try_advisory_xact_lock_shared(727014, 1) then
+      perform pg_notify('bitrix_sync_queue', 'drift_repair');
+    end if;
+  end if;
+
+  return query
+  select r.user_id, r.contact_id, r.kinds, r.intent, not p_dry_run
+    from jsonb_to_recordset(v_plan) r(user_id uuid, contact_id text, kinds text[], intent text)
+  union all
+  -- Contacts registered without a readable user id: no user to run a workflow for. A manager
+  -- clears the flag in the CRM; listed, never recorded.
+  select null::uuid, f.contact_id::text, array[f.kind::text], 'manual'::text, false
+    from bitrix_sync.drift_findings f
+   where f.user_id is null and p_user_ids is null and (p_kinds is null or f.kind = any(p_kinds))
+   order by 1 nulls last, 2;
+end $$;
+
+--
+-- Name: FUNCTION _repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[], p_kinds text[], p_dry_run boolean, p_admin_action boolean, p_only_unrepaired boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[], p_kinds text[], p_dry_run boolean, p_admin_action boolean, p_only_unrepaired boolean) IS 'Internal: plans (and, unless p_dry_run, records) one intent per drifted user (of p_user_ids, all when null; findings of p_kinds, all when null; p_only_unrepaired: findings no repair has touched): appended to han_app.sync_queue_journal with reason drift_repair, audited in drift_repairs (and admin_actions when p_admin_action), the findings marked. BS061 when a named user has no open finding.';
 
 --
 -- Name: _requeue_refusal(bitrix_sync.technical_dead_letters); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -1788,6 +2168,12 @@ begin
     v_errors := v_errors || to_jsonb('retention.commands_days: must not exceed retention.workflows_days'::text);
   end if;
   v_errors := v_errors || bitrix_sync._alert_settings_errors(p_values);
+  -- The automatic repair is switched on or off per kind, nothing else.
+  if jsonb_typeof(p_values -> 'audit.auto_repair_kinds') = 'object' and exists (
+       select 1 from jsonb_each(p_values -> 'audit.auto_repair_kinds') e
+        where e.value not in ('"on"'::jsonb, '"off"'::jsonb)) then
+    v_errors := v_errors || to_jsonb('audit.auto_repair_kinds: every entry must be "on" or "off"'::text);
+  end if;
   return v_errors;
 exception
   when invalid_text_representation or numeric_value_out_of_range then
@@ -2113,6 +2499,124 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision) IS 'Takes one token and one in-flight slot for an HTTP request to the portal, or says how long to wait (wait_ms). decided_at is the server time of the decision. Shared by every replica (§8).';
 
 --
+-- Name: acquire_spare_crm_request(text, text, double precision, integer, integer, double precision, integer, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS TABLE(granted boolean, slot_id uuid, wait_ms integer)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+declare
+  v_spare_bucket text;
+  v_now timestamptz;
+  v_main bitrix_sync.crm_rate_buckets;
+  v_spare bitrix_sync.crm_rate_buckets;
+  v_factor double precision;
+  v_rate double precision;
+  v_tokens double precision;
+  v_reserve double precision;
+  v_share_rate double precision;
+  v_share_tokens double precision;
+  v_in_flight integer;
+  v_slot uuid;
+begin
+  perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+  perform bitrix_sync._check_limiter_name('holder', p_holder);
+  if p_refill_per_sec is null or p_refill_per_sec <= 0 or p_burst is null or p_burst < 1
+     or p_max_in_flight is null or p_max_in_flight < 1 or p_slot_ttl_ms is null or p_slot_ttl_ms < 1
+     or p_share is null or p_share <= 0 or p_share > 1 or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
+    raise exception 'spare limiter settings out of range: refill %, burst %, max in flight %, share %, slot ttl % ms',
+      p_refill_per_sec, p_burst, p_max_in_flight, p_share, p_slot_ttl_ms
+      using errcode = 'BS010',
+            hint = 'Check limiter.* and audit.budget_share (a share in (0, 1]) in bitrix_sync.settings.';
+  end if;
+  v_spare_bucket := left(p_bucket, 194) || '#spare';
+  -- Spare is what would overflow: the bucket must be full before the audit takes from it.
+  v_reserve := p_burst - 1;
+
+  select * into v_main from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update skip locked;
+  if not found then
+    if exists (select 1 from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket) then
+      -- A sync request is taking a token right now: the portal is busy, come back later.
+      return query select false, null::uuid, 100;
+      return;
+    end if;
+    insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
+    values (p_bucket, p_burst, clock_timestamp())
+    on conflict (bucket) do nothing;
+    select * into v_main from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update skip locked;
+    if not found then
+      return query select false, null::uuid, 100;
+      return;
+    end if;
+  end if;
+  v_now := clock_timestamp();
+
+  if v_main.throttled_until is not null and v_main.throttled_until > v_now then
+    return query select false, null::uuid,
+      greatest(100, ceil(extract(epoch from v_main.throttled_until - v_now) * 1000))::integer;
+    return;
+  end if;
+  v_factor := least(1.0, v_main.rate_factor
+                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_main.rate_changed_at)));
+  if v_factor < 0.999 then
+    -- The portal refused recently and the rate has not climbed back: nothing is spare.
+    return query select false, null::uuid, 1000;
+    return;
+  end if;
+  v_rate := p_refill_per_sec * v_factor;
+  v_tokens := least(p_burst::double precision,
+                    v_main.tokens + v_rate * greatest(0, extract(epoch from v_now - v_main.refilled_at)));
+  select count(*)::integer into v_in_flight
+    from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket and s.expires_at > v_now;
+  if v_in_flight >= p_max_in_flight then
+    return query select false, null::uuid, 100;
+    return;
+  end if;
+  if v_tokens < v_reserve + 1 then
+    return query select false, null::uuid,
+      least(60000, greatest(10, ceil((v_reserve + 1 - v_tokens) / v_rate * 1000)))::integer;
+    return;
+  end if;
+
+  insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
+  values (v_spare_bucket, 1, v_now)
+  on conflict (bucket) do nothing;
+  select * into strict v_spare from bitrix_sync.crm_rate_buckets b where b.bucket = v_spare_bucket for update;
+  delete from bitrix_sync.crm_inflight_slots s where s.bucket = v_spare_bucket and s.expires_at <= v_now;
+  if exists (select 1 from bitrix_sync.crm_inflight_slots s where s.bucket = v_spare_bucket) then
+    return query select false, null::uuid, 100;
+    return;
+  end if;
+  v_share_rate := p_refill_per_sec * p_share;
+  v_share_tokens := least(1.0, v_spare.tokens + v_share_rate * greatest(0, extract(epoch from v_now - v_spare.refilled_at)));
+  if v_share_tokens < 1 then
+    return query select false, null::uuid,
+      least(600000, greatest(10, ceil((1 - v_share_tokens) / v_share_rate * 1000)))::integer;
+    return;
+  end if;
+
+  update bitrix_sync.crm_rate_buckets b
+     set tokens = v_tokens - 1, refilled_at = v_now, rate_factor = v_factor, rate_changed_at = v_now,
+         updated_at = v_now
+   where b.bucket = p_bucket;
+  update bitrix_sync.crm_rate_buckets b
+     set tokens = v_share_tokens - 1, refilled_at = v_now, updated_at = v_now
+   where b.bucket = v_spare_bucket;
+  insert into bitrix_sync.crm_inflight_slots as s (bucket, holder, acquired_at, expires_at)
+  values (v_spare_bucket, p_holder, v_now, v_now + make_interval(secs => p_slot_ttl_ms / 1000.0))
+  returning s.slot_id into v_slot;
+  return query select true, v_slot, 0;
+end $$;
+
+--
+-- Name: FUNCTION acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision) IS 'The convergence audit''s (and diagnose''s) permit for one HTTP request from spare budget only: granted when the shared bucket p_bucket is full (its refill unused), the rate is not cut, no cool-down runs, the sync path has a free in-flight slot and holds no lock on the bucket, and the spare bucket (<bucket>#spare, refilled at p_share of the rate, room for one request, one request in flight) has a token. Otherwise granted is false and wait_ms says when to ask again. Security definer: the admin role (diagnose) calls it without table rights.';
+
+--
 -- Name: settings_versions; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
@@ -2368,6 +2872,39 @@ $$;
 COMMENT ON FUNCTION bitrix_sync.active_settings() IS 'The active version''s values with catalogue defaults filled in, plus _version. What workers read and cache.';
 
 --
+-- Name: advance_registered_scan(uuid, bigint, integer, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.advance_registered_scan(p_lease_token uuid, p_after_id bigint, p_listed integer, p_complete boolean) RETURNS bitrix_sync.audit_state
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.audit_state;
+begin
+  perform bitrix_sync._check_audit_lease(p_lease_token);
+  if p_after_id is null or p_after_id < 0 or p_listed is null or p_listed < 0 or p_complete is null then
+    raise exception 'the registered scan moves to a Contact ID (>= 0) with a count of listed Contacts'
+      using errcode = 'BS004', hint = 'Pass the highest Contact ID listed, how many were listed, and whether the list ended.';
+  end if;
+  update bitrix_sync.audit_state s
+     set registered_after_id = case when p_complete then 0 else p_after_id end,
+         registered_cycle_seen = case when p_complete then 0 else s.registered_cycle_seen + p_listed end,
+         registered_cycle_total = case when p_complete then s.registered_cycle_seen + p_listed else s.registered_cycle_total end,
+         registered_cycle_finished_at = case when p_complete then now() else s.registered_cycle_finished_at end,
+         registered_cycle_started_at = case when p_complete then null else s.registered_cycle_started_at end
+   where s.singleton
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION advance_registered_scan(p_lease_token uuid, p_after_id bigint, p_listed integer, p_complete boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.advance_registered_scan(p_lease_token uuid, p_after_id bigint, p_listed integer, p_complete boolean) IS 'Moves the running audit''s scan of registered Contacts on: the next page starts above p_after_id; p_complete (the list ended) starts a new cycle and keeps the cycle''s count, which sizes the pages of later sampled runs.';
+
+--
 -- Name: alert_config_problem(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -2464,6 +3001,24 @@ $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer) IS 'Alerts whose item must be looked up before anything else is sent: an alert.add in reconcile, or a pending alert without an item whose earlier add may have landed; none with a lookup already under way.';
+
+--
+-- Name: analyze_engine_tables(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.analyze_engine_tables() RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  analyze bitrix_sync.workflow_instances, bitrix_sync.crm_commands, han_app.sync_queue;
+end $$;
+
+--
+-- Name: FUNCTION analyze_engine_tables(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.analyze_engine_tables() IS 'Admin: ANALYZE of the engine''s busiest tables (workflow_instances, crm_commands, sync_queue) after a large backlog appeared, so the planner sees the live rows (docs/runbook.md, BitrixSyncLagOverSla).';
 
 --
 -- Name: contact_snapshots; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -2588,6 +3143,73 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) IS 'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
+
+--
+-- Name: audit_sample(uuid, integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.audit_sample(p_lease_token uuid, p_limit integer DEFAULT NULL::integer) RETURNS TABLE(mapping_id uuid, user_id uuid, contact_id text, has_findings boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform bitrix_sync._check_audit_lease(p_lease_token);
+  if p_limit is not null and p_limit < 0 then
+    raise exception 'an audit sample cannot have a negative size (%)', p_limit
+      using errcode = 'BS004', hint = 'Pass null for every link, or the limit claim_audit_run returned.';
+  end if;
+  -- Active links of eligible users (the others are judged in SQL: inactive_user_linked). Links
+  -- whose user has an open finding of the link kinds come first, so a repair is confirmed by the
+  -- next run; then the least recently compared (never compared: by when they were opened).
+  return query
+  select m.id, m.entity_id, m.external_id::text,
+         exists (select 1 from bitrix_sync.drift_findings f
+                  where f.user_id = m.entity_id and bitrix_sync._drift_kind_group(f.kind) = 'link')
+    from bitrix_sync.entity_external_mapping m
+    join han_app.user_identity u on u.id = m.entity_id and u.record_status = 'active'
+    join han_app.client_profile p on p.user_id = m.entity_id and p.record_status = 'active'
+    left join bitrix_sync.audit_marks k on k.mapping_id = m.id
+   where m.status = 'active'
+   order by 4 desc, coalesce(k.audited_at, m.opened_at), m.id
+   limit p_limit;
+end $$;
+
+--
+-- Name: FUNCTION audit_sample(p_lease_token uuid, p_limit integer); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.audit_sample(p_lease_token uuid, p_limit integer) IS 'The links the running audit compares with their Contacts, under its lease: active links of active users, those whose user has an open link finding first, then the least recently compared; p_limit of them (null: all).';
+
+--
+-- Name: auto_repair_drift(text[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.auto_repair_drift(p_kinds text[]) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_count integer;
+begin
+  if p_kinds is null or cardinality(p_kinds) = 0 then
+    return 0;
+  end if;
+  if exists (select 1 from unnest(p_kinds) k where bitrix_sync._drift_kind_group(k) is null) then
+    raise exception 'an automatic repair names a kind that does not exist'
+      using errcode = 'BS004', hint = 'Kinds are the entries of audit.auto_repair_kinds.';
+  end if;
+  select count(*) into v_count
+    from bitrix_sync._repair_drift('audit:auto', 'automatic repair after the convergence audit (audit.auto_repair_kinds)',
+                                   null, p_kinds, false, false, true) r
+   where r.recorded;
+  return v_count;
+end $$;
+
+--
+-- Name: FUNCTION auto_repair_drift(p_kinds text[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.auto_repair_drift(p_kinds text[]) IS 'The audit''s automatic repair (setting audit.auto_repair_kinds): repair_drift for findings of p_kinds that no repair has touched yet (a finding a repair did not fix waits for an admin), audited in drift_repairs as audit:auto. Returns how many users it recorded intents for.';
 
 --
 -- Name: begin_command_reconcile(bigint, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -2830,6 +3452,75 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text) IS 'leased -> cancelled with a reason code (e.g. user not eligible). Refuses a stale token (BS001).';
+
+--
+-- Name: claim_audit_run(boolean, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.claim_audit_run(p_all boolean DEFAULT false, p_force boolean DEFAULT false) RETURNS TABLE(lease_token uuid, mode text, started_at timestamp with time zone, sample_limit integer, registered_after_id bigint, registered_pages integer, recheck_contact_ids bigint[])
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.audit_state;
+  v_interval_sec integer := (bitrix_sync._active_setting('audit.interval_sec') #>> '{}')::integer;
+  v_lease interval := make_interval(secs => (bitrix_sync._active_setting('audit.lease_sec') #>> '{}')::integer);
+  v_period_sec double precision := (bitrix_sync._active_setting('audit.period_days') #>> '{}')::integer * 86400.0;
+  v_enabled boolean := (bitrix_sync._active_setting('audit.enabled') #>> '{}')::boolean;
+  v_links bigint;
+  v_due bigint;
+  v_mode text := case when coalesce(p_all, false) then 'all' else 'sample' end;
+begin
+  -- The processing gate (§17): nothing is judged before the cutover.
+  if not bitrix_sync.cutover_performed() then
+    return;
+  end if;
+  select * into v_row from bitrix_sync.audit_state s where s.singleton for update skip locked;
+  if not found then
+    return; -- another claimer holds the row this instant
+  end if;
+  if v_row.last_run_status = 'running' and v_row.last_run_started_at >= now() - v_lease then
+    return; -- a run is in progress
+  end if;
+  if v_mode = 'sample' and not coalesce(p_force, false)
+     and (not v_enabled or v_row.last_run_started_at > now() - make_interval(secs => v_interval_sec)) then
+    return; -- switched off, or not due yet
+  end if;
+  update bitrix_sync.audit_state s
+     set last_run_started_at = now(), last_run_mode = v_mode, last_run_status = 'running',
+         lease_token = pg_catalog.gen_random_uuid(),
+         registered_cycle_started_at = coalesce(s.registered_cycle_started_at, now())
+   where s.singleton
+  returning * into v_row;
+
+  -- Spread over the period: each run takes its share of the links, and every link that would be
+  -- overdue before the next run (never compared: counted from when it was opened).
+  select count(*), count(*) filter (where coalesce(k.audited_at, m.opened_at)
+                                          <= now() - make_interval(secs => v_period_sec - v_interval_sec))
+    into v_links, v_due
+    from bitrix_sync.entity_external_mapping m
+    left join bitrix_sync.audit_marks k on k.mapping_id = m.id
+   where m.status = 'active';
+  return query
+  select v_row.lease_token, v_mode, v_row.last_run_started_at,
+         case when v_mode = 'all' then null
+              else greatest(ceil(v_links * v_interval_sec / v_period_sec), v_due)::integer end,
+         case when v_mode = 'all' then 0::bigint else v_row.registered_after_id end,
+         case when v_mode = 'all' then null
+              else greatest(1, ceil((coalesce(v_row.registered_cycle_total, 0) / 50.0 + 1) * v_interval_sec / v_period_sec))::integer end,
+         -- Contacts of open registered findings are read again by ID every run, so a repair is
+         -- confirmed without waiting for the scan to come round.
+         (select array_agg(x.c order by x.c)
+            from (select distinct f.contact_id::bigint as c from bitrix_sync.drift_findings f
+                   where bitrix_sync._drift_kind_group(f.kind) = 'registered' and f.contact_id is not null
+                   order by 1 limit 2500) x);
+end $$;
+
+--
+-- Name: FUNCTION claim_audit_run(p_all boolean, p_force boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.claim_audit_run(p_all boolean, p_force boolean) IS 'Starts a convergence audit run when none is running (one still marked running after audit.lease_sec is taken over) and, for a sampled run, when audit.enabled and audit.interval_sec has passed (or p_force). p_all: every active link and the whole registered scan. Returns the lease, how many links to sample (their share of audit.period_days plus those about to be overdue; null: all), where the registered scan goes on, how many pages this run reads (null: to the end), and the Contacts of open registered findings to read again. No row when nothing is to run, and none before perform_cutover().';
 
 --
 -- Name: claim_commands(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3514,6 +4205,25 @@ $$;
 COMMENT ON FUNCTION bitrix_sync.crm_limiter_state(p_bucket text) IS 'Limiter state for /internal/sync/v1/status (§14): tokens as last stored, rate factor, live in-flight slots, cool-down end. Security definer so the admin role can read it without table grants.';
 
 --
+-- Name: crontab_runs(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.crontab_runs() RETURNS TABLE(identifier text, last_execution timestamp with time zone)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select k.identifier::text, k.last_execution
+    from graphile_worker._private_known_crontabs k
+   order by k.identifier;
+$$;
+
+--
+-- Name: FUNCTION crontab_runs(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.crontab_runs() IS 'Admin (docs/runbook.md, BitrixSyncReconciliationLagging): when each crontab entry of the service last fired (graphile-worker''s known crontabs); a stale one means no process runs the worker''s cron.';
+
+--
 -- Name: cutover_performed(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -3714,6 +4424,245 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) IS 'Deletes one batch (at most retention.batch_size rows) of finished rows of one table past its retention.*_days: webhooks (processed; dead-lettered with no open dead letter; an event others were coalesced into after them), commands (succeeded or dead-lettered, of finished workflows or of alerts with an item, with no open dead letter), workflows (finished, commands gone, not the user''s newest, not referred to by a mapping, a rebind request or an open dead letter) or queue (processed, cancelled or dead-lettered intents no open dead letter or unfinished workflow refers to). Rows are picked FOR UPDATE SKIP LOCKED under lock_timeout 200ms. Returns rows deleted; call again until it returns 0.';
 
 --
+-- Name: diagnose_app_values(uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_salt text) RETURNS TABLE(field text, masked text, digest text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if p_salt is null or length(p_salt) < 16 then
+    raise exception 'a salt of at least 16 characters is required'
+      using errcode = 'BS004', hint = 'npm run diagnose draws a random one per run; digests are comparable only within that run.';
+  end if;
+  if not exists (select 1 from han_app.user_identity u where u.id = p_user_id) then
+    raise exception 'user % is not an App user', p_user_id
+      using errcode = 'BS060', hint = 'Check the id (han_app.user_identity.id); explain_user() shows what bitrix-sync knows of ids the App no longer has.';
+  end if;
+  -- What the audit compares, normalised the same way (trimmed; empty is none), salted so that the
+  -- digests mean nothing outside this call.
+  return query
+  select v.field, bitrix_sync._mask_pii(v.value),
+         case when nullif(btrim(v.value), '') is null then null
+              else encode(sha256(convert_to(p_salt || btrim(v.value), 'UTF8')), 'hex') end
+    from han_app.user_identity u
+    left join han_app.client_profile p on p.user_id = u.id
+   cross join lateral (values ('phone', u.phone_number::text), ('full_name', p.full_name), ('email', p.email),
+                              ('citizenship', p.citizenship)) v(field, value)
+   where u.id = p_user_id;
+end $$;
+
+--
+-- Name: FUNCTION diagnose_app_values(p_user_id uuid, p_salt text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_salt text) IS 'Admin (npm run diagnose): the App''s phone, name, e-mail and citizenship of one user, masked, each with a SHA-256 digest salted with p_salt (at least 16 characters) so the script can say whether the live Contact holds the same value without the database handing it out. BS060 for a user the App does not have.';
+
+--
+-- Name: drift_metrics(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.drift_metrics() RETURNS TABLE(family text, labels jsonb, value double precision)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select 'bitrix_sync_drift_users', jsonb_build_object('kind', k.kind),
+         (select count(*) from bitrix_sync.drift_findings f where f.kind = k.kind)::float8
+    from unnest(array['contact_missing', 'crm_master_behind', 'inactive_user_linked', 'phone_missing',
+                      'registered_inactive_user', 'registered_unknown_user', 'registered_wrong', 'unmapped_user',
+                      'user_id_wrong']) k(kind)
+  union all
+  select m.family, '{}'::jsonb, m.value
+    from bitrix_sync.audit_state s
+   cross join lateral (values
+     -- Until the first success: when the audit was installed, so a stopped audit is noticed.
+     ('bitrix_sync_audit_last_success_timestamp_seconds', extract(epoch from coalesce(s.last_success_at, s.created_at))::float8),
+     ('bitrix_sync_audit_running', case when s.last_run_status = 'running' then 1 else 0 end::float8),
+     ('bitrix_sync_audit_enabled',
+      case when (bitrix_sync._active_setting('audit.enabled') #>> '{}')::boolean and bitrix_sync.cutover_performed()
+           then 1 else 0 end::float8),
+     ('bitrix_sync_audit_interval_seconds', (bitrix_sync._active_setting('audit.interval_sec') #>> '{}')::float8),
+     ('bitrix_sync_audit_links', coalesce(s.last_links, 0)::float8),
+     ('bitrix_sync_audit_overdue_links', coalesce(s.last_overdue, 0)::float8),
+     ('bitrix_sync_audit_progress_ratio',
+      case when coalesce(s.last_links, 0) = 0 then 1 else 1 - s.last_overdue::float8 / s.last_links end)
+   ) m(family, value)
+   where s.singleton
+$$;
+
+--
+-- Name: FUNCTION drift_metrics(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.drift_metrics() IS 'The convergence audit''s samples for GET /metrics (part of metrics_snapshot): open findings by kind (every kind, 0 included), the last success (the install time before the first), whether a run is running, whether the audit is enabled (setting and cutover), its interval, and from the last run the active links, those overdue and the share in time.';
+
+--
+-- Name: explain_user(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.explain_user(p_user_id uuid) RETURNS TABLE(at timestamp with time zone, source text, event text, detail jsonb)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_contacts text[];
+  v_workflows uuid[];
+begin
+  if p_user_id is null then
+    raise exception 'explain_user needs a user id'
+      using errcode = 'BS004', hint = 'Pass the App user''s UUID (han_app.user_identity.id), e.g. from bitrix_sync.status_drift.';
+  end if;
+  select array_agg(distinct c) into v_contacts
+    from (select m.external_id::text as c from bitrix_sync.entity_external_mapping m where m.entity_id = p_user_id
+          union select s.contact_id from bitrix_sync.contact_snapshots s where s.user_id = p_user_id
+          union select f.contact_id from bitrix_sync.drift_findings f where f.user_id = p_user_id and f.contact_id is not null) x;
+  select array_agg(w.id) into v_workflows from bitrix_sync.workflow_instances w where w.user_id = p_user_id;
+  if not exists (select 1 from han_app.user_identity u where u.id = p_user_id)
+     and v_contacts is null and v_workflows is null
+     and not exists (select 1 from han_app.sync_queue q where q.entity_id = p_user_id)
+     and not exists (select 1 from han_app.sync_queue_journal j where j.user_id = p_user_id)
+     and not exists (select 1 from bitrix_sync.business_alerts a where a.user_id = p_user_id)
+     and not exists (select 1 from bitrix_sync.drift_repairs r where r.user_id = p_user_id) then
+    raise exception 'user % is known neither to the App nor to bitrix-sync', p_user_id
+      using errcode = 'BS060',
+            hint = 'Check the id: it is han_app.user_identity.id (status_drift, parked_workflows and rebind_request_status show it).';
+  end if;
+  v_contacts := coalesce(v_contacts, '{}');
+  v_workflows := coalesce(v_workflows, '{}');
+
+  return query
+  select e.at, e.source, e.event, e.detail from (
+    -- The App's own rows: statuses, times, and personal values masked (§15).
+    select u.created_at as at, 'app'::text as source, 'identity_created'::text as event,
+           jsonb_build_object('status', u.record_status, 'phone', bitrix_sync._mask_pii(u.phone_number)) as detail, 1 as ord
+      from han_app.user_identity u where u.id = p_user_id
+    union all
+    select u.updated_at, 'app', 'identity_now',
+           jsonb_build_object('status', u.record_status, 'phone', bitrix_sync._mask_pii(u.phone_number)), 2
+      from han_app.user_identity u where u.id = p_user_id and u.updated_at > u.created_at
+    union all
+    select p.created_at, 'app', 'profile_created', jsonb_build_object('status', p.record_status), 1
+      from han_app.client_profile p where p.user_id = p_user_id
+    union all
+    select greatest(p.updated_at, p.created_at), 'app', 'profile_now',
+           jsonb_build_object('status', p.record_status, 'full_name', bitrix_sync._mask_pii(p.full_name),
+                              'email', bitrix_sync._mask_pii(p.email), 'citizenship', bitrix_sync._mask_pii(p.citizenship),
+                              'source_updated_at', p.source_updated_at), 2
+      from han_app.client_profile p where p.user_id = p_user_id
+    union all
+    -- Intents: recorded (not folded yet), and queued.
+    select j.recorded_at, 'intent', j.task_type,
+           jsonb_build_object('status', 'recorded', 'reason', j.reason), 3
+      from han_app.sync_queue_journal j where j.user_id = p_user_id
+    union all
+    select q.created_at, 'intent', q.task_type::text,
+           jsonb_build_object('id', q.id, 'status', q.status, 'reason', q.payload_json ->> 'reason',
+                              'attempts', q.attempt_count, 'completed_at', q.completed_at,
+                              'cancel_reason', q.cancel_reason, 'last_error_code', q.last_error_code), 3
+      from han_app.sync_queue q where q.entity_type = 'user' and q.entity_id = p_user_id
+    union all
+    -- Workflows and their steps.
+    select w.created_at, 'workflow', 'started',
+           jsonb_build_object('id', w.id, 'type', w.workflow_type, 'intent', w.intent_type, 'correlation_id', w.correlation_id), 4
+      from bitrix_sync.workflow_instances w where w.user_id = p_user_id
+    union all
+    select coalesce(w.finished_at, w.updated_at), 'workflow',
+           case when w.state in ('succeeded', 'failed', 'cancelled') then 'finished' else 'now' end,
+           jsonb_build_object('id', w.id, 'type', w.workflow_type, 'state', w.state, 'step', w.current_step,
+                              'outcome', w.outcome, 'last_error_code', w.last_error_code, 'revision', w.revision,
+                              'step_data', w.step_data, 'next_attempt_at', w.next_attempt_at), 6
+      from bitrix_sync.workflow_instances w where w.user_id = p_user_id
+    union all
+    -- Commands and their outcomes (parameters and results are safe projections: IDs, flags, hashes).
+    select c.created_at, 'command', c.command_type::text,
+           jsonb_build_object('id', c.id, 'workflow_id', c.workflow_id, 'params', c.params), 5
+      from bitrix_sync.crm_commands c where c.workflow_id = any(v_workflows)
+    union all
+    select coalesce(c.completed_at, c.updated_at), 'command', 'outcome',
+           jsonb_build_object('id', c.id, 'type', c.command_type, 'status', c.status, 'attempts', c.attempt_count,
+                              'sent_at', c.sent_at, 'last_error_code', c.last_error_code,
+                              'http_status', c.last_http_status, 'bitrix_error', c.last_bitrix_error,
+                              'response', c.response), 5
+      from bitrix_sync.crm_commands c where c.workflow_id = any(v_workflows) and c.status <> 'pending'
+    union all
+    -- Webhooks about the user's Contacts.
+    select i.received_at, 'webhook', i.receiver::text,
+           jsonb_build_object('id', i.id, 'contact_id', i.entity_id, 'status', i.status, 'outcome', i.outcome,
+                              'processed_at', i.processed_at, 'coalesced_into', i.coalesced_into,
+                              'last_error_code', i.last_error_code), 7
+      from bitrix_sync.webhook_inbox i where i.receiver = 'contact' and i.entity_id = any(v_contacts)
+    union all
+    -- Business alerts (details are masked when raised).
+    select a.first_occurred_at, 'alert', a.alert_type::text,
+           jsonb_build_object('alert_number', a.alert_number, 'severity', a.severity, 'status', a.status,
+                              'occurrences', a.occurrence_count, 'last_occurred_at', a.last_occurred_at,
+                              'current_contact_id', a.current_contact_id, 'selected_contact_id', a.selected_contact_id,
+                              'candidate_contact_ids', a.candidate_contact_ids, 'details', a.details,
+                              'item_id', a.item_id, 'stage_id', a.stage_id, 'mirror', a.crm_sync_status), 8
+      from bitrix_sync.business_alerts a where a.user_id = p_user_id
+    union all
+    select a.closed_at, 'alert', 'closed', jsonb_build_object('alert_number', a.alert_number, 'status', a.status), 8
+      from bitrix_sync.business_alerts a where a.user_id = p_user_id and a.closed_at is not null
+    union all
+    -- Technical dead letters of the user's work.
+    select d.created_at, 'dead_letter', d.operation::text,
+           jsonb_build_object('id', d.id, 'source', d.source, 'error_code', d.error_code, 'http_status', d.http_status,
+                              'bitrix_error', d.bitrix_error, 'resolved_at', d.resolved_at, 'resolution', d.resolution), 9
+      from bitrix_sync.technical_dead_letters d where d.workflow_id = any(v_workflows)
+    union all
+    -- The links, as history.
+    select m.opened_at, 'mapping', 'opened',
+           jsonb_build_object('id', m.id, 'contact_id', m.external_id, 'workflow_id', m.workflow_id), 10
+      from bitrix_sync.entity_external_mapping m where m.entity_id = p_user_id
+    union all
+    select m.closed_at, 'mapping', 'closed',
+           jsonb_build_object('id', m.id, 'contact_id', m.external_id, 'status', m.status, 'reason', m.close_reason,
+                              'workflow_id', m.workflow_id), 10
+      from bitrix_sync.entity_external_mapping m where m.entity_id = p_user_id and m.closed_at is not null
+    union all
+    -- What bitrix-sync last saw or wrote of each Contact: hashes (their start), no values.
+    select coalesce(s.last_applied_at, s.updated_at), 'snapshot', 'state',
+           jsonb_build_object('contact_id', s.contact_id, 'registered', s.registered, 'crm_updated_at', s.crm_updated_at,
+                              'last_applied_source', s.last_applied_source,
+                              'last_webhook_received_at', s.last_webhook_received_at, 'stale', s.stale,
+                              'stale_reason', s.stale_reason, 'citizenship_enum_id', s.citizenship_enum_id,
+                              'name_hash', left(s.name_hash, 12), 'email_hash', left(s.email_hash, 12),
+                              'phone_hash', left(s.phone_hash, 12)), 11
+      from bitrix_sync.contact_snapshots s where s.contact_id = any(v_contacts)
+    union all
+    -- Rebinds, admin decisions on the user's workflows, drift and its repairs.
+    select r.requested_at, 'rebind', r.status::text,
+           jsonb_build_object('id', r.id, 'previous_contact_id', r.previous_contact_id,
+                              'target_contact_id', r.target_contact_id, 'workflow_id', r.workflow_id,
+                              'completed_at', r.completed_at), 12
+      from bitrix_sync.rebind_requests r where r.user_id = p_user_id
+    union all
+    select a.performed_at, 'admin', a.action::text,
+           jsonb_build_object('id', a.id, 'workflow_id', a.workflow_id, 'decision', a.decision,
+                              'operator_id', a.operator_id, 'db_user', a.db_user), 13
+      from bitrix_sync.admin_actions a where a.workflow_id = any(v_workflows)
+    union all
+    select f.detected_at, 'drift', f.kind::text,
+           jsonb_build_object('contact_id', f.contact_id, 'details', f.details, 'last_seen_at', f.last_seen_at,
+                              'repair_requested_at', f.repair_requested_at, 'repair_intent', f.repair_intent), 14
+      from bitrix_sync.drift_findings f where f.user_id = p_user_id
+    union all
+    select r.requested_at, 'repair', r.intent::text,
+           jsonb_build_object('id', r.id, 'kinds', r.kinds, 'contact_id', r.contact_id,
+                              'requested_by', r.requested_by, 'db_user', r.db_user), 15
+      from bitrix_sync.drift_repairs r where r.user_id = p_user_id
+  ) e
+  order by e.at nulls last, e.ord;
+end $$;
+
+--
+-- Name: FUNCTION explain_user(p_user_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.explain_user(p_user_id uuid) IS 'Admin: one user''s story in time order (source, event, safe detail): the App''s identity and profile (statuses; phone, name, e-mail and citizenship masked), intents recorded and queued, workflows with their steps and outcomes, CRM commands and their results (IDs, flags, hashes), Contact webhooks, business alerts, dead letters, the link history, snapshots (hash prefixes), rebinds, admin decisions, drift findings and repairs. BS060 for an id nobody knows.';
+
+--
 -- Name: extend_sync_task_lease(uuid, uuid, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -3802,6 +4751,32 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.fail_alert_lookup(p_alert_id bigint) IS 'The lookup of an alert''s item failed for good: the alert.adds waiting in reconcile go to dead_letter (alert_lookup_failed) with a technical DLQ row, and the alert is marked failed (visible in status_alert_mirror) until an admin requeues it, which looks the item up again before anything is added. Returns how many adds.';
 
 --
+-- Name: fail_audit_run(uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.fail_audit_run(p_lease_token uuid, p_error_code text) RETURNS bitrix_sync.audit_state
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.audit_state;
+begin
+  perform bitrix_sync._check_code(p_error_code);
+  perform bitrix_sync._check_audit_lease(p_lease_token);
+  update bitrix_sync.audit_state s
+     set last_run_status = 'failed', lease_token = null, last_error_code = p_error_code
+   where s.singleton
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION fail_audit_run(p_lease_token uuid, p_error_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.fail_audit_run(p_lease_token uuid, p_error_code text) IS 'running -> failed with a safe code. What the run recorded before it failed stays; the next run goes on. Refuses a run whose lease was taken over (BS001).';
+
+--
 -- Name: fail_reconciliation_run(text, uuid, text, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -3836,6 +4811,51 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text, p_retry_after interval) IS 'running -> failed with a safe code; the watermark stays, so the next run reads the same window again. The run is due again after p_retry_after (the caller''s backoff; null: after the interval, as before) and failed_runs grows by one (not for shutdown, which is due at once). Refuses a run whose lease was taken over (BS001).';
+
+--
+-- Name: finish_audit_run(uuid, integer, integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.finish_audit_run(p_lease_token uuid, p_audited integer, p_requests integer) RETURNS bitrix_sync.audit_state
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_row bitrix_sync.audit_state;
+  v_period interval := make_interval(days => (bitrix_sync._active_setting('audit.period_days') #>> '{}')::integer);
+  v_links integer;
+  v_overdue integer;
+begin
+  v_row := bitrix_sync._check_audit_lease(p_lease_token);
+  if p_audited is null or p_audited < 0 or p_requests is null or p_requests < 0 then
+    raise exception 'an audit run finishes with the number of links compared and of requests sent'
+      using errcode = 'BS004', hint = 'Both are counts (>= 0).';
+  end if;
+  -- Marks of links that are no longer active are of no use.
+  delete from bitrix_sync.audit_marks k
+   where not exists (select 1 from bitrix_sync.entity_external_mapping m where m.id = k.mapping_id and m.status = 'active');
+  select count(*), count(*) filter (where coalesce(k.audited_at, m.opened_at) < now() - v_period)
+    into v_links, v_overdue
+    from bitrix_sync.entity_external_mapping m
+    join han_app.user_identity u on u.id = m.entity_id and u.record_status = 'active'
+    join han_app.client_profile p on p.user_id = m.entity_id and p.record_status = 'active'
+    left join bitrix_sync.audit_marks k on k.mapping_id = m.id
+   where m.status = 'active';
+  update bitrix_sync.audit_state s
+     set last_run_status = 'succeeded', lease_token = null, last_success_at = now(),
+         last_all_success_at = case when s.last_run_mode = 'all' then now() else s.last_all_success_at end,
+         last_error_code = null, last_audited = p_audited, last_requests = p_requests,
+         last_links = v_links, last_overdue = v_overdue
+   where s.singleton
+  returning * into v_row;
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION finish_audit_run(p_lease_token uuid, p_audited integer, p_requests integer); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.finish_audit_run(p_lease_token uuid, p_audited integer, p_requests integer) IS 'running -> succeeded: records the counts and how many active links are overdue (not compared within audit.period_days), and drops the marks of links no longer active. Refuses a run whose lease was taken over (BS001).';
 
 --
 -- Name: business_alerts; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -4685,14 +5705,17 @@ begin
   union all
   -- Present from the start (0 before the first), so increase() sees the first one.
   select 'bitrix_sync_business_alerts_remote_missing_total', '{}'::jsonb,
-         coalesce((select sum(e.n) from events e where e.machine = 'alert' and e.to_state = 'remote_missing'), 0)::float8;
+         coalesce((select sum(e.n) from events e where e.machine = 'alert' and e.to_state = 'remote_missing'), 0)::float8
+  union all
+  -- The convergence audit (sql/convergence_audit.sql): drift by kind, its last success and progress.
+  select d.family, d.labels, d.value from bitrix_sync.drift_metrics() d;
 end $$;
 
 --
 -- Name: FUNCTION metrics_snapshot(p_bucket text, p_check_mappings boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) IS 'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts and their mirror (behind, its age, whether it is on, items deleted in the CRM), links held after a phone-only link, reconciliation cursor lag, failed runs and intervals, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
+COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) IS 'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts and their mirror (behind, its age, whether it is on, items deleted in the CRM), the convergence audit (drift by kind, last success, progress), links held after a phone-only link, reconciliation cursor lag, failed runs and intervals, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
 
 --
 -- Name: note_crm_answered(text, double precision, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -5042,6 +6065,85 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text) IS 'Records the smart-process item and stage after a successful add/update/get. crm_sync_status is left alone: a newer occurrence may already have set it back to pending.';
 
 --
+-- Name: record_audit_findings(uuid, timestamp with time zone, jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_audit_findings(p_lease_token uuid, p_read_at timestamp with time zone, p_results jsonb) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_busy uuid[];
+  v_ok uuid[];
+  v_users uuid[];
+begin
+  perform bitrix_sync._check_audit_lease(p_lease_token);
+  if p_read_at is null or jsonb_typeof(p_results) is distinct from 'array' then
+    raise exception 'audit results need the time of the read and a JSON array'
+      using errcode = 'BS004', hint = 'Pass [{"mapping_id", "user_id", "contact_id", "findings": [{"kind", "details"}]}].';
+  end if;
+  if exists (select 1 from jsonb_array_elements(p_results) r cross join jsonb_array_elements(coalesce(r -> 'findings', '[]')) f
+              where bitrix_sync._drift_kind_group(f ->> 'kind') is distinct from 'link'
+                 or jsonb_typeof(coalesce(f -> 'details', '{}')) <> 'object') then
+    raise exception 'an audit result names a kind that is not judged on a link, or details that are not an object'
+      using errcode = 'BS004', hint = 'Link kinds: contact_missing, phone_missing, user_id_wrong, registered_wrong, crm_master_behind.';
+  end if;
+  select array_agg(distinct (r ->> 'user_id')::uuid) into v_users from jsonb_array_elements(p_results) r;
+  select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at, v_users) b;
+  -- Judged: the link is still the active link it was when the Contact was read, and nothing has
+  -- worked on the user since. The others keep their findings and are compared again soon.
+  select array_agg(r.user_id) into v_ok
+    from (select (x ->> 'mapping_id')::uuid as mapping_id, (x ->> 'user_id')::uuid as user_id,
+                 x ->> 'contact_id' as contact_id
+            from jsonb_array_elements(p_results) x) r
+    join bitrix_sync.entity_external_mapping m
+      on m.id = r.mapping_id and m.status = 'active' and m.entity_id = r.user_id and m.external_id = r.contact_id
+   where not (r.user_id = any(coalesce(v_busy, '{}')));
+  if v_ok is null then
+    return 0;
+  end if;
+
+  insert into bitrix_sync.audit_marks as k (mapping_id, user_id, audited_at)
+  select (x ->> 'mapping_id')::uuid, (x ->> 'user_id')::uuid, p_read_at
+    from jsonb_array_elements(p_results) x
+   where (x ->> 'user_id')::uuid = any(v_ok)
+  on conflict (mapping_id) do update set audited_at = greatest(k.audited_at, excluded.audited_at);
+
+  -- In step again: the user's link findings this result does not name.
+  delete from bitrix_sync.drift_findings d
+   where d.user_id = any(v_ok) and bitrix_sync._drift_kind_group(d.kind) = 'link'
+     and not exists (select 1 from jsonb_array_elements(p_results) x
+                       cross join jsonb_array_elements(coalesce(x -> 'findings', '[]')) f
+                      where (x ->> 'user_id')::uuid = d.user_id and f ->> 'kind' = d.kind);
+
+  insert into bitrix_sync.drift_findings as d (kind, user_id, contact_id, details, detected_at, last_seen_at)
+  select f ->> 'kind', (x ->> 'user_id')::uuid, x ->> 'contact_id', coalesce(f -> 'details', '{}'), p_read_at, p_read_at
+    from jsonb_array_elements(p_results) x
+   cross join jsonb_array_elements(coalesce(x -> 'findings', '[]')) f
+   where (x ->> 'user_id')::uuid = any(v_ok)
+     -- A Contact that carries another user's id is a conflict a business alert already puts before
+     -- a person (user_id_mismatch): not silent, and not repairable without a rebind.
+     and not (f ->> 'kind' = 'user_id_wrong' and f -> 'details' ->> 'field' = 'other'
+              and exists (select 1 from bitrix_sync.business_alerts a
+                           where a.user_id = (x ->> 'user_id')::uuid and a.alert_type = 'user_id_mismatch'
+                             and a.status = 'open'))
+  on conflict (kind, (coalesce(user_id::text, 'contact:' || contact_id)))
+  do update set contact_id = excluded.contact_id, details = excluded.details, last_seen_at = excluded.last_seen_at;
+
+  delete from bitrix_sync.drift_findings d
+   where d.kind = 'user_id_wrong' and d.user_id = any(v_ok) and d.details ->> 'field' = 'other'
+     and exists (select 1 from bitrix_sync.business_alerts a
+                  where a.user_id = d.user_id and a.alert_type = 'user_id_mismatch' and a.status = 'open');
+  return cardinality(v_ok);
+end $$;
+
+--
+-- Name: FUNCTION record_audit_findings(p_lease_token uuid, p_read_at timestamp with time zone, p_results jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_audit_findings(p_lease_token uuid, p_read_at timestamp with time zone, p_results jsonb) IS 'Records what the running audit found for links it compared with their Contacts (p_results: [{mapping_id, user_id, contact_id, findings: [{kind, details}]}], link kinds only; p_read_at: when the Contacts were read). A link no longer active as it was, or whose user had work in progress or done since the read, is left for a later run. For the others: the link''s audit mark, the findings named (one per user and kind; a user id of another user with an open user_id_mismatch alert is left to that alert), and the user''s other link findings deleted (in step again). Returns how many links were judged.';
+
+--
 -- Name: record_contact_created(text, uuid, text, text, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -5095,6 +6197,76 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text) IS 'Notes the hash of the phone bitrix-sync last wrote into a Contact, so the next change overwrites that entry instead of adding one.';
+
+--
+-- Name: record_registered_contacts(uuid, timestamp with time zone, bigint, bigint, bigint[], jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_registered_contacts(p_lease_token uuid, p_read_at timestamp with time zone, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[], p_rows jsonb) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_busy uuid[];
+  v_count integer;
+  v_kinds text[];
+  v_users uuid[];
+  v_contacts text[];
+begin
+  perform bitrix_sync._check_audit_lease(p_lease_token);
+  if p_read_at is null or jsonb_typeof(p_rows) is distinct from 'array' or (p_from_id is null) <> (p_to_id is null)
+     or p_from_id > p_to_id then
+    raise exception 'registered Contacts need the time of the read, a JSON array and a Contact ID range (or none)'
+      using errcode = 'BS004', hint = 'Pass [{"contact_id", "user_id"}] of the Contacts listed with the registration flag set, the range (from, to] they were listed in, and/or the IDs read one by one.';
+  end if;
+  select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at) b;
+  v_busy := coalesce(v_busy, '{}');
+
+  select array_agg(t.kind), array_agg(t.user_id), array_agg(t.contact_id) into v_kinds, v_users, v_contacts
+    from (
+  select distinct on (j.kind, coalesce(j.user_id::text, 'contact:' || j.contact_id)) j.kind, j.user_id, j.contact_id
+    from (
+      select case when u.id is null then 'registered_unknown_user' else 'registered_inactive_user' end as kind,
+             r.user_id, r.contact_id, u.id as app_user, u.record_status, p.record_status as profile_status
+        from (select (x ->> 'contact_id')::bigint::text as contact_id,
+                     case when x ->> 'user_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                          then (x ->> 'user_id')::uuid end as user_id
+                from jsonb_array_elements(p_rows) x) r
+        left join han_app.user_identity u on u.id = r.user_id
+        left join han_app.client_profile p on p.user_id = u.id
+       -- A linked Contact is judged with its link (registered_wrong, inactive_user_linked).
+       where not exists (select 1 from bitrix_sync.entity_external_mapping m
+                          where m.status = 'active' and m.external_id = r.contact_id)
+    ) j
+   -- Registered for an active user without a link: unmapped_user says it (map_or_create finds it).
+   where not (j.app_user is not null and j.record_status = 'active' and j.profile_status is not distinct from 'active')
+     and not (j.user_id is not null and j.user_id = any(v_busy))
+   order by j.kind, coalesce(j.user_id::text, 'contact:' || j.contact_id), j.contact_id::bigint
+    ) t;
+
+  -- In step again: registered findings of the Contacts this read covered and did not flag.
+  delete from bitrix_sync.drift_findings d
+   where bitrix_sync._drift_kind_group(d.kind) = 'registered'
+     and ((p_from_id is not null and d.contact_id::bigint > p_from_id and d.contact_id::bigint <= p_to_id)
+          or d.contact_id::bigint = any(coalesce(p_checked_ids, '{}')))
+     and not (d.user_id is not null and d.user_id = any(v_busy))
+     and not exists (select 1 from unnest(v_kinds, v_users, v_contacts) x(kind, user_id, contact_id)
+                      where x.kind = d.kind and coalesce(x.user_id::text, 'contact:' || x.contact_id)
+                                              = coalesce(d.user_id::text, 'contact:' || d.contact_id));
+  insert into bitrix_sync.drift_findings as d (kind, user_id, contact_id, detected_at, last_seen_at)
+  select x.kind, x.user_id, x.contact_id, p_read_at, p_read_at
+    from unnest(v_kinds, v_users, v_contacts) x(kind, user_id, contact_id)
+  on conflict (kind, (coalesce(user_id::text, 'contact:' || contact_id)))
+  do update set contact_id = excluded.contact_id, last_seen_at = excluded.last_seen_at;
+  get diagnostics v_count = row_count;
+  return v_count;
+end $_$;
+
+--
+-- Name: FUNCTION record_registered_contacts(p_lease_token uuid, p_read_at timestamp with time zone, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[], p_rows jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_registered_contacts(p_lease_token uuid, p_read_at timestamp with time zone, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[], p_rows jsonb) IS 'Records what the running audit found among Contacts with the registration flag set (p_rows: [{contact_id, user_id as the Contact carries it}]): unlinked Contacts registered for a user who is not active (registered_inactive_user) or whom the App does not know, or no readable user id (registered_unknown_user). Registered findings of Contacts in (p_from_id, p_to_id] (a page of the scan) or in p_checked_ids (read by ID) that the rows do not flag are deleted. Users with work in progress keep their findings. Returns how many findings the rows flag.';
 
 --
 -- Name: record_webhook(text, integer, text, inet, text, timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -5167,6 +6339,79 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay interval) IS 'An unanswered alert command: uncertain -> reconcile. An alert.add then waits for a lookup of its item; an alert.update goes on to retry_wait after p_delay, or to dead_letter (retry_horizon_exceeded, technical DLQ row, alert failed) past its horizon. Returns null when the command is not uncertain any more (another lane took it).';
+
+--
+-- Name: refresh_user_drift(uuid, timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.refresh_user_drift(p_lease_token uuid, p_read_at timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_busy uuid[];
+  v_count integer;
+  v_kinds text[];
+  v_users uuid[];
+  v_contacts text[];
+begin
+  perform bitrix_sync._check_audit_lease(p_lease_token);
+  select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at) b;
+  v_busy := coalesce(v_busy, '{}');
+
+  -- Link findings of a link that is no longer active (broken by a not-found rule, closed,
+  -- relinked) have nothing left to compare.
+  delete from bitrix_sync.drift_findings d
+   where bitrix_sync._drift_kind_group(d.kind) = 'link'
+     and not exists (select 1 from bitrix_sync.entity_external_mapping m
+                      where m.status = 'active' and m.entity_id = d.user_id and m.external_id = d.contact_id);
+
+  select array_agg(t.kind), array_agg(t.user_id), array_agg(t.contact_id) into v_kinds, v_users, v_contacts
+    from (
+  -- An active App user without an active link and nothing on the way: no intent, no workflow, no
+  -- open business alert (a person has it). Users from before the cutover who never had an intent
+  -- stay out (§17: no backfill).
+  select 'unmapped_user'::text as kind, u.id as user_id, null::text as contact_id
+    from han_app.user_identity u
+    join han_app.client_profile p on p.user_id = u.id and p.record_status = 'active'
+   where u.record_status = 'active'
+     and not (u.id = any(v_busy))
+     and not exists (select 1 from bitrix_sync.entity_external_mapping m where m.entity_id = u.id and m.status = 'active')
+     and not exists (select 1 from bitrix_sync.business_alerts a where a.user_id = u.id and a.status = 'open')
+     and (u.created_at >= (select c.cutover_watermark from bitrix_sync.cutover c)
+          or exists (select 1 from bitrix_sync.entity_external_mapping m where m.entity_id = u.id)
+          or exists (select 1 from bitrix_sync.workflow_instances w where w.user_id = u.id))
+  union all
+  -- An active link of a user who is no longer active (or no longer exists): contact.deactivate
+  -- should have closed it and turned the flag off.
+  select 'inactive_user_linked', m.entity_id, m.external_id::text
+    from bitrix_sync.entity_external_mapping m
+    left join han_app.user_identity u on u.id = m.entity_id
+    left join han_app.client_profile p on p.user_id = m.entity_id
+   where m.status = 'active'
+     and not (u.record_status is not distinct from 'active' and p.record_status is not distinct from 'active')
+     and not (m.entity_id = any(v_busy))
+    ) t;
+
+  delete from bitrix_sync.drift_findings d
+   where bitrix_sync._drift_kind_group(d.kind) = 'user'
+     and not (d.user_id = any(v_busy))
+     and not exists (select 1 from unnest(v_kinds, v_users) x(kind, user_id)
+                      where x.kind = d.kind and x.user_id = d.user_id);
+  insert into bitrix_sync.drift_findings as d (kind, user_id, contact_id, detected_at, last_seen_at)
+  select x.kind, x.user_id, x.contact_id, p_read_at, p_read_at
+    from unnest(v_kinds, v_users, v_contacts) x(kind, user_id, contact_id)
+  on conflict (kind, (coalesce(user_id::text, 'contact:' || contact_id)))
+  do update set contact_id = excluded.contact_id, last_seen_at = excluded.last_seen_at;
+  get diagnostics v_count = row_count;
+  return v_count;
+end $$;
+
+--
+-- Name: FUNCTION refresh_user_drift(p_lease_token uuid, p_read_at timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.refresh_user_drift(p_lease_token uuid, p_read_at timestamp with time zone) IS 'Judges the user kinds of the running audit over every user, in SQL, without the CRM: unmapped_user (active user without an active link, no work in progress, no open business alert; users from before the cutover who never had an intent are left out, §17) and inactive_user_linked (an active link of a user who is not active). Also drops link findings of links that are no longer active. Users with work in progress keep their findings. Returns how many findings it holds now.';
 
 --
 -- Name: reject_command(bigint, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -5293,6 +6538,25 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) IS 'Frees an in-flight slot when its request has a reply or failed. false when the slot had already expired.';
 
 --
+-- Name: release_spare_crm_request(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.release_spare_crm_request(p_slot_id uuid) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  delete from bitrix_sync.crm_inflight_slots s where s.slot_id = p_slot_id and s.bucket like '%#spare';
+  return found;
+end $$;
+
+--
+-- Name: FUNCTION release_spare_crm_request(p_slot_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.release_spare_crm_request(p_slot_id uuid) IS 'Frees the spare in-flight slot of acquire_spare_crm_request() when its request has a reply or failed (only spare slots). false when the slot had already expired.';
+
+--
 -- Name: release_sync_task(uuid, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -5319,6 +6583,31 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid) IS 'leased -> pending without spending an attempt (shutdown, paused sync). Refuses a stale token (BS001).';
+
+--
+-- Name: repair_drift(text, text, uuid[], boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[] DEFAULT NULL::uuid[], p_dry_run boolean DEFAULT false) RETURNS TABLE(user_id uuid, contact_id text, kinds text[], intent text, recorded boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_requested_by);
+  if p_user_ids is not null and cardinality(p_user_ids) = 0 then
+    raise exception 'an empty list of users names nobody to repair'
+      using errcode = 'BS004', hint = 'Pass null to repair every drifted user, or the user ids from bitrix_sync.status_drift.';
+  end if;
+  return query
+  select r.user_id, r.contact_id, r.kinds, r.intent, r.recorded
+    from bitrix_sync._repair_drift(p_requested_by, p_reason, p_user_ids, null, coalesce(p_dry_run, false), true, false) r;
+end $$;
+
+--
+-- Name: FUNCTION repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[], p_dry_run boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[], p_dry_run boolean) IS 'Admin: for each drifted user of bitrix_sync.status_drift (p_user_ids, or all when null) records the intent that brings the user back through the ordinary workflows (§5): contact.map_or_create for App-master and CRM-master drift and a missing link, contact.update for a deleted Contact (§5.2 not-found rule), contact.deactivate for an inactive or unknown user''s link or registration (§5.3). Audited (drift_repairs with the operator, the reason and session_user; one admin_actions row). Returns one row per user acted on (recorded true), or with p_dry_run the same rows without recording anything; Contacts registered without a readable user id are listed as manual. BS004 without a reason or operator, BS061 for a user without an open finding.';
 
 --
 -- Name: request_bitrix_contact_rebind(uuid, text, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -5424,6 +6713,68 @@ end $_$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text) IS 'Admin entry point (§5.4): validates the request, locks the current mapping, refuses a target linked to another active user or already the target of an open request (BS009), and refuses while the user has an open request or a workflow (a parked one is named with how to clear it); records an audited rebind_requests row and starts a contact.rebind workflow. Does not change the mapping. Returns the request id.';
+
+--
+-- Name: request_convergence_audit(text, text, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.request_convergence_audit(p_requested_by text, p_reason text, p_all boolean DEFAULT true) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_job_id bigint;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_requested_by);
+  perform bitrix_sync._record_admin_action(
+    case when coalesce(p_all, true) then 'request_full_audit' else 'request_audit' end,
+    null, null, null, null, p_reason, p_requested_by);
+  select (graphile_worker.add_job(
+            'audit_convergence',
+            json_build_object('all', coalesce(p_all, true), 'force', true),
+            job_key := case when coalesce(p_all, true) then 'audit_convergence_all' else 'audit_convergence_now' end,
+            max_attempts := 25)).id
+    into v_job_id;
+  return v_job_id;
+end $$;
+
+--
+-- Name: FUNCTION request_convergence_audit(p_requested_by text, p_reason text, p_all boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.request_convergence_audit(p_requested_by text, p_reason text, p_all boolean) IS 'Admin: queues a convergence audit run now (graphile-worker job audit_convergence): with p_all (the default) every active link and the whole scan of registered Contacts, e.g. after a restore from backup or an incident; otherwise a sampled run. Audited in admin_actions. Returns the job id. The run itself happens in the service within seconds (graphile-worker retries it while another run holds the audit).';
+
+--
+-- Name: request_reconciliation(text, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.request_reconciliation(p_job_type text, p_requested_by text, p_reason text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_job_id bigint;
+begin
+  if p_job_type is null or p_job_type not in ('contacts', 'alerts') then
+    raise exception 'unknown reconciliation %', coalesce(p_job_type, 'null')
+      using errcode = 'BS004', hint = 'Name ''contacts'' (§10.2) or ''alerts'' (§10.3).';
+  end if;
+  perform bitrix_sync._check_admin_audit(p_reason, p_requested_by);
+  perform bitrix_sync._record_admin_action(
+    'request_reconciliation_' || p_job_type, null, null, null, null, p_reason, p_requested_by);
+  -- Forced: the claim takes the run now, however recently the last one started.
+  select (graphile_worker.add_job(
+            'reconcile_' || p_job_type, json_build_object('force', true),
+            job_key := 'reconcile_' || p_job_type || '_now', max_attempts := 1)).id
+    into v_job_id;
+  return v_job_id;
+end $$;
+
+--
+-- Name: FUNCTION request_reconciliation(p_job_type text, p_requested_by text, p_reason text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.request_reconciliation(p_job_type text, p_requested_by text, p_reason text) IS 'Admin: queues a reconciliation run now (graphile-worker job reconcile_contacts or reconcile_alerts, forced), e.g. after a portal outage or a lost robot (docs/runbook.md). Audited in admin_actions. Returns the job id. BS004 for an unknown job type or a missing reason or operator.';
 
 --
 -- Name: requeue_dead_letter(bigint, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -6645,6 +7996,30 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.watch_intake() IS 'Called by a sync loop whose intake found nothing, before it sleeps, inside a transaction of its own on a connection of its own (a LISTEN connection gets no notification inside a transaction): takes the intake watch (SHARE on bitrix_sync.lock_intake_watch) once the App transactions that recorded intents without a NOTIFY have ended; from then on han_app.enqueue_contact_sync() NOTIFYs, until the caller ends its transaction when it wakes. The caller must look at the queue once more before sleeping. Returns false (nothing held) when another loop watches or the watch stays taken for over 1 s (a long App transaction); the fallback poll covers that. Takes no transaction ID and keeps no snapshot.';
 
 --
+-- Name: worker_jobs(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.worker_jobs() RETURNS TABLE(id bigint, task_identifier text, run_at timestamp with time zone, attempts smallint, max_attempts smallint, failed boolean, locked_by text, locked_at timestamp with time zone, key text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  -- graphile-worker's public view; its payloads and error texts stay out.
+  return query
+  select j.id, j.task_identifier::text, j.run_at, j.attempts, j.max_attempts, j.last_error is not null,
+         j.locked_by::text, j.locked_at, j.key::text
+    from graphile_worker.jobs j
+   where j.task_identifier in ('sync_loop', 'reconcile_contacts', 'reconcile_alerts', 'retention', 'audit_convergence')
+   order by j.run_at;
+end $$;
+
+--
+-- Name: FUNCTION worker_jobs(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.worker_jobs() IS 'Admin: the service''s graphile-worker jobs (sync_loop, reconciliations, retention, audit_convergence) with when they run, attempts, whether the last one failed, and who holds them; no payload, no error text.';
+
+--
 -- Name: _private_jobs; Type: TABLE; Schema: graphile_worker; Owner: -
 --
 
@@ -7124,6 +8499,40 @@ ALTER TABLE bitrix_sync.admin_actions ALTER COLUMN id ADD GENERATED ALWAYS AS ID
 );
 
 --
+-- Name: audit_marks; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.audit_marks (
+    mapping_id uuid NOT NULL,
+    user_id uuid NOT NULL,
+    audited_at timestamp with time zone NOT NULL
+);
+
+--
+-- Name: TABLE audit_marks; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.audit_marks IS 'When the convergence audit last compared each link (entity_external_mapping.id) with its Contact; marks of links no longer active are dropped by the next run.';
+
+--
+-- Name: COLUMN audit_marks.mapping_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_marks.mapping_id IS 'The link (entity_external_mapping.id); no foreign key, mappings are history and marks are not.';
+
+--
+-- Name: COLUMN audit_marks.user_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_marks.user_id IS 'The link''s App user.';
+
+--
+-- Name: COLUMN audit_marks.audited_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.audit_marks.audited_at IS 'When the run that compared it read the Contact.';
+
+--
 -- Name: business_alert_number_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
 --
 
@@ -7338,6 +8747,209 @@ COMMENT ON TABLE bitrix_sync.cutover IS 'The one-time switch from the stub to fu
 COMMENT ON COLUMN bitrix_sync.cutover.performed_db_user IS 'The database login (session_user) that ran perform_cutover(); performed_by is the name it declared. Null for a cutover recorded before this column existed.';
 
 --
+-- Name: deleted_alert_items; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.deleted_alert_items AS
+ SELECT a.id,
+    a.alert_number,
+    a.alert_type,
+    a.severity,
+    a.item_id,
+    a.closed_at
+   FROM bitrix_sync.business_alerts a
+  WHERE ((a.status)::text = 'remote_missing'::text);
+
+--
+-- Name: VIEW deleted_alert_items; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.deleted_alert_items IS 'Admin (docs/runbook.md, BitrixSyncAlertItemsDeleted): open business alerts whose smart-process item was found deleted in the CRM (remote_missing, §10.3); no user or Contact IDs.';
+
+--
+-- Name: drift_findings; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.drift_findings (
+    id bigint NOT NULL,
+    kind character varying(32) NOT NULL,
+    user_id uuid,
+    contact_id character varying(128),
+    details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    detected_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    repair_requested_at timestamp with time zone,
+    repair_intent character varying(32),
+    CONSTRAINT drift_findings_contact_id_check CHECK (((contact_id IS NULL) OR ((contact_id)::text ~ '^[1-9][0-9]{0,17}$'::text))),
+    CONSTRAINT drift_findings_details_check CHECK ((jsonb_typeof(details) = 'object'::text)),
+    CONSTRAINT drift_findings_kind_check CHECK (((kind)::text = ANY ('{contact_missing,phone_missing,user_id_wrong,registered_wrong,crm_master_behind,unmapped_user,inactive_user_linked,registered_inactive_user,registered_unknown_user}'::text[]))),
+    CONSTRAINT drift_findings_repair_intent_check CHECK (((repair_intent IS NULL) OR ((repair_intent)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate}'::text[])))),
+    CONSTRAINT drift_findings_subject CHECK (((user_id IS NOT NULL) OR (contact_id IS NOT NULL)))
+);
+
+--
+-- Name: TABLE drift_findings; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.drift_findings IS 'Silent drift the convergence audit found between the App, the snapshots and the CRM: one row per user and kind (status_drift shows it). A later audit that finds the pair in step deletes it.';
+
+--
+-- Name: COLUMN drift_findings.kind; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_findings.kind IS 'contact_missing, phone_missing, user_id_wrong, registered_wrong, crm_master_behind, unmapped_user, inactive_user_linked, registered_inactive_user, registered_unknown_user (docs/workflows.md).';
+
+--
+-- Name: COLUMN drift_findings.user_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_findings.user_id IS 'The App user (for registered_unknown_user: the UUID the Contact carries); null when the Contact carries no readable user id.';
+
+--
+-- Name: COLUMN drift_findings.contact_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_findings.contact_id IS 'The Contact involved, when there is one.';
+
+--
+-- Name: COLUMN drift_findings.details; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_findings.details IS 'Safe details: field names, counts and flags, never a value of the App or the CRM.';
+
+--
+-- Name: COLUMN drift_findings.detected_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_findings.detected_at IS 'When an audit first found it.';
+
+--
+-- Name: COLUMN drift_findings.last_seen_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_findings.last_seen_at IS 'When an audit last found it.';
+
+--
+-- Name: COLUMN drift_findings.repair_requested_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_findings.repair_requested_at IS 'When repair_drift (or the automatic repair) recorded the intent meant to bring it back.';
+
+--
+-- Name: COLUMN drift_findings.repair_intent; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_findings.repair_intent IS 'The intent that repair recorded.';
+
+--
+-- Name: drift_findings_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.drift_findings ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.drift_findings_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: drift_repairs; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.drift_repairs (
+    id bigint NOT NULL,
+    admin_action_id bigint,
+    user_id uuid NOT NULL,
+    contact_id character varying(128),
+    kinds text[] NOT NULL,
+    intent character varying(32) NOT NULL,
+    requested_by character varying(128) NOT NULL,
+    reason text NOT NULL,
+    db_user character varying(128) DEFAULT SESSION_USER NOT NULL,
+    requested_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT drift_repairs_contact_id_check CHECK (((contact_id IS NULL) OR ((contact_id)::text ~ '^[1-9][0-9]{0,17}$'::text))),
+    CONSTRAINT drift_repairs_intent_check CHECK (((intent)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate}'::text[]))),
+    CONSTRAINT drift_repairs_kinds_check CHECK ((cardinality(kinds) > 0)),
+    CONSTRAINT drift_repairs_reason_check CHECK (((length(btrim(reason)) >= 3) AND (length(btrim(reason)) <= 500))),
+    CONSTRAINT drift_repairs_requested_by_check CHECK ((length(btrim((requested_by)::text)) > 0))
+);
+
+--
+-- Name: TABLE drift_repairs; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.drift_repairs IS 'Audit of drift repairs: for each user a repair acted on, the kinds found, the intent recorded, who asked (and the database login) and why. Never deleted.';
+
+--
+-- Name: COLUMN drift_repairs.admin_action_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_repairs.admin_action_id IS 'The admin_actions row of the repair_drift call; null for the automatic repair (audit.auto_repair_kinds).';
+
+--
+-- Name: COLUMN drift_repairs.user_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_repairs.user_id IS 'The user whose intent was recorded.';
+
+--
+-- Name: COLUMN drift_repairs.contact_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_repairs.contact_id IS 'The Contact of the findings, when there was one.';
+
+--
+-- Name: COLUMN drift_repairs.kinds; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_repairs.kinds IS 'The drift kinds the user had when the repair was recorded.';
+
+--
+-- Name: COLUMN drift_repairs.intent; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_repairs.intent IS 'The intent recorded in han_app.sync_queue_journal (reason drift_repair).';
+
+--
+-- Name: COLUMN drift_repairs.requested_by; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_repairs.requested_by IS 'Who asked (operator id as given; audit:auto for the automatic repair).';
+
+--
+-- Name: COLUMN drift_repairs.reason; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_repairs.reason IS 'Why, as given.';
+
+--
+-- Name: COLUMN drift_repairs.db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_repairs.db_user IS 'The database login (session_user) that ran the repair.';
+
+--
+-- Name: COLUMN drift_repairs.requested_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.drift_repairs.requested_at IS 'When the intent was recorded.';
+
+--
+-- Name: drift_repairs_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.drift_repairs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.drift_repairs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: held_phone_links; Type: VIEW; Schema: bitrix_sync; Owner: -
 --
 
@@ -7355,6 +8967,27 @@ CREATE VIEW bitrix_sync.held_phone_links AS
 --
 
 COMMENT ON VIEW bitrix_sync.held_phone_links IS 'Held links as an admin looks at them (docs/admin.md): the mapping and the workflow that made it, since when, and whether the Contact has been read since the link (read_seen). No user or Contact IDs; confirm_phone_link takes the user id.';
+
+--
+-- Name: inbox_waiting; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.inbox_waiting AS
+ SELECT i.id,
+    i.receiver,
+    i.status,
+    i.attempt_count,
+    i.last_error_code,
+    i.next_attempt_at,
+    i.received_at
+   FROM bitrix_sync.webhook_inbox i
+  WHERE ((i.status)::text = ANY ('{received,retry_wait,processing}'::text[]));
+
+--
+-- Name: VIEW inbox_waiting; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.inbox_waiting IS 'Admin (docs/runbook.md, BitrixSyncWebhookInboxStuck): robot webhooks not processed yet, by receiver and status, with their error code and next attempt; no entity IDs, source addresses or bodies.';
 
 --
 -- Name: lock_intake_fold; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -7498,12 +9131,47 @@ CREATE VIEW bitrix_sync.rebind_request_status AS
 COMMENT ON VIEW bitrix_sync.rebind_request_status IS 'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked and who cancelled (the declared operator and the database login, session_user), and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
 
 --
+-- Name: retrying_workflows; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.retrying_workflows AS
+ SELECT w.id,
+    w.workflow_type,
+    w.current_step,
+    w.attempt_count,
+    w.last_error_code,
+    w.next_attempt_at,
+    w.created_at,
+    c.command_type AS last_command_type,
+    c.status AS last_command_status,
+    c.last_error_code AS last_command_error,
+    c.last_http_status,
+    c.last_bitrix_error
+   FROM (bitrix_sync.workflow_instances w
+     LEFT JOIN LATERAL ( SELECT c_1.command_type,
+            c_1.status,
+            c_1.last_error_code,
+            c_1.last_http_status,
+            c_1.last_bitrix_error
+           FROM bitrix_sync.crm_commands c_1
+          WHERE (c_1.workflow_id = w.id)
+          ORDER BY c_1.id DESC
+         LIMIT 1) c ON (true))
+  WHERE ((w.state)::text = 'waiting_retry'::text);
+
+--
+-- Name: VIEW retrying_workflows; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.retrying_workflows IS 'Admin (docs/runbook.md, BitrixSyncWorkflowsRetryingLong): workflows waiting for a retry, with their step, last error and their last command''s outcome; safe codes only.';
+
+--
 -- Name: role_privileges; Type: VIEW; Schema: bitrix_sync; Owner: -
 --
 
 CREATE VIEW bitrix_sync.role_privileges AS
  WITH decisions(object_type, object_name, runtime, admin, app, note) AS (
-         VALUES ('schema'::text,'bitrix_sync'::text,ARRAY['USAGE'::text],ARRAY['USAGE'::text],ARRAY[]::text[],'The project''s schema; the App has no business in it.'::text), ('schema'::text,'han_app'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY['USAGE'::text],'The App''s schema; the admin reaches the queue only through status_queue.'::text), ('table'::text,'han_app.user_identity'::text,ARRAY['SELECT (id, phone_number, record_status, created_at, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'Identity is App-master; the runtime reads it at send time.'::text), ('table'::text,'han_app.client_profile'::text,ARRAY['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)'::text, 'UPDATE (full_name, citizenship, email, source_updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'::text), ('table'::text,'han_app.sync_queue'::text,ARRAY['SELECT'::text, 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'::text), ('table'::text,'han_app.sync_queue_journal'::text,ARRAY['SELECT'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'::text), ('function'::text,'han_app.enqueue_contact_sync()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): fires for the App''s writes; nobody calls it.'::text), ('table'::text,'bitrix_sync.business_alerts'::text,ARRAY['SELECT'::text, 'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)'::text, 'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'::text), ('sequence'::text,'bitrix_sync.business_alert_number_seq'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY[]::text[],'The default of business_alerts.alert_number, evaluated as the inserting role.'::text), ('table'::text,'bitrix_sync.contact_snapshots'::text,ARRAY['SELECT'::text, 'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text, 'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text],ARRAY[]::text[],ARRAY[]::text[],'Hashes of what the runtime last wrote into or read from each Contact.'::text), ('table'::text,'bitrix_sync.crm_commands'::text,ARRAY['SELECT'::text, 'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'::text],ARRAY[]::text[],ARRAY[]::text[],'Issued pending (no status column to insert); what a command asks for never changes after issue.'::text), ('table'::text,'bitrix_sync.entity_external_mapping'::text,ARRAY['SELECT'::text, 'INSERT (entity_id, external_id, workflow_id)'::text, 'UPDATE (status, closed_at, close_reason, workflow_id, held_at, held_crm_updated_at, hold_released_at, hold_released_by)'::text],ARRAY[]::text[],ARRAY[]::text[],'Opened active and closed by the runtime''s mapping functions, which also hold and release a link made by phone alone; the user and the Contact of a link never change.'::text), ('table'::text,'bitrix_sync.reconciliation_cursors'::text,ARRAY['SELECT'::text, 'INSERT (job_type)'::text, 'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token, failed_runs, retry_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'The reconciliation runs'' cursors and leases.'::text), ('table'::text,'bitrix_sync.technical_dead_letters'::text,ARRAY['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'::text), ('table'::text,'bitrix_sync.webhook_inbox'::text,ARRAY['SELECT'::text, 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Recorded received by accept_webhooks; what arrived never changes.'::text), ('table'::text,'bitrix_sync.workflow_instances'::text,ARRAY['SELECT'::text, 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)'::text, 'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'::text],ARRAY[]::text[],ARRAY[]::text[],'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'::text), ('table'::text,'bitrix_sync.crm_inflight_slots'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'DELETE'::text],ARRAY[]::text[],ARRAY[]::text[],'In-flight slots; the admin reads them through crm_limiter_state().'::text), ('table'::text,'bitrix_sync.crm_method_blocks'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Per-method operating-time blocks.'::text), ('table'::text,'bitrix_sync.crm_rate_buckets'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Token buckets.'::text), ('table'::text,'bitrix_sync.lock_intake_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One intake fold (and one cutover) at a time: fold_intent_journal and perform_cutover lock it.'::text), ('table'::text,'bitrix_sync.lock_intake_watch'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'The intake watch: a sleeping loop holds it (watch_intake), the App''s trigger marks its transactions on it.'::text), ('table'::text,'bitrix_sync.lock_metrics_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One metrics fold at a time (metrics_snapshot).'::text), ('table'::text,'bitrix_sync.metric_event_totals'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'::text), ('table'::text,'bitrix_sync.metric_events'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counted events; appended by the security definer _900 triggers whoever makes the change.'::text), ('table'::text,'bitrix_sync.cutover'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written once by perform_cutover() (admin); the runtime only reads the watermark.'::text), ('table'::text,'bitrix_sync.rebind_requests'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'::text), ('table'::text,'bitrix_sync.settings'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'The catalogue of keys and bounds; changed by migrations only.'::text), ('table'::text,'bitrix_sync.admin_actions'::text,ARRAY[]::text[],ARRAY['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'::text],ARRAY[]::text[],'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'::text), ('table'::text,'bitrix_sync.settings_versions'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by the admin''s settings functions only.'::text), ('sequence'::text,'bitrix_sync.admin_actions_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of admin_actions.'::text), ('sequence'::text,'bitrix_sync.business_alerts_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of business_alerts.'::text), ('sequence'::text,'bitrix_sync.crm_commands_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of crm_commands.'::text), ('sequence'::text,'bitrix_sync.settings_versions_version_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of settings_versions.'::text), ('sequence'::text,'bitrix_sync.technical_dead_letters_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of technical_dead_letters.'::text), ('sequence'::text,'bitrix_sync.webhook_inbox_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of webhook_inbox.'::text), ('view'::text,'bitrix_sync.parked_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'::text), ('view'::text,'bitrix_sync.rebind_request_status'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Rebind requests as an admin follows them (docs/admin.md).'::text), ('view'::text,'bitrix_sync.role_privileges'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'This catalogue.'::text), ('view'::text,'bitrix_sync.role_privilege_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Where the database''s ACLs differ from this catalogue (empty when they agree).'::text), ('view'::text,'bitrix_sync.state_edges'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'::text), ('view'::text,'bitrix_sync.status_alerts'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): counts and ages only.'::text), ('view'::text,'bitrix_sync.status_alert_mirror'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'::text), ('view'::text,'bitrix_sync.status_commands'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_dead_letters'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_queue'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_webhooks'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_workflows'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_held_links'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): links whose CRM-master fields are held back; counts only.'::text), ('view'::text,'bitrix_sync.held_phone_links'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Held links made by phone alone, as an admin confirms them (docs/admin.md); no user or Contact IDs.'::text), ('function'::text,'bitrix_sync.accept_webhook(text,integer,text,inet)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Re-records one robot call by hand (the robot does not retry).'::text), ('function'::text,'bitrix_sync.activate_settings_version(integer,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.perform_cutover(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The one-time cutover (§17); it also opens the processing gate.'::text), ('function'::text,'bitrix_sync.propose_settings(jsonb,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind (§5.4).'::text), ('function'::text,'bitrix_sync.cancel_rebind_request(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind: cancel an open request (docs/admin.md).'::text), ('function'::text,'bitrix_sync.confirm_phone_link(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Held phone links: release a hold and queue the read that applies the fields, audited (docs/admin.md).'::text), ('function'::text,'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: resume with a decision.'::text), ('function'::text,'bitrix_sync.cancel_parked_workflow(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: cancel with a reason.'::text), ('function'::text,'bitrix_sync._parked_decisions(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.rollback_settings(integer,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.validate_settings_version(integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.list_dead_letters(boolean,integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: what is open, and what a requeue would do (docs/admin.md).'::text), ('function'::text,'bitrix_sync.acknowledge_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: resolved without a new attempt, audited.'::text), ('function'::text,'bitrix_sync.requeue_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: a new attempt through the normal state machine, audited.'::text), ('function'::text,'bitrix_sync.retention_preview()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: what the next run would delete (reads the history: by hand only).'::text), ('function'::text,'bitrix_sync.delete_retention_batch(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync._active_setting(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'::text), ('function'::text,'bitrix_sync.active_settings()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The active settings with defaults.'::text), ('function'::text,'bitrix_sync.crm_limiter_state(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter state for status (§14).'::text), ('function'::text,'bitrix_sync.cutover_performed()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The processing gate, for readiness and the pump.'::text), ('function'::text,'bitrix_sync.metrics_snapshot(text,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'::text), ('function'::text,'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The receivers'' one statement (and the readiness probe of that path).'::text), ('function'::text,'bitrix_sync.alert_config_problem()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Readiness: alert_config_invalid.'::text), ('function'::text,'bitrix_sync.alert_entity_type_id()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The alert receiver''s entity type.'::text), ('function'::text,'bitrix_sync.cancel_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_sync_tasks(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fold_intent_journal(integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'::text), ('function'::text,'bitrix_sync.watch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop takes the intake watch before it sleeps, in a transaction it ends when it wakes (the App''s intents NOTIFY meanwhile); security definer: the lock is on a table only the owner may lock.'::text), ('function'::text,'bitrix_sync.complete_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.release_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_workflows(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.step_context(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (the start of a step).'::text), ('function'::text,'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake.'::text), ('function'::text,'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake of a claimed batch in one call.'::text), ('function'::text,'bitrix_sync.begin_command_reconcile(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.claim_commands(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_command(bigint,uuid,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump settles a batch with it).'::text), ('function'::text,'bitrix_sync.bring_forward_commands(text[],integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump after a portal-wide failure).'::text), ('function'::text,'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_alert_command(bigint,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.mark_command_uncertain(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.reject_command(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.release_command(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.send_commands(bigint[],uuid[],uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.blocked_crm_methods(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_answered(text,double precision,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.release_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.claim_webhooks(text,integer,interval,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.dead_letter_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.retry_webhook(bigint,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.active_mapping_for_contact(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.active_mapping_for_user(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.recover_alert_command(bigint,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'::text), ('function'::text,'bitrix_sync.alerts_to_look_up(integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: items to look up.'::text), ('function'::text,'bitrix_sync.issue_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup of an item.'::text), ('function'::text,'bitrix_sync.resolve_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup''s outcome.'::text), ('function'::text,'bitrix_sync.fail_alert_lookup(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: a lookup that failed for good.'::text), ('function'::text,'bitrix_sync.close_mapping(uuid,text,uuid,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.open_mapping(uuid,text,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots and the CRM-master profile write.'::text), ('function'::text,'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_phone(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.finish_business_alert(bigint,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirror_failed(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirrored(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.record_alert_item(bigint,bigint,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.complete_rebind(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.start_rebind_request(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fail_reconciliation_run(text,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.hold_phone_link(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: the hold of a link made by phone alone (mapping.hold_after_phone_link).'::text), ('function'::text,'bitrix_sync.keep_phone_link_hold(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: a link found through the user id an earlier, still held link of the pair wrote keeps the hold.'::text), ('function'::text,'bitrix_sync.held_link_read(uuid,timestamp with time zone,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: a read of a held link''s Contact (final read, webhook, reconciliation) records, keeps or releases the hold.'::text), ('function'::text,'bitrix_sync.rekey_contact_phones(text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The hourly rekey_hashes task: legacy phone hashes of snapshots rewritten under the hash key.'::text), ('function'::text,'bitrix_sync._check_bitrix_error(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._check_code(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: refuses raw text as an error code.'::text), ('function'::text,'bitrix_sync._check_limiter_name(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the limiter.'::text), ('function'::text,'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the queue functions.'::text), ('function'::text,'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the inbox functions.'::text), ('function'::text,'bitrix_sync._held_workflow(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the workflow functions.'::text), ('function'::text,'bitrix_sync._is_write_command(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of claim_commands.'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'::text), ('function'::text,'bitrix_sync._refuse_stale(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: the BS001 refusal.'::text), ('function'::text,'bitrix_sync._retry_deadline(timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper and the default of deadline_at, evaluated as the inserting role.'::text), ('function'::text,'bitrix_sync._wake_workflow(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._workflow_holder(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command reconcile functions.'::text), ('function'::text,'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'::text), ('function'::text,'bitrix_sync._alert_add_unsafe(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the alert mirror (runAlertSync asks it before an add).'::text), ('function'::text,'bitrix_sync._abandon_workflow_commands(uuid,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync.clear_unkeyed_hashes()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Run by migration 000029 as the owner: unkeyed hashes cleared where the next read recomputes them.'::text), ('function'::text,'bitrix_sync._check_admin_audit(text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._open_dead_letter(bigint)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._retention_cutoff(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._rebind_crm_outcome(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of _close_rebind_request and cancel_rebind_request.'::text), ('function'::text,'bitrix_sync._close_rebind_request(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the trigger that closes the request of a finished contact.rebind workflow (the trigger function is security definer); takes the workflow id, never a row.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__close_rebind_request()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): closes the request of a finished contact.rebind workflow, whoever moves it.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__start_held_intent()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync._normalise_settings(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._rebind_request_of(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the rebind workflow functions.'::text), ('function'::text,'bitrix_sync._resolve_conflict_alerts(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of complete_rebind.'::text), ('function'::text,'bitrix_sync._alert_settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Not used by the service: the receivers call accept_webhooks.'::text), ('function'::text,'bitrix_sync.tg__forbid_delete()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__guard_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__guard_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_immutable_change()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_insert_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__set_updated_at()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_business_alerts__count_remote_missing()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_crm_commands__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_technical_dead_letters__count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_webhook_inbox__count_coalesced()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_settings_versions__freeze()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text)
+         VALUES ('schema'::text,'bitrix_sync'::text,ARRAY['USAGE'::text],ARRAY['USAGE'::text],ARRAY[]::text[],'The project''s schema; the App has no business in it.'::text), ('schema'::text,'han_app'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY['USAGE'::text],'The App''s schema; the admin reaches the queue only through status_queue.'::text), ('table'::text,'han_app.user_identity'::text,ARRAY['SELECT (id, phone_number, record_status, created_at, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'Identity is App-master; the runtime reads it at send time.'::text), ('table'::text,'han_app.client_profile'::text,ARRAY['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)'::text, 'UPDATE (full_name, citizenship, email, source_updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'::text), ('table'::text,'han_app.sync_queue'::text,ARRAY['SELECT'::text, 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'::text), ('table'::text,'han_app.sync_queue_journal'::text,ARRAY['SELECT'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'::text), ('function'::text,'han_app.enqueue_contact_sync()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): fires for the App''s writes; nobody calls it.'::text), ('table'::text,'bitrix_sync.business_alerts'::text,ARRAY['SELECT'::text, 'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)'::text, 'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'::text), ('sequence'::text,'bitrix_sync.business_alert_number_seq'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY[]::text[],'The default of business_alerts.alert_number, evaluated as the inserting role.'::text), ('table'::text,'bitrix_sync.contact_snapshots'::text,ARRAY['SELECT'::text, 'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text, 'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text],ARRAY[]::text[],ARRAY[]::text[],'Hashes of what the runtime last wrote into or read from each Contact.'::text), ('table'::text,'bitrix_sync.crm_commands'::text,ARRAY['SELECT'::text, 'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'::text],ARRAY[]::text[],ARRAY[]::text[],'Issued pending (no status column to insert); what a command asks for never changes after issue.'::text), ('table'::text,'bitrix_sync.entity_external_mapping'::text,ARRAY['SELECT'::text, 'INSERT (entity_id, external_id, workflow_id)'::text, 'UPDATE (status, closed_at, close_reason, workflow_id, held_at, held_crm_updated_at, hold_released_at, hold_released_by)'::text],ARRAY[]::text[],ARRAY[]::text[],'Opened active and closed by the runtime''s mapping functions, which also hold and release a link made by phone alone; the user and the Contact of a link never change.'::text), ('table'::text,'bitrix_sync.reconciliation_cursors'::text,ARRAY['SELECT'::text, 'INSERT (job_type)'::text, 'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token, failed_runs, retry_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'The reconciliation runs'' cursors and leases.'::text), ('table'::text,'bitrix_sync.technical_dead_letters'::text,ARRAY['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'::text), ('table'::text,'bitrix_sync.webhook_inbox'::text,ARRAY['SELECT'::text, 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Recorded received by accept_webhooks; what arrived never changes.'::text), ('table'::text,'bitrix_sync.workflow_instances'::text,ARRAY['SELECT'::text, 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)'::text, 'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'::text],ARRAY[]::text[],ARRAY[]::text[],'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'::text), ('table'::text,'bitrix_sync.crm_inflight_slots'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'DELETE'::text],ARRAY[]::text[],ARRAY[]::text[],'In-flight slots; the admin reads them through crm_limiter_state().'::text), ('table'::text,'bitrix_sync.crm_method_blocks'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Per-method operating-time blocks.'::text), ('table'::text,'bitrix_sync.crm_rate_buckets'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Token buckets.'::text), ('table'::text,'bitrix_sync.lock_intake_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One intake fold (and one cutover) at a time: fold_intent_journal and perform_cutover lock it.'::text), ('table'::text,'bitrix_sync.lock_intake_watch'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'The intake watch: a sleeping loop holds it (watch_intake), the App''s trigger marks its transactions on it.'::text), ('table'::text,'bitrix_sync.lock_metrics_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One metrics fold at a time (metrics_snapshot).'::text), ('table'::text,'bitrix_sync.metric_event_totals'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'::text), ('table'::text,'bitrix_sync.metric_events'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counted events; appended by the security definer _900 triggers whoever makes the change.'::text), ('table'::text,'bitrix_sync.audit_marks'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'When each link was last compared; written and read by the audit''s functions only.'::text), ('table'::text,'bitrix_sync.audit_state'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'The audit''s run and scan cursor; the admin reads it through status_audit.'::text), ('table'::text,'bitrix_sync.drift_findings'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Drift found by the audit; the admin reads it through status_drift and explain_user.'::text), ('table'::text,'bitrix_sync.drift_repairs'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Audit of repairs (repair_drift, the automatic repair); never deleted.'::text), ('sequence'::text,'bitrix_sync.drift_findings_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of drift_findings.'::text), ('sequence'::text,'bitrix_sync.drift_repairs_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of drift_repairs.'::text), ('table'::text,'bitrix_sync.cutover'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written once by perform_cutover() (admin); the runtime only reads the watermark.'::text), ('table'::text,'bitrix_sync.rebind_requests'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'::text), ('table'::text,'bitrix_sync.settings'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'The catalogue of keys and bounds; changed by migrations only.'::text), ('table'::text,'bitrix_sync.admin_actions'::text,ARRAY[]::text[],ARRAY['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'::text],ARRAY[]::text[],'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'::text), ('table'::text,'bitrix_sync.settings_versions'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by the admin''s settings functions only.'::text), ('sequence'::text,'bitrix_sync.admin_actions_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of admin_actions.'::text), ('sequence'::text,'bitrix_sync.business_alerts_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of business_alerts.'::text), ('sequence'::text,'bitrix_sync.crm_commands_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of crm_commands.'::text), ('sequence'::text,'bitrix_sync.settings_versions_version_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of settings_versions.'::text), ('sequence'::text,'bitrix_sync.technical_dead_letters_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of technical_dead_letters.'::text), ('sequence'::text,'bitrix_sync.webhook_inbox_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of webhook_inbox.'::text), ('view'::text,'bitrix_sync.parked_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'::text), ('view'::text,'bitrix_sync.rebind_request_status'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Rebind requests as an admin follows them (docs/admin.md).'::text), ('view'::text,'bitrix_sync.role_privileges'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'This catalogue.'::text), ('view'::text,'bitrix_sync.role_privilege_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Where the database''s ACLs differ from this catalogue (empty when they agree).'::text), ('view'::text,'bitrix_sync.state_edges'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'::text), ('view'::text,'bitrix_sync.status_alerts'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): counts and ages only.'::text), ('view'::text,'bitrix_sync.status_alert_mirror'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'::text), ('view'::text,'bitrix_sync.status_commands'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_dead_letters'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_queue'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_webhooks'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_workflows'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_held_links'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): links whose CRM-master fields are held back; counts only.'::text), ('view'::text,'bitrix_sync.held_phone_links'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Held links made by phone alone, as an admin confirms them (docs/admin.md); no user or Contact IDs.'::text), ('view'::text,'bitrix_sync.status_audit'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'The convergence audit''s last run, progress and scan (docs/runbook.md).'::text), ('view'::text,'bitrix_sync.status_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Drift found by the convergence audit, one row per user and kind, with the repair it would take.'::text), ('view'::text,'bitrix_sync.stuck_commands'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: commands uncertain, being reconciled, retrying or in flight, with their workflow; safe codes only.'::text), ('view'::text,'bitrix_sync.retrying_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: workflows waiting for a retry, with their last command; safe codes only.'::text), ('view'::text,'bitrix_sync.inbox_waiting'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: robot webhooks not processed yet; no entity IDs, addresses or bodies.'::text), ('view'::text,'bitrix_sync.deleted_alert_items'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: open alerts whose smart-process item was deleted in the CRM; no user or Contact IDs.'::text), ('view'::text,'bitrix_sync.status_reconciliation'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'The reconciliation cursors without their leases (docs/runbook.md).'::text), ('function'::text,'bitrix_sync.accept_webhook(text,integer,text,inet)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Re-records one robot call by hand (the robot does not retry).'::text), ('function'::text,'bitrix_sync.activate_settings_version(integer,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.perform_cutover(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The one-time cutover (§17); it also opens the processing gate.'::text), ('function'::text,'bitrix_sync.propose_settings(jsonb,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind (§5.4).'::text), ('function'::text,'bitrix_sync.cancel_rebind_request(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind: cancel an open request (docs/admin.md).'::text), ('function'::text,'bitrix_sync.confirm_phone_link(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Held phone links: release a hold and queue the read that applies the fields, audited (docs/admin.md).'::text), ('function'::text,'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: resume with a decision.'::text), ('function'::text,'bitrix_sync.cancel_parked_workflow(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: cancel with a reason.'::text), ('function'::text,'bitrix_sync._parked_decisions(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.rollback_settings(integer,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.validate_settings_version(integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.list_dead_letters(boolean,integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: what is open, and what a requeue would do (docs/admin.md).'::text), ('function'::text,'bitrix_sync.acknowledge_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: resolved without a new attempt, audited.'::text), ('function'::text,'bitrix_sync.requeue_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: a new attempt through the normal state machine, audited.'::text), ('function'::text,'bitrix_sync.retention_preview()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: what the next run would delete (reads the history: by hand only).'::text), ('function'::text,'bitrix_sync.delete_retention_batch(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync.repair_drift(text,text,uuid[],boolean)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Records the intents that bring drifted users back (or, dry run, lists them); audited.'::text), ('function'::text,'bitrix_sync.explain_user(uuid)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'One user''s story in time order; personal values masked.'::text), ('function'::text,'bitrix_sync.diagnose_app_values(uuid,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'npm run diagnose: the App''s values masked with salted digests.'::text), ('function'::text,'bitrix_sync.request_convergence_audit(text,text,boolean)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Queues an audit run now (e.g. {"all": true} after a restore); audited.'::text), ('function'::text,'bitrix_sync.crontab_runs()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Runbook: when each crontab entry last fired.'::text), ('function'::text,'bitrix_sync.request_reconciliation(text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Runbook: a reconciliation run now, audited (security definer: it queues a graphile-worker job).'::text), ('function'::text,'bitrix_sync.worker_jobs()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The service''s graphile-worker jobs without payloads or error texts (docs/runbook.md).'::text), ('function'::text,'bitrix_sync.analyze_engine_tables()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'ANALYZE of the engine''s busiest tables after a large backlog (docs/runbook.md).'::text), ('function'::text,'bitrix_sync._drift_repair_intent(text[],boolean)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The repair of a drift kind; called by the status_drift view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.acquire_spare_crm_request(text,text,double precision,integer,integer,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter, spare budget only (security definer): the convergence audit, and npm run diagnose as the admin.'::text), ('function'::text,'bitrix_sync.release_spare_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter: frees a spare slot (security definer, spare slots only).'::text), ('function'::text,'bitrix_sync._active_setting(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'::text), ('function'::text,'bitrix_sync.active_settings()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The active settings with defaults.'::text), ('function'::text,'bitrix_sync.crm_limiter_state(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter state for status (§14).'::text), ('function'::text,'bitrix_sync.cutover_performed()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The processing gate, for readiness and the pump.'::text), ('function'::text,'bitrix_sync.metrics_snapshot(text,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'::text), ('function'::text,'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The receivers'' one statement (and the readiness probe of that path).'::text), ('function'::text,'bitrix_sync.alert_config_problem()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Readiness: alert_config_invalid.'::text), ('function'::text,'bitrix_sync.alert_entity_type_id()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The alert receiver''s entity type.'::text), ('function'::text,'bitrix_sync.cancel_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_sync_tasks(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fold_intent_journal(integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'::text), ('function'::text,'bitrix_sync.watch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop takes the intake watch before it sleeps, in a transaction it ends when it wakes (the App''s intents NOTIFY meanwhile); security definer: the lock is on a table only the owner may lock.'::text), ('function'::text,'bitrix_sync.complete_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.release_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_workflows(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.step_context(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (the start of a step).'::text), ('function'::text,'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake.'::text), ('function'::text,'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake of a claimed batch in one call.'::text), ('function'::text,'bitrix_sync.begin_command_reconcile(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.claim_commands(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_command(bigint,uuid,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump settles a batch with it).'::text), ('function'::text,'bitrix_sync.bring_forward_commands(text[],integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump after a portal-wide failure).'::text), ('function'::text,'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_alert_command(bigint,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.mark_command_uncertain(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.reject_command(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.release_command(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.send_commands(bigint[],uuid[],uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.blocked_crm_methods(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_answered(text,double precision,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.release_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.claim_webhooks(text,integer,interval,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.dead_letter_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.retry_webhook(bigint,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.active_mapping_for_contact(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.active_mapping_for_user(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.recover_alert_command(bigint,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'::text), ('function'::text,'bitrix_sync.alerts_to_look_up(integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: items to look up.'::text), ('function'::text,'bitrix_sync.issue_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup of an item.'::text), ('function'::text,'bitrix_sync.resolve_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup''s outcome.'::text), ('function'::text,'bitrix_sync.fail_alert_lookup(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: a lookup that failed for good.'::text), ('function'::text,'bitrix_sync.close_mapping(uuid,text,uuid,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.open_mapping(uuid,text,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots and the CRM-master profile write.'::text), ('function'::text,'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_phone(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.finish_business_alert(bigint,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirror_failed(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirrored(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.record_alert_item(bigint,bigint,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.complete_rebind(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.start_rebind_request(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fail_reconciliation_run(text,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.hold_phone_link(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: the hold of a link made by phone alone (mapping.hold_after_phone_link).'::text), ('function'::text,'bitrix_sync.keep_phone_link_hold(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: a link found through the user id an earlier, still held link of the pair wrote keeps the hold.'::text), ('function'::text,'bitrix_sync.held_link_read(uuid,timestamp with time zone,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: a read of a held link''s Contact (final read, webhook, reconciliation) records, keeps or releases the hold.'::text), ('function'::text,'bitrix_sync.rekey_contact_phones(text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The hourly rekey_hashes task: legacy phone hashes of snapshots rewritten under the hash key.'::text), ('function'::text,'bitrix_sync.claim_audit_run(boolean,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit (gated by the cutover).'::text), ('function'::text,'bitrix_sync.audit_sample(uuid,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.record_audit_findings(uuid,timestamp with time zone,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.refresh_user_drift(uuid,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.record_registered_contacts(uuid,timestamp with time zone,bigint,bigint,bigint[],jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.advance_registered_scan(uuid,bigint,integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.finish_audit_run(uuid,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.fail_audit_run(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.auto_repair_drift(text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit: the repair the setting audit.auto_repair_kinds switches on.'::text), ('function'::text,'bitrix_sync._check_bitrix_error(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._check_code(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: refuses raw text as an error code.'::text), ('function'::text,'bitrix_sync._check_limiter_name(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the limiter.'::text), ('function'::text,'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the queue functions.'::text), ('function'::text,'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the inbox functions.'::text), ('function'::text,'bitrix_sync._held_workflow(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the workflow functions.'::text), ('function'::text,'bitrix_sync._is_write_command(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of claim_commands.'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'::text), ('function'::text,'bitrix_sync._refuse_stale(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: the BS001 refusal.'::text), ('function'::text,'bitrix_sync._retry_deadline(timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper and the default of deadline_at, evaluated as the inserting role.'::text), ('function'::text,'bitrix_sync._wake_workflow(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._workflow_holder(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command reconcile functions.'::text), ('function'::text,'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'::text), ('function'::text,'bitrix_sync._alert_add_unsafe(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the alert mirror (runAlertSync asks it before an add).'::text), ('function'::text,'bitrix_sync._check_audit_lease(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._drift_busy_users(timestamp with time zone,uuid[])'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._drift_kind_group(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._mask_pii(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of explain_user and diagnose_app_values.'::text), ('function'::text,'bitrix_sync._repair_drift(text,text,uuid[],text[],boolean,boolean,boolean)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of repair_drift and auto_repair_drift.'::text), ('function'::text,'bitrix_sync.drift_metrics()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Called by metrics_snapshot (security definer); not on its own.'::text), ('function'::text,'bitrix_sync._abandon_workflow_commands(uuid,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync.clear_unkeyed_hashes()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Run by migration 000029 as the owner: unkeyed hashes cleared where the next read recomputes them.'::text), ('function'::text,'bitrix_sync._check_admin_audit(text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._open_dead_letter(bigint)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._retention_cutoff(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._rebind_crm_outcome(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of _close_rebind_request and cancel_rebind_request.'::text), ('function'::text,'bitrix_sync._close_rebind_request(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the trigger that closes the request of a finished contact.rebind workflow (the trigger function is security definer); takes the workflow id, never a row.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__close_rebind_request()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): closes the request of a finished contact.rebind workflow, whoever moves it.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__start_held_intent()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync._normalise_settings(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._rebind_request_of(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the rebind workflow functions.'::text), ('function'::text,'bitrix_sync._resolve_conflict_alerts(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of complete_rebind.'::text), ('function'::text,'bitrix_sync._alert_settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Not used by the service: the receivers call accept_webhooks.'::text), ('function'::text,'bitrix_sync.tg__forbid_delete()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__guard_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__guard_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_immutable_change()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_insert_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__set_updated_at()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_business_alerts__count_remote_missing()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_crm_commands__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_technical_dead_letters__count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_webhook_inbox__count_coalesced()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_settings_versions__freeze()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text)
         )
  SELECT d.object_type,
     d.object_name,
@@ -7844,6 +9512,35 @@ CREATE VIEW bitrix_sync.status_alerts AS
 COMMENT ON VIEW bitrix_sync.status_alerts IS 'Open business alerts by type and severity, with how many are past the SLA.';
 
 --
+-- Name: status_audit; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_audit AS
+ SELECT s.last_run_mode AS mode,
+    s.last_run_status AS status,
+    s.last_run_started_at,
+    s.last_success_at,
+    s.last_all_success_at,
+    s.last_error_code,
+    s.last_audited,
+    s.last_requests,
+    s.last_links,
+    s.last_overdue,
+    s.registered_after_id,
+    s.registered_cycle_seen,
+    s.registered_cycle_total,
+    s.registered_cycle_finished_at,
+    ( SELECT count(*) AS count
+           FROM bitrix_sync.drift_findings) AS open_findings
+   FROM bitrix_sync.audit_state s;
+
+--
+-- Name: VIEW status_audit; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_audit IS 'The convergence audit at a glance: the last run (mode, status, when, counts, error code), the last success and full run, links overdue, where the scan of registered Contacts is, and how many findings are open.';
+
+--
 -- Name: status_commands; Type: VIEW; Schema: bitrix_sync; Owner: -
 --
 
@@ -7881,6 +9578,88 @@ CREATE VIEW bitrix_sync.status_dead_letters AS
 --
 
 COMMENT ON VIEW bitrix_sync.status_dead_letters IS 'Open technical dead letters by source, operation and safe code.';
+
+--
+-- Name: client_profile; Type: TABLE; Schema: han_app; Owner: -
+--
+
+CREATE TABLE han_app.client_profile (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    user_id uuid NOT NULL,
+    full_name text,
+    citizenship text,
+    email text,
+    foreign_phone text,
+    record_status character varying(16) DEFAULT 'active'::character varying NOT NULL,
+    source_updated_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT client_profile_record_status_check CHECK (((record_status)::text = ANY ((ARRAY['active'::character varying, 'inactive'::character varying, 'deleted'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE client_profile; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TABLE han_app.client_profile IS 'App client profile. full_name, citizenship, email are CRM-master (§3.1): written only by bitrix-sync.';
+
+--
+-- Name: COLUMN client_profile.source_updated_at; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.client_profile.source_updated_at IS 'CRM source timestamp of the CRM-master fields last applied.';
+
+--
+-- Name: user_identity; Type: TABLE; Schema: han_app; Owner: -
+--
+
+CREATE TABLE han_app.user_identity (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    phone_number character varying(16),
+    record_status character varying(16) DEFAULT 'active'::character varying NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT user_identity_record_status_check CHECK (((record_status)::text = ANY ((ARRAY['active'::character varying, 'inactive'::character varying, 'deleted'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE user_identity; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TABLE han_app.user_identity IS 'App user identity (Keycloak-backed). phone_number is App-master (§3.1).';
+
+--
+-- Name: COLUMN user_identity.phone_number; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.user_identity.phone_number IS 'E.164 +7XXXXXXXXXX when valid; bitrix-sync never repairs it (§3.3).';
+
+--
+-- Name: status_drift; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_drift AS
+ SELECT f.user_id,
+    f.contact_id,
+    f.kind,
+    f.detected_at,
+    f.last_seen_at,
+    f.details,
+    f.repair_requested_at,
+    f.repair_intent,
+        CASE
+            WHEN (f.user_id IS NULL) THEN 'manual'::text
+            ELSE bitrix_sync._drift_repair_intent(ARRAY[(f.kind)::text], COALESCE((((u.record_status)::text = 'active'::text) AND ((p.record_status)::text = 'active'::text)), false))
+        END AS repair
+   FROM ((bitrix_sync.drift_findings f
+     LEFT JOIN han_app.user_identity u ON ((u.id = f.user_id)))
+     LEFT JOIN han_app.client_profile p ON ((p.user_id = f.user_id)));
+
+--
+-- Name: VIEW status_drift; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_drift IS 'Silent drift the convergence audit found, one row per user (or Contact without a user id) and kind: since when, last seen, safe details, whether a repair was recorded, and the intent repair_drift would record for this kind (manual: a person clears it in the CRM). Rows disappear when an audit finds them in step.';
 
 --
 -- Name: status_held_links; Type: VIEW; Schema: bitrix_sync; Owner: -
@@ -7976,6 +9755,32 @@ CREATE VIEW bitrix_sync.status_queue AS
 COMMENT ON VIEW bitrix_sync.status_queue IS 'han_app.sync_queue depth and oldest age by live status (pending, leased, retry_wait) and dead_letter, with the intents still in han_app.sync_queue_journal counted as pending; processed and cancelled rows are history, not depth.';
 
 --
+-- Name: status_reconciliation; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_reconciliation AS
+ SELECT r.job_type,
+    r.watermark,
+    r.overlap,
+    r.last_run_started_at,
+    r.last_success_at,
+    r.last_run_status,
+    r.last_error_code,
+    r.last_scanned,
+    r.last_updated,
+    r.last_recovered,
+    r.recovered_baseline,
+    r.failed_runs,
+    r.retry_at
+   FROM bitrix_sync.reconciliation_cursors r;
+
+--
+-- Name: VIEW status_reconciliation; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_reconciliation IS 'The reconciliation runs'' cursors (§10.2, §10.3) as an admin reads them: watermark, last run and its counts, last success, runs failed in a row and when a failed one runs again; no lease.';
+
+--
 -- Name: status_webhooks; Type: VIEW; Schema: bitrix_sync; Owner: -
 --
 
@@ -8012,6 +9817,35 @@ CREATE VIEW bitrix_sync.status_workflows AS
 --
 
 COMMENT ON VIEW bitrix_sync.status_workflows IS 'Active workflows by type and state, with the oldest age.';
+
+--
+-- Name: stuck_commands; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.stuck_commands AS
+ SELECT c.id,
+    c.command_type,
+    c.status,
+    c.attempt_count,
+    c.last_error_code,
+    c.last_http_status,
+    c.last_bitrix_error,
+    c.created_at,
+    c.updated_at,
+    c.workflow_id,
+    w.state AS workflow_state,
+    w.current_step,
+    w.last_error_code AS workflow_error,
+    c.alert_id
+   FROM (bitrix_sync.crm_commands c
+     LEFT JOIN bitrix_sync.workflow_instances w ON ((w.id = c.workflow_id)))
+  WHERE ((c.status)::text = ANY ('{uncertain,reconcile,retry_wait,in_flight}'::text[]));
+
+--
+-- Name: VIEW stuck_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.stuck_commands IS 'Admin (docs/runbook.md, BitrixSyncCommandsUncertain): CRM commands that are uncertain, being reconciled, waiting for a retry or in flight, with their workflow''s state and step; safe codes only.';
 
 --
 -- Name: technical_dead_letters_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
@@ -8146,61 +9980,6 @@ ALTER TABLE graphile_worker._private_tasks ALTER COLUMN id ADD GENERATED ALWAYS 
 );
 
 --
--- Name: client_profile; Type: TABLE; Schema: han_app; Owner: -
---
-
-CREATE TABLE han_app.client_profile (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    user_id uuid NOT NULL,
-    full_name text,
-    citizenship text,
-    email text,
-    foreign_phone text,
-    record_status character varying(16) DEFAULT 'active'::character varying NOT NULL,
-    source_updated_at timestamp with time zone,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT client_profile_record_status_check CHECK (((record_status)::text = ANY ((ARRAY['active'::character varying, 'inactive'::character varying, 'deleted'::character varying])::text[])))
-);
-
---
--- Name: TABLE client_profile; Type: COMMENT; Schema: han_app; Owner: -
---
-
-COMMENT ON TABLE han_app.client_profile IS 'App client profile. full_name, citizenship, email are CRM-master (§3.1): written only by bitrix-sync.';
-
---
--- Name: COLUMN client_profile.source_updated_at; Type: COMMENT; Schema: han_app; Owner: -
---
-
-COMMENT ON COLUMN han_app.client_profile.source_updated_at IS 'CRM source timestamp of the CRM-master fields last applied.';
-
---
--- Name: user_identity; Type: TABLE; Schema: han_app; Owner: -
---
-
-CREATE TABLE han_app.user_identity (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    phone_number character varying(16),
-    record_status character varying(16) DEFAULT 'active'::character varying NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT user_identity_record_status_check CHECK (((record_status)::text = ANY ((ARRAY['active'::character varying, 'inactive'::character varying, 'deleted'::character varying])::text[])))
-);
-
---
--- Name: TABLE user_identity; Type: COMMENT; Schema: han_app; Owner: -
---
-
-COMMENT ON TABLE han_app.user_identity IS 'App user identity (Keycloak-backed). phone_number is App-master (§3.1).';
-
---
--- Name: COLUMN user_identity.phone_number; Type: COMMENT; Schema: han_app; Owner: -
---
-
-COMMENT ON COLUMN han_app.user_identity.phone_number IS 'E.164 +7XXXXXXXXXX when valid; bitrix-sync never repairs it (§3.3).';
-
---
 -- Name: business_alerts alert_number; Type: DEFAULT; Schema: bitrix_sync; Owner: -
 --
 
@@ -8212,6 +9991,20 @@ ALTER TABLE ONLY bitrix_sync.business_alerts ALTER COLUMN alert_number SET DEFAU
 
 ALTER TABLE ONLY bitrix_sync.admin_actions
     ADD CONSTRAINT admin_actions_pkey PRIMARY KEY (id);
+
+--
+-- Name: audit_marks audit_marks_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.audit_marks
+    ADD CONSTRAINT audit_marks_pkey PRIMARY KEY (mapping_id);
+
+--
+-- Name: audit_state audit_state_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.audit_state
+    ADD CONSTRAINT audit_state_pkey PRIMARY KEY (singleton);
 
 --
 -- Name: business_alerts business_alerts_alert_number_key; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
@@ -8303,6 +10096,20 @@ ALTER TABLE ONLY bitrix_sync.crm_rate_buckets
 
 ALTER TABLE ONLY bitrix_sync.cutover
     ADD CONSTRAINT cutover_pkey PRIMARY KEY (singleton);
+
+--
+-- Name: drift_findings drift_findings_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.drift_findings
+    ADD CONSTRAINT drift_findings_pkey PRIMARY KEY (id);
+
+--
+-- Name: drift_repairs drift_repairs_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.drift_repairs
+    ADD CONSTRAINT drift_repairs_pkey PRIMARY KEY (id);
 
 --
 -- Name: entity_external_mapping entity_external_mapping_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
@@ -8636,6 +10443,42 @@ CREATE INDEX crm_commands_workflow_idx ON bitrix_sync.crm_commands USING btree (
 --
 
 CREATE INDEX crm_inflight_slots_bucket_idx ON bitrix_sync.crm_inflight_slots USING btree (bucket, expires_at);
+
+--
+-- Name: drift_findings_subject_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX drift_findings_subject_uq ON bitrix_sync.drift_findings USING btree (kind, COALESCE((user_id)::text, ('contact:'::text || (contact_id)::text)));
+
+--
+-- Name: INDEX drift_findings_subject_uq; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.drift_findings_subject_uq IS 'One finding per user (or Contact without a user) and kind.';
+
+--
+-- Name: drift_findings_user_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX drift_findings_user_idx ON bitrix_sync.drift_findings USING btree (user_id);
+
+--
+-- Name: INDEX drift_findings_user_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.drift_findings_user_idx IS 'The findings of one user (explain_user, repair_drift, the audit''s clearing).';
+
+--
+-- Name: drift_repairs_user_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX drift_repairs_user_idx ON bitrix_sync.drift_repairs USING btree (user_id, requested_at);
+
+--
+-- Name: INDEX drift_repairs_user_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.drift_repairs_user_idx IS 'The repairs of one user, in time order (explain_user).';
 
 --
 -- Name: entity_external_mapping_active_entity_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
@@ -9100,6 +10943,18 @@ CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.cutover FOR EACH 
 COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.cutover IS 'The cutover record is kept: deleting it would close the processing gate.';
 
 --
+-- Name: drift_repairs _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.drift_repairs FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__forbid_delete();
+
+--
+-- Name: TRIGGER _200_forbid_delete ON drift_repairs; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.drift_repairs IS 'The audit of drift repairs is never deleted.';
+
+--
 -- Name: entity_external_mapping _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
@@ -9218,6 +11073,18 @@ CREATE TRIGGER _900_count_transition AFTER UPDATE OF state ON bitrix_sync.workfl
 --
 
 COMMENT ON TRIGGER _900_count_transition ON bitrix_sync.workflow_instances IS 'Counts each committed workflow transition for /metrics (bitrix_sync.metric_events).';
+
+--
+-- Name: audit_state _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.audit_state FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+
+--
+-- Name: TRIGGER _900_set_updated_at ON audit_state; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.audit_state IS 'Stamps updated_at on every change.';
 
 --
 -- Name: business_alerts _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
@@ -9698,6 +11565,12 @@ REVOKE ALL ON FUNCTION bitrix_sync._alert_settings_errors(p_values jsonb) FROM P
 REVOKE ALL ON FUNCTION bitrix_sync._check_admin_audit(p_reason text, p_operator_id text) FROM PUBLIC;
 
 --
+-- Name: FUNCTION _check_audit_lease(p_lease_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._check_audit_lease(p_lease_token uuid) FROM PUBLIC;
+
+--
 -- Name: FUNCTION _check_bitrix_error(p_error text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10013,6 +11886,25 @@ REVOKE ALL ON FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.we
 GRANT ALL ON FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION _drift_busy_users(p_since timestamp with time zone, p_user_ids uuid[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._drift_busy_users(p_since timestamp with time zone, p_user_ids uuid[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _drift_kind_group(p_kind text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._drift_kind_group(p_kind text) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _drift_repair_intent(p_kinds text[], p_eligible boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._drift_repair_intent(p_kinds text[], p_eligible boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._drift_repair_intent(p_kinds text[], p_eligible boolean) TO bitrix_sync_admin;
+
+--
 -- Name: TABLE workflow_instances; Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10183,6 +12075,12 @@ REVOKE ALL ON FUNCTION bitrix_sync._is_write_command(p_command_type text) FROM P
 GRANT ALL ON FUNCTION bitrix_sync._is_write_command(p_command_type text) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION _mask_pii(p_value text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._mask_pii(p_value text) FROM PUBLIC;
+
+--
 -- Name: FUNCTION _normalise_settings(p_values jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10225,6 +12123,12 @@ REVOKE ALL ON FUNCTION bitrix_sync._record_admin_action(p_action text, p_workflo
 
 REVOKE ALL ON FUNCTION bitrix_sync._refuse_stale(p_what text, p_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync._refuse_stale(p_what text, p_id text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[], p_kinds text[], p_dry_run boolean, p_admin_action boolean, p_only_unrepaired boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[], p_kinds text[], p_dry_run boolean, p_admin_action boolean, p_only_unrepaired boolean) FROM PUBLIC;
 
 --
 -- Name: FUNCTION _requeue_refusal(p_dl bitrix_sync.technical_dead_letters); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -10317,6 +12221,14 @@ GRANT ALL ON FUNCTION bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operato
 
 REVOKE ALL ON FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision) TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision) TO bitrix_sync_admin;
 
 --
 -- Name: TABLE settings_versions; Type: ACL; Schema: bitrix_sync; Owner: -
@@ -10421,6 +12333,13 @@ GRANT ALL ON FUNCTION bitrix_sync.active_settings() TO bitrix_sync_user;
 GRANT ALL ON FUNCTION bitrix_sync.active_settings() TO bitrix_sync_admin;
 
 --
+-- Name: FUNCTION advance_registered_scan(p_lease_token uuid, p_after_id bigint, p_listed integer, p_complete boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.advance_registered_scan(p_lease_token uuid, p_after_id bigint, p_listed integer, p_complete boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.advance_registered_scan(p_lease_token uuid, p_after_id bigint, p_listed integer, p_complete boolean) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION alert_config_problem(); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10440,6 +12359,13 @@ GRANT ALL ON FUNCTION bitrix_sync.alert_entity_type_id() TO bitrix_sync_user;
 
 REVOKE ALL ON FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION analyze_engine_tables(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.analyze_engine_tables() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.analyze_engine_tables() TO bitrix_sync_admin;
 
 --
 -- Name: TABLE contact_snapshots; Type: ACL; Schema: bitrix_sync; Owner: -
@@ -10545,6 +12471,20 @@ REVOKE ALL ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_con
 GRANT ALL ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION audit_sample(p_lease_token uuid, p_limit integer); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.audit_sample(p_lease_token uuid, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.audit_sample(p_lease_token uuid, p_limit integer) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION auto_repair_drift(p_kinds text[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.auto_repair_drift(p_kinds text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.auto_repair_drift(p_kinds text[]) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION begin_command_reconcile(p_id bigint, p_workflow_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10585,6 +12525,13 @@ GRANT ALL ON FUNCTION bitrix_sync.cancel_rebind_request(p_request_id uuid, p_rea
 
 REVOKE ALL ON FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION claim_audit_run(p_all boolean, p_force boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.claim_audit_run(p_all boolean, p_force boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.claim_audit_run(p_all boolean, p_force boolean) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION claim_commands(p_worker text, p_limit integer, p_lease interval); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -10775,6 +12722,13 @@ GRANT ALL ON FUNCTION bitrix_sync.crm_limiter_state(p_bucket text) TO bitrix_syn
 GRANT ALL ON FUNCTION bitrix_sync.crm_limiter_state(p_bucket text) TO bitrix_sync_admin;
 
 --
+-- Name: FUNCTION crontab_runs(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.crontab_runs() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.crontab_runs() TO bitrix_sync_admin;
+
+--
 -- Name: FUNCTION cutover_performed(); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10812,6 +12766,26 @@ GRANT ALL ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) TO bitrix
 GRANT ALL ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) TO bitrix_sync_admin;
 
 --
+-- Name: FUNCTION diagnose_app_values(p_user_id uuid, p_salt text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_salt text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_salt text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION drift_metrics(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.drift_metrics() FROM PUBLIC;
+
+--
+-- Name: FUNCTION explain_user(p_user_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.explain_user(p_user_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.explain_user(p_user_id uuid) TO bitrix_sync_admin;
+
+--
 -- Name: FUNCTION extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -10833,11 +12807,25 @@ REVOKE ALL ON FUNCTION bitrix_sync.fail_alert_lookup(p_alert_id bigint) FROM PUB
 GRANT ALL ON FUNCTION bitrix_sync.fail_alert_lookup(p_alert_id bigint) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION fail_audit_run(p_lease_token uuid, p_error_code text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.fail_audit_run(p_lease_token uuid, p_error_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.fail_audit_run(p_lease_token uuid, p_error_code text) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text, p_retry_after interval); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
 REVOKE ALL ON FUNCTION bitrix_sync.fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text, p_retry_after interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.fail_reconciliation_run(p_job_type text, p_lease_token uuid, p_error_code text, p_retry_after interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION finish_audit_run(p_lease_token uuid, p_audited integer, p_requests integer); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.finish_audit_run(p_lease_token uuid, p_audited integer, p_requests integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.finish_audit_run(p_lease_token uuid, p_audited integer, p_requests integer) TO bitrix_sync_user;
 
 --
 -- Name: TABLE business_alerts; Type: ACL; Schema: bitrix_sync; Owner: -
@@ -11125,6 +13113,13 @@ REVOKE ALL ON FUNCTION bitrix_sync.record_alert_item(p_alert_id bigint, p_item_i
 GRANT ALL ON FUNCTION bitrix_sync.record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION record_audit_findings(p_lease_token uuid, p_read_at timestamp with time zone, p_results jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_audit_findings(p_lease_token uuid, p_read_at timestamp with time zone, p_results jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.record_audit_findings(p_lease_token uuid, p_read_at timestamp with time zone, p_results jsonb) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION record_contact_created(p_contact_id text, p_user_id uuid, p_name_hash text, p_email_hash text, p_phone_hash text, p_citizenship_enum_id text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -11139,6 +13134,13 @@ REVOKE ALL ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_use
 GRANT ALL ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION record_registered_contacts(p_lease_token uuid, p_read_at timestamp with time zone, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[], p_rows jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_registered_contacts(p_lease_token uuid, p_read_at timestamp with time zone, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[], p_rows jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.record_registered_contacts(p_lease_token uuid, p_read_at timestamp with time zone, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[], p_rows jsonb) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION record_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet, p_event_id text, p_source_ts timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -11150,6 +13152,13 @@ REVOKE ALL ON FUNCTION bitrix_sync.record_webhook(p_receiver text, p_entity_type
 
 REVOKE ALL ON FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay interval) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION refresh_user_drift(p_lease_token uuid, p_read_at timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.refresh_user_drift(p_lease_token uuid, p_read_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.refresh_user_drift(p_lease_token uuid, p_read_at timestamp with time zone) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION reject_command(p_id bigint, p_lease_token uuid, p_error_code text); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -11180,6 +13189,14 @@ REVOKE ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) FROM PUBL
 GRANT ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION release_spare_crm_request(p_slot_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.release_spare_crm_request(p_slot_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.release_spare_crm_request(p_slot_id uuid) TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.release_spare_crm_request(p_slot_id uuid) TO bitrix_sync_admin;
+
+--
 -- Name: FUNCTION release_sync_task(p_id uuid, p_lease_token uuid); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -11187,11 +13204,32 @@ REVOKE ALL ON FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uu
 GRANT ALL ON FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[], p_dry_run boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[], p_dry_run boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[], p_dry_run boolean) TO bitrix_sync_admin;
+
+--
 -- Name: FUNCTION request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
 REVOKE ALL ON FUNCTION bitrix_sync.request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION request_convergence_audit(p_requested_by text, p_reason text, p_all boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.request_convergence_audit(p_requested_by text, p_reason text, p_all boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.request_convergence_audit(p_requested_by text, p_reason text, p_all boolean) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION request_reconciliation(p_job_type text, p_requested_by text, p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.request_reconciliation(p_job_type text, p_requested_by text, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.request_reconciliation(p_job_type text, p_requested_by text, p_reason text) TO bitrix_sync_admin;
 
 --
 -- Name: FUNCTION requeue_dead_letter(p_id bigint, p_operator text, p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -11404,6 +13442,13 @@ REVOKE ALL ON FUNCTION bitrix_sync.watch_intake() FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.watch_intake() TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION worker_jobs(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.worker_jobs() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.worker_jobs() TO bitrix_sync_admin;
+
+--
 -- Name: TABLE _private_jobs; Type: ACL; Schema: graphile_worker; Owner: -
 --
 
@@ -11549,10 +13594,28 @@ GRANT SELECT ON TABLE bitrix_sync.cutover TO bitrix_sync_user;
 GRANT SELECT ON TABLE bitrix_sync.cutover TO bitrix_sync_admin;
 
 --
+-- Name: TABLE deleted_alert_items; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.deleted_alert_items TO bitrix_sync_admin;
+
+--
+-- Name: TABLE drift_repairs; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.drift_repairs TO bitrix_sync_admin;
+
+--
 -- Name: TABLE held_phone_links; Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
 GRANT SELECT ON TABLE bitrix_sync.held_phone_links TO bitrix_sync_admin;
+
+--
+-- Name: TABLE inbox_waiting; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.inbox_waiting TO bitrix_sync_admin;
 
 --
 -- Name: TABLE parked_workflows; Type: ACL; Schema: bitrix_sync; Owner: -
@@ -11565,6 +13628,12 @@ GRANT SELECT ON TABLE bitrix_sync.parked_workflows TO bitrix_sync_admin;
 --
 
 GRANT SELECT ON TABLE bitrix_sync.rebind_request_status TO bitrix_sync_admin;
+
+--
+-- Name: TABLE retrying_workflows; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.retrying_workflows TO bitrix_sync_admin;
 
 --
 -- Name: TABLE role_privileges; Type: ACL; Schema: bitrix_sync; Owner: -
@@ -11607,6 +13676,12 @@ GRANT SELECT ON TABLE bitrix_sync.status_alerts TO bitrix_sync_user;
 GRANT SELECT ON TABLE bitrix_sync.status_alerts TO bitrix_sync_admin;
 
 --
+-- Name: TABLE status_audit; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_audit TO bitrix_sync_admin;
+
+--
 -- Name: TABLE status_commands; Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -11619,89 +13694,6 @@ GRANT SELECT ON TABLE bitrix_sync.status_commands TO bitrix_sync_admin;
 
 GRANT SELECT ON TABLE bitrix_sync.status_dead_letters TO bitrix_sync_user;
 GRANT SELECT ON TABLE bitrix_sync.status_dead_letters TO bitrix_sync_admin;
-
---
--- Name: TABLE status_held_links; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT SELECT ON TABLE bitrix_sync.status_held_links TO bitrix_sync_user;
-GRANT SELECT ON TABLE bitrix_sync.status_held_links TO bitrix_sync_admin;
-
---
--- Name: TABLE sync_queue_journal; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT ON TABLE han_app.sync_queue_journal TO bitrix_sync_user;
-GRANT SELECT ON TABLE han_app.sync_queue_journal TO han_app_user;
-
---
--- Name: TABLE status_queue; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT SELECT ON TABLE bitrix_sync.status_queue TO bitrix_sync_user;
-GRANT SELECT ON TABLE bitrix_sync.status_queue TO bitrix_sync_admin;
-
---
--- Name: TABLE status_webhooks; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT SELECT ON TABLE bitrix_sync.status_webhooks TO bitrix_sync_user;
-GRANT SELECT ON TABLE bitrix_sync.status_webhooks TO bitrix_sync_admin;
-
---
--- Name: TABLE status_workflows; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT SELECT ON TABLE bitrix_sync.status_workflows TO bitrix_sync_user;
-GRANT SELECT ON TABLE bitrix_sync.status_workflows TO bitrix_sync_admin;
-
---
--- Name: TABLE _private_job_queues; Type: ACL; Schema: graphile_worker; Owner: -
---
-
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker._private_job_queues TO bitrix_sync_user;
-
---
--- Name: TABLE _private_known_crontabs; Type: ACL; Schema: graphile_worker; Owner: -
---
-
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker._private_known_crontabs TO bitrix_sync_user;
-
---
--- Name: TABLE _private_tasks; Type: ACL; Schema: graphile_worker; Owner: -
---
-
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker._private_tasks TO bitrix_sync_user;
-
---
--- Name: SEQUENCE job_queues_id_seq; Type: ACL; Schema: graphile_worker; Owner: -
---
-
-GRANT SELECT,USAGE ON SEQUENCE graphile_worker.job_queues_id_seq TO bitrix_sync_user;
-
---
--- Name: TABLE jobs; Type: ACL; Schema: graphile_worker; Owner: -
---
-
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker.jobs TO bitrix_sync_user;
-
---
--- Name: SEQUENCE jobs_id_seq1; Type: ACL; Schema: graphile_worker; Owner: -
---
-
-GRANT SELECT,USAGE ON SEQUENCE graphile_worker.jobs_id_seq1 TO bitrix_sync_user;
-
---
--- Name: TABLE migrations; Type: ACL; Schema: graphile_worker; Owner: -
---
-
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker.migrations TO bitrix_sync_user;
-
---
--- Name: SEQUENCE tasks_id_seq; Type: ACL; Schema: graphile_worker; Owner: -
---
-
-GRANT SELECT,USAGE ON SEQUENCE graphile_worker.tasks_id_seq TO bitrix_sync_user;
 
 --
 -- Name: TABLE client_profile; Type: ACL; Schema: han_app; Owner: -
@@ -11798,6 +13790,107 @@ GRANT SELECT(created_at) ON TABLE han_app.user_identity TO bitrix_sync_user;
 --
 
 GRANT SELECT(updated_at) ON TABLE han_app.user_identity TO bitrix_sync_user;
+
+--
+-- Name: TABLE status_drift; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_drift TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_held_links; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_held_links TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_held_links TO bitrix_sync_admin;
+
+--
+-- Name: TABLE sync_queue_journal; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT ON TABLE han_app.sync_queue_journal TO bitrix_sync_user;
+GRANT SELECT ON TABLE han_app.sync_queue_journal TO han_app_user;
+
+--
+-- Name: TABLE status_queue; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_queue TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_queue TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_reconciliation; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_reconciliation TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_webhooks; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_webhooks TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_webhooks TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_workflows; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_workflows TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_workflows TO bitrix_sync_admin;
+
+--
+-- Name: TABLE stuck_commands; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.stuck_commands TO bitrix_sync_admin;
+
+--
+-- Name: TABLE _private_job_queues; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker._private_job_queues TO bitrix_sync_user;
+
+--
+-- Name: TABLE _private_known_crontabs; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker._private_known_crontabs TO bitrix_sync_user;
+
+--
+-- Name: TABLE _private_tasks; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker._private_tasks TO bitrix_sync_user;
+
+--
+-- Name: SEQUENCE job_queues_id_seq; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,USAGE ON SEQUENCE graphile_worker.job_queues_id_seq TO bitrix_sync_user;
+
+--
+-- Name: TABLE jobs; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker.jobs TO bitrix_sync_user;
+
+--
+-- Name: SEQUENCE jobs_id_seq1; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,USAGE ON SEQUENCE graphile_worker.jobs_id_seq1 TO bitrix_sync_user;
+
+--
+-- Name: TABLE migrations; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker.migrations TO bitrix_sync_user;
+
+--
+-- Name: SEQUENCE tasks_id_seq; Type: ACL; Schema: graphile_worker; Owner: -
+--
+
+GRANT SELECT,USAGE ON SEQUENCE graphile_worker.tasks_id_seq TO bitrix_sync_user;
 
 --
 -- PostgreSQL database dump complete

@@ -102,6 +102,18 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'bitrix_sync.metric_events', array[]::text[], array[]::text[], array[]::text[],
    'Counted events; appended by the security definer _900 triggers whoever makes the change.'),
 
+  -- the convergence audit (sql/convergence_audit.sql): written only by its security definer functions
+  ('table', 'bitrix_sync.audit_marks', array[]::text[], array[]::text[], array[]::text[],
+   'When each link was last compared; written and read by the audit''s functions only.'),
+  ('table', 'bitrix_sync.audit_state', array[]::text[], array[]::text[], array[]::text[],
+   'The audit''s run and scan cursor; the admin reads it through status_audit.'),
+  ('table', 'bitrix_sync.drift_findings', array[]::text[], array[]::text[], array[]::text[],
+   'Drift found by the audit; the admin reads it through status_drift and explain_user.'),
+  ('table', 'bitrix_sync.drift_repairs', array[]::text[], array['SELECT'], array[]::text[],
+   'Audit of repairs (repair_drift, the automatic repair); never deleted.'),
+  ('sequence', 'bitrix_sync.drift_findings_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of drift_findings.'),
+  ('sequence', 'bitrix_sync.drift_repairs_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of drift_repairs.'),
+
   -- read-only for the runtime: audit and configuration are the admin's, through its functions
   ('table', 'bitrix_sync.cutover', array['SELECT'], array['SELECT'], array[]::text[],
    'Written once by perform_cutover() (admin); the runtime only reads the watermark.'),
@@ -144,6 +156,20 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('view', 'bitrix_sync.status_held_links', array['SELECT'], array['SELECT'], array[]::text[], 'Status (§14): links whose CRM-master fields are held back; counts only.'),
   ('view', 'bitrix_sync.held_phone_links', array[]::text[], array['SELECT'], array[]::text[],
    'Held links made by phone alone, as an admin confirms them (docs/admin.md); no user or Contact IDs.'),
+  ('view', 'bitrix_sync.status_audit', array[]::text[], array['SELECT'], array[]::text[],
+   'The convergence audit''s last run, progress and scan (docs/runbook.md).'),
+  ('view', 'bitrix_sync.status_drift', array[]::text[], array['SELECT'], array[]::text[],
+   'Drift found by the convergence audit, one row per user and kind, with the repair it would take.'),
+  ('view', 'bitrix_sync.stuck_commands', array[]::text[], array['SELECT'], array[]::text[],
+   'Runbook: commands uncertain, being reconciled, retrying or in flight, with their workflow; safe codes only.'),
+  ('view', 'bitrix_sync.retrying_workflows', array[]::text[], array['SELECT'], array[]::text[],
+   'Runbook: workflows waiting for a retry, with their last command; safe codes only.'),
+  ('view', 'bitrix_sync.inbox_waiting', array[]::text[], array['SELECT'], array[]::text[],
+   'Runbook: robot webhooks not processed yet; no entity IDs, addresses or bodies.'),
+  ('view', 'bitrix_sync.deleted_alert_items', array[]::text[], array['SELECT'], array[]::text[],
+   'Runbook: open alerts whose smart-process item was deleted in the CRM; no user or Contact IDs.'),
+  ('view', 'bitrix_sync.status_reconciliation', array[]::text[], array['SELECT'], array[]::text[],
+   'The reconciliation cursors without their leases (docs/runbook.md).'),
 
   -- admin functions (security definer): cutover, settings, rebind, re-recording a lost webhook
   ('function', 'bitrix_sync.accept_webhook(text,integer,text,inet)', array[]::text[], array['EXECUTE'], array[]::text[],
@@ -172,6 +198,31 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    'Retention: what the next run would delete (reads the history: by hand only).'),
   ('function', 'bitrix_sync.delete_retention_batch(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
    'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'),
+
+  -- the convergence audit's admin functions (security definer)
+  ('function', 'bitrix_sync.repair_drift(text,text,uuid[],boolean)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Records the intents that bring drifted users back (or, dry run, lists them); audited.'),
+  ('function', 'bitrix_sync.explain_user(uuid)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'One user''s story in time order; personal values masked.'),
+  ('function', 'bitrix_sync.diagnose_app_values(uuid,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'npm run diagnose: the App''s values masked with salted digests.'),
+  ('function', 'bitrix_sync.request_convergence_audit(text,text,boolean)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Queues an audit run now (e.g. {"all": true} after a restore); audited.'),
+  ('function', 'bitrix_sync.crontab_runs()', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Runbook: when each crontab entry last fired.'),
+  ('function', 'bitrix_sync.request_reconciliation(text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Runbook: a reconciliation run now, audited (security definer: it queues a graphile-worker job).'),
+  ('function', 'bitrix_sync.worker_jobs()', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The service''s graphile-worker jobs without payloads or error texts (docs/runbook.md).'),
+  ('function', 'bitrix_sync.analyze_engine_tables()', array[]::text[], array['EXECUTE'], array[]::text[],
+   'ANALYZE of the engine''s busiest tables after a large backlog (docs/runbook.md).'),
+  ('function', 'bitrix_sync._drift_repair_intent(text[],boolean)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The repair of a drift kind; called by the status_drift view with the reader''s rights.'),
+  ('function', 'bitrix_sync.acquire_spare_crm_request(text,text,double precision,integer,integer,double precision,integer,double precision)',
+   array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Limiter, spare budget only (security definer): the convergence audit, and npm run diagnose as the admin.'),
+  ('function', 'bitrix_sync.release_spare_crm_request(uuid)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Limiter: frees a spare slot (security definer, spare slots only).'),
 
   -- read functions both roles use
   ('function', 'bitrix_sync._active_setting(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
@@ -268,6 +319,17 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    'Mapping: a read of a held link''s Contact (final read, webhook, reconciliation) records, keeps or releases the hold.'),
   ('function', 'bitrix_sync.rekey_contact_phones(text[],text[],text[])', array['EXECUTE'], array[]::text[], array[]::text[],
    'The hourly rekey_hashes task: legacy phone hashes of snapshots rewritten under the hash key.'),
+  -- runtime functions: the convergence audit (security definer, fenced by the run's lease)
+  ('function', 'bitrix_sync.claim_audit_run(boolean,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit (gated by the cutover).'),
+  ('function', 'bitrix_sync.audit_sample(uuid,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.'),
+  ('function', 'bitrix_sync.record_audit_findings(uuid,timestamp with time zone,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.'),
+  ('function', 'bitrix_sync.refresh_user_drift(uuid,timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.'),
+  ('function', 'bitrix_sync.record_registered_contacts(uuid,timestamp with time zone,bigint,bigint,bigint[],jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.'),
+  ('function', 'bitrix_sync.advance_registered_scan(uuid,bigint,integer,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.'),
+  ('function', 'bitrix_sync.finish_audit_run(uuid,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.'),
+  ('function', 'bitrix_sync.fail_audit_run(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.'),
+  ('function', 'bitrix_sync.auto_repair_drift(text[])', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Convergence audit: the repair the setting audit.auto_repair_kinds switches on.'),
 
   -- internal helpers the runtime's (security invoker) functions call: a nested call is checked
   -- against the calling role too
@@ -296,6 +358,14 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
 
   -- nobody: internals of security definer functions, trigger functions (a trigger fires without
   -- EXECUTE), and record_webhook (one NOTIFY per row; kept for sources with stable event IDs)
+  ('function', 'bitrix_sync._check_audit_lease(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.'),
+  ('function', 'bitrix_sync._drift_busy_users(timestamp with time zone,uuid[])', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.'),
+  ('function', 'bitrix_sync._drift_kind_group(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.'),
+  ('function', 'bitrix_sync._mask_pii(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of explain_user and diagnose_app_values.'),
+  ('function', 'bitrix_sync._repair_drift(text,text,uuid[],text[],boolean,boolean,boolean)', array[]::text[], array[]::text[], array[]::text[],
+   'Internal helper of repair_drift and auto_repair_drift.'),
+  ('function', 'bitrix_sync.drift_metrics()', array[]::text[], array[]::text[], array[]::text[],
+   'Called by metrics_snapshot (security definer); not on its own.'),
   ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync.clear_unkeyed_hashes()', array[]::text[], array[]::text[], array[]::text[],
    'Run by migration 000029 as the owner: unkeyed hashes cleared where the next read recomputes them.'),

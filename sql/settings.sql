@@ -17,6 +17,14 @@ values
   ('alerts.stage_in_progress', 'text', null, null, null, null, 64, true, 'Stage ID: in progress (open; optional).'),
   ('alerts.stage_new', 'text', null, null, null, null, 64, true, 'Stage ID for new alerts (open); required while alerts go to the smart process.'),
   ('alerts.stage_resolved', 'text', null, null, null, null, 64, true, 'Terminal stage ID: resolved. Differs from every other stage; required while alerts go to the smart process.'),
+  ('audit.auto_repair_kinds', 'json', '{}', null, null, '["contact_missing", "crm_master_behind", "inactive_user_linked", "phone_missing", "registered_inactive_user", "registered_unknown_user", "registered_wrong", "unmapped_user", "user_id_wrong"]', 3, false, 'Drift kinds the convergence audit repairs by itself after each run ("on"), as repair_drift would; every other kind waits for an admin. Empty (the default): no automatic repair.'),
+  ('audit.budget_share', 'number', '0.05', 0.001, 0.5, null, null, false, 'Share of limiter.refill_per_sec the convergence audit may use, and only spare budget: a token of a full bucket, whose refill sync traffic is not using.'),
+  ('audit.enabled', 'boolean', 'true', null, null, null, null, false, 'Whether the crontab''s convergence audit runs; a queued {"all": true} run goes ahead regardless.'),
+  ('audit.grace_sec', 'integer', '1800', 0, 86400, null, null, false, 'A Contact changed more recently than this is not judged on its CRM-master fields: a webhook or the next reconciliation may still bring it (§10.2).'),
+  ('audit.interval_sec', 'integer', '3600', 60, 86400, null, null, false, 'A sampled convergence audit run is due this long after the last one started.'),
+  ('audit.lease_sec', 'integer', '900', 60, 86400, null, null, false, 'An audit run still marked running after this long is taken to have died: the next claim starts a new run.'),
+  ('audit.period_days', 'integer', '7', 1, 90, null, null, false, 'Every active link is compared with its Contact at least once in this many days; each run samples the least recently audited.'),
+  ('audit.run_budget_sec', 'integer', '300', 10, 3600, null, null, false, 'An audit run stops sending requests after this long; the next run goes on where it stopped.'),
   ('batch.max_wait_ms', 'integer', '200', 1, 60000, null, null, false, 'Flush a partial batch after this wait (§8).'),
   ('batch.size', 'integer', '20', 1, 50, null, null, false, 'Commands per Bitrix24 batch request (§8: 1..50).'),
   ('citizenship.cache_ttl_sec', 'integer', '3600', 10, 604800, null, null, false, 'TTL of the citizenship dictionary cache (§3.3).'),
@@ -220,6 +228,12 @@ begin
     v_errors := v_errors || to_jsonb('retention.commands_days: must not exceed retention.workflows_days'::text);
   end if;
   v_errors := v_errors || bitrix_sync._alert_settings_errors(p_values);
+  -- The automatic repair is switched on or off per kind, nothing else.
+  if jsonb_typeof(p_values -> 'audit.auto_repair_kinds') = 'object' and exists (
+       select 1 from jsonb_each(p_values -> 'audit.auto_repair_kinds') e
+        where e.value not in ('"on"'::jsonb, '"off"'::jsonb)) then
+    v_errors := v_errors || to_jsonb('audit.auto_repair_kinds: every entry must be "on" or "off"'::text);
+  end if;
   return v_errors;
 exception
   when invalid_text_representation or numeric_value_out_of_range then

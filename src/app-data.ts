@@ -84,10 +84,14 @@ export function hasValidPhone(u: AppUser): boolean {
  * Contact and finds nothing to write (the update steps compare the phone by value, whatever the
  * form of the hashes they hold).
  */
-export function desiredContentHash(intent: string, u: AppUser | null): string {
-  if (!u) return contentHash({ intent, missing: true });
+export function desiredContentHash(intent: string, u: AppUser | null, repair?: string): string {
+  // An intent a drift repair recorded (reason drift_repair) is about what the CRM holds, not about
+  // a change of the App: `repair` (its queue row id) keeps it from being taken as equal to the
+  // user's last workflow and skipped.
+  const extra = repair === undefined ? {} : { repair };
+  if (!u) return contentHash({ intent, missing: true, ...extra });
   const active = u.identityStatus === "active" && u.profileStatus === "active";
-  return contentHash({ intent, active, phone: intent === "contact.deactivate" ? null : u.phone });
+  return contentHash({ intent, active, phone: intent === "contact.deactivate" ? null : u.phone, ...extra });
 }
 
 export interface Snapshot {

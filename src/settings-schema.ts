@@ -42,6 +42,23 @@ export const ALERT_FIELD_NAMES = [
   "user_id",
 ] as const;
 
+/**
+ * The kinds of silent drift the convergence audit finds (src/audit/, sql/convergence_audit.sql); the
+ * CHECK on bitrix_sync.drift_findings.kind and the audit.auto_repair_kinds entries name the same set.
+ */
+export const DRIFT_KINDS = [
+  "contact_missing",
+  "crm_master_behind",
+  "inactive_user_linked",
+  "phone_missing",
+  "registered_inactive_user",
+  "registered_unknown_user",
+  "registered_wrong",
+  "unmapped_user",
+  "user_id_wrong",
+] as const;
+export type DriftKind = (typeof DRIFT_KINDS)[number];
+
 /** A smart-process user field name, as the mirror writes it (src/alerts/mirror.ts). */
 export const ALERT_FIELD_NAME = /^ufCrm[0-9]*_[A-Za-z0-9_]+$/;
 
@@ -144,6 +161,24 @@ export const SettingsSchema = z.object({
       for (const i of alertSettingsIssues(a))
         ctx.addIssue({ code: "custom", path: [i.path], message: i.message });
     }),
+  audit: z.object({
+    /** Kind -> "on" (repaired after each run) or "off"; a json entry, so a string of 1..3 characters. */
+    autoRepairKinds: z.partialRecord(
+      z.enum(DRIFT_KINDS),
+      z
+        .string()
+        .min(1)
+        .max(3)
+        .refine((v) => v === "on" || v === "off", { message: 'must be "on" or "off"' }),
+    ),
+    budgetShare: num(0.001, 0.5),
+    enabled: z.boolean(),
+    graceSec: int(0, 86_400),
+    intervalSec: int(60, 86_400),
+    leaseSec: int(60, 86_400),
+    periodDays: int(1, 90),
+    runBudgetSec: int(10, 3600),
+  }),
   batch: z.object({ maxWaitMs: int(1, 60_000), size: int(1, 50) }),
   citizenship: z.object({ cacheTtlSec: int(10, 604_800) }),
   claim: z.object({ size: int(1, 1000) }),

@@ -80,6 +80,12 @@ export interface CommandParams {
     afterId?: number;
     start?: number;
     opened?: "Y" | "N" | "1" | "0";
+    /**
+     * Also select the integration's user id field (the convergence audit's scan of registered
+     * Contacts): the result then carries `rows`. With both `afterId` and `start`, the pages above
+     * `afterId` are addressed by offset, so several go out in one batch.
+     */
+    withUserId?: boolean;
   };
   "contact.read": { ids: number[] };
   /**
@@ -119,7 +125,14 @@ export interface CommandResults {
    * `complete` is false when a full page came back: ask again with afterId = lastId (keyset) or the
    * next offset. `total` is the number of matches, present with offset paging only.
    */
-  "contact.list_changed": { ids: number[]; lastId: number | null; complete: boolean; total: number | null };
+  "contact.list_changed": {
+    ids: number[];
+    lastId: number | null;
+    complete: boolean;
+    total: number | null;
+    /** With `withUserId`: each Contact with the user id it carries (null when empty). */
+    rows?: Array<{ id: number; userId: string | null }>;
+  };
   "contact.read": { contacts: ContactRecord[] };
   "contact.update": { updated: true };
 }
@@ -387,22 +400,24 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
         opened: p.opened ?? "Y",
         [toRestFieldName(ctx.fields.registered)]: 1,
       };
-      if (p.start === undefined) filter[">id"] = p.afterId ?? 0;
+      if (p.afterId !== undefined || p.start === undefined) filter[">id"] = p.afterId ?? 0;
+      const userField = toRestFieldName(ctx.fields.userId);
       return {
         entityTypeId: CONTACT_ENTITY_TYPE_ID,
-        select: ["id"],
+        select: p.withUserId === true ? ["id", userField] : ["id"],
         filter,
         order: { id: "ASC" },
         start: p.start ?? -1,
       };
     },
-    parse: (r, _ctx, meta) => {
+    parse: (r, ctx, meta) => {
       const items = record(r)?.items;
       if (!Array.isArray(items)) return null;
       const list = items.map((i) => intOrNull(record(i)?.id));
       if (!list.every((n) => n !== null && n > 0)) return null;
       const idsOut = list as number[];
-      return {
+      const userField = toRestFieldName(ctx.fields.userId);
+      const out: CommandResults["contact.list_changed"] = {
         ids: idsOut,
         lastId: idsOut.length > 0 ? Math.max(...idsOut) : null,
         complete: idsOut.length < PAGE_SIZE,
@@ -410,6 +425,15 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
         // smaller than the rows returned is "not counted", not a count.
         total: meta.total !== undefined && meta.total >= idsOut.length ? meta.total : null,
       };
+      // The user id field is in the reply only when it was selected.
+      if (items.some((i) => record(i) !== null && userField in (record(i) as Record<string, unknown>))) {
+        out.rows = items.map((i, n) => {
+          const v = record(i)?.[userField];
+          const userId = typeof v === "string" && v.trim() !== "" ? v.trim() : null;
+          return { id: idsOut[n] as number, userId };
+        });
+      }
+      return out;
     },
   },
   "contact.read": {

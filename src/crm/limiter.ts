@@ -258,3 +258,73 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
     },
   };
 }
+
+export interface SpareLimiterOptions {
+  pool: pg.Pool;
+  /** The sync path's limiter: its bucket is shared, and limit signals are reported to it. */
+  main: CrmLimiter & { bucket: string };
+  holder: string;
+  /** The sync path's settings and the share of its rate this limiter may use (audit.budget_share). */
+  settings: () => { limiter: LimiterSettings; share: number };
+  /** A slot frees itself this long after it was taken; must exceed the HTTP timeout. */
+  slotTtlMs: number;
+  adaptive?: Partial<AdaptiveSettings>;
+  maxPollMs?: number;
+}
+
+/**
+ * A limiter that gives only spare budget (sql/limiter.sql, acquire_spare_crm_request): a request
+ * goes when the shared bucket is full (its refill unused), the rate is not cut and the sync path
+ * has a free in-flight slot, and no faster than `share` of the rate. The convergence audit and
+ * `npm run diagnose` read through it, so they never take a token sync traffic is waiting for. Limit
+ * refusals and operating times go to the shared bucket, as the sync path's do.
+ */
+export function createSpareLimiter(opts: SpareLimiterOptions): CrmLimiter {
+  const adaptive = { ...DEFAULT_ADAPTIVE, ...opts.adaptive };
+  const maxPoll = opts.maxPollMs ?? 5000;
+  const { pool, main } = opts;
+  async function acquireOnce(signal?: AbortSignal): Promise<LimiterPermit> {
+    for (;;) {
+      checkAbort(signal);
+      const s = opts.settings();
+      const { rows } = await pool.query<{ granted: boolean; slot_id: string | null; wait_ms: number }>(
+        `select granted, slot_id, wait_ms
+           from bitrix_sync.acquire_spare_crm_request($1, $2, $3, $4, $5, $6, $7, $8)`,
+        [
+          main.bucket,
+          opts.holder,
+          s.limiter.refillPerSec,
+          s.limiter.burst,
+          s.limiter.maxInFlight,
+          s.share,
+          opts.slotTtlMs,
+          adaptive.recoveryPerSec,
+        ],
+      );
+      const r = rows[0];
+      if (r?.granted && r.slot_id) {
+        const slot = r.slot_id;
+        let released = false;
+        return {
+          grantedAt: Date.now(),
+          async release() {
+            if (released) return;
+            released = true;
+            await pool.query("select bitrix_sync.release_spare_crm_request($1)", [slot]);
+          },
+        };
+      }
+      const wait = Math.min(Math.max(r?.wait_ms ?? maxPoll, 10), maxPoll) + Math.floor(Math.random() * 10);
+      await sleep(wait, signal);
+    }
+  }
+  return {
+    bucket: main.bucket,
+    acquire: (a = {}) => acquireOnce(a.signal),
+    noteRateLimited: () => main.noteRateLimited(),
+    noteMethodBlocked: (method, until) => main.noteMethodBlocked(method, until),
+    noteOperating: (samples) => main.noteOperating(samples),
+    blockedMethods: () => main.blockedMethods(),
+    state: () => main.state(),
+  };
+}

@@ -179,3 +179,24 @@ export const dictionaryReads = new Counter({
   labelNames: ["outcome"] as const,
   registers: [registry],
 });
+
+export const auditRuns = new Counter({
+  name: "bitrix_sync_audit_runs_total",
+  help: "Convergence audit runs by mode (sample, all) and status (succeeded, failed).",
+  labelNames: ["mode", "status"] as const,
+  registers: [registry],
+});
+for (const mode of ["sample", "all"])
+  for (const status of ["succeeded", "failed"]) auditRuns.inc({ mode, status }, 0);
+
+export const auditRequests = new Counter({
+  name: "bitrix_sync_audit_requests_total",
+  help: "HTTP requests the convergence audit sent to the portal (spare budget only, at most audit.budget_share of the rate).",
+  registers: [registry],
+});
+
+export const auditContactsRead = new Counter({
+  name: "bitrix_sync_audit_contacts_read_total",
+  help: "Contacts the convergence audit read by ID.",
+  registers: [registry],
+});

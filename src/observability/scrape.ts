@@ -195,6 +195,44 @@ export const DATABASE_FAMILIES: readonly Family[] = [
     "REST methods blocked by OPERATION_TIME_LIMIT right now.",
     [],
   ),
+  f(
+    "bitrix_sync_drift_users",
+    "gauge",
+    "Users (or Contacts without a user) the convergence audit found silently out of step, by kind; status_drift lists them.",
+    ["kind"],
+  ),
+  f(
+    "bitrix_sync_audit_last_success_timestamp_seconds",
+    "gauge",
+    "When the last convergence audit run succeeded (Unix time; when the audit was installed, before the first).",
+    [],
+  ),
+  f("bitrix_sync_audit_running", "gauge", "1 while a convergence audit run holds the audit.", []),
+  f(
+    "bitrix_sync_audit_enabled",
+    "gauge",
+    "1 when the crontab's convergence audit runs (audit.enabled, after the cutover), 0 when it is off.",
+    [],
+  ),
+  f(
+    "bitrix_sync_audit_interval_seconds",
+    "gauge",
+    "audit.interval_sec: a sampled run is due this often.",
+    [],
+  ),
+  f("bitrix_sync_audit_links", "gauge", "Active links of active users when the last audit run finished.", []),
+  f(
+    "bitrix_sync_audit_overdue_links",
+    "gauge",
+    "Of those, the links not compared with their Contact within audit.period_days.",
+    [],
+  ),
+  f(
+    "bitrix_sync_audit_progress_ratio",
+    "gauge",
+    "Share of the active links compared within audit.period_days, as of the last audit run (1: all).",
+    [],
+  ),
 ];
 
 function f(name: string, kind: Kind, help: string, labels: readonly string[]): Family {

@@ -87,6 +87,18 @@ export async function hydrate(
     case "contact.find_by_phone":
     case "contact.add":
     case "contact.update": {
+      // Setting the flag or clearing the user id needs nothing of the App: such an update goes out
+      // also for a user the App no longer has (a deactivation turning off a stray registration).
+      if (type === "contact.update" && p.phone === undefined && p.set_user !== "self") {
+        const contactId = Number(p.contact_id);
+        if (!Number.isInteger(contactId) || contactId <= 0) {
+          return { ok: false, failure: { kind: "permanent", code: "invalid_params" } };
+        }
+        const params: Extract<CrmCommand, { type: "contact.update" }>["params"] = { id: contactId };
+        if (p.set_user === "clear") params.userId = null;
+        if (typeof p.registered === "boolean") params.registered = p.registered;
+        return { ok: true, value: { userId, cmd: { type, key, params }, memo: {} } };
+      }
       const user = !userId
         ? null
         : users?.has(userId)
@@ -283,7 +295,12 @@ export async function projectResult(
         const userId = h.userId;
         const c = contacts[0];
         if (!c || !userId) return { found: false };
-        if (c.userId !== userId) return { found: true, user_id_matches: false, registered: c.registered };
+        // Another user's id is a conflict for a person; an emptied one is put back by the step
+        // (restore_flag), the link says whose Contact it is.
+        if (c.userId !== null && c.userId !== userId)
+          return { found: true, user_id_matches: false, registered: c.registered };
+        // Whether the App's phone is still on the Contact (a manager may have removed it).
+        const phoneHashes = c.phones.map((e) => piiHash("phone", e.value.trim()));
         // A link made by phone alone may be held (sql/held_links.sql): nothing reaches the App yet;
         // this read is remembered as the one a robot webhook has to be newer than. Only a held
         // link's row is locked and read further; any other link finds no row here.
@@ -294,10 +311,25 @@ export async function projectResult(
           [userId, String(c.id), c.updatedAt ? new Date(c.updatedAt) : null],
         );
         if (hold[0]?.hold === "held")
-          return { found: true, user_id_matches: true, registered: c.registered, applied: false, held: true };
+          return {
+            found: true,
+            user_id_matches: true,
+            user_id_empty: c.userId === null,
+            registered: c.registered,
+            applied: false,
+            held: true,
+            phone_hashes: phoneHashes,
+          };
         const applied = await applyCrmMaster(tx, userId, c, "app_create", ctx.dictionary);
         if (!applied.applied && !applied.stale) throw new BusinessFailure("unknown_citizenship");
-        return { found: true, user_id_matches: true, registered: c.registered, applied: applied.applied };
+        return {
+          found: true,
+          user_id_matches: true,
+          user_id_empty: c.userId === null,
+          registered: c.registered,
+          applied: applied.applied,
+          phone_hashes: phoneHashes,
+        };
       }
       return { contacts: contacts.map(contactSummary) };
     }

@@ -27,10 +27,17 @@ interface QueueRow {
   entity_id: string;
   lease_token: string;
   attempt_count: number;
+  /** Why the intent was recorded (the payload's reason): drift_repair for a repair (sql/convergence_audit.sql). */
+  reason: string | null;
   /** When the App's transaction recorded the intent (database clock). */
   created_at: Date;
   /** When this claim took it (database clock). */
   claimed_at: Date;
+}
+
+/** A repair's intent is never equal to an earlier one (desiredContentHash). */
+function repairOf(row: QueueRow): string | undefined {
+  return row.reason === "drift_repair" ? row.id : undefined;
 }
 
 /** Claims due intents and starts or joins the user's workflow for each. Returns rows handled. */
@@ -38,7 +45,8 @@ export async function runIntake(deps: ServiceContext): Promise<number> {
   const s = deps.settings();
   const { rows } = await timedClaim("intake", () =>
     deps.pool.query<QueueRow>(
-      `select id, task_type, entity_id, lease_token, attempt_count, created_at, now() as claimed_at
+      `select id, task_type, entity_id, lease_token, attempt_count, payload_json ->> 'reason' as reason,
+              created_at, now() as claimed_at
          from bitrix_sync.claim_sync_tasks($1, $2, make_interval(secs => $3))`,
       [deps.workerId, s.claim.size, s.lease.ttlSec],
     ),
@@ -141,7 +149,7 @@ async function takeBatch(
           rows.map((r) => r.lease_token),
           rows.map((r) => r.entity_id),
           rows.map((r) => r.task_type),
-          rows.map((r) => desiredContentHash(r.task_type, users.get(r.entity_id) ?? null)),
+          rows.map((r) => desiredContentHash(r.task_type, users.get(r.entity_id) ?? null, repairOf(r))),
           rows.map((r) => traceparentOf(spans.get(r))),
         ],
       );
@@ -165,7 +173,7 @@ async function takeIntent(deps: ServiceContext, row: QueueRow, span: Span): Prom
   try {
     const joined = await inTransaction(deps.pool, async (c) => {
       const user = await loadAppUser(c, row.entity_id);
-      const hash = desiredContentHash(row.task_type, user);
+      const hash = desiredContentHash(row.task_type, user, repairOf(row));
       const { rows: out } = await c.query<{
         workflow_id: string | null;
         action: string;

@@ -150,6 +150,8 @@ test("every documented family is exported with its type and labels, and nothing 
 
 test("the families one sync, one webhook, one refusal, an alert and a reconciliation touch have samples", (t) => {
   const withSamples = [
+    "bitrix_sync_audit_last_success_timestamp_seconds",
+    "bitrix_sync_audit_runs_total",
     "bitrix_sync_business_alerts_open",
     "bitrix_sync_business_alerts_sla_overdue",
     "bitrix_sync_claim_duration_seconds",
@@ -160,6 +162,7 @@ test("the families one sync, one webhook, one refusal, an alert and a reconcilia
     "bitrix_sync_crm_last_success_timestamp_seconds",
     "bitrix_sync_crm_rate_limited_total",
     "bitrix_sync_dead_letters_total",
+    "bitrix_sync_drift_users",
     "bitrix_sync_limiter_blocked_methods",
     "bitrix_sync_limiter_in_flight",
     "bitrix_sync_limiter_rate_factor",

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import test from "ava";
 import { makeWorkerUtils } from "graphile-worker";
 import { projectRoot } from "../../src/db/migrate.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { setSettings } from "../helpers/settings.js";
 
@@ -18,7 +19,7 @@ const PHONE = "+79161234567";
 test.before(async () => {
   rig = await startRig();
   // Alert reconciliation runs only with the alert smart process configured.
-  await setSettings(rig.db, { "alerts.entity_type_id": 1040, "alerts.stage_new": "DT1040_7:NEW" });
+  await setSettings(rig.db, { ...DEFAULT_ALERT_SETTINGS });
   await rig.runtime.settings.refresh();
   await rig.startWorker();
 });

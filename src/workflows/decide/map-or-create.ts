@@ -42,7 +42,7 @@ export type MappedReadDecision =
   | { kind: "search_again" }
   /** The Contact carries another user_id: alert, outcome user_id_mismatch. */
   | { kind: "user_id_mismatch" }
-  /** Linked, but the registration flag is off: set it (step restore_flag). */
+  /** Linked, but the registration flag is off or the user id was emptied: set both (step restore_flag). */
   | { kind: "restore_flag" }
   | { kind: "succeed"; outcome: "already_mapped" };
 
@@ -50,7 +50,7 @@ export type MappedReadDecision =
 export function afterReadMapped(response: Record<string, unknown>): MappedReadDecision {
   if (response.found === false) return { kind: "search_again" };
   if (response.user_id_matches === false) return { kind: "user_id_mismatch" };
-  if (response.registered !== true) return { kind: "restore_flag" };
+  if (response.registered !== true || response.user_id_empty === true) return { kind: "restore_flag" };
   return { kind: "succeed", outcome: "already_mapped" };
 }
 

@@ -22,7 +22,8 @@ export type UpdateReadCheck =
 export function checkUpdateRead(self: string, response: Record<string, unknown>): UpdateReadCheck {
   const c = ((response.contacts as PhonesRead[] | undefined) ?? [])[0];
   if (!c) return { kind: "contact_missing" };
-  if (c.user_id !== self) return { kind: "user_id_mismatch", contactId: c.id };
+  // Another user's id is a conflict for a person; an emptied one is written back (planContactUpdate).
+  if (c.user_id !== self && c.user_id !== null) return { kind: "user_id_mismatch", contactId: c.id };
   return { kind: "ours", contact: c };
 }
 
@@ -47,7 +48,8 @@ export function desiredPhoneHash(
 
 /**
  * The update of a Contact that is this user's: the phone entry to overwrite or append (on hashes:
- * the App's phone, and the one this service wrote last) and the registration flag, or nothing.
+ * the App's phone, and the one this service wrote last), an emptied user id and the registration
+ * flag, or nothing.
  */
 export function planContactUpdate(
   c: PhonesRead,
@@ -61,6 +63,7 @@ export function planContactUpdate(
     previousPhoneHash,
   );
   if (plan) params.phone = "entryId" in plan ? { entry_id: plan.entryId, value_type: plan.valueType } : plan;
+  if (c.user_id === null) params.set_user = "self";
   if (c.registered !== true) params.registered = true;
   if (Object.keys(params).length === 1) return { kind: "succeed", outcome: "no_change" };
   return { kind: "update", params };

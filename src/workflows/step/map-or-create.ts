@@ -9,7 +9,7 @@ import {
   loadSnapshot,
   snapshotCreated,
 } from "../../app-data.js";
-import { matchesPiiHash } from "../../hash.js";
+import { matchesPiiHash, piiHash } from "../../hash.js";
 import { decide } from "../decide/candidates.js";
 import { decideManualLink, manualDecision } from "../decide/manual.js";
 import {
@@ -78,7 +78,7 @@ async function readMapped(s: Step, last: CommandRow): Promise<void> {
       // newest intent decides the pass): unless the snapshot says the Contact holds the App's phone,
       // the update steps write it, and the flag (found by the chaos suite: a return coalesced with a
       // phone change left the old number on the Contact).
-      if (await phoneBehind(s)) {
+      if (await phoneBehind(s, s.response(last))) {
         s.sd.branch = "mapped_phone";
         return await s.issue("contact.read", { ids: [s.sd.contact], purpose: "phones" }, "read_for_update");
       }
@@ -88,12 +88,17 @@ async function readMapped(s: Step, last: CommandRow): Promise<void> {
 }
 
 /**
- * The App's phone is not the one the snapshot says bitrix-sync last wrote to the linked Contact. By
- * value, so a snapshot hash of an older form (src/hash.ts) of the same phone is not "behind".
+ * The App's phone is not the one the snapshot says bitrix-sync last wrote to the linked Contact (by
+ * value, so a snapshot hash of an older form (src/hash.ts) of the same phone is not "behind"), or
+ * the Contact just read no longer carries it (a manager removed it: the convergence audit's
+ * phone_missing, repaired through this pass).
  */
-async function phoneBehind(s: Step): Promise<boolean> {
+async function phoneBehind(s: Step, read: Record<string, unknown>): Promise<boolean> {
   const user = await loadAppUser(s.tx, s.wf.user_id);
   if (!user || !hasValidPhone(user)) return false;
+  const hash = piiHash("phone", user.phone as string);
+  const onContact = read.phone_hashes;
+  if (Array.isArray(onContact) && !onContact.includes(hash)) return true;
   const snap = await loadSnapshot(s.tx, String(s.sd.contact));
   return !matchesPiiHash(snap?.phoneHash, "phone", user.phone);
 }

@@ -214,8 +214,8 @@ test.serial("the image's CMD starts the service, HEALTHCHECK finds it live, SIGT
     if (!live) await new Promise((r) => setTimeout(r, 500));
   }
   t.true(live, output.join(""));
-  // The crontab was found and registered: reconciliation (§10.2, §10.3), retention and the re-key
-  // of legacy hashes would run.
+  // The crontab was found and registered: reconciliation (§10.2, §10.3), retention, the re-key of
+  // legacy hashes and the convergence audit would run.
   // graphile-worker registers the crontab shortly after its runner starts, not before the listener
   // is live: look for a bounded while.
   let known: string[] = [];
@@ -229,7 +229,14 @@ test.serial("the image's CMD starts the service, HEALTHCHECK finds it live, SIGT
     ).rows.map((r) => r.identifier);
     if (known.length < 5) await new Promise((r) => setTimeout(r, 250));
   }
-  t.deepEqual(known, ["reconcile_alerts", "reconcile_contacts", "rekey_hashes", "retention", "sync_loop"]);
+  t.deepEqual(known, [
+    "audit_convergence",
+    "reconcile_alerts",
+    "reconcile_contacts",
+    "rekey_hashes",
+    "retention",
+    "sync_loop",
+  ]);
   service.kill("SIGTERM");
   t.is(await exited, 0, output.join(""));
   t.deepEqual(tree(app), before, "nothing written in the application tree");

@@ -19,6 +19,8 @@ const mapped: Array<[Record<string, unknown>, ReturnType<typeof afterReadMapped>
   [{ found: true, user_id_matches: false, registered: true }, { kind: "user_id_mismatch" }],
   [{ found: true, user_id_matches: true, registered: false }, { kind: "restore_flag" }],
   [{ found: true, user_id_matches: true, registered: null }, { kind: "restore_flag" }],
+  // The user id was emptied on the linked Contact: written back with the flag.
+  [{ found: true, user_id_matches: true, user_id_empty: true, registered: true }, { kind: "restore_flag" }],
   [
     { found: true, user_id_matches: true, registered: true },
     { kind: "succeed", outcome: "already_mapped" },

@@ -18,10 +18,9 @@ test("the read for update: a missing Contact, another user's Contact, or ours", 
     kind: "user_id_mismatch",
     contactId: 4,
   });
-  t.deepEqual(checkUpdateRead(ME, { contacts: [{ id: 4, user_id: null }] }), {
-    kind: "user_id_mismatch",
-    contactId: 4,
-  });
+  // An emptied user id is not another user's: the Contact is ours by the link, the id goes back.
+  const emptied = { id: 4, user_id: null, registered: true, phones: [] };
+  t.deepEqual(checkUpdateRead(ME, { contacts: [emptied] }), { kind: "ours", contact: emptied });
   const ours = { id: 4, user_id: ME, registered: true, phones: [] };
   t.deepEqual(checkUpdateRead(ME, { contacts: [ours] }), { kind: "ours", contact: ours });
 });
@@ -82,6 +81,12 @@ const plans: Array<[string, PhonesRead, string | null | undefined, ReturnType<ty
       kind: "update",
       params: { contact_id: 4, phone: { entry_id: 1, value_type: "HOME" }, registered: true },
     },
+  ],
+  [
+    "an emptied user id is written back, with the flag",
+    { id: 4, user_id: null, registered: false, phones: [{ id: 1, type: "MOBILE", hash: NEW }] },
+    OLD,
+    { kind: "update", params: { contact_id: 4, set_user: "self", registered: true } },
   ],
   [
     "a Contact without phones gets the App's phone appended",

@@ -1,0 +1,311 @@
+// The convergence audit's runs beyond the full audit (e2e-audit.test.ts): the spare-budget limiter
+// that gives it only what sync traffic does not need, the sample of the least recently compared
+// links that covers every link within the period, the paged scan of registered Contacts, a
+// registration without a user id left to a person, users with work in progress left alone, and the
+// automatic repair a setting switches on per kind. Real PostgreSQL, the emulator over HTTP.
+import { randomUUID } from "node:crypto";
+import test from "ava";
+import { runConvergenceAudit } from "../../src/audit/run.js";
+import { SANDBOX_FIELDS } from "../../src/config/env.js";
+import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
+import { makeUser } from "../helpers/factories.js";
+import { asRole } from "../helpers/roles.js";
+import { setSettings } from "../helpers/settings.js";
+import { createTestDb, type TestDb } from "../helpers/testdb.js";
+
+const F = SANDBOX_FIELDS;
+
+// --- the spare-budget limiter, in SQL -------------------------------------------------------------
+
+let db: TestDb;
+test.before(async () => {
+  db = await createTestDb();
+});
+test.after.always(async () => {
+  await db?.drop();
+});
+
+/** acquire_spare_crm_request with refill `refill`/s (10), burst 10, 2 in flight, share `share`. */
+async function spare(bucket: string, share = 0.1, refill = 10) {
+  const { rows } = await db.pool.query<{ granted: boolean; slot_id: string | null; wait_ms: number }>(
+    "select * from bitrix_sync.acquire_spare_crm_request($1, 'test', $3, 10, 2, $2, 60000)",
+    [bucket, share, refill],
+  );
+  return rows[0] as { granted: boolean; slot_id: string | null; wait_ms: number };
+}
+async function syncAcquire(bucket: string, refill = 10) {
+  const { rows } = await db.pool.query<{ granted: boolean; slot_id: string | null; tokens: number }>(
+    "select granted, slot_id, tokens from bitrix_sync.acquire_crm_request($1, 'sync', $2, 10, 2, 60000)",
+    [bucket, refill],
+  );
+  return rows[0] as { granted: boolean; slot_id: string | null; tokens: number };
+}
+async function tokens(bucket: string): Promise<number> {
+  const { rows } = await db.pool.query("select tokens from bitrix_sync.crm_rate_buckets where bucket = $1", [
+    bucket,
+  ]);
+  return Number(rows[0]?.tokens);
+}
+
+test.serial(
+  "the spare limiter grants from a full bucket, one request at a time, and its slot is not sync's",
+  async (t) => {
+    const b = "spare-1.portal.test";
+    const first = await spare(b);
+    t.true(first.granted);
+    t.is(await tokens(b), 9, "one token of the shared bucket");
+    t.false((await spare(b)).granted, "one spare request in flight at a time");
+    // The sync path still has both its in-flight slots.
+    const s1 = await syncAcquire(b);
+    const s2 = await syncAcquire(b);
+    t.true(s1.granted && s2.granted);
+    t.false((await syncAcquire(b)).granted, "its own cap, not lowered by the spare slot");
+    for (const s of [first.slot_id, s1.slot_id, s2.slot_id])
+      await db.pool.query("select bitrix_sync.release_crm_request($1)", [s]);
+  },
+);
+
+test.serial(
+  "the spare limiter takes only from a full bucket: never a token sync traffic is using",
+  async (t) => {
+    const b = "spare-2.portal.test";
+    // Sync traffic takes one token (burst 10, a slow refill): the bucket is no longer full.
+    const g = await syncAcquire(b, 0.1);
+    await db.pool.query("select bitrix_sync.release_crm_request($1)", [g.slot_id]);
+    const refused = await spare(b, 0.1, 0.1);
+    t.false(refused.granted);
+    t.true(refused.wait_ms > 0, "it says when to ask again");
+    t.true((await tokens(b)) <= 9.01, "nothing taken");
+    // Full again (a fast refill now): granted.
+    await new Promise((r) => setTimeout(r, 300));
+    t.true((await spare(b, 0.1, 10)).granted);
+  },
+);
+
+test.serial("the spare limiter waits out a cut rate and a refusal's cool-down", async (t) => {
+  const b = "spare-3.portal.test";
+  await syncAcquire(b).then((g) => db.pool.query("select bitrix_sync.release_crm_request($1)", [g.slot_id]));
+  await db.pool.query("select bitrix_sync.note_rate_limited($1)", [b]);
+  const cut = await spare(b);
+  t.false(cut.granted);
+  t.true(cut.wait_ms >= 100);
+});
+
+test.serial("the spare limiter stays within its share of the rate", async (t) => {
+  const b = "spare-4.portal.test";
+  // Share 0.1 of 10/s: one request a second at most, however often it asks.
+  const started = Date.now();
+  let granted = 0;
+  while (Date.now() - started < 2500) {
+    const g = await spare(b, 0.1);
+    if (g.granted) {
+      granted++;
+      await db.pool.query("select bitrix_sync.release_spare_crm_request($1)", [g.slot_id]);
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  t.true(granted >= 2 && granted <= 4, `${granted} granted in 2.5 s (the first at once, then one a second)`);
+});
+
+test.serial("bad spare limiter arguments are refused with BS010", async (t) => {
+  const e = await t.throwsAsync(
+    db.pool.query("select * from bitrix_sync.acquire_spare_crm_request('x', 'y', 10, 10, 2, 0, 1000)"),
+  );
+  t.like(e, { code: "BS010" });
+});
+
+// --- runs against the emulator ----------------------------------------------------------------------
+
+async function withRig(settings: Record<string, unknown>, fn: (rig: Rig) => Promise<void>): Promise<void> {
+  const rig = await startRig({ settings: { "audit.enabled": false, "audit.grace_sec": 0, ...settings } });
+  try {
+    await rig.startWorker();
+    await fn(rig);
+  } finally {
+    await rig.close();
+  }
+}
+
+async function linkUsers(rig: Rig, n: number): Promise<Array<{ id: string; contactId: number }>> {
+  const users = [];
+  for (let i = 0; i < n; i++) users.push(await makeUser(rig.db.pool));
+  const out = [];
+  for (const u of users) {
+    await finishedWorkflow(rig, u.id);
+    const { rows } = await rig.db.pool.query(
+      "select external_id from bitrix_sync.entity_external_mapping where entity_id = $1 and status = 'active'",
+      [u.id],
+    );
+    out.push({ id: u.id, contactId: Number(rows[0].external_id) });
+  }
+  return out;
+}
+
+async function statusDrift(rig: Rig) {
+  return await asRole(rig.db.pool, "bitrix_sync_admin", async (c) => {
+    const { rows } = await c.query(
+      "select user_id, contact_id, kind, repair from bitrix_sync.status_drift order by kind, contact_id",
+    );
+    return rows;
+  });
+}
+
+test.serial(
+  "sampled runs compare the least recently compared links first: every link within the period",
+  async (t) => {
+    // Period 1 day, a run every 4 hours: each run takes a sixth of the links.
+    await withRig({ "audit.period_days": 1, "audit.interval_sec": 14400 }, async (rig) => {
+      const links = await linkUsers(rig, 6);
+      const seen: string[][] = [];
+      for (let run = 0; run < 6; run++) {
+        const r = await runConvergenceAudit(rig.runtime.services, rig.runtime.settings.get(), {
+          force: true,
+        });
+        t.is(r.status, "succeeded");
+        t.is(r.audited, 1, `run ${run}: its share of the links`);
+        const { rows } = await rig.db.pool.query(
+          "select user_id from bitrix_sync.audit_marks order by audited_at desc limit 1",
+        );
+        seen.push(rows.map((x) => x.user_id));
+      }
+      t.deepEqual(new Set(seen.flat()).size, 6, "six runs, six different links: each compared once");
+      t.deepEqual([...new Set(seen.flat())].sort(), links.map((l) => l.id).sort());
+      const { rows } = await asRole(rig.db.pool, "bitrix_sync_admin", (c) =>
+        c.query("select last_links, last_overdue from bitrix_sync.status_audit"),
+      );
+      t.deepEqual(rows[0], { last_links: 6, last_overdue: 0 });
+      // A run that is not due does nothing (not forced, the interval has not passed).
+      await setSettings(rig.db, {
+        "audit.enabled": true,
+        "audit.period_days": 1,
+        "audit.interval_sec": 14400,
+        "audit.grace_sec": 0,
+      });
+      await rig.runtime.settings.refresh?.();
+      const idle = await runConvergenceAudit(rig.runtime.services, { ...rig.runtime.settings.get() });
+      t.false(idle.ran);
+    });
+  },
+);
+
+test.serial(
+  "the registered scan pages through the flagged Contacts; one without a user id is left to a person",
+  async (t) => {
+    await withRig({ "audit.period_days": 1, "audit.interval_sec": 86400 }, async (rig) => {
+      // 120 Contacts registered for users the App does not know, and one without any user id.
+      const strangers = Array.from({ length: 120 }, () =>
+        rig.emulator.store.createContact({ name: "X", uf: { [F.userId]: randomUUID(), [F.registered]: 1 } }),
+      );
+      const nobody = rig.emulator.store.createContact({ name: "Y", uf: { [F.registered]: 1 } });
+      rig.emulator.store.createContact({
+        name: "Not registered",
+        uf: { [F.userId]: randomUUID(), [F.registered]: 0 },
+      });
+      // A sampled run reads its share of the pages (at least one): the first 50 of them.
+      const first = await runConvergenceAudit(rig.runtime.services, rig.runtime.settings.get(), {
+        force: true,
+      });
+      t.is(first.registeredListed, 50);
+      t.is((await statusDrift(rig)).length, 50);
+      // A full run reads to the end, in one request (three pages in one batch).
+      const requestsBefore = rig.emulator.log.length;
+      const all = await runConvergenceAudit(rig.runtime.services, rig.runtime.settings.get(), { all: true });
+      t.is(all.registeredListed, 121 + 50, "every flagged Contact, and the open findings read again by ID");
+      t.true(rig.emulator.log.length - requestsBefore <= 3);
+      const found = await statusDrift(rig);
+      t.is(found.filter((f) => f.kind === "registered_unknown_user").length, 121);
+      const manual = found.find((f) => f.contact_id === String(nobody.id));
+      t.like(manual, { user_id: null, kind: "registered_unknown_user", repair: "manual" });
+      // The repair records a deactivation per user id, and lists the one without as manual.
+      const plan = await asRole(rig.db.pool, "bitrix_sync_admin", async (c) => {
+        const { rows } = await c.query(
+          "select user_id, contact_id, intent, recorded from bitrix_sync.repair_drift('ops:test', 'CRM import of 1 Dec', null, true)",
+        );
+        return rows;
+      });
+      t.is(plan.length, 121);
+      t.deepEqual(
+        plan.filter((p) => p.intent === "manual"),
+        [{ user_id: null, contact_id: String(nobody.id), intent: "manual", recorded: false }],
+      );
+      // A manager clears the flag: the next run's read by ID finds it in step.
+      nobody.uf[F.registered] = 0;
+      for (const s of strangers.slice(0, 10)) s.uf[F.registered] = 0;
+      await runConvergenceAudit(rig.runtime.services, rig.runtime.settings.get(), { force: true });
+      const after = await statusDrift(rig);
+      t.is(after.length, 110);
+      t.false(after.some((f) => f.contact_id === String(nobody.id)));
+    });
+  },
+);
+
+test.serial("a user with work in progress is left for a later run, whatever the Contact says", async (t) => {
+  await withRig({}, async (rig) => {
+    const [u] = await linkUsers(rig, 1);
+    if (!u) throw new Error("no user");
+    const contact = rig.emulator.store.contacts.get(u.contactId);
+    if (!contact) throw new Error("no Contact");
+    contact.uf[F.registered] = 0;
+    // The App changes the phone in the same moment: an intent is recorded, the update is on its way.
+    await rig.stopWorker();
+    await rig.db.pool.query("update han_app.user_identity set phone_number = '+79990000099' where id = $1", [
+      u.id,
+    ]);
+    const r = await runConvergenceAudit(rig.runtime.services, rig.runtime.settings.get(), { all: true });
+    t.is(r.status, "succeeded");
+    t.is(r.audited, 0, "not judged");
+    t.deepEqual(await statusDrift(rig), []);
+    await rig.startWorker();
+    const wf = await finishedWorkflow(rig, u.id);
+    t.is(wf.outcome, "updated");
+    t.is(contact.uf[F.registered], 1, "the update set the flag on the way");
+    const again = await runConvergenceAudit(rig.runtime.services, rig.runtime.settings.get(), { all: true });
+    t.is(again.audited, 1);
+    t.deepEqual(await statusDrift(rig), []);
+  });
+});
+
+test.serial(
+  "audit.auto_repair_kinds repairs the kinds switched on after each run, once, audited as audit:auto",
+  async (t) => {
+    await withRig(
+      { "audit.auto_repair_kinds": { registered_wrong: "on", phone_missing: "off" } },
+      async (rig) => {
+        const [a, b] = await linkUsers(rig, 2);
+        if (!a || !b) throw new Error("no users");
+        const ca = rig.emulator.store.contacts.get(a.contactId);
+        const cb = rig.emulator.store.contacts.get(b.contactId);
+        if (!ca || !cb) throw new Error("no Contacts");
+        ca.uf[F.registered] = 0; // switched on: repaired by the audit itself
+        cb.phones = []; // switched off: waits for an admin
+        const r = await runConvergenceAudit(rig.runtime.services, rig.runtime.settings.get(), { all: true });
+        t.is(r.autoRepaired, 1);
+        const repairs = await rig.db.pool.query(
+          "select user_id, intent, requested_by, admin_action_id, kinds from bitrix_sync.drift_repairs",
+        );
+        t.deepEqual(repairs.rows, [
+          {
+            user_id: a.id,
+            intent: "contact.map_or_create",
+            requested_by: "audit:auto",
+            admin_action_id: null,
+            kinds: ["registered_wrong"],
+          },
+        ]);
+        await waitFor(async () => ca.uf[F.registered] === 1, 30_000, "the flag set again");
+        await finishedWorkflow(rig, a.id);
+        await runConvergenceAudit(rig.runtime.services, rig.runtime.settings.get(), { all: true });
+        t.deepEqual(
+          (await statusDrift(rig)).map((f) => [f.kind, f.user_id]),
+          [["phone_missing", b.id]],
+          "the repaired kind is gone, the other waits",
+        );
+      },
+    );
+    // Only "on" and "off" are accepted.
+    const { rows } = await db.pool.query("select bitrix_sync._settings_errors($1) as e", [
+      JSON.stringify({ "audit.auto_repair_kinds": { registered_wrong: "yes" } }),
+    ]);
+    t.deepEqual(rows[0].e, ['audit.auto_repair_kinds: every entry must be "on" or "off"']);
+  },
+);

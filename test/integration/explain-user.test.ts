@@ -1,0 +1,175 @@
+// One user's story for the admin: bitrix_sync.explain_user() in time order with no personal value
+// beyond masked ones, and `npm run diagnose` (a child process with the admin role only) adding the
+// live Contact side by side; the admin-facing errors of the convergence audit's functions
+// (BS060, BS061, BS004) and that the runtime role cannot call them.
+import test from "ava";
+import { runConvergenceAudit } from "../../src/audit/run.js";
+import { SANDBOX_FIELDS } from "../../src/config/env.js";
+import { finishedWorkflow, type Rig, startRig, TEST_HASH_KEY, testServiceEnv } from "../helpers/e2e.js";
+import { makeUser } from "../helpers/factories.js";
+import { asRole, asRoleRolledBack } from "../helpers/roles.js";
+import { cleanEnv, runProcess } from "../helpers/run-process.js";
+
+const F = SANDBOX_FIELDS;
+const PHONE = "+79161234567";
+const NAME = "Anastasia Pavlovna";
+const EMAIL = "anastasia.pavlovna@example.org";
+let rig: Rig;
+let userId: string;
+let contactId: number;
+
+test.before(async () => {
+  rig = await startRig({ settings: { "audit.enabled": false, "audit.grace_sec": 0 } });
+  await rig.startWorker();
+  const u = await makeUser(rig.db.pool, { phone: PHONE, fullName: NAME });
+  userId = u.id;
+  await finishedWorkflow(rig, u.id);
+  const { rows } = await rig.db.pool.query(
+    "select external_id from bitrix_sync.entity_external_mapping where entity_id = $1 and status = 'active'",
+    [u.id],
+  );
+  contactId = Number(rows[0].external_id);
+  const contact = rig.emulator.store.contacts.get(contactId);
+  if (!contact) throw new Error("no Contact");
+  // A manager adds an e-mail (which a webhook brings to the App) and later removes the App's phone.
+  contact.emails.push(rig.emulator.store.newMulti("WORK", EMAIL));
+  contact.phones = [];
+  rig.emulator.store.touch(contact);
+  const report = await runConvergenceAudit(rig.runtime.services, rig.runtime.settings.get(), { all: true });
+  if (report.status !== "succeeded") throw new Error(`audit ${report.status}`);
+});
+test.after.always(async () => {
+  await rig?.close();
+});
+
+/** Every personal value this user has, in the forms a leak could take. */
+const RAW = [PHONE, PHONE.slice(1), "9161234567", NAME, "Anastasia", "Pavlovna", EMAIL, "anastasia.pavlovna"];
+
+test.serial(
+  "explain_user tells the user's story in time order, with personal values masked only",
+  async (t) => {
+    const rows = await asRole(rig.db.pool, "bitrix_sync_admin", async (c) => {
+      const { rows } = await c.query("select at, source, event, detail from bitrix_sync.explain_user($1)", [
+        userId,
+      ]);
+      return rows as Array<{
+        at: Date | null;
+        source: string;
+        event: string;
+        detail: Record<string, unknown>;
+      }>;
+    });
+    const sources = new Set(rows.map((r) => r.source));
+    for (const s of ["app", "intent", "workflow", "command", "mapping", "snapshot", "drift"]) {
+      t.true(sources.has(s), `the story has ${s} events`);
+    }
+    const times = rows.map((r) => r.at?.getTime() ?? Number.POSITIVE_INFINITY);
+    t.deepEqual(
+      times,
+      [...times].sort((a, b) => a - b),
+      "in time order",
+    );
+    t.true(
+      rows.some((r) => r.source === "workflow" && r.event === "finished" && r.detail.outcome === "created"),
+      "the map_or_create and how it ended",
+    );
+    t.true(rows.some((r) => r.source === "command" && r.event === "contact.add"));
+    t.true(
+      rows.some(
+        (r) => r.source === "mapping" && r.event === "opened" && r.detail.contact_id === String(contactId),
+      ),
+    );
+    t.true(rows.some((r) => r.source === "drift" && r.event === "phone_missing"));
+    const app = rows.find((r) => r.source === "app" && r.event === "identity_created");
+    t.is(app?.detail.phone, "+7***67", "the phone masked: two first and two last characters");
+    const profile = rows.find((r) => r.source === "app" && r.event === "profile_now");
+    t.is(profile?.detail.full_name, "An***na");
+    const text = JSON.stringify(rows);
+    for (const raw of RAW) t.false(text.includes(raw), `no ${raw} in the story`);
+  },
+);
+
+test.serial(
+  "explain_user and the repair refuse what makes no sense, with a SQLSTATE, a sentence and a hint",
+  async (t) => {
+    const unknown = "00000000-0000-4000-8000-000000000000";
+    const e1 = await t.throwsAsync(
+      asRoleRolledBack(rig.db.pool, "bitrix_sync_admin", (c) =>
+        c.query("select * from bitrix_sync.explain_user($1)", [unknown]),
+      ),
+    );
+    t.like(e1, { code: "BS060" });
+    t.regex((e1 as { hint?: string }).hint ?? "", /user_identity\.id/);
+    const e2 = await t.throwsAsync(
+      asRoleRolledBack(rig.db.pool, "bitrix_sync_admin", (c) =>
+        c.query("select * from bitrix_sync.repair_drift('ops:test', 'nothing there', array[$1]::uuid[])", [
+          unknown,
+        ]),
+      ),
+    );
+    t.like(e2, { code: "BS061" });
+    t.regex((e2 as { hint?: string }).hint ?? "", /status_drift/);
+    const e3 = await t.throwsAsync(
+      asRoleRolledBack(rig.db.pool, "bitrix_sync_admin", (c) =>
+        c.query("select * from bitrix_sync.repair_drift('ops:test', '')"),
+      ),
+    );
+    t.like(e3, { code: "BS004" });
+    // The runtime role runs the audit, not the admin's functions.
+    for (const call of [
+      "select * from bitrix_sync.explain_user(gen_random_uuid())",
+      "select * from bitrix_sync.repair_drift('ops:x', 'why not', null, true)",
+      "select * from bitrix_sync.status_drift",
+    ]) {
+      const e = await t.throwsAsync(asRoleRolledBack(rig.db.pool, "bitrix_sync_user", (c) => c.query(call)));
+      t.like(e, { code: "42501" }, call);
+    }
+  },
+);
+
+function diagnoseEnv(): Record<string, string> {
+  return cleanEnv({
+    ...testServiceEnv(rig.emulator, { BITRIX_SYNC_HASH_KEY: TEST_HASH_KEY }),
+    BITRIX_SYNC_ADMIN_DATABASE_URL: rig.db.url,
+  });
+}
+
+test.serial("npm run diagnose shows App, snapshot and the live Contact side by side, masked", async (t) => {
+  const before = rig.emulator.log.length;
+  const r = await runProcess("npm", ["run", "-s", "diagnose", "--", userId], diagnoseEnv(), 60_000);
+  t.is(r.code, 0, r.stderr);
+  t.regex(r.stdout, /story \(time order/);
+  t.regex(r.stdout, new RegExp(`link: Contact ${contactId} \\(active\\)`));
+  t.regex(
+    r.stdout,
+    /^phone\s+\+7\*\*\*67\s+hash v2:\S{9}…\s+-\s+no$/m,
+    "the App's phone is not on the Contact",
+  );
+  t.regex(r.stdout, /^email\s+-\s+-\s+an\*\*\*rg\s+no$/m, "the CRM has an e-mail the App does not");
+  t.regex(r.stdout, /^full_name\s+An\*\*\*na\s+\S+.*An\*\*\*na\s+yes$/m);
+  t.regex(r.stdout, /^user id\s+\(the link\)\s+-\s+this user\s+yes$/m);
+  // The e-mail a manager added never reached the App (no webhook): the audit says so too.
+  t.regex(r.stdout, /drift found by the audit: phone_missing, crm_master_behind/);
+  for (const raw of RAW) t.false(r.stdout.includes(raw) || r.stderr.includes(raw), `no ${raw} printed`);
+  t.false(r.stdout.includes(rig.emulator.secret), "no webhook secret");
+  // One read request, read-only.
+  const sent = rig.emulator.log.slice(before);
+  t.is(sent.length, 1);
+  t.deepEqual(sent[0]?.commands, ["crm.contact.list", "crm.contact.userfield.list"]);
+  // And the admin's connection only: it ran as bitrix_sync_admin.
+  t.is(rig.emulator.store.contacts.get(contactId)?.uf[F.userId], userId, "nothing written");
+});
+
+test.serial("npm run diagnose exits 65 for a user nobody knows and 64 without a user id", async (t) => {
+  const unknown = await runProcess(
+    "npm",
+    ["run", "-s", "diagnose", "--", "00000000-0000-4000-8000-000000000000"],
+    diagnoseEnv(),
+    60_000,
+  );
+  t.is(unknown.code, 65);
+  t.regex(unknown.stderr, /known neither to the App nor to bitrix-sync/);
+  const usage = await runProcess("npm", ["run", "-s", "diagnose"], diagnoseEnv(), 60_000);
+  t.is(usage.code, 64);
+  t.regex(usage.stderr, /usage: npm run diagnose/);
+});
