@@ -8,10 +8,12 @@ import type { Task } from "graphile-worker";
 import { z } from "zod";
 import { runConvergenceAudit } from "../src/audit/run.js";
 import { runtime } from "../src/runtime.js";
+import { failTask, safeTask } from "../src/worker/task-errors.js";
 
 const Payload = z.object({ all: z.boolean().optional(), force: z.boolean().optional() }).passthrough();
 
-const task: Task = async (payload, helpers) => {
+// Wrapped: whatever it throws reaches the runner as a code, never data (src/worker/task-errors.ts).
+const task: Task = safeTask("audit_convergence", async (payload, helpers) => {
   const p = Payload.parse(payload ?? {});
   const r = await runtime();
   if (!r.config.processing || r.stopping.aborted) return;
@@ -22,8 +24,8 @@ const task: Task = async (payload, helpers) => {
     signal: AbortSignal.any([r.stopping, helpers.abortSignal ?? new AbortController().signal]),
   });
   // graphile-worker retries the job (with backoff) until the full run gets the audit.
-  if (report.status === "busy") throw new Error("another convergence audit run holds the audit");
-  if (report.status === "failed") throw new Error(`convergence audit failed: ${report.errorCode}`);
-};
+  if (report.status === "busy") throw failTask("audit_convergence", "audit_busy");
+  if (report.status === "failed") throw failTask("audit_convergence", report.errorCode ?? "run_failed");
+});
 
 export default task;

@@ -275,6 +275,7 @@ test.serial(
       [
         "admin_actions.db_user SESSION_USER",
         "cutover.performed_db_user SESSION_USER",
+        "drift_repairs.db_user SESSION_USER",
         "rebind_requests.cancelled_db_user -",
         "rebind_requests.requested_db_user SESSION_USER",
         "settings_versions.activated_db_user -",

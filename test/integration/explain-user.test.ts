@@ -142,7 +142,7 @@ test.serial("npm run diagnose shows App, snapshot and the live Contact side by s
   t.regex(r.stdout, new RegExp(`link: Contact ${contactId} \\(active\\)`));
   t.regex(
     r.stdout,
-    /^phone\s+\+7\*\*\*67\s+hash v2:\S{9}…\s+-\s+no$/m,
+    /^phone\s+\+7\*\*\*67\s+hash v3:\S{9}…\s+-\s+no$/m,
     "the App's phone is not on the Contact",
   );
   t.regex(r.stdout, /^email\s+-\s+-\s+an\*\*\*rg\s+no$/m, "the CRM has an e-mail the App does not");
