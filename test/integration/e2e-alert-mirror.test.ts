@@ -170,7 +170,7 @@ test.serial(
         [a.id],
       );
       return rows[0];
-    });
+    }, 45_000);
     t.is(dl.error_code, "alert_lookup_failed");
     t.is((await alert(a.id)).crm_sync_status, "failed");
     const view = await rig.db.pool.query<{ mirror_status: string; count: string }>(
