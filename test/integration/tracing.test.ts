@@ -107,7 +107,7 @@ function listeningPort(svc: ServiceProcess): Promise<number> {
       }
       return null;
     },
-    20_000,
+    60_000,
     "the service to listen",
   );
 }
@@ -403,7 +403,7 @@ test.serial(
           [person.id],
         );
         return rows[0];
-      });
+      }, 45_000);
       first.child.kill("SIGKILL");
       await first.exited;
       const issued = parseTraceparent(sent.trace_context);
