@@ -17,7 +17,14 @@ import { SANDBOX_FIELDS } from "../src/config/env.js";
 import { migrateDatabase } from "../src/db/migrate.js";
 import { startEmulator } from "../src/emulator/server.js";
 import { DEFAULT_ALERT_SETTINGS } from "../src/emulator/store.js";
-import { ALERT_NUMBER_FIELD, ALERT_PROCESS, checkInvariants, checkOutput, openWork } from "./chaos/checks.js";
+import {
+  ALERT_NUMBER_FIELD,
+  ALERT_PROCESS,
+  checkInvariants,
+  checkOutput,
+  historyOf,
+  openWork,
+} from "./chaos/checks.js";
 import { Replica } from "./chaos/replicas.js";
 import { Traffic } from "./chaos/traffic.js";
 import {
@@ -49,7 +56,8 @@ const AUDIT_BOUND_MS = 120_000;
 /** Of the users the restore forgot, this share does not come back: their Contacts stay registered. */
 const NOT_BACK_EVERY = 4;
 const OPERATOR = "ops:drill";
-const say = sayer("drill:restore");
+const say = (line: string) => sayAt(`${new Date().toISOString().slice(11, 23)} ${line}`);
+const sayAt = sayer("drill:restore");
 const started = Date.now();
 
 const SETTINGS: Record<string, unknown> = {
@@ -163,6 +171,7 @@ async function main(): Promise<number> {
   const restored = `bs_drill_restored_${suffix}`;
   const dumpFile = join(dir, "backup.dump");
   const checker = new Checker();
+  let keep = false;
   const replicas: Replica[] = [];
   process.on("exit", () => {
     for (const r of replicas) r.child?.kill("SIGKILL");
@@ -207,7 +216,9 @@ async function main(): Promise<number> {
 
     // Traffic, and the backup taken while it runs.
     await trafficFor(PHASES.before, traffic, true);
-    say(`step: backup (pg_dump --format=custom) under traffic; ${emulator.store.contacts.size} Contacts`);
+    say(
+      `runbook, Restore from backup: the backup (pg_dump --format=custom) under traffic; ${emulator.store.contacts.size} Contacts`,
+    );
     const dumpStart = Date.now();
     const during = trafficFor(Math.max(2, PHASES.after / 4), traffic, true);
     await run("pg_dump", ["--format=custom", "--file", dumpFile, url]);
@@ -218,6 +229,7 @@ async function main(): Promise<number> {
     const settledBefore = await settle(pool, SETTLE_BOUND_MS);
     checker.check("the original database settled before it was lost", settledBefore);
     const lostState = await appUsers(pool);
+    const lostAt = Date.now();
     say(
       `the database is lost: ${lostState.size} App users, ${emulator.store.contacts.size} Contacts in the portal`,
     );
@@ -229,10 +241,11 @@ async function main(): Promise<number> {
     await dropDatabase(original);
 
     // The restore: a fresh database from the dump.
-    say("step: restore (pg_restore into a fresh database)");
+    say("runbook, Restore from backup, step 1: Restore (pg_restore --exit-on-error into a fresh database)");
     const restoreStart = Date.now();
     const restoredUrl = await createDatabase(restored);
     await run("pg_restore", ["--exit-on-error", "--dbname", restoredUrl, dumpFile]);
+    // The runtime role's LOGIN, as deployment gives it (step 2), comes with the start below.
     const restoreMs = Date.now() - restoreStart;
     const rpool = new pg.Pool({ connectionString: restoredUrl, max: 6, application_name: "drill-restore" });
     rpool.on("error", () => undefined);
@@ -254,7 +267,7 @@ async function main(): Promise<number> {
     );
 
     // The service on the restored database.
-    say("step: start the service on the restored database");
+    say("runbook, Restore from backup, step 2: Start (the service on the restored database)");
     const second = await runtimeUrl(restoredUrl);
     passwords.push(second.password);
     for (let i = 0; i < REPLICAS; i++)
@@ -292,33 +305,39 @@ async function main(): Promise<number> {
     checker.check("the restored database settled under the service", settledRestored);
 
     // What became of the Contacts of the forgotten users that came back: taken over (§5.1).
+    // Any link, open or since closed (the traffic on the restored database deactivates some users).
     const { rows: links } = await rpool.query<{ entity_id: string; external_id: string }>(
-      `select entity_id::text, external_id from bitrix_sync.entity_external_mapping
-        where status = 'active' and entity_id = any($1::uuid[])`,
+      `select distinct on (entity_id) entity_id::text, external_id from bitrix_sync.entity_external_mapping
+        where entity_id = any($1::uuid[]) order by entity_id, created_at`,
       [signedUp],
     );
     const linkOf = new Map(links.map((l) => [l.entity_id, Number(l.external_id)]));
     const takeOver: string[] = [];
     let takenOver = 0;
     for (const [i, u] of comeBack.entries()) {
-      const before = [...emulator.store.contacts.values()].filter((c) =>
-        c.phones.some((p) => p.value === u.phone),
+      // The Contacts the portal kept for the forgotten user (created before the loss).
+      const kept = [...emulator.store.contacts.values()].filter(
+        (c) => c.createdTime <= lostAt && c.phones.some((p) => p.value === u.phone),
       );
       const id = signedUp[i] as string;
       const linked = linkOf.get(id);
-      if (before.length === 0) continue; // its Contact was never created before the loss
-      if (linked === undefined) takeOver.push(`user ${id} (back for ${u.id}) has no link`);
-      else if (!before.some((c) => c.id === linked))
+      if (kept.length === 0) continue; // its Contact was never created before the loss
+      if (linked === undefined) takeOver.push(`user ${id} (back for ${u.id}) was never linked`);
+      else if (!kept.some((c) => c.id === linked))
         takeOver.push(`user ${id} is linked to Contact ${linked}, not to the Contact with its phone`);
       else takenOver++;
     }
 
     // docs/runbook.md, "After a restore from backup", word for word.
     const reason = `restore of ${new Date().toISOString().slice(0, 10)}`;
-    say("runbook step 1: Full audit (request_convergence_audit as bitrix_sync_admin, wait for status_audit)");
+    say(
+      "runbook, After a restore from backup, step 1: Full audit (request_convergence_audit as bitrix_sync_admin, wait for status_audit)",
+    );
     const audit1 = await fullAudit(rpool, reason);
     checker.check("step 1: the full audit succeeded", audit1.ok, `${(audit1.ms / 1000).toFixed(1)} s`);
-    say("runbook step 2: Look (status_drift by kind, explain_user of a few users of each kind)");
+    say(
+      "runbook, After a restore from backup, step 2: Look (status_drift by kind, explain_user of a few users of each kind)",
+    );
     const drift1 = await driftByKind(rpool);
     say(`  drift by kind: ${JSON.stringify(drift1)}`);
     const explained = await asAdmin(rpool, async (c) => {
@@ -333,7 +352,7 @@ async function main(): Promise<number> {
       return { users: rows.length, events };
     });
     say(`  explain_user: ${explained.users} users, ${explained.events} events`);
-    say("runbook step 3: Dry run (repair_drift(..., null, true))");
+    say("runbook, After a restore from backup, step 3: Dry run (repair_drift(..., null, true))");
     const dry = await asAdmin(rpool, async (c) => {
       const { rows } = await c.query<{ intent: string; recorded: boolean }>(
         "select * from bitrix_sync.repair_drift($1, $2, null, true)",
@@ -352,7 +371,9 @@ async function main(): Promise<number> {
       "step 3: no manual rows (every registered Contact carries a readable user id)",
       dry.filter((r) => r.intent === "manual").map(() => "a manual row"),
     );
-    say("runbook step 4: Repair (repair_drift), watch status_queue and status_workflows drain");
+    say(
+      "runbook, After a restore from backup, step 4: Repair (repair_drift), watch status_queue and status_workflows drain",
+    );
     const repaired = await asAdmin(rpool, async (c) => {
       const { rows } = await c.query<{ intent: string; recorded: boolean }>(
         "select * from bitrix_sync.repair_drift($1, $2)",
@@ -380,7 +401,7 @@ async function main(): Promise<number> {
     );
     checker.check("step 4: status_queue and status_workflows drained", drained);
     await settle(rpool, SETTLE_BOUND_MS);
-    say("runbook step 5: Second full audit");
+    say("runbook, After a restore from backup, step 5: Second full audit");
     const audit2 = await fullAudit(rpool, `${reason}, second audit`);
     checker.check("step 5: the second full audit succeeded", audit2.ok, `${(audit2.ms / 1000).toFixed(1)} s`);
     const drift2 = await driftByKind(rpool);
@@ -425,6 +446,28 @@ async function main(): Promise<number> {
       checkOutput(outputs, traffic.personal, [...Object.values(tokens), emulator.secret, ...passwords]),
     );
 
+    // The users a violation names: their story, for finding the cause (internal IDs only).
+    if (checker.violations > 0) {
+      const named = new Set(
+        checker.results
+          .filter((r) => !r.ok)
+          .flatMap(
+            (r) =>
+              r.detail.join(" ").match(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g) ?? [],
+          ),
+      );
+      for (const line of await historyOf(rpool, [...named])) process.stdout.write(`${line}\n`);
+      for (const c of [...emulator.store.contacts.values()].filter((x) =>
+        named.has(String(x.uf[SANDBOX_FIELDS.userId])),
+      ))
+        process.stdout.write(
+          `Contact ${c.id} created ${new Date(c.createdTime).toISOString().slice(11, 23)} for ${String(c.uf[SANDBOX_FIELDS.userId])}\n`,
+        );
+      if (process.env.DRILL_KEEP === "1") {
+        keep = true;
+        process.stdout.write(`kept: database ${restored}\n`);
+      }
+    }
     const result = {
       mode: SHORT ? "short" : "full",
       replicas: REPLICAS,
@@ -467,7 +510,7 @@ async function main(): Promise<number> {
     for (const p of dbs) await p.end().catch(() => undefined);
     await emulator.close().catch(() => undefined);
     await dropDatabase(original);
-    await dropDatabase(restored);
+    if (!keep) await dropDatabase(restored);
     rmSync(dir, { recursive: true, force: true });
   }
 }

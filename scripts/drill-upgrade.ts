@@ -7,11 +7,12 @@
 // schema it answered about. The checker prints every invariant it verified: the released migrations
 // unchanged, no duplicate Contact at any moment, every intent synced once, nothing lost, no error that
 // loses or duplicates work, readiness honest. Exit 1 on a violation, 2 when the drill itself failed.
-import { spawn } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { randomBytes, randomInt } from "node:crypto";
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { promisify } from "node:util";
 import pg from "pg";
 import { SANDBOX_FIELDS } from "../src/config/env.js";
 import { projectRoot } from "../src/db/migrate.js";
@@ -46,6 +47,7 @@ function arg(name: string): string | undefined {
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
 
+const run = promisify(execFile);
 const SHORT = process.argv.includes("--short") || process.env.DRILL_SHORT === "1";
 const FROM = arg("--from") ?? process.env.DRILL_FROM ?? DEFAULT_FROM;
 /** Seconds of traffic: the earlier release alone, both together, this release alone. */
@@ -123,8 +125,22 @@ async function main(): Promise<number> {
   );
 
   // The before-stop discipline: the released migrations are this checkout's, byte for byte.
-  say("runbook step 1: Check the released migrations (the earlier release's committed files, byte for byte)");
+  say(
+    "runbook, Rolling upgrade, step 1: Check the released migrations (the earlier release's committed files, byte for byte)",
+  );
   const frozen = await frozenMigrations(sha);
+  // The runbook's command, word for word: deleted, modified or renamed files of the earlier release.
+  const diff = await run(
+    "git",
+    ["diff", "--diff-filter=DMR", "--name-only", sha, "--", "migrations/committed/"],
+    {
+      cwd: projectRoot,
+    },
+  );
+  checker.check(
+    "git diff --diff-filter=DMR --name-only <earlier> -- migrations/committed/ prints nothing",
+    diff.stdout.split("\n").filter((l) => l.trim() !== ""),
+  );
   checker.check(
     "the earlier release's committed migrations are unchanged here, byte for byte",
     frozen.violations,
@@ -255,7 +271,9 @@ async function main(): Promise<number> {
     ]);
 
     await sleep(PHASES.old * 1000);
-    say("runbook step 2: Migrate (this release's npm run db:migrate) while the earlier replicas run");
+    say(
+      "runbook, Rolling upgrade, step 2: Migrate (this release's npm run db:migrate) while the earlier replicas run",
+    );
     const migratedFrom = Date.now();
     const m1 = await migrateWith(projectRoot, url);
     checker.check(
@@ -267,21 +285,26 @@ async function main(): Promise<number> {
     const lockRetries = (m1.out.match(/lock conflict/g) ?? []).length;
     const migratedAt = Date.now();
 
-    say("runbook step 3: Start this release's replicas, one at a time, each until ready");
+    say(
+      "runbook, Rolling upgrade, step 3: Start the new replicas (this release's), one at a time, each until ready",
+    );
     const startedNew: number[] = [];
-    for (let i = 0; i < REPLICAS; i++) {
-      const r = new Replica(`this-${i + 1}`, envOf("this"));
-      replicas.push({ r, version: "this" });
-      await r.start();
-      await waitUntil(async () => lastStatus.get(r) === "ready", 30_000);
-      startedNew.push(Date.now());
-    }
-    // An earlier replica that restarts now (a crash, a node drained) starts on the newer schema.
-    say("an earlier replica restarts on the newer schema");
+    const startNew = (async () => {
+      for (let i = 0; i < REPLICAS; i++) {
+        const r = new Replica(`this-${i + 1}`, envOf("this"));
+        replicas.push({ r, version: "this" });
+        await r.start();
+        await waitUntil(async () => lastStatus.get(r) === "ready", 30_000);
+        startedNew.push(Date.now());
+      }
+    })();
+    // Meanwhile an earlier replica restarts (a crash, a drained node): it starts on the newer schema.
     const restartOld = replicas.find(({ version }) => version === "earlier")?.r;
     let oldRestarted = true;
     let oldRestartError = "";
-    if (restartOld) {
+    const restart = (async () => {
+      if (!restartOld) return;
+      say("an earlier replica restarts on the newer schema");
       await restartOld.stop("SIGTERM");
       try {
         await restartOld.start();
@@ -289,10 +312,13 @@ async function main(): Promise<number> {
         oldRestarted = false;
         oldRestartError = e instanceof Error ? e.message : String(e);
       }
-    }
+    })();
+    await Promise.all([startNew, restart]);
     await sleep(PHASES.both * 1000);
 
-    say("runbook step 4: Stop the earlier replicas, one at a time (SIGTERM: each drains)");
+    say(
+      "runbook, Rolling upgrade, step 4: Stop the old replicas (the earlier release's), one at a time, with SIGTERM",
+    );
     const sigterms: number[] = [];
     for (const { r, version } of replicas) {
       if (version !== "earlier") continue;
@@ -305,7 +331,9 @@ async function main(): Promise<number> {
     await loops;
     await traffic.drain();
 
-    say("settling: the open work drains, then one reconciliation run of each kind");
+    say(
+      "runbook, Rolling upgrade, step 5: Look (the work drains; the drill also forces one reconciliation run of each kind)",
+    );
     let settled = await settle(db, SETTLE_BOUND_MS);
     const { rows: nowRows } = await db.query<{ now: Date }>("select now()");
     const forcedAt = nowRows[0]?.now as Date;
@@ -329,6 +357,27 @@ async function main(): Promise<number> {
     }
     settled = (await settle(db, SETTLE_BOUND_MS)) && settled;
     checker.check("the work settled after the upgrade", settled);
+    // The runbook's look, as bitrix_sync_admin.
+    const look = await db.connect();
+    try {
+      await look.query("begin");
+      await look.query("set local role bitrix_sync_admin");
+      const q = await look.query<{ status: string; count: string }>("select * from bitrix_sync.status_queue");
+      const w = await look.query<{ workflow_type: string; state: string; count: string }>(
+        "select * from bitrix_sync.status_workflows",
+      );
+      const d = await look.query<{ source: string; error_code: string }>(
+        "select * from bitrix_sync.list_dead_letters()",
+      );
+      await look.query("commit");
+      checker.check("step 5: status_queue and status_workflows drained, list_dead_letters() empty", [
+        ...q.rows.filter((r) => Number(r.count) > 0).map((r) => `queue ${r.status}: ${r.count}`),
+        ...w.rows.map((r) => `workflows ${r.workflow_type}/${r.state}: ${r.count}`),
+        ...d.rows.map((r) => `dead letter ${r.source} ${r.error_code}`),
+      ]);
+    } finally {
+      look.release();
+    }
     if (sampling) clearInterval(sampling);
     sampling = null;
     watch.stop();
