@@ -439,6 +439,10 @@ async function main(): Promise<number> {
     }
     checker.check("every registered Contact belongs to an active user", registeredStray);
     const open = await openWork(rpool);
+    // Creates decided on a phone search from before the loss, searched again (SEARCH_MAX_AGE_SEC).
+    const { rows: renewed } = await rpool.query<{ n: number }>(
+      "select count(*)::int as n from bitrix_sync.workflow_instances where step_data ? 'searches_renewed'",
+    );
     for (const r of replicas) await r.stop("SIGTERM");
     for (const r of replicas) outputs.set(`restored ${r.name}`, r.text());
     checker.check(
@@ -494,6 +498,7 @@ async function main(): Promise<number> {
       audit2Seconds: Number((audit2.ms / 1000).toFixed(1)),
       driftAfter: drift2,
       activeUsers: inv.users.active,
+      searchesRenewed: renewed[0]?.n ?? 0,
       duplicateSamples: watch.samples,
       duplicates: watch.seen.size,
       openWork: open,

@@ -193,9 +193,11 @@ async function main(): Promise<number> {
 
     // The load balancer: the replicas whose last readiness answer was ready get the robot's calls.
     const rotation: Replica[] = [];
+    const stopping = new Set<Replica>();
     const lastStatus = new Map<Replica, string>();
     const sampleOnce = async () => {
-      const running = replicas.filter(({ r }) => r.port !== null);
+      // A replica being stopped answers for its shutdown (pools closing), not for the upgrade.
+      const running = replicas.filter(({ r }) => r.port !== null && !stopping.has(r));
       const answers = await Promise.all(
         running.map(async ({ r, version }) => {
           try {
@@ -305,7 +307,9 @@ async function main(): Promise<number> {
     const restart = (async () => {
       if (!restartOld) return;
       say("an earlier replica restarts on the newer schema");
+      stopping.add(restartOld);
       await restartOld.stop("SIGTERM");
+      stopping.delete(restartOld);
       try {
         await restartOld.start();
       } catch (e) {
@@ -322,6 +326,7 @@ async function main(): Promise<number> {
     const sigterms: number[] = [];
     for (const { r, version } of replicas) {
       if (version !== "earlier") continue;
+      stopping.add(r);
       const exit = await r.stop("SIGTERM");
       if (exit?.tookMs !== null && exit?.tookMs !== undefined) sigterms.push(exit.tookMs);
       await sleep(1_000);
