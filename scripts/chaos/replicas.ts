@@ -29,6 +29,8 @@ export class Replica {
   constructor(
     readonly name: string,
     private readonly env: Record<string, string>,
+    /** The release to run: a checkout of the project (the drills run an earlier one beside HEAD). */
+    private readonly cwd: string = projectRoot,
   ) {}
 
   get running(): boolean {
@@ -42,7 +44,7 @@ export class Replica {
     this.port = null;
     this.signalledAt = null;
     const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
-      cwd: projectRoot,
+      cwd: this.cwd,
       env: this.env,
       stdio: ["ignore", "pipe", "pipe"],
     });

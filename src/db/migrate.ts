@@ -43,14 +43,24 @@ function readLatestHash(): string | null {
   return m?.[1] ?? null;
 }
 
-/** True when the database has applied every committed migration. */
+/**
+ * True when the database has applied every committed migration of this release: its newest one is
+ * among the applied (each migration names the one before it, so the rest are too). A schema a newer
+ * release has migrated further is current for this one: migrations only expand while the release
+ * before them runs (docs/migrations.md), and a rolling upgrade keeps this release's replicas in
+ * rotation while the next release's migrations are applied (docs/runbook.md, "Rolling upgrade").
+ */
 export async function migrationsCurrent(client: pg.Pool | pg.PoolClient): Promise<boolean> {
   const want = latestMigrationHash();
-  const { rows } = await client.query<{ hash: string }>(
-    `select hash from graphile_migrate.migrations order by date desc, filename desc limit 1`,
+  const { rows } = await client.query<{ applied: boolean }>(
+    "select exists (select 1 from graphile_migrate.migrations where hash = $1) as applied",
+    [want],
   );
-  return rows[0]?.hash === want;
+  return rows[0]?.applied === true;
 }
+
+/** How often a migration that lost a lock conflict with the running service is tried. */
+export const MIGRATE_ATTEMPTS = 5;
 
 /** sql/worker_grants.sql: the runtime role's rights on graphile-worker's and graphile-migrate's schemas. */
 export const WORKER_GRANTS_FILE = join(projectRoot, "sql", "worker_grants.sql");
@@ -80,17 +90,29 @@ export async function migrateDatabase(
   const logger = new GraphileLogger(() => (level, message) => {
     if (level === "info") log?.info({ event: "db.migrate" }, message);
   });
-  try {
-    await gmMigrate({
-      connectionString,
-      migrationsFolder: folder,
-      logger,
-      pgSettings: { search_path: SEARCH_PATH_SETTING },
-    });
-  } finally {
-    // graphile-migrate keeps its pool open a moment after use and exits the process if that idle
-    // pool sees an error (e.g. the database being dropped or renamed). Close it now.
-    releaseMigratePools();
+  // Each migration runs in a transaction of its own. On a database the service is using (a rolling
+  // upgrade, docs/runbook.md) its locks can meet the service's: a deadlock (40P01) or a lock wait
+  // past a migration's lock_timeout (55P03) rolls that migration back whole, with the ones before it
+  // kept; it is then run again after a pause, as an operator would.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await gmMigrate({
+        connectionString,
+        migrationsFolder: folder,
+        logger,
+        pgSettings: { search_path: SEARCH_PATH_SETTING },
+      });
+      break;
+    } catch (e) {
+      const code = (e as { code?: unknown }).code;
+      if (attempt >= MIGRATE_ATTEMPTS || (code !== "40P01" && code !== "55P03")) throw e;
+      log?.info({ event: "db.migrate_retry", code, attempt }, `lock conflict (${code}); trying again`);
+      await new Promise((r) => setTimeout(r, 500 * attempt));
+    } finally {
+      // graphile-migrate keeps its pool open a moment after use and exits the process if that idle
+      // pool sees an error (e.g. the database being dropped or renamed). Close it now.
+      releaseMigratePools();
+    }
   }
   const c = new pg.Client({ connectionString });
   await c.connect();

@@ -139,6 +139,33 @@ function inboxProblem(e: unknown): ReadinessProblem {
   return "database_unreachable";
 }
 
+/**
+ * The sync loop is one graphile-worker job (job key `sync_loop`) for the whole deployment: with
+ * several replicas it runs in whichever took the job, and the others' own heartbeat stands still
+ * while they are fine (their receivers write, their runners take jobs). So a replica whose own loop
+ * has not beaten is stalled only when no replica started a loop job within WORKER_STALL_MS either
+ * (graphile-worker's job rows: a running loop's job is locked, a successor is taken before the
+ * loop's budget ends). Found by the rolling-upgrade drill, whose replicas' readiness it samples. A
+ * failed query counts as no loop elsewhere.
+ */
+async function loopRunsElsewhere(pool: pg.Pool): Promise<boolean> {
+  try {
+    const { rows } = await withDeadline(
+      pool.query<{ running: boolean }>(
+        `select exists (select 1 from graphile_worker._private_jobs j
+                          join graphile_worker._private_tasks t on t.id = j.task_id
+                         where t.identifier = 'sync_loop' and j.locked_at > now() - make_interval(secs => $1))
+                as running`,
+        [WORKER_STALL_MS / 1000],
+      ),
+      READINESS_DEADLINE_MS,
+    );
+    return rows[0]?.running === true;
+  } catch {
+    return false;
+  }
+}
+
 export async function readiness(pool: pg.Pool, src?: StatusSource, probe?: InboxProbe): Promise<Readiness> {
   const [db, write] = await Promise.all([
     withDeadline(databaseChecks(pool, src), READINESS_DEADLINE_MS).catch((e) => ({
@@ -157,7 +184,11 @@ export async function readiness(pool: pg.Pool, src?: StatusSource, probe?: Inbox
   if (src) {
     const now = Date.now();
     const h = src.health;
-    if (src.config.processing && now - (h.loopBeatAt ?? h.startedAt) > WORKER_STALL_MS)
+    if (
+      src.config.processing &&
+      now - (h.loopBeatAt ?? h.startedAt) > WORKER_STALL_MS &&
+      !(await loopRunsElsewhere(pool))
+    )
       fatal.push("worker_stalled");
     if (h.credentialProblem) fatal.push("crm_credential_rejected");
     // The same refusal inside an answered batch: the transport saw a 200 (reference §1, §3).

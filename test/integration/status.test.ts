@@ -121,6 +121,36 @@ test.serial(
 );
 
 test.serial(
+  "a replica whose own loop stands still is not stalled while another replica runs the sync loop",
+  async (t) => {
+    const h = new HealthState();
+    const src = source(PROD, h);
+    h.loopBeatAt = Date.now() - WORKER_STALL_MS - 1000;
+    t.deepEqual((await ready(src)).body.problems, ["worker_stalled"], "no loop anywhere: stalled");
+    // The deployment's one sync_loop job, taken a moment ago by another replica's worker.
+    await db.pool.query("select graphile_worker.add_job('sync_loop', '{}'::json, job_key := 'sync_loop')");
+    await db.pool.query(
+      `update graphile_worker._private_jobs set locked_at = now(), locked_by = 'another-replica'
+        where task_id = (select id from graphile_worker._private_tasks where identifier = 'sync_loop')`,
+    );
+    try {
+      t.deepEqual((await ready(src)).body, { status: "ready", problems: [] });
+      // A loop job taken longer ago than the stall bound runs nowhere any more.
+      await db.pool.query(
+        `update graphile_worker._private_jobs set locked_at = now() - interval '10 minutes'
+          where task_id = (select id from graphile_worker._private_tasks where identifier = 'sync_loop')`,
+      );
+      t.deepEqual((await ready(src)).body.problems, ["worker_stalled"]);
+    } finally {
+      await db.pool.query(
+        `delete from graphile_worker._private_jobs
+          where task_id = (select id from graphile_worker._private_tasks where identifier = 'sync_loop')`,
+      );
+    }
+  },
+);
+
+test.serial(
   "a sub-command refused for rights inside an HTTP-200 batch is not-ready until that method succeeds",
   async (t) => {
     // The three forms a refusal for rights takes inside result_error (reference §1, §3).

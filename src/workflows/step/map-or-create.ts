@@ -104,12 +104,40 @@ async function phoneBehind(s: Step, read: Record<string, unknown>): Promise<bool
 }
 
 /**
+ * How old (seconds) the phone search a create is decided on may be. Between a search and the
+ * decision that follows it nothing else creates a Contact for the user (one workflow per user), and
+ * the two are normally a moment apart. A database restored from a backup taken between them (the
+ * restore drill, docs/reliability.md#drills) resumes the workflow minutes later, while the service
+ * that ran on the lost database may have created the Contact meanwhile: the search is made again.
+ */
+export const SEARCH_MAX_AGE_SEC = 60;
+/** Searches made again in one pass at most; then the create goes ahead on the newest. */
+const SEARCH_RENEWALS = 3;
+
+/** True when this pass's newest phone search is older than SEARCH_MAX_AGE_SEC (database time). */
+async function searchStale(s: Step): Promise<boolean> {
+  if ((Number(s.sd.searches_renewed) || 0) >= SEARCH_RENEWALS) return false;
+  const { rows } = await s.tx.query<{ stale: boolean }>(
+    `select coalesce(now() - max(updated_at) > make_interval(secs => $2), false) as stale
+       from bitrix_sync.crm_commands
+      where workflow_id = $1 and command_type = 'contact.find_by_phone' and status = 'succeeded'`,
+    [s.wf.id, SEARCH_MAX_AGE_SEC],
+  );
+  return rows[0]?.stale === true;
+}
+
+/**
  * Before a create: a user who was deactivated and comes back, with a phone changed meanwhile, is not
  * found by the phone search, yet the Contact of their last link still carries their user id (the
  * chaos suite found a second Contact created for such a user). That Contact is read once per pass;
  * if it is still theirs it is linked again (step read_previous), else the create goes ahead.
  */
 async function createUnlessPrevious(s: Step): Promise<void> {
+  if (await searchStale(s)) {
+    s.sd.searches_renewed = (Number(s.sd.searches_renewed) || 0) + 1;
+    delete s.sd.previous_checked;
+    return await s.issue("contact.find_by_phone", {}, "find_by_phone");
+  }
   if (!s.sd.previous_checked) {
     const { rows } = await s.tx.query<{ external_id: string }>(
       `select external_id from bitrix_sync.entity_external_mapping
