@@ -79,7 +79,7 @@ export class Soak {
           } / ${s.loopMaxSec === null ? "-" : (s.loopMaxSec * 1000).toFixed(0)}`.padEnd(24)
         : "".padEnd(24);
     return [
-      `  min    ${names.map((n) => `${n} (RSS MiB / DB sessions / loop p99 ms / max ms)`.padEnd(24)).join("  ")}`,
+      `  min    ${names.map((n) => n.padEnd(24)).join("  ")}`,
       ...times.map(
         (t) =>
           `  ${((t - this.started) / 60_000).toFixed(1).padStart(5)}  ${names
