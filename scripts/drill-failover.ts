@@ -45,13 +45,20 @@ import {
 
 const SHORT = process.argv.includes("--short");
 /** Seconds of traffic before the fence, with the old primary read-only, and after the switch. */
-const PHASES = SHORT ? { before: 10, readOnly: 12, after: 10 } : { before: 60, readOnly: 60, after: 60 };
+const PHASES = SHORT ? { before: 8, readOnly: 8, after: 8 } : { before: 60, readOnly: 60, after: 60 };
 const DATABASE = "bitrix_sync_drill";
 const MEMBER_ID = "drill-member-0001";
 const RATE = { drainPerSec: 5, threshold: 50 };
 /** Readiness is cached 1 s and decided within 2.5 s; sampled every second: a verdict shows within this. */
 const READINESS_GRACE_MS = 5_000;
-const SETTLE_BOUND_MS = 180_000;
+/** lease.ttl_sec of the drill's settings. */
+const LEASE_SEC = 5;
+/**
+ * A write in the air at the fence is given up when its lease runs out on the promoted server; its
+ * lookup then waits twice as long again as it went unanswered (lateWriteSettledAt, the late write's
+ * window). The drain bound: three times the read-only window and a lease, plus a minute.
+ */
+const settleBoundMs = (readOnlyMs: number) => 3 * (readOnlyMs + LEASE_SEC * 1000) + 60_000;
 
 const say = (line: string) => sayAs("drill:failover", line);
 const loads = () =>
@@ -120,7 +127,7 @@ async function main(cleanup: Cleanup, check: Checker, created: Created): Promise
     {
       "worker.poll_interval_ms": 500,
       "batch.max_wait_ms": 50,
-      "lease.ttl_sec": 10,
+      "lease.ttl_sec": LEASE_SEC,
       "retry.base_ms": 200,
       "retry.max_ms": 5000,
       "limiter.refill_per_sec": RATE.drainPerSec,
@@ -341,7 +348,8 @@ async function main(cleanup: Cleanup, check: Checker, created: Created): Promise
   // 7. Watch the open work drain.
   const idle = async () => Object.values(await openWork(pool)).every((n) => n === 0);
   const settledStart = Date.now();
-  const settled = await waitUntil(idle, SETTLE_BOUND_MS);
+  const settleBound = settleBoundMs(switchedAt - fencedAt);
+  const settled = await waitUntil(idle, settleBound);
   const settleSec = (Date.now() - settledStart) / 1000;
   say(
     `step 7: open work ${settled ? "drained" : "NOT drained"} ${settleSec.toFixed(1)} s after the traffic stopped`,
@@ -394,7 +402,7 @@ async function main(cleanup: Cleanup, check: Checker, created: Created): Promise
   check.check(
     "every intent synced once: each active user in step with exactly one Contact, no lease held, nothing open or lost",
     settled && inv.violations.length === 0,
-    `${inv.users.active} active users, ${inv.contacts} Contacts, ${inv.duplicates} duplicates, ${inv.lostIntents} lost intents${inv.violations.length ? `; ${inv.violations.slice(0, 5).join("; ")}` : ""}`,
+    `drained ${settleSec.toFixed(1)} s after the traffic stopped (bound ${(settleBound / 1000).toFixed(0)} s); ${inv.users.active} active users, ${inv.contacts} Contacts, ${inv.duplicates} duplicates, ${inv.lostIntents} lost intents${inv.violations.length ? `; ${inv.violations.slice(0, 5).join("; ")}` : ""}`,
   );
 
   // Fencing across the switch: every write the portal executed left a durable send marker on the
