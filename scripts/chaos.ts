@@ -4,6 +4,10 @@
 // the Contacts and one of the open alerts) and the invariants of docs/reliability.md are checked
 // against the portal's final state. Prints the figures; exits 1 on any violation. The database is
 // always an embedded PostgreSQL of the run's own (it restarts it), never a shared server.
+// `--minutes N` sets the length instead of CHAOS_MINUTES (`npm run chaos -- --minutes 30`: the soak).
+// Every replica's resident memory, database sessions and event-loop delay are sampled each minute
+// (every 15 s on a short run) and printed as a table; a long run also checks their growth
+// (scripts/chaos/soak.ts).
 import { randomBytes, randomInt } from "node:crypto";
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -26,9 +30,17 @@ import {
 } from "./chaos/checks.js";
 import { Faults, SIGTERM_BOUND_MS } from "./chaos/faults.js";
 import { Replica } from "./chaos/replicas.js";
+import { Soak } from "./chaos/soak.js";
 import { Traffic } from "./chaos/traffic.js";
 
-const MINUTES = Number(process.env.CHAOS_MINUTES ?? "1");
+const minutesArg = process.argv.indexOf("--minutes");
+const MINUTES = Number(
+  minutesArg >= 0 ? (process.argv[minutesArg + 1] ?? "") : (process.env.CHAOS_MINUTES ?? "1"),
+);
+if (!Number.isFinite(MINUTES) || MINUTES <= 0) {
+  process.stderr.write("chaos: --minutes (or CHAOS_MINUTES) must be a positive number of minutes\n");
+  process.exit(2);
+}
 const REPLICAS = Number(process.env.CHAOS_REPLICAS ?? "3");
 /** Long runs (soaks) get minutes-long outages and slower faults. */
 const LONG = MINUTES >= 10;
@@ -237,7 +249,22 @@ async function main(): Promise<number> {
     );
   }, 30_000);
 
+  // The soak's samples, from the start to the end of the faults.
+  const soak = new Soak(replicas, pool);
+  let soaking = true;
+  const soakLoop = (async () => {
+    while (soaking) {
+      await soak.sample().catch(() => undefined);
+      const next = Date.now() + (LONG ? 60_000 : 15_000);
+      while (soaking && Date.now() < next) await sleep(500);
+    }
+  })();
+
   await faults.run(chaosEnd);
+  soaking = false;
+  await soakLoop;
+  await soak.sample().catch(() => undefined);
+  const soakCheck = soak.check(Date.now());
   trafficOn = false;
   traffic.webhookFaults = false;
   await Promise.all([appLoop, crmLoop, duplicatesLoop, alertsLoop, opsLoop]);
@@ -340,6 +367,7 @@ async function main(): Promise<number> {
     ...inv.violations,
     ...rate.violations,
     ...leaks,
+    ...soakCheck.violations,
   ];
 
   const byStatus: Record<string, number> = {};
@@ -393,6 +421,10 @@ async function main(): Promise<number> {
     sigtermMaxMs: sigtermMax,
     sigtermBoundMs: SIGTERM_BOUND_MS,
     settleSeconds: Number((settleMs / 1000).toFixed(1)),
+    soakSamples: soak.samples.length,
+    soakPeakRssMiB: Math.round(Math.max(0, ...soak.samples.map((x) => x.rssBytes ?? 0)) / 2 ** 20),
+    soakPeakSessions: Math.max(0, ...soak.samples.map((x) => x.sessions ?? 0)),
+    soakWorstLoopMs: Math.round(Math.max(0, ...soak.samples.map((x) => x.loopMaxSec ?? 0)) * 1000),
     violations: violations.length,
     loadAverage: loads(),
     wallSeconds: Number(((Date.now() - started) / 1000).toFixed(1)),
@@ -444,6 +476,9 @@ async function main(): Promise<number> {
       `  lost intents          ${inv.lostIntents} (goal 0)`,
       `  SIGTERM exits         ${faults.sigterms.length}, slowest ${sigtermMax} ms (bound ${SIGTERM_BOUND_MS} ms)`,
       `  time to settle        ${result.settleSeconds} s after the last fault`,
+      "  soak: every replica each sample (RSS MiB / DB sessions / event-loop p99 ms / max ms of the last minute)",
+      ...soak.table(),
+      ...soakCheck.lines,
       `  invariant violations  ${violations.length} (goal 0)`,
       ...violations.slice(0, 50).map((x) => `    - ${x}`),
       ...history,

@@ -349,11 +349,12 @@ async function main(): Promise<void> {
   };
   process.on("uncaughtException", crash("uncaughtException"));
   process.on("unhandledRejection", (e) => {
-    // graphile-worker's unawaited job bookkeeping, failed by a database restart: not a crash.
+    // graphile-worker's unawaited job bookkeeping, failed by a database restart or a database
+    // that refuses writes (a fenced primary during a failover): not a crash.
     if (isJobBookkeepingLoss(e)) {
       log.error(
         { event: "worker.job_bookkeeping_lost", ...crashFields(e) },
-        "graphile-worker could not record a finished job (the database connection failed); the job stays locked until its lock expires, the crontab starts the next run",
+        "graphile-worker could not record a finished job (the database connection failed or the server refused writes); the job stays locked until its lock expires, the crontab starts the next run",
       );
       return;
     }

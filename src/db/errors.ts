@@ -80,14 +80,24 @@ export function isConnectionLost(e: unknown): boolean {
 }
 
 /**
+ * A server that answers but takes no write (25006 read_only_sql_transaction): a primary fenced
+ * read-only before a failover, or a standby behind the database's name (docs/runbook.md, "After a
+ * database failover").
+ */
+export function isWriteRefused(e: unknown): boolean {
+  return codeOf(e) === "25006";
+}
+
+/**
  * graphile-worker 0.17.3 records a finished job without awaiting it (worker.ts calls completeJob
  * and failJob and moves on), and does not retry a refused or lost connection: when the database is
- * away at that moment, the rejection is unhandled. Nothing of the service is lost with it: the job
+ * away at that moment, or refuses writes (a fenced primary during a failover), the rejection is
+ * unhandled. Nothing of the service is lost with it: the job
  * row stays locked until graphile-worker's lock expiry, the crontab starts the next run meanwhile,
  * and the sync loop's own state is in its leased rows. True for exactly that rejection: a lost
- * connection whose stack runs through graphile-worker's job completion or failure.
+ * connection or a refused write whose stack runs through graphile-worker's job completion or failure.
  */
 export function isJobBookkeepingLoss(e: unknown): boolean {
-  if (!(e instanceof Error) || !isConnectionLost(e)) return false;
+  if (!(e instanceof Error) || !(isConnectionLost(e) || isWriteRefused(e))) return false;
   return /graphile-worker[\\/].*\b(completeJobs|failJobs)\b/.test(e.stack ?? "");
 }

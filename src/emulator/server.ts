@@ -24,6 +24,8 @@ export type Fault =
   | { kind: "timeout_after_commit"; holdMs?: number }
   /** Close the connection without executing or answering. */
   | { kind: "reset_before_execute" }
+  /** Execute nothing and send nothing (a portal that hangs); the socket closes after `holdMs`. */
+  | { kind: "timeout_before_execute"; holdMs?: number }
   /** Make the next call of the method (direct or inside a batch) fail with this error. */
   | { kind: "command_error"; error: string; description: string; status?: number };
 
@@ -34,6 +36,7 @@ export type FaultShorthand =
   | "INTERNAL_SERVER_ERROR"
   | "malformed"
   | "timeout_after_commit"
+  | "timeout_before_execute"
   | "reset_before_execute";
 
 /** One line of the request log. */
@@ -164,6 +167,8 @@ function expand(f: Fault | FaultShorthand): Fault {
       return { kind: "timeout_after_commit" };
     case "reset_before_execute":
       return { kind: "reset_before_execute" };
+    case "timeout_before_execute":
+      return { kind: "timeout_before_execute" };
     default:
       return f;
   }
@@ -447,6 +452,14 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     }
     if (fault?.kind === "http_error") {
       return send(fault.status, { error: fault.error, error_description: fault.description });
+    }
+    if (fault?.kind === "timeout_before_execute") {
+      // Nothing is executed and nothing is answered; the client's deadline fires first.
+      const hold = setTimeout(() => req.socket.destroy(), fault.holdMs ?? 60_000);
+      hold.unref();
+      req.socket.once("close", () => clearTimeout(hold));
+      entry.finishedAt = Date.now();
+      return;
     }
 
     let status: number;

@@ -3,7 +3,8 @@
 // ID, phone, e-mail or fingerprint; `safeLabel` is the last line of defence for values that come
 // from elsewhere. This file holds what the process counts as things happen; what the database and
 // the process state say is read at scrape time (scrape.ts). docs/observability.md lists every family.
-import { Counter, Histogram, Registry } from "prom-client";
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { RECEIVERS } from "../inbound/config.js";
 
 export const registry = new Registry();
@@ -199,4 +200,37 @@ export const auditContactsRead = new Counter({
   name: "bitrix_sync_audit_contacts_read_total",
   help: "Contacts the convergence audit read by ID.",
   registers: [registry],
+});
+
+/** The event loop's delay is summarised over windows of this length (a minute, as a soak samples). */
+export const EVENT_LOOP_WINDOW_MS = 60_000;
+
+// Sampled by Node itself every 20 ms; each window's figures are kept and the histogram starts again,
+// so any number of scrapers read the same last full window (the current one until the first ends).
+const loopDelay = monitorEventLoopDelay({ resolution: 20 });
+loopDelay.enable();
+let loopWindow: { p50: number; p99: number; max: number } | null = null;
+const loopTimer = setInterval(() => {
+  loopWindow = loopSummary();
+  loopDelay.reset();
+}, EVENT_LOOP_WINDOW_MS);
+loopTimer.unref();
+
+function loopSummary() {
+  // Nanoseconds; a histogram without a sample answers NaN or huge values: read as 0 then.
+  const s = (ns: number) => (Number.isFinite(ns) && loopDelay.count > 0 ? ns / 1e9 : 0);
+  return { p50: s(loopDelay.percentile(50)), p99: s(loopDelay.percentile(99)), max: s(loopDelay.max) };
+}
+
+export const eventLoopDelay = new Gauge({
+  name: "bitrix_sync_event_loop_delay_seconds",
+  help: "The process's event-loop delay over the last full minute (the current one until the first ends), by stat: p50, p99, max.",
+  labelNames: ["stat"] as const,
+  registers: [registry],
+  collect() {
+    const w = loopWindow ?? loopSummary();
+    this.set({ stat: "p50" }, w.p50);
+    this.set({ stat: "p99" }, w.p99);
+    this.set({ stat: "max" }, w.max);
+  },
 });

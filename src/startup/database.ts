@@ -41,14 +41,32 @@ export function databaseStartupError(url: string, e: unknown, timeoutMs: number)
   ]);
 }
 
-/** Connects once and runs `select 1`; throws a StartupError saying what is wrong. */
+/**
+ * A server that takes no write: a standby, or a primary fenced read-only during a failover
+ * (docs/runbook.md, "After a database failover"). Unavailable, not misconfigured: the same name
+ * points at a writable server once the failover is done, and a restart then succeeds.
+ */
+export function readOnlyStartupError(url: string): StartupError {
+  return new StartupError("database_unreachable", EXIT.unavailable, [
+    `the database at ${databaseAddress(url)} takes no writes (a standby, or a primary made read-only for a failover; SQLSTATE 25006): point BITRIX_SYNC_DATABASE_URL at the primary, or start again once the failover has moved the name.`,
+  ]);
+}
+
+/**
+ * Connects once and asks whether the server takes writes; throws a StartupError saying what is
+ * wrong.
+ */
 export async function checkDatabase(url: string, timeoutMs = 10_000): Promise<void> {
   const client = new pg.Client({ connectionString: withSearchPath(url), connectionTimeoutMillis: timeoutMs });
   client.on("error", () => undefined);
   try {
     await client.connect();
-    await client.query("select 1");
+    const { rows } = await client.query<{ ro: boolean }>(
+      "select current_setting('transaction_read_only') = 'on' as ro",
+    );
+    if (rows[0]?.ro) throw readOnlyStartupError(url);
   } catch (e) {
+    if (e instanceof StartupError) throw e;
     throw databaseStartupError(url, e, timeoutMs);
   } finally {
     await client.end().catch(() => undefined);

@@ -1,5 +1,6 @@
 // A TCP hop in front of PostgreSQL for the tests that take the database away from a process
-// (sigterm-drain.test.ts, job-bookkeeping.test.ts).
+// (sigterm-drain.test.ts, job-bookkeeping.test.ts), and the port the failover drill moves from the
+// old primary to the promoted standby (scripts/drill-failover.ts), as a managed service's DNS name.
 import { createServer, type Server, type Socket, connect as tcpConnect } from "node:net";
 
 /**
@@ -7,7 +8,8 @@ import { createServer, type Server, type Socket, connect as tcpConnect } from "n
  * the connections stay open, as when a network partition or a frozen server leaves the process
  * waiting; `close()` ends every connection through it and refuses new ones, as a restart does.
  */
-export async function startTcpHop(target: { host: string; port: number }) {
+export async function startTcpHop(first: { host: string; port: number }) {
+  let target = first;
   const sockets = new Set<Socket>();
   let holed = false;
   const server: Server = createServer((client) => {
@@ -33,6 +35,15 @@ export async function startTcpHop(target: { host: string; port: number }) {
         s.unpipe();
         s.pause();
       }
+    },
+    /**
+     * New connections go to `next` from now on; the open ones are ended, as when the old server goes
+     * away behind a switched name (a client reconnects and lands on the new one).
+     */
+    retarget(next: { host: string; port: number }) {
+      target = next;
+      holed = false;
+      for (const s of sockets) s.destroy();
     },
     async close() {
       for (const s of sockets) s.destroy();

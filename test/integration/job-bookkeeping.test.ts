@@ -40,5 +40,13 @@ test("any other rejection is still a crash", (t) => {
   const theOne = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5432"), { code: "ECONNREFUSED" });
   theOne.stack = `Error: connect ECONNREFUSED\n    at async batchCompleteJobs (/app/node_modules/graphile-worker/dist/sql/completeJobs.js:52:5)`;
   t.true(isJobBookkeepingLoss(theOne));
+  // A fenced primary (read-only) refuses the same completion with 25006 (npm run drill:failover).
+  const readOnly = Object.assign(new Error("cannot execute UPDATE in a read-only transaction"), {
+    code: "25006",
+  });
+  readOnly.stack = `error: cannot execute UPDATE in a read-only transaction\n    at async batchCompleteJobs (/app/node_modules/graphile-worker/dist/sql/completeJobs.js:52:5)`;
+  t.true(isJobBookkeepingLoss(readOnly), "a write refused by a read-only server");
+  const ownReadOnly = Object.assign(new Error("read-only"), { code: "25006" });
+  t.false(isJobBookkeepingLoss(ownReadOnly), "a refused write of the service's own code");
   t.false(isJobBookkeepingLoss("ECONNREFUSED"));
 });

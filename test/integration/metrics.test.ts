@@ -163,6 +163,7 @@ test("the families one sync, one webhook, one refusal, an alert and a reconcilia
     "bitrix_sync_crm_rate_limited_total",
     "bitrix_sync_dead_letters_total",
     "bitrix_sync_drift_users",
+    "bitrix_sync_event_loop_delay_seconds",
     "bitrix_sync_limiter_blocked_methods",
     "bitrix_sync_limiter_in_flight",
     "bitrix_sync_limiter_rate_factor",

@@ -121,6 +121,37 @@ const PRODUCTION = {
   PORT: "0",
 };
 
+test.serial(
+  "a database that takes no writes (a fenced primary, a standby) is named and exits 69",
+  async (t) => {
+    const db = await createTestDb({ cutover: false });
+    const name = new URL(db.url).pathname.slice(1);
+    await db.pool.query(`alter database ${name} set default_transaction_read_only = on`);
+    try {
+      const dir = secretsDir("none");
+      writeFileSync(join(dir, "BITRIX_SYNC_DATABASE_URL"), `${db.url}\n`);
+      const r = await runService(
+        cleanEnv({
+          ...PRODUCTION,
+          BITRIX_SYNC_SECRETS_DIR: dir,
+          BITRIX_SYNC_DATA_DIR: tempDir(),
+          BITRIX_SYNC_MIGRATE_ON_START: "false",
+        }),
+      );
+      const at = new URL(db.url).host.replace(/\./g, "\\.");
+      assertFailure(
+        t,
+        r,
+        EXIT.unavailable,
+        new RegExp(`the database at ${at} takes no writes .*SQLSTATE 25006`),
+      );
+    } finally {
+      await db.pool.query(`alter database ${name} reset default_transaction_read_only`);
+      await db.drop();
+    }
+  },
+);
+
 test.serial("a missing secret file names the secret and the file, and exits 66", async (t) => {
   const dir = secretsDir("BITRIX_SYNC_CONTACT_RECEIVER_TOKEN");
   const r = await runService(
