@@ -5491,7 +5491,7 @@ end $$;
 -- Name: FUNCTION mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text) IS 'in_flight -> uncertain: the request left and no reply came. The workflow recovers by searching, never by resending. Refuses stale tokens (BS001).';
+COMMENT ON FUNCTION bitrix_sync.mark_command_uncertain(p_id bigint, p_lease_token uuid, p_error_code text) IS 'in_flight -> uncertain: the request left and no reply came. The workflow decides (decide/unanswered-write.ts): a create is searched for, a non-idempotent write read again, an idempotent one resent, never before a late execution could have landed and the backoff passed. Refuses stale tokens (BS001).';
 
 --
 -- Name: mark_contact_snapshot_stale(text, uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -

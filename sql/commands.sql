@@ -1,6 +1,9 @@
 -- CRM commands (§7.2, §8, §9): issued by a workflow step, claimed by the pump under a lease,
 -- marked in_flight (the durable "send started" marker) before the HTTP batch leaves, and completed
--- per sub-result. A write with no reply becomes uncertain and is never resent blindly.
+-- per sub-result. A write with no reply becomes uncertain and is never resent blindly: its workflow
+-- decides (src/workflows/decide/unanswered-write.ts) to search for a create, read again before a
+-- non-idempotent write, or resend an idempotent one, each after the late execution could have landed
+-- and after the command's backoff.
 -- Fenced single-row statements test the state with IS NOT DISTINCT FROM (or wrap an IN list in
 -- IS TRUE), never with a bare = or IN (issue 14). Same result for these NOT NULL columns, but the
 -- planner cannot prove a partial index's predicate from it, so the row is found by its primary key.
@@ -424,7 +427,7 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.mark_command_uncertain(bigint, uuid, text) is
-  'in_flight -> uncertain: the request left and no reply came. The workflow recovers by searching, never by resending. Refuses stale tokens (BS001).';
+  'in_flight -> uncertain: the request left and no reply came. The workflow decides (decide/unanswered-write.ts): a create is searched for, a non-idempotent write read again, an idempotent one resent, never before a late execution could have landed and the backoff passed. Refuses stale tokens (BS001).';
 
 create or replace function bitrix_sync.dead_letter_command(
   p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer default null,

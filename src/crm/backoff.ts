@@ -13,6 +13,15 @@ export interface RetrySettings {
   horizonSec: number;
 }
 
+/**
+ * The attempts a row has spent that count towards its backoff: every send or try, less the limit
+ * refusals (QUERY_LIMIT_EXCEEDED, OPERATION_TIME_LIMIT, a bare 429), which the portal refused before
+ * executing and which spend no attempt (§9). The one count every retrying lane uses.
+ */
+export function attemptsSpent(row: { attempt_count: number; limit_hits?: number | null }): number {
+  return Math.max(0, row.attempt_count - (row.limit_hits ?? 0));
+}
+
 /** Upper bound of the jittered delay for an attempt: min(max, base * 2^attempt). */
 export function backoffCeilingMs(attempt: number, s: Pick<RetrySettings, "baseMs" | "maxMs">): number {
   const exp = Math.min(Math.max(attempt, 0), 52); // 2^53 overflows integer precision

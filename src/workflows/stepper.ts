@@ -108,7 +108,7 @@ async function stepGroup(deps: ServiceContext, rows: WorkflowRow[]): Promise<voi
     stepSpan(wf, async (span) => {
       let r: StepResult | null = null;
       try {
-        if (!batcher.failure) r = await runStep(batcher.client(), wf);
+        if (!batcher.failure) r = await runStep(batcher.client(), wf, deps.settings().retry);
       } catch (e) {
         batcher.fail(e);
       }
@@ -150,7 +150,7 @@ export function stepConcurrency(deps: Pick<ServiceContext, "pool">): number {
 
 async function step(deps: ServiceContext, wf: WorkflowRow, span: Span): Promise<void> {
   try {
-    const r = await inTransaction(deps.pool, (c) => runStep(c, wf));
+    const r = await inTransaction(deps.pool, (c) => runStep(c, wf, deps.settings().retry));
     report(deps, wf, span, r);
   } catch (e) {
     await stepFailed(deps, wf, span, e);

@@ -51,17 +51,6 @@ export function restartsInsteadOfFinishing(p: PassState): boolean {
   return behindNewestIntent(p) && !p.unresolvedWrite;
 }
 
-/**
- * When a write that got no answer can no longer land: the portal may still be executing it after the
- * client gave up (a slow portal finishes late), so a read that decides from the Contact waits until
- * twice as long again as the request went unanswered. `sentAt` is the send marker, `givenUpAt` when
- * the command became uncertain (the client's deadline, or the lease expiry of a sender that died).
- */
-export function lateWriteSettledAt(sentAt: Date | null, givenUpAt: Date): Date {
-  const unanswered = sentAt ? Math.max(0, givenUpAt.getTime() - sentAt.getTime()) : 0;
-  return new Date(givenUpAt.getTime() + 2 * unanswered);
-}
-
 /** Codes of command failures that are business problems, not technical ones (§9). */
 const BUSINESS_CODES: ReadonlySet<string> = new Set([
   "invalid_phone",
