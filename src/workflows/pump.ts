@@ -13,7 +13,7 @@ import { retryDelayMs } from "../crm/backoff.js";
 import { type CommandOutcome, type CrmDeps, executeBatch } from "../crm/batch.js";
 import type { CommandType } from "../crm/catalogue.js";
 import { isWrite } from "../crm/catalogue.js";
-import type { FailureCode } from "../crm/classify.js";
+import { isPortalWide, PORTAL_WIDE_CODES } from "../crm/classify.js";
 import type { LimiterPermit } from "../crm/limiter.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
@@ -60,25 +60,6 @@ export type PumpResult = { sent: number; waitMs: number };
 
 /** A batch whose send marker is committed: `flight` sends it and settles every command. */
 export type PumpStart = PumpResult & { flight?: Promise<void> };
-
-/**
- * Failures of the portal as a whole rather than of one command: server errors, lost or refused
- * connections, replies that are not JSON, limit refusals. Retries waiting for one of these are
- * brought forward when the portal answers again (bring_forward_commands).
- */
-export const PORTAL_WIDE_CODES: readonly FailureCode[] = [
-  "server_error",
-  "connect_failed",
-  "connect_timeout",
-  "connection_lost",
-  "timeout_no_reply",
-  "request_timeout",
-  "dns_failure",
-  "tls_failure",
-  "malformed_reply",
-  "query_limit_exceeded",
-  "rate_limited",
-];
 
 /** While the portal fails, one waiting retry is brought forward this often as a probe. */
 export const PROBE_INTERVAL_MS = 3000;
@@ -351,9 +332,7 @@ async function notePortal(deps: ServiceContext, outcomes: CommandOutcome[]): Pro
   const watch = watchOf(deps);
   // A reply about some command: a success, or a failure of that command rather than of the portal.
   // Commands held back before sending (a blocked method, bad data) say nothing about the portal.
-  const answered = outcomes.some(
-    (o) => o?.ok || (o && !o.ok && o.sent && !PORTAL_WIDE_CODES.includes(o.failure.code)),
-  );
+  const answered = outcomes.some((o) => o?.ok || (o && !o.ok && o.sent && !isPortalWide(o.failure.code)));
   if (!answered) {
     if (outcomes.some((o) => o && !o.ok && o.sent)) watch.down = true;
     return;
