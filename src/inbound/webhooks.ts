@@ -7,7 +7,7 @@
 import { refreshAlertItems } from "../alerts/items.js";
 import type { AlertSettings } from "../alerts/mirror.js";
 import type { ServiceContext } from "../context.js";
-import { retryDelayMs } from "../crm/backoff.js";
+import { attemptsSpent, backoffDelayMs } from "../crm/backoff.js";
 import { executeBatch } from "../crm/batch.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
@@ -78,7 +78,7 @@ async function retryRows(
     }
     const { rows: out } = await deps.pool.query<{ status: string }>(
       "select status from bitrix_sync.retry_webhook($1, $2, $3, make_interval(secs => $4))",
-      [r.id, r.lease_token, code, retryDelayMs(r.attempt_count - 1, s.retry) / 1000],
+      [r.id, r.lease_token, code, backoffDelayMs(attemptsSpent(r), s.retry) / 1000],
     );
     if (out[0]?.status === "retry_wait") countRetry("webhooks", code);
     if (out[0]?.status === "dead_letter") {

@@ -9,7 +9,7 @@ import type pg from "pg";
 import { alertCommandFailed } from "../alerts/mirror.js";
 import { type AppUser, loadAppUsers } from "../app-data.js";
 import type { ServiceContext } from "../context.js";
-import { retryDelayMs } from "../crm/backoff.js";
+import { attemptsSpent, backoffDelayMs } from "../crm/backoff.js";
 import { type CommandOutcome, type CrmDeps, executeBatch } from "../crm/batch.js";
 import type { CommandType } from "../crm/catalogue.js";
 import { isWrite } from "../crm/catalogue.js";
@@ -433,7 +433,8 @@ async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: Com
       return;
     }
     const f = o.failure;
-    const attemptsSpent = row.attempt_count - row.limit_hits + (f.spendsAttempt ? 1 : 0);
+    // The claimed row counts the attempts before this send; this one counts unless it was a limit refusal.
+    const spent = attemptsSpent(row) + (f.spendsAttempt ? 1 : 0);
     switch (f.kind) {
       case "transient": {
         // retry_command dead-letters instead when the retry would pass the horizon (sql/retry.sql),
@@ -444,7 +445,7 @@ async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: Com
             row.id,
             row.lease_token,
             f.code,
-            retryDelayMs(Math.max(0, attemptsSpent - 1), s.retry, f.retryAfterMs) / 1000,
+            backoffDelayMs(spent, s.retry, f.retryAfterMs) / 1000,
             f.spendsAttempt,
             f.httpStatus ?? null,
             f.bitrixError ?? null,

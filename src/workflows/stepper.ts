@@ -4,7 +4,7 @@
 // context stored with the workflow (its intent's intake span), whichever process runs it.
 import type pg from "pg";
 import type { ServiceContext } from "../context.js";
-import { retryDelayMs } from "../crm/backoff.js";
+import { attemptsSpent, backoffDelayMs, LANE_LEAD } from "../crm/backoff.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { StatementBatcher } from "../db/statement-batcher.js";
 import { inTransaction } from "../db/tx.js";
@@ -200,7 +200,7 @@ async function stepFailed(deps: ServiceContext, wf: WorkflowRow, span: Span, e: 
   const r = await deps.pool
     .query<{ state: string }>(
       "select state from bitrix_sync.schedule_workflow_retry($1, $2, 'step_failed', make_interval(secs => $3))",
-      [wf.id, wf.lease_token, retryDelayMs(wf.attempt_count, s.retry) / 1000],
+      [wf.id, wf.lease_token, backoffDelayMs(attemptsSpent(wf) + LANE_LEAD, s.retry) / 1000],
     )
     .catch(() => null);
   span.setAttribute("bitrix_sync.workflow.event", r?.rows[0]?.state === "failed" ? "fail" : "retry");

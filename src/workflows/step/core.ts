@@ -9,7 +9,7 @@
 import type pg from "pg";
 import { type AlertInput, raiseAlert } from "../../alerts/raise.js";
 import { type AppUser, loadAppUser, markSnapshotStale } from "../../app-data.js";
-import { attemptsSpent, type RetrySettings, retryDelayMs } from "../../crm/backoff.js";
+import { attemptsSpent, backoffDelayMs, type RetrySettings } from "../../crm/backoff.js";
 import { activeTraceparent } from "../../observability/tracing.js";
 import type { Candidate, Holdings } from "../decide/candidates.js";
 import {
@@ -416,7 +416,7 @@ export class Step {
         sentAt: last.sent_at,
         givenUpAt: last.updated_at,
       },
-      retryDelayMs(Math.max(0, attemptsSpent(last) - 1), this.retry),
+      backoffDelayMs(attemptsSpent(last), this.retry),
     );
     if (d.action === "fail") return await this.fail(d.code);
     switch (d.action) {

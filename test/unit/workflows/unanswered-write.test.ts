@@ -1,5 +1,5 @@
 import test from "ava";
-import { attemptsSpent, retryDelayMs } from "../../../src/crm/backoff.js";
+import { attemptsSpent, backoffDelayMs } from "../../../src/crm/backoff.js";
 import {
   decideUnansweredWrite,
   lateWriteSettledAt,
@@ -145,14 +145,14 @@ test("a plain 503 on contact.update: resent after the backoff of its attempts, n
   const top = () => 0.999_999;
   const waits = [1, 2, 3, 4, 12].map((sent) => {
     const spent = attemptsSpent({ attempt_count: sent + 3, limit_hits: 3 });
-    const d = decideUnansweredWrite(w, retryDelayMs(Math.max(0, spent - 1), retry, undefined, top));
+    const d = decideUnansweredWrite(w, backoffDelayMs(spent, retry, undefined, top));
     return (at(d)?.getTime() ?? Number.NaN) - w.givenUpAt.getTime();
   });
   t.deepEqual(waits, [1000, 2000, 4000, 8000, 300_000]);
   // At the bottom of the jitter the late execution's settling still holds.
   const low = decideUnansweredWrite(
     w,
-    retryDelayMs(0, retry, undefined, () => 0),
+    backoffDelayMs(1, retry, undefined, () => 0),
   );
   t.deepEqual(low, { action: "resend", resumeStep: "resend_write", at: ms(150) });
 });
