@@ -131,10 +131,8 @@ begin
      set status = 'processed', outcome = 'coalesced_into_dead_letter', processed_at = now(), status_at = now()
    where coalesced_into = p_row.id and status = 'coalesced';
   -- An event is first attempted when it arrives: the receiver wakes the processor at once.
-  insert into bitrix_sync.technical_dead_letters
-    (source, source_id, operation, error_code, attempt_count, first_attempt_at, deadline_at)
-  values ('webhook', v_row.id::text, 'webhook.' || v_row.receiver, p_error_code, v_row.attempt_count,
-          v_row.received_at, bitrix_sync._retry_deadline(v_row.received_at));
+  perform bitrix_sync._dead_letter('webhook', v_row.id::text, 'webhook.' || v_row.receiver, p_error_code,
+    v_row.attempt_count, v_row.received_at, null, null, null, null, null);
   return v_row;
 end $$;
 comment on function bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox, text) is

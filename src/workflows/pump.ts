@@ -40,15 +40,7 @@ import type { CommandRow } from "./types.js";
 /** Due commands waiting (including expired leases to recover), and how long the oldest has waited (ms). */
 async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number; adds: number }> {
   const { rows } = await pool.query<{ due: number; oldest_ms: number | null; adds: number }>(
-    `select count(*)::int as due,
-            count(*) filter (where command_type = 'contact.add')::int as adds,
-            (extract(epoch from now() - min(greatest(created_at, next_attempt_at))) * 1000)::float8 as oldest_ms
-       from bitrix_sync.crm_commands
-      where ((status in ('pending', 'retry_wait') and next_attempt_at <= now())
-             -- A holder that died: claim_commands recovers these (uncertain writes, retried reads).
-             or (status in ('leased', 'in_flight') and locked_until < now()))
-        -- claim_commands returns nothing before the cutover: no limiter permit for a claim of nothing.
-        and bitrix_sync.cutover_performed()`,
+    "select due, adds, oldest_ms from bitrix_sync.due_commands()",
   );
   return { due: rows[0]?.due ?? 0, oldestMs: rows[0]?.oldest_ms ?? 0, adds: rows[0]?.adds ?? 0 };
 }

@@ -440,3 +440,30 @@ test("the cutover is the admin's: the runtime and the App roles cannot run it", 
   );
   t.truthy(e.hint);
 });
+
+test("technical_dead_letters has one writer: _dead_letter(); every function that gives a row up calls it", async (t) => {
+  const { rows } = await db.pool.query<{ fn: string; writes: boolean; calls: boolean }>(
+    `select p.oid::regprocedure::text as fn,
+            pg_get_functiondef(p.oid) ~* 'insert\\s+into\\s+bitrix_sync\\.technical_dead_letters' as writes,
+            pg_get_functiondef(p.oid) ~* 'bitrix_sync\\._dead_letter\\(' as calls
+       from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+      where n.nspname = 'bitrix_sync' and p.prokind = 'f'`,
+  );
+  t.deepEqual(
+    rows.filter((r) => r.writes).map((r) => r.fn.replace(/\(.*/, "")),
+    ["bitrix_sync._dead_letter"],
+  );
+  t.deepEqual(
+    rows
+      .filter((r) => r.calls && !r.fn.startsWith("bitrix_sync._dead_letter(")) // its own definition
+      .map((r) => r.fn.replace(/\(.*/, ""))
+      .sort(),
+    [
+      "bitrix_sync._dead_letter_command_row",
+      "bitrix_sync._dead_letter_sync_task_row",
+      "bitrix_sync._dead_letter_webhook_row",
+      "bitrix_sync.resolve_command_reconcile",
+      "bitrix_sync.schedule_workflow_retry",
+    ],
+  );
+});
