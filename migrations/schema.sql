@@ -2440,7 +2440,7 @@ COMMENT ON FUNCTION bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operator 
 -- Name: acquire_crm_request(text, text, double precision, integer, integer, integer, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS TABLE(granted boolean, slot_id uuid, wait_ms integer, tokens double precision, rate double precision, in_flight integer, decided_at timestamp with time zone)
+CREATE FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision) RETURNS TABLE(granted boolean, slot_id uuid, wait_ms integer, tokens double precision, rate double precision, in_flight integer, decided_at timestamp with time zone)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2517,7 +2517,7 @@ COMMENT ON FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text
 -- Name: acquire_spare_crm_request(text, text, double precision, integer, integer, double precision, integer, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS TABLE(granted boolean, slot_id uuid, wait_ms integer)
+CREATE FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision) RETURNS TABLE(granted boolean, slot_id uuid, wait_ms integer)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2990,7 +2990,7 @@ COMMENT ON FUNCTION bitrix_sync.alert_entity_type_id() IS 'The alert smart proce
 -- Name: alerts_to_look_up(integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer DEFAULT 20) RETURNS TABLE(alert_id bigint, alert_number bigint, alert_type text, fingerprint text)
+CREATE FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer) RETURNS TABLE(alert_id bigint, alert_number bigint, alert_type text, fingerprint text)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3541,7 +3541,7 @@ COMMENT ON FUNCTION bitrix_sync.claim_audit_run(p_all boolean, p_force boolean) 
 -- Name: claim_commands(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer DEFAULT 20, p_lease interval DEFAULT '00:01:00'::interval) RETURNS SETOF bitrix_sync.crm_commands
+CREATE FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer, p_lease interval) RETURNS SETOF bitrix_sync.crm_commands
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3729,7 +3729,7 @@ COMMENT ON FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_i
 -- Name: claim_sync_tasks(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer DEFAULT 10, p_lease interval DEFAULT '00:01:00'::interval) RETURNS SETOF han_app.sync_queue
+CREATE FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) RETURNS SETOF han_app.sync_queue
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3789,7 +3789,7 @@ COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer,
 -- Name: claim_webhooks(text, integer, interval, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer DEFAULT 10, p_lease interval DEFAULT '00:01:00'::interval, p_receiver text DEFAULT NULL::text) RETURNS SETOF bitrix_sync.webhook_inbox
+CREATE FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text DEFAULT NULL::text) RETURNS SETOF bitrix_sync.webhook_inbox
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3861,7 +3861,7 @@ COMMENT ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p
 -- Name: claim_workflows(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer DEFAULT 10, p_lease interval DEFAULT '00:01:00'::interval) RETURNS SETOF bitrix_sync.workflow_instances
+CREATE FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, p_lease interval) RETURNS SETOF bitrix_sync.workflow_instances
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -5762,7 +5762,7 @@ COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings
 -- Name: note_crm_answered(text, double precision, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.note_crm_answered(p_bucket text, p_increase double precision DEFAULT 4, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS double precision
+CREATE FUNCTION bitrix_sync.note_crm_answered(p_bucket text, p_increase double precision, p_recovery_per_sec double precision) RETURNS double precision
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -5873,7 +5873,7 @@ COMMENT ON FUNCTION bitrix_sync.note_method_blocked(p_bucket text, p_method text
 -- Name: note_rate_limited(text, double precision, double precision, integer, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.note_rate_limited(p_bucket text, p_decrease double precision DEFAULT 0.5, p_min_factor double precision DEFAULT 0.1, p_cooldown_ms integer DEFAULT 1000, p_recovery_per_sec double precision DEFAULT 0.05) RETURNS double precision
+CREATE FUNCTION bitrix_sync.note_rate_limited(p_bucket text, p_decrease double precision, p_min_factor double precision, p_cooldown_ms integer, p_recovery_per_sec double precision) RETURNS double precision
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$

@@ -87,7 +87,7 @@ comment on function bitrix_sync.issue_alert_command(bigint, text, jsonb) is
   'Queues a smart-process command for a business alert; independent of workflow steps (§7.1).';
 
 create or replace function bitrix_sync.claim_commands(
-  p_worker text, p_limit integer default 20, p_lease interval default interval '60 seconds'
+  p_worker text, p_limit integer, p_lease interval
 ) returns setof bitrix_sync.crm_commands
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare

@@ -25,7 +25,7 @@ comment on function bitrix_sync._refuse_stale(text, text) is
   'Raises BS001 for a completion that does not present the current lease token (a stale holder).';
 
 create or replace function bitrix_sync.claim_sync_tasks(
-  p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
+  p_worker text, p_limit integer, p_lease interval
 ) returns setof han_app.sync_queue
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare

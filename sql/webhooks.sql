@@ -29,7 +29,7 @@ comment on function bitrix_sync.record_webhook(text, integer, text, inet, text, 
   'Durable insert of an accepted webhook (status received). With a stable event_id a duplicate is dropped and null is returned.';
 
 create or replace function bitrix_sync.claim_webhooks(
-  p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds',
+  p_worker text, p_limit integer, p_lease interval,
   p_receiver text default null
 ) returns setof bitrix_sync.webhook_inbox
 language plpgsql set search_path = pg_catalog, pg_temp as $$

@@ -147,7 +147,7 @@ comment on trigger _400_start_held_intent on bitrix_sync.workflow_instances is
 
 
 create or replace function bitrix_sync.claim_workflows(
-  p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
+  p_worker text, p_limit integer, p_lease interval
 ) returns setof bitrix_sync.workflow_instances
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin

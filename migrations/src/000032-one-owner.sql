@@ -8,9 +8,29 @@
 -- - due_commands(): the pump's backlog query, beside claim_commands() whose rows it counts.
 -- - The comments of the command functions say what src/workflows/decide/unanswered-write.ts decides
 --   for a write that got no answer.
+-- - Parameter defaults that copied numbers the service owns go (the claim sizes and lease of the
+--   settings, the limiter's adaptive constants of src/crm/limiter.ts): the service passes every
+--   argument, and so does the previous release, so one side owns each number. CREATE OR REPLACE
+--   cannot remove a default: each function is dropped here and created again by its sql/ file below,
+--   in this transaction, with the same signature, comment and grants.
 set local lock_timeout = '10s';
 
+drop function if exists bitrix_sync.claim_commands(text, integer, interval);
+drop function if exists bitrix_sync.claim_sync_tasks(text, integer, interval);
+drop function if exists bitrix_sync.claim_webhooks(text, integer, interval, text);
+drop function if exists bitrix_sync.claim_workflows(text, integer, interval);
+drop function if exists bitrix_sync.alerts_to_look_up(integer);
+drop function if exists bitrix_sync.acquire_crm_request(text, text, double precision, integer, integer, integer,
+  double precision);
+drop function if exists bitrix_sync.acquire_spare_crm_request(text, text, double precision, integer, integer,
+  double precision, integer, double precision);
+drop function if exists bitrix_sync.note_crm_answered(text, double precision, double precision);
+drop function if exists bitrix_sync.note_rate_limited(text, double precision, double precision, integer,
+  double precision);
+
 -- #include sql/retry.sql
+-- #include sql/limiter.sql
+-- #include sql/alert_mirror.sql
 -- #include sql/commands.sql
 -- #include sql/queue.sql
 -- #include sql/webhooks.sql

@@ -9,8 +9,8 @@ import { RECEIVER_BASE_PATH, receiverRoutes } from "../inbound/routes.js";
 import { secretMatcher } from "../inbound/token.js";
 import type { Logger } from "../observability/logger.js";
 import { registry } from "../observability/metrics.js";
-import { collectScrape } from "../observability/scrape.js";
 import { API_PATHS, LiveBody } from "./api.js";
+import { collectScrape } from "./scrape.js";
 import { cachedReadiness, readiness, type StatusSource, statusDocument } from "./status.js";
 
 export interface AppDeps {

@@ -4,7 +4,7 @@
 // from elsewhere. This file holds what the process counts as things happen; what the database and
 // the process state say is read at scrape time (scrape.ts). docs/observability.md lists every family.
 import { Counter, Histogram, Registry } from "prom-client";
-import { RECEIVERS } from "../inbound/config.js";
+import { RECEIVERS } from "../config/receivers.js";
 
 export const registry = new Registry();
 

@@ -43,10 +43,10 @@ test.serial(
     ]);
     await db.pool.query("select * from bitrix_sync.accept_webhooks('{contact}', '{3}', '{77}', '{null}')");
     const claims = [
-      "select * from bitrix_sync.claim_sync_tasks('w', 100)",
-      "select * from bitrix_sync.claim_workflows('w', 100)",
-      "select * from bitrix_sync.claim_commands('w', 100)",
-      "select * from bitrix_sync.claim_webhooks('w', 100)",
+      "select * from bitrix_sync.claim_sync_tasks('w', 100, interval '60 seconds')",
+      "select * from bitrix_sync.claim_workflows('w', 100, interval '60 seconds')",
+      "select * from bitrix_sync.claim_commands('w', 100, interval '60 seconds')",
+      "select * from bitrix_sync.claim_webhooks('w', 100, interval '60 seconds')",
       "select * from bitrix_sync.claim_reconciliation_cursor('contacts', '0 seconds', true)",
     ];
     for (const sql of claims) {
@@ -141,14 +141,24 @@ test.serial(
       ["pending"],
       "running it twice changes nothing more",
     );
-    const claimedAfter = await db.pool.query("select entity_id from bitrix_sync.claim_sync_tasks('w', 100)");
+    const claimedAfter = await db.pool.query(
+      "select entity_id from bitrix_sync.claim_sync_tasks('w', 100, interval '60 seconds')",
+    );
     t.deepEqual(
       claimedAfter.rows.map((row) => row.entity_id),
       [after.id],
     );
     // The gate is open for the rest: the waiting webhook and workflow are claimed now.
-    t.is((await db.pool.query("select * from bitrix_sync.claim_webhooks('w', 100)")).rows.length, 1);
-    t.is((await db.pool.query("select * from bitrix_sync.claim_workflows('w', 100)")).rows.length, 1);
+    t.is(
+      (await db.pool.query("select * from bitrix_sync.claim_webhooks('w', 100, interval '60 seconds')")).rows
+        .length,
+      1,
+    );
+    t.is(
+      (await db.pool.query("select * from bitrix_sync.claim_workflows('w', 100, interval '60 seconds')")).rows
+        .length,
+      1,
+    );
   },
 );
 

@@ -4,8 +4,8 @@
 // horizon of its own, and the open-DLQ gauge counts unacknowledged entries only.
 import { randomUUID } from "node:crypto";
 import test from "ava";
+import { collectScrape } from "../../src/http/scrape.js";
 import { registry } from "../../src/observability/metrics.js";
-import { collectScrape } from "../../src/observability/scrape.js";
 import {
   alertWithDeadUpdate,
   asRole,

@@ -3,9 +3,9 @@
 // fixes the rights, requeues the dead letter from psql, and the same workflow starts over and
 // finishes, readiness recovers, and the open-DLQ gauge is back where it was.
 import test from "ava";
+import { collectScrape } from "../../src/http/scrape.js";
 import { readiness } from "../../src/http/status.js";
 import { registry } from "../../src/observability/metrics.js";
-import { collectScrape } from "../../src/observability/scrape.js";
 import { asRole } from "../helpers/dead-letters.js";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";

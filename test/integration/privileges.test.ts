@@ -62,7 +62,9 @@ test("bitrix_sync_user writes CRM-master profile fields but not the phone or any
 test("bitrix_sync_user processes the queue through the lease functions", async (t) => {
   await makeUser(db.pool);
   await asRole("bitrix_sync_user", async (c) => {
-    const { rows } = await c.query("select * from bitrix_sync.claim_sync_tasks('w', 5)");
+    const { rows } = await c.query(
+      "select * from bitrix_sync.claim_sync_tasks('w', 5, interval '60 seconds')",
+    );
     t.true(rows.length >= 1);
     await c.query("select bitrix_sync.complete_sync_task($1, $2)", [rows[0].id, rows[0].lease_token]);
   });
@@ -111,7 +113,7 @@ test("bitrix_sync_admin cannot write mapping rows; it may request a rebind and r
     "select * from bitrix_sync.workflow_instances",
     "select * from bitrix_sync.crm_commands",
     `select bitrix_sync.open_mapping('${u.id}', '42', null)`,
-    "select * from bitrix_sync.claim_sync_tasks('admin', 1)",
+    "select * from bitrix_sync.claim_sync_tasks('admin', 1, interval '60 seconds')",
     "update bitrix_sync.settings_versions set status = 'active'",
   ]) {
     await rejectsWith(
@@ -489,7 +491,7 @@ test("bitrix_sync_user runs the alert path and the dead-letter path with its col
     await c.query("select bitrix_sync.finish_business_alert($1, 'resolved')", [id]);
     // A queue intent that dead-letters writes its technical DLQ row.
     const { rows: q } = await c.query<{ id: string; lease_token: string }>(
-      "select id, lease_token from bitrix_sync.claim_sync_tasks('w', 100) where entity_id = $1",
+      "select id, lease_token from bitrix_sync.claim_sync_tasks('w', 100, interval '60 seconds') where entity_id = $1",
       [u.id],
     );
     const { rows: d } = await c.query<{ status: string }>(

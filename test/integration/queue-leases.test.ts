@@ -259,7 +259,7 @@ test.serial("a hand-written UPDATE that skips an edge is refused by the guard tr
 test.serial("claim refuses nonsensical limits with a hint", async (t) => {
   const err = await rejectsWith(
     t,
-    db.pool.query("select * from bitrix_sync.claim_sync_tasks('w', 0)"),
+    db.pool.query("select * from bitrix_sync.claim_sync_tasks('w', 0, interval '60 seconds')"),
     "BS004",
   );
   t.truthy(err.hint);

@@ -63,7 +63,7 @@ async function processedWebhooks(entityId: string, n: number, daysAgo: number): 
   }
   const claimed = await one<{ id: string; lease_token: string }>(
     db.pool,
-    "select id, lease_token from bitrix_sync.claim_webhooks('retention-test', 1000) where entity_id = $1",
+    "select id, lease_token from bitrix_sync.claim_webhooks('retention-test', 1000, interval '60 seconds') where entity_id = $1",
     [entityId],
   );
   await db.pool.query("select bitrix_sync.complete_webhook($1, $2, 'applied')", [

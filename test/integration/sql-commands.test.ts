@@ -172,7 +172,11 @@ test.serial("claim_commands leases due pending commands with new tokens", async 
   t.truthy(mine?.locked_until);
   // Leased and unexpired: nobody else gets it.
   t.false((await claim(db.pool, "pump-2")).some((c) => c.id === cmd.id));
-  await rejectsWith(t, db.pool.query("select * from bitrix_sync.claim_commands('p', 0)"), "BS004");
+  await rejectsWith(
+    t,
+    db.pool.query("select * from bitrix_sync.claim_commands('p', 0, interval '60 seconds')"),
+    "BS004",
+  );
 });
 
 test.serial("two connections claiming at once never get the same command", async (t) => {
