@@ -1,4 +1,5 @@
--- CRM rate limiter (§8, §9), shared by every replica through PostgreSQL. The TypeScript side
+-- CRM rate limiter (§8, §9), shared by every replica through PostgreSQL: one bucket row per portal,
+-- refilled and taken under its row lock in acquire_crm_request(), and in-flight slots that expire. The TypeScript side
 -- (src/crm/limiter.ts) calls acquire_crm_request() before each HTTP request and
 -- release_crm_request() after it; replies feed note_rate_limited(), note_method_blocked() and
 -- note_crm_operating(). Settings (rate, burst, in-flight cap) come in as parameters, read by the

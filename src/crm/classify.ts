@@ -1,3 +1,9 @@
+// A 503, and every other failure, is classified here. QUERY_LIMIT_EXCEEDED (503) is transient, spends
+// no attempt and lowers the limiter's rate; OVERLOAD_LIMIT (503) is transient with the normal
+// backoff. Any other 5xx is transient on a read (the pump retries it with backoff until the 24 h
+// horizon) and uncertain on a write: what follows, and when it gives up, is
+// ../workflows/decide/unanswered-write.ts.
+//
 // The one place where a CRM reply, a transport failure or a data problem becomes a failure kind
 // (§9). Callers switch exhaustively on `kind`; `code` is a fixed snake_case word that is safe for
 // logs, the database and metric labels. Raw descriptions never leave this module.

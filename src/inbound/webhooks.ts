@@ -1,6 +1,11 @@
-// Processing of accepted robot webhooks (§10.1–§10.3): the webhooks lane of the sync loop claims
-// the inbox rows of each receiver. A Contact event reads the Contact by ID and applies it to the App;
-// an alert event refreshes the smart-process item's alert (src/alerts/items.ts).
+// A robot webhook to an App update (§10.1–§10.3, §5.5): the receiver (./routes.ts) checks the request
+// and only records the event in bitrix_sync.webhook_inbox (coalesced per Contact); this file is the
+// rest. The webhooks lane of the sync loop claims the inbox rows, reads every Contact of the round by
+// ID in one batch (the webhook's body is never trusted for data), and applies each to the App in its
+// own transaction (./apply-contact.ts: a read older than the snapshot changes nothing, a held link
+// applies nothing). A failed read is retried with backoff until the horizon (a permanent failure is dead-lettered at
+// once).
+// An alert event refreshes the smart-process item's alert (src/alerts/items.ts).
 //
 // Each claimed event is a span (bitrix_sync.inbox.process) under the context its receiver request
 // stored with it; the one CRM read that serves a round's events links to all of them.
