@@ -53,7 +53,7 @@ export const FAILURE_CODES = [
 export type FailureCode = (typeof FAILURE_CODES)[number];
 
 /**
- * Codes the pump's hydration refuses a command with before sending it (src/workflows/command-io.ts):
+ * Codes the pump's hydration refuses a command with before sending it (src/workflows/command-payloads.ts):
  * the App's user is no longer eligible, or the command's parameters are broken.
  */
 export const HYDRATION_CODES = ["invalid_params", "invalid_phone", "user_not_eligible"] as const;

@@ -19,7 +19,7 @@ import {
   traceparentOf,
   withSpan,
 } from "../observability/tracing.js";
-import { stepConcurrency } from "./stepper.js";
+import { stepConcurrency } from "./step-lane.js";
 
 interface QueueRow {
   id: string;

@@ -34,7 +34,7 @@ import {
   NotReady,
   projectionOnly,
   projectResult,
-} from "./command-io.js";
+} from "./command-payloads.js";
 import type { CommandRow } from "./types.js";
 
 /** Due commands waiting (including expired leases to recover), and how long the oldest has waited (ms). */
