@@ -63,7 +63,7 @@ export type HydrationCode = (typeof HYDRATION_CODES)[number];
  * Failures of the portal as a whole rather than of one command: server errors, lost or refused
  * connections, replies that are not JSON, limit refusals. A batch failing with one of these marks the
  * portal down for its process, and retries waiting for one of them are brought forward when the
- * portal answers again (bring_forward_commands; src/workflows/pump.ts).
+ * portal answers again (bring_forward_commands; src/workflows/pump-portal.ts).
  */
 export const PORTAL_WIDE_CODES: readonly FailureCode[] = [
   "connect_failed",
