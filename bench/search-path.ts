@@ -151,7 +151,11 @@ const sites: CallSite[] = [
     name: "claim_workflows on an empty backlog from the client (cutover_performed)",
     functions: ["bitrix_sync.cutover_performed()"],
     calls: CALLS,
-    run: clientCalls("select * from bitrix_sync.claim_workflows($1, 10)", ["bench"], CALLS),
+    run: clientCalls(
+      "select * from bitrix_sync.claim_workflows($1, 10, interval '60 seconds')",
+      ["bench"],
+      CALLS,
+    ),
   },
   {
     name: "active_mapping_for_contact from the client (the webhooks lane, per Contact)",

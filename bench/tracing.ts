@@ -78,7 +78,7 @@ const UNITS: Unit[] = [
       ),
   },
   {
-    // src/workflows/stepper.ts + step/core.ts: the step span under the stored intake context.
+    // src/workflows/step-lane.ts + step/core.ts: the step span under the stored intake context.
     name: "workflow step",
     bare: async () => {
       await body();

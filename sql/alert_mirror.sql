@@ -66,7 +66,7 @@ end $$;
 comment on function bitrix_sync.recover_alert_command(bigint, interval) is
   'An unanswered alert command: uncertain -> reconcile. An alert.add then waits for a lookup of its item; an alert.update goes on to retry_wait after p_delay, or to dead_letter (retry_horizon_exceeded, technical DLQ row, alert failed) past its horizon. Returns null when the command is not uncertain any more (another lane took it).';
 
-create or replace function bitrix_sync.alerts_to_look_up(p_limit integer default 20)
+create or replace function bitrix_sync.alerts_to_look_up(p_limit integer)
 returns table (alert_id bigint, alert_number bigint, alert_type text, fingerprint text)
 language sql stable set search_path = pg_catalog, pg_temp as $$
   select a.id, a.alert_number, a.alert_type::text, a.fingerprint::text

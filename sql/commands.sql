@@ -1,6 +1,9 @@
 -- CRM commands (§7.2, §8, §9): issued by a workflow step, claimed by the pump under a lease,
 -- marked in_flight (the durable "send started" marker) before the HTTP batch leaves, and completed
--- per sub-result. A write with no reply becomes uncertain and is never resent blindly.
+-- per sub-result. A write with no reply becomes uncertain and is never resent blindly: its workflow
+-- decides (src/workflows/decide/unanswered-write.ts) to search for a create, read again before a
+-- non-idempotent write, or resend an idempotent one, each after the late execution could have landed
+-- and after the command's backoff.
 -- Fenced single-row statements test the state with IS NOT DISTINCT FROM (or wrap an IN list in
 -- IS TRUE), never with a bare = or IN (issue 14). Same result for these NOT NULL columns, but the
 -- planner cannot prove a partial index's predicate from it, so the row is found by its primary key.
@@ -84,7 +87,7 @@ comment on function bitrix_sync.issue_alert_command(bigint, text, jsonb) is
   'Queues a smart-process command for a business alert; independent of workflow steps (§7.1).';
 
 create or replace function bitrix_sync.claim_commands(
-  p_worker text, p_limit integer default 20, p_lease interval default interval '60 seconds'
+  p_worker text, p_limit integer, p_lease interval
 ) returns setof bitrix_sync.crm_commands
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
@@ -152,6 +155,23 @@ end $$;
 comment on function bitrix_sync.claim_commands(text, integer, interval) is
   'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover().';
 
+create or replace function bitrix_sync.due_commands()
+returns table (due integer, adds integer, oldest_ms double precision)
+language sql stable set search_path = pg_catalog, pg_temp as $$
+  -- What claim_commands() would take now: due pending and retry_wait rows, and the leases of holders
+  -- that died (it recovers those: uncertain writes, retried reads). Nothing before the cutover, as
+  -- claim_commands(): the pump takes no limiter permit for a claim of nothing.
+  select count(*)::integer,
+         (count(*) filter (where c.command_type = 'contact.add'))::integer,
+         (extract(epoch from now() - min(greatest(c.created_at, c.next_attempt_at))) * 1000)::double precision
+    from bitrix_sync.crm_commands c
+   where ((c.status in ('pending', 'retry_wait') and c.next_attempt_at <= now())
+          or (c.status in ('leased', 'in_flight') and c.locked_until < now()))
+     and bitrix_sync.cutover_performed()
+$$;
+comment on function bitrix_sync.due_commands() is
+  'The pump''s backlog: commands claim_commands() would take now (due, and expired leases it recovers), how many of them are creates, and how long the oldest has waited (ms; null when none). Nothing before perform_cutover().';
+
 create or replace function bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid)
 returns setof bigint
 language plpgsql set search_path = pg_catalog, pg_temp as $$
@@ -160,16 +180,12 @@ begin
     raise exception 'send_commands needs one lease token per command id'
       using errcode = 'BS004', hint = 'Pass the ids and tokens returned by claim_commands(), in the same order.';
   end if;
-  -- The horizon of _retry_deadline(), read once for the batch instead of once per row.
   return query
-  with h as materialized (
-    select make_interval(secs => (bitrix_sync._active_setting('retry.horizon_sec') #>> '{}')::double precision) as horizon
-  )
   update bitrix_sync.crm_commands c
      set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
          first_sent_at = coalesce(c.first_sent_at, now()),
-         deadline_at = coalesce(c.first_sent_at, now()) + h.horizon
-    from unnest(p_ids, p_lease_tokens) as t(id, token), h
+         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now()))
+    from unnest(p_ids, p_lease_tokens) as t(id, token)
    where c.id = t.id and c.status is not distinct from 'leased' and c.lease_token = t.token
   returning c.id;
 end $$;
@@ -336,12 +352,9 @@ begin
          lease_token = null, locked_by = null, locked_until = null
    where id = p_row.id
   returning * into v_row;
-  insert into bitrix_sync.technical_dead_letters
-    (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error,
-     attempt_count, first_attempt_at, deadline_at, correlation_id)
-  values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type, p_error_code,
-          p_http_status, left(p_bitrix_error, 64), v_row.attempt_count - v_row.limit_hits,
-          v_first, v_row.deadline_at, v_row.correlation_id);
+  perform bitrix_sync._dead_letter('crm_command', v_row.id::text, v_row.command_type, p_error_code,
+    v_row.attempt_count - v_row.limit_hits, v_first, v_row.workflow_id, v_row.id, v_row.correlation_id,
+    p_http_status, p_bitrix_error);
   if v_row.workflow_id is not null then
     perform bitrix_sync._wake_workflow(v_row.workflow_id);
   end if;
@@ -424,7 +437,7 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.mark_command_uncertain(bigint, uuid, text) is
-  'in_flight -> uncertain: the request left and no reply came. The workflow recovers by searching, never by resending. Refuses stale tokens (BS001).';
+  'in_flight -> uncertain: the request left and no reply came. The workflow decides (decide/unanswered-write.ts): a create is searched for, a non-idempotent write read again, an idempotent one resent, never before a late execution could have landed and the backoff passed. Refuses stale tokens (BS001).';
 
 create or replace function bitrix_sync.dead_letter_command(
   p_id bigint, p_lease_token uuid, p_error_code text, p_http_status integer default null,
@@ -505,13 +518,10 @@ begin
         update bitrix_sync.crm_commands
            set status = 'dead_letter', completed_at = now(), last_error_code = 'retry_horizon_exceeded'
          where id = p_id returning * into v_row;
-        insert into bitrix_sync.technical_dead_letters
-          (source, source_id, workflow_id, command_id, operation, error_code, attempt_count, first_attempt_at,
-           deadline_at, correlation_id)
-        values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type,
-                'retry_horizon_exceeded', v_row.attempt_count - v_row.limit_hits,
-                bitrix_sync._command_first_attempt(v_row),
-                bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)), v_row.correlation_id);
+        perform bitrix_sync._dead_letter('crm_command', v_row.id::text, v_row.command_type,
+          'retry_horizon_exceeded', v_row.attempt_count - v_row.limit_hits,
+          bitrix_sync._command_first_attempt(v_row), v_row.workflow_id, v_row.id, v_row.correlation_id,
+          null, null);
         return v_row;
       end if;
       update bitrix_sync.crm_commands
@@ -528,12 +538,9 @@ begin
       perform bitrix_sync._check_code(p_error_code);
       update bitrix_sync.crm_commands set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code
        where id = p_id returning * into v_row;
-      insert into bitrix_sync.technical_dead_letters
-        (source, source_id, workflow_id, command_id, operation, error_code, attempt_count, first_attempt_at,
-         deadline_at, correlation_id)
-      values ('crm_command', v_row.id::text, v_row.workflow_id, v_row.id, v_row.command_type, p_error_code,
-              v_row.attempt_count - v_row.limit_hits, bitrix_sync._command_first_attempt(v_row),
-              bitrix_sync._retry_deadline(bitrix_sync._command_first_attempt(v_row)), v_row.correlation_id);
+      perform bitrix_sync._dead_letter('crm_command', v_row.id::text, v_row.command_type, p_error_code,
+        v_row.attempt_count - v_row.limit_hits, bitrix_sync._command_first_attempt(v_row),
+        v_row.workflow_id, v_row.id, v_row.correlation_id, null, null);
     else
       raise exception 'reconcile outcome must be succeeded, retry, superseded or dead_letter, got %', p_outcome
         using errcode = 'BS004', hint = 'See §7.2: reconcile -> succeeded | retry_wait | dead_letter.';

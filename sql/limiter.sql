@@ -1,4 +1,5 @@
--- CRM rate limiter (§8, §9), shared by every replica through PostgreSQL. The TypeScript side
+-- CRM rate limiter (§8, §9), shared by every replica through PostgreSQL: one bucket row per portal,
+-- refilled and taken under its row lock in acquire_crm_request(), and in-flight slots that expire. The TypeScript side
 -- (src/crm/limiter.ts) calls acquire_crm_request() before each HTTP request and
 -- release_crm_request() after it; replies feed note_rate_limited(), note_method_blocked() and
 -- note_crm_operating(). Settings (rate, burst, in-flight cap) come in as parameters, read by the
@@ -23,7 +24,7 @@ create or replace function bitrix_sync.acquire_crm_request(
   p_burst integer,
   p_max_in_flight integer,
   p_slot_ttl_ms integer,
-  p_recovery_per_sec double precision default 0.05
+  p_recovery_per_sec double precision
 ) returns table (granted boolean, slot_id uuid, wait_ms integer, tokens double precision,
                  rate double precision, in_flight integer, decided_at timestamptz)
 language plpgsql set search_path = pg_catalog, pg_temp as $$
@@ -103,10 +104,10 @@ comment on function bitrix_sync.release_crm_request(uuid) is
 
 create or replace function bitrix_sync.note_rate_limited(
   p_bucket text,
-  p_decrease double precision default 0.5,
-  p_min_factor double precision default 0.1,
-  p_cooldown_ms integer default 1000,
-  p_recovery_per_sec double precision default 0.05
+  p_decrease double precision,
+  p_min_factor double precision,
+  p_cooldown_ms integer,
+  p_recovery_per_sec double precision
 ) returns double precision
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
@@ -146,8 +147,8 @@ comment on function bitrix_sync.note_rate_limited(text, double precision, double
 
 create or replace function bitrix_sync.note_crm_answered(
   p_bucket text,
-  p_increase double precision default 4,
-  p_recovery_per_sec double precision default 0.05
+  p_increase double precision,
+  p_recovery_per_sec double precision
 ) returns double precision
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
@@ -277,7 +278,7 @@ create or replace function bitrix_sync.acquire_spare_crm_request(
   p_max_in_flight integer,
   p_share double precision,
   p_slot_ttl_ms integer,
-  p_recovery_per_sec double precision default 0.05
+  p_recovery_per_sec double precision
 ) returns table (granted boolean, slot_id uuid, wait_ms integer)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column

@@ -25,7 +25,7 @@ comment on function bitrix_sync._refuse_stale(text, text) is
   'Raises BS001 for a completion that does not present the current lease token (a stale holder).';
 
 create or replace function bitrix_sync.claim_sync_tasks(
-  p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
+  p_worker text, p_limit integer, p_lease interval
 ) returns setof han_app.sync_queue
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
@@ -143,10 +143,8 @@ begin
    where id = p_row.id
   returning * into v_row;
   -- The intent's first attempt is its arrival: it is claimed as soon as it is due.
-  insert into bitrix_sync.technical_dead_letters
-    (source, source_id, operation, error_code, attempt_count, first_attempt_at, deadline_at)
-  values ('sync_queue', v_row.id::text, v_row.task_type, p_error_code, v_row.attempt_count, v_row.created_at,
-          bitrix_sync._retry_deadline(v_row.created_at));
+  perform bitrix_sync._dead_letter('sync_queue', v_row.id::text, v_row.task_type, p_error_code,
+    v_row.attempt_count, v_row.created_at, null, null, null, null, null);
   return v_row;
 end $$;
 comment on function bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue, text) is

@@ -29,7 +29,7 @@ comment on function bitrix_sync.record_webhook(text, integer, text, inet, text, 
   'Durable insert of an accepted webhook (status received). With a stable event_id a duplicate is dropped and null is returned.';
 
 create or replace function bitrix_sync.claim_webhooks(
-  p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds',
+  p_worker text, p_limit integer, p_lease interval,
   p_receiver text default null
 ) returns setof bitrix_sync.webhook_inbox
 language plpgsql set search_path = pg_catalog, pg_temp as $$
@@ -131,10 +131,8 @@ begin
      set status = 'processed', outcome = 'coalesced_into_dead_letter', processed_at = now(), status_at = now()
    where coalesced_into = p_row.id and status = 'coalesced';
   -- An event is first attempted when it arrives: the receiver wakes the processor at once.
-  insert into bitrix_sync.technical_dead_letters
-    (source, source_id, operation, error_code, attempt_count, first_attempt_at, deadline_at)
-  values ('webhook', v_row.id::text, 'webhook.' || v_row.receiver, p_error_code, v_row.attempt_count,
-          v_row.received_at, bitrix_sync._retry_deadline(v_row.received_at));
+  perform bitrix_sync._dead_letter('webhook', v_row.id::text, 'webhook.' || v_row.receiver, p_error_code,
+    v_row.attempt_count, v_row.received_at, null, null, null, null, null);
   return v_row;
 end $$;
 comment on function bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox, text) is

@@ -147,7 +147,7 @@ comment on trigger _400_start_held_intent on bitrix_sync.workflow_instances is
 
 
 create or replace function bitrix_sync.claim_workflows(
-  p_worker text, p_limit integer default 10, p_lease interval default interval '60 seconds'
+  p_worker text, p_limit integer, p_lease interval
 ) returns setof bitrix_sync.workflow_instances
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
@@ -364,11 +364,9 @@ begin
   if now() + greatest(p_delay, interval '0') > v_deadline then
     v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'fail',
                jsonb_build_object('last_error_code', 'retry_horizon_exceeded', 'outcome', 'failed'));
-    insert into bitrix_sync.technical_dead_letters
-      (source, source_id, workflow_id, operation, error_code, attempt_count, first_attempt_at, deadline_at,
-       correlation_id)
-    values ('workflow', v_row.id::text, v_row.id, v_row.workflow_type, 'retry_horizon_exceeded',
-            v_row.attempt_count, bitrix_sync._workflow_first_attempt(v_row), v_deadline, v_row.correlation_id);
+    perform bitrix_sync._dead_letter('workflow', v_row.id::text, v_row.workflow_type, 'retry_horizon_exceeded',
+      v_row.attempt_count, bitrix_sync._workflow_first_attempt(v_row), v_row.id, null, v_row.correlation_id,
+      null, null);
   else
     v_row := bitrix_sync.fire_workflow_event(p_id, p_lease_token, 'schedule_retry',
                jsonb_build_object('last_error_code', p_error_code,

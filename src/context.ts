@@ -3,7 +3,7 @@
 import type pg from "pg";
 import type { CrmDeps } from "./crm/batch.js";
 import type { CitizenshipDictionary } from "./crm/contact-fields.js";
-import type { HealthState } from "./observability/health.js";
+import type { HealthState } from "./health/state.js";
 import type { Logger } from "./observability/logger.js";
 import type { Settings } from "./settings-schema.js";
 

@@ -13,7 +13,7 @@
 //   - 64 hex characters: plain SHA-256, written before the key existed.
 // `matchesPiiHash` compares a stored hash of any form with a value. Where a legacy hash and the value
 // it covers are at hand it is rewritten (the phone entry bitrix-sync wrote,
-// src/workflows/command-io.ts; the snapshots' phones against the App's, src/maintenance/rekey.ts).
+// src/workflows/command-payloads.ts; the snapshots' phones against the App's, src/maintenance/rekey.ts).
 // Migration 000029 cleared the unkeyed ones whose value is never at hand (bitrix_sync.
 // clear_unkeyed_hashes()): a snapshot's name or e-mail hash then reads "cleared", which matches
 // nothing and tells reconciliation that the value before is unknown (CLEARED_HASH).

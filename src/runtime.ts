@@ -8,8 +8,8 @@ import type { ServiceContext } from "./context.js";
 import { type Crm, type CrmDeps, createCrm, createPortalLimiter } from "./crm/index.js";
 import { createPool } from "./db/pools.js";
 import { configureHashKey } from "./hash.js";
-import { dictionaryObserver } from "./observability/dictionary.js";
-import { HealthState, observedClient } from "./observability/health.js";
+import { dictionaryObserver } from "./health/dictionary.js";
+import { HealthState, observedClient } from "./health/state.js";
 import { createLogger, type Logger } from "./observability/logger.js";
 import { createSettingsCache, type SettingsCache } from "./settings-cache.js";
 

@@ -18,7 +18,7 @@ import { withSearchPath } from "./db/search-path.js";
 import { processAlertWebhooks, processContactWebhooks } from "./inbound/webhooks.js";
 import { runIntake } from "./workflows/intake.js";
 import { startPump } from "./workflows/pump.js";
-import { runWorkflows } from "./workflows/stepper.js";
+import { runWorkflows } from "./workflows/step-lane.js";
 
 export interface LoopOptions {
   /** Stop starting new rounds after this long (the task's run budget). */

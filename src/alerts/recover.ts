@@ -5,7 +5,7 @@
 // ever sent again, so one alert never gets two smart-process items. src/sync-loop.ts runs this with
 // the mirror in the workflows lane.
 import type pg from "pg";
-import { retryDelayMs } from "../crm/backoff.js";
+import { attemptsSpent, backoffDelayMs } from "../crm/backoff.js";
 import type { Logger } from "../observability/logger.js";
 import type { Settings } from "../settings-schema.js";
 import { type AlertSettings, alertTitle, mirrorsToCrm } from "./mirror.js";
@@ -49,7 +49,7 @@ export async function runAlertRecovery(
     [ALERT_TYPES, limit],
   );
   for (const c of unanswered) {
-    const delayMs = retryDelayMs(Math.max(0, c.attempt_count - c.limit_hits - 1), s.retry);
+    const delayMs = backoffDelayMs(attemptsSpent(c), s.retry);
     const { rows } = await pool.query<{ status: string | null; command_type: string | null }>(
       "select status, command_type from bitrix_sync.recover_alert_command($1, make_interval(secs => $2))",
       [c.id, delayMs / 1000],

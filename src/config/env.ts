@@ -4,6 +4,7 @@ import { isAbsolute } from "node:path";
 import { z } from "zod";
 import { type Cidr, type CidrRules, parseCidrList } from "./cidr.js";
 import { toRestFieldName } from "./fields.js";
+import type { ConfigProblem } from "./problem.js";
 import { loadSecrets, type Secrets, secretLocation } from "./secrets.js";
 import { tokenProblems } from "./tokens.js";
 
@@ -93,12 +94,6 @@ export interface Config {
 }
 
 /** One thing wrong with the configuration; `text` starts with the variable's name. */
-export interface ConfigProblem {
-  variable: string;
-  /** invalid: a value is wrong or missing; secret_missing: a required secret is absent. */
-  kind: "invalid" | "secret_missing";
-  text: string;
-}
 
 export class ConfigError extends Error {
   override name = "ConfigError";

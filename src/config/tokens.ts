@@ -2,7 +2,7 @@
 // token travels in a URL (the robots' query string) or a header, so it is URL-safe; it is long
 // enough not to be guessed; and no two of them are equal, so a leaked one opens one door only and a
 // rotation really replaces the old value. Messages name the variables, never a value or a length.
-import type { ConfigProblem } from "./env.js";
+import type { ConfigProblem } from "./problem.js";
 import type { Secrets } from "./secrets.js";
 
 /** The secrets these rules apply to, whenever they are present. */

@@ -1,3 +1,9 @@
+// A 503, and every other failure, is classified here. QUERY_LIMIT_EXCEEDED (503) is transient, spends
+// no attempt and lowers the limiter's rate; OVERLOAD_LIMIT (503) is transient with the normal
+// backoff. Any other 5xx is transient on a read (the pump retries it with backoff until the 24 h
+// horizon) and uncertain on a write: what follows, and when it gives up, is
+// ../workflows/decide/unanswered-write.ts.
+//
 // The one place where a CRM reply, a transport failure or a data problem becomes a failure kind
 // (§9). Callers switch exhaustively on `kind`; `code` is a fixed snake_case word that is safe for
 // logs, the database and metric labels. Raw descriptions never leave this module.
@@ -45,6 +51,51 @@ export const FAILURE_CODES = [
   "unknown_citizenship",
 ] as const;
 export type FailureCode = (typeof FAILURE_CODES)[number];
+
+/**
+ * Codes the pump's hydration refuses a command with before sending it (src/workflows/command-payloads.ts):
+ * the App's user is no longer eligible, or the command's parameters are broken.
+ */
+export const HYDRATION_CODES = ["invalid_params", "invalid_phone", "user_not_eligible"] as const;
+export type HydrationCode = (typeof HYDRATION_CODES)[number];
+
+/**
+ * Failures of the portal as a whole rather than of one command: server errors, lost or refused
+ * connections, replies that are not JSON, limit refusals. A batch failing with one of these marks the
+ * portal down for its process, and retries waiting for one of them are brought forward when the
+ * portal answers again (bring_forward_commands; src/workflows/pump-portal.ts).
+ */
+export const PORTAL_WIDE_CODES: readonly FailureCode[] = [
+  "connect_failed",
+  "connect_timeout",
+  "connection_lost",
+  "dns_failure",
+  "malformed_reply",
+  "query_limit_exceeded",
+  "rate_limited",
+  "request_timeout",
+  "server_error",
+  "timeout_no_reply",
+  "tls_failure",
+];
+
+/** A failure of the portal as a whole (PORTAL_WIDE_CODES). */
+export function isPortalWide(code: string): boolean {
+  return (PORTAL_WIDE_CODES as readonly string[]).includes(code);
+}
+
+/**
+ * Codes of command failures that are business problems for a person, not technical ones (§9): the
+ * workflow stops its pass, whatever step was waiting (src/workflows/decide/pass.ts, businessStop).
+ */
+export const BUSINESS_CODES: ReadonlySet<FailureCode | HydrationCode> = new Set([
+  "invalid_phone",
+  "unknown_citizenship",
+  "user_not_eligible",
+] as const);
+
+/** Codes meaning the Contact (or item) does not exist (legacy replies carry an empty error code). */
+export const NOT_FOUND_CODES: ReadonlySet<FailureCode> = new Set(["not_found"] as const);
 
 /** The classifier's verdict on one command. */
 export interface Classification {

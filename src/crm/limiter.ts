@@ -1,6 +1,7 @@
-// Rate limiting towards the portal (§8, §9). The portal's budget is per portal and source IP, so
-// every replica draws from one token bucket kept in PostgreSQL (sql/limiter.sql), together with a
-// cap on HTTP requests in flight whose slots expire on their own when a holder dies. A request is
+// The limiter across replicas (§8, §9): the portal's budget is per portal and source IP, so every
+// replica draws from one token bucket kept in PostgreSQL (sql/limiter.sql: one row per portal, taken
+// under a row lock by acquire_crm_request), together with a cap on HTTP requests in flight whose
+// slots expire on their own when a holder dies. No replica keeps a bucket of its own. A request is
 // sent only with a token and a slot; a slow request holds its slot, not the bucket, so another can
 // go while a token and a slot are free. After QUERY_LIMIT_EXCEEDED the rate is cut and then climbs
 // back linearly; OPERATION_TIME_LIMIT blocks only its method until the portal's reset time.

@@ -5,7 +5,7 @@
 // What still fails comes back as its failure; every other result is kept. Only reads: a write sent
 // twice is never safe here (the workflows own writes, with their uncertain state).
 import type { Link } from "@opentelemetry/api";
-import { type RetrySettings, retryDelayMs } from "./backoff.js";
+import { backoffDelayMs, type RetrySettings } from "./backoff.js";
 import { type CommandOutcome, type CrmDeps, executeBatch, MAX_BATCH_SIZE } from "./batch.js";
 import { type CrmCommand, isWrite } from "./catalogue.js";
 
@@ -70,7 +70,7 @@ export async function readBatches(
     for (const k of todo) {
       const o = out[k] as CommandOutcome;
       if (o.ok || o.failure.kind !== "transient") continue;
-      const delay = retryDelayMs(attempt, opts.retry, o.failure.retryAfterMs);
+      const delay = backoffDelayMs(attempt + 1, opts.retry, o.failure.retryAfterMs);
       if (delay > opts.maxDelayMs) continue;
       wait = Math.max(wait, delay);
       again.push(k);

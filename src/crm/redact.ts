@@ -1,27 +1,6 @@
-// Secrets and PII must not reach logs, traces, metric labels or error messages (§2.10, §9, §15).
-// The CRM code never puts the webhook URL, a body or a reply into an error; these helpers are for
-// the few places where a person-readable hint is still useful, and for tests that grep for leaks.
+// The errors a CRM call raises (§9): they carry the classification only. The CRM code never puts the
+// webhook URL, a body or a reply into an error; masking for logs is ../observability/redact.ts.
 import type { Classification, FailureCode, FailureKind } from "./classify.js";
-
-/**
- * Masks a PII value to its first two and last two readable characters (§15): "+79991234567" becomes
- * "+7********67". Values of six characters or fewer are masked completely.
- */
-export function maskPii(value: string): string {
-  const chars = [...value];
-  if (chars.length <= 6) return "*".repeat(chars.length);
-  return `${chars.slice(0, 2).join("")}${"*".repeat(chars.length - 4)}${chars.slice(-2).join("")}`;
-}
-
-/** Replaces every occurrence of each secret (and its URL-encoded form) in `text` with [redacted]. */
-export function scrubSecrets(text: string, secrets: readonly string[]): string {
-  let out = text;
-  for (const s of secrets) {
-    if (s.length < 4) continue;
-    for (const form of new Set([s, encodeURIComponent(s)])) out = out.split(form).join("[redacted]");
-  }
-  return out;
-}
 
 /**
  * An error a CRM call raises when the caller asked for an exception instead of an outcome. It

@@ -6,7 +6,6 @@ import { z } from "zod";
 import { EnvSchema } from "../config/env.js";
 import { ROBOT_FORM, ROBOT_QUERY } from "../inbound/contract.js";
 import { RECEIVER_REFUSALS, type RefusalStatus } from "../inbound/refusals.js";
-import { READINESS_PROBLEMS, READINESS_STATUSES } from "./status.js";
 
 export const API_PATHS = {
   live: "/health/live",
@@ -28,6 +27,30 @@ export function errorBody<const E extends readonly [string, ...string[]]>(codes:
 }
 
 export const LiveBody = z.object({ status: z.literal("live") });
+
+/** Readiness verdicts, worst last. */
+export const READINESS_STATUSES = ["ready", "degraded", "not_ready"] as const;
+
+/** Every problem readiness can name (a fixed code each; /metrics exports each as a gauge). */
+export const READINESS_PROBLEMS = [
+  "alert_config_invalid",
+  "citizenship_field_missing",
+  "citizenship_list_empty",
+  "crm_credential_rejected",
+  "crm_permission_denied",
+  "crm_stale",
+  "cutover_not_performed",
+  "database_timeout",
+  "database_unreachable",
+  "inbox_write_failed",
+  "inbox_write_timeout",
+  "migrations_pending",
+  "portal_identity_missing",
+  "queue_grants_missing",
+  "receiver_tokens_missing",
+  "settings_unparsable",
+  "worker_stalled",
+] as const;
 
 export const ReadinessBody = z.object({
   status: z.enum(READINESS_STATUSES),

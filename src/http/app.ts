@@ -6,11 +6,11 @@ import type pg from "pg";
 import type { ReceiverConfig } from "../inbound/config.js";
 import { InboxWriter } from "../inbound/inbox.js";
 import { RECEIVER_BASE_PATH, receiverRoutes } from "../inbound/routes.js";
-import { secretMatcher } from "../inbound/token.js";
 import type { Logger } from "../observability/logger.js";
 import { registry } from "../observability/metrics.js";
-import { collectScrape } from "../observability/scrape.js";
 import { API_PATHS, LiveBody } from "./api.js";
+import { bearerAuth } from "./bearer.js";
+import { collectScrape } from "./scrape.js";
 import { cachedReadiness, readiness, type StatusSource, statusDocument } from "./status.js";
 
 export interface AppDeps {
@@ -26,9 +26,6 @@ export interface AppDeps {
   /** Sampling of the receivers' refusal log lines (default: 10 per receiver and reason a minute). */
   receiverLogSampling?: { perWindow?: number; windowMs?: number };
 }
-
-/** `Authorization: Bearer <token>`; the scheme is case-insensitive (RFC 7235 §2.1). */
-const BEARER = /^bearer +(\S+) *$/i;
 
 export function createApp(deps: AppDeps): Hono {
   const app = new Hono();
@@ -52,13 +49,10 @@ export function createApp(deps: AppDeps): Hono {
   });
 
   // Internal only: the public nginx exposes the receivers and nothing else (deploy/nginx).
-  const serviceToken = deps.status?.config.secrets.BITRIX_SYNC_SERVICE_TOKEN;
-  const serviceTokenOk = secretMatcher([serviceToken]);
-  app.get(API_PATHS.status, async (c) => {
-    if (!deps.status || !serviceToken) return c.json({ error: "status_not_configured" }, 503);
-    const m = BEARER.exec(c.req.header("authorization") ?? "");
-    if (!m?.[1] || !serviceTokenOk(m[1])) return c.json({ error: "unauthorized" }, 401);
-    const doc = await statusDocument(deps.pool, deps.status, probe);
+  const status = deps.status;
+  app.get(API_PATHS.status, bearerAuth(status?.config.secrets.BITRIX_SYNC_SERVICE_TOKEN), async (c) => {
+    if (!status) return c.json({ error: "status_not_configured" }, 503);
+    const doc = await statusDocument(deps.pool, status, probe);
     return c.json(doc.body, doc.ok ? 200 : 503);
   });
 

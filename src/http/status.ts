@@ -9,10 +9,16 @@ import type { Config } from "../config/env.js";
 import type { CrmLimiter } from "../crm/limiter.js";
 import { databaseProblem, isTimeout, withDeadline } from "../db/deadline.js";
 import { migrationsCurrent } from "../db/migrate.js";
+import type { HealthState } from "../health/state.js";
 import { InboxProbeRefused } from "../inbound/inbox.js";
-import type { HealthState } from "../observability/health.js";
 import type { SettingsCache } from "../settings-cache.js";
-import type { LimiterStatus, ReadinessBody, StatusBody, StatusUnavailableBody } from "./api.js";
+import type {
+  LimiterStatus,
+  READINESS_PROBLEMS,
+  ReadinessBody,
+  StatusBody,
+  StatusUnavailableBody,
+} from "./api.js";
 
 /** What the HTTP layer may ask the running service about itself. */
 export interface StatusSource {
@@ -61,30 +67,6 @@ export function cachedReadiness(
 
 /** The status document's database part; past it the answer is 503 with what the process knows. */
 export const STATUS_DEADLINE_MS = 4_000;
-
-/** Readiness verdicts, worst last. */
-export const READINESS_STATUSES = ["ready", "degraded", "not_ready"] as const;
-
-/** Every problem readiness can name (a fixed code each; /metrics exports each as a gauge). */
-export const READINESS_PROBLEMS = [
-  "alert_config_invalid",
-  "citizenship_field_missing",
-  "citizenship_list_empty",
-  "crm_credential_rejected",
-  "crm_permission_denied",
-  "crm_stale",
-  "cutover_not_performed",
-  "database_timeout",
-  "database_unreachable",
-  "inbox_write_failed",
-  "inbox_write_timeout",
-  "migrations_pending",
-  "portal_identity_missing",
-  "queue_grants_missing",
-  "receiver_tokens_missing",
-  "settings_unparsable",
-  "worker_stalled",
-] as const;
 
 /** The readiness answer; its schema is ReadinessBody (src/http/api.ts, docs/openapi.json). */
 export type Readiness = z.infer<typeof ReadinessBody>;

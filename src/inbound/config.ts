@@ -3,11 +3,8 @@
 // must present, and the request bounds.
 import type { Cidr } from "../config/cidr.js";
 import { type Config, SANDBOX_MEMBER_ID, SANDBOX_PORTAL_HOST } from "../config/env.js";
+import type { ReceiverName } from "../config/receivers.js";
 import type { InboxWriterOptions } from "./inbox.js";
-
-/** The two receivers; also the value of webhook_inbox.receiver. */
-export type ReceiverName = "contact" | "alert";
-export const RECEIVERS: readonly ReceiverName[] = ["contact", "alert"];
 
 export interface ReceiverTokens {
   current?: string;

@@ -3,7 +3,7 @@
 // safe reason code (src/inbound/refusals.ts lists them) and never a value from the request. The
 // form's fields are validated with ROBOT_FORM, the zod schemas docs/openapi.json is generated from.
 import { z } from "zod";
-import type { ReceiverName } from "./config.js";
+import type { ReceiverName } from "../config/receivers.js";
 import type { ReasonOf } from "./refusals.js";
 import type { SecretMatcher } from "./token.js";
 

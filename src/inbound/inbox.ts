@@ -10,7 +10,7 @@
 // timeouts end it within seconds (src/db/pools.ts). A failed or timed-out call rolls back as a
 // whole: every event of the group is answered 503 and none has a row.
 import type pg from "pg";
-import type { ReceiverName } from "./config.js";
+import type { ReceiverName } from "../config/receivers.js";
 
 export interface InboxEvent {
   receiver: ReceiverName;

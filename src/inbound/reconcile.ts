@@ -11,7 +11,7 @@
 // share raises the ops alert of §10.2.
 import { crmMasterValues } from "../app-data.js";
 import type { ServiceContext } from "../context.js";
-import { type RetrySettings, retryDelayMs } from "../crm/backoff.js";
+import { backoffDelayMs, type RetrySettings } from "../crm/backoff.js";
 import type { CommandOutcome } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
@@ -461,7 +461,7 @@ async function runClaimed(
     // The watermark stays: the next run reads the same window again, after the backoff. A run whose
     // lease was taken over leaves the cursor to the run that holds it now.
     if (!leaseLost) {
-      const delayMs = retryDelayMs(claim.failed_runs, retry);
+      const delayMs = backoffDelayMs(claim.failed_runs + 1, retry); // this run failed too
       const { rows } = await deps.pool
         .query<{ retry_at: Date | null }>(
           "select retry_at from bitrix_sync.fail_reconciliation_run('contacts', $1, $2, make_interval(secs => $3))",

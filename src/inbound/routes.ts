@@ -14,17 +14,19 @@ import type { HttpBindings } from "@hono/node-server";
 import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono";
 import { cidrMatcher } from "../config/cidr.js";
+import { RECEIVERS } from "../config/receivers.js";
 import { isTimeout } from "../db/deadline.js";
 import { LogSampler } from "../observability/log-sampler.js";
 import type { Logger } from "../observability/logger.js";
 import { webhookAccepted, webhookRejected } from "../observability/metrics.js";
 import { inSpan, markFailed, type Span, SpanKind, traceparentOf } from "../observability/tracing.js";
 import { clientAddress, FORWARDED_ADDRESS_HEADER } from "./client-address.js";
-import { RECEIVERS, type ReceiverConfig } from "./config.js";
-import { checkToken, type PortalIdentity, parseRobotEvent, rawQuery } from "./contract.js";
+import type { ReceiverConfig } from "./config.js";
+import { type PortalIdentity, parseRobotEvent, rawQuery } from "./contract.js";
 import { InboxBusyError, type InboxWriter } from "./inbox.js";
 import { type ErrorOf, RECEIVER_REFUSALS, type ReasonOf, type RefusalStatus } from "./refusals.js";
 import { secretMatcher } from "./token.js";
+import { receiverToken } from "./token-check.js";
 
 /** Where the receivers are mounted; the log `route` field is this plus the receiver name. */
 export const RECEIVER_BASE_PATH = "/bitrix/sync/webhook";
@@ -228,11 +230,9 @@ export function receiverRoutes(deps: ReceiverDeps): Hono<Env> {
     };
 
     // 5. the token (403).
-    const token: MiddlewareHandler<Env> = async (c, next) => {
-      const refused = checkToken(c.get("query"), matcher as NonNullable<typeof matcher>);
-      if (refused) return reply(c, refused.status, refused.reason);
-      await next();
-    };
+    const token = receiverToken<Env>(matcher ?? (() => false), (c, status, reason) =>
+      reply(c, status, reason),
+    );
 
     app.all(`/${receiver}`, traced, gate, token, async (c) => {
       // 6. the form and the document (400), 7. the portal identity (403).

@@ -1,13 +1,18 @@
-// Processing of accepted robot webhooks (§10.1–§10.3): the webhooks lane of the sync loop claims
-// the inbox rows of each receiver. A Contact event reads the Contact by ID and applies it to the App;
-// an alert event refreshes the smart-process item's alert (src/alerts/items.ts).
+// A robot webhook to an App update (§10.1–§10.3, §5.5): the receiver (./routes.ts) checks the request
+// and only records the event in bitrix_sync.webhook_inbox (coalesced per Contact); this file is the
+// rest. The webhooks lane of the sync loop claims the inbox rows, reads every Contact of the round by
+// ID in one batch (the webhook's body is never trusted for data), and applies each to the App in its
+// own transaction (./apply-contact.ts: a read older than the snapshot changes nothing, a held link
+// applies nothing). A failed read is retried with backoff until the horizon (a permanent failure is dead-lettered at
+// once).
+// An alert event refreshes the smart-process item's alert (src/alerts/items.ts).
 //
 // Each claimed event is a span (bitrix_sync.inbox.process) under the context its receiver request
 // stored with it; the one CRM read that serves a round's events links to all of them.
 import { refreshAlertItems } from "../alerts/items.js";
 import type { AlertSettings } from "../alerts/mirror.js";
 import type { ServiceContext } from "../context.js";
-import { retryDelayMs } from "../crm/backoff.js";
+import { attemptsSpent, backoffDelayMs } from "../crm/backoff.js";
 import { executeBatch } from "../crm/batch.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { inTransaction } from "../db/tx.js";
@@ -78,7 +83,7 @@ async function retryRows(
     }
     const { rows: out } = await deps.pool.query<{ status: string }>(
       "select status from bitrix_sync.retry_webhook($1, $2, $3, make_interval(secs => $4))",
-      [r.id, r.lease_token, code, retryDelayMs(r.attempt_count - 1, s.retry) / 1000],
+      [r.id, r.lease_token, code, backoffDelayMs(attemptsSpent(r), s.retry) / 1000],
     );
     if (out[0]?.status === "retry_wait") countRetry("webhooks", code);
     if (out[0]?.status === "dead_letter") {

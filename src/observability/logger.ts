@@ -4,8 +4,8 @@
 // values to the logger at all (docs/observability.md lists the fields).
 import pino from "pino";
 import pretty from "pino-pretty";
-import { maskPii } from "../crm/redact.js";
 import { SERVICE_VERSION } from "../version.js";
+import { maskPii } from "./redact.js";
 import { traceLogFields } from "./tracing.js";
 
 export type Logger = pino.Logger;

@@ -5,7 +5,7 @@
 // the process state say is read at scrape time (scrape.ts). docs/observability.md lists every family.
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import { RECEIVERS } from "../inbound/config.js";
+import { RECEIVERS } from "../config/receivers.js";
 
 export const registry = new Registry();
 

@@ -7,7 +7,7 @@
 // span, and its context is stored with the workflow so every later step is traced under it.
 import { desiredContentHash, loadAppUser, loadAppUsers } from "../app-data.js";
 import type { ServiceContext } from "../context.js";
-import { retryDelayMs } from "../crm/backoff.js";
+import { attemptsSpent, backoffDelayMs, LANE_LEAD } from "../crm/backoff.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
 import { countRetry, timedClaim } from "../observability/metrics.js";
@@ -19,7 +19,7 @@ import {
   traceparentOf,
   withSpan,
 } from "../observability/tracing.js";
-import { stepConcurrency } from "./stepper.js";
+import { stepConcurrency } from "./step-lane.js";
 
 interface QueueRow {
   id: string;
@@ -201,7 +201,7 @@ async function takeIntent(deps: ServiceContext, row: QueueRow, span: Span): Prom
     const r = await deps.pool
       .query<{ status: string }>(
         "select status from bitrix_sync.retry_sync_task($1, $2, 'intake_failed', make_interval(secs => $3))",
-        [row.id, row.lease_token, retryDelayMs(row.attempt_count, s.retry) / 1000],
+        [row.id, row.lease_token, backoffDelayMs(attemptsSpent(row) + LANE_LEAD, s.retry) / 1000],
       )
       .catch(() => null);
     span.setAttribute("bitrix_sync.intake.action", r?.rows[0]?.status ?? "retry_failed");

@@ -2,22 +2,17 @@
 // src/alerts/mirror.ts, in Bitrix24 batches through the shared limiter, and settles each result
 // with exactly one SQL transition (successes that are only projected: one statement for the
 // batch). src/sync-loop.ts starts batches and keeps up to limiter.max_in_flight of them in flight.
+// This file is the batch flow; the portal watch is ./pump-portal.ts, the settling ./pump-settle.ts.
 import { randomUUID } from "node:crypto";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Attributes } from "@opentelemetry/api";
 import type pg from "pg";
-import { alertCommandFailed } from "../alerts/mirror.js";
 import { type AppUser, loadAppUsers } from "../app-data.js";
 import type { ServiceContext } from "../context.js";
-import { retryDelayMs } from "../crm/backoff.js";
 import { type CommandOutcome, type CrmDeps, executeBatch } from "../crm/batch.js";
-import type { CommandType } from "../crm/catalogue.js";
-import { isWrite } from "../crm/catalogue.js";
-import type { FailureCode } from "../crm/classify.js";
 import type { LimiterPermit } from "../crm/limiter.js";
-import { safeError, sqlstate } from "../db/errors.js";
-import { inTransaction } from "../db/tx.js";
-import { countRetry, timedClaim } from "../observability/metrics.js";
+import { safeError } from "../db/errors.js";
+import { timedClaim } from "../observability/metrics.js";
 import {
   linksTo,
   markFailed,
@@ -27,28 +22,15 @@ import {
   storedParent,
   withSpan,
 } from "../observability/tracing.js";
-import {
-  BusinessFailure,
-  type Hydrated,
-  hydrate,
-  NotReady,
-  projectionOnly,
-  projectResult,
-} from "./command-io.js";
+import { type Hydrated, hydrate, NotReady, projectionOnly } from "./command-payloads.js";
+import { bringForward, notePortal, PROBE_INTERVAL_MS, watchOf } from "./pump-portal.js";
+import { commandIds, completeTogether, logSettled, settle, settleQuietly } from "./pump-settle.js";
 import type { CommandRow } from "./types.js";
 
 /** Due commands waiting (including expired leases to recover), and how long the oldest has waited (ms). */
 async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number; adds: number }> {
   const { rows } = await pool.query<{ due: number; oldest_ms: number | null; adds: number }>(
-    `select count(*)::int as due,
-            count(*) filter (where command_type = 'contact.add')::int as adds,
-            (extract(epoch from now() - min(greatest(created_at, next_attempt_at))) * 1000)::float8 as oldest_ms
-       from bitrix_sync.crm_commands
-      where ((status in ('pending', 'retry_wait') and next_attempt_at <= now())
-             -- A holder that died: claim_commands recovers these (uncertain writes, retried reads).
-             or (status in ('leased', 'in_flight') and locked_until < now()))
-        -- claim_commands returns nothing before the cutover: no limiter permit for a claim of nothing.
-        and bitrix_sync.cutover_performed()`,
+    "select due, adds, oldest_ms from bitrix_sync.due_commands()",
   );
   return { due: rows[0]?.due ?? 0, oldestMs: rows[0]?.oldest_ms ?? 0, adds: rows[0]?.adds ?? 0 };
 }
@@ -60,58 +42,6 @@ export type PumpResult = { sent: number; waitMs: number };
 
 /** A batch whose send marker is committed: `flight` sends it and settles every command. */
 export type PumpStart = PumpResult & { flight?: Promise<void> };
-
-/**
- * Failures of the portal as a whole rather than of one command: server errors, lost or refused
- * connections, replies that are not JSON, limit refusals. Retries waiting for one of these are
- * brought forward when the portal answers again (bring_forward_commands).
- */
-export const PORTAL_WIDE_CODES: readonly FailureCode[] = [
-  "server_error",
-  "connect_failed",
-  "connect_timeout",
-  "connection_lost",
-  "timeout_no_reply",
-  "request_timeout",
-  "dns_failure",
-  "tls_failure",
-  "malformed_reply",
-  "query_limit_exceeded",
-  "rate_limited",
-];
-
-/** While the portal fails, one waiting retry is brought forward this often as a probe. */
-export const PROBE_INTERVAL_MS = 3000;
-
-/**
- * What this process knows about the portal. `down`: the last batch failed as a whole. `answered`:
- * some batch got a reply since the process started (until then a success also brings retries
- * forward once, in case the process started during an outage).
- */
-interface PortalWatch {
-  down: boolean;
-  answered: boolean;
-  lastProbeAt: number;
-}
-const watches = new WeakMap<object, PortalWatch>();
-
-function watchOf(deps: ServiceContext): PortalWatch {
-  let w = watches.get(deps.crm);
-  if (!w) {
-    w = { down: false, answered: false, lastProbeAt: 0 };
-    watches.set(deps.crm, w);
-  }
-  return w;
-}
-
-/** Retries waiting for a portal-wide failure become due now (at most `limit`; null: all). */
-async function bringForward(deps: ServiceContext, limit: number | null): Promise<number> {
-  const { rows } = await deps.pool.query<{ n: number }>(
-    "select bitrix_sync.bring_forward_commands($1, $2) as n",
-    [PORTAL_WIDE_CODES, limit],
-  );
-  return rows[0]?.n ?? 0;
-}
 
 /**
  * One batch: takes one limiter permit, waits for the batch to fill (at most batch.max_wait_ms from
@@ -306,90 +236,6 @@ async function fly(
   if (together.length > 0) await completeTogether(deps, together);
 }
 
-async function completeTogether(
-  deps: ServiceContext,
-  list: Array<{ row: CommandRow; projection: Record<string, unknown>; span: Span }>,
-): Promise<void> {
-  try {
-    await deps.pool.query("select bitrix_sync.complete_commands($1::bigint[], $2::uuid[], $3::jsonb[])", [
-      list.map((c) => c.row.id),
-      list.map((c) => c.row.lease_token),
-      list.map((c) => JSON.stringify(c.projection)),
-    ]);
-    for (const c of list) {
-      // Under the command's own span, as a command settled on its own: the line carries its ids.
-      withSpan(c.span, () =>
-        deps.log.debug(
-          {
-            event: "pump.settled",
-            ...commandIds(c.row),
-            commandType: c.row.command_type,
-            outcome: "ok",
-          },
-          "command result recorded",
-        ),
-      );
-    }
-  } catch (e) {
-    for (const c of list) markFailed(c.span, safeErrorCode(e));
-    deps.log.warn(
-      { event: "pump.settle_failed", commands: list.length, ...safeError(e) },
-      "command results not recorded",
-    );
-    // Left in_flight: lease expiry turns a write into uncertain and a read into a retry.
-  } finally {
-    for (const c of list) c.span.end();
-  }
-}
-
-/**
- * Keeps the portal's state for this process from a batch's outcomes. A batch that failed as a
- * whole with a portal-wide code marks it down (the pump then probes); the first reply after that
- * (or the first of the process) brings the retries waiting for such failures forward.
- */
-async function notePortal(deps: ServiceContext, outcomes: CommandOutcome[]): Promise<void> {
-  const watch = watchOf(deps);
-  // A reply about some command: a success, or a failure of that command rather than of the portal.
-  // Commands held back before sending (a blocked method, bad data) say nothing about the portal.
-  const answered = outcomes.some(
-    (o) => o?.ok || (o && !o.ok && o.sent && !PORTAL_WIDE_CODES.includes(o.failure.code)),
-  );
-  if (!answered) {
-    if (outcomes.some((o) => o && !o.ok && o.sent)) watch.down = true;
-    return;
-  }
-  if (watch.down || !watch.answered) {
-    const wasDown = watch.down;
-    watch.down = false;
-    watch.answered = true;
-    try {
-      const n = await bringForward(deps, null);
-      if (n > 0 || wasDown) {
-        deps.log.info(
-          { event: "pump.portal_recovered", broughtForward: n },
-          "the portal answers again; waiting retries are due now",
-        );
-      }
-    } catch (e) {
-      watch.answered = false; // try again after the next reply
-      deps.log.warn({ event: "pump.bring_forward_failed", ...safeError(e) }, "retries not brought forward");
-    }
-  }
-}
-
-function logSettled(deps: ServiceContext, row: CommandRow, o: CommandOutcome): void {
-  deps.log.debug(
-    {
-      event: "pump.settled",
-      ...commandIds(row),
-      commandType: row.command_type,
-      outcome: o.ok ? "ok" : o.failure.kind,
-      code: o.ok ? undefined : o.failure.code,
-    },
-    "command result recorded",
-  );
-}
-
 /** The span of one send of a command, a child of the step that issued it. */
 function commandSpan(row: CommandRow, batchId: string): Span {
   return startSpan("bitrix_sync.crm.command", () => {
@@ -403,122 +249,4 @@ function commandSpan(row: CommandRow, batchId: string): Span {
     if (row.correlation_id) attributes["bitrix_sync.correlation.id"] = row.correlation_id;
     return { attributes, parent: storedParent(row.trace_context) };
   });
-}
-
-/** The IDs a log line about a command carries (internal IDs, never the user's or the Contact's). */
-function commandIds(row: CommandRow): Record<string, string> {
-  const ids: Record<string, string> = { commandId: String(row.id) };
-  if (row.workflow_id) ids.workflowId = row.workflow_id;
-  if (row.correlation_id) ids.correlationId = row.correlation_id;
-  return ids;
-}
-
-async function settleQuietly(
-  deps: ServiceContext,
-  row: CommandRow,
-  how: "reject" | "dead_letter",
-  code: string,
-) {
-  const fn = how === "reject" ? "reject_command($1, $2, $3)" : "dead_letter_command($1, $2, $3)";
-  await deps.pool.query(`select bitrix_sync.${fn}`, [row.id, row.lease_token, code]).catch((e) => {
-    if (sqlstate(e) !== "BS001") throw e;
-  });
-}
-
-/** Settles one command from its outcome: exactly one SQL transition per classification kind (§9). */
-async function settle(deps: ServiceContext, row: CommandRow, h: Hydrated, o: CommandOutcome): Promise<void> {
-  const s = deps.settings();
-  const write = isWrite(row.command_type as CommandType);
-  try {
-    if (o.ok) {
-      try {
-        await inTransaction(deps.pool, async (c) => {
-          const projection = await projectResult(c, row, o.result, h, { dictionary: deps.dictionary });
-          await c.query("select bitrix_sync.complete_command($1, $2, $3)", [
-            row.id,
-            row.lease_token,
-            JSON.stringify(projection),
-          ]);
-        });
-      } catch (e) {
-        if (e instanceof BusinessFailure) {
-          await deps.pool.query("select bitrix_sync.reject_command($1, $2, $3)", [
-            row.id,
-            row.lease_token,
-            e.code,
-          ]);
-          return;
-        }
-        throw e;
-      }
-      return;
-    }
-    const f = o.failure;
-    const attemptsSpent = row.attempt_count - row.limit_hits + (f.spendsAttempt ? 1 : 0);
-    switch (f.kind) {
-      case "transient": {
-        // retry_command dead-letters instead when the retry would pass the horizon (sql/retry.sql),
-        // and hands a reread_before_retry command back to its workflow (also dead_letter, own code).
-        const r = await deps.pool.query<{ status: string; last_error_code: string | null }>(
-          "select status, last_error_code from bitrix_sync.retry_command($1, $2, $3, make_interval(secs => $4), $5, $6, $7)",
-          [
-            row.id,
-            row.lease_token,
-            f.code,
-            retryDelayMs(Math.max(0, attemptsSpent - 1), s.retry, f.retryAfterMs) / 1000,
-            f.spendsAttempt,
-            f.httpStatus ?? null,
-            f.bitrixError ?? null,
-          ],
-        );
-        if (r.rows[0]?.status === "retry_wait") countRetry("pump", f.code);
-        if (r.rows[0]?.status === "dead_letter" && r.rows[0]?.last_error_code === "retry_horizon_exceeded") {
-          deps.log.error(
-            {
-              event: "pump.dead_letter",
-              ...commandIds(row),
-              commandType: row.command_type,
-              code: "retry_horizon_exceeded",
-            },
-            "command given up after the retry horizon",
-          );
-          await alertCommandFailed(deps.pool, row, "retry_horizon_exceeded");
-        }
-        return;
-      }
-      case "uncertain":
-        // A workflow's step recovers its own write; an alert's is recovered by src/alerts/recover.ts.
-        await deps.pool.query("select bitrix_sync.mark_command_uncertain($1, $2, $3)", [
-          row.id,
-          row.lease_token,
-          f.code,
-        ]);
-        return;
-      case "permanent":
-        await deps.pool.query("select bitrix_sync.dead_letter_command($1, $2, $3, $4, $5)", [
-          row.id,
-          row.lease_token,
-          f.code,
-          f.httpStatus ?? null,
-          f.bitrixError ?? null,
-        ]);
-        await alertCommandFailed(deps.pool, row, f.code);
-        return;
-      case "business":
-        await deps.pool.query("select bitrix_sync.reject_command($1, $2, $3)", [
-          row.id,
-          row.lease_token,
-          f.code,
-        ]);
-        await alertCommandFailed(deps.pool, row, f.code);
-        return;
-    }
-  } catch (e) {
-    if (sqlstate(e) === "BS001") return; // our lease ended: the new holder settles it
-    deps.log.warn(
-      { event: "pump.settle_failed", ...commandIds(row), write, ...safeError(e) },
-      "command result not recorded",
-    );
-    // Leave it in_flight: lease expiry turns a write into uncertain and a read into a retry.
-  }
 }

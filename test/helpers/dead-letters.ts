@@ -5,6 +5,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import type pg from "pg";
 import { inFlightCommand } from "./builders.js";
 import { makeUser } from "./factories.js";
+import { asRole, type ProjectRole } from "./roles.js";
 import { forceRow, one } from "./sql-core.js";
 
 /** A row of bitrix_sync.technical_dead_letters. */
@@ -25,26 +26,14 @@ export interface DeadLetterRow {
 
 const inAMinute = () => new Date(Date.now() + 60_000);
 
-/** Runs one statement as `role` in its own committed transaction. */
-export async function asRole<T extends pg.QueryResultRow>(
+/** Runs one statement as `role` in its own committed transaction (../helpers/roles.ts, asRole). */
+export async function queryAsRole<T extends pg.QueryResultRow>(
   pool: pg.Pool,
   role: string,
   sql: string,
   params: unknown[] = [],
 ): Promise<T[]> {
-  const c = await pool.connect();
-  try {
-    await c.query("begin");
-    await c.query(`set local role ${role}`);
-    const { rows } = await c.query<T>(sql, params);
-    await c.query("commit");
-    return rows;
-  } catch (e) {
-    await c.query("rollback").catch(() => undefined);
-    throw e;
-  } finally {
-    c.release();
-  }
+  return await asRole(pool, role as ProjectRole, async (c) => (await c.query<T>(sql, params)).rows);
 }
 
 /** The dead letter written for a source row (the newest one). */

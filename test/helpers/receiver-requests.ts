@@ -4,7 +4,7 @@
 // (test/integration/inbound/fuzz.test.ts) and the network fuzz run (`npm run fuzz:receiver`,
 // test/helpers/fuzz-receiver.ts), which adds the transport on top: slow, huge and broken bodies.
 import fc from "fast-check";
-import type { ReceiverName } from "../../src/inbound/config.js";
+import type { ReceiverName } from "../../src/config/receivers.js";
 import { DOCUMENT_TYPES } from "../../src/inbound/contract.js";
 import { isFormContentType } from "../../src/inbound/routes.js";
 

@@ -28,14 +28,14 @@ test.after.always(async () => {
 /** acquire_spare_crm_request with refill `refill`/s (10), burst 10, 2 in flight, share `share`. */
 async function spare(bucket: string, share = 0.1, refill = 10) {
   const { rows } = await db.pool.query<{ granted: boolean; slot_id: string | null; wait_ms: number }>(
-    "select * from bitrix_sync.acquire_spare_crm_request($1, 'test', $3, 10, 2, $2, 60000)",
+    "select * from bitrix_sync.acquire_spare_crm_request($1, 'test', $3, 10, 2, $2, 60000, 0.05)",
     [bucket, share, refill],
   );
   return rows[0] as { granted: boolean; slot_id: string | null; wait_ms: number };
 }
 async function syncAcquire(bucket: string, refill = 10) {
   const { rows } = await db.pool.query<{ granted: boolean; slot_id: string | null; tokens: number }>(
-    "select granted, slot_id, tokens from bitrix_sync.acquire_crm_request($1, 'sync', $2, 10, 2, 60000)",
+    "select granted, slot_id, tokens from bitrix_sync.acquire_crm_request($1, 'sync', $2, 10, 2, 60000, 0.05)",
     [bucket, refill],
   );
   return rows[0] as { granted: boolean; slot_id: string | null; tokens: number };
@@ -85,7 +85,7 @@ test.serial(
 test.serial("the spare limiter waits out a cut rate and a refusal's cool-down", async (t) => {
   const b = "spare-3.portal.test";
   await syncAcquire(b).then((g) => db.pool.query("select bitrix_sync.release_crm_request($1)", [g.slot_id]));
-  await db.pool.query("select bitrix_sync.note_rate_limited($1)", [b]);
+  await db.pool.query("select bitrix_sync.note_rate_limited($1, 0.5, 0.1, 1000, 0.05)", [b]);
   const cut = await spare(b);
   t.false(cut.granted);
   t.true(cut.wait_ms >= 100);
@@ -109,7 +109,7 @@ test.serial("the spare limiter stays within its share of the rate", async (t) =>
 
 test.serial("bad spare limiter arguments are refused with BS010", async (t) => {
   const e = await t.throwsAsync(
-    db.pool.query("select * from bitrix_sync.acquire_spare_crm_request('x', 'y', 10, 10, 2, 0, 1000)"),
+    db.pool.query("select * from bitrix_sync.acquire_spare_crm_request('x', 'y', 10, 10, 2, 0, 1000, 0.05)"),
   );
   t.like(e, { code: "BS010" });
 });

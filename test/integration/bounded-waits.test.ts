@@ -8,11 +8,11 @@ import test from "ava";
 import pg from "pg";
 import { loadConfig } from "../../src/config/env.js";
 import { createPool } from "../../src/db/pools.js";
+import { HealthState } from "../../src/health/state.js";
 import { createApp } from "../../src/http/app.js";
 import { createHttpServer } from "../../src/http/server.js";
 import type { StatusSource } from "../../src/http/status.js";
 import { InboxBusyError, InboxWriter } from "../../src/inbound/inbox.js";
-import { HealthState } from "../../src/observability/health.js";
 import { createMemoryLimiter } from "../helpers/memory-limiter.js";
 import {
   captureLogger,

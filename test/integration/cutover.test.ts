@@ -1,8 +1,8 @@
 // Cutover (§17): the watermark, cancellation of earlier waiting intents, idempotence, the gate it
 // opens, and who may perform it. This file's database starts without a cutover.
 import test from "ava";
-import type pg from "pg";
 import { makeUser, queueRows } from "../helpers/factories.js";
+import { asRoleRolledBack } from "../helpers/roles.js";
 import { forceRow, one, rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -13,19 +13,6 @@ test.before(async () => {
 test.after.always(async () => {
   await db?.drop();
 });
-
-/** Runs `fn` as `role` in a transaction that is rolled back. */
-async function asRole<T>(role: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-  const c = await db.pool.connect();
-  try {
-    await c.query("begin");
-    await c.query(`set local role ${role}`);
-    return await fn(c);
-  } finally {
-    await c.query("rollback").catch(() => undefined);
-    c.release();
-  }
-}
 
 const DENIED = "42501";
 
@@ -43,15 +30,19 @@ test.serial(
     ]);
     await db.pool.query("select * from bitrix_sync.accept_webhooks('{contact}', '{3}', '{77}', '{null}')");
     const claims = [
-      "select * from bitrix_sync.claim_sync_tasks('w', 100)",
-      "select * from bitrix_sync.claim_workflows('w', 100)",
-      "select * from bitrix_sync.claim_commands('w', 100)",
-      "select * from bitrix_sync.claim_webhooks('w', 100)",
+      "select * from bitrix_sync.claim_sync_tasks('w', 100, interval '60 seconds')",
+      "select * from bitrix_sync.claim_workflows('w', 100, interval '60 seconds')",
+      "select * from bitrix_sync.claim_commands('w', 100, interval '60 seconds')",
+      "select * from bitrix_sync.claim_webhooks('w', 100, interval '60 seconds')",
       "select * from bitrix_sync.claim_reconciliation_cursor('contacts', '0 seconds', true)",
     ];
     for (const sql of claims) {
       t.is((await db.pool.query(sql)).rows.length, 0, `owner: ${sql}`);
-      t.is((await asRole("bitrix_sync_user", (c) => c.query(sql))).rows.length, 0, `runtime: ${sql}`);
+      t.is(
+        (await asRoleRolledBack(db.pool, "bitrix_sync_user", (c) => c.query(sql))).rows.length,
+        0,
+        `runtime: ${sql}`,
+      );
     }
     t.false((await one<{ ok: boolean }>(db.pool, "select bitrix_sync.cutover_performed() as ok")).ok);
     // Everything was recorded and waits.
@@ -71,17 +62,17 @@ test.serial(
     ]) {
       await rejectsWith(
         t,
-        asRole("bitrix_sync_user", (c) => c.query(sql)),
+        asRoleRolledBack(db.pool, "bitrix_sync_user", (c) => c.query(sql)),
         DENIED,
         sql,
       );
     }
-    await asRole("bitrix_sync_admin", async (c) => {
+    await asRoleRolledBack(db.pool, "bitrix_sync_admin", async (c) => {
       const { rows } = await c.query("select * from bitrix_sync.perform_cutover('ops:admin')");
       t.false(rows[0].already_done);
       // Rolled back with the transaction: the next test performs it for real.
     });
-    await asRole("bitrix_sync_user", async (c) => {
+    await asRoleRolledBack(db.pool, "bitrix_sync_user", async (c) => {
       t.is(
         (await c.query("select * from bitrix_sync.cutover")).rows.length,
         0,
@@ -141,14 +132,24 @@ test.serial(
       ["pending"],
       "running it twice changes nothing more",
     );
-    const claimedAfter = await db.pool.query("select entity_id from bitrix_sync.claim_sync_tasks('w', 100)");
+    const claimedAfter = await db.pool.query(
+      "select entity_id from bitrix_sync.claim_sync_tasks('w', 100, interval '60 seconds')",
+    );
     t.deepEqual(
       claimedAfter.rows.map((row) => row.entity_id),
       [after.id],
     );
     // The gate is open for the rest: the waiting webhook and workflow are claimed now.
-    t.is((await db.pool.query("select * from bitrix_sync.claim_webhooks('w', 100)")).rows.length, 1);
-    t.is((await db.pool.query("select * from bitrix_sync.claim_workflows('w', 100)")).rows.length, 1);
+    t.is(
+      (await db.pool.query("select * from bitrix_sync.claim_webhooks('w', 100, interval '60 seconds')")).rows
+        .length,
+      1,
+    );
+    t.is(
+      (await db.pool.query("select * from bitrix_sync.claim_workflows('w', 100, interval '60 seconds')")).rows
+        .length,
+      1,
+    );
   },
 );
 
@@ -161,7 +162,7 @@ test.serial("the cutover row never changes and is never deleted, not even by the
   await rejectsWith(t, db.pool.query("delete from bitrix_sync.cutover"), "BS003");
   await rejectsWith(
     t,
-    asRole("bitrix_sync_user", (c) =>
+    asRoleRolledBack(db.pool, "bitrix_sync_user", (c) =>
       c.query("update bitrix_sync.cutover set cutover_watermark = now() + interval '10 years'"),
     ),
     DENIED,

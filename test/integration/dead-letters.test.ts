@@ -4,14 +4,14 @@
 // horizon of its own, and the open-DLQ gauge counts unacknowledged entries only.
 import { randomUUID } from "node:crypto";
 import test from "ava";
+import { collectScrape } from "../../src/http/scrape.js";
 import { registry } from "../../src/observability/metrics.js";
-import { collectScrape } from "../../src/observability/scrape.js";
 import {
   alertWithDeadUpdate,
-  asRole,
   type DeadLetterRow,
   deadLetteredIntent,
   deadLetteredWebhook,
+  queryAsRole,
   workflowFailedByCommand,
 } from "../helpers/dead-letters.js";
 import { makeUser } from "../helpers/factories.js";
@@ -28,13 +28,13 @@ test.after.always(async () => {
 
 const ADMIN = "bitrix_sync_admin";
 const ack = (id: string, operator = "ops:test", reason = "looked at it, nothing to resend") =>
-  asRole(db.pool, ADMIN, "select * from bitrix_sync.acknowledge_dead_letter($1, $2, $3)", [
+  queryAsRole(db.pool, ADMIN, "select * from bitrix_sync.acknowledge_dead_letter($1, $2, $3)", [
     id,
     operator,
     reason,
   ]);
 const requeue = (id: string, reason = "portal rights fixed, OPS-42") =>
-  asRole<{ dead_letter_id: string; requeued_to: string; resolution: string }>(
+  queryAsRole<{ dead_letter_id: string; requeued_to: string; resolution: string }>(
     db.pool,
     ADMIN,
     "select * from bitrix_sync.requeue_dead_letter($1, 'ops:test', $2)",
@@ -42,7 +42,7 @@ const requeue = (id: string, reason = "portal rights fixed, OPS-42") =>
   );
 const listed = async (id: string) =>
   (
-    await asRole<{ id: string; requeue: string | null; workflow_state: string | null }>(
+    await queryAsRole<{ id: string; requeue: string | null; workflow_state: string | null }>(
       db.pool,
       ADMIN,
       "select * from bitrix_sync.list_dead_letters(true, 10000)",
@@ -53,7 +53,7 @@ const deadLetter = (id: string) =>
 
 test("the admin lists open dead letters with safe columns and what a requeue would do", async (t) => {
   const { dl } = await deadLetteredIntent(db.pool);
-  const rows = await asRole<Record<string, unknown>>(
+  const rows = await queryAsRole<Record<string, unknown>>(
     db.pool,
     ADMIN,
     "select * from bitrix_sync.list_dead_letters()",
@@ -95,7 +95,7 @@ test("the admin lists open dead letters with safe columns and what a requeue wou
   );
   await rejectsWith(
     t,
-    asRole(db.pool, ADMIN, "select * from bitrix_sync.list_dead_letters(false, 0)"),
+    queryAsRole(db.pool, ADMIN, "select * from bitrix_sync.list_dead_letters(false, 0)"),
     "BS004",
   );
 });
@@ -162,7 +162,7 @@ test("admin functions refuse bad audit fields and unknown ids with a hint", asyn
   ] as const) {
     const e = await rejectsWith(
       t,
-      asRole(db.pool, ADMIN, "select * from bitrix_sync.acknowledge_dead_letter($1, $2, $3)", [
+      queryAsRole(db.pool, ADMIN, "select * from bitrix_sync.acknowledge_dead_letter($1, $2, $3)", [
         dl.id,
         operator,
         reason,
@@ -186,7 +186,7 @@ test("the runtime and the App roles cannot list, acknowledge or requeue", async 
       `select * from bitrix_sync.acknowledge_dead_letter(${dl.id}, 'ops:x', 'a reason here')`,
       `select * from bitrix_sync.requeue_dead_letter(${dl.id}, 'ops:x', 'a reason here')`,
     ]) {
-      await rejectsWith(t, asRole(db.pool, role, sql), "42501", `${role}: ${sql}`);
+      await rejectsWith(t, queryAsRole(db.pool, role, sql), "42501", `${role}: ${sql}`);
     }
   }
   t.is((await deadLetter(dl.id)).resolved_at, null);
@@ -428,15 +428,42 @@ test("the cutover is the admin's: the runtime and the App roles cannot run it", 
   for (const role of ["bitrix_sync_user", "han_app_user"]) {
     await rejectsWith(
       t,
-      asRole(db.pool, role, "select * from bitrix_sync.perform_cutover('ops:x')"),
+      queryAsRole(db.pool, role, "select * from bitrix_sync.perform_cutover('ops:x')"),
       "42501",
       role,
     );
   }
   const e = await rejectsWith(
     t,
-    asRole(db.pool, ADMIN, "select * from bitrix_sync.perform_cutover('  ')"),
+    queryAsRole(db.pool, ADMIN, "select * from bitrix_sync.perform_cutover('  ')"),
     "BS004",
   );
   t.truthy(e.hint);
+});
+
+test("technical_dead_letters has one writer: _dead_letter(); every function that gives a row up calls it", async (t) => {
+  const { rows } = await db.pool.query<{ fn: string; writes: boolean; calls: boolean }>(
+    `select p.oid::regprocedure::text as fn,
+            pg_get_functiondef(p.oid) ~* 'insert\\s+into\\s+bitrix_sync\\.technical_dead_letters' as writes,
+            pg_get_functiondef(p.oid) ~* 'bitrix_sync\\._dead_letter\\(' as calls
+       from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+      where n.nspname = 'bitrix_sync' and p.prokind = 'f'`,
+  );
+  t.deepEqual(
+    rows.filter((r) => r.writes).map((r) => r.fn.replace(/\(.*/, "")),
+    ["bitrix_sync._dead_letter"],
+  );
+  t.deepEqual(
+    rows
+      .filter((r) => r.calls && !r.fn.startsWith("bitrix_sync._dead_letter(")) // its own definition
+      .map((r) => r.fn.replace(/\(.*/, ""))
+      .sort(),
+    [
+      "bitrix_sync._dead_letter_command_row",
+      "bitrix_sync._dead_letter_sync_task_row",
+      "bitrix_sync._dead_letter_webhook_row",
+      "bitrix_sync.resolve_command_reconcile",
+      "bitrix_sync.schedule_workflow_retry",
+    ],
+  );
 });

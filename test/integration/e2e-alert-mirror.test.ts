@@ -7,10 +7,10 @@ import test from "ava";
 import { refreshAlertItems } from "../../src/alerts/items.js";
 import { reconcileAlerts } from "../../src/alerts/reconcile.js";
 import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
+import { collectScrape } from "../../src/http/scrape.js";
 import { readiness } from "../../src/http/status.js";
 import { registry } from "../../src/observability/metrics.js";
-import { collectScrape } from "../../src/observability/scrape.js";
-import { asRole } from "../helpers/dead-letters.js";
+import { queryAsRole } from "../helpers/dead-letters.js";
 import { type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { one } from "../helpers/sql-core.js";
 
@@ -191,7 +191,7 @@ test.serial(
     );
     t.is(itemsOf(a).length, 1);
 
-    await asRole(
+    await queryAsRole(
       rig.db.pool,
       "bitrix_sync_admin",
       "select * from bitrix_sync.requeue_dead_letter($1, 'ops:test', 'smart-process rights fixed')",

@@ -5,9 +5,9 @@
 
 import { randomUUID } from "node:crypto";
 import test from "ava";
+import { collectScrape } from "../../src/http/scrape.js";
 import { readiness } from "../../src/http/status.js";
 import { registry } from "../../src/observability/metrics.js";
-import { collectScrape } from "../../src/observability/scrape.js";
 import { finishedWorkflow, type Rig, startRig } from "../helpers/e2e.js";
 import { foldJournal, randomPhone } from "../helpers/factories.js";
 

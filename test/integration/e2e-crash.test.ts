@@ -6,6 +6,7 @@ import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { type Emulator, startEmulator } from "../../src/emulator/server.js";
 import { waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
+import { type Held, hold } from "../helpers/locks.js";
 import { serviceEnv, startService } from "../helpers/service-process.js";
 import { setSettings } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -30,21 +31,6 @@ test.after.always(async () => {
   await db?.drop();
 });
 
-type Held = { release(): Promise<void> };
-
-/** Holds a lock in its own transaction until released: a way to stop the service at a chosen point. */
-async function hold(sql: string, params: unknown[] = []): Promise<Held> {
-  const c = await db.pool.connect();
-  await c.query("begin");
-  await c.query(sql, params);
-  return {
-    async release() {
-      await c.query("rollback").catch(() => undefined);
-      c.release();
-    },
-  };
-}
-
 const byUser = (type: string, status: string) =>
   `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
     where w.user_id = $1 and c.command_type = '${type}' and c.status in (${status})`;
@@ -67,7 +53,7 @@ const KILL_POINTS: KillPoint[] = [
   {
     name: "intent claimed by intake, workflow not yet started",
     // Inserting a workflow waits for this lock; the claim itself does not.
-    before: () => hold("lock table bitrix_sync.workflow_instances in share mode"),
+    before: () => hold(db.pool, "lock table bitrix_sync.workflow_instances in share mode"),
     at: (u) => exists("select 1 from han_app.sync_queue where entity_id = $1 and status = 'leased'", u),
   },
   {
@@ -78,7 +64,7 @@ const KILL_POINTS: KillPoint[] = [
     name: "create issued, not yet sent",
     // Once the search is out, the limiter's bucket row is held: the create cannot get a permit.
     arm: byUser("contact.find_by_phone", "'in_flight'"),
-    during: () => hold("select * from bitrix_sync.crm_rate_buckets for update"),
+    during: () => hold(db.pool, "select * from bitrix_sync.crm_rate_buckets for update"),
     at: (u) => exists(byUser("contact.add", "'pending', 'leased'"), u),
   },
   {
@@ -89,7 +75,8 @@ const KILL_POINTS: KillPoint[] = [
     name: "the portal created the Contact, the local commit has not happened",
     // The workflow row is held: completing the create waits to wake it, after the reply is in.
     arm: byUser("contact.add", "'in_flight'"),
-    during: (u) => hold("select 1 from bitrix_sync.workflow_instances where user_id = $1 for update", [u]),
+    during: (u) =>
+      hold(db.pool, "select 1 from bitrix_sync.workflow_instances where user_id = $1 for update", [u]),
     at: async (u) => {
       const c = [...emulator.store.contacts.values()].find((x) => x.uf[SANDBOX_FIELDS.userId] === u);
       if (!c) return false;

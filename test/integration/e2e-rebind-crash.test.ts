@@ -8,6 +8,7 @@ import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { type Emulator, startEmulator } from "../../src/emulator/server.js";
 import { waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
+import { type Held, hold } from "../helpers/locks.js";
 import { serviceEnv, startService } from "../helpers/service-process.js";
 import { setSettings } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -32,21 +33,6 @@ test.after.always(async () => {
   await emulator?.close();
   await db?.drop();
 });
-
-type Held = { release(): Promise<void> };
-
-/** Holds a lock in its own transaction until released. */
-async function hold(sql: string, params: unknown[] = []): Promise<Held> {
-  const c = await db.pool.connect();
-  await c.query("begin");
-  await c.query(sql, params);
-  return {
-    async release() {
-      await c.query("rollback").catch(() => undefined);
-      c.release();
-    },
-  };
-}
 
 interface Case {
   userId: string;
@@ -84,13 +70,13 @@ interface KillPoint {
 }
 
 const holdWorkflow = (k: Case) =>
-  hold("select 1 from bitrix_sync.workflow_instances where id = $1 for update", [k.workflowId]);
+  hold(db.pool, "select 1 from bitrix_sync.workflow_instances where id = $1 for update", [k.workflowId]);
 
 const FIRST: KillPoint[] = [
   {
     name: "workflow claimed, the request not started yet",
     // The first step reads the App's profile; this lock stops it there.
-    before: () => hold("lock table han_app.client_profile in access exclusive mode"),
+    before: () => hold(db.pool, "lock table han_app.client_profile in access exclusive mode"),
     at: async (k) =>
       (
         await db.pool.query(
@@ -104,7 +90,7 @@ const FIRST: KillPoint[] = [
     name: "the target write issued, not yet sent",
     // Once the read is out, the limiter's bucket row is held: the write cannot get a permit.
     arm: command("contact.read", ["in_flight"], "rebind_read"),
-    during: () => hold("select * from bitrix_sync.crm_rate_buckets for update"),
+    during: () => hold(db.pool, "select * from bitrix_sync.crm_rate_buckets for update"),
     at: command("contact.update:self", ["pending", "leased"]),
   },
   { name: "the target write in flight", at: command("contact.update:self", ["in_flight"]) },
@@ -141,7 +127,8 @@ const SECOND: KillPoint[] = [
     name: "both Contacts written, the link not moved yet",
     // complete_rebind locks the request row; the step that calls it waits here.
     arm: command("contact.update:clear", ["in_flight"]),
-    during: (k) => hold("select 1 from bitrix_sync.rebind_requests where id = $1 for update", [k.requestId]),
+    during: (k) =>
+      hold(db.pool, "select 1 from bitrix_sync.rebind_requests where id = $1 for update", [k.requestId]),
     at: async (k) => {
       if (!(await command("contact.update:clear", ["succeeded"])(k))) return false;
       await sleep(300);

@@ -269,22 +269,37 @@ test.serial(
   },
 );
 
-test.serial("the clear gets no answer: the Contact is read again instead of a blind resend", async (t) => {
-  const { u, contact: previous } = await linked();
-  const target = freeContact();
-  // The clear lands in the portal but its answer never comes (uncertain).
-  rig.emulator.failNext("timeout_after_commit", { method: "crm.contact.update", skip: 1 });
-  const done = await finished(await request(u.id, target.id));
-  t.like(done, { status: "succeeded", outcome: "rebound" });
-  t.deepEqual(await commands(done.workflow_id), [
-    "contact.read succeeded",
-    "contact.update:self succeeded",
-    "contact.read succeeded",
-    "contact.update:clear dead_letter",
-    "contact.read succeeded",
-  ]);
-  t.falsy(previous.uf[F.userId]);
-});
+test.serial(
+  "the clear gets no answer: the Contact is read again, once a late clear would have landed",
+  async (t) => {
+    const { u, contact: previous } = await linked();
+    const target = freeContact();
+    // The clear lands in the portal but its answer never comes (uncertain).
+    rig.emulator.failNext("timeout_after_commit", { method: "crm.contact.update", skip: 1 });
+    const done = await finished(await request(u.id, target.id));
+    t.like(done, { status: "succeeded", outcome: "rebound" });
+    t.deepEqual(await commands(done.workflow_id), [
+      "contact.read succeeded",
+      "contact.update:self succeeded",
+      "contact.read succeeded",
+      "contact.update:clear dead_letter",
+      "contact.read succeeded",
+    ]);
+    t.falsy(previous.uf[F.userId]);
+    // The read again waits (waiting_retry) until the unanswered clear would have landed: given up after
+    // the client's 2 s deadline, twice that again, so at least 6 s after the clear was sent.
+    const { rows } = await rig.db.pool.query<{ gap_ms: number }>(
+      `select extract(epoch from (select created_at from bitrix_sync.crm_commands
+                                 where workflow_id = $1 order by id desc limit 1)
+                            - (select sent_at from bitrix_sync.crm_commands
+                                where workflow_id = $1 and command_type = 'contact.update'
+                                order by id desc limit 1)) * 1000 as gap_ms`,
+      [done.workflow_id],
+    );
+    t.true(Number(rows[0]?.gap_ms) >= 6_000, `read again ${rows[0]?.gap_ms} ms after the clear was sent`);
+    t.true((await watched(done.workflow_id)).some((w) => w.state === "waiting_retry"));
+  },
+);
 
 test.serial(
   "retries exhausted on the target write: failed with a code, the link unchanged, a new request possible",

@@ -130,7 +130,9 @@ test.serial("a dead worker's workflow lease is recovered; the stale holder canno
   await rig.stopWorker();
   const u = await makeUser(rig.db.pool, { phone: randomPhone() });
   // Intake by hand, then a "ghost" worker claims the workflow and dies.
-  const { rows: q } = await rig.db.pool.query("select * from bitrix_sync.claim_sync_tasks('ghost', 10)");
+  const { rows: q } = await rig.db.pool.query(
+    "select * from bitrix_sync.claim_sync_tasks('ghost', 10, interval '60 seconds')",
+  );
   for (const r of q) {
     await rig.db.pool.query("select * from bitrix_sync.start_or_join_workflow($1, $2, $3, null)", [
       r.entity_id,

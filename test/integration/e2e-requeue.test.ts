@@ -3,10 +3,10 @@
 // fixes the rights, requeues the dead letter from psql, and the same workflow starts over and
 // finishes, readiness recovers, and the open-DLQ gauge is back where it was.
 import test from "ava";
+import { collectScrape } from "../../src/http/scrape.js";
 import { readiness } from "../../src/http/status.js";
 import { registry } from "../../src/observability/metrics.js";
-import { collectScrape } from "../../src/observability/scrape.js";
-import { asRole } from "../helpers/dead-letters.js";
+import { queryAsRole } from "../helpers/dead-letters.js";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 import { one } from "../helpers/sql-core.js";
@@ -44,7 +44,7 @@ test("a workflow failed by a permission refusal finishes after the admin requeue
   t.true((await readiness(rig.db.pool, src)).problems.includes("crm_permission_denied"));
   t.is(await openGauge(), gaugeBefore + 1);
 
-  const listed = await asRole<{
+  const listed = await queryAsRole<{
     id: string;
     operation: string;
     error_code: string;
@@ -64,7 +64,7 @@ test("a workflow failed by a permission refusal finishes after the admin requeue
     workflow_state: "failed",
   });
 
-  const [r] = await asRole<{ requeued_to: string }>(
+  const [r] = await queryAsRole<{ requeued_to: string }>(
     rig.db.pool,
     "bitrix_sync_admin",
     "select * from bitrix_sync.requeue_dead_letter($1, 'ops:test', 'webhook scope crm added')",

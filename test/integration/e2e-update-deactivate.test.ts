@@ -3,6 +3,7 @@ import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
+import { withSettings } from "../helpers/settings.js";
 
 let rig: Rig;
 test.before(async () => {
@@ -427,5 +428,94 @@ test.serial(
       contact.phones.map((p) => p.value),
       [third],
     );
+  },
+);
+
+/** A 503 that is not a limit refusal: the portal (or its gateway) failed, the update may have landed. */
+const PLAIN_503 = {
+  kind: "http_error",
+  status: 503,
+  error: "SERVICE_UNAVAILABLE",
+  description: "Service temporarily unavailable",
+} as const;
+
+async function phoneUpdate(userId: string) {
+  return await waitFor(async () => {
+    const { rows } = await rig.db.pool.query(
+      `select c.* from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+        where w.user_id = $1 and c.command_type = 'contact.update' order by c.id desc limit 1`,
+      [userId],
+    );
+    return rows[0];
+  });
+}
+
+test.serial(
+  "a plain 503 on contact.update: uncertain, resent after its backoff, and the phone lands once",
+  async (t) => {
+    const { u, contact } = await linked();
+    const own = contact.phones[0];
+    const logFrom = rig.emulator.log.length;
+    rig.emulator.failNext(PLAIN_503, { method: "crm.contact.update", times: 2 });
+    const next = randomPhone();
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, next]);
+    const wf = await newestWorkflow(u.id, "contact.update");
+    t.is(wf.outcome, "updated");
+    t.deepEqual(
+      contact.phones.map((p) => [p.id, p.value]),
+      [[own?.id, next]],
+      "overwritten by its entry ID: resending it cannot append",
+    );
+    const cmd = await phoneUpdate(u.id);
+    t.like(cmd, { status: "succeeded", attempt_count: 3, limit_hits: 0 }, "one command, sent three times");
+    const log = rig.emulator.log.slice(logFrom);
+    t.is(log.filter((e) => e.status === 503).length, 2, "two 503s");
+    t.is(log.filter((e) => e.commands.includes("crm.contact.update")).length, 1, "one update executed");
+    const dl = await rig.db.pool.query(
+      "select count(*)::int as n from bitrix_sync.technical_dead_letters where workflow_id = $1",
+      [wf.id],
+    );
+    t.is(dl.rows[0].n, 0);
+  },
+);
+
+test.serial(
+  "a plain 503 on contact.update waits for the backoff of its attempts, not two response times",
+  async (t) => {
+    const { u } = await linked();
+    // A backoff far longer than the response time: the resend waits up to 10 min (full jitter).
+    await withSettings(rig.db.pool, { "retry.base_ms": 600_000, "retry.max_ms": 600_000 }, async () => {
+      await rig.runtime.settings.refresh();
+      rig.emulator.failNext(PLAIN_503, { method: "crm.contact.update" });
+      await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+        u.id,
+        randomPhone(),
+      ]);
+      const waiting = await waitFor(async () => {
+        const { rows } = await rig.db.pool.query(
+          `select w.last_error_code, w.current_step,
+                  extract(epoch from w.next_attempt_at - c.updated_at) * 1000 as wait_ms,
+                  extract(epoch from c.updated_at - c.sent_at) * 1000 as unanswered_ms,
+                  c.status, c.last_error_code as command_code
+             from bitrix_sync.workflow_instances w
+             join bitrix_sync.crm_commands c on c.workflow_id = w.id and c.command_type = 'contact.update'
+            where w.user_id = $1 and w.state = 'waiting_retry'`,
+          [u.id],
+        );
+        return rows[0];
+      }, 15_000);
+      t.like(waiting, {
+        last_error_code: "awaiting_late_write",
+        current_step: "resend_write",
+        status: "uncertain",
+        command_code: "server_error",
+      });
+      // Not twice the response time (what a late execution needs): the backoff of the first attempt,
+      // uniform in [0, 600 s]. It falls below the settling time only with a chance of about 1 in 10 000.
+      const settle = 2 * Number(waiting.unanswered_ms);
+      t.true(Number(waiting.wait_ms) > settle, `waits ${waiting.wait_ms} ms, settling needs ${settle} ms`);
+      t.true(Number(waiting.wait_ms) <= 600_000 + 1);
+    });
+    await rig.runtime.settings.refresh();
   },
 );

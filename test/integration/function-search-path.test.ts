@@ -308,7 +308,7 @@ test("an operator planted in public by another role never runs inside the projec
   await as("bitrix_sync_user", async (cl) => {
     const claimed = (
       await cl.query<{ id: string; lease_token: string; entity_id: string; task_type: string }>(
-        "select id, lease_token, entity_id, task_type from bitrix_sync.claim_sync_tasks('planted', 10)",
+        "select id, lease_token, entity_id, task_type from bitrix_sync.claim_sync_tasks('planted', 10, interval '60 seconds')",
       )
     ).rows;
     t.true(claimed.length >= 2, "the App's intents were claimed");
@@ -327,7 +327,7 @@ test("an operator planted in public by another role never runs inside the projec
   await as("bitrix_sync_user", async (cl) => {
     const wf = await one<{ id: string; lease_token: string }>(
       cl,
-      "select id, lease_token from bitrix_sync.claim_workflows('planted', 10) where user_id = $1",
+      "select id, lease_token from bitrix_sync.claim_workflows('planted', 10, interval '60 seconds') where user_id = $1",
       [user],
     );
     await cl.query("select * from bitrix_sync.step_context($1)", [wf.id]);
@@ -341,7 +341,7 @@ test("an operator planted in public by another role never runs inside the projec
     );
     const cmd = await one<{ id: string; lease_token: string }>(
       cl,
-      "select id, lease_token from bitrix_sync.claim_commands('planted', 10) where workflow_id = $1",
+      "select id, lease_token from bitrix_sync.claim_commands('planted', 10, interval '60 seconds') where workflow_id = $1",
       [wf.id],
     );
     await cl.query("select * from bitrix_sync.send_commands($1::bigint[], $2::uuid[], $3)", [
@@ -371,7 +371,9 @@ test("an operator planted in public by another role never runs inside the projec
     ]);
     await cl.query("select * from bitrix_sync.alerts_to_look_up(20)");
     await cl.query("select * from bitrix_sync.blocked_crm_methods('planted.portal')");
-    await cl.query("select * from bitrix_sync.acquire_crm_request('planted.portal', 'h', 2, 5, 2, 30000)");
+    await cl.query(
+      "select * from bitrix_sync.acquire_crm_request('planted.portal', 'h', 2, 5, 2, 30000, 0.05)",
+    );
     await cl.query("select * from bitrix_sync.claim_reconciliation_cursor('contacts', interval '0 s', true)");
     await cl.query("select * from bitrix_sync.metrics_snapshot('planted.portal', true)");
   });

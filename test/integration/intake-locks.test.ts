@@ -126,7 +126,7 @@ for (const who of ["outsider", "han_app_user"] as const) {
         await c.query("set local statement_timeout = '5s'");
         return (
           await c.query<{ entity_id: string }>(
-            "select entity_id from bitrix_sync.claim_sync_tasks('locks', 100)",
+            "select entity_id from bitrix_sync.claim_sync_tasks('locks', 100, interval '60 seconds')",
           )
         ).rows;
       });

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import test from "ava";
 import type pg from "pg";
 import { foldJournal, makeUser } from "../helpers/factories.js";
+import { asRoleRolledBack } from "../helpers/roles.js";
 import { rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -16,24 +17,11 @@ test.after.always(async () => {
   await db?.drop();
 });
 
-/** Runs `fn` as `role` in a transaction that is rolled back. */
-async function asRole<T>(role: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-  const c = await db.pool.connect();
-  try {
-    await c.query("begin");
-    await c.query(`set local role ${role}`);
-    return await fn(c);
-  } finally {
-    await c.query("rollback").catch(() => undefined);
-    c.release();
-  }
-}
-
 const DENIED = "42501";
 
 test("bitrix_sync_user writes CRM-master profile fields but not the phone or any other App column", async (t) => {
   const u = await makeUser(db.pool);
-  await asRole("bitrix_sync_user", async (c) => {
+  await asRoleRolledBack(db.pool, "bitrix_sync_user", async (c) => {
     await c.query("set local han.sync_suppress = 'true'");
     const ok = await c.query(
       "update han_app.client_profile set full_name = 'N', citizenship = 'C', email = 'e@x.y', source_updated_at = now() where user_id = $1",
@@ -52,7 +40,7 @@ test("bitrix_sync_user writes CRM-master profile fields but not the phone or any
   ]) {
     await rejectsWith(
       t,
-      asRole("bitrix_sync_user", (c) => c.query(sql, [u.id])),
+      asRoleRolledBack(db.pool, "bitrix_sync_user", (c) => c.query(sql, [u.id])),
       DENIED,
       sql,
     );
@@ -61,20 +49,24 @@ test("bitrix_sync_user writes CRM-master profile fields but not the phone or any
 
 test("bitrix_sync_user processes the queue through the lease functions", async (t) => {
   await makeUser(db.pool);
-  await asRole("bitrix_sync_user", async (c) => {
-    const { rows } = await c.query("select * from bitrix_sync.claim_sync_tasks('w', 5)");
+  await asRoleRolledBack(db.pool, "bitrix_sync_user", async (c) => {
+    const { rows } = await c.query(
+      "select * from bitrix_sync.claim_sync_tasks('w', 5, interval '60 seconds')",
+    );
     t.true(rows.length >= 1);
     await c.query("select bitrix_sync.complete_sync_task($1, $2)", [rows[0].id, rows[0].lease_token]);
   });
   await rejectsWith(
     t,
-    asRole("bitrix_sync_user", (c) => c.query("update han_app.sync_queue set task_type = 'contact.update'")),
+    asRoleRolledBack(db.pool, "bitrix_sync_user", (c) =>
+      c.query("update han_app.sync_queue set task_type = 'contact.update'"),
+    ),
     DENIED,
     "only the lease columns of sync_queue are writable",
   );
   await rejectsWith(
     t,
-    asRole("bitrix_sync_user", (c) =>
+    asRoleRolledBack(db.pool, "bitrix_sync_user", (c) =>
       c.query(
         "insert into han_app.sync_queue (task_type, entity_type, entity_id, dedup_key) values ('contact.update','user',gen_random_uuid(),'x')",
       ),
@@ -95,7 +87,7 @@ test("bitrix_sync_user cannot run DDL", async (t) => {
   ]) {
     await rejectsWith(
       t,
-      asRole("bitrix_sync_user", (c) => c.query(sql)),
+      asRoleRolledBack(db.pool, "bitrix_sync_user", (c) => c.query(sql)),
       DENIED,
       sql,
     );
@@ -111,17 +103,17 @@ test("bitrix_sync_admin cannot write mapping rows; it may request a rebind and r
     "select * from bitrix_sync.workflow_instances",
     "select * from bitrix_sync.crm_commands",
     `select bitrix_sync.open_mapping('${u.id}', '42', null)`,
-    "select * from bitrix_sync.claim_sync_tasks('admin', 1)",
+    "select * from bitrix_sync.claim_sync_tasks('admin', 1, interval '60 seconds')",
     "update bitrix_sync.settings_versions set status = 'active'",
   ]) {
     await rejectsWith(
       t,
-      asRole("bitrix_sync_admin", (c) => c.query(sql)),
+      asRoleRolledBack(db.pool, "bitrix_sync_admin", (c) => c.query(sql)),
       DENIED,
       sql,
     );
   }
-  await asRole("bitrix_sync_admin", async (c) => {
+  await asRoleRolledBack(db.pool, "bitrix_sync_admin", async (c) => {
     const { rows } = await c.query<{ id: string }>(
       "select bitrix_sync.request_bitrix_contact_rebind($1, '4242', 'duplicate merged by the CRM team', 'ops:test') as id",
       [u.id],
@@ -146,12 +138,12 @@ test("han_app_user cannot read bitrix_sync tables; its writes still enqueue thro
   ]) {
     await rejectsWith(
       t,
-      asRole("han_app_user", (c) => c.query(sql)),
+      asRoleRolledBack(db.pool, "han_app_user", (c) => c.query(sql)),
       DENIED,
       sql,
     );
   }
-  await asRole("han_app_user", async (c) => {
+  await asRoleRolledBack(db.pool, "han_app_user", async (c) => {
     const u = await makeUser(c, { fold: false });
     // The trigger appended the intent to the journal, which the App may read but not fold.
     const { rows: recorded } = await c.query(
@@ -405,7 +397,7 @@ test("bitrix_sync_user cannot rewrite settings, audit, the cutover or a link, no
   ]) {
     await rejectsWith(
       t,
-      asRole("bitrix_sync_user", (c) => c.query(sql)),
+      asRoleRolledBack(db.pool, "bitrix_sync_user", (c) => c.query(sql)),
       DENIED,
       sql.replace(/\s+/g, " ").slice(0, 90),
     );
@@ -442,7 +434,7 @@ test("the row guards stop the owner too: rows are born in their initial state, l
 });
 
 test("bitrix_sync_admin reads settings, rebind requests, the cutover and the catalogue; han_app_user has nothing in bitrix_sync", async (t) => {
-  await asRole("bitrix_sync_admin", async (c) => {
+  await asRoleRolledBack(db.pool, "bitrix_sync_admin", async (c) => {
     for (const sql of [
       "select * from bitrix_sync.settings",
       "select * from bitrix_sync.settings_versions",
@@ -460,7 +452,7 @@ test("bitrix_sync_admin reads settings, rebind requests, the cutover and the cat
   ]) {
     await rejectsWith(
       t,
-      asRole("bitrix_sync_admin", (c) => c.query(sql)),
+      asRoleRolledBack(db.pool, "bitrix_sync_admin", (c) => c.query(sql)),
       DENIED,
       sql,
     );
@@ -473,7 +465,7 @@ test("bitrix_sync_admin reads settings, rebind requests, the cutover and the cat
 
 test("bitrix_sync_user runs the alert path and the dead-letter path with its column grants", async (t) => {
   const u = await makeUser(db.pool);
-  await asRole("bitrix_sync_user", async (c) => {
+  await asRoleRolledBack(db.pool, "bitrix_sync_user", async (c) => {
     const { rows: a } = await c.query<{ id: string }>(
       "select id from bitrix_sync.raise_business_alert('duplicate_contacts', 'low', repeat('f', 64), $1, '1', null, '[\"2\"]', '{}', null)",
       [u.id],
@@ -489,7 +481,7 @@ test("bitrix_sync_user runs the alert path and the dead-letter path with its col
     await c.query("select bitrix_sync.finish_business_alert($1, 'resolved')", [id]);
     // A queue intent that dead-letters writes its technical DLQ row.
     const { rows: q } = await c.query<{ id: string; lease_token: string }>(
-      "select id, lease_token from bitrix_sync.claim_sync_tasks('w', 100) where entity_id = $1",
+      "select id, lease_token from bitrix_sync.claim_sync_tasks('w', 100, interval '60 seconds') where entity_id = $1",
       [u.id],
     );
     const { rows: d } = await c.query<{ status: string }>(

@@ -1,6 +1,7 @@
 // Leases on han_app.sync_queue (§6.1): SKIP LOCKED claims, lease expiry and reclaim, fencing.
 import test from "ava";
 import pg from "pg";
+import { claimSyncTasks } from "../helpers/claims.js";
 import { foldJournal, makeUser } from "../helpers/factories.js";
 import { rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -21,18 +22,7 @@ interface Claimed {
   entity_id: string;
 }
 
-async function claim(
-  c: pg.Pool | pg.Client,
-  worker: string,
-  limit = 10,
-  lease = "60 seconds",
-): Promise<Claimed[]> {
-  const { rows } = await c.query<Claimed>(
-    "select * from bitrix_sync.claim_sync_tasks($1, $2, $3::interval)",
-    [worker, limit, lease],
-  );
-  return rows;
-}
+const claim = claimSyncTasks<Claimed>;
 
 test.serial("two connections claiming at once never get the same row", async (t) => {
   const users = [];
@@ -259,7 +249,7 @@ test.serial("a hand-written UPDATE that skips an edge is refused by the guard tr
 test.serial("claim refuses nonsensical limits with a hint", async (t) => {
   const err = await rejectsWith(
     t,
-    db.pool.query("select * from bitrix_sync.claim_sync_tasks('w', 0)"),
+    db.pool.query("select * from bitrix_sync.claim_sync_tasks('w', 0, interval '60 seconds')"),
     "BS004",
   );
   t.truthy(err.hint);

@@ -9,7 +9,7 @@ import type pg from "pg";
 import { inTransaction } from "../../src/db/tx.js";
 import { runRetention } from "../../src/maintenance/retention.js";
 import { createLogger } from "../../src/observability/logger.js";
-import { asRole, deadLetteredWebhook, workflowFailedByCommand } from "../helpers/dead-letters.js";
+import { deadLetteredWebhook, queryAsRole, workflowFailedByCommand } from "../helpers/dead-letters.js";
 import { makeUser } from "../helpers/factories.js";
 import { setSettings, testSettings } from "../helpers/settings.js";
 import { one, rejectsWith, session } from "../helpers/sql-core.js";
@@ -63,7 +63,7 @@ async function processedWebhooks(entityId: string, n: number, daysAgo: number): 
   }
   const claimed = await one<{ id: string; lease_token: string }>(
     db.pool,
-    "select id, lease_token from bitrix_sync.claim_webhooks('retention-test', 1000) where entity_id = $1",
+    "select id, lease_token from bitrix_sync.claim_webhooks('retention-test', 1000, interval '60 seconds') where entity_id = $1",
     [entityId],
   );
   await db.pool.query("select bitrix_sync.complete_webhook($1, $2, 'applied')", [
@@ -135,7 +135,7 @@ test.serial(
     const recentHooks = await processedWebhooks("900002", 2, 1);
     const openDead = await deadLetteredWebhook(db.pool, "900003");
     const ackedDead = await deadLetteredWebhook(db.pool, "900004");
-    await asRole(
+    await queryAsRole(
       db.pool,
       "bitrix_sync_admin",
       "select * from bitrix_sync.acknowledge_dead_letter($1, 'ops:t', 'seen it')",
@@ -196,7 +196,7 @@ test.serial(
     const audit = await auditCounts();
     const preview = Object.fromEntries(
       (
-        await asRole<{ table_name: string; deletable: number }>(
+        await queryAsRole<{ table_name: string; deletable: number }>(
           db.pool,
           "bitrix_sync_admin",
           "select table_name, deletable::int from bitrix_sync.retention_preview()",
@@ -293,25 +293,25 @@ test.serial(
   "the runtime role deletes through the function only; the App role cannot; the admin can preview",
   async (t) => {
     const ids = await finishedIntents(2, "processed", 40);
-    const [r] = await asRole<{ n: number }>(
+    const [r] = await queryAsRole<{ n: number }>(
       db.pool,
       "bitrix_sync_user",
       "select bitrix_sync.delete_retention_batch('queue') as n",
     );
     t.true((r?.n ?? 0) >= 2);
     for (const id of ids) t.false(await exists("han_app.sync_queue", id));
-    await rejectsWith(t, asRole(db.pool, "bitrix_sync_user", "delete from han_app.sync_queue"), "42501");
+    await rejectsWith(t, queryAsRole(db.pool, "bitrix_sync_user", "delete from han_app.sync_queue"), "42501");
     await rejectsWith(
       t,
-      asRole(db.pool, "bitrix_sync_user", "select * from bitrix_sync.retention_preview()"),
+      queryAsRole(db.pool, "bitrix_sync_user", "select * from bitrix_sync.retention_preview()"),
       "42501",
     );
     for (const sql of [
       "select bitrix_sync.delete_retention_batch('queue')",
       "select * from bitrix_sync.retention_preview()",
     ]) {
-      await rejectsWith(t, asRole(db.pool, "han_app_user", sql), "42501", sql);
+      await rejectsWith(t, queryAsRole(db.pool, "han_app_user", sql), "42501", sql);
     }
-    await asRole(db.pool, "bitrix_sync_admin", "select bitrix_sync.delete_retention_batch('webhooks')");
+    await queryAsRole(db.pool, "bitrix_sync_admin", "select bitrix_sync.delete_retention_batch('webhooks')");
   },
 );

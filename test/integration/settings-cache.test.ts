@@ -4,8 +4,8 @@
 import { Writable } from "node:stream";
 import test from "ava";
 import { loadConfig } from "../../src/config/env.js";
+import { HealthState } from "../../src/health/state.js";
 import { createApp } from "../../src/http/app.js";
-import { HealthState } from "../../src/observability/health.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { createSettingsCache, SettingsError } from "../../src/settings-cache.js";
 import { createMemoryLimiter } from "../helpers/memory-limiter.js";

@@ -4,7 +4,6 @@
 // Tests that call claim_commands() are serial: a claim takes every due command of this database.
 import { randomUUID } from "node:crypto";
 import test from "ava";
-import type pg from "pg";
 import {
   type CommandRow,
   heldCommand,
@@ -15,6 +14,7 @@ import {
   uncertainCommand,
   type WorkflowRow,
 } from "../helpers/builders.js";
+import { claimCommands } from "../helpers/claims.js";
 import { withSettings } from "../helpers/settings.js";
 import { forceRow, logTransitions, one, pathOf, rejectsWith, session } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -43,13 +43,7 @@ interface DeadLetter {
   correlation_id: string | null;
 }
 
-async function claim(q: pg.Pool | pg.PoolClient, worker: string, limit = 1000): Promise<CommandRow[]> {
-  const { rows } = await q.query<CommandRow>(
-    "select * from bitrix_sync.claim_commands($1, $2, '60 seconds')",
-    [worker, limit],
-  );
-  return rows;
-}
+const claim = claimCommands<CommandRow>;
 
 async function send(ids: string[], tokens: (string | null)[], batch = randomUUID()): Promise<string[]> {
   const { rows } = await db.pool.query<{ send_commands: string }>(
@@ -172,7 +166,11 @@ test.serial("claim_commands leases due pending commands with new tokens", async 
   t.truthy(mine?.locked_until);
   // Leased and unexpired: nobody else gets it.
   t.false((await claim(db.pool, "pump-2")).some((c) => c.id === cmd.id));
-  await rejectsWith(t, db.pool.query("select * from bitrix_sync.claim_commands('p', 0)"), "BS004");
+  await rejectsWith(
+    t,
+    db.pool.query("select * from bitrix_sync.claim_commands('p', 0, interval '60 seconds')"),
+    "BS004",
+  );
 });
 
 test.serial("two connections claiming at once never get the same command", async (t) => {

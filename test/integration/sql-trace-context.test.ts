@@ -87,7 +87,7 @@ test("issue_command stores the issuing step's context; the call without it still
   t.is(cmd.trace_context, tp(4));
   const claimed = await one<{ trace_context: string | null }>(
     db.pool,
-    "select trace_context from bitrix_sync.claim_commands('t', 1000) where id = $1",
+    "select trace_context from bitrix_sync.claim_commands('t', 1000, interval '60 seconds') where id = $1",
     [cmd.id],
   );
   t.is(claimed.trace_context, tp(4), "the claim hands it to the pump in the same round trip");

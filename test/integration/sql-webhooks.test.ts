@@ -5,6 +5,7 @@
 import { randomInt, randomUUID } from "node:crypto";
 import test from "ava";
 import type pg from "pg";
+import { claimWebhooks } from "../helpers/claims.js";
 import { one, type Queryable, rejectsWith, session } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -50,18 +51,7 @@ async function record(
   return record_webhook;
 }
 
-async function claim(
-  q: Queryable,
-  worker: string,
-  limit = 1000,
-  receiver: string | null = null,
-): Promise<Webhook[]> {
-  const { rows } = await q.query<Webhook>(
-    "select * from bitrix_sync.claim_webhooks($1, $2, '60 seconds', $3)",
-    [worker, limit, receiver],
-  );
-  return rows;
-}
+const claim = claimWebhooks<Webhook>;
 
 const get = (id: string) =>
   one<Webhook>(db.pool, "select * from bitrix_sync.webhook_inbox where id = $1", [id]);

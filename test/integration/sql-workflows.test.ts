@@ -5,6 +5,7 @@ import { randomUUID } from "node:crypto";
 import test from "ava";
 import { inTransaction } from "../../src/db/tx.js";
 import { createdWorkflow, runningWorkflow, type WorkflowRow, workflowIn } from "../helpers/builders.js";
+import { claimWorkflows } from "../helpers/claims.js";
 import { forceInsert, forceRow, one, type Queryable, rejectsWith, session } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -38,18 +39,7 @@ async function get(id: string): Promise<WorkflowRow> {
   return one<WorkflowRow>(db.pool, "select * from bitrix_sync.workflow_instances where id = $1", [id]);
 }
 
-async function claim(
-  q: Queryable,
-  worker: string,
-  limit = 1000,
-  lease = "60 seconds",
-): Promise<WorkflowRow[]> {
-  const { rows } = await q.query<WorkflowRow>(
-    "select * from bitrix_sync.claim_workflows($1, $2, $3::interval)",
-    [worker, limit, lease],
-  );
-  return rows;
-}
+const claim = claimWorkflows<WorkflowRow>;
 
 function fire(id: string, token: string | null, event: string, changes: Record<string, unknown> = {}) {
   return one<WorkflowRow>(db.pool, "select * from bitrix_sync.fire_workflow_event($1, $2, $3, $4)", [

@@ -7,7 +7,7 @@ import test from "ava";
 import type { ServiceContext } from "../../src/context.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { stepGroups } from "../../src/observability/metrics.js";
-import { runWorkflows } from "../../src/workflows/stepper.js";
+import { runWorkflows } from "../../src/workflows/step-lane.js";
 import { makeUser } from "../helpers/factories.js";
 import { testSettings } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";

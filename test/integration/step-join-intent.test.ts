@@ -7,6 +7,7 @@ import test from "ava";
 import { runStep } from "../../src/workflows/step/dispatch.js";
 import type { WorkflowRow } from "../../src/workflows/types.js";
 import { makeUser } from "../helpers/factories.js";
+import { testSettings } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -41,7 +42,7 @@ test("a return joining a claimed deactivation before its first step is executed 
   const c = await db.pool.connect();
   try {
     await c.query("begin");
-    await runStep(c, claimed);
+    await runStep(c, claimed, testSettings().retry);
     await c.query("commit");
   } finally {
     c.release();

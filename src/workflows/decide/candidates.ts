@@ -1,5 +1,12 @@
-// The branch decision of contact.map_or_create (§4, §5.1 steps 5-6, B0–B2), as a pure function so
-// every branch is unit-tested without a database or a portal.
+// How a duplicate Contact is chosen (§4, §5.1 steps 5-6, B0–B2): of the Contacts found by the App's
+// phone, one that already carries this user's id (and no other active user holds) is linked again;
+// otherwise the newest wins (DATE_CREATE descending, then the higher ID), the others go into a
+// duplicate_contacts alert (B2.1). If another active user holds the newest, through a link or its
+// user id field, a new Contact is created and a conflict alert raised instead (B1.2, B2.2); nothing
+// found: create (B0). The steps that carry it out: ../step/map-or-create.ts.
+//
+// The branch decision of contact.map_or_create, as a pure function so every branch is unit-tested
+// without a database or a portal (test/unit/workflows/candidates.test.ts).
 
 /** A candidate Contact found by phone, as read back (no PII: IDs, flags, times). */
 export interface Candidate {

@@ -1,5 +1,5 @@
 // What contact.map_or_create (§5.1) decides from each read, apart from the candidate branch
-// (./candidates.ts): pure functions of the safe projections that src/workflows/command-io.ts stores,
+// (./candidates.ts): pure functions of the safe projections that src/workflows/command-payloads.ts stores,
 // unit-tested without a database. Outcome codes are persisted (workflow_instances.outcome): keep them.
 import { MAX_PHONES_PER_SEARCH } from "../../crm/catalogue.js";
 import type { Candidate } from "./candidates.js";

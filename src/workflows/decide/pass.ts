@@ -1,6 +1,8 @@
 // The rules every workflow's step follows (§7.1, DESIGN.md "converge to the newest intent"), as
 // pure functions so they are unit-tested without a database: when a newer intent restarts the pass,
-// and which failed commands are business problems for a person rather than technical failures.
+// and which failed commands are business problems for a person rather than technical failures (the
+// codes are src/crm/classify.ts's).
+import { BUSINESS_CODES, NOT_FOUND_CODES } from "../../crm/classify.js";
 
 /**
  * Steps whose pending outcome is a read: a newer intent may restart the pass there. No contact.rebind
@@ -51,27 +53,6 @@ export function restartsInsteadOfFinishing(p: PassState): boolean {
   return behindNewestIntent(p) && !p.unresolvedWrite;
 }
 
-/**
- * When a write that got no answer can no longer land: the portal may still be executing it after the
- * client gave up (a slow portal finishes late), so a read that decides from the Contact waits until
- * twice as long again as the request went unanswered. `sentAt` is the send marker, `givenUpAt` when
- * the command became uncertain (the client's deadline, or the lease expiry of a sender that died).
- */
-export function lateWriteSettledAt(sentAt: Date | null, givenUpAt: Date): Date {
-  const unanswered = sentAt ? Math.max(0, givenUpAt.getTime() - sentAt.getTime()) : 0;
-  return new Date(givenUpAt.getTime() + 2 * unanswered);
-}
-
-/** Codes of command failures that are business problems, not technical ones (§9). */
-const BUSINESS_CODES: ReadonlySet<string> = new Set([
-  "invalid_phone",
-  "unknown_citizenship",
-  "user_not_eligible",
-]);
-
-/** Codes meaning the Contact (or item) does not exist (legacy replies carry an empty error code). */
-const NOT_FOUND_CODES: ReadonlySet<string> = new Set(["not_found"]);
-
 /** The last command's outcome as a step sees it. */
 export interface LastOutcome {
   status: string;
@@ -88,7 +69,7 @@ export function handedBack(last: { status: string; response: Record<string, unkn
 
 /** The command failed because its Contact does not exist. */
 export function isNotFound(last: Pick<LastOutcome, "last_error_code">): boolean {
-  return NOT_FOUND_CODES.has(last.last_error_code ?? "");
+  return (NOT_FOUND_CODES as ReadonlySet<string>).has(last.last_error_code ?? "");
 }
 
 export type BusinessStop =
@@ -103,7 +84,11 @@ export type BusinessStop =
 
 /** A command dead-lettered for a business reason stops the pass, whatever step was waiting for it. */
 export function businessStop(last: LastOutcome): BusinessStop | null {
-  if (last.status !== "dead_letter" || !BUSINESS_CODES.has(last.last_error_code ?? "")) return null;
+  if (
+    last.status !== "dead_letter" ||
+    !(BUSINESS_CODES as ReadonlySet<string>).has(last.last_error_code ?? "")
+  )
+    return null;
   if (last.last_error_code === "user_not_eligible") return { kind: "not_eligible" };
   const code = last.last_error_code === "invalid_phone" ? "invalid_phone" : "unknown_citizenship";
   return { kind: "manual", code, alert: code };

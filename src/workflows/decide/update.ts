@@ -3,7 +3,7 @@
 // pump writes the App's number at send time.
 import { planPhoneUpdate } from "../../crm/contact-fields.js";
 
-/** A Contact as the read of purpose phones projects it (src/workflows/command-io.ts). */
+/** A Contact as the read of purpose phones projects it (src/workflows/command-payloads.ts). */
 export interface PhonesRead {
   id: number;
   user_id?: unknown;

@@ -9,16 +9,17 @@
 import type pg from "pg";
 import { type AlertInput, raiseAlert } from "../../alerts/raise.js";
 import { type AppUser, loadAppUser, markSnapshotStale } from "../../app-data.js";
+import { attemptsSpent, backoffDelayMs, type RetrySettings } from "../../crm/backoff.js";
 import { activeTraceparent } from "../../observability/tracing.js";
 import type { Candidate, Holdings } from "../decide/candidates.js";
 import {
   behindNewestIntent,
   businessStop,
   isNotFound,
-  lateWriteSettledAt,
   restartsBeforeStep,
   restartsInsteadOfFinishing,
 } from "../decide/pass.js";
+import { decideUnansweredWrite } from "../decide/unanswered-write.js";
 import type { CommandRow, StepData, WorkflowRow, WorkflowType } from "../types.js";
 
 /** What a workflow does with the outcome of its last command at one step. */
@@ -60,6 +61,8 @@ export class Step {
     readonly tx: pg.PoolClient,
     readonly wf: WorkflowRow,
     private readonly table: StepTable,
+    /** The backoff settings (retry.base_ms, retry.max_ms) an unanswered write waits by. */
+    private readonly retry: Pick<RetrySettings, "baseMs" | "maxMs">,
   ) {
     this.sd = { ...wf.step_data };
   }
@@ -384,11 +387,10 @@ export class Step {
     return await after(this, last);
   }
 
-  /** Outcome of a write whose success continues with `next`; uncertain is resolved by retrying it. */
+  /** Outcome of a write whose success continues with `next`; an unanswered one goes to unanswered(). */
   async afterWrite(last: CommandRow, next: () => Promise<void>): Promise<void> {
     if (last.status === "succeeded") return await next();
-    // Setting a flag or a user_id is idempotent: sending it again cannot duplicate anything.
-    if (last.status === "uncertain") return await this.awaitLateWrite(last);
+    if (last.status === "uncertain") return await this.unanswered(last);
     if (isNotFound(last)) {
       // The Contact vanished between read and write: start the pass again from the top.
       this.sd = { pass: this.sd.pass, as: this.as() };
@@ -400,16 +402,50 @@ export class Step {
   }
 
   /**
-   * An unanswered idempotent write (a flag, a user_id, a phone overwritten by its entry ID) is sent
-   * again, but only once a late execution of it would have landed (lateWriteSettledAt): resent at
-   * once, the late original could land after the resend and after a newer write, and put an older
-   * value back (found by the chaos suite). The command stays uncertain meanwhile, so the pass does
-   * not restart over it; step resend_write sends it and comes back to the step that issued it.
+   * A write of this step got no answer (uncertain): ../decide/unanswered-write.ts decides whether it
+   * is resent, superseded by a fresh read or searched for, and when; this applies the decision. The
+   * wait is waiting_retry with awaiting_late_write, the portal-wide recovery leaves it alone.
    */
-  async awaitLateWrite(last: CommandRow): Promise<void> {
-    this.sd.resend_step = this.wf.current_step;
-    const settledAt = lateWriteSettledAt(last.sent_at, last.updated_at);
-    return await this.retryLater("awaiting_late_write", settledAt.toISOString(), "resend_write");
+  async unanswered(last: CommandRow): Promise<void> {
+    const step = this.wf.current_step;
+    const d = decideUnansweredWrite(
+      {
+        step,
+        commandType: last.command_type,
+        params: last.params,
+        sentAt: last.sent_at,
+        givenUpAt: last.updated_at,
+      },
+      backoffDelayMs(attemptsSpent(last), this.retry),
+    );
+    if (d.action === "fail") return await this.fail(d.code);
+    switch (d.action) {
+      case "resend":
+        // The command stays uncertain meanwhile, so the pass does not restart over it; step
+        // resend_write sends it and comes back to the step that issued it.
+        this.sd.resend_step = step;
+        break;
+      case "search":
+        // The recovery (./create-recovery.ts) resolves the create under reconcile.
+        await this.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [
+          last.id,
+          this.wf.lease_token,
+        ]);
+        this.sd.recovering = last.id;
+        break;
+      case "reread":
+        // Superseded, not dead-lettered: nothing failed for good, so no technical dead letter.
+        await this.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [
+          last.id,
+          this.wf.lease_token,
+        ]);
+        await this.tx.query(
+          "select bitrix_sync.resolve_command_reconcile($1, $2, 'superseded', null, 'superseded_by_reread')",
+          [last.id, this.wf.lease_token],
+        );
+        break;
+    }
+    return await this.retryLater("awaiting_late_write", d.at.toISOString(), d.resumeStep);
   }
 
   /** Step resend_write: back from waiting for a late execution, the unanswered write goes again. */

@@ -2,6 +2,7 @@
 // it executes, and what to do with a command's outcome by the step that waits for it. Step names are
 // unique across workflows (a contact.update without a link runs map_or_create's steps).
 import type pg from "pg";
+import type { RetrySettings } from "../../crm/backoff.js";
 import type { WorkflowRow } from "../types.js";
 import { type AfterStep, Step, type StepResult, type StepTable, sharedSteps } from "./core.js";
 import { createRecoverySteps } from "./create-recovery.js";
@@ -39,7 +40,14 @@ export const STEP_TABLE: StepTable = {
   ),
 };
 
-/** Runs one step of `wf` in `tx` (the caller holds the workflow's lease and commits). */
-export async function runStep(tx: pg.PoolClient, wf: WorkflowRow): Promise<StepResult> {
-  return await new Step(tx, wf, STEP_TABLE).run();
+/**
+ * Runs one step of `wf` in `tx` (the caller holds the workflow's lease and commits). `retry` is the
+ * backoff an unanswered write waits by (settings retry.base_ms, retry.max_ms).
+ */
+export async function runStep(
+  tx: pg.PoolClient,
+  wf: WorkflowRow,
+  retry: Pick<RetrySettings, "baseMs" | "maxMs">,
+): Promise<StepResult> {
+  return await new Step(tx, wf, STEP_TABLE, retry).run();
 }

@@ -19,7 +19,6 @@ import {
   candidatesOf,
   foundIds,
 } from "../decide/map-or-create.js";
-import { lateWriteSettledAt } from "../decide/pass.js";
 import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
 
@@ -294,17 +293,9 @@ async function createContact(s: Step, last: CommandRow): Promise<void> {
     s.sd.contact = contactId;
     return await s.succeed("created");
   }
-  if (last.status === "uncertain") {
-    // The create may have landed: search for Contacts carrying this user id (what the create wrote;
-    // the App's phone may have changed since it was sent, so a search by phone could miss it), never
-    // create blindly (./create-recovery.ts).
-    // The search waits until a late execution of the create would have landed (the chaos suite found
-    // a second Contact when a slow portal executed the create after the search had found nothing).
-    const settledAt = lateWriteSettledAt(last.sent_at, last.updated_at);
-    await s.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [last.id, s.wf.lease_token]);
-    s.sd.recovering = last.id;
-    return await s.retryLater("awaiting_late_write", settledAt.toISOString(), "recover_search");
-  }
+  // The create may have landed: searched for by the user id it wrote, never created blindly
+  // (../decide/unanswered-write.ts, ./create-recovery.ts).
+  if (last.status === "uncertain") return await s.unanswered(last);
   return await s.failWith(last);
 }
 

@@ -84,15 +84,9 @@ async function afterCheckPrevious(s: Step, last: CommandRow): Promise<void> {
 
 async function afterClearPrevious(s: Step, last: CommandRow): Promise<void> {
   if (last.status === "succeeded" || isNotFound(last)) return await finishRebind(s);
-  if (last.status === "uncertain") {
-    // The clear may have landed: what the Contact holds now decides, not a blind resend.
-    await s.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [last.id, s.wf.lease_token]);
-    await s.tx.query(
-      "select bitrix_sync.resolve_command_reconcile($1, $2, 'superseded', null, 'superseded_by_reread')",
-      [last.id, s.wf.lease_token],
-    );
-    return await checkPrevious(s);
-  }
+  // The clear may have landed: the previous Contact is read again once a late execution would have
+  // landed, and what it holds then decides, not a blind resend (../decide/unanswered-write.ts).
+  if (last.status === "uncertain") return await s.unanswered(last);
   if (handedBack(last)) {
     // §5.4: the workflow waits (waiting_retry), the new link is not active yet; the retry reads first.
     return await s.retryLater(
@@ -125,6 +119,7 @@ export const rebindSteps: Readonly<Record<string, AfterStep>> = {
   rebind_target: (s, last) => s.afterWrite(last, () => checkPrevious(s)),
   rebind_check_previous: afterCheckPrevious,
   rebind_clear_previous: afterClearPrevious,
-  // Back from waiting_retry after a handed-back clear: the last command is that clear; read first.
+  // Back from waiting_retry after a handed-back or unanswered clear: the last command is that clear;
+  // read first.
   rebind_recheck_previous: (s) => checkPrevious(s),
 };

@@ -3,7 +3,7 @@
 // map_or_create. Step names and outcome codes are persisted: keep them.
 import { type AppUser, hasValidPhone, isEligible, loadAppUser, loadSnapshot } from "../../app-data.js";
 import { matchesPiiHash, piiHash } from "../../hash.js";
-import { isNotFound, lateWriteSettledAt } from "../decide/pass.js";
+import { isNotFound } from "../decide/pass.js";
 import { checkUpdateRead, desiredPhoneHash, planContactUpdate } from "../decide/update.js";
 import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
@@ -69,23 +69,8 @@ async function afterReadForUpdate(s: Step, last: CommandRow): Promise<void> {
 async function afterUpdate(s: Step, last: CommandRow): Promise<void> {
   if (last.status === "succeeded")
     return endsWithFinalRead(s) ? await finalRead(s) : await s.succeed("updated");
-  if (last.status === "uncertain") {
-    const phone = last.params.phone as { entry_id?: number } | undefined;
-    // A phone overwritten by its entry ID (or a flag) is idempotent: resent with the App's phone of
-    // now, once a late execution would have landed (Step.awaitLateWrite).
-    if (!phone || phone.entry_id) return await s.awaitLateWrite(last);
-    // An append may have landed: read again and plan from what the Contact holds now. Superseded,
-    // not dead-lettered: nothing failed for good, so no technical dead letter (the chaos suite found
-    // one per lost phone update). The read waits until a late execution would have landed, or it
-    // could see the old number and a newer phone be overwritten by the late one afterwards.
-    const settledAt = lateWriteSettledAt(last.sent_at, last.updated_at);
-    await s.tx.query("select bitrix_sync.begin_command_reconcile($1, $2)", [last.id, s.wf.lease_token]);
-    await s.tx.query(
-      "select bitrix_sync.resolve_command_reconcile($1, $2, 'superseded', null, 'superseded_by_reread')",
-      [last.id, s.wf.lease_token],
-    );
-    return await s.retryLater("awaiting_late_write", settledAt.toISOString(), "reread_for_update");
-  }
+  // Resent if idempotent (a flag, a phone by its entry ID), else read again: ../decide/unanswered-write.ts.
+  if (last.status === "uncertain") return await s.unanswered(last);
   if (isNotFound(last)) {
     await s.breakActiveMapping();
     return await s.succeed("contact_missing");
@@ -97,6 +82,6 @@ async function afterUpdate(s: Step, last: CommandRow): Promise<void> {
 export const updateSteps: Readonly<Record<string, AfterStep>> = {
   read_for_update: afterReadForUpdate,
   update_contact: afterUpdate,
-  // Back from waiting_retry once a late execution of the unanswered update would have landed.
+  // Back from waiting_retry after an unanswered append (../decide/unanswered-write.ts).
   reread_for_update: (s) => readForUpdate(s),
 };

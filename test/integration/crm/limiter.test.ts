@@ -202,12 +202,12 @@ test("an aborted wait rejects and takes nothing", async (t) => {
 
 test("errors carry a BS01x SQLSTATE, a sentence and a HINT", async (t) => {
   const cases: Array<[string, unknown[], string]> = [
-    ["select * from bitrix_sync.acquire_crm_request($1, 'h', 0, 1, 1, 1000)", ["b"], "BS010"],
-    ["select * from bitrix_sync.acquire_crm_request($1, 'h', 2, 0, 1, 1000)", ["b"], "BS010"],
-    ["select bitrix_sync.note_rate_limited($1, 2)", ["b"], "BS010"],
-    ["select bitrix_sync.note_crm_answered($1, 0.5)", ["b"], "BS010"],
+    ["select * from bitrix_sync.acquire_crm_request($1, 'h', 0, 1, 1, 1000, 0.05)", ["b"], "BS010"],
+    ["select * from bitrix_sync.acquire_crm_request($1, 'h', 2, 0, 1, 1000, 0.05)", ["b"], "BS010"],
+    ["select bitrix_sync.note_rate_limited($1, 2, 0.1, 1000, 0.05)", ["b"], "BS010"],
+    ["select bitrix_sync.note_crm_answered($1, 0.5, 0.05)", ["b"], "BS010"],
     ["select bitrix_sync.note_crm_operating($1, array['m'], array[1.0, 2.0], array[now()])", ["b"], "BS011"],
-    ["select * from bitrix_sync.acquire_crm_request($1, 'h', 2, 1, 1, 1000)", [""], "BS012"],
+    ["select * from bitrix_sync.acquire_crm_request($1, 'h', 2, 1, 1, 1000, 0.05)", [""], "BS012"],
     ["select bitrix_sync.note_method_blocked('b', $1)", [""], "BS012"],
   ];
   for (const [sql, params, code] of cases) {
@@ -250,7 +250,7 @@ test("the runtime role may use the limiter; public may not", async (t) => {
     await c.query("begin");
     await c.query("set local role bitrix_sync_user");
     const g = await c.query(
-      "select granted from bitrix_sync.acquire_crm_request('role-test', 'h', 2, 5, 2, 1000)",
+      "select granted from bitrix_sync.acquire_crm_request('role-test', 'h', 2, 5, 2, 1000, 0.05)",
     );
     t.true(g.rows[0].granted);
     await c.query("rollback");

@@ -1,6 +1,13 @@
 import test from "ava";
 import fc from "fast-check";
-import { backoffCeilingMs, type RetrySettings, retryDelayMs } from "../../../src/crm/backoff.js";
+import {
+  attemptsSpent,
+  backoffCeilingMs,
+  backoffDelayMs,
+  LANE_LEAD,
+  type RetrySettings,
+  retryDelayMs,
+} from "../../../src/crm/backoff.js";
 import { testSettings } from "../../helpers/settings.js";
 
 /** The catalogue's defaults (§9): base 1 s, cap 5 min, horizon 24 h. */
@@ -76,4 +83,17 @@ test("no horizon here: a delay is returned however late the attempt (SQL decides
     retryDelayMs(10_000, S, undefined, () => 0.999_999_999),
     300_000,
   );
+});
+
+test("one count and one call: the first retry waits up to the base, intake's and a step's up to twice it", (t) => {
+  const top = () => 0.999_999_999;
+  const first = (spent: number) => backoffDelayMs(spent, S, undefined, top);
+  // A command, an event, an alert command: the failed send is the first attempt spent.
+  t.is(first(attemptsSpent({ attempt_count: 1, limit_hits: 0 })), backoffCeilingMs(0, S));
+  // Limit refusals are not attempts: two refusals and one failure are still the first retry.
+  t.is(first(attemptsSpent({ attempt_count: 3, limit_hits: 2 })), backoffCeilingMs(0, S));
+  // Intake and the step lane, as released: one doubling ahead.
+  t.is(first(attemptsSpent({ attempt_count: 1 }) + LANE_LEAD), backoffCeilingMs(1, S));
+  t.is(backoffDelayMs(0, S, undefined, top), backoffCeilingMs(0, S), "never below the first");
+  t.is(backoffDelayMs(3, S, 1234.2), 1235, "a portal-given delay wins");
 });

@@ -1,5 +1,6 @@
 import test from "ava";
 import {
+  BUSINESS_CODES,
   type Classification,
   type ClassifyContext,
   type CrmOutcome,
@@ -7,6 +8,10 @@ import {
   DEFAULT_METHOD_BLOCK_MS,
   FAILURE_CODES,
   type FailureKind,
+  HYDRATION_CODES,
+  isPortalWide,
+  NOT_FOUND_CODES,
+  PORTAL_WIDE_CODES,
 } from "../../../src/crm/classify.js";
 
 const NOW = 1_800_000_000_000;
@@ -422,6 +427,20 @@ for (const row of ROWS) {
 test("every code is a fixed snake_case word, and every fixture row uses a listed code", (t) => {
   for (const code of FAILURE_CODES) t.regex(code, /^[a-z]+(_[a-z]+)*$/);
   for (const row of ROWS) t.true((FAILURE_CODES as readonly string[]).includes(row.code), row.code);
+});
+
+test("the code sets name only codes of this module, and agree with the kinds the classifier gives", (t) => {
+  const known = new Set<string>([...FAILURE_CODES, ...HYDRATION_CODES]);
+  for (const code of [...PORTAL_WIDE_CODES, ...BUSINESS_CODES, ...NOT_FOUND_CODES])
+    t.true(known.has(code), code);
+  // Every business verdict of the fixture table is a business stop or a missing Contact.
+  for (const row of ROWS.filter((r) => r.kind === "business")) {
+    t.true(BUSINESS_CODES.has(row.code) || NOT_FOUND_CODES.has(row.code), row.code);
+  }
+  // A portal-wide code is never a verdict on the command itself (permanent or business).
+  for (const row of ROWS.filter((r) => isPortalWide(r.code)))
+    t.true(["transient", "uncertain"].includes(row.kind));
+  t.false(isPortalWide("not_found"));
 });
 
 test("the classification never carries the portal's description text", (t) => {

@@ -3,7 +3,6 @@ import {
   businessStop,
   handedBack,
   isNotFound,
-  lateWriteSettledAt,
   READ_STEPS,
   restartsBeforeStep,
   restartsInsteadOfFinishing,
@@ -99,15 +98,4 @@ test("not found is the not_found code only", (t) => {
   t.true(isNotFound({ last_error_code: "not_found" }));
   t.false(isNotFound({ last_error_code: null }));
   t.false(isNotFound({ last_error_code: "http_404" }));
-});
-
-test("an unanswered write is taken as settled twice as long again as it went unanswered", (t) => {
-  const sent = new Date("2026-01-01T00:00:00Z");
-  // The client's 2 s deadline: settled 4 s later, 6 s after the send.
-  t.deepEqual(lateWriteSettledAt(sent, new Date("2026-01-01T00:00:02Z")), new Date("2026-01-01T00:00:06Z"));
-  // A sender that died: its 60 s lease expired; 120 s more.
-  t.deepEqual(lateWriteSettledAt(sent, new Date("2026-01-01T00:01:00Z")), new Date("2026-01-01T00:03:00Z"));
-  // No send marker (never sent), or clocks that disagree: no wait beyond the moment it was given up.
-  t.deepEqual(lateWriteSettledAt(null, sent), sent);
-  t.deepEqual(lateWriteSettledAt(new Date("2026-01-01T00:00:05Z"), sent), sent);
 });

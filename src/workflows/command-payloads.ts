@@ -13,6 +13,7 @@ import {
   snapshotPhone,
 } from "../app-data.js";
 import type { CommandResults, CommandType, CrmCommand } from "../crm/catalogue.js";
+import type { HydrationCode } from "../crm/classify.js";
 import type { CitizenshipDictionary, ContactRecord } from "../crm/contact-fields.js";
 import { isValidRuPhone, type PhonePlan, phoneChange } from "../crm/contact-fields.js";
 import { isLegacyHash, matchesPiiHash, piiHash } from "../hash.js";
@@ -34,7 +35,7 @@ export interface Hydrated {
 /** Hydration refused: a business failure (waiting_manual + alert) or a broken command (DLQ). */
 export interface HydrateFailure {
   kind: "business" | "permanent";
-  code: "invalid_phone" | "user_not_eligible" | "invalid_params";
+  code: HydrationCode;
 }
 
 export class BusinessFailure extends Error {

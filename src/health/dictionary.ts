@@ -2,9 +2,9 @@
 // readiness (HealthState), a counter of reads by outcome, and one log line a person understands each
 // time the condition changes (not one per read). The field's name is configuration, not a secret.
 import type { CitizenshipDictionaryState, CitizenshipDictionaryStatus } from "../crm/contact-fields.js";
-import type { HealthState } from "./health.js";
-import type { Logger } from "./logger.js";
-import { dictionaryReads } from "./metrics.js";
+import type { Logger } from "../observability/logger.js";
+import { dictionaryReads } from "../observability/metrics.js";
+import type { HealthState } from "./state.js";
 
 /** The observer createCrm's `observeDictionary` takes. */
 export function dictionaryObserver(opts: {

@@ -4,7 +4,7 @@
 // context stored with the workflow (its intent's intake span), whichever process runs it.
 import type pg from "pg";
 import type { ServiceContext } from "../context.js";
-import { retryDelayMs } from "../crm/backoff.js";
+import { attemptsSpent, backoffDelayMs, LANE_LEAD } from "../crm/backoff.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { StatementBatcher } from "../db/statement-batcher.js";
 import { inTransaction } from "../db/tx.js";
@@ -108,7 +108,7 @@ async function stepGroup(deps: ServiceContext, rows: WorkflowRow[]): Promise<voi
     stepSpan(wf, async (span) => {
       let r: StepResult | null = null;
       try {
-        if (!batcher.failure) r = await runStep(batcher.client(), wf);
+        if (!batcher.failure) r = await runStep(batcher.client(), wf, deps.settings().retry);
       } catch (e) {
         batcher.fail(e);
       }
@@ -150,7 +150,7 @@ export function stepConcurrency(deps: Pick<ServiceContext, "pool">): number {
 
 async function step(deps: ServiceContext, wf: WorkflowRow, span: Span): Promise<void> {
   try {
-    const r = await inTransaction(deps.pool, (c) => runStep(c, wf));
+    const r = await inTransaction(deps.pool, (c) => runStep(c, wf, deps.settings().retry));
     report(deps, wf, span, r);
   } catch (e) {
     await stepFailed(deps, wf, span, e);
@@ -200,7 +200,7 @@ async function stepFailed(deps: ServiceContext, wf: WorkflowRow, span: Span, e: 
   const r = await deps.pool
     .query<{ state: string }>(
       "select state from bitrix_sync.schedule_workflow_retry($1, $2, 'step_failed', make_interval(secs => $3))",
-      [wf.id, wf.lease_token, retryDelayMs(wf.attempt_count, s.retry) / 1000],
+      [wf.id, wf.lease_token, backoffDelayMs(attemptsSpent(wf) + LANE_LEAD, s.retry) / 1000],
     )
     .catch(() => null);
   span.setAttribute("bitrix_sync.workflow.event", r?.rows[0]?.state === "failed" ? "fail" : "retry");

@@ -7,15 +7,9 @@ import type pg from "pg";
 import { Counter, Gauge } from "prom-client";
 import { CITIZENSHIP_DICTIONARY_STATES } from "../crm/contact-fields.js";
 import { withDeadline } from "../db/deadline.js";
-import {
-  type InboxProbe,
-  READINESS_PROBLEMS,
-  READINESS_STATUSES,
-  type Readiness,
-  readiness,
-  type StatusSource,
-} from "../http/status.js";
-import { registry, safeLabel } from "./metrics.js";
+import { registry, safeLabel } from "../observability/metrics.js";
+import { READINESS_PROBLEMS, READINESS_STATUSES } from "./api.js";
+import { type InboxProbe, type Readiness, readiness, type StatusSource } from "./status.js";
 
 /** Longest a scrape waits for the database (snapshot and readiness each). */
 export const SCRAPE_DEADLINE_MS = 2_000;
