@@ -20,6 +20,7 @@ import {
   foundIds,
 } from "../decide/map-or-create.js";
 import { lateWriteSettledAt } from "../decide/pass.js";
+import { PROCESS_STARTED_AT } from "../process-start.js";
 import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
 
@@ -107,21 +108,26 @@ async function phoneBehind(s: Step, read: Record<string, unknown>): Promise<bool
  * How old (seconds) the phone search a create is decided on may be. Between a search and the
  * decision that follows it nothing else creates a Contact for the user (one workflow per user), and
  * the two are normally a moment apart. A database restored from a backup taken between them (the
- * restore drill, docs/reliability.md#drills) resumes the workflow minutes later, while the service
- * that ran on the lost database may have created the Contact meanwhile: the search is made again.
+ * restore drill, docs/reliability.md#drills) resumes the workflow later, in a process started on
+ * the restored database, while the service that ran on the lost database may have created the
+ * Contact meanwhile: a search older than this, or stored before this process started, is made
+ * again (after an ordinary restart that costs one search).
  */
 export const SEARCH_MAX_AGE_SEC = 60;
 /** Searches made again in one pass at most; then the create goes ahead on the newest. */
 const SEARCH_RENEWALS = 3;
 
-/** True when this pass's newest phone search is older than SEARCH_MAX_AGE_SEC (database time). */
+/**
+ * True when this pass's newest phone search is older than SEARCH_MAX_AGE_SEC (database time) or was
+ * stored before this process started.
+ */
 async function searchStale(s: Step): Promise<boolean> {
   if ((Number(s.sd.searches_renewed) || 0) >= SEARCH_RENEWALS) return false;
   const { rows } = await s.tx.query<{ stale: boolean }>(
-    `select coalesce(now() - max(updated_at) > make_interval(secs => $2), false) as stale
+    `select coalesce(now() - max(updated_at) > make_interval(secs => $2) or max(updated_at) < $3, false) as stale
        from bitrix_sync.crm_commands
       where workflow_id = $1 and command_type = 'contact.find_by_phone' and status = 'succeeded'`,
-    [s.wf.id, SEARCH_MAX_AGE_SEC],
+    [s.wf.id, SEARCH_MAX_AGE_SEC, PROCESS_STARTED_AT],
   );
   return rows[0]?.stale === true;
 }
