@@ -158,8 +158,35 @@ async function createUnlessPrevious(s: Step): Promise<void> {
       return await s.issue("contact.read", { ids: [previous], purpose: "candidates" }, "read_previous");
     }
   }
+  // A user the App had before this process started may already have a Contact carrying their id
+  // that no link and no phone search shows: made by a service on a database since restored from a
+  // backup, with a phone changed after the backup (the restore drill found the second Contact).
+  // One search by the user id first; a user who signed up while this process runs cannot have one.
+  if (!s.sd.own_checked && (await userPredatesProcess(s))) {
+    s.sd.own_checked = true;
+    return await s.issue("contact.find_by_user_id", {}, "find_own");
+  }
   s.sd.branch ??= "B0";
   return await s.issue("contact.add", {}, "create_contact");
+}
+
+async function userPredatesProcess(s: Step): Promise<boolean> {
+  const { rows } = await s.tx.query<{ old: boolean }>(
+    "select created_at < $2 as old from han_app.user_identity where id = $1",
+    [s.wf.user_id, PROCESS_STARTED_AT],
+  );
+  return rows[0]?.old === true;
+}
+
+/**
+ * Step find_own: Contacts carrying the user's id; one that no other active user holds is linked
+ * again as read_previous does, else the create goes ahead.
+ */
+async function findOwn(s: Step, last: CommandRow): Promise<void> {
+  if (last.status !== "succeeded") return await s.failWith(last);
+  const ids = foundIds(s.response(last));
+  if (ids.length === 0) return await createUnlessPrevious(s);
+  return await s.issue("contact.read", { ids, purpose: "candidates" }, "read_previous");
 }
 
 /**
@@ -334,6 +361,7 @@ export const mapOrCreateSteps: Readonly<Record<string, AfterStep>> = {
   find_by_phone: findByPhone,
   read_candidates: readCandidates,
   read_previous: readPrevious,
+  find_own: findOwn,
   manual_link_read: manualLinkRead,
   claim_contact: claimContact,
   restore_flag: (s, last) => s.afterWrite(last, () => finalRead(s)),
