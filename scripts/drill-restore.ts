@@ -300,9 +300,10 @@ async function main(): Promise<number> {
       }
       await sleep(randomInt(20, 150));
     }
-    await trafficFor(PHASES.restored, rtraffic, true);
-    const settledRestored = await settle(rpool, SETTLE_BOUND_MS);
-    checker.check("the restored database settled under the service", settledRestored);
+    // The sign-ups are processed before more traffic, which could change their phones or
+    // deactivate them before their first search.
+    const settledSignUps = await settle(rpool, SETTLE_BOUND_MS);
+    checker.check("the sign-ups settled on the restored database", settledSignUps);
 
     // What became of the Contacts of the forgotten users that came back: taken over (§5.1).
     // Any link, open or since closed (the traffic on the restored database deactivates some users).
@@ -327,6 +328,10 @@ async function main(): Promise<number> {
         takeOver.push(`user ${id} is linked to Contact ${linked}, not to the Contact with its phone`);
       else takenOver++;
     }
+
+    await trafficFor(PHASES.restored, rtraffic, true);
+    const settledRestored = await settle(rpool, SETTLE_BOUND_MS);
+    checker.check("the restored database settled under the service", settledRestored);
 
     // docs/runbook.md, "After a restore from backup", word for word.
     const reason = `restore of ${new Date().toISOString().slice(0, 10)}`;
@@ -404,10 +409,27 @@ async function main(): Promise<number> {
     say("runbook, After a restore from backup, step 5: Second full audit");
     const audit2 = await fullAudit(rpool, `${reason}, second audit`);
     checker.check("step 5: the second full audit succeeded", audit2.ok, `${(audit2.ms / 1000).toFixed(1)} s`);
-    const drift2 = await driftByKind(rpool);
+    let drift2 = await driftByKind(rpool);
+    // A user whose work ran while the audit read them (a webhook, the reconciliation) is not judged
+    // and keeps the earlier finding (docs/workflows.md, "Convergence audit"): the runbook's step 5
+    // queues one more full audit then.
+    let audits = 2;
+    if (Object.keys(drift2).length > 0) {
+      say(`  the second audit kept ${JSON.stringify(drift2)}: one more full audit, as step 5 says`);
+      await settle(rpool, SETTLE_BOUND_MS);
+      const audit3 = await fullAudit(rpool, `${reason}, third audit`);
+      checker.check(
+        "step 5: the further full audit succeeded",
+        audit3.ok,
+        `${(audit3.ms / 1000).toFixed(1)} s`,
+      );
+      drift2 = await driftByKind(rpool);
+      audits = 3;
+    }
     checker.check(
-      "step 5: the second audit finds nothing",
+      "step 5: the last full audit finds nothing",
       Object.entries(drift2).map(([k, n]) => `${n} ${k}`),
+      `${audits} full audits in all`,
     );
 
     // The checks against the portal's final state.
@@ -497,6 +519,7 @@ async function main(): Promise<number> {
       repairIntents: dryByIntent,
       audit2Seconds: Number((audit2.ms / 1000).toFixed(1)),
       driftAfter: drift2,
+      fullAudits: audits,
       activeUsers: inv.users.active,
       searchesRenewed: renewed[0]?.n ?? 0,
       duplicateSamples: watch.samples,

@@ -94,6 +94,33 @@ export async function migrateDatabase(
   // upgrade, docs/runbook.md) its locks can meet the service's: a deadlock (40P01) or a lock wait
   // past a migration's lock_timeout (55P03) rolls that migration back whole, with the ones before it
   // kept; it is then run again after a pause, as an operator would.
+  // graphile-migrate can leave a second promise of the same failed statement unawaited; while the
+  // migrations run, such a rejection of a lock conflict is the one handled below, not a crash.
+  const lockConflict = (e: unknown) => {
+    const code = (e as { code?: unknown }).code;
+    if (code !== "40P01" && code !== "55P03") throw e;
+  };
+  process.on("unhandledRejection", lockConflict);
+  try {
+    await migrateWithRetries(connectionString, folder, logger, log);
+  } finally {
+    process.off("unhandledRejection", lockConflict);
+  }
+  const c = new pg.Client({ connectionString });
+  await c.connect();
+  try {
+    await c.query(readFileSync(WORKER_GRANTS_FILE, "utf8"));
+  } finally {
+    await c.end();
+  }
+}
+
+async function migrateWithRetries(
+  connectionString: string,
+  folder: string,
+  logger: GraphileLogger,
+  log?: Logger,
+): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     try {
       await gmMigrate({
@@ -113,12 +140,5 @@ export async function migrateDatabase(
       // pool sees an error (e.g. the database being dropped or renamed). Close it now.
       releaseMigratePools();
     }
-  }
-  const c = new pg.Client({ connectionString });
-  await c.connect();
-  try {
-    await c.query(readFileSync(WORKER_GRANTS_FILE, "utf8"));
-  } finally {
-    await c.end();
   }
 }

@@ -23,6 +23,7 @@ import {
   withSpan,
 } from "../observability/tracing.js";
 import { type Hydrated, hydrate, NotReady, projectionOnly } from "./command-payloads.js";
+import { PROCESS_STARTED_AT } from "./process-start.js";
 import { bringForward, notePortal, PROBE_INTERVAL_MS, watchOf } from "./pump-portal.js";
 import { commandIds, completeTogether, logSettled, settle, settleQuietly } from "./pump-settle.js";
 import type { CommandRow } from "./types.js";
@@ -166,6 +167,31 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
   } catch (e) {
     await permit.release();
     throw e;
+  }
+  // A create recorded before this process started and never sent, as the database says: after a
+  // restore from backup the service on the lost database may have sent it (the restore drill found
+  // the second Contact), so it goes the way of a create whose reply was lost: uncertain, and the
+  // workflow searches by the user id before anything is sent again. After an ordinary restart that
+  // costs one search.
+  const unproven = ready.filter(
+    (r) =>
+      marked.has(String(r.row.id)) &&
+      r.row.command_type === "contact.add" &&
+      r.row.workflow_id !== null &&
+      r.row.sent_at === null &&
+      r.row.created_at < PROCESS_STARTED_AT,
+  );
+  for (const { row } of unproven) {
+    marked.delete(String(row.id));
+    await deps.pool.query("select bitrix_sync.mark_command_uncertain($1, $2, $3)", [
+      row.id,
+      row.lease_token,
+      "issued_before_start",
+    ]);
+    deps.log.info(
+      { event: "pump.create_unproven", ...commandIds(row) },
+      "a create recorded before this process started is looked up before it is sent",
+    );
   }
   const sending = ready.filter((r) => marked.has(String(r.row.id)));
   if (sending.length === 0) {

@@ -19,6 +19,7 @@ import {
   candidatesOf,
   foundIds,
 } from "../decide/map-or-create.js";
+import { PROCESS_STARTED_AT } from "../process-start.js";
 import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
 
@@ -106,21 +107,26 @@ async function phoneBehind(s: Step, read: Record<string, unknown>): Promise<bool
  * How old (seconds) the phone search a create is decided on may be. Between a search and the
  * decision that follows it nothing else creates a Contact for the user (one workflow per user), and
  * the two are normally a moment apart. A database restored from a backup taken between them (the
- * restore drill, docs/reliability.md#drills) resumes the workflow minutes later, while the service
- * that ran on the lost database may have created the Contact meanwhile: the search is made again.
+ * restore drill, docs/reliability.md#drills) resumes the workflow later, in a process started on
+ * the restored database, while the service that ran on the lost database may have created the
+ * Contact meanwhile: a search older than this, or stored before this process started, is made
+ * again (after an ordinary restart that costs one search).
  */
 export const SEARCH_MAX_AGE_SEC = 60;
 /** Searches made again in one pass at most; then the create goes ahead on the newest. */
 const SEARCH_RENEWALS = 3;
 
-/** True when this pass's newest phone search is older than SEARCH_MAX_AGE_SEC (database time). */
+/**
+ * True when this pass's newest phone search is older than SEARCH_MAX_AGE_SEC (database time) or was
+ * stored before this process started.
+ */
 async function searchStale(s: Step): Promise<boolean> {
   if ((Number(s.sd.searches_renewed) || 0) >= SEARCH_RENEWALS) return false;
   const { rows } = await s.tx.query<{ stale: boolean }>(
-    `select coalesce(now() - max(updated_at) > make_interval(secs => $2), false) as stale
+    `select coalesce(now() - max(updated_at) > make_interval(secs => $2) or max(updated_at) < $3, false) as stale
        from bitrix_sync.crm_commands
       where workflow_id = $1 and command_type = 'contact.find_by_phone' and status = 'succeeded'`,
-    [s.wf.id, SEARCH_MAX_AGE_SEC],
+    [s.wf.id, SEARCH_MAX_AGE_SEC, PROCESS_STARTED_AT],
   );
   return rows[0]?.stale === true;
 }
@@ -151,8 +157,35 @@ async function createUnlessPrevious(s: Step): Promise<void> {
       return await s.issue("contact.read", { ids: [previous], purpose: "candidates" }, "read_previous");
     }
   }
+  // A user the App had before this process started may already have a Contact carrying their id
+  // that no link and no phone search shows: made by a service on a database since restored from a
+  // backup, with a phone changed after the backup (the restore drill found the second Contact).
+  // One search by the user id first; a user who signed up while this process runs cannot have one.
+  if (!s.sd.own_checked && (await userPredatesProcess(s))) {
+    s.sd.own_checked = true;
+    return await s.issue("contact.find_by_user_id", {}, "find_own");
+  }
   s.sd.branch ??= "B0";
   return await s.issue("contact.add", {}, "create_contact");
+}
+
+async function userPredatesProcess(s: Step): Promise<boolean> {
+  const { rows } = await s.tx.query<{ old: boolean }>(
+    "select created_at < $2 as old from han_app.user_identity where id = $1",
+    [s.wf.user_id, PROCESS_STARTED_AT],
+  );
+  return rows[0]?.old === true;
+}
+
+/**
+ * Step find_own: Contacts carrying the user's id; one that no other active user holds is linked
+ * again as read_previous does, else the create goes ahead.
+ */
+async function findOwn(s: Step, last: CommandRow): Promise<void> {
+  if (last.status !== "succeeded") return await s.failWith(last);
+  const ids = foundIds(s.response(last));
+  if (ids.length === 0) return await createUnlessPrevious(s);
+  return await s.issue("contact.read", { ids, purpose: "candidates" }, "read_previous");
 }
 
 /**
@@ -319,6 +352,7 @@ export const mapOrCreateSteps: Readonly<Record<string, AfterStep>> = {
   find_by_phone: findByPhone,
   read_candidates: readCandidates,
   read_previous: readPrevious,
+  find_own: findOwn,
   manual_link_read: manualLinkRead,
   claim_contact: claimContact,
   restore_flag: (s, last) => s.afterWrite(last, () => finalRead(s)),
