@@ -19,19 +19,32 @@
 // time from the small one and stops when the database would not fit on the server's disk.
 // Options: --users N, --small N, --keep, --writes N (App writes for intake, 2000), --pages N
 // (reconciliation pages, 10), --rounds N and --seconds N (pgbench rounds per variant, 3, and their
-// length, 10 s), --clients N (pgbench clients, 8), --no-trigger (skip the pgbench part).
+// length, 10 s), --clients N (pgbench clients, 8), --no-trigger (skip the pgbench part),
+// --memory-seconds N (how long one service replica runs on each database while its resident set is
+// sampled, 60; 0 skips it).
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, rmSync, statfsSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statfsSync,
+  writeFileSync,
+} from "node:fs";
 import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import pino from "pino";
+import { SANDBOX_FIELDS } from "../src/config/env.js";
 import type { CitizenshipDictionary, ContactRecord } from "../src/crm/contact-fields.js";
 import { migrateDatabase } from "../src/db/migrate.js";
 import { withDatabase } from "../src/db/url.js";
+import { startEmulator } from "../src/emulator/server.js";
 import { configureHashKey } from "../src/hash.js";
 import { activeMappings, applyContact } from "../src/inbound/apply-contact.js";
+import { serviceEnv, startService } from "../test/helpers/service-process.js";
 import { planCapture, printPlans, type StatementPlan } from "./scale-plans.js";
 import { seedInstallation } from "./scale-seed.js";
 
@@ -48,6 +61,7 @@ const ROUNDS = Number(arg("rounds") ?? 3);
 const SECONDS = Number(arg("seconds") ?? 10);
 const CLIENTS = Number(arg("clients") ?? 8);
 const TRIGGER = !process.argv.includes("--no-trigger");
+const MEMORY_SECONDS = Number(arg("memory-seconds") ?? 60);
 const SERVER = process.env.BENCH_SERVER_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const GOAL_RATIO = 2;
 
@@ -335,7 +349,7 @@ async function audit(c: pg.Client, f: Figures, plans: Plans, cap: PlanCaptureT):
       sampled = s.rows[0]?.n ?? 0;
     }
   };
-  for (let i = 0; i < 3; i++) await run(c, true);
+  for (let i = 0; i < 2; i++) await run(c, true);
   f.set("audit: claim_audit_run", { value: median(claimTimes), unit: "ms" });
   f.set("audit: audit_sample (its share of the links)", { value: median(sampleTimes), unit: "ms" });
   // The share grows with the links (links x audit.interval_sec / audit.period_days): per link sampled.
@@ -505,6 +519,67 @@ END;
 }
 
 // ---------------------------------------------------------------------------------------------
+// The service's memory on this database: one replica (src/main.ts, a child process, the emulator as
+// its portal, production default settings) for MEMORY_SECONDS while the App changes 10 phones a
+// second, its resident set sampled every 5 s.
+
+function rssMiB(pid: number): number | null {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return m ? Number(m[1]) / 1024 : null;
+  } catch {
+    return null;
+  }
+}
+
+async function serviceMemory(c: pg.Client, url: string, users: number, f: Figures): Promise<void> {
+  if (MEMORY_SECONDS <= 0) return;
+  const emulator = await startEmulator({ fields: SANDBOX_FIELDS, latencyMs: 20 });
+  const svc = startService(serviceEnv(url, emulator, { LOG_LEVEL: "warn" }));
+  const samples: number[] = [];
+  let writes = 0;
+  try {
+    await new Promise((r) => setTimeout(r, 5000));
+    const pid = svc.child.pid as number;
+    const end = Date.now() + MEMORY_SECONDS * 1000;
+    let next = Date.now();
+    while (Date.now() < end) {
+      const rss = rssMiB(pid);
+      if (rss === null) throw new Error(`the service exited: ${svc.output.join("").slice(-400)}`);
+      samples.push(rss);
+      for (const n of pick(50, users)) {
+        await c.query(
+          "update han_app.user_identity set phone_number = '+77' || lpad($2::text, 9, '0'), updated_at = now() where id = md5('u' || $1)::uuid",
+          [n, Math.floor(Math.random() * 1e9)],
+        );
+        writes++;
+      }
+      next += 5000;
+      await new Promise((r) => setTimeout(r, Math.max(0, next - Date.now())));
+    }
+  } finally {
+    svc.child.kill("SIGTERM");
+    const timer = setTimeout(() => svc.child.kill("SIGKILL"), 15_000);
+    await svc.exited;
+    clearTimeout(timer);
+    await emulator.close();
+  }
+  const { rows } = await c.query<{ n: number }>(
+    "select count(*)::int as n from bitrix_sync.workflow_instances where created_at > now() - make_interval(secs => $1)",
+    [MEMORY_SECONDS + 10],
+  );
+  console.log(
+    `  service replica for ${MEMORY_SECONDS} s, ${writes} App writes, ${rows[0]?.n} workflows started: RSS MiB ${samples.map((x) => x.toFixed(0)).join(" ")}`,
+  );
+  f.set("service: RSS at the end", { value: samples.at(-1) ?? Number.NaN, unit: "MiB" });
+  // The first samples include the start (modules, pools, the first plans): growth over the second half.
+  f.set("service: RSS growth over the second half", {
+    value: (samples.at(-1) ?? 0) - (samples[Math.floor(samples.length / 2)] ?? 0),
+    unit: "MiB",
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 
 type PlanCaptureT = Awaited<ReturnType<typeof planCapture>>;
 
@@ -560,6 +635,7 @@ async function runSize(admin: pg.Client, users: number, work: string): Promise<S
       await cap.close();
     }
     if (TRIGGER) await triggerRatio(c, url, users, figures, work);
+    await serviceMemory(c, url, users, figures);
     for (const [k, v] of figures) console.log(`  ${k}: ${v.value.toFixed(3)} ${v.unit}`);
     return { users, figures, plans, bytes, seedSeconds: seedMs / 1000 };
   } catch (e) {
@@ -619,6 +695,13 @@ async function main(): Promise<number> {
     for (const [k, s] of small.figures) {
       const l = large.figures.get(k);
       if (!l) continue;
+      if (s.unit === "MiB") {
+        // Memory is read as flat or not, not as a ratio.
+        console.log(
+          `  ${k.padEnd(52)} ${s.value.toFixed(1).padStart(10)} ${l.value.toFixed(1).padStart(10)}      -  (MiB)`,
+        );
+        continue;
+      }
       const ratio = s.higherIsBetter ? s.value / l.value : l.value / s.value;
       const met = ratio <= GOAL_RATIO;
       if (!met) missed++;
