@@ -4412,6 +4412,8 @@ begin
                for update skip locked) w;
       delete from bitrix_sync.workflow_instances w where w.id = any(v_uuids);
     when 'queue' then
+      -- Oldest first through sync_queue_finished_idx (migration 000033), whose predicate this one
+      -- repeats: without it the batch read the whole queue's history to find its rows.
       select array_agg(q.id) into v_uuids
         from (select q.id from han_app.sync_queue q
                where q.status in ('processed', 'cancelled', 'dead_letter')
@@ -4421,6 +4423,7 @@ begin
                  and q.id not in (select w.source_task_id from bitrix_sync.workflow_instances w
                                    where w.state not in ('succeeded', 'failed', 'cancelled')
                                      and w.source_task_id is not null)
+               order by q.completed_at
                limit v_limit
                for update skip locked) q;
       delete from han_app.sync_queue q where q.id = any(v_uuids);
@@ -10724,6 +10727,18 @@ CREATE UNIQUE INDEX sync_queue_dedup_active_uq ON han_app.sync_queue USING btree
 --
 
 CREATE INDEX sync_queue_entity_idx ON han_app.sync_queue USING btree (entity_type, entity_id, created_at DESC);
+
+--
+-- Name: sync_queue_finished_idx; Type: INDEX; Schema: han_app; Owner: -
+--
+
+CREATE INDEX sync_queue_finished_idx ON han_app.sync_queue USING btree (completed_at) WHERE ((status)::text = ANY ((ARRAY['processed'::character varying, 'cancelled'::character varying, 'dead_letter'::character varying])::text[]));
+
+--
+-- Name: INDEX sync_queue_finished_idx; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON INDEX han_app.sync_queue_finished_idx IS 'Finished intents (processed, cancelled, dead_letter) by completion time: retention deletes the oldest first (bitrix_sync.delete_retention_batch(''queue'')).';
 
 --
 -- Name: sync_queue_lease_idx; Type: INDEX; Schema: han_app; Owner: -

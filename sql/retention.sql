@@ -92,6 +92,8 @@ begin
                for update skip locked) w;
       delete from bitrix_sync.workflow_instances w where w.id = any(v_uuids);
     when 'queue' then
+      -- Oldest first through sync_queue_finished_idx (migration 000033), whose predicate this one
+      -- repeats: without it the batch read the whole queue's history to find its rows.
       select array_agg(q.id) into v_uuids
         from (select q.id from han_app.sync_queue q
                where q.status in ('processed', 'cancelled', 'dead_letter')
@@ -101,6 +103,7 @@ begin
                  and q.id not in (select w.source_task_id from bitrix_sync.workflow_instances w
                                    where w.state not in ('succeeded', 'failed', 'cancelled')
                                      and w.source_task_id is not null)
+               order by q.completed_at
                limit v_limit
                for update skip locked) q;
       delete from han_app.sync_queue q where q.id = any(v_uuids);
