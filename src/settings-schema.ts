@@ -9,7 +9,7 @@
 import { z } from "zod";
 
 /** The largest int4: every integer setting is read as one (in SQL too). */
-export const INT4_MAX = 2_147_483_647;
+const INT4_MAX = 2_147_483_647;
 
 /** A whole number in [min, max]; the catalogue's `integer` type. */
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
@@ -46,7 +46,7 @@ export const ALERT_FIELD_NAMES = [
  * The kinds of silent drift the convergence audit finds (src/audit/, sql/convergence_audit.sql); the
  * CHECK on bitrix_sync.drift_findings.kind and the audit.auto_repair_kinds entries name the same set.
  */
-export const DRIFT_KINDS = [
+const DRIFT_KINDS = [
   "contact_missing",
   "crm_master_behind",
   "inactive_user_linked",
@@ -60,7 +60,7 @@ export const DRIFT_KINDS = [
 export type DriftKind = (typeof DRIFT_KINDS)[number];
 
 /** A smart-process user field name, as the mirror writes it (src/alerts/mirror.ts). */
-export const ALERT_FIELD_NAME = /^ufCrm[0-9]*_[A-Za-z0-9_]+$/;
+const ALERT_FIELD_NAME = /^ufCrm[0-9]*_[A-Za-z0-9_]+$/;
 
 const ALERT_OPEN_STAGES = ["stageNew", "stageInProgress"] as const;
 const ALERT_TERMINAL_STAGES = ["stageResolved", "stageClosedWithoutResolution"] as const;
@@ -88,7 +88,7 @@ interface AlertValues {
  * the new and both terminal stages and every item field are named. `path` is the key's name in
  * this schema.
  */
-export function alertSettingsIssues(a: AlertValues): Array<{ path: string; message: string }> {
+function alertSettingsIssues(a: AlertValues): Array<{ path: string; message: string }> {
   const out: Array<{ path: string; message: string }> = [];
   const key = (name: string) => settingKey(["alerts", name]);
   const order: AlertStage[] = [...ALERT_OPEN_STAGES, ...ALERT_TERMINAL_STAGES];

@@ -54,7 +54,7 @@ export async function reconcileAlerts(
 }
 
 /** Items polled per Bitrix24 batch request: 50 `alert.list` commands of 50 items each. */
-export const ALERT_ITEMS_PER_REQUEST = 50 * 50;
+const ALERT_ITEMS_PER_REQUEST = 50 * 50;
 
 /**
  * Polls the open alerts' items once the cursor is held, one batch request at a time; records the

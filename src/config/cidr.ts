@@ -83,7 +83,7 @@ export function parseCidr(text: string, rules: CidrRules = {}): Cidr | string {
 }
 
 /** The widest prefix a list may hold: an allow-list names a portal's networks, not a share of the internet. */
-export const MIN_PREFIX = { 4: 8, 6: 32 } as const;
+const MIN_PREFIX = { 4: 8, 6: 32 } as const;
 
 /** ::ffff:0:0/96, where IPv6 spells IPv4 addresses (nginx and the matcher treat them as IPv4). */
 const MAPPED = [...new Array<number>(80).fill(0), ...new Array<number>(16).fill(1)];

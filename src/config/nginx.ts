@@ -48,8 +48,6 @@ export const NginxEnvSchema = z.object({
   BITRIX_SYNC_NGINX_HSTS_MAX_AGE_SEC: count(0, 63_072_000).default(63_072_000),
 });
 
-export type NginxEnv = z.infer<typeof NginxEnvSchema>;
-
 export interface NginxSettings {
   serverName: string;
   listen: string[];

@@ -16,9 +16,9 @@ export const TOKEN_SECRETS = [
 ] as const;
 export type TokenSecret = (typeof TOKEN_SECRETS)[number];
 
-export const TOKEN_MIN_LENGTH = 32;
+const TOKEN_MIN_LENGTH = 32;
 /** The query limit of the receivers is 1 KiB (src/inbound/config.ts); a token must leave room for ID. */
-export const TOKEN_MAX_LENGTH = 512;
+const TOKEN_MAX_LENGTH = 512;
 /** RFC 3986 unreserved characters: nothing to encode in a URL, nothing to quote in a header. */
 const URL_SAFE = /^[A-Za-z0-9._~-]+$/;
 

@@ -199,7 +199,7 @@ function intOrNull(v: unknown): number | null {
 }
 
 /** Parses a crm.item.* item object. */
-export function parseAlertItem(v: unknown): AlertItem | null {
+function parseAlertItem(v: unknown): AlertItem | null {
   const r = record(v);
   if (!r) return null;
   const id = intOrNull(r.id);

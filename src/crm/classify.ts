@@ -142,7 +142,7 @@ export interface ClassifyContext {
 /** Used when OPERATION_TIME_LIMIT arrives and no reply of that method ever told us its reset time. */
 export const DEFAULT_METHOD_BLOCK_MS = 60_000;
 /** One leaky-bucket slot drains in 500 ms at 2/s; wait a little longer before trying again. */
-export const QUERY_LIMIT_RETRY_MS = 1_000;
+const QUERY_LIMIT_RETRY_MS = 1_000;
 
 const SAFE_IDENT = /^[A-Za-z][A-Za-z0-9_]{0,63}$/;
 

@@ -4,7 +4,7 @@
 // citizenship dictionary with a TTL cache that refreshes once on an unknown enum ID.
 
 /** Russian E.164 exactly: `+7` and ten digits. Anything else is a business error, never repaired. */
-export const RU_PHONE = /^\+7\d{10}$/;
+const RU_PHONE = /^\+7\d{10}$/;
 
 /** True when `s` is a phone the service may send or search for. */
 export function isValidRuPhone(s: unknown): s is string {

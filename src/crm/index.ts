@@ -90,7 +90,7 @@ export function createCrm(opts: CrmOptions): Crm {
 }
 
 /** The citizenship dictionary (§3.3): one batch of one command, under a limiter permit like any other. */
-export async function loadCitizenship(deps: CrmDeps): Promise<CitizenshipList> {
+async function loadCitizenship(deps: CrmDeps): Promise<CitizenshipList> {
   const [o] = await executeBatch(deps, [{ type: "citizenship.list", params: {} }]);
   if (!o) throw new Error("citizenship.list returned no outcome");
   if (!o.ok) throw new CrmError(o.failure);

@@ -4,7 +4,7 @@
 // even when several of them queue one after another.
 
 /** A deadline passed before the work finished (the work itself may still end later). */
-export class DeadlineError extends Error {
+class DeadlineError extends Error {
   override name = "DeadlineError";
   readonly code = "deadline";
 }

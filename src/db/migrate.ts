@@ -24,7 +24,7 @@ export function releaseMigratePools(): void {
 }
 
 /** Hash of the newest committed migration, read from its `--! Hash:` header. */
-export function latestMigrationHash(): string | null {
+function latestMigrationHash(): string | null {
   // The committed files do not change while the process runs; readiness asks on every probe.
   if (latestHash === undefined) latestHash = readLatestHash();
   return latestHash;

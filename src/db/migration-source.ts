@@ -33,7 +33,7 @@ const INCLUDED_BLOCK = /^-- >>> (sql\/[a-z0-9_]+\.sql) \(included\)\n([\s\S]*?)\
  * builder wrote summaries and are frozen byte for byte; every later migration opens with one
  * (src/db/migration-summary.ts).
  */
-export const LAST_WITHOUT_SUMMARY = 27;
+const LAST_WITHOUT_SUMMARY = 27;
 
 /** True for a migration file whose committed form must open with a generated summary. */
 export function needsSummary(filename: string): boolean {

@@ -44,7 +44,7 @@ export interface PoolLimits {
  * - status: /health/ready, /internal/sync/v1/status and /metrics: read-only views; an answer in
  *   seconds with what is known beats a probe that hangs.
  */
-export const POOL_LIMITS: Record<PoolUse, PoolLimits> = {
+const POOL_LIMITS: Record<PoolUse, PoolLimits> = {
   work: {
     max: 5,
     connectMs: 10_000,

@@ -12,13 +12,13 @@ import { withSearchPath } from "./search-path.js";
 const run = promisify(execFile);
 
 /** The key of pg_dump's `\restrict` line: fixed, so the file does not change from run to run. */
-export const RESTRICT_KEY = "bitrixsyncschemadump";
+const RESTRICT_KEY = "bitrixsyncschemadump";
 
 /** Path of the committed dump under a project root. */
 export const SCHEMA_DUMP_FILE = "migrations/schema.sql";
 
 /** pg_dump could not be found or cannot dump this server; the message says what to install. */
-export class PgDumpMissing extends Error {
+class PgDumpMissing extends Error {
   override name = "PgDumpMissing";
 }
 
@@ -39,7 +39,7 @@ async function versionOf(bin: string): Promise<{ major: number; restrictKey: boo
  * postgres but no pg_dump, so on the embedded fallback too this is the system's client
  * (postgresql-client-15; .ci/run installs it). PG_DUMP names another binary.
  */
-export async function findPgDump(serverMajor: number): Promise<string> {
+async function findPgDump(serverMajor: number): Promise<string> {
   const candidates = [
     process.env.PG_DUMP,
     `/usr/lib/postgresql/${serverMajor}/bin/pg_dump`,
@@ -59,7 +59,7 @@ export async function findPgDump(serverMajor: number): Promise<string> {
 }
 
 /** What pg_dump prints that depends on the machine, removed. */
-export function normaliseDump(text: string): string {
+function normaliseDump(text: string): string {
   return `${text
     .split("\n")
     .filter((l) => !/^-- Dumped (from database|by pg_dump) version /.test(l))

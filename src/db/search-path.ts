@@ -10,13 +10,13 @@
 // role but the owners and superusers can CREATE in a schema on it (src/preflight/database.ts).
 
 /** The schemas of the path, in order. */
-export const SEARCH_PATH = ["pg_catalog", "pg_temp"] as const;
+const SEARCH_PATH = ["pg_catalog", "pg_temp"] as const;
 
 /** The path as a setting's value (`pg_catalog, pg_temp`). */
 export const SEARCH_PATH_SETTING = SEARCH_PATH.join(", ");
 
 /** The startup option that sets it (no space: `options` splits its words on spaces). */
-export const SEARCH_PATH_OPTION = `-c search_path=${SEARCH_PATH.join(",")}`;
+const SEARCH_PATH_OPTION = `-c search_path=${SEARCH_PATH.join(",")}`;
 
 /**
  * `url` with the service's search path as a startup option, after any `options` the URL already

@@ -22,7 +22,7 @@ const count = z.number().int().min(0);
 const age = z.number().int().min(0).nullable().meta({ description: "Seconds; null when there is none." });
 
 /** An error answer: one fixed code, never a value, an ID or a stack. */
-export function errorBody<const E extends readonly [string, ...string[]]>(codes: E) {
+function errorBody<const E extends readonly [string, ...string[]]>(codes: E) {
   return z.object({ error: z.enum(codes) });
 }
 
@@ -130,7 +130,7 @@ export const StatusUnavailableBody = ProcessStatus.extend({
   limiter: LimiterStatus,
 });
 
-export const AcceptedBody = z.object({ status: z.literal("accepted") });
+const AcceptedBody = z.object({ status: z.literal("accepted") });
 
 /** One answer of an operation. */
 export interface ApiResponse {

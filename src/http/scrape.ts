@@ -14,7 +14,7 @@ import { type InboxProbe, type Readiness, readiness, type StatusSource } from ".
 /** Longest a scrape waits for the database (snapshot and readiness each). */
 export const SCRAPE_DEADLINE_MS = 2_000;
 /** The mapping invariant needs a pass over the active mappings: at most this often. */
-export const MAPPING_CHECK_INTERVAL_MS = 60_000;
+const MAPPING_CHECK_INTERVAL_MS = 60_000;
 
 type Kind = "gauge" | "counter";
 interface Family {
@@ -25,7 +25,7 @@ interface Family {
 }
 
 /** Every family metrics_snapshot() returns, in the order docs/observability.md lists them. */
-export const DATABASE_FAMILIES: readonly Family[] = [
+const DATABASE_FAMILIES: readonly Family[] = [
   f(
     "bitrix_sync_queue_depth",
     "gauge",

@@ -35,7 +35,7 @@ export interface StatusSource {
 export const WORKER_STALL_MS = 90_000;
 
 /** Readiness answers within this, whatever the database does. */
-export const READINESS_DEADLINE_MS = 2_500;
+const READINESS_DEADLINE_MS = 2_500;
 /**
  * How long one readiness answer is served again. Load balancers, orchestrators and monitors probe
  * readiness, often several of them every second or two; each probe costs a few queries and a test
@@ -66,7 +66,7 @@ export function cachedReadiness(
 }
 
 /** The status document's database part; past it the answer is 503 with what the process knows. */
-export const STATUS_DEADLINE_MS = 4_000;
+const STATUS_DEADLINE_MS = 4_000;
 
 /** The readiness answer; its schema is ReadinessBody (src/http/api.ts, docs/openapi.json). */
 export type Readiness = z.infer<typeof ReadinessBody>;

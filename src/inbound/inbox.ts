@@ -22,7 +22,7 @@ export interface InboxEvent {
 }
 
 /** Why accept_webhooks() refused an event (sql/receiver.sql); nothing was written for it. */
-export const INBOX_REFUSALS = [
+const INBOX_REFUSALS = [
   "alert_config_invalid",
   "alert_entity_type_unset",
   "entity_id",
@@ -79,8 +79,8 @@ export class InboxProbeRefused extends Error {
 }
 
 /** Defaults: a robot burst of a few hundred is normal; thousands waiting means the database is stuck. */
-export const DEFAULT_MAX_PENDING = 1_000;
-export const DEFAULT_MAX_QUEUE_WAIT_MS = 1_500;
+const DEFAULT_MAX_PENDING = 1_000;
+const DEFAULT_MAX_QUEUE_WAIT_MS = 1_500;
 /** The readiness probe's own lock and statement limits: it must answer well inside readiness's deadline. */
 const PROBE_LOCK_TIMEOUT = "500ms";
 const PROBE_STATEMENT_TIMEOUT = "1000ms";

@@ -72,5 +72,3 @@ export type RefusalStatus = keyof Table;
 export type ReasonOf<S extends RefusalStatus> = Table[S]["reasons"][number];
 /** The error codes a body of status `S` may carry. */
 export type ErrorOf<S extends RefusalStatus> = Table[S]["errors"][number];
-/** Every refusal reason. */
-export type RefusalReason = ReasonOf<RefusalStatus>;

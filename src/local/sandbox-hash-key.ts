@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-export const SANDBOX_HASH_KEY_FILE = "sandbox-hash-key";
+const SANDBOX_HASH_KEY_FILE = "sandbox-hash-key";
 
 /** The kept key, or a new one written there; `kept` false when the folder cannot hold it. */
 export function sandboxHashKey(dataDir: string): { key: string; created: boolean; kept: boolean } {

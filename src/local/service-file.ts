@@ -21,7 +21,7 @@ export interface ServiceFile {
   };
 }
 
-export function serviceFilePath(dataDir: string): string {
+function serviceFilePath(dataDir: string): string {
   return join(dataDir, "service.json");
 }
 

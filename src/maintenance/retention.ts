@@ -9,7 +9,7 @@ import { retentionDeleted } from "../observability/metrics.js";
 import type { Settings } from "../settings-schema.js";
 
 /** The tables retention deletes from, in the order a run visits them. */
-export const RETENTION_TABLES = ["webhooks", "commands", "workflows", "queue"] as const;
+const RETENTION_TABLES = ["webhooks", "commands", "workflows", "queue"] as const;
 export type RetentionTable = (typeof RETENTION_TABLES)[number];
 
 export interface RetentionReport {

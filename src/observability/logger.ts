@@ -15,7 +15,7 @@ const SECRET_KEYS = ["url", "webhookUrl", "token", "password", "connectionString
 /** Keys whose values are personal: masked to their first two and last two characters (§15). */
 const PERSONAL_KEYS = ["phone", "email", "name", "fullName", "userId", "contactId"];
 
-export const REDACT_PATHS = [
+const REDACT_PATHS = [
   ...[...SECRET_KEYS, ...PERSONAL_KEYS].flatMap((k) => [k, `*.${k}`]),
   "req.url",
   "req.headers.authorization",
@@ -24,7 +24,7 @@ export const REDACT_PATHS = [
 const PERSONAL = new Set(PERSONAL_KEYS);
 
 /** pino's censor: masks a personal value, redacts everything else on the list. */
-export function censor(value: unknown, path: string[]): unknown {
+function censor(value: unknown, path: string[]): unknown {
   const key = path[path.length - 1];
   if (key !== undefined && PERSONAL.has(key) && (typeof value === "string" || typeof value === "number")) {
     return maskPii(String(value));

@@ -22,7 +22,7 @@ const LAG_BUCKETS = [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600];
 /** The sync loop's lanes (src/sync-loop.ts), as the claim and retry metrics name them. */
 export type Lane = "intake" | "workflows" | "pump" | "webhooks";
 
-export const claimDuration = new Histogram({
+const claimDuration = new Histogram({
   name: "bitrix_sync_claim_duration_seconds",
   help: "Time one claim call of a lane takes in PostgreSQL (claim_sync_tasks, claim_workflows, claim_commands, claim_webhooks).",
   labelNames: ["lane"] as const,

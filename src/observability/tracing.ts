@@ -39,11 +39,6 @@ export function setTracingEnabled(on: boolean): void {
   enabled = on;
 }
 
-/** True while an SDK exports spans. */
-export function tracingEnabled(): boolean {
-  return enabled;
-}
-
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
 /** The W3C traceparent of `span` (what the database stores), or null when it is not a real span. */

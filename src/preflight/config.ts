@@ -92,7 +92,7 @@ export function checkConfiguration(raw: NodeJS.ProcessEnv): ConfigChecks {
  * Secret files must be readable by the service's user only (§16: "service-specific"): no group or
  * other permission bit. Only names appear in the result, never a value.
  */
-export function checkSecretFiles(raw: NodeJS.ProcessEnv): CheckResult {
+function checkSecretFiles(raw: NodeJS.ProcessEnv): CheckResult {
   let source: string;
   try {
     source = parseEnv(raw).SECRETS_SOURCE;

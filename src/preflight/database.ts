@@ -302,7 +302,7 @@ function sslmode(url: string): string | null {
  * Anything less lets whoever sits on the path read the intents and the personal data, or pose as
  * the database. The URLs' text is never shown, only the variable and the mode found.
  */
-export function checkTls(serviceUrl: string, ownerUrl: string | undefined): CheckResult {
+function checkTls(serviceUrl: string, ownerUrl: string | undefined): CheckResult {
   const urls: Array<[string, string]> = [["BITRIX_SYNC_DATABASE_URL", serviceUrl]];
   if (ownerUrl !== undefined) urls.push(["MIGRATION_DATABASE_URL", ownerUrl]);
   const weak: string[] = [];

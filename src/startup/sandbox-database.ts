@@ -35,7 +35,7 @@ const sqlstate = (e: unknown): string | undefined => {
 };
 
 /** The comment of the database `url` names, or null; throws as the database check does when it cannot connect. */
-export async function databaseComment(url: string): Promise<string | null> {
+async function databaseComment(url: string): Promise<string | null> {
   const c = client(url);
   try {
     await c.connect();
@@ -49,7 +49,7 @@ export async function databaseComment(url: string): Promise<string | null> {
 }
 
 /** True when `comment` is the sandbox's mark. */
-export function isSandboxMark(comment: string | null): boolean {
+function isSandboxMark(comment: string | null): boolean {
   return comment?.startsWith(SANDBOX_DATABASE_MARK) ?? false;
 }
 

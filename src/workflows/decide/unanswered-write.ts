@@ -60,7 +60,7 @@ export function lateWriteSettledAt(sentAt: Date | null, givenUpAt: Date): Date {
 }
 
 /** Sending it again cannot append, duplicate or undo anything a newer write did. */
-export function isIdempotentWrite(commandType: string, params: Record<string, unknown>): boolean {
+function isIdempotentWrite(commandType: string, params: Record<string, unknown>): boolean {
   if (commandType !== "contact.update") return false;
   if (params.reread_before_retry === true) return false;
   const phone = params.phone as { entry_id?: unknown } | undefined;
