@@ -112,6 +112,9 @@ async function main(): Promise<number> {
     connectionTimeoutMillis: 5_000,
   });
   pool.on("error", () => undefined);
+  // A connection the faults end (pg_terminate_backend, a restart) can emit 'error' on a pooled
+  // client between the pool's own listeners (a 30-minute soak died of one): never the run's end.
+  pool.on("connect", (client) => client.on("error", () => undefined));
   await pool.query("select * from bitrix_sync.perform_cutover('chaos')");
   await activateSettings(pool, {
     "worker.poll_interval_ms": 500,

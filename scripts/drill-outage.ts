@@ -294,13 +294,18 @@ async function main(cleanup: Cleanup, check: Checker): Promise<void> {
       notReady.length === 0 && during.length > 0,
       `${during.length} samples, ${notReady.length} other than ready/degraded${notReady[0] ? ` (first: ${notReady[0].status} ${notReady[0].problems.join(",")})` : ""}`,
     );
-    const late = during.filter((s) => s.at >= staleFrom);
+    // A replica knows the portal is down from its own failed requests only (a replica whose twin
+    // carries the sync loop may send none for a while): degraded from health.crm_stale_sec into the
+    // outage or its first failed request in it, whichever is later.
+    const firstFailed = firstFailedBatch(r.text(), outageStart);
+    const from = Math.max(staleFrom, (firstFailed ?? Number.POSITIVE_INFINITY) + READINESS_GRACE_MS);
+    const late = during.filter((s) => s.at >= from);
     const wrong = late.filter((s) => s.status !== "degraded" || s.problems.join(",") !== "crm_stale");
     const firstDegraded = during.find((s) => s.status === "degraded");
     check.check(
-      `${r.name}: degraded for crm_stale (and nothing else) from health.crm_stale_sec into the outage to its end`,
+      `${r.name}: degraded for crm_stale (and nothing else) from health.crm_stale_sec into the outage (or its first failed request) to its end`,
       late.length > 0 && wrong.length === 0,
-      `${late.length} samples after ${MODE.staleSec} s + ${READINESS_GRACE_MS / 1000} s, ${wrong.length} otherwise${wrong[0] ? ` (first: ${wrong[0].status} ${wrong[0].problems.join(",")})` : ""}; first degraded ${firstDegraded ? ((firstDegraded.at - outageStart) / 1000).toFixed(0) : "-"} s into it`,
+      `first failed request ${firstFailed === null ? "none" : `${((firstFailed - outageStart) / 1000).toFixed(0)} s into it`}; ${late.length} samples from ${((from - outageStart) / 1000).toFixed(0)} s, ${wrong.length} otherwise${wrong[0] ? ` (first: ${wrong[0].status} ${wrong[0].problems.join(",")})` : ""}; first degraded ${firstDegraded ? ((firstDegraded.at - outageStart) / 1000).toFixed(0) : "-"} s into it`,
     );
     const readyAgain = all.find((s) => s.at >= up && s.status === "ready");
     const last = all.at(-1);
@@ -401,6 +406,16 @@ async function main(cleanup: Cleanup, check: Checker): Promise<void> {
   process.stdout.write(`DRILL_RESULT ${JSON.stringify(result)}\n`);
   const logs = keepLogs(replicas, check.violations, `${dir}-logs`);
   if (logs) process.stdout.write(`replica logs: ${logs}\n`);
+}
+
+/** When a replica's log first records a CRM batch that failed as a whole at or after `from`. */
+function firstFailedBatch(log: string, from: number): number | null {
+  for (const line of log.split("\n")) {
+    if (!line.includes('"event":"crm.batch"') || !line.includes('"ok":0,')) continue;
+    const at = Date.parse(/"time":"([^"]+)"/.exec(line)?.[1] ?? "");
+    if (Number.isFinite(at) && at >= from) return at;
+  }
+  return null;
 }
 
 function countFaults(log: { fault?: string }[]): Record<string, number> {
