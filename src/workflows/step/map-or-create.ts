@@ -161,9 +161,15 @@ async function createUnlessPrevious(s: Step): Promise<void> {
   // that no link and no phone search shows: made by a service on a database since restored from a
   // backup, with a phone changed after the backup (the restore drill found the second Contact).
   // One search by the user id first; a user who signed up while this process runs cannot have one.
+  // The search's step is find_by_phone, a name the release before this one knows: during a rolling
+  // upgrade a replica of that release may take the step (a step name it does not know fails the
+  // workflow with unknown_step; drill:upgrade found that). This release tells the two searches apart
+  // by the command (findOwn); that release treats the ids found as phone candidates: none, the
+  // create goes ahead; some, they are read and the one carrying this user's id is linked (it then
+  // leaves the App's phone to the convergence audit, which finds it missing).
   if (!s.sd.own_checked && (await userPredatesProcess(s))) {
     s.sd.own_checked = true;
-    return await s.issue("contact.find_by_user_id", {}, "find_own");
+    return await s.issue("contact.find_by_user_id", {}, "find_by_phone");
   }
   s.sd.branch ??= "B0";
   return await s.issue("contact.add", {}, "create_contact");
@@ -178,8 +184,9 @@ async function userPredatesProcess(s: Step): Promise<boolean> {
 }
 
 /**
- * Step find_own: Contacts carrying the user's id; one that no other active user holds is linked
- * again as read_previous does, else the create goes ahead.
+ * The search by the user id before a create (step find_by_phone, command contact.find_by_user_id):
+ * Contacts carrying the user's id are read, and one that no other active user holds is linked again
+ * as read_previous does (the App's phone and the flag written); none found, the create goes ahead.
  */
 async function findOwn(s: Step, last: CommandRow): Promise<void> {
   if (last.status !== "succeeded") return await s.failWith(last);
@@ -213,6 +220,7 @@ async function readPrevious(s: Step, last: CommandRow): Promise<void> {
 }
 
 async function findByPhone(s: Step, last: CommandRow): Promise<void> {
+  if (last.command_type === "contact.find_by_user_id") return await findOwn(s, last);
   if (last.status !== "succeeded") return await s.failWith(last);
   const d = afterPhoneSearch(foundIds(s.response(last)));
   switch (d.kind) {
@@ -352,7 +360,6 @@ export const mapOrCreateSteps: Readonly<Record<string, AfterStep>> = {
   find_by_phone: findByPhone,
   read_candidates: readCandidates,
   read_previous: readPrevious,
-  find_own: findOwn,
   manual_link_read: manualLinkRead,
   claim_contact: claimContact,
   restore_flag: (s, last) => s.afterWrite(last, () => finalRead(s)),

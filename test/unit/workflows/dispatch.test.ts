@@ -10,7 +10,6 @@ test("every persisted step name has exactly one handler", (t) => {
     "deactivate_contact",
     "final_read",
     "find_by_phone",
-    "find_own",
     "find_registered",
     "manual_link_read",
     "read_candidates",
