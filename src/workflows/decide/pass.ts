@@ -18,8 +18,6 @@ export const READ_STEPS: ReadonlySet<string> = new Set([
   "manual_link_read",
   "read_for_update",
   "final_read",
-  "find_registered",
-  "read_registered",
 ]);
 
 /** Where a pass stands against the workflow's newest intent. */

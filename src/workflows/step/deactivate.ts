@@ -3,7 +3,12 @@
 // closed while a manager ticked the flag again, a restore from backup, a user the App lost) are found
 // by that id and have their flag turned off: the registration flag follows the user (§3.1), and the
 // convergence audit's repair of registered_inactive_user / registered_unknown_user relies on it.
-// Step names and outcome codes are persisted: keep them.
+// Step names and outcome codes are persisted: keep them. The search, the read and the unregistering
+// all run under deactivate_contact, the one step name the release before this one knows: during a
+// rolling upgrade a replica of that release may take the step, and a name it does not know fails the
+// workflow with unknown_step (drill:upgrade found that). This release tells them apart by the
+// command; that release ends the workflow as deactivated and leaves the flag to the convergence
+// audit, which finds it again.
 import { candidatesOf, foundIds } from "../decide/map-or-create.js";
 import { isNotFound } from "../decide/pass.js";
 import type { CommandRow } from "../types.js";
@@ -11,13 +16,21 @@ import type { AfterStep, Step } from "./core.js";
 
 export async function startDeactivate(s: Step): Promise<void> {
   const mapping = await s.activeMapping();
-  if (!mapping) return await s.issue("contact.find_by_user_id", {}, "find_registered");
+  if (!mapping) return await s.issue("contact.find_by_user_id", {}, "deactivate_contact");
   s.sd.contact = Number(mapping.external_id);
   return await s.issue(
     "contact.update",
     { contact_id: s.sd.contact, registered: false },
     "deactivate_contact",
   );
+}
+
+/** Step deactivate_contact: what follows the command it issued (see the top of this file). */
+async function afterDeactivateStep(s: Step, last: CommandRow): Promise<void> {
+  if (last.command_type === "contact.find_by_user_id") return await afterFindRegistered(s, last);
+  if (last.command_type === "contact.read") return await afterReadRegistered(s, last);
+  if (s.sd.unregister !== undefined) return await afterUnregister(s, last);
+  return await afterDeactivate(s, last);
 }
 
 async function afterDeactivate(s: Step, last: CommandRow): Promise<void> {
@@ -34,15 +47,15 @@ async function afterDeactivate(s: Step, last: CommandRow): Promise<void> {
   return await s.afterWrite(last, () => s.failWith(last));
 }
 
-/** Step find_registered: the Contacts carrying the user's id (a page of them, oldest first). */
+/** After the search: the Contacts carrying the user's id (a page of them, oldest first). */
 async function afterFindRegistered(s: Step, last: CommandRow): Promise<void> {
   if (last.status !== "succeeded") return await s.failWith(last);
   const ids = foundIds(s.response(last));
   if (ids.length === 0) return await s.succeed("no_mapping");
-  return await s.issue("contact.read", { ids, purpose: "candidates" }, "read_registered");
+  return await s.issue("contact.read", { ids, purpose: "candidates" }, "deactivate_contact");
 }
 
-/** Step read_registered: those still carrying the user's id with the flag not off are unregistered. */
+/** After the read: those still carrying the user's id with the flag not off are unregistered. */
 async function afterReadRegistered(s: Step, last: CommandRow): Promise<void> {
   if (last.status !== "succeeded") return await s.failWith(last);
   s.sd.unregister = candidatesOf(s.response(last))
@@ -55,10 +68,10 @@ async function afterReadRegistered(s: Step, last: CommandRow): Promise<void> {
 async function unregisterNext(s: Step): Promise<void> {
   const next = (s.sd.unregister as number[] | undefined)?.[0];
   if (next === undefined) return await s.succeed(s.sd.unregistered ? "unregistered" : "no_mapping");
-  return await s.issue("contact.update", { contact_id: next, registered: false }, "unregister_contact");
+  return await s.issue("contact.update", { contact_id: next, registered: false }, "deactivate_contact");
 }
 
-/** Step unregister_contact: the flag of one Contact is off; on to the next. */
+/** After an unregistering: the flag of one Contact is off; on to the next. */
 async function afterUnregister(s: Step, last: CommandRow): Promise<void> {
   return await s.afterWrite(last, async () => {
     s.sd.unregister = ((s.sd.unregister as number[] | undefined) ?? []).slice(1);
@@ -69,8 +82,5 @@ async function afterUnregister(s: Step, last: CommandRow): Promise<void> {
 
 /** The steps of contact.deactivate, by the name persisted in current_step. */
 export const deactivateSteps: Readonly<Record<string, AfterStep>> = {
-  deactivate_contact: afterDeactivate,
-  find_registered: afterFindRegistered,
-  read_registered: afterReadRegistered,
-  unregister_contact: afterUnregister,
+  deactivate_contact: afterDeactivateStep,
 };

@@ -10,13 +10,11 @@ test("every persisted step name has exactly one handler", (t) => {
     "deactivate_contact",
     "final_read",
     "find_by_phone",
-    "find_registered",
     "manual_link_read",
     "read_candidates",
     "read_for_update",
     "read_mapped",
     "read_previous",
-    "read_registered",
     "rebind_check_previous",
     "rebind_clear_previous",
     "rebind_read",
@@ -28,7 +26,6 @@ test("every persisted step name has exactly one handler", (t) => {
     "reread_for_update",
     "resend_write",
     "restore_flag",
-    "unregister_contact",
     "update_contact",
   ]);
 });

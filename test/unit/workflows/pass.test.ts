@@ -43,13 +43,11 @@ test("read steps are the steps whose pending outcome is a read (persisted names)
   t.deepEqual([...READ_STEPS].sort(), [
     "final_read",
     "find_by_phone",
-    "find_registered",
     "manual",
     "manual_link_read",
     "read_candidates",
     "read_for_update",
     "read_mapped",
-    "read_registered",
     "start",
   ]);
 });
