@@ -95,6 +95,13 @@ test.serial(
       const svc = startService(env);
       const held: Held[] = [];
       try {
+        // The user is made after the process has started: a user the App had before it is searched
+        // by user id before a create (step/map-or-create.ts), a search these kill points do not hold.
+        await waitFor(
+          async () => svc.output.join("").includes('"http.listening"'),
+          60_000,
+          "the service to listen",
+        );
         if (point.before) held.push(await point.before());
         const u = await makeUser(db.pool, { phone: randomPhone() });
         users.push(u.id);
