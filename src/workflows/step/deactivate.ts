@@ -15,6 +15,9 @@ import type { CommandRow } from "../types.js";
 import type { AfterStep, Step } from "./core.js";
 
 export async function startDeactivate(s: Step): Promise<void> {
+  // A pass starts afresh: what an earlier pass left to unregister does not steer this one's step.
+  delete s.sd.unregister;
+  delete s.sd.unregistered;
   const mapping = await s.activeMapping();
   if (!mapping) return await s.issue("contact.find_by_user_id", {}, "deactivate_contact");
   s.sd.contact = Number(mapping.external_id);
