@@ -6,6 +6,7 @@ import { ConfigError } from "../config/env.js";
 import { SecretError } from "../config/secrets.js";
 import { CrmConfigError } from "../crm/redact.js";
 import { EmbeddedStartError, NOT_INSTALLED } from "../db/embedded.js";
+import { SettingsError } from "../settings-cache.js";
 
 /** Exit codes of `npm start`, named after sysexits.h. */
 export const EXIT = {
@@ -32,6 +33,7 @@ export type StartupCause =
   | "database_unreachable"
   | "database_refused"
   | "embedded_postgres_failed"
+  | "settings_invalid"
   | "sandbox_database_refused";
 
 /** A startup failure with its cause, its exit code and the lines to print. */
@@ -75,6 +77,12 @@ export function classifyStartupError(e: unknown): StartupError | null {
     // Its messages name the variable and never echo the URL (src/crm/client.ts).
     return new StartupError("config_invalid", EXIT.config, [
       `invalid configuration: ${e.message}. Fix it and start again.`,
+    ]);
+  }
+  if (e instanceof SettingsError) {
+    // Its message names catalogue keys and what is wrong with them, never a value.
+    return new StartupError("settings_invalid", EXIT.config, [
+      `${e.message}: activate a version that does (bitrix_sync.rollback_settings, docs/configuration.md), then start again.`,
     ]);
   }
   if (e instanceof EmbeddedStartError) {
