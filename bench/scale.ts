@@ -327,6 +327,7 @@ async function apply(
 async function audit(c: pg.Client, f: Figures, plans: Plans, cap: PlanCaptureT): Promise<void> {
   const claimTimes: number[] = [];
   const sampleTimes: number[] = [];
+  const finishTimes: number[] = [];
   let sampled = 0;
   const run = async (db: pg.Client, rec: boolean) => {
     const [r, cms] = await timed(() =>
@@ -342,23 +343,41 @@ async function audit(c: pg.Client, f: Figures, plans: Plans, cap: PlanCaptureT):
         row.sample_limit,
       ]),
     );
-    await db.query("select bitrix_sync.fail_audit_run($1, 'bench_run')", [row.lease_token]);
+    const [, fms] = await timed(() =>
+      db.query("select bitrix_sync.finish_audit_run($1, 0, 0)", [row.lease_token]),
+    );
     if (rec) {
       claimTimes.push(cms);
       sampleTimes.push(sms);
+      finishTimes.push(fms);
       sampled = s.rows[0]?.n ?? 0;
     }
   };
   for (let i = 0; i < 2; i++) await run(c, true);
   f.set("audit: claim_audit_run", { value: median(claimTimes), unit: "ms" });
   f.set("audit: audit_sample (its share of the links)", { value: median(sampleTimes), unit: "ms" });
+  f.set("audit: finish_audit_run", { value: median(finishTimes), unit: "ms" });
   // The share grows with the links (links x audit.interval_sec / audit.period_days): per link sampled.
   f.set("audit: audit_sample per link sampled", {
     value: median(sampleTimes) / Math.max(1, sampled),
     unit: "ms",
   });
   console.log(`  audit sample: ${sampled} links per run`);
-  plans.push({ label: "claim_audit_run + audit_sample", plans: await cap.capture((db) => run(db, false)) });
+  plans.push({
+    label: "claim_audit_run + audit_sample + finish_audit_run",
+    plans: await cap.capture((db) => run(db, false)),
+  });
+  // The user kinds are judged over every user in SQL each run, by design (no CRM request): O(users).
+  const [, ums] = await timed(async () => {
+    const r = await c.query<{ lease_token: string }>(
+      "select lease_token from bitrix_sync.claim_audit_run(false, true)",
+    );
+    const lease = r.rows[0]?.lease_token;
+    if (!lease) throw new Error("claim_audit_run returned no run");
+    await c.query("select bitrix_sync.refresh_user_drift($1, now())", [lease]);
+    await c.query("select bitrix_sync.fail_audit_run($1, 'bench_run')", [lease]);
+  });
+  f.set("audit: refresh_user_drift (every user, in SQL)", { value: ums, unit: "ms" });
 }
 
 async function status(c: pg.Client, f: Figures, plans: Plans, cap: PlanCaptureT): Promise<void> {
@@ -393,6 +412,30 @@ async function retention(c: pg.Client, f: Figures, plans: Plans, cap: PlanCaptur
     deleted.push(`${t} ${r.rows[0]?.n}`);
   }
   console.log(`  retention: rows deleted by the first batch: ${deleted.join(", ")}`);
+  // The workflow sweep's whole round (every finished workflow past retention, a window a step), as
+  // one run walks it when nothing stops it; each step is bounded, the round grows with the history.
+  await c.query(
+    "update bitrix_sync.retention_sweeps set after_finished_at = null, after_id = null where table_name = 'workflows'",
+  );
+  let steps = 0;
+  let swept = 0;
+  const [, roundMs] = await timed(async () => {
+    const since = (await c.query<{ t: Date }>("select now() as t")).rows[0]?.t;
+    for (;;) {
+      const r = await c.query<{ deleted: number; more: boolean }>(
+        "select deleted, more from bitrix_sync.retention_step('workflows', $1)",
+        [since],
+      );
+      steps++;
+      swept += r.rows[0]?.deleted ?? 0;
+      if (!r.rows[0]?.more) break;
+    }
+  });
+  f.set("retention: a whole round of the workflow sweep", { value: roundMs, unit: "ms" });
+  f.set("retention: workflow sweep steps per round", { value: steps, unit: "steps" });
+  console.log(
+    `  retention: a workflow sweep round: ${steps} steps, ${swept} deleted, ${roundMs.toFixed(0)} ms`,
+  );
   plans.push({
     label: "retention: a second batch of each table",
     plans: await cap.capture(async (db) => {

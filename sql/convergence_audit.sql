@@ -109,6 +109,52 @@ end $$;
 comment on function bitrix_sync._check_audit_lease(uuid) is
   'Internal: the audit state when p_lease_token holds the running audit; BS001 otherwise (the run was taken over after audit.lease_sec).';
 
+-- Every active link has an audit mark from the moment it is opened (audited_at = opened_at until
+-- a run compares it), and loses it when it closes: the audit then finds the links it should
+-- compare next, and those overdue, from the oldest mark on (audit_marks_due_idx) instead of
+-- reading every link each run (docs/performance.md, "Scale").
+create or replace function bitrix_sync.tg_entity_external_mapping__audit_mark() returns trigger
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  if tg_op = 'INSERT' then
+    if new.status = 'active' then
+      insert into bitrix_sync.audit_marks (mapping_id, user_id, audited_at)
+      values (new.id, new.entity_id, new.opened_at)
+      on conflict (mapping_id) do nothing;
+    end if;
+  elsif new.status is distinct from 'active' then
+    delete from bitrix_sync.audit_marks k where k.mapping_id = new.id;
+  end if;
+  return null;
+end $$;
+comment on function bitrix_sync.tg_entity_external_mapping__audit_mark() is
+  'Trigger (after insert, after update of status on entity_external_mapping): a link opened active gets its audit mark (audited_at = opened_at: never compared); a link that is no longer active loses it. Security definer: nobody else writes audit_marks.';
+
+drop trigger if exists _950_audit_mark on bitrix_sync.entity_external_mapping;
+create trigger _950_audit_mark after insert or update of status on bitrix_sync.entity_external_mapping
+  for each row execute function bitrix_sync.tg_entity_external_mapping__audit_mark();
+comment on trigger _950_audit_mark on bitrix_sync.entity_external_mapping is
+  'Keeps one audit mark per active link (bitrix_sync.audit_marks).';
+
+create or replace function bitrix_sync._active_link_count() returns bigint
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+declare
+  v_estimate double precision;
+  v_count bigint;
+begin
+  -- The entries of the partial index of active links, as the last VACUUM or ANALYZE counted them
+  -- (autovacuum keeps it within a few per cent). Below 100 000, or never counted (-1), exactly.
+  select c.reltuples into v_estimate from pg_catalog.pg_class c
+   where c.oid = 'bitrix_sync.entity_external_mapping_active_entity_uq'::regclass;
+  if coalesce(v_estimate, -1) >= 100000 then
+    return v_estimate::bigint;
+  end if;
+  select count(*) into v_count from bitrix_sync.entity_external_mapping m where m.status = 'active';
+  return v_count;
+end $$;
+comment on function bitrix_sync._active_link_count() is
+  'Internal: how many links are active: counted exactly below 100 000, otherwise the planner''s count of entity_external_mapping_active_entity_uq (as of the last VACUUM or ANALYZE). Sizes an audit run and fills status_audit.last_links.';
+
 ------------------------------------------------------------------------------------------------
 -- A run: claim, sample, record, finish (the runtime role)
 ------------------------------------------------------------------------------------------------
@@ -150,13 +196,14 @@ begin
   returning * into v_row;
 
   -- Spread over the period: each run takes its share of the links, and every link that would be
-  -- overdue before the next run (never compared: counted from when it was opened).
-  select count(*), count(*) filter (where coalesce(k.audited_at, m.opened_at)
-                                          <= now() - make_interval(secs => v_period_sec - v_interval_sec))
-    into v_links, v_due
-    from bitrix_sync.entity_external_mapping m
-    left join bitrix_sync.audit_marks k on k.mapping_id = m.id
-   where m.status = 'active';
+  -- overdue before the next run (never compared: its mark holds when it was opened). The share is
+  -- sized from _active_link_count() (exact for small installations, the planner's count for large
+  -- ones); the overdue ones are counted exactly, from the oldest mark on, through audit_marks_due_idx.
+  v_links := bitrix_sync._active_link_count();
+  select count(*) into v_due
+    from bitrix_sync.audit_marks k
+    join bitrix_sync.entity_external_mapping m on m.id = k.mapping_id and m.status = 'active'
+   where k.audited_at <= now() - make_interval(secs => v_period_sec - v_interval_sec);
   return query
   select v_row.lease_token, v_mode, v_row.last_run_started_at,
          case when v_mode = 'all' then null
@@ -185,17 +232,33 @@ begin
   end if;
   -- Active links of eligible users (the others are judged in SQL: inactive_user_linked). Links
   -- whose user has an open finding of the link kinds come first, so a repair is confirmed by the
-  -- next run; then the least recently compared (never compared: by when they were opened).
+  -- next run (a few: the open findings); then the least recently compared (never compared: by when
+  -- they were opened), walked from the oldest mark through audit_marks_due_idx and stopped at
+  -- p_limit, so a run reads its share of the links, not all of them.
   return query
-  select m.id, m.entity_id, m.external_id::text,
-         exists (select 1 from bitrix_sync.drift_findings f
-                  where f.user_id = m.entity_id and bitrix_sync._drift_kind_group(f.kind) = 'link')
-    from bitrix_sync.entity_external_mapping m
-    join han_app.user_identity u on u.id = m.entity_id and u.record_status = 'active'
-    join han_app.client_profile p on p.user_id = m.entity_id and p.record_status = 'active'
-    left join bitrix_sync.audit_marks k on k.mapping_id = m.id
-   where m.status = 'active'
-   order by 4 desc, coalesce(k.audited_at, m.opened_at), m.id
+  with flagged as (
+    select m.id, m.entity_id, m.external_id::text as contact_id, k.audited_at
+      from (select distinct f.user_id from bitrix_sync.drift_findings f
+             where f.user_id is not null and bitrix_sync._drift_kind_group(f.kind) = 'link') f
+      join bitrix_sync.entity_external_mapping m on m.entity_id = f.user_id and m.status = 'active'
+      join han_app.user_identity u on u.id = m.entity_id and u.record_status = 'active'
+      join han_app.client_profile p on p.user_id = m.entity_id and p.record_status = 'active'
+      join bitrix_sync.audit_marks k on k.mapping_id = m.id
+  ), rest as (
+    select m.id, m.entity_id, m.external_id::text as contact_id, k.audited_at
+      from bitrix_sync.audit_marks k
+      join bitrix_sync.entity_external_mapping m on m.id = k.mapping_id and m.status = 'active'
+      join han_app.user_identity u on u.id = m.entity_id and u.record_status = 'active'
+      join han_app.client_profile p on p.user_id = m.entity_id and p.record_status = 'active'
+     where not exists (select 1 from flagged x where x.id = m.id)
+     order by k.audited_at, k.mapping_id
+     limit p_limit
+  )
+  select x.id, x.entity_id, x.contact_id, x.flagged
+    from (select f.id, f.entity_id, f.contact_id, true as flagged, f.audited_at from flagged f
+          union all
+          select r.id, r.entity_id, r.contact_id, false, r.audited_at from rest r) x
+   order by x.flagged desc, x.audited_at, x.id
    limit p_limit;
 end $$;
 comment on function bitrix_sync.audit_sample(uuid, integer) is
@@ -438,16 +501,15 @@ begin
     raise exception 'an audit run finishes with the number of links compared and of requests sent'
       using errcode = 'BS004', hint = 'Both are counts (>= 0).';
   end if;
-  -- Marks of links that are no longer active are of no use.
-  delete from bitrix_sync.audit_marks k
-   where not exists (select 1 from bitrix_sync.entity_external_mapping m where m.id = k.mapping_id and m.status = 'active');
-  select count(*), count(*) filter (where coalesce(k.audited_at, m.opened_at) < now() - v_period)
-    into v_links, v_overdue
-    from bitrix_sync.entity_external_mapping m
+  -- The active links (sized as claim_audit_run sizes a run), and those of eligible users not
+  -- compared within the period, counted from the oldest mark on through audit_marks_due_idx.
+  v_links := bitrix_sync._active_link_count();
+  select count(*) into v_overdue
+    from bitrix_sync.audit_marks k
+    join bitrix_sync.entity_external_mapping m on m.id = k.mapping_id and m.status = 'active'
     join han_app.user_identity u on u.id = m.entity_id and u.record_status = 'active'
     join han_app.client_profile p on p.user_id = m.entity_id and p.record_status = 'active'
-    left join bitrix_sync.audit_marks k on k.mapping_id = m.id
-   where m.status = 'active';
+   where k.audited_at < now() - v_period;
   update bitrix_sync.audit_state s
      set last_run_status = 'succeeded', lease_token = null, last_success_at = now(),
          last_all_success_at = case when s.last_run_mode = 'all' then now() else s.last_all_success_at end,
@@ -458,7 +520,7 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.finish_audit_run(uuid, integer, integer) is
-  'running -> succeeded: records the counts and how many active links are overdue (not compared within audit.period_days), and drops the marks of links no longer active. Refuses a run whose lease was taken over (BS001).';
+  'running -> succeeded: records the counts, the active links (_active_link_count()) and how many active links of eligible users are overdue (not compared within audit.period_days). Refuses a run whose lease was taken over (BS001).';
 
 create or replace function bitrix_sync.fail_audit_run(p_lease_token uuid, p_error_code text)
 returns bitrix_sync.audit_state

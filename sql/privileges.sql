@@ -105,6 +105,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   -- the convergence audit (sql/convergence_audit.sql): written only by its security definer functions
   ('table', 'bitrix_sync.audit_marks', array[]::text[], array[]::text[], array[]::text[],
    'When each link was last compared; written and read by the audit''s functions only.'),
+  ('table', 'bitrix_sync.retention_sweeps', array[]::text[], array[]::text[], array[]::text[],
+   'Where the workflow retention sweep stands; only the retention functions (security definer) read and write it.'),
   ('table', 'bitrix_sync.audit_state', array[]::text[], array[]::text[], array[]::text[],
    'The audit''s run and scan cursor; the admin reads it through status_audit.'),
   ('table', 'bitrix_sync.drift_findings', array[]::text[], array[]::text[], array[]::text[],
@@ -198,6 +200,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    'Retention: what the next run would delete (reads the history: by hand only).'),
   ('function', 'bitrix_sync.delete_retention_batch(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
    'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'),
+  ('function', 'bitrix_sync.retention_step(text,timestamp with time zone)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Retention: one step of one table and whether to call again (security definer); the hourly task, or an admin now.'),
 
   -- the convergence audit's admin functions (security definer)
   ('function', 'bitrix_sync.repair_drift(text,text,uuid[],boolean)', array[]::text[], array['EXECUTE'], array[]::text[],
@@ -378,6 +382,10 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.'),
   ('function', 'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.'),
   ('function', 'bitrix_sync._retention_cutoff(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
+  ('function', 'bitrix_sync._retention_sweep_workflows(timestamp with time zone)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
+  ('function', 'bitrix_sync._active_link_count()', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.'),
+  ('function', 'bitrix_sync.tg_entity_external_mapping__audit_mark()', array[]::text[], array[]::text[], array[]::text[],
+   'Trigger function (security definer): one audit mark per active link, whoever opens or closes it.'),
   ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync._rebind_crm_outcome(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of _close_rebind_request and cancel_rebind_request.'),
   ('function', 'bitrix_sync._close_rebind_request(uuid)', array[]::text[], array[]::text[], array[]::text[],

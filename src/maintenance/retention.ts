@@ -1,7 +1,8 @@
 // Retention (issue 11; the rules and the lock behaviour are in sql/retention.sql): finished rows are
-// deleted table by table, one short transaction per batch of at most retention.batch_size rows,
-// until a batch deletes nothing or the run's budget (retention.run_budget_sec) is spent. Commands go
-// before workflows, because a workflow is deleted only once its commands are gone.
+// deleted table by table, one short transaction per step (bitrix_sync.retention_step: a batch of at
+// most retention.batch_size rows, for workflows one window of a sweep that remembers its place),
+// until a table's step says there is no more or the run's budget (retention.run_budget_sec) is
+// spent. Commands go before workflows, because a workflow is deleted only once its commands are gone.
 import type pg from "pg";
 import { sqlstate } from "../db/errors.js";
 import type { Logger } from "../observability/logger.js";
@@ -37,6 +38,8 @@ export async function runRetention(
   report.ran = true;
   const now = opts.now ?? Date.now;
   const endsAt = now() + s.runBudgetSec * 1000;
+  // The database's clock, as the sweep's rounds are stamped with it (retention_step).
+  const startedAt = (await pool.query<{ t: Date }>("select now() as t")).rows[0]?.t ?? null;
   outer: for (const table of RETENTION_TABLES) {
     for (;;) {
       if (opts.signal?.aborted || now() >= endsAt) {
@@ -44,12 +47,14 @@ export async function runRetention(
         break outer;
       }
       let n: number;
+      let more: boolean;
       try {
-        const { rows } = await pool.query<{ n: number }>(
-          "select bitrix_sync.delete_retention_batch($1) as n",
-          [table],
+        const { rows } = await pool.query<{ deleted: number; more: boolean }>(
+          "select deleted, more from bitrix_sync.retention_step($1, $2)",
+          [table, startedAt],
         );
-        n = rows[0]?.n ?? 0;
+        n = rows[0]?.deleted ?? 0;
+        more = rows[0]?.more ?? false;
       } catch (e) {
         // lock_timeout (200 ms): someone holds a lock on the table (a migration, a long transaction);
         // retention never waits for it. This table waits for the next run, the others go on.
@@ -65,8 +70,9 @@ export async function runRetention(
       deleted[table] += n;
       if (n > 0) retentionDeleted.inc({ table }, n);
       // Not `n < batchSize`: rows skipped as locked, or events deletable only once the events
-      // coalesced into them are gone, can make a batch short while more rows are due.
-      if (n === 0) break;
+      // coalesced into them are gone, can make a batch short while more rows are due; and a window
+      // of the workflow sweep may delete nothing while the sweep goes on.
+      if (!more) break;
     }
   }
   log.info(

@@ -151,6 +151,41 @@ async function statusDrift(rig: Rig) {
 }
 
 test.serial(
+  "every active link has an audit mark from its opening, and loses it when it closes or breaks",
+  async (t) => {
+    const mark = async (mappingId: string) =>
+      (
+        await db.pool.query<{ audited_at: Date; opened_at: Date }>(
+          `select k.audited_at, m.opened_at from bitrix_sync.audit_marks k
+             join bitrix_sync.entity_external_mapping m on m.id = k.mapping_id where k.mapping_id = $1`,
+          [mappingId],
+        )
+      ).rows[0];
+    const links: string[] = [];
+    for (const [i, contact] of ["610001", "610002"].entries()) {
+      const user = await makeUser(db.pool);
+      const { rows } = await db.pool.query<{ id: string }>(
+        "select id from bitrix_sync.open_mapping($1, $2, null)",
+        [user.id, contact],
+      );
+      const id = rows[0]?.id as string;
+      links.push(id);
+      const m = await mark(id);
+      t.truthy(m, `link ${i}: a mark as it opens`);
+      t.deepEqual(m?.audited_at, m?.opened_at, "never compared: the mark holds when it opened");
+    }
+    await db.pool.query("select bitrix_sync.close_mapping($1, 'user_deactivated', null)", [links[0]]);
+    await db.pool.query("select bitrix_sync.close_mapping($1, 'contact_not_found', null, true)", [links[1]]);
+    for (const id of links) t.is(await mark(id), undefined, "a closed or broken link has no mark");
+    // Nobody but the functions and the trigger writes the marks.
+    await t.throwsAsync(
+      asRole(db.pool, "bitrix_sync_user", (c) => c.query("delete from bitrix_sync.audit_marks")),
+      { message: /permission denied/ },
+    );
+  },
+);
+
+test.serial(
   "sampled runs compare the least recently compared links first: every link within the period",
   async (t) => {
     // Period 1 day, a run every 4 hours: each run takes a sixth of the links.

@@ -315,3 +315,82 @@ test.serial(
     await queryAsRole(db.pool, "bitrix_sync_admin", "select bitrix_sync.delete_retention_batch('webhooks')");
   },
 );
+
+test.serial(
+  "workflows are swept a window at a time past the kept ones, the place kept between calls and runs",
+  async (t) => {
+    // 450 kept workflows (each user's only one, so its newest), older than the one to delete: the
+    // batch used to read all of them before reaching it. A window is 20 x the batch (200).
+    await history(
+      `insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, state, finished_at, created_at, outcome)
+       select 'contact.update', 'contact.update', gen_random_uuid(), 'succeeded',
+              now() - interval '300 days' + make_interval(secs => g), now() - interval '301 days', 'updated'
+         from generate_series(1, 450) g`,
+    );
+    const user = randomUUID();
+    const old = await finishedWorkflow(user, 200, 0);
+    await finishedWorkflow(user, 199, 0); // the user's newest: kept
+    const reset = () =>
+      db.pool.query(
+        "update bitrix_sync.retention_sweeps set after_finished_at = null, after_id = null where table_name = 'workflows'",
+      );
+    await reset();
+    const step = (since: Date | null) =>
+      one<{ deleted: number; more: boolean }>(
+        db.pool,
+        "select deleted, more from bitrix_sync.retention_step('workflows', $1)",
+        [since],
+      );
+    const place = () =>
+      one<{ after_id: string | null; last_round_ended_at: Date | null }>(
+        db.pool,
+        "select after_id, last_round_ended_at from bitrix_sync.retention_sweeps where table_name = 'workflows'",
+      );
+
+    // The previous release's task: one window, 0, so it stops; the place moved on.
+    t.is(
+      (await one<{ n: number }>(db.pool, "select bitrix_sync.delete_retention_batch('workflows') as n")).n,
+      0,
+    );
+    t.not((await place()).after_id, null, "the sweep remembers where it stopped");
+    t.true(await exists("bitrix_sync.workflow_instances", old.id));
+    // The next calls go on from there: 400 kept examined, then the window that holds it ends the round.
+    t.deepEqual(await step(null), { deleted: 0, more: true });
+    t.deepEqual(await step(null), { deleted: 1, more: false });
+    t.false(await exists("bitrix_sync.workflow_instances", old.id), "found beyond the kept ones");
+    const ended = await place();
+    t.is(ended.after_id, null, "a new round starts from the oldest");
+    t.truthy(ended.last_round_ended_at);
+
+    // A run that starts in the middle of a round goes round once more: nothing is left behind the
+    // place it started from.
+    const other = randomUUID();
+    const behind = await finishedWorkflow(other, 250, 0); // older than every kept one
+    await finishedWorkflow(other, 1, 0);
+    t.deepEqual(await step(null), { deleted: 0, more: true }, "a window past it: the place is beyond it");
+    const report = await runRetention(db.pool, settings(), log);
+    t.is(report.deleted.workflows, 1);
+    t.false(await exists("bitrix_sync.workflow_instances", behind.id), "the run went round again for it");
+    t.is((await place()).after_id, null, "the run ended with a whole round");
+    const again = await runRetention(db.pool, settings(), log);
+    t.is(again.deleted.workflows, 0);
+    t.true(again.batches <= 8, `one round, a window at a time (${again.batches} steps)`);
+
+    await rejectsWith(
+      t,
+      db.pool.query("select * from bitrix_sync.retention_step('mappings', now())"),
+      "BS004",
+    );
+    const [r] = await queryAsRole<{ more: boolean }>(
+      db.pool,
+      "bitrix_sync_user",
+      "select more from bitrix_sync.retention_step('workflows', now())",
+    );
+    t.is(typeof r?.more, "boolean", "the runtime role calls it");
+    await rejectsWith(
+      t,
+      queryAsRole(db.pool, "han_app_user", "select * from bitrix_sync.retention_step('workflows', now())"),
+      "42501",
+    );
+  },
+);
