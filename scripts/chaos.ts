@@ -32,6 +32,7 @@ import { Faults, SIGTERM_BOUND_MS } from "./chaos/faults.js";
 import { Replica } from "./chaos/replicas.js";
 import { Soak } from "./chaos/soak.js";
 import { Traffic } from "./chaos/traffic.js";
+import { activateSettings } from "./drill/common.js";
 
 const minutesArg = process.argv.indexOf("--minutes");
 const MINUTES = Number(
@@ -61,20 +62,6 @@ function say(line: string) {
 }
 
 const started = Date.now();
-
-/** Activates a settings version through the validated path (propose, validate, activate). */
-async function activateSettings(pool: pg.Pool, changes: Record<string, unknown>) {
-  const { rows } = await pool.query<{ v: number }>("select bitrix_sync.propose_settings($1, 'chaos') as v", [
-    JSON.stringify(changes),
-  ]);
-  const v = rows[0]?.v;
-  const { rows: errs } = await pool.query<{ e: string[] }>(
-    "select bitrix_sync.validate_settings_version($1) as e",
-    [v],
-  );
-  if ((errs[0]?.e ?? []).length > 0) throw new Error(`chaos settings refused: ${JSON.stringify(errs[0]?.e)}`);
-  await pool.query("select bitrix_sync.activate_settings_version($1, 'chaos')", [v]);
-}
 
 async function waitUntil(probe: () => Promise<boolean>, boundMs: number): Promise<boolean> {
   const end = Date.now() + boundMs;
@@ -116,26 +103,30 @@ async function main(): Promise<number> {
   // client between the pool's own listeners (a 30-minute soak died of one): never the run's end.
   pool.on("connect", (client) => client.on("error", () => undefined));
   await pool.query("select * from bitrix_sync.perform_cutover('chaos')");
-  await activateSettings(pool, {
-    "worker.poll_interval_ms": 500,
-    "batch.max_wait_ms": 50,
-    "lease.ttl_sec": 5,
-    "retry.base_ms": 100,
-    "retry.max_ms": 2000,
-    "reconcile.lease_sec": 60,
-    "reconcile.contacts_interval_sec": 60,
-    "reconcile.overlap_sec": 10,
-    // Business alerts are mirrored into the emulator's smart process (src/emulator/store.ts).
-    "alerts.entity_type_id": ALERT_PROCESS.entityTypeId,
-    "alerts.category_id": 7,
-    "alerts.stage_new": ALERT_PROCESS.stages.open[0],
-    "alerts.stage_resolved": ALERT_PROCESS.stages.resolved,
-    "alerts.stage_closed_without_resolution": ALERT_PROCESS.stages.closed,
-    // Every item field of §11, as the catalogue requires (alert_number is ALERT_NUMBER_FIELD).
-    "alerts.fields": DEFAULT_ALERT_SETTINGS["alerts.fields"],
-    // Open alerts are polled every minute (the least allowed): the repair of a lost alert webhook.
-    "alerts.reconcile_interval_sec": 60,
-  });
+  await activateSettings(
+    pool,
+    {
+      "worker.poll_interval_ms": 500,
+      "batch.max_wait_ms": 50,
+      "lease.ttl_sec": 5,
+      "retry.base_ms": 100,
+      "retry.max_ms": 2000,
+      "reconcile.lease_sec": 60,
+      "reconcile.contacts_interval_sec": 60,
+      "reconcile.overlap_sec": 10,
+      // Business alerts are mirrored into the emulator's smart process (src/emulator/store.ts).
+      "alerts.entity_type_id": ALERT_PROCESS.entityTypeId,
+      "alerts.category_id": 7,
+      "alerts.stage_new": ALERT_PROCESS.stages.open[0],
+      "alerts.stage_resolved": ALERT_PROCESS.stages.resolved,
+      "alerts.stage_closed_without_resolution": ALERT_PROCESS.stages.closed,
+      // Every item field of §11, as the catalogue requires (alert_number is ALERT_NUMBER_FIELD).
+      "alerts.fields": DEFAULT_ALERT_SETTINGS["alerts.fields"],
+      // Open alerts are polled every minute (the least allowed): the repair of a lost alert webhook.
+      "alerts.reconcile_interval_sec": 60,
+    },
+    "chaos",
+  );
   // The service runs as its runtime role (§13), as deployed.
   const runtimePassword = randomBytes(18).toString("base64url");
   await pool.query(`alter role bitrix_sync_user login password '${runtimePassword}'`);

@@ -11,7 +11,7 @@
 // and everything the drill created removed. Exit 1 on a violation.
 // `--short` (npm test): shorter phases and fewer users.
 import { randomInt, randomUUID } from "node:crypto";
-import { chownSync, existsSync, mkdirSync, mkdtempSync } from "node:fs";
+import { chownSync, existsSync, mkdtempSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -22,32 +22,26 @@ import { startEmulator } from "../src/emulator/server.js";
 import { startTcpHop } from "../test/helpers/tcp-hop.js";
 import { checkInvariants, openWork } from "./chaos/checks.js";
 import { Replica } from "./chaos/replicas.js";
+import { type Cluster, createPrimary, createStandby, postgresUser } from "./drill/cluster.js";
 import {
   activateSettings,
   Checker,
   Cleanup,
-  type Cluster,
   changePhone,
-  createPrimary,
-  createStandby,
-  keepLogs,
   newPhone,
-  postgresUser,
-  type ReadinessSample,
-  readReadiness,
+  newTokens,
   removeDir,
   replicaEnv,
-  restartUntilUp,
-  say as sayAs,
+  sayer,
   signUp,
   sleep,
-} from "./drills/common.js";
+} from "./drill/common.js";
+import { keepLogs, type ReadinessSample, readReadiness, restartUntilUp } from "./drill/process.js";
 
 const SHORT = process.argv.includes("--short");
 /** Seconds of traffic before the fence, with the old primary read-only, and after the switch. */
 const PHASES = SHORT ? { before: 8, readOnly: 8, after: 8 } : { before: 60, readOnly: 60, after: 60 };
 const DATABASE = "bitrix_sync_drill";
-const MEMBER_ID = "drill-member-0001";
 const RATE = { drainPerSec: 5, threshold: 50 };
 /** Readiness is cached 1 s and decided within 2.5 s; sampled every second: a verdict shows within this. */
 const READINESS_GRACE_MS = 5_000;
@@ -60,7 +54,7 @@ const LEASE_SEC = 5;
  */
 const settleBoundMs = (readOnlyMs: number) => 3 * (readOnlyMs + LEASE_SEC * 1000) + 60_000;
 
-const say = (line: string) => sayAs("drill:failover", line);
+const say = sayer("drill:failover");
 const loads = () =>
   loadavg()
     .map((x) => x.toFixed(2))
@@ -165,15 +159,7 @@ async function main(cleanup: Cleanup, check: Checker, created: Created): Promise
 
   const emulator = await startEmulator({ fields: SANDBOX_FIELDS, rate: RATE });
   cleanup.add("emulator", () => emulator.close());
-  const secretsDir = join(dir, "secrets");
-  mkdirSync(secretsDir, { mode: 0o700 });
-  const { env } = replicaEnv(
-    viaName("bitrix_sync_user", runtimePassword),
-    emulator,
-    secretsDir,
-    join(dir, "data"),
-    MEMBER_ID,
-  );
+  const env = replicaEnv(dir, "service", viaName("bitrix_sync_user", runtimePassword), emulator, newTokens());
   const replicas = [new Replica("replica-1", env), new Replica("replica-2", env)];
   created.replicas = replicas;
   const crashes: string[] = [];

@@ -9,7 +9,7 @@
 // `--short` (npm test): 100 users, 20 phone changes, a 40-second outage (health.crm_stale_sec at
 // its least, 30 s, so the degraded state shows).
 import { randomUUID } from "node:crypto";
-import { chmodSync, mkdirSync, mkdtempSync } from "node:fs";
+import { chmodSync, mkdtempSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -24,17 +24,15 @@ import {
   Checker,
   Cleanup,
   changePhone,
-  keepLogs,
   newPhone,
-  type ReadinessSample,
-  readReadiness,
+  newTokens,
   removeDir,
   replicaEnv,
-  restartUntilUp,
-  say as sayAs,
+  sayer,
   signUp,
   sleep,
-} from "./drills/common.js";
+} from "./drill/common.js";
+import { keepLogs, type ReadinessSample, readReadiness, restartUntilUp } from "./drill/process.js";
 
 const SHORT = process.argv.includes("--short");
 const MODE = SHORT
@@ -49,7 +47,6 @@ const MODE = SHORT
       drainBoundSec: 1200,
     };
 const RATE = { drainPerSec: 2, threshold: 50 };
-const MEMBER_ID = "drill-member-0001";
 /** Readiness is cached 1 s and decided within 2.5 s; sampled every 2 s: a verdict shows within this. */
 const READINESS_GRACE_MS = 6_000;
 /**
@@ -58,7 +55,7 @@ const READINESS_GRACE_MS = 6_000;
  */
 const drainBound = (idealSec: number) => idealSec * 1.5 + 20;
 
-const say = (line: string) => sayAs("drill:outage", line);
+const say = sayer("drill:outage");
 const loads = () =>
   loadavg()
     .map((x) => x.toFixed(2))
@@ -96,8 +93,6 @@ async function main(cleanup: Cleanup, check: Checker): Promise<void> {
     () => removeDir(dir),
     () => removeDir(dir),
   );
-  const secretsDir = join(dir, "secrets");
-  mkdirSync(secretsDir, { mode: 0o700 });
   say(
     `${SHORT ? "short" : "full"} mode: ${MODE.synced} users in step, then ${MODE.outageSec} s of outage while ${MODE.users} sign up and ${MODE.changes} change phones; load average ${loads()}`,
   );
@@ -134,7 +129,7 @@ async function main(cleanup: Cleanup, check: Checker): Promise<void> {
   const serviceUrl = new URL(dbUrl.toString());
   serviceUrl.username = "bitrix_sync_user";
   serviceUrl.password = runtimePassword;
-  const { env } = replicaEnv(serviceUrl.toString(), emulator, secretsDir, join(dir, "data"), MEMBER_ID);
+  const env = replicaEnv(dir, "service", serviceUrl.toString(), emulator, newTokens());
   const replicas = [new Replica("replica-1", env), new Replica("replica-2", env)];
   let crashes = 0;
   for (const r of replicas) {

@@ -4,7 +4,7 @@
 // Node inside it) once a sample interval; a table at the end, and the growth bounds checked on a
 // long run: what the last minutes show against the first minutes after the warm-up.
 import type pg from "pg";
-import { databaseSessionsOf, residentBytes, scrapeFamily } from "../drills/common.js";
+import { databaseSessionsOf, residentBytes, scrapeFamily } from "../drill/process.js";
 import type { Replica } from "./replicas.js";
 
 export interface SoakSample {

@@ -1,9 +1,11 @@
-// What the production drills (`npm run drill:restore`, `npm run drill:upgrade`) share: databases of
-// their own on a real PostgreSQL server, the service's settings and runtime role, the environment of
-// its replicas, the emulated portal, waiting for the work to settle, a watch for duplicate Contacts,
-// and the checker that prints every invariant it verified.
-import { randomBytes } from "node:crypto";
-import { mkdirSync, writeFileSync } from "node:fs";
+// What the production drills (`npm run drill:<name>`, docs/reliability.md) share: databases of their
+// own on a real PostgreSQL server, the service's settings (activated through the validated path) and
+// runtime role, the environment and secrets of its replicas, the emulated portal, waiting for the
+// work to settle, a watch for duplicate Contacts, the App's writes, the cleanup of everything a drill
+// created, and the checker that prints every invariant it verified. The drill's own PostgreSQL
+// clusters are in cluster.ts, the replicas as processes in process.ts, an earlier release in release.ts.
+import { randomBytes, randomInt, randomUUID } from "node:crypto";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
@@ -61,7 +63,10 @@ export async function waitUntil(probe: () => Promise<boolean>, boundMs: number):
   return false;
 }
 
-/** Activates a settings version through the validated path (propose, validate, activate). */
+/**
+ * Activates a settings version through the validated path (propose, validate, activate), proposed and
+ * activated by `by`; a version that does not validate throws "<by> settings refused".
+ */
 export async function activateSettings(pool: pg.Pool, changes: Record<string, unknown>, by = "drill") {
   const { rows } = await pool.query<{ v: number }>("select bitrix_sync.propose_settings($1, $2) as v", [
     JSON.stringify(changes),
@@ -72,7 +77,7 @@ export async function activateSettings(pool: pg.Pool, changes: Record<string, un
     "select bitrix_sync.validate_settings_version($1) as e",
     [v],
   );
-  if ((errs[0]?.e ?? []).length > 0) throw new Error(`drill settings refused: ${JSON.stringify(errs[0]?.e)}`);
+  if ((errs[0]?.e ?? []).length > 0) throw new Error(`${by} settings refused: ${JSON.stringify(errs[0]?.e)}`);
   await pool.query("select bitrix_sync.activate_settings_version($1, $2)", [v, by]);
 }
 
@@ -116,15 +121,10 @@ export async function runtimeUrl(url: string): Promise<{ serviceUrl: string; pas
   return { serviceUrl: u.toString(), password };
 }
 
-export interface ServiceSecrets {
-  contactToken: string;
-  alertToken: string;
-  values: string[];
-}
-
 /**
- * The replicas' environment for one database: secrets as files in `dir`/secrets-<tag>, as deployed.
- * The receiver tokens are the same for every database of a run (the portal's robots keep theirs).
+ * The replicas' environment for one database: secrets as files in `dir`/secrets-<tag>, as deployed,
+ * and the data folder `dir`/data-<tag>. The receiver tokens are the same for every database of a run
+ * (the portal's robots keep theirs).
  */
 export function replicaEnv(
   dir: string,
@@ -222,7 +222,10 @@ export class DuplicateWatch {
   }
 }
 
-/** Records named invariants, prints each as it is checked, and counts the violations. */
+/**
+ * Records named invariants, prints each as it is checked (with the violations it found), and counts
+ * the violations: a drill exits 1 on one.
+ */
 export class Checker {
   readonly results: { name: string; ok: boolean; detail: string[] }[] = [];
 
@@ -231,7 +234,7 @@ export class Checker {
       typeof violations === "boolean" ? (violations ? [] : [detail ?? "does not hold"]) : violations;
     const ok = list.length === 0;
     this.results.push({ name, ok, detail: list });
-    process.stdout.write(`  ${ok ? "ok  " : "FAIL"} ${name}${ok && detail ? ` (${detail})` : ""}\n`);
+    process.stdout.write(`  ${ok ? "ok  " : "FAIL"}  ${name}${ok && detail ? ` (${detail})` : ""}\n`);
     for (const d of list.slice(0, 20)) process.stdout.write(`         - ${d}\n`);
     if (list.length > 20) process.stdout.write(`         ... and ${list.length - 20} more\n`);
     return ok;
@@ -272,4 +275,114 @@ export function byInvariant(violations: string[]): Map<string, string[]> {
     out.set(name, [...(out.get(name) ?? []), v]);
   }
   return out;
+}
+
+const sayCleanup = sayer("cleanup");
+
+/**
+ * Everything a drill created, undone in reverse order at the end, on failure and on SIGINT/SIGTERM;
+ * `sync` parts also on a sudden exit of the drill.
+ */
+export class Cleanup {
+  private readonly steps: { what: string; run: () => Promise<void> | void; sync?: () => void }[] = [];
+  private done = false;
+
+  constructor() {
+    process.on("exit", () => {
+      if (this.done) return;
+      for (const s of [...this.steps].reverse()) {
+        try {
+          s.sync?.();
+        } catch {
+          // best effort on the way out
+        }
+      }
+    });
+    for (const sig of ["SIGINT", "SIGTERM"] as const) {
+      process.once(sig, () => {
+        sayCleanup(`${sig}: removing what the drill created`);
+        void this.run().finally(() => process.exit(130));
+      });
+    }
+  }
+
+  add(what: string, run: () => Promise<void> | void, sync?: () => void): void {
+    this.steps.push({ what, run, ...(sync ? { sync } : {}) });
+  }
+
+  async run(): Promise<string[]> {
+    const failed: string[] = [];
+    while (this.steps.length > 0) {
+      const s = this.steps.pop();
+      if (!s) break;
+      try {
+        await s.run();
+      } catch (e) {
+        failed.push(`${s.what}: ${e instanceof Error ? e.message : String(e)}`);
+        try {
+          s.sync?.();
+        } catch {
+          // reported above
+        }
+      }
+    }
+    this.done = true;
+    return failed;
+  }
+}
+
+/** Removes a folder (and the drill's server logs beside it). */
+export function removeDir(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+}
+
+/** A valid Russian phone no other user of the drill has had. */
+export function newPhone(taken: Set<string>): string {
+  for (;;) {
+    const p = `+79${String(randomInt(0, 1_000_000_000)).padStart(9, "0")}`;
+    if (!taken.has(p)) {
+      taken.add(p);
+      return p;
+    }
+  }
+}
+
+/** One App transaction as han_app_user (the App's role), so the App's trigger records the intent. */
+async function appTx(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<void>): Promise<boolean> {
+  let c: pg.PoolClient | null = null;
+  try {
+    c = await pool.connect();
+    c.on("error", () => undefined);
+    await c.query("begin");
+    await c.query("set local role han_app_user");
+    await fn(c);
+    await c.query("commit");
+    return true;
+  } catch {
+    await c?.query("rollback").catch(() => undefined);
+    return false;
+  } finally {
+    c?.release(true);
+  }
+}
+
+/** A user signs up in the App (identity and profile in one statement); false when the App's write failed. */
+export function signUp(pool: pg.Pool, id: string, phone: string, name: string): Promise<boolean> {
+  return appTx(pool, async (c) => {
+    await c.query(
+      `with u as (insert into han_app.user_identity (id, phone_number, record_status) values ($1, $2, 'active') returning id)
+       insert into han_app.client_profile (id, user_id, full_name, record_status) select $3, id, $4, 'active' from u`,
+      [id, phone, randomUUID(), name],
+    );
+  });
+}
+
+/** A user changes the phone in the App; false when the App's write failed. */
+export function changePhone(pool: pg.Pool, id: string, phone: string): Promise<boolean> {
+  return appTx(pool, async (c) => {
+    await c.query("update han_app.user_identity set phone_number = $2, updated_at = now() where id = $1", [
+      id,
+      phone,
+    ]);
+  });
 }
