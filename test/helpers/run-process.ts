@@ -56,3 +56,43 @@ export function runService(
     opts.as,
   );
 }
+
+/** What a script of the project (a drill, the chaos suite) printed, and the figures of its result line. */
+export interface ScriptRun extends ProcessResult {
+  /** stdout, then stderr. */
+  out: string;
+  /** The figures of the `<prefix> {json}` line, or {} when none was printed. */
+  // biome-ignore lint/suspicious/noExplicitAny: the figures are whatever JSON the script printed; each test reads its own
+  result: Record<string, any>;
+  /** Whether the result line was printed. */
+  printed: boolean;
+}
+
+/**
+ * Runs a script as an operator does (`node --import tsx <script> <args>`, a bare environment plus
+ * `env`) and reads the one `<resultPrefix> {json}` line it prints with its figures (`DRILL_RESULT`,
+ * `CHAOS_RESULT`). On a failure, or without that line, the last 60 lines of its output go to the
+ * test's log.
+ */
+export async function runScript(
+  t: { log: (...values: unknown[]) => void },
+  script: string,
+  opts: { args?: string[]; env?: Record<string, string>; resultPrefix: string; timeoutMs: number },
+): Promise<ScriptRun> {
+  const r = await runProcess(
+    process.execPath,
+    ["--import", "tsx", script, ...(opts.args ?? [])],
+    cleanEnv(opts.env ?? {}),
+    opts.timeoutMs,
+  );
+  const out = r.stdout + r.stderr;
+  const prefix = `${opts.resultPrefix} `;
+  const line = r.stdout.split("\n").find((l) => l.startsWith(prefix));
+  if (r.code !== 0 || !line) t.log(out.split("\n").slice(-60).join("\n"));
+  return {
+    ...r,
+    out,
+    result: line ? JSON.parse(line.slice(prefix.length)) : {},
+    printed: line !== undefined,
+  };
+}

@@ -4,29 +4,22 @@
 // and the App work through that port, following docs/runbook.md "After a database failover". Zero
 // violations: not ready while writes fail, nothing committed lost, no command executed twice, every
 // intent synced once, everything removed.
-import { spawn } from "node:child_process";
 import test from "ava";
-import { projectRoot } from "../../src/db/migrate.js";
+import { runScript } from "../helpers/run-process.js";
 
 test("failover drill, short mode: promoted standby behind a switched port, zero violations", async (t) => {
   t.timeout(240_000);
-  const child = spawn(process.execPath, ["--import", "tsx", "scripts/drill-failover.ts", "--short"], {
-    cwd: projectRoot,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp" },
-    stdio: ["ignore", "pipe", "pipe"],
+  const {
+    code,
+    out,
+    result: r,
+    printed,
+  } = await runScript(t, "scripts/drill-failover.ts", {
+    args: ["--short"],
+    resultPrefix: "DRILL_RESULT",
+    timeoutMs: 240_000 - 10_000,
   });
-  let out = "";
-  child.stdout.on("data", (d: Buffer) => {
-    out += d.toString("utf8");
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    out += d.toString("utf8");
-  });
-  const code = await new Promise<number | null>((resolve) => child.on("exit", (c) => resolve(c)));
-  const line = out.split("\n").find((l) => l.startsWith("DRILL_RESULT "));
-  if (code !== 0 || !line) t.log(out.split("\n").slice(-60).join("\n"));
-  t.truthy(line, "the drill printed its figures");
-  const r = JSON.parse((line ?? "DRILL_RESULT {}").slice("DRILL_RESULT ".length));
+  t.true(printed, "the drill printed its figures");
   t.log(
     `users ${r.users}; read-only ${r.readOnlySec} s; ready after ${JSON.stringify(r.readyAfterSwitchSec)}; edges ${JSON.stringify(r.recoveredEdges)}`,
   );

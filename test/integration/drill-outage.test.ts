@@ -3,29 +3,21 @@
 // timeouts while 100 users sign up and 20 change phones. Zero violations: nothing dead-lettered,
 // degraded for crm_stale and never not ready, the backlog drained at the ceiling, nothing refused
 // for rate after the recovery, every intent synced once.
-import { spawn } from "node:child_process";
 import test from "ava";
-import { projectRoot } from "../../src/db/migrate.js";
+import { runScript } from "../helpers/run-process.js";
 
 test("outage drill, short mode: 503s and timeouts, then a drain at the ceiling; zero violations", async (t) => {
   t.timeout(240_000);
-  const child = spawn(process.execPath, ["--import", "tsx", "scripts/drill-outage.ts", "--short"], {
-    cwd: projectRoot,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp" },
-    stdio: ["ignore", "pipe", "pipe"],
+  const {
+    code,
+    result: r,
+    printed,
+  } = await runScript(t, "scripts/drill-outage.ts", {
+    args: ["--short"],
+    resultPrefix: "DRILL_RESULT",
+    timeoutMs: 240_000 - 10_000,
   });
-  let out = "";
-  child.stdout.on("data", (d: Buffer) => {
-    out += d.toString("utf8");
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    out += d.toString("utf8");
-  });
-  const code = await new Promise<number | null>((resolve) => child.on("exit", (c) => resolve(c)));
-  const line = out.split("\n").find((l) => l.startsWith("DRILL_RESULT "));
-  if (code !== 0 || !line) t.log(out.split("\n").slice(-60).join("\n"));
-  t.truthy(line, "the drill printed its figures");
-  const r = JSON.parse((line ?? "DRILL_RESULT {}").slice("DRILL_RESULT ".length));
+  t.true(printed, "the drill printed its figures");
   t.log(
     `outage requests ${r.outageRequests} ${JSON.stringify(r.outageFaults)}; drain ${r.drainRequests} requests in ${r.drainSec} s (ideal ${r.idealSec} s)`,
   );
