@@ -8,6 +8,7 @@ import { HealthState } from "../../src/health/state.js";
 import { createApp } from "../../src/http/app.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { createSettingsCache, SettingsError } from "../../src/settings-cache.js";
+import { classifyStartupError, EXIT } from "../../src/startup/errors.js";
 import { createMemoryLimiter } from "../helpers/memory-limiter.js";
 import { setSettings } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -108,4 +109,11 @@ test.serial("with no good version to fall back on, the cache refuses to start an
   const v = await setSettings(db, { "batch.size": 80 });
   const err = await t.throwsAsync(() => createSettingsCache(db.pool), { instanceOf: SettingsError });
   t.is(err?.message, `settings version ${v} does not parse: batch.size: Too big: expected number to be <=50`);
+  // At startup it is a failure a person can act on (exit 78), not an unexplained crash; the line
+  // names the key, never the value.
+  const startup = classifyStartupError(err);
+  t.is(startup?.reason, "settings_invalid");
+  t.is(startup?.exitCode, EXIT.config);
+  t.regex(startup?.lines[0] ?? "", /batch\.size: Too big.*rollback_settings/);
+  t.false((startup?.lines[0] ?? "").includes("80"), "the refused value is not shown");
 });
