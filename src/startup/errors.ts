@@ -96,9 +96,11 @@ export function classifyStartupError(e: unknown): StartupError | null {
       ? `its port ${e.port} (recorded in ${e.dir}/embedded.json) is taken by another program: stop that program, or change "port" in embedded.json`
       : /lock file|postmaster\.pid/i.test(d)
         ? "another PostgreSQL already uses that folder: stop it"
-        : /permission denied/i.test(d)
-          ? "PostgreSQL must be able to enter that folder and its parents (as root it runs as the `postgres` system user): chmod 755 them, or choose another BITRIX_SYNC_DATA_DIR"
-          : "if the folder is damaged, move it aside (a new, empty database is then created)";
+        : /PostgreSQL's programs/.test(d)
+          ? "as root, PostgreSQL runs as the `postgres` system user, which must be able to enter every folder above the project's node_modules: chmod 755 that folder (or clone the project into a folder others may enter)"
+          : /permission denied/i.test(d)
+            ? "PostgreSQL must be able to enter that folder and its parents (as root it runs as the `postgres` system user): chmod 755 them, or choose another BITRIX_SYNC_DATA_DIR"
+            : "if the folder is damaged, move it aside (a new, empty database is then created)";
     return new StartupError("embedded_postgres_failed", EXIT.unavailable, [
       `the embedded PostgreSQL in ${e.dir} did not start (${d}): ${fix}, then start again.`,
     ]);
