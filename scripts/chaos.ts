@@ -63,6 +63,19 @@ function say(line: string) {
 
 const started = Date.now();
 
+/**
+ * What a run that ends early must still undo: its replicas and its embedded PostgreSQL (a failed
+ * start or a signal used to leave the server running). Set once each exists; the normal end stops
+ * them itself.
+ */
+let emergencyStop: (() => Promise<void>) | null = null;
+for (const sig of ["SIGTERM", "SIGINT"] as const) {
+  process.once(sig, () => {
+    process.stderr.write(`chaos: ${sig}: stopping the replicas and the database\n`);
+    void (emergencyStop?.() ?? Promise.resolve()).finally(() => process.exit(sig === "SIGTERM" ? 143 : 130));
+  });
+}
+
 async function waitUntil(probe: () => Promise<boolean>, boundMs: number): Promise<boolean> {
   const end = Date.now() + boundMs;
   while (Date.now() < end) {
@@ -84,6 +97,7 @@ async function main(): Promise<number> {
   );
 
   let server: EmbeddedServer = await startEmbedded({ dir: pgDir, persistent: true });
+  emergencyStop = () => server.stop().catch(() => undefined);
   const admin = new pg.Client({ connectionString: server.url });
   await admin.connect();
   await admin.query("create database bitrix_sync_chaos");
@@ -172,6 +186,10 @@ async function main(): Promise<number> {
   process.on("exit", () => {
     for (const r of replicas) r.child?.kill("SIGKILL");
   });
+  emergencyStop = async () => {
+    for (const r of replicas) r.child?.kill("SIGKILL");
+    await server.stop().catch(() => undefined);
+  };
   await Promise.all(replicas.map((r) => r.start()));
   say(`replicas listening on ${replicas.map((r) => r.port).join(", ")}; load average ${loads()}`);
 
@@ -493,6 +511,7 @@ async function main(): Promise<number> {
   }
   await pool.end().catch(() => undefined);
   await emulator.close().catch(() => undefined);
+  emergencyStop = null;
   await server.stop().catch(() => undefined);
   rmSync(dir, { recursive: true, force: true });
   return violations.length === 0 ? 0 : 1;
@@ -502,6 +521,6 @@ main().then(
   (code) => process.exit(code),
   (e) => {
     process.stderr.write(`chaos run failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
-    process.exit(2);
+    void (emergencyStop?.() ?? Promise.resolve()).finally(() => process.exit(2));
   },
 );

@@ -162,13 +162,18 @@ export class Traffic {
     return created ? id : null;
   }
 
+  /** A new App user with a phone and a name no other user of the run has had; its id, or null. */
+  async signUp(): Promise<string | null> {
+    const name = `Chaos ${word()}`;
+    this.personal.names.add(name);
+    return await this.createUser("user_created", newPhone(this.personal), name);
+  }
+
   /** One App action, chosen at random with the run's mix. */
   async appStep(): Promise<void> {
     const r = randomInt(0, 100);
     if (r < 35) {
-      const name = `Chaos ${word()}`;
-      this.personal.names.add(name);
-      await this.createUser("user_created", newPhone(this.personal), name);
+      await this.signUp();
     } else if (r < 55) {
       const phone = newPhone(this.personal);
       await this.appTx("phone_changed", async (c) => {

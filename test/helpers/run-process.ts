@@ -1,6 +1,6 @@
 // Runs a command of the project (npm run ..., node --import tsx src/main.ts) as a child process with
-// exactly the environment given, and collects its exit code and output. A deadline kills it, so a
-// hanging child fails the test instead of the run.
+// exactly the environment given, and collects its exit code and output. A deadline stops it (SIGTERM,
+// then SIGKILL), so a hanging child fails the test instead of the run.
 import { spawn } from "node:child_process";
 import { projectRoot } from "../../src/db/migrate.js";
 
@@ -34,12 +34,17 @@ export async function runProcess(
     stderr += d.toString("utf8");
   });
   let timedOut = false;
+  let killer: NodeJS.Timeout | undefined;
+  // SIGTERM first, so a script that started processes of its own (replicas, a database) stops them;
+  // SIGKILL if it has not ended 15 s later.
   const timer = setTimeout(() => {
     timedOut = true;
-    child.kill("SIGKILL");
+    child.kill("SIGTERM");
+    killer = setTimeout(() => child.kill("SIGKILL"), 15_000);
   }, timeoutMs);
   const code = await new Promise<number | null>((resolve) => child.on("close", (c) => resolve(c)));
   clearTimeout(timer);
+  clearTimeout(killer);
   return { code, stdout, stderr, timedOut };
 }
 
