@@ -298,18 +298,22 @@ async function main(cleanup: Cleanup, check: Checker): Promise<void> {
     const late = during.filter((s) => s.at >= from);
     const wrong = late.filter((s) => s.status !== "degraded" || s.problems.join(",") !== "crm_stale");
     const firstDegraded = during.find((s) => s.status === "degraded");
+    // Judged by the rule when a sample falls between then and the portal's return: a replica whose
+    // first failed request came in the outage's last seconds (a short run in CI: 39 s into 40) has
+    // nothing left to judge, and is held to honesty alone, as one that sent nothing.
+    const judgeable = firstFailed !== null && late.length > 0;
     check.check(
       `${r.name}: degraded for crm_stale (and nothing else) from health.crm_stale_sec into the outage (or its first failed request) to its end`,
       // A replica that sent no request in the outage has seen nothing fail: ready or crm_stale is
-      // honest for it, and the replicas that did send are held to the rule.
-      firstFailed === null
+      // honest for it, and the replicas that did send (in time to be sampled) are held to the rule.
+      !judgeable
         ? during.every(
             (x) => x.status === "ready" || (x.status === "degraded" && x.problems.join(",") === "crm_stale"),
           )
-        : late.length > 0 && wrong.length === 0,
+        : wrong.length === 0,
       `first failed request ${firstFailed === null ? "none" : `${((firstFailed - outageStart) / 1000).toFixed(0)} s into it`}; ${late.length} samples from ${((from - outageStart) / 1000).toFixed(0)} s, ${wrong.length} otherwise${wrong[0] ? ` (first: ${wrong[0].status} ${wrong[0].problems.join(",")})` : ""}; first degraded ${firstDegraded ? ((firstDegraded.at - outageStart) / 1000).toFixed(0) : "-"} s into it`,
     );
-    if (firstFailed !== null) judged += 1;
+    if (judgeable) judged += 1;
     const readyAgain = all.find((s) => s.at >= up && s.status === "ready");
     const last = all.at(-1);
     check.check(
