@@ -335,27 +335,70 @@ end $$;
 comment on function bitrix_sync.record_audit_findings(uuid, timestamptz, jsonb) is
   'Records what the running audit found for links it compared with their Contacts (p_results: [{mapping_id, user_id, contact_id, findings: [{kind, details}]}], link kinds only; p_read_at: when the Contacts were read). A link no longer active as it was, or whose user had work in progress or done since the read, is left for a later run. For the others: the link''s audit mark, the findings named (one per user and kind; a user id of another user with an open user_id_mismatch alert is left to that alert), and the user''s other link findings deleted (in step again). Returns how many links were judged.';
 
+create or replace function bitrix_sync._app_user_count() returns bigint
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+declare
+  v_estimate double precision;
+  v_count bigint;
+begin
+  -- As _active_link_count(): the planner's count from 100 000 on, exactly below.
+  select c.reltuples into v_estimate from pg_catalog.pg_class c where c.oid = 'han_app.user_identity'::regclass;
+  if coalesce(v_estimate, -1) >= 100000 then
+    return v_estimate::bigint;
+  end if;
+  select count(*) into v_count from han_app.user_identity;
+  return v_count;
+end $$;
+comment on function bitrix_sync._app_user_count() is
+  'Internal: how many App users there are: counted exactly below 100 000, otherwise the planner''s count of han_app.user_identity (as of the last VACUUM or ANALYZE). Sizes the user window of a sampled audit run.';
+
 create or replace function bitrix_sync.refresh_user_drift(p_lease_token uuid, p_read_at timestamptz)
 returns integer
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
+  v_state bitrix_sync.audit_state;
   v_busy uuid[];
   v_count integer;
   v_kinds text[];
   v_users uuid[];
   v_contacts text[];
+  v_after uuid;
+  v_upto uuid;
+  v_window bigint;
 begin
-  perform bitrix_sync._check_audit_lease(p_lease_token);
+  v_state := bitrix_sync._check_audit_lease(p_lease_token);
+  -- The users this run judges: a full run every one; a sampled run a window of them in id order,
+  -- (v_after, v_upto], from where the last sampled run stopped (audit_state.users_after_id). The
+  -- window is audit.users_per_run users, or twice the users' share of audit.period_days when that
+  -- is more, so a round of windows ends within half the period. v_upto null: the window reaches
+  -- past the last user, and the next run starts a new round from the first.
+  if v_state.last_run_mode = 'sample' then
+    v_after := v_state.users_after_id;
+    v_window := greatest(
+      (bitrix_sync._active_setting('audit.users_per_run') #>> '{}')::bigint,
+      ceil(2.0 * bitrix_sync._app_user_count()
+           * (bitrix_sync._active_setting('audit.interval_sec') #>> '{}')::integer
+           / ((bitrix_sync._active_setting('audit.period_days') #>> '{}')::integer * 86400.0))::bigint);
+    if v_after is null then
+      select u.id into v_upto from han_app.user_identity u order by u.id offset v_window - 1 limit 1;
+    else
+      select u.id into v_upto from han_app.user_identity u where u.id > v_after order by u.id offset v_window - 1 limit 1;
+    end if;
+  end if;
+
   select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at) b;
   v_busy := coalesce(v_busy, '{}');
 
   -- Link findings of a link that is no longer active (broken by a not-found rule, closed,
-  -- relinked) have nothing left to compare.
+  -- relinked) have nothing left to compare (the findings are few: every run looks at all).
   delete from bitrix_sync.drift_findings d
    where bitrix_sync._drift_kind_group(d.kind) = 'link'
      and not exists (select 1 from bitrix_sync.entity_external_mapping m
                       where m.status = 'active' and m.entity_id = d.user_id and m.external_id = d.contact_id);
 
+  -- Each range predicate is written (v_after is null or ... > v_after) and (v_upto is null or ...
+  -- <= v_upto): the plans are custom (the values known), an index range scan of the window
+  -- (user_identity's primary key, entity_external_mapping_entity_idx).
   select array_agg(t.kind), array_agg(t.user_id), array_agg(t.contact_id) into v_kinds, v_users, v_contacts
     from (
   -- An active App user without an active link and nothing on the way: no intent, no workflow, no
@@ -365,6 +408,7 @@ begin
     from han_app.user_identity u
     join han_app.client_profile p on p.user_id = u.id and p.record_status = 'active'
    where u.record_status = 'active'
+     and (v_after is null or u.id > v_after) and (v_upto is null or u.id <= v_upto)
      and not (u.id = any(v_busy))
      and not exists (select 1 from bitrix_sync.entity_external_mapping m where m.entity_id = u.id and m.status = 'active')
      and not exists (select 1 from bitrix_sync.business_alerts a where a.user_id = u.id and a.status = 'open')
@@ -379,12 +423,16 @@ begin
     left join han_app.user_identity u on u.id = m.entity_id
     left join han_app.client_profile p on p.user_id = m.entity_id
    where m.status = 'active'
+     and (v_after is null or m.entity_id > v_after) and (v_upto is null or m.entity_id <= v_upto)
      and not (u.record_status is not distinct from 'active' and p.record_status is not distinct from 'active')
      and not (m.entity_id = any(v_busy))
     ) t;
 
+  -- Findings of the user kinds within the window that this run did not find again are cleared
+  -- (users with work in progress keep theirs); those outside it wait for their window.
   delete from bitrix_sync.drift_findings d
    where bitrix_sync._drift_kind_group(d.kind) = 'user'
+     and (v_after is null or d.user_id > v_after) and (v_upto is null or d.user_id <= v_upto)
      and not (d.user_id = any(v_busy))
      and not exists (select 1 from unnest(v_kinds, v_users) x(kind, user_id)
                       where x.kind = d.kind and x.user_id = d.user_id);
@@ -394,10 +442,18 @@ begin
   on conflict (kind, (coalesce(user_id::text, 'contact:' || contact_id)))
   do update set contact_id = excluded.contact_id, last_seen_at = excluded.last_seen_at;
   get diagnostics v_count = row_count;
+
+  if v_state.last_run_mode = 'sample' then
+    update bitrix_sync.audit_state s
+       set users_after_id = v_upto,
+           users_round_started_at = case when v_after is null then p_read_at else s.users_round_started_at end,
+           users_round_ended_at = case when v_upto is null then p_read_at else s.users_round_ended_at end
+     where s.singleton;
+  end if;
   return v_count;
 end $$;
 comment on function bitrix_sync.refresh_user_drift(uuid, timestamptz) is
-  'Judges the user kinds of the running audit over every user, in SQL, without the CRM: unmapped_user (active user without an active link, no work in progress, no open business alert; users from before the cutover who never had an intent are left out, §17) and inactive_user_linked (an active link of a user who is not active). Also drops link findings of links that are no longer active. Users with work in progress keep their findings. Returns how many findings it holds now.';
+  'Judges the user kinds of the running audit, in SQL, without the CRM: unmapped_user (active user without an active link, no work in progress, no open business alert; users from before the cutover who never had an intent are left out, §17) and inactive_user_linked (an active link of a user who is not active). A full run judges every user; a sampled run the next window of users in id order (audit.users_per_run, or twice the users'' share of audit.period_days when more), from where the last one stopped (audit_state.users_after_id), so its cost follows the window, not the installation. Also drops link findings of links that are no longer active. Users with work in progress keep their findings. Returns how many findings of the window it holds now.';
 
 create or replace function bitrix_sync.record_registered_contacts(
   p_lease_token uuid, p_read_at timestamptz, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[],
@@ -676,10 +732,11 @@ select s.last_run_mode as mode, s.last_run_status as status, s.last_run_started_
        s.last_all_success_at, s.last_error_code, s.last_audited, s.last_requests, s.last_links,
        s.last_overdue, s.registered_after_id, s.registered_cycle_seen, s.registered_cycle_total,
        s.registered_cycle_finished_at,
-       (select count(*) from bitrix_sync.drift_findings)::bigint as open_findings
+       (select count(*) from bitrix_sync.drift_findings)::bigint as open_findings,
+       s.users_round_started_at, s.users_round_ended_at
   from bitrix_sync.audit_state s;
 comment on view bitrix_sync.status_audit is
-  'The convergence audit at a glance: the last run (mode, status, when, counts, error code), the last success and full run, links overdue, where the scan of registered Contacts is, and how many findings are open.';
+  'The convergence audit at a glance: the last run (mode, status, when, counts, error code), the last success and full run, links overdue, where the scan of registered Contacts is, how many findings are open, and when the sampled runs'' round over the users (the user kinds) started and when the last one ended.';
 
 create or replace view bitrix_sync.status_reconciliation as
 select r.job_type, r.watermark, r.overlap, r.last_run_started_at, r.last_success_at, r.last_run_status,

@@ -25,6 +25,7 @@ values
   ('audit.lease_sec', 'integer', '900', 60, 86400, null, null, false, 'An audit run still marked running after this long is taken to have died: the next claim starts a new run.'),
   ('audit.period_days', 'integer', '7', 1, 90, null, null, false, 'Every active link is compared with its Contact at least once in this many days; each run samples the least recently audited.'),
   ('audit.run_budget_sec', 'integer', '300', 10, 3600, null, null, false, 'An audit run stops sending requests after this long; the next run goes on where it stopped.'),
+  ('audit.users_per_run', 'integer', '10000', 1, 10000000, null, null, false, 'A sampled run judges the user kinds (unmapped_user, inactive_user_linked) over at least this many App users, in id order from where the last run stopped, and more when audit.period_days needs more (twice its share of the users); a full run judges every user.'),
   ('batch.max_wait_ms', 'integer', '200', 1, 60000, null, null, false, 'Flush a partial batch after this wait (§8).'),
   ('batch.size', 'integer', '20', 1, 50, null, null, false, 'Commands per Bitrix24 batch request (§8: 1..50).'),
   ('citizenship.cache_ttl_sec', 'integer', '3600', 10, 604800, null, null, false, 'TTL of the citizenship dictionary cache (§3.3).'),

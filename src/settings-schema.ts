@@ -178,6 +178,8 @@ export const SettingsSchema = z.object({
     leaseSec: int(60, 86_400),
     periodDays: int(1, 90),
     runBudgetSec: int(10, 3600),
+    /** Read by SQL (refresh_user_drift, sql/convergence_audit.sql); here for the drift test and status. */
+    usersPerRun: int(1, 10_000_000),
   }),
   batch: z.object({ maxWaitMs: int(1, 60_000), size: int(1, 50) }),
   citizenship: z.object({ cacheTtlSec: int(10, 604_800) }),

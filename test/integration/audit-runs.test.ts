@@ -191,6 +191,10 @@ test.serial(
     // Period 1 day, a run every 4 hours: each run takes a sixth of the links.
     await withRig({ "audit.period_days": 1, "audit.interval_sec": 14400 }, async (rig) => {
       const links = await linkUsers(rig, 6);
+      // Nothing else touches the links while the runs judge them: the crontab's reconciliation,
+      // on the minute, rewrites the snapshots of Contacts it reads, and a link whose snapshot was
+      // written after the audit's read is left for a later run (a CI run's second run judged none).
+      await rig.stopWorker();
       const seen: string[][] = [];
       for (let run = 0; run < 6; run++) {
         const r = await runConvergenceAudit(rig.runtime.services, rig.runtime.settings.get(), {
@@ -342,5 +346,75 @@ test.serial(
       JSON.stringify({ "audit.auto_repair_kinds": { registered_wrong: "yes" } }),
     ]);
     t.deepEqual(rows[0].e, ['audit.auto_repair_kinds: every entry must be "on" or "off"']);
+  },
+);
+
+test.serial(
+  "sampled runs judge the user kinds a window of users at a time, from where the last one stopped; a full run judges every user",
+  async (t) => {
+    // Its own database: the windows walk every App user in id order.
+    const own = await createTestDb();
+    try {
+      await setSettings(own, { "audit.users_per_run": 2 });
+      // Five active users with nothing on the way (their intents taken away): five unmapped_user.
+      const users: string[] = [];
+      for (let i = 0; i < 5; i++) users.push((await makeUser(own.pool, { fold: false })).id);
+      await own.pool.query("delete from han_app.sync_queue_journal");
+      await own.pool.query("delete from han_app.sync_queue");
+      users.sort();
+      const run = async (all = false) => {
+        const { rows } = await own.pool.query<{ lease_token: string }>(
+          "select lease_token from bitrix_sync.claim_audit_run($1, true)",
+          [all],
+        );
+        const lease = rows[0]?.lease_token;
+        if (!lease) throw new Error("no audit run claimed");
+        await own.pool.query("select bitrix_sync.refresh_user_drift($1, now())", [lease]);
+        await own.pool.query("select bitrix_sync.finish_audit_run($1, 0, 0)", [lease]);
+      };
+      const found = async () =>
+        (
+          await own.pool.query<{ user_id: string }>(
+            "select user_id from bitrix_sync.status_drift where kind = 'unmapped_user' order by user_id",
+          )
+        ).rows.map((r) => r.user_id);
+      const round = async () =>
+        (
+          await own.pool.query<{ s: Date | null; e: Date | null }>(
+            "select users_round_started_at as s, users_round_ended_at as e from bitrix_sync.status_audit",
+          )
+        ).rows[0];
+
+      await run();
+      t.deepEqual(await found(), users.slice(0, 2), "the first window: the first two users in id order");
+      t.truthy((await round())?.s, "a round started");
+      t.is((await round())?.e, null, "and has not ended");
+      await run();
+      t.deepEqual(await found(), users.slice(0, 4), "the second window goes on from there");
+      await run();
+      t.deepEqual(await found(), users, "the third reaches past the last user");
+      t.truthy((await round())?.e, "the round ended");
+
+      // The last user is linked now: its finding stays until its window comes round again.
+      await own.pool.query("select bitrix_sync.open_mapping($1, '620001', null)", [users[4]]);
+      await run();
+      await run();
+      t.deepEqual(await found(), users, "windows one and two of the new round leave it alone");
+      await run();
+      t.deepEqual(await found(), users.slice(0, 4), "its own window clears it");
+
+      // A full run judges every user at once, and leaves the sampled runs' place as it was.
+      await own.pool.query("select bitrix_sync.open_mapping($1, '620002', null)", [users[0]]);
+      await own.pool.query("select bitrix_sync.open_mapping($1, '620003', null)", [users[3]]);
+      const before = (await own.pool.query("select users_after_id from bitrix_sync.audit_state")).rows[0];
+      await run(true);
+      t.deepEqual(await found(), [users[1], users[2]], "both in-step users cleared in one full run");
+      t.deepEqual(
+        (await own.pool.query("select users_after_id from bitrix_sync.audit_state")).rows[0],
+        before,
+      );
+    } finally {
+      await own.drop();
+    }
   },
 );
