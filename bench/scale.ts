@@ -368,17 +368,42 @@ async function audit(c: pg.Client, f: Figures, plans: Plans, cap: PlanCaptureT):
     plans: await cap.capture((db) => run(db, false)),
   });
   // The user kinds are judged in SQL (no CRM request) over a window of users per sampled run:
-  // audit.users_per_run (10 000), or twice the users' share of audit.period_days when more.
-  const [, ums] = await timed(async () => {
-    const r = await c.query<{ lease_token: string }>(
+  // audit.users_per_run (10 000), or twice the users' share of audit.period_days when more. Three
+  // sampled runs in a row (three windows), the median; and how many users a window held.
+  const refresh = async (db: pg.Client): Promise<number> => {
+    const before =
+      (await db.query("select users_after_id as a from bitrix_sync.audit_state")).rows[0]?.a ?? null;
+    const r = await db.query<{ lease_token: string }>(
       "select lease_token from bitrix_sync.claim_audit_run(false, true)",
     );
     const lease = r.rows[0]?.lease_token;
     if (!lease) throw new Error("claim_audit_run returned no run");
-    await c.query("select bitrix_sync.refresh_user_drift($1, now())", [lease]);
-    await c.query("select bitrix_sync.fail_audit_run($1, 'bench_run')", [lease]);
-  });
+    await db.query("select bitrix_sync.refresh_user_drift($1, now())", [lease]);
+    await db.query("select bitrix_sync.fail_audit_run($1, 'bench_run')", [lease]);
+    const after =
+      (await db.query("select users_after_id as a from bitrix_sync.audit_state")).rows[0]?.a ?? null;
+    const { rows } = await db.query<{ n: string }>(
+      `select count(*) as n from han_app.user_identity u
+        where ($1::uuid is null or u.id > $1::uuid) and ($2::uuid is null or u.id <= $2::uuid)`,
+      [before, after],
+    );
+    return Number(rows[0]?.n ?? 0);
+  };
+  const refreshTimes: number[] = [];
+  const windows: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const [n, ms] = await timed(() => refresh(c));
+    refreshTimes.push(ms);
+    windows.push(n);
+  }
+  const ums = median(refreshTimes);
   f.set("audit: refresh_user_drift (a sampled run's window of users, in SQL)", { value: ums, unit: "ms" });
+  f.set("audit: refresh_user_drift per 1 000 users judged", {
+    value: (ums / Math.max(1, median(windows))) * 1000,
+    unit: "ms",
+  });
+  console.log(`  refresh_user_drift: windows of ${windows.join(", ")} users`);
+  plans.push({ label: "refresh_user_drift (a sampled run)", plans: await cap.capture((db) => refresh(db)) });
 }
 
 async function status(c: pg.Client, f: Figures, plans: Plans, cap: PlanCaptureT): Promise<void> {
