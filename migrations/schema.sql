@@ -6597,6 +6597,10 @@ begin
     else
       select u.id into v_upto from han_app.user_identity u where u.id > v_after order by u.id offset v_window - 1 limit 1;
     end if;
+    -- A window that ends on the last user ends the round (the next run would judge nobody).
+    if v_upto is not null and not exists (select 1 from han_app.user_identity u where u.id > v_upto) then
+      v_upto := null;
+    end if;
   end if;
 
   select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at) b;

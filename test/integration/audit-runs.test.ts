@@ -413,6 +413,14 @@ test.serial(
         (await own.pool.query("select users_after_id from bitrix_sync.audit_state")).rows[0],
         before,
       );
+
+      // A window that ends on the last user ends the round: the next run starts from the first
+      // instead of judging nobody.
+      await setSettings(own, { "audit.users_per_run": 5 });
+      await run();
+      t.deepEqual((await own.pool.query("select users_after_id from bitrix_sync.audit_state")).rows[0], {
+        users_after_id: null,
+      });
     } finally {
       await own.drop();
     }
