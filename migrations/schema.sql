@@ -1337,43 +1337,65 @@ COMMENT ON FUNCTION bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webho
 --
 
 CREATE FUNCTION bitrix_sync._drift_busy_users(p_since timestamp with time zone, p_user_ids uuid[] DEFAULT NULL::uuid[]) RETURNS TABLE(user_id uuid)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+begin
   -- Users the ordinary paths are working on, or worked on since the audit read their data: an
   -- intent recorded or queued, a workflow unfinished or moved since p_since, a snapshot written
   -- since p_since, a Contact webhook waiting. What the audit read of them may be out of date, and
   -- what is out of step may be on its way back: such users are judged by a later run.
+  if p_user_ids is not null then
+    -- The few users a caller asks about, each through the user's own index (journal aside, which
+    -- the fold keeps short): never a scan of the snapshots or the history.
+    return query
+    select j.user_id from han_app.sync_queue_journal j where j.user_id = any(p_user_ids)
+    union
+    select q.entity_id from han_app.sync_queue q
+     where q.entity_id = any(p_user_ids) and q.status in ('pending', 'leased', 'retry_wait')
+    union
+    select w.user_id from bitrix_sync.workflow_instances w
+     where w.user_id = any(p_user_ids)
+       and (w.state not in ('succeeded', 'failed', 'cancelled') or w.finished_at >= p_since)
+    union
+    select s.user_id from bitrix_sync.contact_snapshots s
+     where s.user_id = any(p_user_ids) and s.updated_at >= p_since
+    union
+    select m.entity_id from bitrix_sync.webhook_inbox i
+      join bitrix_sync.entity_external_mapping m on m.external_id = i.entity_id and m.status = 'active'
+     where i.status in ('received', 'retry_wait', 'processing') and i.receiver = 'contact'
+       and m.entity_id = any(p_user_ids);
+    return;
+  end if;
+  return query
   select j.user_id from han_app.sync_queue_journal j
-   where p_user_ids is null or j.user_id = any(p_user_ids)
   union
   select q.entity_id from han_app.sync_queue q
-   where q.status in ('pending', 'leased', 'retry_wait') and (p_user_ids is null or q.entity_id = any(p_user_ids))
+   where q.status in ('pending', 'leased', 'retry_wait')
   union
   -- Each predicate is written as its partial index's (workflow_instances_one_active_per_user_uq,
   -- workflow_instances_finished_idx, webhook_inbox_pending_idx): the history is never scanned.
   select w.user_id from bitrix_sync.workflow_instances w
    where w.state not in ('succeeded', 'failed', 'cancelled')
-     and (p_user_ids is null or w.user_id = any(p_user_ids))
   union
   select w.user_id from bitrix_sync.workflow_instances w
    where w.state in ('succeeded', 'failed', 'cancelled') and w.finished_at >= p_since
-     and (p_user_ids is null or w.user_id = any(p_user_ids))
   union
+  -- Every snapshot is read (no index on updated_at, which would cost every snapshot write): the
+  -- audit's functions ask about their few users instead.
   select s.user_id from bitrix_sync.contact_snapshots s
-   where s.updated_at >= p_since and (p_user_ids is null or s.user_id = any(p_user_ids))
+   where s.updated_at >= p_since
   union
   select m.entity_id from bitrix_sync.webhook_inbox i
     join bitrix_sync.entity_external_mapping m on m.external_id = i.entity_id and m.status = 'active'
-   where i.status in ('received', 'retry_wait', 'processing') and i.receiver = 'contact'
-     and (p_user_ids is null or m.entity_id = any(p_user_ids))
-$$;
+   where i.status in ('received', 'retry_wait', 'processing') and i.receiver = 'contact';
+end $$;
 
 --
 -- Name: FUNCTION _drift_busy_users(p_since timestamp with time zone, p_user_ids uuid[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync._drift_busy_users(p_since timestamp with time zone, p_user_ids uuid[]) IS 'Internal: the users (of p_user_ids, or all) with work in progress or done since p_since: an intent in the journal or the queue, a workflow unfinished or changed, a snapshot written, a Contact webhook waiting. The audit leaves their findings as they are this run.';
+COMMENT ON FUNCTION bitrix_sync._drift_busy_users(p_since timestamp with time zone, p_user_ids uuid[]) IS 'Internal: the users (of p_user_ids through their indexes, or all, which reads every snapshot) with work in progress or done since p_since: an intent in the journal or the queue, a workflow unfinished or changed, a snapshot written, a Contact webhook waiting. The audit leaves their findings as they are this run.';
 
 --
 -- Name: _drift_kind_group(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -6439,7 +6461,14 @@ begin
     raise exception 'registered Contacts need the time of the read, a JSON array and a Contact ID range (or none)'
       using errcode = 'BS004', hint = 'Pass [{"contact_id", "user_id"}] of the Contacts listed with the registration flag set, the range (from, to] they were listed in, and/or the IDs read one by one.';
   end if;
-  select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at) b;
+  -- Work in progress of the users concerned: the rows' and those of the findings this read may clear.
+  select array_agg(b.user_id) into v_busy
+    from bitrix_sync._drift_busy_users(
+           p_read_at,
+           coalesce((select array_agg((x ->> 'user_id')::uuid) from jsonb_array_elements(p_rows) x
+                      where x ->> 'user_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'), '{}')
+           || coalesce((select array_agg(d.user_id) from bitrix_sync.drift_findings d
+                         where bitrix_sync._drift_kind_group(d.kind) = 'registered' and d.user_id is not null), '{}')) b;
   v_busy := coalesce(v_busy, '{}');
 
   select array_agg(t.kind), array_agg(t.user_id), array_agg(t.contact_id) into v_kinds, v_users, v_contacts
@@ -6603,9 +6632,6 @@ begin
     end if;
   end if;
 
-  select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at) b;
-  v_busy := coalesce(v_busy, '{}');
-
   -- Link findings of a link that is no longer active (broken by a not-found rule, closed,
   -- relinked) have nothing left to compare (the findings are few: every run looks at all).
   delete from bitrix_sync.drift_findings d
@@ -6613,40 +6639,66 @@ begin
      and not exists (select 1 from bitrix_sync.entity_external_mapping m
                       where m.status = 'active' and m.entity_id = d.user_id and m.external_id = d.contact_id);
 
-  -- Each range predicate is written (v_after is null or ... > v_after) and (v_upto is null or ...
-  -- <= v_upto): the plans are custom (the values known), an index range scan of the window
-  -- (user_identity's primary key, entity_external_mapping_entity_idx).
+  -- One pass over the window's users (user_identity's primary key), each with its profile and
+  -- whether it has an active link (an index-only probe of entity_external_mapping_active_entity_uq:
+  -- external_system and entity_type are constants, by CHECK); the Contact of a link is read only
+  -- for a finding. Then the active links in the window whose user the App no longer has. Each range
+  -- predicate is written (v_after is null or ... > v_after) and (v_upto is null or ... <= v_upto):
+  -- the plans are custom (the values known), an index range scan of the window.
   select array_agg(t.kind), array_agg(t.user_id), array_agg(t.contact_id) into v_kinds, v_users, v_contacts
     from (
-  -- An active App user without an active link and nothing on the way: no intent, no workflow, no
-  -- open business alert (a person has it). Users from before the cutover who never had an intent
-  -- stay out (§17: no backfill).
-  select 'unmapped_user'::text as kind, u.id as user_id, null::text as contact_id
-    from han_app.user_identity u
-    join han_app.client_profile p on p.user_id = u.id and p.record_status = 'active'
-   where u.record_status = 'active'
-     and (v_after is null or u.id > v_after) and (v_upto is null or u.id <= v_upto)
-     and not (u.id = any(v_busy))
-     and not exists (select 1 from bitrix_sync.entity_external_mapping m where m.entity_id = u.id and m.status = 'active')
-     and not exists (select 1 from bitrix_sync.business_alerts a where a.user_id = u.id and a.status = 'open')
-     and (u.created_at >= (select c.cutover_watermark from bitrix_sync.cutover c)
-          or exists (select 1 from bitrix_sync.entity_external_mapping m where m.entity_id = u.id)
-          or exists (select 1 from bitrix_sync.workflow_instances w where w.user_id = u.id))
+  select case when x.linked then 'inactive_user_linked' else 'unmapped_user' end::text as kind,
+         x.id as user_id,
+         case when x.linked then
+           (select m.external_id::text from bitrix_sync.entity_external_mapping m
+             where m.external_system = 'bitrix24' and m.entity_type = 'user' and m.entity_id = x.id
+               and m.status = 'active')
+         end as contact_id
+    from (
+      select u.id, u.created_at,
+             u.record_status is not distinct from 'active' and p.record_status is not distinct from 'active' as active,
+             exists (select 1 from bitrix_sync.entity_external_mapping m
+                      where m.external_system = 'bitrix24' and m.entity_type = 'user' and m.entity_id = u.id
+                        and m.status = 'active') as linked
+        from han_app.user_identity u
+        left join han_app.client_profile p on p.user_id = u.id
+       where (v_after is null or u.id > v_after) and (v_upto is null or u.id <= v_upto)
+    ) x
+   where
+     -- An active link of a user who is no longer active: contact.deactivate should have closed it
+     -- and turned the flag off.
+     (x.linked and not x.active)
+     -- An active App user without an active link and nothing on the way: no open business alert
+     -- (a person has it; work in progress is taken out below). Users from before the cutover who
+     -- never had an intent stay out (§17: no backfill).
+     or (not x.linked and x.active
+         and not exists (select 1 from bitrix_sync.business_alerts a where a.user_id = x.id and a.status = 'open')
+         and (x.created_at >= (select c.cutover_watermark from bitrix_sync.cutover c)
+              or exists (select 1 from bitrix_sync.entity_external_mapping m where m.entity_id = x.id)
+              or exists (select 1 from bitrix_sync.workflow_instances w where w.user_id = x.id)))
   union all
-  -- An active link of a user who is no longer active (or no longer exists): contact.deactivate
-  -- should have closed it and turned the flag off.
+  -- An active link of a user the App no longer has.
   select 'inactive_user_linked', m.entity_id, m.external_id::text
     from bitrix_sync.entity_external_mapping m
-    left join han_app.user_identity u on u.id = m.entity_id
-    left join han_app.client_profile p on p.user_id = m.entity_id
-   where m.status = 'active'
+   where m.external_system = 'bitrix24' and m.entity_type = 'user' and m.status = 'active'
      and (v_after is null or m.entity_id > v_after) and (v_upto is null or m.entity_id <= v_upto)
-     and not (u.record_status is not distinct from 'active' and p.record_status is not distinct from 'active')
-     and not (m.entity_id = any(v_busy))
+     and not exists (select 1 from han_app.user_identity u where u.id = m.entity_id)
     ) t;
 
-  -- Findings of the user kinds within the window that this run did not find again are cleared
-  -- (users with work in progress keep theirs); those outside it wait for their window.
+  -- Users with work in progress (or done since the read) are left as they are this run: neither
+  -- found nor cleared. Asked of the few users concerned (those found, and those with a finding of
+  -- the user kinds in the window), never of every user.
+  select array_agg(b.user_id) into v_busy
+    from bitrix_sync._drift_busy_users(
+           p_read_at,
+           coalesce(v_users, '{}') || coalesce((
+             select array_agg(d.user_id) from bitrix_sync.drift_findings d
+              where bitrix_sync._drift_kind_group(d.kind) = 'user' and d.user_id is not null
+                and (v_after is null or d.user_id > v_after) and (v_upto is null or d.user_id <= v_upto)), '{}')) b;
+  v_busy := coalesce(v_busy, '{}');
+
+  -- Findings of the user kinds within the window that this run did not find again are cleared;
+  -- those outside it wait for their window.
   delete from bitrix_sync.drift_findings d
    where bitrix_sync._drift_kind_group(d.kind) = 'user'
      and (v_after is null or d.user_id > v_after) and (v_upto is null or d.user_id <= v_upto)
@@ -6656,6 +6708,7 @@ begin
   insert into bitrix_sync.drift_findings as d (kind, user_id, contact_id, detected_at, last_seen_at)
   select x.kind, x.user_id, x.contact_id, p_read_at, p_read_at
     from unnest(v_kinds, v_users, v_contacts) x(kind, user_id, contact_id)
+   where not (x.user_id = any(v_busy))
   on conflict (kind, (coalesce(user_id::text, 'contact:' || contact_id)))
   do update set contact_id = excluded.contact_id, last_seen_at = excluded.last_seen_at;
   get diagnostics v_count = row_count;

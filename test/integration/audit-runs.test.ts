@@ -414,6 +414,17 @@ test.serial(
         before,
       );
 
+      // A user with work on the way keeps its finding until the work is done.
+      await own.pool.query("select bitrix_sync.open_mapping($1, '620004', null)", [users[2]]);
+      await own.pool.query("update han_app.user_identity set phone_number = '+79990001122' where id = $1", [
+        users[2],
+      ]);
+      await run(true);
+      t.deepEqual(await found(), [users[1], users[2]], "an intent on the way keeps the finding");
+      await own.pool.query("delete from han_app.sync_queue_journal");
+      await run(true);
+      t.deepEqual(await found(), [users[1]], "nothing on the way: cleared");
+
       // A window that ends on the last user ends the round: the next run starts from the first
       // instead of judging nobody.
       await setSettings(own, { "audit.users_per_run": 5 });
