@@ -307,7 +307,7 @@ begin
       using errcode = 'BS004', hint = 'Link kinds: contact_missing, phone_missing, user_id_wrong, registered_wrong, crm_master_behind.';
   end if;
   select array_agg(distinct (r ->> 'user_id')::uuid) into v_users from jsonb_array_elements(p_results) r;
-  select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at, v_users) b;
+  select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at, coalesce(v_users, '{}')) b;
   -- Judged: the link is still the active link it was when the Contact was read, and nothing has
   -- worked on the user since. The others keep their findings and are compared again soon.
   select array_agg(r.user_id) into v_ok
