@@ -6626,9 +6626,14 @@ begin
     else
       select u.id into v_upto from han_app.user_identity u where u.id > v_after order by u.id offset v_window - 1 limit 1;
     end if;
-    -- A window that ends on the last user ends the round (the next run would judge nobody).
-    if v_upto is not null and not exists (select 1 from han_app.user_identity u where u.id > v_upto) then
-      v_upto := null;
+    -- A window that ends on the last user ends the round (the next run would judge nobody). The
+    -- next user is looked up in key order (an EXISTS was planned as a Seq Scan that, at the end of
+    -- a round, reads every user).
+    if v_upto is not null then
+      perform 1 from (select u.id from han_app.user_identity u where u.id > v_upto order by u.id limit 1) n;
+      if not found then
+        v_upto := null;
+      end if;
     end if;
   end if;
 
@@ -6639,8 +6644,8 @@ begin
      and not exists (select 1 from bitrix_sync.entity_external_mapping m
                       where m.status = 'active' and m.entity_id = d.user_id and m.external_id = d.contact_id);
 
-  -- One pass over the window's users (user_identity's primary key), each with its profile and
-  -- whether it has an active link (an index-only probe of entity_external_mapping_active_entity_uq:
+  -- One pass over the window's users (user_identity's primary key), each with its profile's status
+  -- and whether it has an active link (an index-only probe of entity_external_mapping_active_entity_uq:
   -- external_system and entity_type are constants, by CHECK); the Contact of a link is read only
   -- for a finding. Then the active links in the window whose user the App no longer has. Each range
   -- predicate is written (v_after is null or ... > v_after) and (v_upto is null or ... <= v_upto):
@@ -6655,13 +6660,15 @@ begin
                and m.status = 'active')
          end as contact_id
     from (
+      -- The profile by its key, one probe per user (a join was planned as a hash of every profile).
       select u.id, u.created_at,
-             u.record_status is not distinct from 'active' and p.record_status is not distinct from 'active' as active,
+             u.record_status is not distinct from 'active'
+               and (select p.record_status from han_app.client_profile p where p.user_id = u.id)
+                   is not distinct from 'active' as active,
              exists (select 1 from bitrix_sync.entity_external_mapping m
                       where m.external_system = 'bitrix24' and m.entity_type = 'user' and m.entity_id = u.id
                         and m.status = 'active') as linked
         from han_app.user_identity u
-        left join han_app.client_profile p on p.user_id = u.id
        where (v_after is null or u.id > v_after) and (v_upto is null or u.id <= v_upto)
     ) x
    where
