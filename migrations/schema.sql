@@ -6596,6 +6596,7 @@ COMMENT ON FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay inter
 CREATE FUNCTION bitrix_sync.refresh_user_drift(p_lease_token uuid, p_read_at timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
     AS $$
 declare
   v_state bitrix_sync.audit_state;
