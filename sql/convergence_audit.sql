@@ -62,59 +62,32 @@ comment on function bitrix_sync._mask_pii(text) is
 
 create or replace function bitrix_sync._drift_busy_users(p_since timestamptz, p_user_ids uuid[] default null)
 returns table (user_id uuid)
-language plpgsql stable set search_path = pg_catalog, pg_temp as $$
-begin
+language sql stable set search_path = pg_catalog, pg_temp as $$
   -- Users the ordinary paths are working on, or worked on since the audit read their data: an
   -- intent recorded or queued, a workflow unfinished or moved since p_since, a snapshot written
   -- since p_since, a Contact webhook waiting. What the audit read of them may be out of date, and
-  -- what is out of step may be on its way back: such users are judged by a later run.
-  if p_user_ids is not null then
-    -- The few users a caller asks about, each through the user's own index (journal aside, which
-    -- the fold keeps short): never a scan of the snapshots or the history.
-    return query
-    select j.user_id from han_app.sync_queue_journal j where j.user_id = any(p_user_ids)
-    union
-    select q.entity_id from han_app.sync_queue q
-     where q.entity_id = any(p_user_ids) and q.status in ('pending', 'leased', 'retry_wait')
-    union
-    select w.user_id from bitrix_sync.workflow_instances w
-     where w.user_id = any(p_user_ids)
-       and (w.state not in ('succeeded', 'failed', 'cancelled') or w.finished_at >= p_since)
-    union
-    select s.user_id from bitrix_sync.contact_snapshots s
-     where s.user_id = any(p_user_ids) and s.updated_at >= p_since
-    union
-    select m.entity_id from bitrix_sync.webhook_inbox i
-      join bitrix_sync.entity_external_mapping m on m.external_id = i.entity_id and m.status = 'active'
-     where i.status in ('received', 'retry_wait', 'processing') and i.receiver = 'contact'
-       and m.entity_id = any(p_user_ids);
-    return;
-  end if;
-  return query
-  select j.user_id from han_app.sync_queue_journal j
+  -- what is out of step may be on its way back: such users are judged by a later run. Only the
+  -- users asked about, each through its own index (the journal, which the fold keeps short, aside):
+  -- never a scan of the snapshots or the history.
+  select j.user_id from han_app.sync_queue_journal j where j.user_id = any(p_user_ids)
   union
   select q.entity_id from han_app.sync_queue q
-   where q.status in ('pending', 'leased', 'retry_wait')
-  union
-  -- Each predicate is written as its partial index's (workflow_instances_one_active_per_user_uq,
-  -- workflow_instances_finished_idx, webhook_inbox_pending_idx): the history is never scanned.
-  select w.user_id from bitrix_sync.workflow_instances w
-   where w.state not in ('succeeded', 'failed', 'cancelled')
+   where q.entity_id = any(p_user_ids) and q.status in ('pending', 'leased', 'retry_wait')
   union
   select w.user_id from bitrix_sync.workflow_instances w
-   where w.state in ('succeeded', 'failed', 'cancelled') and w.finished_at >= p_since
+   where w.user_id = any(p_user_ids)
+     and (w.state not in ('succeeded', 'failed', 'cancelled') or w.finished_at >= p_since)
   union
-  -- Every snapshot is read (no index on updated_at, which would cost every snapshot write): the
-  -- audit's functions ask about their few users instead.
   select s.user_id from bitrix_sync.contact_snapshots s
-   where s.updated_at >= p_since
+   where s.user_id = any(p_user_ids) and s.updated_at >= p_since
   union
   select m.entity_id from bitrix_sync.webhook_inbox i
     join bitrix_sync.entity_external_mapping m on m.external_id = i.entity_id and m.status = 'active'
-   where i.status in ('received', 'retry_wait', 'processing') and i.receiver = 'contact';
-end $$;
+   where i.status in ('received', 'retry_wait', 'processing') and i.receiver = 'contact'
+     and m.entity_id = any(p_user_ids)
+$$;
 comment on function bitrix_sync._drift_busy_users(timestamptz, uuid[]) is
-  'Internal: the users (of p_user_ids through their indexes, or all, which reads every snapshot) with work in progress or done since p_since: an intent in the journal or the queue, a workflow unfinished or changed, a snapshot written, a Contact webhook waiting. The audit leaves their findings as they are this run.';
+  'Internal: those of p_user_ids (null: none) with work in progress or done since p_since: an intent in the journal or the queue, a workflow unfinished or changed, a snapshot written, a Contact webhook waiting. The audit leaves their findings as they are this run.';
 
 create or replace function bitrix_sync._check_audit_lease(p_lease_token uuid) returns bitrix_sync.audit_state
 language plpgsql set search_path = pg_catalog, pg_temp as $$
@@ -158,24 +131,22 @@ create trigger _950_audit_mark after insert or update of status on bitrix_sync.e
 comment on trigger _950_audit_mark on bitrix_sync.entity_external_mapping is
   'Keeps one audit mark per active link (bitrix_sync.audit_marks).';
 
+create or replace function bitrix_sync._planner_count(p_rel regclass) returns bigint
+language sql stable set search_path = pg_catalog, pg_temp as $$
+  -- reltuples as the last VACUUM or ANALYZE left it (autovacuum keeps it within a few per cent).
+  select c.reltuples::bigint from pg_catalog.pg_class c where c.oid = p_rel and c.reltuples >= 100000
+$$;
+comment on function bitrix_sync._planner_count(regclass) is
+  'Internal: the planner''s count of a table''s rows or an index''s entries when it is 100 000 or more; null below, or never counted, where the caller counts exactly. Sizes an audit run (_active_link_count, refresh_user_drift).';
+
 create or replace function bitrix_sync._active_link_count() returns bigint
-language plpgsql stable set search_path = pg_catalog, pg_temp as $$
-declare
-  v_estimate double precision;
-  v_count bigint;
-begin
-  -- The entries of the partial index of active links, as the last VACUUM or ANALYZE counted them
-  -- (autovacuum keeps it within a few per cent). Below 100 000, or never counted (-1), exactly.
-  select c.reltuples into v_estimate from pg_catalog.pg_class c
-   where c.oid = 'bitrix_sync.entity_external_mapping_active_entity_uq'::regclass;
-  if coalesce(v_estimate, -1) >= 100000 then
-    return v_estimate::bigint;
-  end if;
-  select count(*) into v_count from bitrix_sync.entity_external_mapping m where m.status = 'active';
-  return v_count;
-end $$;
+language sql stable set search_path = pg_catalog, pg_temp as $$
+  -- The entries of the partial index of active links, or counted exactly when there are few.
+  select coalesce(bitrix_sync._planner_count('bitrix_sync.entity_external_mapping_active_entity_uq'),
+                  (select count(*) from bitrix_sync.entity_external_mapping m where m.status = 'active'))
+$$;
 comment on function bitrix_sync._active_link_count() is
-  'Internal: how many links are active: counted exactly below 100 000, otherwise the planner''s count of entity_external_mapping_active_entity_uq (as of the last VACUUM or ANALYZE). Sizes an audit run and fills status_audit.last_links.';
+  'Internal: how many links are active: counted exactly below 100 000, otherwise the planner''s count of entity_external_mapping_active_entity_uq (_planner_count). Sizes an audit run and fills status_audit.last_links.';
 
 ------------------------------------------------------------------------------------------------
 -- A run: claim, sample, record, finish (the runtime role)
@@ -307,7 +278,7 @@ begin
       using errcode = 'BS004', hint = 'Link kinds: contact_missing, phone_missing, user_id_wrong, registered_wrong, crm_master_behind.';
   end if;
   select array_agg(distinct (r ->> 'user_id')::uuid) into v_users from jsonb_array_elements(p_results) r;
-  select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at, coalesce(v_users, '{}')) b;
+  select array_agg(b.user_id) into v_busy from bitrix_sync._drift_busy_users(p_read_at, v_users) b;
   -- Judged: the link is still the active link it was when the Contact was read, and nothing has
   -- worked on the user since. The others keep their findings and are compared again soon.
   select array_agg(r.user_id) into v_ok
@@ -357,23 +328,6 @@ end $$;
 comment on function bitrix_sync.record_audit_findings(uuid, timestamptz, jsonb) is
   'Records what the running audit found for links it compared with their Contacts (p_results: [{mapping_id, user_id, contact_id, findings: [{kind, details}]}], link kinds only; p_read_at: when the Contacts were read). A link no longer active as it was, or whose user had work in progress or done since the read, is left for a later run. For the others: the link''s audit mark, the findings named (one per user and kind; a user id of another user with an open user_id_mismatch alert is left to that alert), and the user''s other link findings deleted (in step again). Returns how many links were judged.';
 
-create or replace function bitrix_sync._app_user_count() returns bigint
-language plpgsql stable set search_path = pg_catalog, pg_temp as $$
-declare
-  v_estimate double precision;
-  v_count bigint;
-begin
-  -- As _active_link_count(): the planner's count from 100 000 on, exactly below.
-  select c.reltuples into v_estimate from pg_catalog.pg_class c where c.oid = 'han_app.user_identity'::regclass;
-  if coalesce(v_estimate, -1) >= 100000 then
-    return v_estimate::bigint;
-  end if;
-  select count(*) into v_count from han_app.user_identity;
-  return v_count;
-end $$;
-comment on function bitrix_sync._app_user_count() is
-  'Internal: how many App users there are: counted exactly below 100 000, otherwise the planner''s count of han_app.user_identity (as of the last VACUUM or ANALYZE). Sizes the user window of a sampled audit run.';
-
 create or replace function bitrix_sync.refresh_user_drift(p_lease_token uuid, p_read_at timestamptz)
 returns integer
 -- jit off: the window's query is costed above jit_above_cost from a few thousand users on, and
@@ -400,7 +354,8 @@ begin
     v_after := v_state.users_after_id;
     v_window := greatest(
       (bitrix_sync._active_setting('audit.users_per_run') #>> '{}')::bigint,
-      ceil(2.0 * bitrix_sync._app_user_count()
+      ceil(2.0 * coalesce(bitrix_sync._planner_count('han_app.user_identity'),
+                          (select count(*) from han_app.user_identity))
            * (bitrix_sync._active_setting('audit.interval_sec') #>> '{}')::integer
            / ((bitrix_sync._active_setting('audit.period_days') #>> '{}')::integer * 86400.0))::bigint);
     if v_after is null then
@@ -532,16 +487,6 @@ begin
     raise exception 'registered Contacts need the time of the read, a JSON array and a Contact ID range (or none)'
       using errcode = 'BS004', hint = 'Pass [{"contact_id", "user_id"}] of the Contacts listed with the registration flag set, the range (from, to] they were listed in, and/or the IDs read one by one.';
   end if;
-  -- Work in progress of the users concerned: the rows' and those of the findings this read may clear.
-  select array_agg(b.user_id) into v_busy
-    from bitrix_sync._drift_busy_users(
-           p_read_at,
-           coalesce((select array_agg((x ->> 'user_id')::uuid) from jsonb_array_elements(p_rows) x
-                      where x ->> 'user_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'), '{}')
-           || coalesce((select array_agg(d.user_id) from bitrix_sync.drift_findings d
-                         where bitrix_sync._drift_kind_group(d.kind) = 'registered' and d.user_id is not null), '{}')) b;
-  v_busy := coalesce(v_busy, '{}');
-
   select array_agg(t.kind), array_agg(t.user_id), array_agg(t.contact_id) into v_kinds, v_users, v_contacts
     from (
   select distinct on (j.kind, coalesce(j.user_id::text, 'contact:' || j.contact_id)) j.kind, j.user_id, j.contact_id
@@ -560,9 +505,18 @@ begin
     ) j
    -- Registered for an active user without a link: unmapped_user says it (map_or_create finds it).
    where not (j.app_user is not null and j.record_status = 'active' and j.profile_status is not distinct from 'active')
-     and not (j.user_id is not null and j.user_id = any(v_busy))
    order by j.kind, coalesce(j.user_id::text, 'contact:' || j.contact_id), j.contact_id::bigint
     ) t;
+
+  -- Users with work in progress (or done since the read) are left as they are: neither flagged nor
+  -- cleared. Asked of those flagged and those with a registered finding this read may clear.
+  select array_agg(b.user_id) into v_busy
+    from bitrix_sync._drift_busy_users(
+           p_read_at,
+           array_remove(v_users, null) || array(select d.user_id from bitrix_sync.drift_findings d
+                                                where bitrix_sync._drift_kind_group(d.kind) = 'registered'
+                                                  and d.user_id is not null)) b;
+  v_busy := coalesce(v_busy, '{}');
 
   -- In step again: registered findings of the Contacts this read covered and did not flag.
   delete from bitrix_sync.drift_findings d
@@ -576,6 +530,7 @@ begin
   insert into bitrix_sync.drift_findings as d (kind, user_id, contact_id, detected_at, last_seen_at)
   select x.kind, x.user_id, x.contact_id, p_read_at, p_read_at
     from unnest(v_kinds, v_users, v_contacts) x(kind, user_id, contact_id)
+   where not (x.user_id is not null and x.user_id = any(v_busy))
   on conflict (kind, (coalesce(user_id::text, 'contact:' || contact_id)))
   do update set contact_id = excluded.contact_id, last_seen_at = excluded.last_seen_at;
   get diagnostics v_count = row_count;

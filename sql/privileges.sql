@@ -384,7 +384,7 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync._retention_cutoff(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
   ('function', 'bitrix_sync._retention_sweep_workflows(timestamp with time zone)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.'),
   ('function', 'bitrix_sync._active_link_count()', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.'),
-  ('function', 'bitrix_sync._app_user_count()', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.'),
+  ('function', 'bitrix_sync._planner_count(regclass)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.'),
   ('function', 'bitrix_sync.tg_entity_external_mapping__audit_mark()', array[]::text[], array[]::text[], array[]::text[],
    'Trigger function (security definer): one audit mark per active link, whoever opens or closes it.'),
   ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),

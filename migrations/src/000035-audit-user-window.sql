@@ -9,15 +9,14 @@
 --
 -- 1. audit_state remembers the place (users_after_id) and when the current round started and the
 --    last one ended; status_audit shows the two times.
--- 2. refresh_user_drift, _app_user_count (sql/convergence_audit.sql), the setting
---    (sql/settings.sql). The window is judged in one pass over its users (before: one over the
+-- 2. refresh_user_drift (sql/convergence_audit.sql), the setting (sql/settings.sql); the users are
+--    counted as the links are, through _planner_count, which _active_link_count now uses too. The window is judged in one pass over its users (before: one over the
 --    users and one over the links, each reading users and profiles), an active link found by an
 --    index-only probe of entity_external_mapping_active_entity_uq.
--- 3. Work in progress is asked of the few users concerned: _drift_busy_users with a list of users
---    goes through each table's user index (PL/pgSQL, so the list's branch plans without the
---    all-users one); refresh_user_drift and record_registered_contacts pass the users they found
---    and those whose findings they may clear. At 10 M users the all-users form read every snapshot
---    (1.9 s a call).
+-- 3. Work in progress is asked of the few users concerned: _drift_busy_users answers only for the
+--    users it is given, through each table's user index (its all-users form, null, read every
+--    snapshot: 1.9 s a call at 10 M users); refresh_user_drift and record_registered_contacts pass
+--    the users they flag and those whose findings they may clear.
 --
 -- Locks and time: three nullable columns without defaults on the one-row audit_state (a brief
 -- ACCESS EXCLUSIVE on a table only the audit writes); nothing touches the App's tables or the sync
