@@ -312,6 +312,18 @@ const contactUpdate: MethodHandler = (params, store) => {
   return { ok: true, result: true };
 };
 
+/**
+ * crm.contact.delete {id} → true. A bad id and an unknown Contact are 400 with an empty code, as the
+ * legacy methods answer (reference §1, §5; the method page lists "ID is not defined or invalid." and
+ * a not-found row). The Contact's multifield entries go with it.
+ */
+const contactDelete: MethodHandler = (params, store) => {
+  const id = legacyContactId(params);
+  if (id === null) return fail(400, "", "ID is not defined or invalid.");
+  if (!store.contacts.delete(id)) return fail(400, "", "Contact is not found");
+  return { ok: true, result: true };
+};
+
 const contactGet: MethodHandler = (params, store) => {
   const id = legacyContactId(params);
   if (id === null) return fail(400, "", "ID is not defined or invalid.");
@@ -795,6 +807,7 @@ export const METHODS: Record<string, MethodHandler> = {
   "crm.item.fields": itemFields,
   "crm.status.list": statusList,
   "crm.contact.add": contactAdd,
+  "crm.contact.delete": contactDelete,
   "crm.contact.get": contactGet,
   "crm.contact.list": contactList,
   "crm.contact.update": contactUpdate,

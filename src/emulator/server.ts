@@ -4,10 +4,16 @@
 // leaky bucket (503 QUERY_LIMIT_EXCEEDED), per-method operating time (429 OPERATION_TIME_LIMIT, and
 // a per-command error inside a batch), and faults scripted per test. Every request is logged so
 // tests can assert batch sizes and request rates. Used by the tests and by sandbox mode.
+//
+// Inside a batch, every sub-request's decoded keys and values go through the portal core's
+// reference resolution (./batch-refs.ts) before the method runs: `$result[key][..]` and its
+// siblings are replaced by earlier replies, exactly as a real portal does, so a client that lets
+// free text into a batch sees here the damage it would do there. A direct call resolves nothing.
 import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import { parsePhpQuery } from "../crm/php-query.js";
+import { newBatchResults, recordReply, resolveParams } from "./batch-refs.js";
 import { LeakyBucket, OperatingMeter, type OperatingOptions } from "./limits.js";
 import { formatPortalTime, METHODS, type MethodReply, scopeRefusal } from "./methods.js";
 import { type EnumElement, PortalStore, type SmartProcessDef, type UserFieldType } from "./store.js";
@@ -319,6 +325,8 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     const resultTotal: Record<string, unknown> = {};
     const resultNext: Record<string, unknown> = {};
     const resultTime: Record<string, unknown> = {};
+    // What the core's references see: every reply so far, as methodsBatch collects them.
+    const refs = newBatchResults();
     for (const key of keys) {
       const line = typeof cmd[key] === "string" ? (cmd[key] as string) : "";
       const q = line.indexOf("?");
@@ -335,18 +343,24 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
           description: "Method is not allowed for batch usage",
         };
       } else {
-        const r = runMethod(method, parsePhpQuery(q < 0 ? "" : line.slice(q + 1)));
+        // parse_str decodes the query string first, then every key and value is resolved against
+        // the replies of the commands before it (batch-refs.ts): percent-encoding protects nothing.
+        const decoded = parsePhpQuery(q < 0 ? "" : line.slice(q + 1));
+        const r = runMethod(method, resolveParams(decoded, refs) as Record<string, unknown>);
         reply = r.reply;
         op = r.op;
         subStart = r.started;
       }
       if (reply.ok) {
         result[key] = reply.result;
-        if (reply.total !== undefined) resultTotal[key] = reply.total;
-        if (reply.next !== undefined) resultNext[key] = reply.next;
-        resultTime[key] = timeBlock(subStart, op);
+        const res: Record<string, unknown> = { result: reply.result };
+        if (reply.total !== undefined) resultTotal[key] = res.total = reply.total;
+        if (reply.next !== undefined) resultNext[key] = res.next = reply.next;
+        resultTime[key] = res.time = timeBlock(subStart, op);
+        recordReply(refs, key, res);
       } else {
         resultError[key] = { error: reply.error, error_description: reply.description };
+        recordReply(refs, key, { error: reply.error, error_description: reply.description });
         if (halt) break;
       }
     }
