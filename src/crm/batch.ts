@@ -3,12 +3,18 @@
 // `result_error` (empty maps arrive as `[]`). A batch is sent once: if it fails as a whole, each
 // command gets its own verdict (a write that may have been applied is uncertain) and the caller
 // decides per command; nothing here re-sends it.
+//
+// The portal rewrites `$result[...]` (and next, total, time, error) inside every value of a batch
+// sub-request, after decoding it (reference §3). A command whose parameters hold such text (an App
+// user named `$result[c1]`) is therefore never put in the batch: it goes as a call of its own, under
+// a permit of its own, and its reply is judged exactly as its sub-result would have been.
 
 import type { Attributes, Link } from "@opentelemetry/api";
 import {
   batchDuration,
   batchSize,
   commandOutcomes,
+  directCommands,
   RATE_LIMIT_CODES,
   rateLimited,
 } from "../observability/metrics.js";
@@ -23,10 +29,16 @@ import {
   isWrite,
   parseResult,
 } from "./catalogue.js";
-import { type Classification, classify, type FailureCode } from "./classify.js";
+import {
+  type Classification,
+  type CrmOutcome,
+  classify,
+  type FailureCode,
+  isPortalWide,
+} from "./classify.js";
 import type { CrmClient, HttpResult } from "./client.js";
 import type { CrmLimiter, LimiterPermit, OperatingSample } from "./limiter.js";
-import { toPhpQuery } from "./php-query.js";
+import { type ParamObject, type ParamValue, parsePhpQuery, toPhpQuery } from "./php-query.js";
 
 /**
  * What happened to one command. `sent` is false when its bytes certainly never left: bad data, a
@@ -119,7 +131,34 @@ interface Prepared {
   key: string;
   cmd: CrmCommand;
   method: string;
+  params: ParamObject;
+  /** The sub-request: `method?query`. */
   line: string;
+}
+
+/**
+ * The words the portal's core resolves inside a batch value, in any letter case (reference §3:
+ * `/\$(result|next|total|time|error)([^\s]*)/i`, the words being the result map's keys; a failed
+ * command adds `error_description`, which starts with `error`). Broader than the core on purpose: the
+ * core only rewrites a match followed by `[segment]`, this takes the word alone.
+ */
+const BATCH_REFERENCE = /\$(result|next|total|time|error)/i;
+
+/**
+ * True when any key or value of `params`, at any depth, is text the portal would reinterpret inside
+ * a batch: a value holding `$` and one of the core's words, or a key holding `$` at all (the core
+ * resolves keys against no words, so any `$...[x]` key is one). Encoding cannot protect such a value
+ * (the core decodes before it resolves); the command must travel outside the batch.
+ */
+export function reinterpretedInBatch(params: ParamValue): boolean {
+  if (typeof params === "string") return BATCH_REFERENCE.test(params);
+  if (Array.isArray(params)) return params.some(reinterpretedInBatch);
+  if (params !== null && typeof params === "object") {
+    for (const [k, v] of Object.entries(params)) {
+      if (k.includes("$") || reinterpretedInBatch(v)) return true;
+    }
+  }
+  return false;
 }
 
 export interface BatchOptions {
@@ -135,8 +174,10 @@ export interface BatchOptions {
 /**
  * Sends up to 50 commands as one `batch` (halt=0) under one limiter permit and returns one outcome
  * per command, in input order. Pass `permit` when the caller already holds one (the pump does);
- * otherwise one is acquired here. Limit signals from the reply are reported to the limiter. The
- * batch is a span (bitrix_sync.crm.batch) with the HTTP call as its child.
+ * otherwise one is acquired here. A command whose parameters hold a batch reference
+ * (`reinterpretedInBatch`) goes instead as a call of its own beside the batch, under a permit of its
+ * own (or the caller's, when no batch goes). Limit signals from the replies are reported to the
+ * limiter. The batch is a span (bitrix_sync.crm.batch) with its HTTP calls as children.
  */
 export async function executeBatch(
   deps: CrmDeps,
@@ -171,6 +212,7 @@ async function sendBatch(
   const outcomes: CommandOutcome[] = new Array(commands.length);
   const keys = new Set<string>();
   const toSend: Prepared[] = [];
+  const direct: Prepared[] = [];
   let blocked: Map<string, number> | null = null;
 
   for (const [index, cmd] of commands.entries()) {
@@ -207,16 +249,102 @@ async function sendBatch(
       };
       continue;
     }
-    toSend.push({ index, key, cmd, method: req.method, line: `${req.method}?${toPhpQuery(req.params)}` });
+    const line = `${req.method}?${toPhpQuery(req.params)}`;
+    const p: Prepared = { index, key, cmd, method: req.method, params: req.params, line };
+    // The rule (docs/crm-client.md, "Batching"): a command whose parameters hold anything the
+    // portal's core would read as a batch reference goes as a call of its own, which resolves
+    // nothing; no encoding survives the core (it decodes first), so the value must not travel in a
+    // batch at all. Everything else goes in the one batch request as before.
+    if (reinterpretedInBatch(req.params)) {
+      direct.push(p);
+      directCommands.inc({ command_type: cmd.type });
+    } else {
+      toSend.push(p);
+    }
   }
 
-  if (toSend.length === 0) {
+  if (toSend.length === 0 && direct.length === 0) {
     await opts.permit?.release();
     countOutcomes(outcomes);
     return outcomes;
   }
 
-  const permit = opts.permit ?? (await deps.limiter.acquire(opts.signal ? { signal: opts.signal } : {}));
+  // The batch's permit is taken before anything leaves (as before): if that fails, nothing was sent.
+  // With no batch to send, a permit the caller holds serves the first direct call instead.
+  const batchPermit =
+    toSend.length > 0
+      ? (opts.permit ?? (await deps.limiter.acquire(opts.signal ? { signal: opts.signal } : {})))
+      : null;
+  const spare = toSend.length === 0 ? opts.permit : undefined;
+  // The direct calls run beside the batch, each under a permit of its own from the same limiter
+  // (acquired while the batch is out, so a caller's held permit never waits for another). Commands
+  // of one batch belong to different workflows: their order does not matter.
+  const settled = await Promise.allSettled<Report | null>([
+    batchPermit ? sendAsBatch(deps, toSend, batchPermit, opts, outcomes) : Promise.resolve(null),
+    ...direct.map((p, i) => sendDirect(deps, p, i === 0 ? spare : undefined, opts, outcomes)),
+  ]);
+  const reports: Report[] = [];
+  for (const s of settled) {
+    if (s.status === "rejected") throw s.reason;
+    if (s.value) reports.push(s.value);
+  }
+
+  // What the replies said, reported once for the batch and its direct calls together.
+  const observed = reports.flatMap((r) => r.observed);
+  if (observed.length > 0) deps.observeCommands?.(observed);
+  const samples = new Map<string, OperatingSample>();
+  for (const r of reports) {
+    for (const s of r.samples) {
+      if ((samples.get(s.method)?.operating ?? -1) < s.operating) samples.set(s.method, s);
+    }
+  }
+  if (samples.size > 0) await deps.limiter.noteOperating([...samples.values()]);
+  const blocks = new Map<string, number>();
+  for (const r of reports) {
+    for (const [method, until] of r.blocks) blocks.set(method, Math.max(blocks.get(method) ?? 0, until));
+  }
+  const sent = [...toSend, ...direct];
+  for (const [method, until] of blocks) {
+    const end = await deps.limiter.noteMethodBlocked(method, until);
+    for (const p of sent) {
+      const o = outcomes[p.index];
+      if (p.method === method && o && !o.ok && o.failure.code === "operation_time_limit") {
+        o.failure.blockMethodUntil = end;
+        o.failure.retryAfterMs = Math.max(0, end - now());
+      }
+    }
+  }
+  if (reports.some((r) => r.lowerRate)) await deps.limiter.noteRateLimited();
+  else {
+    for (const r of reports) if (r.answered?.reduced) await deps.limiter.noteAnswered?.(r.answered);
+  }
+  countOutcomes(outcomes);
+  return outcomes;
+}
+
+/** What one HTTP request (the batch, or one command sent direct) told the limiter and readiness. */
+interface Report {
+  /** Sub-commands the portal answered, for readiness (§14). */
+  observed: CommandObservation[];
+  /** Operating times from the reply, the largest per method. */
+  samples: OperatingSample[];
+  /** Methods refused with OPERATION_TIME_LIMIT, with the estimated end of the block. */
+  blocks: Map<string, number>;
+  /** A limit refusal: the rate is cut. */
+  lowerRate: boolean;
+  /** The permit of a request the portal answered (no limit refusal), for a rate climbing back. */
+  answered: LimiterPermit | null;
+}
+
+/** Sends the batch under `permit`, fills its commands' outcomes and reports what the reply said. */
+async function sendAsBatch(
+  deps: CrmDeps,
+  toSend: readonly Prepared[],
+  permit: LimiterPermit,
+  opts: BatchOptions,
+  outcomes: CommandOutcome[],
+): Promise<Report> {
+  const now = deps.now ?? Date.now;
   let http: HttpResult;
   try {
     http = await deps.client.call(
@@ -231,19 +359,14 @@ async function sendBatch(
   const maps = batchMaps(http);
   batchSize.observe(toSend.length);
   batchDuration.observe({ outcome: maps ? "batch" : transportOutcome(http) }, http.elapsedMs / 1000);
-  let lowerRate = false;
+  const report: Report = { observed: [], samples: [], blocks: new Map(), lowerRate: false, answered: null };
   if (!maps) {
     // The batch failed as a whole: the same transport outcome, judged per command.
-    const outcome =
-      http.type === "reply"
-        ? ({ type: "reply", status: http.status, body: http.body } as const)
-        : http.type === "malformed"
-          ? ({ type: "malformed", status: http.status } as const)
-          : ({ type: "network", sent: http.sent, code: http.code } as const);
+    const outcome = transportFailure(http);
     const sent = http.type !== "network" || http.sent;
     for (const p of toSend) {
       const failure = classify(outcome, { write: isWrite(p.cmd.type), now: now() });
-      lowerRate ||= failure.lowerRate === true;
+      report.lowerRate ||= failure.lowerRate === true;
       outcomes[p.index] = { key: p.key, type: p.cmd.type, ok: false, sent, failure };
     }
     // One refused request is one refusal, however many commands it carried.
@@ -255,7 +378,6 @@ async function sendBatch(
       const s = operatingOf(p.method, maps.time[p.key]);
       if (s && (samples.get(p.method)?.operating ?? -1) < s.operating) samples.set(p.method, s);
     }
-    const blocks = new Map<string, number>();
     for (const p of toSend) {
       const write = isWrite(p.cmd.type);
       if (p.key in maps.error) {
@@ -265,9 +387,9 @@ async function sendBatch(
         );
         if (isRateLimit(failure.code)) rateLimited.inc({ code: failure.code });
         if (failure.blockMethodUntil !== undefined) {
-          blocks.set(p.method, Math.max(blocks.get(p.method) ?? 0, failure.blockMethodUntil));
+          report.blocks.set(p.method, Math.max(report.blocks.get(p.method) ?? 0, failure.blockMethodUntil));
         }
-        lowerRate ||= failure.lowerRate === true;
+        report.lowerRate ||= failure.lowerRate === true;
         outcomes[p.index] = { key: p.key, type: p.cmd.type, ok: false, sent: true, failure };
       } else if (p.key in maps.result) {
         const meta: { total?: number; next?: number } = {};
@@ -275,17 +397,7 @@ async function sendBatch(
         const next = num(maps.next[p.key]);
         if (total !== undefined) meta.total = total;
         if (next !== undefined) meta.next = next;
-        const parsed = parseResult(p.cmd.type, maps.result[p.key], deps.catalogue, meta);
-        outcomes[p.index] =
-          parsed === null
-            ? {
-                key: p.key,
-                type: p.cmd.type,
-                ok: false,
-                sent: true,
-                failure: classify({ type: "malformed", status: 200 }, { write, now: now() }),
-              }
-            : ({ key: p.key, type: p.cmd.type, ok: true, result: parsed } as CommandOutcome);
+        outcomes[p.index] = parsedOutcome(deps, p, maps.result[p.key], meta);
       } else {
         outcomes[p.index] = {
           key: p.key,
@@ -296,27 +408,10 @@ async function sendBatch(
         };
       }
     }
-    deps.observeCommands?.(
-      toSend.map((p) => {
-        const o = outcomes[p.index];
-        return { method: p.method, ok: o?.ok === true, code: o && !o.ok ? o.failure.code : null };
-      }),
-    );
-    if (samples.size > 0) await deps.limiter.noteOperating([...samples.values()]);
-    for (const [method, until] of blocks) {
-      const end = await deps.limiter.noteMethodBlocked(method, until);
-      for (const p of toSend) {
-        const o = outcomes[p.index];
-        if (p.method === method && o && !o.ok && o.failure.code === "operation_time_limit") {
-          o.failure.blockMethodUntil = end;
-          o.failure.retryAfterMs = Math.max(0, end - now());
-        }
-      }
-    }
+    report.observed = toSend.map((p) => observation(p, outcomes[p.index]));
+    report.samples = [...samples.values()];
+    report.answered = permit;
   }
-  if (lowerRate) await deps.limiter.noteRateLimited();
-  else if (maps && permit.reduced) await deps.limiter.noteAnswered?.(permit);
-  countOutcomes(outcomes);
 
   deps.log?.info(
     {
@@ -330,7 +425,146 @@ async function sendBatch(
     },
     "CRM batch sent",
   );
-  return outcomes;
+  return report;
+}
+
+/**
+ * Sends one command as a call of its own (its parameters hold a batch reference) and fills its
+ * outcome as a batch sub-result would have been judged. `held`: a permit the caller already holds
+ * (used when no batch goes); otherwise one is acquired here. A wait for it that the caller aborts
+ * ends like a call aborted before it connected: not sent.
+ */
+async function sendDirect(
+  deps: CrmDeps,
+  p: Prepared,
+  held: LimiterPermit | undefined,
+  opts: BatchOptions,
+  outcomes: CommandOutcome[],
+): Promise<Report> {
+  const now = deps.now ?? Date.now;
+  const write = isWrite(p.cmd.type);
+  const report: Report = { observed: [], samples: [], blocks: new Map(), lowerRate: false, answered: null };
+  let permit: LimiterPermit;
+  try {
+    permit = held ?? (await deps.limiter.acquire(opts.signal ? { signal: opts.signal } : {}));
+  } catch (e) {
+    if (!opts.signal?.aborted) throw e;
+    outcomes[p.index] = {
+      key: p.key,
+      type: p.cmd.type,
+      ok: false,
+      sent: false,
+      failure: classify({ type: "network", sent: false, code: "CLIENT_ABORTED" }, { write, now: now() }),
+    };
+    return report;
+  }
+  let http: HttpResult;
+  try {
+    // The same values the batch would have delivered (what the portal's parse_str makes of the
+    // sub-request: strings, 1/0 for booleans, "" for null), as the JSON body of the method's call.
+    http = await deps.client.call(
+      p.method,
+      parsePhpQuery(p.line.slice(p.line.indexOf("?") + 1)),
+      opts.signal ? { signal: opts.signal } : {},
+    );
+  } finally {
+    await permit.release();
+  }
+
+  const body =
+    http.type === "reply" && http.body !== null && typeof http.body === "object" && !Array.isArray(http.body)
+      ? (http.body as Record<string, unknown>)
+      : null;
+  const sample = body ? operatingOf(p.method, body.time) : null;
+  if (sample) report.samples.push(sample);
+  let outcome: CommandOutcome;
+  if (http.type === "reply" && http.status === 200 && body && "result" in body && !("error" in body)) {
+    const meta: { total?: number; next?: number } = {};
+    const total = num(body.total);
+    const next = num(body.next);
+    if (total !== undefined) meta.total = total;
+    if (next !== undefined) meta.next = next;
+    outcome = parsedOutcome(deps, p, body.result, meta);
+  } else {
+    const failure = classify(transportFailure(http), { write, now: now(), ...resetOf(sample ?? undefined) });
+    if (isRateLimit(failure.code)) rateLimited.inc({ code: failure.code });
+    if (failure.blockMethodUntil !== undefined) report.blocks.set(p.method, failure.blockMethodUntil);
+    report.lowerRate = failure.lowerRate === true;
+    outcome = {
+      key: p.key,
+      type: p.cmd.type,
+      ok: false,
+      sent: http.type !== "network" || http.sent,
+      failure,
+    };
+  }
+  outcomes[p.index] = outcome;
+  // Readiness hears of the command as of a batch's sub-command when the portal answered for the
+  // method itself; a refusal of the whole request (credentials, a redirect, an outage, a limit) is
+  // the transport's news, which the client's observer already has.
+  if (
+    http.type === "reply" &&
+    (outcome.ok ||
+      !(
+        outcome.failure.code === "credential_rejected" ||
+        outcome.failure.code === "portal_redirect" ||
+        isPortalWide(outcome.failure.code)
+      ))
+  ) {
+    report.observed.push(observation(p, outcome));
+  }
+  if (report.observed.length > 0 && !report.lowerRate) report.answered = permit;
+
+  deps.log?.info(
+    {
+      event: "crm.direct",
+      commandType: p.cmd.type,
+      method: p.method,
+      reason: "batch_reference",
+      status: http.type === "reply" || http.type === "malformed" ? http.status : 0,
+      transport: http.type,
+      elapsedMs: http.elapsedMs,
+      ok: outcome.ok,
+      ...(outcome.ok ? {} : { code: outcome.failure.code }),
+    },
+    "CRM command sent as a call of its own (a parameter holds a batch reference)",
+  );
+  return report;
+}
+
+/** A result parsed for its command, or malformed_reply when it does not have the documented shape. */
+function parsedOutcome(
+  deps: CrmDeps,
+  p: Prepared,
+  result: unknown,
+  meta: { total?: number; next?: number },
+): CommandOutcome {
+  const parsed = parseResult(p.cmd.type, result, deps.catalogue, meta);
+  if (parsed !== null) return { key: p.key, type: p.cmd.type, ok: true, result: parsed } as CommandOutcome;
+  return {
+    key: p.key,
+    type: p.cmd.type,
+    ok: false,
+    sent: true,
+    failure: classify(
+      { type: "malformed", status: 200 },
+      { write: isWrite(p.cmd.type), now: (deps.now ?? Date.now)() },
+    ),
+  };
+}
+
+/** A command's outcome as readiness sees it. */
+function observation(p: Prepared, o: CommandOutcome | undefined): CommandObservation {
+  return { method: p.method, ok: o?.ok === true, code: o && !o.ok ? o.failure.code : null };
+}
+
+/** An HTTP result that is not a success, as the classifier takes it. */
+function transportFailure(http: HttpResult): CrmOutcome {
+  return http.type === "reply"
+    ? { type: "reply", status: http.status, body: http.body }
+    : http.type === "malformed"
+      ? { type: "malformed", status: http.status }
+      : { type: "network", sent: http.sent, code: http.code };
 }
 
 const isRateLimit = (code: string) => (RATE_LIMIT_CODES as readonly string[]).includes(code);

@@ -73,6 +73,13 @@ export const batchSize = new Histogram({
   registers: [registry],
 });
 
+export const directCommands = new Counter({
+  name: "bitrix_sync_crm_direct_commands_total",
+  help: "CRM commands sent as a call of their own instead of inside a batch, by command type: a parameter held text the portal would read as a batch reference ($result[...] and the like).",
+  labelNames: ["command_type"] as const,
+  registers: [registry],
+});
+
 export const batchDuration = new Histogram({
   name: "bitrix_sync_crm_batch_duration_seconds",
   help: "Time of one Bitrix24 batch HTTP request, by outcome: batch (a batch reply), http_<status>, network or malformed_reply.",
