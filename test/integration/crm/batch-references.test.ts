@@ -119,138 +119,150 @@ test.serial("the emulator's batch rewrites a hostile name: what the routing exis
   t.deepEqual(names, ["Ivan +79990000001", "Other Person", ""], "another person's data, and a lost name");
 });
 
-test.serial("a hostile value goes as a call of its own and lands verbatim; the rest is still one batch", async (t) => {
-  const { emu, deps, stats, observed, lines } = await setup();
-  const other = emu.store.createContact({
-    name: "Other Person",
-    phones: [{ value: "+79990000001", valueType: "MOBILE" }],
-    emails: [{ value: "other@example.org", valueType: "WORK" }],
-  });
-  const before = await directCount("contact.add");
-  const hostileName = "Ivan $result[c0][0][PHONE][0][VALUE]";
-  const hostileEmail = "$RESULT[c0]@example.org";
-  const out = await executeBatch(deps, [
-    { type: "contact.read", params: { ids: [other.id] } },
-    { type: "contact.find_by_phone", params: { phones: ["+79990000001"] } },
-    add(UIDS[0] as string, "+79991110001", hostileName, hostileEmail),
-    add(UIDS[1] as string, "+79991110002", "Plain Name"),
-    add(UIDS[2] as string, "+79991110003", "$result[c1]"),
-  ]);
-  t.true(out.every((o) => o.ok));
-  // One batch with the three commands that carry nothing hostile, and two direct calls.
-  const batches = emu.log.filter((e) => e.method === "batch");
-  t.is(batches.length, 1);
-  t.deepEqual(batches[0]?.commands, ["crm.contact.list", "crm.duplicate.findbycomm", "crm.contact.add"]);
-  t.deepEqual(
-    emu.log.filter((e) => e.method !== "batch").map((e) => [e.method, e.batchSize]),
-    [
-      ["crm.contact.add", null],
-      ["crm.contact.add", null],
-    ],
-  );
-  const byUser = (u: string) => [...emu.store.contacts.values()].find((c) => c.uf[F.userId] === u);
-  t.is(byUser(UIDS[0] as string)?.name, hostileName);
-  t.deepEqual(
-    byUser(UIDS[0] as string)?.emails.map((e) => e.value),
-    [hostileEmail],
-  );
-  t.deepEqual(
-    byUser(UIDS[0] as string)?.phones.map((p) => p.value),
-    ["+79991110001"],
-  );
-  t.is(byUser(UIDS[1] as string)?.name, "Plain Name");
-  t.is(byUser(UIDS[2] as string)?.name, "$result[c1]");
-  // The outcomes are the sub-results a batch would have given, in input order.
-  const ids = out.map((o) =>
-    o.ok && o.type === "contact.add" ? (o.result as { contactId: number }).contactId : 0,
-  );
-  t.is(ids[2], byUser(UIDS[0] as string)?.id);
-  t.is(ids[4], byUser(UIDS[2] as string)?.id);
-  // One permit for the batch and one per direct call; all released.
-  t.is(stats.acquired, 3);
-  t.is(stats.released, 3);
-  t.is((await directCount("contact.add")) - before, 2);
-  // Readiness hears of all five commands.
-  t.deepEqual(
-    observed
-      .flat()
-      .map((o) => [o.method, o.ok])
-      .sort(),
-    [
-      ["crm.contact.add", true],
-      ["crm.contact.add", true],
-      ["crm.contact.add", true],
-      ["crm.contact.list", true],
-      ["crm.duplicate.findbycomm", true],
-    ],
-  );
-  // Logged by type and outcome, never by value.
-  const text = lines.join("");
-  t.regex(text, /"event":"crm\.direct"/);
-  t.false(text.includes("Ivan"));
-  t.false(text.includes("result[c0]"));
-});
+test.serial(
+  "a hostile value goes as a call of its own and lands verbatim; the rest is still one batch",
+  async (t) => {
+    const { emu, deps, stats, observed, lines } = await setup();
+    const other = emu.store.createContact({
+      name: "Other Person",
+      phones: [{ value: "+79990000001", valueType: "MOBILE" }],
+      emails: [{ value: "other@example.org", valueType: "WORK" }],
+    });
+    const before = await directCount("contact.add");
+    const hostileName = "Ivan $result[c0][0][PHONE][0][VALUE]";
+    const hostileEmail = "$RESULT[c0]@example.org";
+    const out = await executeBatch(deps, [
+      { type: "contact.read", params: { ids: [other.id] } },
+      { type: "contact.find_by_phone", params: { phones: ["+79990000001"] } },
+      add(UIDS[0] as string, "+79991110001", hostileName, hostileEmail),
+      add(UIDS[1] as string, "+79991110002", "Plain Name"),
+      add(UIDS[2] as string, "+79991110003", "$result[c1]"),
+    ]);
+    t.true(out.every((o) => o.ok));
+    // One batch with the three commands that carry nothing hostile, and two direct calls.
+    const batches = emu.log.filter((e) => e.method === "batch");
+    t.is(batches.length, 1);
+    t.deepEqual(batches[0]?.commands, ["crm.contact.list", "crm.duplicate.findbycomm", "crm.contact.add"]);
+    t.deepEqual(
+      emu.log.filter((e) => e.method !== "batch").map((e) => [e.method, e.batchSize]),
+      [
+        ["crm.contact.add", null],
+        ["crm.contact.add", null],
+      ],
+    );
+    const byUser = (u: string) => [...emu.store.contacts.values()].find((c) => c.uf[F.userId] === u);
+    t.is(byUser(UIDS[0] as string)?.name, hostileName);
+    t.deepEqual(
+      byUser(UIDS[0] as string)?.emails.map((e) => e.value),
+      [hostileEmail],
+    );
+    t.deepEqual(
+      byUser(UIDS[0] as string)?.phones.map((p) => p.value),
+      ["+79991110001"],
+    );
+    t.is(byUser(UIDS[1] as string)?.name, "Plain Name");
+    t.is(byUser(UIDS[2] as string)?.name, "$result[c1]");
+    // The outcomes are the sub-results a batch would have given, in input order.
+    const ids = out.map((o) =>
+      o.ok && o.type === "contact.add" ? (o.result as { contactId: number }).contactId : 0,
+    );
+    t.is(ids[2], byUser(UIDS[0] as string)?.id);
+    t.is(ids[4], byUser(UIDS[2] as string)?.id);
+    // One permit for the batch and one per direct call; all released.
+    t.is(stats.acquired, 3);
+    t.is(stats.released, 3);
+    t.is((await directCount("contact.add")) - before, 2);
+    // Readiness hears of all five commands.
+    t.deepEqual(
+      observed
+        .flat()
+        .map((o) => [o.method, o.ok])
+        .sort(),
+      [
+        ["crm.contact.add", true],
+        ["crm.contact.add", true],
+        ["crm.contact.add", true],
+        ["crm.contact.list", true],
+        ["crm.duplicate.findbycomm", true],
+      ],
+    );
+    // Logged by type and outcome, never by value.
+    const text = lines.join("");
+    t.regex(text, /"event":"crm\.direct"/);
+    t.false(text.includes("Ivan"));
+    t.false(text.includes("result[c0]"));
+  },
+);
 
-test.serial("every command direct: no batch is sent, and a permit the caller holds serves the first call", async (t) => {
-  const { emu, deps, stats, inner } = await setup();
-  const held = await inner.acquire();
-  let heldReleased = false;
-  const out = await executeBatch(
-    deps,
-    [
-      add(UIDS[0] as string, "+79991110011", "$next[c0]"),
-      add(UIDS[1] as string, "+79991110012", "$error[c0]"),
-    ],
-    {
-      permit: {
-        grantedAt: held.grantedAt,
-        async release() {
-          heldReleased = true;
-          await held.release();
+test.serial(
+  "every command direct: no batch is sent, and a permit the caller holds serves the first call",
+  async (t) => {
+    const { emu, deps, stats, inner } = await setup();
+    const held = await inner.acquire();
+    let heldReleased = false;
+    const out = await executeBatch(
+      deps,
+      [
+        add(UIDS[0] as string, "+79991110011", "$next[c0]"),
+        add(UIDS[1] as string, "+79991110012", "$error[c0]"),
+      ],
+      {
+        permit: {
+          grantedAt: held.grantedAt,
+          async release() {
+            heldReleased = true;
+            await held.release();
+          },
         },
       },
-    },
-  );
-  t.true(out.every((o) => o.ok));
-  t.deepEqual(
-    emu.log.map((e) => e.method),
-    ["crm.contact.add", "crm.contact.add"],
-  );
-  t.true(heldReleased, "the held permit was used and released");
-  t.is(stats.acquired, 1, "one more permit for the second call");
-  t.deepEqual([...emu.store.contacts.values()].map((c) => c.name).sort(), ["$error[c0]", "$next[c0]"]);
-});
+    );
+    t.true(out.every((o) => o.ok));
+    t.deepEqual(
+      emu.log.map((e) => e.method),
+      ["crm.contact.add", "crm.contact.add"],
+    );
+    t.true(heldReleased, "the held permit was used and released");
+    t.is(stats.acquired, 1, "one more permit for the second call");
+    t.deepEqual([...emu.store.contacts.values()].map((c) => c.name).sort(), ["$error[c0]", "$next[c0]"]);
+  },
+);
 
-test.serial("one in-flight slot, held by the caller: the batch goes first, the direct call after it (no deadlock)", async (t) => {
-  const { emu, deps, inner } = await setup({ maxInFlight: 1 });
-  const permit = await inner.acquire();
-  const out = await executeBatch(
-    deps,
-    [
+test.serial(
+  "one in-flight slot, held by the caller: the batch goes first, the direct call after it (no deadlock)",
+  async (t) => {
+    const { emu, deps, inner } = await setup({ maxInFlight: 1 });
+    const permit = await inner.acquire();
+    const out = await executeBatch(
+      deps,
+      [
+        { type: "contact.find_by_phone", params: { phones: ["+79990000009"] } },
+        add(UIDS[0] as string, "+79991110021", "$total[c0]"),
+      ],
+      { permit },
+    );
+    t.true(out.every((o) => o.ok));
+    const [batch, direct] = emu.log;
+    t.is(batch?.method, "batch");
+    t.is(direct?.method, "crm.contact.add");
+    t.true((direct?.at ?? 0) >= (batch?.finishedAt ?? Number.POSITIVE_INFINITY));
+  },
+);
+
+test.serial(
+  "a direct write with no reply is uncertain and marked sent; the batch beside it is unaffected",
+  async (t) => {
+    const { emu, deps } = await setup({ timeoutMs: 800 });
+    emu.failNext({ kind: "timeout_after_commit", holdMs: 5_000 }, { method: "crm.contact.add" });
+    const out = await executeBatch(deps, [
       { type: "contact.find_by_phone", params: { phones: ["+79990000009"] } },
-      add(UIDS[0] as string, "+79991110021", "$total[c0]"),
-    ],
-    { permit },
-  );
-  t.true(out.every((o) => o.ok));
-  const [batch, direct] = emu.log;
-  t.is(batch?.method, "batch");
-  t.is(direct?.method, "crm.contact.add");
-  t.true((direct?.at ?? 0) >= (batch?.finishedAt ?? Number.POSITIVE_INFINITY));
-});
-
-test.serial("a direct write with no reply is uncertain and marked sent; the batch beside it is unaffected", async (t) => {
-  const { emu, deps } = await setup({ timeoutMs: 800 });
-  emu.failNext({ kind: "timeout_after_commit", holdMs: 5_000 }, { method: "crm.contact.add" });
-  const out = await executeBatch(deps, [
-    { type: "contact.find_by_phone", params: { phones: ["+79990000009"] } },
-    add(UIDS[0] as string, "+79991110031", "$time[c0][start]"),
-  ]);
-  t.like(out[0], { ok: true });
-  t.like(out[1], { ok: false, sent: true, failure: { kind: "uncertain", code: "timeout_no_reply" } });
-  // The write was committed, verbatim.
-  t.is([...emu.store.contacts.values()][0]?.name, "$time[c0][start]");
-});
+      add(UIDS[0] as string, "+79991110031", "$time[c0][start]"),
+    ]);
+    t.like(out[0], { ok: true });
+    t.like(out[1], { ok: false, sent: true, failure: { kind: "uncertain", code: "timeout_no_reply" } });
+    // The write was committed, verbatim.
+    t.is([...emu.store.contacts.values()][0]?.name, "$time[c0][start]");
+  },
+);
 
 test.serial("a direct write whose connection breaks after sending is uncertain, as in a batch", async (t) => {
   const { emu, deps } = await setup();
@@ -260,37 +272,45 @@ test.serial("a direct write whose connection breaks after sending is uncertain, 
   t.is(emu.store.contacts.size, 0);
 });
 
-test.serial("a direct call's error reply is classified as its sub-result would be, and readiness hears it", async (t) => {
-  const { emu, deps, observed } = await setup();
-  emu.failNext(
-    { kind: "command_error", error: "", description: "Access denied." },
-    { method: "crm.contact.add" },
-  );
-  const [o] = await executeBatch(deps, [add(UIDS[0] as string, "+79991110051", "$result[c0]")]);
-  t.like(o, {
-    ok: false,
-    sent: true,
-    failure: { kind: "permanent", code: "permission_denied", httpStatus: 400 },
-  });
-  t.deepEqual(observed.flat(), [{ method: "crm.contact.add", ok: false, code: "permission_denied" }]);
-});
+test.serial(
+  "a direct call's error reply is classified as its sub-result would be, and readiness hears it",
+  async (t) => {
+    const { emu, deps, observed } = await setup();
+    emu.failNext(
+      { kind: "command_error", error: "", description: "Access denied." },
+      { method: "crm.contact.add" },
+    );
+    const [o] = await executeBatch(deps, [add(UIDS[0] as string, "+79991110051", "$result[c0]")]);
+    t.like(o, {
+      ok: false,
+      sent: true,
+      failure: { kind: "permanent", code: "permission_denied", httpStatus: 400 },
+    });
+    t.deepEqual(observed.flat(), [{ method: "crm.contact.add", ok: false, code: "permission_denied" }]);
+  },
+);
 
-test.serial("limits on a direct call reach the limiter: OPERATION_TIME_LIMIT blocks the method, a 503 cuts the rate", async (t) => {
-  const { emu, deps, inner } = await setup();
-  emu.operating.charge("crm.contact.add", 10_000);
-  const [blocked] = await executeBatch(deps, [add(UIDS[0] as string, "+79991110061", "$result[c0]")]);
-  t.like(blocked, {
-    ok: false,
-    failure: { kind: "transient", code: "operation_time_limit", spendsAttempt: false },
-  });
-  t.true((await inner.blockedMethods()).has("crm.contact.add"));
+test.serial(
+  "limits on a direct call reach the limiter: OPERATION_TIME_LIMIT blocks the method, a 503 cuts the rate",
+  async (t) => {
+    const { emu, deps, inner } = await setup();
+    emu.operating.charge("crm.contact.add", 10_000);
+    const [blocked] = await executeBatch(deps, [add(UIDS[0] as string, "+79991110061", "$result[c0]")]);
+    t.like(blocked, {
+      ok: false,
+      failure: { kind: "transient", code: "operation_time_limit", spendsAttempt: false },
+    });
+    t.true((await inner.blockedMethods()).has("crm.contact.add"));
 
-  const second = await setup();
-  second.emu.failNext("QUERY_LIMIT_EXCEEDED", { method: "crm.contact.add" });
-  const [refused] = await executeBatch(second.deps, [add(UIDS[1] as string, "+79991110062", "$result[c0]")]);
-  t.like(refused, { ok: false, failure: { kind: "transient", code: "query_limit_exceeded" } });
-  t.true((await second.inner.state()).rateFactor < 1);
-});
+    const second = await setup();
+    second.emu.failNext("QUERY_LIMIT_EXCEEDED", { method: "crm.contact.add" });
+    const [refused] = await executeBatch(second.deps, [
+      add(UIDS[1] as string, "+79991110062", "$result[c0]"),
+    ]);
+    t.like(refused, { ok: false, failure: { kind: "transient", code: "query_limit_exceeded" } });
+    t.true((await second.inner.state()).rateFactor < 1);
+  },
+);
 
 test.serial("a direct success reports its operating time like a sub-result", async (t) => {
   const { deps, inner } = await setup();

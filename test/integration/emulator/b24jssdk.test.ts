@@ -196,7 +196,7 @@ test.serial("list paging: next/total by hand, and the SDK's keyset list helpers"
     const next = await page.getNext(b24.getHttpClient(ApiVersion.v2));
     if (next === false) break;
     page = next as AjaxResult<Wire>;
-    byHand.push(...page.getData()?.result.map((r: Wire) => r.ID));
+    byHand.push(...(page.getData()?.result ?? []).map((r: Wire) => r.ID));
     pages++;
   }
   t.is(pages, 3);
