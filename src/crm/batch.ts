@@ -195,10 +195,14 @@ export async function executeBatch(
     return { attributes, ...(opts.links && opts.links.length > 0 ? { links: opts.links } : {}) };
   };
   return await inSpan("bitrix_sync.crm.batch", spanOptions, async (span) => {
-    const outcomes = await sendBatch(deps, commands, opts);
+    const { outcomes, direct } = await sendBatch(deps, commands, opts);
     let ok = 0;
     for (const o of outcomes) if (o?.ok) ok++;
-    span.setAttributes({ "bitrix_sync.batch.ok": ok, "bitrix_sync.batch.failed": outcomes.length - ok });
+    span.setAttributes({
+      "bitrix_sync.batch.ok": ok,
+      "bitrix_sync.batch.failed": outcomes.length - ok,
+      "bitrix_sync.batch.direct": direct,
+    });
     return outcomes;
   });
 }
@@ -207,7 +211,7 @@ async function sendBatch(
   deps: CrmDeps,
   commands: readonly CrmCommand[],
   opts: BatchOptions,
-): Promise<CommandOutcome[]> {
+): Promise<{ outcomes: CommandOutcome[]; direct: number }> {
   const now = deps.now ?? Date.now;
   const outcomes: CommandOutcome[] = new Array(commands.length);
   const keys = new Set<string>();
@@ -266,7 +270,7 @@ async function sendBatch(
   if (toSend.length === 0 && direct.length === 0) {
     await opts.permit?.release();
     countOutcomes(outcomes);
-    return outcomes;
+    return { outcomes, direct: 0 };
   }
 
   // The batch's permit is taken before anything leaves (as before): if that fails, nothing was sent.
@@ -319,7 +323,7 @@ async function sendBatch(
     for (const r of reports) if (r.answered?.reduced) await deps.limiter.noteAnswered?.(r.answered);
   }
   countOutcomes(outcomes);
-  return outcomes;
+  return { outcomes, direct: direct.length };
 }
 
 /** What one HTTP request (the batch, or one command sent direct) told the limiter and readiness. */
