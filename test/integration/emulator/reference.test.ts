@@ -358,6 +358,31 @@ test("batch: per-key result/result_error/result_total/result_next/result_time, e
   t.is(tooLong.json.error, "ERROR_BATCH_LENGTH_EXCEEDED");
 });
 
+test("batch: references are resolved after decoding (percent-encoded or not); a direct call resolves nothing", async (t) => {
+  const e = await emu();
+  const other = e.store.createContact({ name: "Other", phones: [{ value: "+79990000001" }] });
+  const r = await call(e, "batch", {
+    halt: 0,
+    cmd: {
+      c0: `crm.contact.get?id=${other.id}`,
+      // `$result[c0][NAME]` written plainly, and percent-encoded: parse_str decodes both alike.
+      c1: "crm.contact.add?fields%5BNAME%5D=$result[c0][NAME]&fields%5BLAST_NAME%5D=%24result%5Bc0%5D%5BPHONE%5D%5B0%5D%5BVALUE%5D",
+      c2: "crm.contact.get?id=$result[c1]",
+      c3: "crm.contact.add?fields%5BNAME%5D=%24RESULT%5Bc0%5D&fields%5BSECOND_NAME%5D=Ivan%20%24result%5Bc1%5D",
+    },
+  });
+  t.is(r.status, 200);
+  t.deepEqual(r.json.result.result_error, []);
+  const id = r.json.result.result.c1;
+  t.like(r.json.result.result.c2, { ID: String(id), NAME: "Other", LAST_NAME: "+79990000001" });
+  // An exact `$RESULT[...]` finds nothing (the lookup is by the word as written) and becomes null;
+  // a number is spliced into longer text.
+  t.like(e.store.contacts.get(r.json.result.result.c3), { name: "", secondName: `Ivan ${id}` });
+
+  const direct = await call(e, "crm.contact.add", { fields: { NAME: "$result[c0][NAME]" } });
+  t.is(e.store.contacts.get(direct.json.result)?.name, "$result[c0][NAME]");
+});
+
 test("batch keys 0..n-1 come back as JSON lists, as PHP encodes them", async (t) => {
   const e = await emu();
   e.store.createContact({});
