@@ -14,6 +14,10 @@ begin
 end $$;
 comment on function bitrix_sync._check_admin_audit(text, text) is
   'Internal: refuses an admin call without a reason (3 to 500 characters) or an operator id (BS004).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._check_admin_audit(text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._record_admin_action(
   p_action text, p_workflow_id uuid, p_rebind_request_id uuid, p_decision text, p_contact_id text,
@@ -28,6 +32,10 @@ language sql set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._record_admin_action(text, uuid, uuid, text, text, text, text) is
   'Internal: writes the audit row of an admin action (the database login is recorded by the column default).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._abandon_workflow_commands(p_workflow_id uuid, p_code text)
 returns integer
@@ -57,6 +65,10 @@ begin
 end $$;
 comment on function bitrix_sync._abandon_workflow_commands(uuid, text) is
   'Internal (admin cancel): closes the unsent (pending, retry_wait, leased) and the unresolved (uncertain, reconcile) commands of a workflow as dead_letter with the code; no DLQ row. Returns how many.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _200_forbid_delete on bitrix_sync.admin_actions;
 create trigger _200_forbid_delete before delete on bitrix_sync.admin_actions

@@ -13,6 +13,10 @@ language sql immutable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._mask_pii(text) is
   'Internal: a personal value as an admin may see it (§15): the first two and last two characters around ***, or *** alone for values shorter than 8 characters; null stays null.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._mask_pii(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of explain_user and diagnose_app_values.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.diagnose_app_values(p_user_id uuid, p_salt text)
 returns table (field text, masked text, digest text)
@@ -40,3 +44,8 @@ begin
 end $$;
 comment on function bitrix_sync.diagnose_app_values(uuid, text) is
   'Admin (npm run diagnose): the App''s phone, name, e-mail and citizenship of one user, masked, each with a SHA-256 digest salted with p_salt (at least 16 characters) so the script can say whether the live Contact holds the same value without the database handing it out. BS060 for a user the App does not have.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.diagnose_app_values(uuid,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'npm run diagnose: the App''s values masked with salted digests.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -11,6 +11,11 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync.crontab_runs() is
   'Admin (docs/runbook.md, BitrixSyncReconciliationLagging): when each crontab entry of the service last fired (graphile-worker''s known crontabs); a stale one means no process runs the worker''s cron.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.crontab_runs()', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Runbook: when each crontab entry last fired.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.worker_jobs()
 returns table (id bigint, task_identifier text, run_at timestamptz, attempts smallint, max_attempts smallint,
@@ -27,6 +32,11 @@ begin
 end $$;
 comment on function bitrix_sync.worker_jobs() is
   'Admin: the service''s graphile-worker jobs (sync_loop, reconciliations, retention, audit_convergence) with when they run, attempts, whether the last one failed, and who holds them; no payload, no error text.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.worker_jobs()', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The service''s graphile-worker jobs without payloads or error texts (docs/runbook.md).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.analyze_engine_tables() returns void
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -35,3 +45,8 @@ begin
 end $$;
 comment on function bitrix_sync.analyze_engine_tables() is
   'Admin: ANALYZE of the engine''s busiest tables (workflow_instances, crm_commands, sync_queue) after a large backlog appeared, so the planner sees the live rows (docs/runbook.md, BitrixSyncLagOverSla).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.analyze_engine_tables()', array[]::text[], array['EXECUTE'], array[]::text[],
+   'ANALYZE of the engine''s busiest tables after a large backlog (docs/runbook.md).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

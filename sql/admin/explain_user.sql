@@ -157,3 +157,8 @@ begin
 end $$;
 comment on function bitrix_sync.explain_user(uuid) is
   'Admin: one user''s story in time order (source, event, safe detail): the App''s identity and profile (statuses; phone, name, e-mail and citizenship masked), intents recorded and queued, workflows with their steps and outcomes, CRM commands and their results (IDs, flags, hashes), Contact webhooks, business alerts, dead letters, the link history, snapshots (hash prefixes), rebinds, admin decisions, drift findings and repairs. BS060 for an id nobody knows.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.explain_user(uuid)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'One user''s story in time order; personal values masked.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

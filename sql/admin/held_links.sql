@@ -10,6 +10,11 @@ select m.id as mapping_id, m.workflow_id, m.held_at,
  where m.status = 'active' and m.held_at is not null and m.hold_released_at is null;
 comment on view bitrix_sync.held_phone_links is
   'Held links as an admin looks at them (docs/admin.md): the mapping and the workflow that made it, since when, and whether the Contact has been read since the link (read_seen). No user or Contact IDs; confirm_phone_link takes the user id.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.held_phone_links', array[]::text[], array['SELECT'], array[]::text[],
+   'Held links made by phone alone, as an admin confirms them (docs/admin.md); no user or Contact IDs.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text)
 returns table (mapping_id uuid, inbox_id bigint)
@@ -45,3 +50,8 @@ begin
 end $$;
 comment on function bitrix_sync.confirm_phone_link(uuid, text, text) is
   'Admin (docs/admin.md "Held phone links"): releases the hold of a user''s link made by phone alone (hold_released_by admin), audited in admin_actions with the operator''s reason and the login, and queues a read of the Contact (an inbox row) that applies its CRM-master fields to the App. BS004 missing reason or operator, BS005 no active link, BS002 the link is not held.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.confirm_phone_link(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Held phone links: release a hold and queue the read that applies the fields, audited (docs/admin.md).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -13,6 +13,11 @@ language sql immutable parallel safe set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._parked_decisions(text) is
   'The decisions resume_parked_workflow accepts for a parking reason: retry always; link_contact and create_contact for too_many_candidates and a refused manual link.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._parked_decisions(text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace view bitrix_sync.parked_workflows as
 select w.id as workflow_id, w.workflow_type, w.last_error_code as reason,
@@ -28,6 +33,11 @@ select w.id as workflow_id, w.workflow_type, w.last_error_code as reason,
  where w.state = 'waiting_manual';
 comment on view bitrix_sync.parked_workflows is
   'Workflows parked in waiting_manual for a person: the reason code, since when, the open business alert raised with it (alert_number as shown in the smart-process item) and the decisions resume_parked_workflow accepts. No user or Contact IDs: the alert item in the CRM has the details.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.parked_workflows', array[]::text[], array['SELECT'], array[]::text[],
+   'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.resume_parked_workflow(
   p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text default null
@@ -99,6 +109,10 @@ begin
 end $$;
 comment on function bitrix_sync.resume_parked_workflow(uuid, text, text, text, text) is
   'Admin (docs/admin.md): waiting_manual -> running (manual_resume) for a new pass of the workflow, with a decision: retry (the data was fixed), link_contact (with p_contact_id: link this Contact) or create_contact (too_many_candidates and refused manual links). Audited. BS004 for a missing audit field or a decision that does not apply, BS005 unknown workflow, BS002 not parked, BS006 the Contact is linked to another active user.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: resume with a decision.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.cancel_parked_workflow(p_workflow_id uuid, p_reason text, p_operator_id text)
 returns table (workflow_id uuid, state text)
@@ -134,3 +148,7 @@ begin
 end $$;
 comment on function bitrix_sync.cancel_parked_workflow(uuid, text, text) is
   'Admin (docs/admin.md): waiting_manual -> cancelled (outcome cancelled_by_admin), audited. The user''s next App change starts a new workflow. BS004 missing audit field or a rebind''s workflow (cancel_rebind_request), BS005 unknown workflow, BS002 not parked.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.cancel_parked_workflow(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Parked workflows: cancel with a reason.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

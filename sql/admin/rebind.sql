@@ -12,6 +12,11 @@ select r.id as request_id, r.status, r.failure_code, r.outcome, r.operator_id, r
   left join bitrix_sync.workflow_instances w on w.id = r.workflow_id;
 comment on view bitrix_sync.rebind_request_status is
   'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked and who cancelled (the declared operator and the database login, session_user), and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.rebind_request_status', array[]::text[], array['SELECT'], array[]::text[],
+   'Rebind requests as an admin follows them (docs/admin.md).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.cancel_rebind_request(p_request_id uuid, p_reason text, p_operator_id text)
 returns table (request_id uuid, status text, outcome text, workflow_id uuid, workflow_state text)
@@ -73,3 +78,7 @@ begin
 end $$;
 comment on function bitrix_sync.cancel_rebind_request(uuid, text, text) is
   'Admin (docs/admin.md): requested | in_progress -> cancelled with the operator''s reason, audited. Closes the workflow''s unsent and unresolved commands, cancels the workflow (a held App change then starts) and records in outcome what the CRM already holds. BS004 missing audit field, BS005 unknown request, BS002 already finished, BS007 a write is in flight right now.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.cancel_rebind_request(uuid,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Rebind: cancel an open request (docs/admin.md).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

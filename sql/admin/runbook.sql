@@ -13,6 +13,11 @@ select c.id, c.command_type, c.status, c.attempt_count, c.last_error_code, c.las
  where c.status::text = any ('{uncertain,reconcile,retry_wait,in_flight}'::text[]);
 comment on view bitrix_sync.stuck_commands is
   'Admin (docs/runbook.md, BitrixSyncCommandsUncertain): CRM commands that are uncertain, being reconciled, waiting for a retry or in flight, with their workflow''s state and step; safe codes only.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.stuck_commands', array[]::text[], array['SELECT'], array[]::text[],
+   'Runbook: commands uncertain, being reconciled, retrying or in flight, with their workflow; safe codes only.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace view bitrix_sync.retrying_workflows as
 select w.id, w.workflow_type, w.current_step, w.attempt_count, w.last_error_code, w.next_attempt_at,
@@ -27,6 +32,11 @@ select w.id, w.workflow_type, w.current_step, w.attempt_count, w.last_error_code
  where w.state::text = 'waiting_retry';
 comment on view bitrix_sync.retrying_workflows is
   'Admin (docs/runbook.md, BitrixSyncWorkflowsRetryingLong): workflows waiting for a retry, with their step, last error and their last command''s outcome; safe codes only.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.retrying_workflows', array[]::text[], array['SELECT'], array[]::text[],
+   'Runbook: workflows waiting for a retry, with their last command; safe codes only.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace view bitrix_sync.inbox_waiting as
 select i.id, i.receiver, i.status, i.attempt_count, i.last_error_code, i.next_attempt_at, i.received_at
@@ -34,6 +44,11 @@ select i.id, i.receiver, i.status, i.attempt_count, i.last_error_code, i.next_at
  where i.status::text = any ('{received,retry_wait,processing}'::text[]);
 comment on view bitrix_sync.inbox_waiting is
   'Admin (docs/runbook.md, BitrixSyncWebhookInboxStuck): robot webhooks not processed yet, by receiver and status, with their error code and next attempt; no entity IDs, source addresses or bodies.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.inbox_waiting', array[]::text[], array['SELECT'], array[]::text[],
+   'Runbook: robot webhooks not processed yet; no entity IDs, addresses or bodies.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace view bitrix_sync.deleted_alert_items as
 select a.id, a.alert_number, a.alert_type, a.severity, a.item_id, a.closed_at
@@ -41,6 +56,11 @@ select a.id, a.alert_number, a.alert_type, a.severity, a.item_id, a.closed_at
  where a.status::text = 'remote_missing';
 comment on view bitrix_sync.deleted_alert_items is
   'Admin (docs/runbook.md, BitrixSyncAlertItemsDeleted): open business alerts whose smart-process item was found deleted in the CRM (remote_missing, §10.3); no user or Contact IDs.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.deleted_alert_items', array[]::text[], array['SELECT'], array[]::text[],
+   'Runbook: open alerts whose smart-process item was deleted in the CRM; no user or Contact IDs.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace view bitrix_sync.status_reconciliation as
 select r.job_type, r.watermark, r.overlap, r.last_run_started_at, r.last_success_at, r.last_run_status,
@@ -49,6 +69,11 @@ select r.job_type, r.watermark, r.overlap, r.last_run_started_at, r.last_success
   from bitrix_sync.reconciliation_cursors r;
 comment on view bitrix_sync.status_reconciliation is
   'The reconciliation runs'' cursors (§10.2, §10.3) as an admin reads them: watermark, last run and its counts, last success, runs failed in a row and when a failed one runs again; no lease.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.status_reconciliation', array[]::text[], array['SELECT'], array[]::text[],
+   'The reconciliation cursors without their leases (docs/runbook.md).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.request_reconciliation(
   p_job_type text, p_requested_by text, p_reason text
@@ -73,3 +98,8 @@ begin
 end $$;
 comment on function bitrix_sync.request_reconciliation(text, text, text) is
   'Admin: queues a reconciliation run now (graphile-worker job reconcile_contacts or reconcile_alerts, forced), e.g. after a portal outage or a lost robot (docs/runbook.md). Audited in admin_actions. Returns the job id. BS004 for an unknown job type or a missing reason or operator.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.request_reconciliation(text,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Runbook: a reconciliation run now, audited (security definer: it queues a graphile-worker job).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

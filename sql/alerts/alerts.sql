@@ -46,6 +46,10 @@ exception
 end $$;
 comment on function bitrix_sync.raise_business_alert(text, text, text, uuid, text, text, jsonb, jsonb, uuid) is
   'Opens a business alert or, if one is open for (type, fingerprint), counts another occurrence on it. A new case after a closed one links previous_alert_id. details must already be masked.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text)
 returns bitrix_sync.business_alerts
@@ -64,6 +68,10 @@ begin
 end $$;
 comment on function bitrix_sync.record_alert_item(bigint, bigint, text) is
   'Records the smart-process item and stage after a successful add/update/get. crm_sync_status is left alone: a newer occurrence may already have set it back to pending.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.record_alert_item(bigint,bigint,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.finish_business_alert(p_alert_id bigint, p_status text, p_stage_id text default null)
 returns bitrix_sync.business_alerts
@@ -87,6 +95,10 @@ begin
 end $$;
 comment on function bitrix_sync.finish_business_alert(bigint, text, text) is
   'open -> resolved | closed (terminal stage seen) | remote_missing (item deleted in the CRM).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.finish_business_alert(bigint,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.mark_alert_mirrored(p_alert_id bigint)
 returns bitrix_sync.business_alerts
@@ -109,6 +121,10 @@ begin
 end $$;
 comment on function bitrix_sync.mark_alert_mirrored(bigint) is
   'crm_sync_status pending -> synced once the alert''s add/update command is issued. A newer occurrence sets it back to pending. Refuses an alert that is not pending (BS002).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.mark_alert_mirrored(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.mark_alert_mirror_failed(p_alert_id bigint)
 returns bitrix_sync.business_alerts
@@ -132,6 +148,10 @@ begin
 end $$;
 comment on function bitrix_sync.mark_alert_mirror_failed(bigint) is
   'crm_sync_status synced -> failed when the alert''s command failed for good (visible in status). A pending alert keeps its newer change queued; a failed one stays failed.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.mark_alert_mirror_failed(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alerts.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._resolve_conflict_alerts(p_user_id uuid) returns integer
 language plpgsql set search_path = pg_catalog, pg_temp as $$
@@ -147,3 +167,7 @@ begin
 end $$;
 comment on function bitrix_sync._resolve_conflict_alerts(uuid) is
   'Internal (complete_rebind): open -> resolved for the user''s link conflicts (bound to another user, duplicates, user_id mismatch, Contact not found); the smart-process items are updated again (crm_sync_status pending). Returns how many.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._resolve_conflict_alerts(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of complete_rebind.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -27,6 +27,11 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._alert_add_unsafe(bigint) is
   'Internal: an alert.add of this alert may have created an item that no lookup has seen since: a new add must wait for an alert.list lookup.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._alert_add_unsafe(bigint)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper of the alert mirror (runAlertSync asks it before an add).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.recover_alert_command(p_id bigint, p_delay interval)
 returns bitrix_sync.crm_commands
@@ -65,6 +70,11 @@ begin
 end $$;
 comment on function bitrix_sync.recover_alert_command(bigint, interval) is
   'An unanswered alert command: uncertain -> reconcile. An alert.add then waits for a lookup of its item; an alert.update goes on to retry_wait after p_delay, or to dead_letter (retry_horizon_exceeded, technical DLQ row, alert failed) past its horizon. Returns null when the command is not uncertain any more (another lane took it).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.recover_alert_command(bigint,interval)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.alerts_to_look_up(p_limit integer)
 returns table (alert_id bigint, alert_number bigint, alert_type text, fingerprint text)
@@ -87,6 +97,10 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync.alerts_to_look_up(integer) is
   'Alerts whose item must be looked up before anything else is sent: an alert.add in reconcile, or a pending alert without an item whose earlier add may have landed; none with a lookup already under way.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.alerts_to_look_up(integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: items to look up.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params jsonb)
 returns bitrix_sync.crm_commands
@@ -110,6 +124,10 @@ begin
 end $$;
 comment on function bitrix_sync.issue_alert_lookup(bigint, jsonb) is
   'Queues an alert.list that looks for the alert''s item by its alert_number or fingerprint field, or its title (params.purpose = find). Returns null when a lookup of that alert is already under way.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.issue_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup of an item.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.resolve_alert_lookup(p_alert_id bigint, p_items jsonb)
 returns text
@@ -169,6 +187,10 @@ begin
 end $$;
 comment on function bitrix_sync.resolve_alert_lookup(bigint, jsonb) is
   'The outcome of an alert''s item lookup (called in the lookup''s completion transaction): an item that no other alert owns is recorded on the alert and the alert.add waiting in reconcile succeeds with it; no such item: the waiting add goes back to retry_wait and is sent again (dead_letter past its horizon). Returns found or not_found.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.resolve_alert_lookup(bigint,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: the lookup''s outcome.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.fail_alert_lookup(p_alert_id bigint)
 returns integer
@@ -196,3 +218,7 @@ begin
 end $$;
 comment on function bitrix_sync.fail_alert_lookup(bigint) is
   'The lookup of an alert''s item failed for good: the alert.adds waiting in reconcile go to dead_letter (alert_lookup_failed) with a technical DLQ row, and the alert is marked failed (visible in status_alert_mirror) until an admin requeues it, which looks the item up again before anything is added. Returns how many adds.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.fail_alert_lookup(bigint)', array['EXECUTE'], array[]::text[], array[]::text[], 'Alert mirroring: a lookup that failed for good.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

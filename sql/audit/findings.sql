@@ -71,6 +71,10 @@ begin
 end $$;
 comment on function bitrix_sync.record_audit_findings(uuid, timestamptz, jsonb) is
   'Records what the running audit found for links it compared with their Contacts (p_results: [{mapping_id, user_id, contact_id, findings: [{kind, details}]}], link kinds only; p_read_at: when the Contacts were read). A link no longer active as it was, or whose user had work in progress or done since the read, is left for a later run. For the others: the link''s audit mark, the findings named (one per user and kind; a user id of another user with an open user_id_mismatch alert is left to that alert), and the user''s other link findings deleted (in step again). Returns how many links were judged.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.record_audit_findings(uuid,timestamp with time zone,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.record_registered_contacts(
   p_lease_token uuid, p_read_at timestamptz, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[],
@@ -141,6 +145,10 @@ begin
 end $$;
 comment on function bitrix_sync.record_registered_contacts(uuid, timestamptz, bigint, bigint, bigint[], jsonb) is
   'Records what the running audit found among Contacts with the registration flag set (p_rows: [{contact_id, user_id as the Contact carries it}]): unlinked Contacts registered for a user who is not active (registered_inactive_user) or whom the App does not know, or no readable user id (registered_unknown_user). Registered findings of Contacts in (p_from_id, p_to_id] (a page of the scan) or in p_checked_ids (read by ID) that the rows do not flag are deleted. Users with work in progress keep their findings. Returns how many findings the rows flag.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.record_registered_contacts(uuid,timestamp with time zone,bigint,bigint,bigint[],jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.advance_registered_scan(
   p_lease_token uuid, p_after_id bigint, p_listed integer, p_complete boolean
@@ -166,3 +174,7 @@ begin
 end $$;
 comment on function bitrix_sync.advance_registered_scan(uuid, bigint, integer, boolean) is
   'Moves the running audit''s scan of registered Contacts on: the next page starts above p_after_id; p_complete (the list ended) starts a new cycle and keeps the cycle''s count, which sizes the pages of later sampled runs.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.advance_registered_scan(uuid,bigint,integer,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -29,6 +29,10 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._drift_busy_users(timestamptz, uuid[]) is
   'Internal: those of p_user_ids (null: none) with work in progress or done since p_since: an intent in the journal or the queue, a workflow unfinished or changed, a snapshot written, a Contact webhook waiting. The audit leaves their findings as they are this run.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._drift_busy_users(timestamp with time zone,uuid[])', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._check_audit_lease(p_lease_token uuid) returns bitrix_sync.audit_state
 language plpgsql set search_path = pg_catalog, pg_temp as $$
@@ -44,6 +48,10 @@ begin
 end $$;
 comment on function bitrix_sync._check_audit_lease(uuid) is
   'Internal: the audit state when p_lease_token holds the running audit; BS001 otherwise (the run was taken over after audit.lease_sec).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._check_audit_lease(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._planner_count(p_rel regclass) returns bigint
 language sql stable set search_path = pg_catalog, pg_temp as $$
@@ -52,6 +60,10 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._planner_count(regclass) is
   'Internal: the planner''s count of a table''s rows or an index''s entries when it is 100 000 or more; null below, or never counted, where the caller counts exactly. Sizes an audit run (_active_link_count, refresh_user_drift).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._planner_count(regclass)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._active_link_count() returns bigint
 language sql stable set search_path = pg_catalog, pg_temp as $$
@@ -61,3 +73,7 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._active_link_count() is
   'Internal: how many links are active: counted exactly below 100 000, otherwise the planner''s count of entity_external_mapping_active_entity_uq (_planner_count). Sizes an audit run and fills status_audit.last_links.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._active_link_count()', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

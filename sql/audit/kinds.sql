@@ -23,6 +23,10 @@ language sql immutable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._drift_kind_group(text) is
   'Internal: which part of an audit run judges a drift kind: link (a link compared with its Contact), user (App users and links, in SQL), registered (the scan of registered Contacts); null for an unknown kind.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._drift_kind_group(text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the audit functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._drift_repair_intent(p_kinds text[], p_eligible boolean) returns text
 language sql immutable set search_path = pg_catalog, pg_temp as $$
@@ -42,3 +46,8 @@ language sql immutable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._drift_repair_intent(text[], boolean) is
   'Internal: the intent repair_drift records for a user with these drift kinds (p_eligible: identity and profile active): contact.deactivate, contact.update (a missing Contact of an active user) or contact.map_or_create.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._drift_repair_intent(text[],boolean)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'The repair of a drift kind; called by the status_drift view with the reader''s rights.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -20,6 +20,11 @@ begin
 end $$;
 comment on function bitrix_sync.tg_entity_external_mapping__audit_mark() is
   'Trigger (after insert, after update of status on entity_external_mapping): a link opened active gets its audit mark (audited_at = opened_at: never compared); a link that is no longer active loses it. Security definer: nobody else writes audit_marks.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg_entity_external_mapping__audit_mark()', array[]::text[], array[]::text[], array[]::text[],
+   'Trigger function (security definer): one audit mark per active link, whoever opens or closes it.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _950_audit_mark on bitrix_sync.entity_external_mapping;
 create trigger _950_audit_mark after insert or update of status on bitrix_sync.entity_external_mapping

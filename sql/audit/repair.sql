@@ -73,6 +73,11 @@ begin
 end $$;
 comment on function bitrix_sync._repair_drift(text, text, uuid[], text[], boolean, boolean, boolean) is
   'Internal: plans (and, unless p_dry_run, records) one intent per drifted user (of p_user_ids, all when null; findings of p_kinds, all when null; p_only_unrepaired: findings no repair has touched): appended to han_app.sync_queue_journal with reason drift_repair, audited in drift_repairs (and admin_actions when p_admin_action), the findings marked. BS061 when a named user has no open finding.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._repair_drift(text,text,uuid[],text[],boolean,boolean,boolean)', array[]::text[], array[]::text[], array[]::text[],
+   'Internal helper of repair_drift and auto_repair_drift.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.repair_drift(
   p_requested_by text, p_reason text, p_user_ids uuid[] default null, p_dry_run boolean default false
@@ -90,6 +95,11 @@ begin
 end $$;
 comment on function bitrix_sync.repair_drift(text, text, uuid[], boolean) is
   'Admin: for each drifted user of bitrix_sync.status_drift (p_user_ids, or all when null) records the intent that brings the user back through the ordinary workflows (§5): contact.map_or_create for App-master and CRM-master drift and a missing link, contact.update for a deleted Contact (§5.2 not-found rule), contact.deactivate for an inactive or unknown user''s link or registration (§5.3). Audited (drift_repairs with the operator, the reason and session_user; one admin_actions row). Returns one row per user acted on (recorded true), or with p_dry_run the same rows without recording anything; Contacts registered without a readable user id are listed as manual. BS004 without a reason or operator, BS061 for a user without an open finding.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.repair_drift(text,text,uuid[],boolean)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Records the intents that bring drifted users back (or, dry run, lists them); audited.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.auto_repair_drift(p_kinds text[]) returns integer
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -111,6 +121,11 @@ begin
 end $$;
 comment on function bitrix_sync.auto_repair_drift(text[]) is
   'The audit''s automatic repair (setting audit.auto_repair_kinds): repair_drift for findings of p_kinds that no repair has touched yet (a finding a repair did not fix waits for an admin), audited in drift_repairs as audit:auto. Returns how many users it recorded intents for.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.auto_repair_drift(text[])', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Convergence audit: the repair the setting audit.auto_repair_kinds switches on.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 -- Nothing of this is deleted by hand: the repairs are audit.
 drop trigger if exists _200_forbid_delete on bitrix_sync.drift_repairs;

@@ -62,6 +62,10 @@ begin
 end $$;
 comment on function bitrix_sync.claim_audit_run(boolean, boolean) is
   'Starts a convergence audit run when none is running (one still marked running after audit.lease_sec is taken over) and, for a sampled run, when audit.enabled and audit.interval_sec has passed (or p_force). p_all: every active link and the whole registered scan. Returns the lease, how many links to sample (their share of audit.period_days plus those about to be overdue; null: all), where the registered scan goes on, how many pages this run reads (null: to the end), and the Contacts of open registered findings to read again. No row when nothing is to run, and none before perform_cutover().';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.claim_audit_run(boolean,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit (gated by the cutover).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.audit_sample(p_lease_token uuid, p_limit integer default null)
 returns table (mapping_id uuid, user_id uuid, contact_id text, has_findings boolean)
@@ -105,6 +109,10 @@ begin
 end $$;
 comment on function bitrix_sync.audit_sample(uuid, integer) is
   'The links the running audit compares with their Contacts, under its lease: active links of active users, those whose user has an open link finding first, then the least recently compared; p_limit of them (null: all).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.audit_sample(uuid,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.finish_audit_run(p_lease_token uuid, p_audited integer, p_requests integer)
 returns bitrix_sync.audit_state
@@ -140,6 +148,10 @@ begin
 end $$;
 comment on function bitrix_sync.finish_audit_run(uuid, integer, integer) is
   'running -> succeeded: records the counts, the active links (_active_link_count()) and how many active links of eligible users are overdue (not compared within audit.period_days). Refuses a run whose lease was taken over (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.finish_audit_run(uuid,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.fail_audit_run(p_lease_token uuid, p_error_code text)
 returns bitrix_sync.audit_state
@@ -157,6 +169,10 @@ begin
 end $$;
 comment on function bitrix_sync.fail_audit_run(uuid, text) is
   'running -> failed with a safe code. What the run recorded before it failed stays; the next run goes on. Refuses a run whose lease was taken over (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.fail_audit_run(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _900_set_updated_at on bitrix_sync.audit_state;
 create trigger _900_set_updated_at before update on bitrix_sync.audit_state
@@ -184,3 +200,8 @@ begin
 end $$;
 comment on function bitrix_sync.request_convergence_audit(text, text, boolean) is
   'Admin: queues a convergence audit run now (graphile-worker job audit_convergence): with p_all (the default) every active link and the whole scan of registered Contacts, e.g. after a restore from backup or an incident; otherwise a sampled run. Audited in admin_actions. Returns the job id. The run itself happens in the service within seconds (graphile-worker retries it while another run holds the audit).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.request_convergence_audit(text,text,boolean)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Queues an audit run now (e.g. {"all": true} after a restore); audited.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -12,6 +12,11 @@ select f.user_id, f.contact_id, f.kind, f.detected_at, f.last_seen_at, f.details
   left join han_app.client_profile p on p.user_id = f.user_id;
 comment on view bitrix_sync.status_drift is
   'Silent drift the convergence audit found, one row per user (or Contact without a user id) and kind: since when, last seen, safe details, whether a repair was recorded, and the intent repair_drift would record for this kind (manual: a person clears it in the CRM). Rows disappear when an audit finds them in step.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.status_drift', array[]::text[], array['SELECT'], array[]::text[],
+   'Drift found by the convergence audit, one row per user and kind, with the repair it would take.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace view bitrix_sync.status_audit as
 select s.last_run_mode as mode, s.last_run_status as status, s.last_run_started_at, s.last_success_at,
@@ -23,6 +28,11 @@ select s.last_run_mode as mode, s.last_run_status as status, s.last_run_started_
   from bitrix_sync.audit_state s;
 comment on view bitrix_sync.status_audit is
   'The convergence audit at a glance: the last run (mode, status, when, counts, error code), the last success and full run, links overdue, where the scan of registered Contacts is, how many findings are open, and when the sampled runs'' round over the users (the user kinds) started and when the last one ended.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.status_audit', array[]::text[], array['SELECT'], array[]::text[],
+   'The convergence audit''s last run, progress and scan (docs/runbook.md).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.drift_metrics()
 returns table (family text, labels jsonb, value double precision)
@@ -52,3 +62,8 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync.drift_metrics() is
   'The convergence audit''s samples for GET /metrics (part of metrics_snapshot): open findings by kind (every kind, 0 included), the last success (the install time before the first), whether a run is running, whether the audit is enabled (setting and cutover), its interval, and from the last run the active links, those overdue and the share in time.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.drift_metrics()', array[]::text[], array[]::text[], array[]::text[],
+   'Called by metrics_snapshot (security definer); not on its own.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -141,3 +141,7 @@ begin
 end $$;
 comment on function bitrix_sync.refresh_user_drift(uuid, timestamptz) is
   'Judges the user kinds of the running audit, in SQL, without the CRM: unmapped_user (active user without an active link, no work in progress, no open business alert; users from before the cutover who never had an intent are left out, §17) and inactive_user_linked (an active link of a user who is not active). A full run judges every user; a sampled run the next window of users in id order (audit.users_per_run, or twice the users'' share of audit.period_days when more), from where the last one stopped (audit_state.users_after_id), so its cost follows the window, not the installation. Also drops link findings of links that are no longer active. Users with work in progress keep their findings. Returns how many findings of the window it holds now.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.refresh_user_drift(uuid,timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

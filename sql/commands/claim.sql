@@ -76,6 +76,10 @@ begin
 end $$;
 comment on function bitrix_sync.claim_commands(text, integer, interval) is
   'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover().';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.claim_commands(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (gated by the cutover).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.due_commands()
 returns table (due integer, adds integer, oldest_ms double precision)
@@ -93,6 +97,10 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync.due_commands() is
   'The pump''s backlog: commands claim_commands() would take now (due, and expired leases it recovers), how many of them are creates, and how long the oldest has waited (ms; null when none). Nothing before perform_cutover().';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.due_commands()', array['EXECUTE'], array[]::text[], array[]::text[], 'The pump''s backlog before it takes a limiter permit (gated by the cutover).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid)
 returns setof bigint
@@ -113,3 +121,7 @@ begin
 end $$;
 comment on function bitrix_sync.send_commands(bigint[], uuid[], uuid) is
   'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The first send stamps first_sent_at, where the retry horizon starts.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.send_commands(bigint[],uuid[],uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -7,6 +7,10 @@ language sql immutable parallel safe set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._is_write_command(text) is
   'Commands that change the CRM: a lost reply to one of these is uncertain, not retryable.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._is_write_command(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of claim_commands.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._wake_workflow(p_workflow_id uuid) returns void
 language plpgsql set search_path = pg_catalog, pg_temp as $$
@@ -21,6 +25,10 @@ begin
 end $$;
 comment on function bitrix_sync._wake_workflow(uuid) is
   'waiting_crm -> running for the workflow owning a command that succeeded, failed for good or became uncertain.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._wake_workflow(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.issue_command(
   p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text,
@@ -55,6 +63,10 @@ begin
 end $$;
 comment on function bitrix_sync.issue_command(uuid, uuid, text, jsonb, text, text, jsonb) is
   'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm (await_crm) at step p_step, storing p_step_data (the step state, a JSON object) in the same write when given. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it. Refuses a stale lease or a workflow not running (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.issue_alert_command(p_alert_id bigint, p_command_type text, p_params jsonb)
 returns bitrix_sync.crm_commands
@@ -74,3 +86,7 @@ begin
 end $$;
 comment on function bitrix_sync.issue_alert_command(bigint, text, jsonb) is
   'Queues a smart-process command for a business alert; independent of workflow steps (§7.1).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.issue_alert_command(bigint,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

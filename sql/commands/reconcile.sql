@@ -18,6 +18,10 @@ begin
 end $$;
 comment on function bitrix_sync._workflow_holder(bigint, uuid) is
   'Internal: the command, locked, when the caller holds its workflow''s lease; otherwise BS001.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._workflow_holder(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the command reconcile functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.begin_command_reconcile(p_id bigint, p_workflow_token uuid)
 returns bitrix_sync.crm_commands
@@ -31,6 +35,10 @@ begin
 end $$;
 comment on function bitrix_sync.begin_command_reconcile(bigint, uuid) is
   'uncertain -> reconcile: the workflow (holding its lease) starts the recovery search for an unanswered write.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.begin_command_reconcile(bigint,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.resolve_command_reconcile(
   p_id bigint, p_workflow_token uuid, p_outcome text, p_response jsonb default null,
@@ -90,3 +98,7 @@ begin
 end $$;
 comment on function bitrix_sync.resolve_command_reconcile(bigint, uuid, text, jsonb, text) is
   'reconcile -> succeeded (the search found the write applied), retry_wait (proved not applied; dead_letter with retry_horizon_exceeded and a DLQ row instead once the command is past its horizon, so the caller must look at the returned status) or dead_letter (superseded: dead_letter without a DLQ row, the workflow reads again and decides). Fenced by the workflow lease.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -12,6 +12,10 @@ begin
 end $$;
 comment on function bitrix_sync._check_code(text) is
   'Refuses anything but a safe snake_case error code, so raw text (which may carry PII or secrets) never reaches a row. SQLSTATE BS004.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._check_code(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper: refuses raw text as an error code.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._refuse_stale(p_what text, p_id text) returns void
 language plpgsql set search_path = pg_catalog, pg_temp as $$
@@ -23,3 +27,7 @@ begin
 end $$;
 comment on function bitrix_sync._refuse_stale(text, text) is
   'Raises BS001 for a completion that does not present the current lease token (a stale holder).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._refuse_stale(text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper: the BS001 refusal.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -20,3 +20,8 @@ language sql immutable parallel safe as $$
 $$;
 comment on function bitrix_sync._trace_context(text) is
   'The argument when it is a valid W3C traceparent (version 00, non-zero trace and span ids), else null: what the functions that store a trace context keep. Inlined into its callers: no pinned search_path, every operator and name schema-qualified.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._trace_context(text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

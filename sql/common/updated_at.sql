@@ -9,6 +9,10 @@ begin
 end $$;
 comment on function bitrix_sync.tg__set_updated_at() is
   'BEFORE UPDATE trigger: stamps updated_at with the transaction time.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg__set_updated_at()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 do $$
 declare

@@ -41,6 +41,11 @@ begin
 end $$;
 comment on function bitrix_sync.list_dead_letters(boolean, integer) is
   'Admin (§9): the newest p_limit technical dead letters, open ones only unless p_include_resolved, oldest first, with safe columns (codes, counts, times, internal ids, who resolved it: the declared operator and the login; the reasons are in admin_actions), the state of their workflow, and `requeue`: ready, or the SQLSTATE and sentence a requeue would refuse with now.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.list_dead_letters(boolean,integer)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: what is open, and what a requeue would do (docs/admin.md).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._resolve_dead_letters(
   p_ids bigint[], p_resolution text, p_operator text, p_reason text, p_target text
@@ -69,6 +74,10 @@ language sql set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._resolve_dead_letters(bigint[], text, text, text, text) is
   'Internal: marks open dead letters resolved with the resolution, operator, login (session_user), reason and (requeued) target, and writes an admin_actions row for each; returns them.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operator text, p_reason text)
 returns table (
@@ -85,6 +94,11 @@ begin
 end $$;
 comment on function bitrix_sync.acknowledge_dead_letter(bigint, text, text) is
   'Admin (§9): an open technical dead letter was looked at and nothing is sent again. Writes resolved_at, resolved_by, resolution = acknowledged and the reason; the entry leaves status_dead_letters and the open-DLQ gauge. BS004 missing operator or reason, BS040 no such entry, BS041 already resolved.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.acknowledge_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: resolved without a new attempt, audited.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.requeue_dead_letter(p_id bigint, p_operator text, p_reason text)
 returns table (
@@ -127,3 +141,8 @@ begin
 end $$;
 comment on function bitrix_sync.requeue_dead_letter(bigint, text, text) is
   'Admin (§9): starts a new, fenced attempt of what an open technical dead letter gave up on, through the normal state machine (a new intent or inbox row, the failed workflow from its first step, or the alert''s mirror), with a retry horizon counted from now; marks it (and the open entries the same attempt answers) resolved as requeued with operator and reason. BS004 missing operator or reason, BS040 no such entry, BS041 already resolved, BS042 nothing to run again, BS043 something else of the same user or alert is running.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.requeue_dead_letter(bigint,text,text)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Dead letters: a new attempt through the normal state machine, audited.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

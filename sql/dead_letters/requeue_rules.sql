@@ -33,6 +33,10 @@ begin
 end $$;
 comment on function bitrix_sync._open_dead_letter(bigint) is
   'Internal: the open dead letter, locked; BS040 when there is none with that id, BS041 when it is already resolved.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._open_dead_letter(bigint)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._requeue_refusal(p_dl bitrix_sync.technical_dead_letters) returns jsonb
 language plpgsql stable set search_path = pg_catalog, pg_temp as $$
@@ -134,6 +138,10 @@ begin
 end $$;
 comment on function bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters) is
   'Internal: why a dead letter cannot be requeued now, as {code, message, hint} (BS042 nothing to run again, BS043 something else is running), or null when it can.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the dead-letter functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._requeue_target(p_dl bitrix_sync.technical_dead_letters) returns text
 language plpgsql set search_path = pg_catalog, pg_temp as $$
@@ -183,6 +191,10 @@ begin
 end $$;
 comment on function bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters) is
   'Internal (requeue_dead_letter, after _requeue_refusal said yes): starts the new attempt and returns what carries it (sync_queue:<id>, webhook:<id>, workflow:<id>, alert:<id>).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._covered_dead_letters(p_dl bitrix_sync.technical_dead_letters) returns bigint[]
 language sql stable set search_path = pg_catalog, pg_temp as $$
@@ -199,3 +211,7 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters) is
   'Internal: the ids of the open dead letters a requeue of p_dl answers: every open entry of its workflow, or of its alert''s commands, or p_dl alone.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of requeue_dead_letter.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

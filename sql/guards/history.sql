@@ -11,6 +11,10 @@ begin
 end $$;
 comment on function bitrix_sync.tg__forbid_delete() is
   'BEFORE DELETE guard for history tables (mapping, settings versions, rebind requests, the cutover). SQLSTATE BS003.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg__forbid_delete()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _200_forbid_delete on bitrix_sync.entity_external_mapping;
 create trigger _200_forbid_delete before delete on bitrix_sync.entity_external_mapping

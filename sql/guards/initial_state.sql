@@ -15,6 +15,10 @@ begin
 end $$;
 comment on function bitrix_sync.tg__refuse_insert_state() is
   'BEFORE INSERT guard, fired by its WHEN clause when a row is inserted in a state other than its machine''s initial one (or already leased or finished). SQLSTATE BS030.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg__refuse_insert_state()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 -- Initial states (the [*] arrows of docs/state-machines.md). WHEN keeps the hot inserts (inbox,
 -- commands, queue) free of a PL/pgSQL call.

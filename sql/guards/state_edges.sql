@@ -84,3 +84,8 @@ select machine, from_state, to_state, event
   ) as e(machine, from_state, to_state, event);
 comment on view bitrix_sync.state_edges is
   'Every legal state transition of every machine, named by its event. The guard triggers and docs/state-machines.md follow this list.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('view', 'bitrix_sync.state_edges', array['SELECT'], array['SELECT'], array[]::text[],
+   'Read by fire_workflow_event and by the guard triggers, which run as the writing role.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -15,6 +15,10 @@ begin
 end $$;
 comment on function bitrix_sync._check_limiter_name(text, text) is
   'Refuses an empty or oversized bucket/holder/method name with BS012.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._check_limiter_name(text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the limiter.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.acquire_crm_request(
   p_bucket text,
@@ -91,6 +95,10 @@ begin
 end $$;
 comment on function bitrix_sync.acquire_crm_request(text, text, double precision, integer, integer, integer, double precision) is
   'Takes one token and one in-flight slot for an HTTP request to the portal, or says how long to wait (wait_ms). decided_at is the server time of the decision. Shared by every replica (§8).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.release_crm_request(p_slot_id uuid) returns boolean
 language plpgsql set search_path = pg_catalog, pg_temp as $$
@@ -100,3 +108,7 @@ begin
 end $$;
 comment on function bitrix_sync.release_crm_request(uuid) is
   'Frees an in-flight slot when its request has a reply or failed. false when the slot had already expired.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.release_crm_request(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

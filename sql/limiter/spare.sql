@@ -127,6 +127,12 @@ begin
 end $$;
 comment on function bitrix_sync.acquire_spare_crm_request(text, text, double precision, integer, integer, double precision, integer, double precision) is
   'The convergence audit''s (and diagnose''s) permit for one HTTP request from spare budget only: granted when the shared bucket p_bucket is full (its refill unused), the rate is not cut, no cool-down runs, the sync path has a free in-flight slot and holds no lock on the bucket, and the spare bucket (<bucket>#spare, refilled at p_share of the rate, room for one request, one request in flight) has a token. Otherwise granted is false and wait_ms says when to ask again. Security definer: the admin role (diagnose) calls it without table rights.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.acquire_spare_crm_request(text,text,double precision,integer,integer,double precision,integer,double precision)',
+   array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Limiter, spare budget only (security definer): the convergence audit, and npm run diagnose as the admin.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.release_spare_crm_request(p_slot_id uuid) returns boolean
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -136,3 +142,8 @@ begin
 end $$;
 comment on function bitrix_sync.release_spare_crm_request(uuid) is
   'Frees the spare in-flight slot of acquire_spare_crm_request() when its request has a reply or failed (only spare slots). false when the slot had already expired.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.release_spare_crm_request(uuid)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Limiter: frees a spare slot (security definer, spare slots only).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

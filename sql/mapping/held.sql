@@ -36,6 +36,11 @@ begin
 end $$;
 comment on function bitrix_sync.hold_phone_link(uuid, text) is
   'Called right after a link made by phone alone (B1.1, B2.1) is opened: records the hold (held_at) on the user''s active mapping of that Contact when mapping.hold_after_phone_link is on. Returns whether the link is held now.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.hold_phone_link(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Mapping: the hold of a link made by phone alone (mapping.hold_after_phone_link).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.keep_phone_link_hold(p_user_id uuid, p_contact_id text)
 returns boolean
@@ -63,6 +68,11 @@ begin
 end $$;
 comment on function bitrix_sync.keep_phone_link_hold(uuid, text) is
   'Called right after a link found through the user id the Contact carries (§4 restore, the previous link''s Contact): when the latest earlier link of the same user and Contact was held and never released, the new link is held too (the user id was written on the strength of the phone alone). Returns whether the link is held now.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.keep_phone_link_hold(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Mapping: a link found through the user id an earlier, still held link of the pair wrote keeps the hold.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.held_link_read(
   p_mapping_id uuid, p_crm_updated_at timestamptz, p_robot_webhook boolean
@@ -93,3 +103,8 @@ begin
 end $$;
 comment on function bitrix_sync.held_link_read(uuid, timestamptz, boolean) is
   'A read of a linked Contact meets its mapping''s hold: not_held (apply as usual); held (apply nothing; the first read after the link records the Contact''s updatedTime); released (p_robot_webhook and the Contact changed after that first read: the hold ends, apply now).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.held_link_read(uuid,timestamp with time zone,boolean)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Mapping: a read of a held link''s Contact (final read, webhook, reconciliation) records, keeps or releases the hold.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -19,6 +19,10 @@ exception
 end $$;
 comment on function bitrix_sync.open_mapping(uuid, text, uuid) is
   'Creates the active link of a user to a Contact. Refuses a second active link for either side (BS006).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.open_mapping(uuid,text,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.close_mapping(
   p_mapping_id uuid, p_reason text, p_workflow_id uuid, p_broken boolean default false
@@ -41,6 +45,10 @@ begin
 end $$;
 comment on function bitrix_sync.close_mapping(uuid, text, uuid, boolean) is
   'active -> closed (or broken with p_broken) with a reason code and the workflow as correlation. The row stays as history.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.close_mapping(uuid,text,uuid,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.active_mapping_for_user(p_user_id uuid)
 returns bitrix_sync.entity_external_mapping
@@ -49,6 +57,10 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
    where external_system = 'bitrix24' and entity_type = 'user' and entity_id = p_user_id and status = 'active'
 $$;
 comment on function bitrix_sync.active_mapping_for_user(uuid) is 'The user''s active Contact link, or null.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.active_mapping_for_user(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.active_mapping_for_contact(p_contact_id text)
 returns bitrix_sync.entity_external_mapping
@@ -58,3 +70,7 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
      and status = 'active'
 $$;
 comment on function bitrix_sync.active_mapping_for_contact(text) is 'The Contact''s active user link, or null.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.active_mapping_for_contact(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Mapping.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -16,6 +16,10 @@ begin
 end $$;
 comment on function bitrix_sync.tg_workflow_instances__count_transition() is
   'AFTER UPDATE OF state trigger: appends one workflow transition (type, from, to) to metric_events for bitrix_sync_workflow_transitions_total. Security definer: whoever moves the workflow, nobody needs rights on the table.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg_workflow_instances__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _900_count_transition on bitrix_sync.workflow_instances;
 create trigger _900_count_transition after update of state on bitrix_sync.workflow_instances
@@ -33,6 +37,10 @@ begin
 end $$;
 comment on function bitrix_sync.tg_crm_commands__count_transition() is
   'AFTER UPDATE OF status trigger: appends one command transition (type, from, to) to metric_events for bitrix_sync_command_transitions_total.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg_crm_commands__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _900_count_transition on bitrix_sync.crm_commands;
 create trigger _900_count_transition after update of status on bitrix_sync.crm_commands
@@ -50,6 +58,10 @@ begin
 end $$;
 comment on function bitrix_sync.tg_webhook_inbox__count_coalesced() is
   'AFTER UPDATE OF status trigger: appends one event coalesced into another (claim_webhooks) to metric_events for bitrix_sync_webhook_coalesced_total.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg_webhook_inbox__count_coalesced()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _900_count_coalesced on bitrix_sync.webhook_inbox;
 create trigger _900_count_coalesced after update of status on bitrix_sync.webhook_inbox
@@ -67,6 +79,10 @@ begin
 end $$;
 comment on function bitrix_sync.tg_technical_dead_letters__count() is
   'AFTER INSERT trigger: appends one new technical dead letter (by source) to metric_events for bitrix_sync_dead_letters_total.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg_technical_dead_letters__count()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _900_count_dead_letter on bitrix_sync.technical_dead_letters;
 create trigger _900_count_dead_letter after insert on bitrix_sync.technical_dead_letters
@@ -83,6 +99,10 @@ begin
 end $$;
 comment on function bitrix_sync.tg_business_alerts__count_remote_missing() is
   'AFTER UPDATE OF status trigger: appends one alert whose smart-process item was found deleted (open -> remote_missing, §10.3) to metric_events for bitrix_sync_business_alerts_remote_missing_total.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg_business_alerts__count_remote_missing()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _900_count_remote_missing on bitrix_sync.business_alerts;
 create trigger _900_count_remote_missing after update of status on bitrix_sync.business_alerts

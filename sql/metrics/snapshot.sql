@@ -192,3 +192,8 @@ begin
 end $$;
 comment on function bitrix_sync.metrics_snapshot(text, boolean) is
   'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts and their mirror (behind, its age, whether it is on, items deleted in the CRM), the convergence audit (drift by kind, last success, progress), links held after a phone-only link, reconciliation cursor lag, failed runs and intervals, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.metrics_snapshot(text,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

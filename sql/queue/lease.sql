@@ -52,6 +52,10 @@ begin
 end $$;
 comment on function bitrix_sync.claim_sync_tasks(text, integer, interval) is
   'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover().';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid, p_lease interval)
 returns han_app.sync_queue
@@ -69,6 +73,10 @@ begin
 end $$;
 comment on function bitrix_sync.extend_sync_task_lease(uuid, uuid, interval) is
   'Extends a held lease. Refuses a stale token (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid)
 returns han_app.sync_queue
@@ -88,6 +96,10 @@ begin
 end $$;
 comment on function bitrix_sync.complete_sync_task(uuid, uuid) is
   'leased -> processed under the current lease token; a stale holder is refused (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.complete_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid)
 returns han_app.sync_queue
@@ -107,3 +119,7 @@ begin
 end $$;
 comment on function bitrix_sync.release_sync_task(uuid, uuid) is
   'leased -> pending without spending an attempt (shutdown, paused sync). Refuses a stale token (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.release_sync_task(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -19,6 +19,10 @@ begin
 end $$;
 comment on function bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue, text) is
   'Internal: moves a held intent to dead_letter and writes its technical DLQ row (first attempt = created_at).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the queue functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.retry_sync_task(
   p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval
@@ -47,6 +51,10 @@ begin
 end $$;
 comment on function bitrix_sync.retry_sync_task(uuid, uuid, text, interval) is
   'leased -> retry_wait after p_delay with a safe error code; when the retry would fall past the horizon (created_at + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead. The returned status says which. Refuses a stale token (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.dead_letter_sync_task(p_id uuid, p_lease_token uuid, p_error_code text)
 returns han_app.sync_queue
@@ -65,6 +73,10 @@ begin
 end $$;
 comment on function bitrix_sync.dead_letter_sync_task(uuid, uuid, text) is
   'leased -> dead_letter and a technical_dead_letters row with the safe code. Refuses a stale token (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_reason text)
 returns han_app.sync_queue
@@ -85,3 +97,7 @@ begin
 end $$;
 comment on function bitrix_sync.cancel_sync_task(uuid, uuid, text) is
   'leased -> cancelled with a reason code (e.g. user not eligible). Refuses a stale token (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

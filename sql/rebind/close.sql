@@ -26,6 +26,10 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._rebind_crm_outcome(uuid) is
   'Internal: what a contact.rebind workflow that did not complete left in the CRM, from its commands: crm_unchanged (no write sent), target_write_unconfirmed (sent, never confirmed), target_written (the target carries the user, the previous Contact was not cleared), target_written_clear_unconfirmed, target_written_previous_cleared (both written, the link did not move).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._rebind_crm_outcome(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of _close_rebind_request and cancel_rebind_request.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 -- Closing a request is the trigger's job, from the row the UPDATE left: the function takes the
 -- workflow's id, never a row (a caller could build one claiming any state and code), reads the
@@ -62,6 +66,11 @@ begin
 end $$;
 comment on function bitrix_sync._close_rebind_request(uuid) is
   'Internal (the trigger _300_close_rebind_request): the still open request of a finished contact.rebind workflow, read by id under the row''s lock, becomes failed (failure_code = the workflow''s last_error_code) or cancelled, with the outcome it left in the CRM. BS005 for another kind of workflow, BS002 for one not finished. Returns null when the request was already finished. Granted to nobody.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._close_rebind_request(uuid)', array[]::text[], array[]::text[], array[]::text[],
+   'Internal helper of the trigger that closes the request of a finished contact.rebind workflow (the trigger function is security definer); takes the workflow id, never a row.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.tg_workflow_instances__close_rebind_request() returns trigger
 -- Security definer: the runtime role's transitions fire it, and that role neither writes rebind
@@ -73,6 +82,11 @@ begin
 end $$;
 comment on function bitrix_sync.tg_workflow_instances__close_rebind_request() is
   'AFTER UPDATE OF state trigger (security definer): a contact.rebind workflow that reaches a final state closes its open request, so no failing path can leave it in_progress (which would refuse every later rebind of the user).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg_workflow_instances__close_rebind_request()', array[]::text[], array[]::text[], array[]::text[],
+   'Trigger function (security definer): closes the request of a finished contact.rebind workflow, whoever moves it.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _300_close_rebind_request on bitrix_sync.workflow_instances;
 create trigger _300_close_rebind_request after update of state on bitrix_sync.workflow_instances

@@ -16,6 +16,10 @@ begin
 end $$;
 comment on function bitrix_sync._rebind_request_of(uuid) is
   'Internal: the rebind request a contact.rebind workflow serves, locked; BS005 when there is none.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._rebind_request_of(uuid)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the rebind workflow functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lease_token uuid)
 returns bitrix_sync.rebind_requests
@@ -38,6 +42,11 @@ begin
 end $$;
 comment on function bitrix_sync.start_rebind_request(uuid, uuid) is
   'requested -> in_progress when the contact.rebind workflow starts reading the Contacts (a request already in progress is returned as it is). Fenced by the workflow''s lease token (BS001). Security definer: the runtime role only reads rebind requests.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.start_rebind_request(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Rebind workflow (security definer, fenced by the workflow lease).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.complete_rebind(p_workflow_id uuid, p_lease_token uuid)
 returns bitrix_sync.rebind_requests
@@ -71,3 +80,8 @@ begin
 end $$;
 comment on function bitrix_sync.complete_rebind(uuid, uuid) is
   'in_progress -> succeeded (outcome rebound) for the request of a contact.rebind workflow, in one call: closes the user''s active mapping (rebound), opens the link to the target Contact, and then resolves the user''s open conflict alerts. Fenced by the workflow''s lease token (BS001); BS006 if the target is linked meanwhile. Security definer, as start_rebind_request.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.complete_rebind(uuid,uuid)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Rebind workflow (security definer, fenced by the workflow lease).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

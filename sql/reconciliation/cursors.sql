@@ -45,6 +45,10 @@ begin
 end $$;
 comment on function bitrix_sync.claim_reconciliation_cursor(text, interval, boolean, interval) is
   'Starts a run of job p_job_type when it is due (last start at least p_interval ago, a failed run''s retry_at reached, or p_force) and no live run holds the cursor (a running run older than reconcile.lease_sec is taken over). Returns the cursor with a new lease_token and last_run_started_at = now(), the next watermark, and failed_runs as it stands (the failures before this run); no row when nothing is to be run, and none before perform_cutover().';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.finish_reconciliation_run(
   p_job_type text, p_lease_token uuid, p_scanned integer, p_updated integer, p_recovered integer default null
@@ -70,6 +74,10 @@ begin
 end $$;
 comment on function bitrix_sync.finish_reconciliation_run(text, uuid, integer, integer, integer) is
   'running -> succeeded: the watermark moves to the run''s start, the counts are recorded (p_recovered also feeds the spike baseline), failed_runs goes back to 0. Refuses a run whose lease was taken over (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.fail_reconciliation_run(
   p_job_type text, p_lease_token uuid, p_error_code text, p_retry_after interval default null
@@ -98,3 +106,7 @@ begin
 end $$;
 comment on function bitrix_sync.fail_reconciliation_run(text, uuid, text, interval) is
   'running -> failed with a safe code; the watermark stays, so the next run reads the same window again. The run is due again after p_retry_after (the caller''s backoff; null: after the interval, as before) and failed_runs grows by one (not for shutdown, which is due at once). Refuses a run whose lease was taken over (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.fail_reconciliation_run(text,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

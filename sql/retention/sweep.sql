@@ -96,6 +96,10 @@ begin
 end $$;
 comment on function bitrix_sync._retention_sweep_workflows(timestamptz) is
   'Internal: one window of the workflow retention sweep: examines at most 20 x retention.batch_size finished workflows past retention.workflows_days after the place in retention_sweeps, deletes those nothing keeps (at most retention.batch_size, FOR UPDATE SKIP LOCKED), and moves the place on; past the newest it starts a new round. Returns the rows deleted and whether to call again: the round goes on, or it started before p_run_started_at (the caller''s run has not seen every workflow yet; null: never).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._retention_sweep_workflows(timestamp with time zone)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the retention functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.retention_step(p_table text, p_run_started_at timestamptz)
 returns table (deleted integer, more boolean)
@@ -112,3 +116,8 @@ begin
 end $$;
 comment on function bitrix_sync.retention_step(text, timestamptz) is
   'One retention step of one table (webhooks, commands, workflows, queue): the rows deleted and whether to call again. webhooks, commands and queue: one delete_retention_batch(), again while it deletes; workflows: one window of the sweep, again until a round that started at or after p_run_started_at (when the caller''s run began; pass the same value on every call of a run) has gone past the newest finished workflow. What the retention task calls; BS004 for another table.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.retention_step(text,timestamp with time zone)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Retention: one step of one table and whether to call again (security definer); the hourly task, or an admin now.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

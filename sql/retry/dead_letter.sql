@@ -17,3 +17,7 @@ language sql set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync._dead_letter(text, text, text, text, integer, timestamptz, uuid, bigint, uuid, integer, text) is
   'Internal: writes the technical DLQ row of a row given up (source and its id, operation, safe error code, attempts spent, first attempt; deadline = _retry_deadline(first attempt)). The one writer of technical_dead_letters rows.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._dead_letter(text,text,text,text,integer,timestamp with time zone,uuid,bigint,uuid,integer,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the functions that give a row up: the one writer of technical_dead_letters rows.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

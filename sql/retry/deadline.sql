@@ -17,3 +17,8 @@ language sql stable as $$
 $$;
 comment on function bitrix_sync._retry_deadline(timestamptz) is
   'The retry horizon of a row whose first attempt was p_first_attempt_at: that instant plus the active retry.horizon_sec. A retry due after it dead-letters with retry_horizon_exceeded. Inlined into its callers and the deadline_at defaults: no pinned search_path, every operator and name schema-qualified.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._retry_deadline(timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Internal helper and the default of deadline_at, evaluated as the inserting role.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -87,3 +87,7 @@ begin
 end $$;
 comment on function bitrix_sync._alert_settings_errors(jsonb) is
   'Validation messages of the alert smart process''s settings across keys (§11): terminal stages distinct from each other and from the open ones, alerts.fields naming smart-process fields, one each, and, while alerts.entity_type_id is set and alerts.database_only is not, the new and terminal stages and every item field present. Part of _settings_errors; empty array when valid.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._alert_settings_errors(jsonb)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the settings functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -11,6 +11,10 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
 $$;
 comment on function bitrix_sync.active_settings() is
   'The active version''s values with catalogue defaults filled in, plus _version. What workers read and cache.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.active_settings()', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The active settings with defaults.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._active_setting(p_key text) returns jsonb
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
@@ -30,6 +34,11 @@ begin
 end $$;
 comment on function bitrix_sync._active_setting(text) is
   'One key of the active settings version, the catalogue default filled in (JSON null when unset and nullable). What SQL rules read; an unknown key raises BS004.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._active_setting(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
+   'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.alert_entity_type_id() returns integer
 language plpgsql stable set search_path = pg_catalog, pg_temp as $$
@@ -53,6 +62,10 @@ begin
 end $$;
 comment on function bitrix_sync.alert_entity_type_id() is
   'The alert smart process''s entityTypeId from the active settings as int4, null when unset; BS023 when the active value is not a whole number in 1..2^31-1. What accept_webhooks() and readiness read.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.alert_entity_type_id()', array['EXECUTE'], array[]::text[], array[]::text[], 'The alert receiver''s entity type.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.alert_config_problem() returns text
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
@@ -77,3 +90,7 @@ begin
 end $$;
 comment on function bitrix_sync.alert_config_problem() is
   'Readiness (§14): alert_config_invalid when alerts.entity_type_id is set but alerts cannot work with the active settings (the entity type is not a usable int4, or an alerts.* value fails today''s catalogue); null otherwise. Names no value.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.alert_config_problem()', array['EXECUTE'], array[]::text[], array[]::text[], 'Readiness: alert_config_invalid.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -25,6 +25,10 @@ begin
 end $$;
 comment on function bitrix_sync.propose_settings(jsonb, text, text) is
   'Creates a draft version: the active values with p_changes applied, whole numbers of integer keys normalised (1036.0 -> 1036); created_by is the declared actor, created_db_user the login (session_user). Validate, then activate it.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.propose_settings(jsonb,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.validate_settings_version(p_version integer)
 returns jsonb
@@ -55,6 +59,10 @@ begin
 end $$;
 comment on function bitrix_sync.validate_settings_version(integer) is
   'draft -> validated, or -> rejected with the reasons (returned and stored); the values are normalised in the same change, and the login (session_user) is recorded in validated_db_user. A rejected version can never be activated.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.validate_settings_version(integer)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.activate_settings_version(p_version integer, p_actor text)
 returns bitrix_sync.settings_versions
@@ -91,6 +99,10 @@ begin
 end $$;
 comment on function bitrix_sync.activate_settings_version(integer, text) is
   'validated -> active; the previous active version becomes superseded. Records who (the declared actor and the login, session_user) and when, and NOTIFYs bitrix_sync_settings.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.activate_settings_version(integer,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.rollback_settings(p_to_version integer, p_actor text, p_note text default null)
 returns bitrix_sync.settings_versions
@@ -119,3 +131,7 @@ begin
 end $$;
 comment on function bitrix_sync.rollback_settings(integer, text, text) is
   'Activates a new version carrying the values of an earlier active version (rollback_of records which); history stays linear.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.rollback_settings(integer,text,text)', array[]::text[], array['EXECUTE'], array[]::text[], 'Settings (§12.3).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -49,6 +49,11 @@ begin
 end $$;
 comment on function bitrix_sync.clear_unkeyed_hashes() is
   'Clears the unkeyed (plain SHA-256) hashes the database holds where the next read recomputes them: intents'' content hashes (null), snapshots'' name and e-mail hashes (''cleared''), hashes in finished commands'' results that no running workflow reads. Snapshots'' phone hashes are re-keyed by the service (rekey_contact_phones). Run once by migration 000029; re-runnable. Returns the rows changed per column.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.clear_unkeyed_hashes()', array[]::text[], array[]::text[], array[]::text[],
+   'Run by migration 000029 as the owner: unkeyed hashes cleared where the next read recomputes them.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.rekey_contact_phones(p_contact_ids text[], p_old_hashes text[], p_new_hashes text[])
 returns integer
@@ -87,3 +92,8 @@ begin
 end $$;
 comment on function bitrix_sync.rekey_contact_phones(text[], text[], text[]) is
   'The service re-keys snapshots'' phone hashes in a legacy form (v2, or unkeyed plain SHA-256) where the App''s phone is the number they stand for (new v3 hash), or clears an unkeyed one that matches no phone at hand (null: the next phone change appends). Compare and set per snapshot; users with a running workflow are skipped. BS004 for arrays of different lengths or hashes of the wrong form. Returns how many changed.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.rekey_contact_phones(text[],text[],text[])', array['EXECUTE'], array[]::text[], array[]::text[],
+   'The hourly rekey_hashes task: legacy phone hashes of snapshots rewritten under the hash key.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -25,6 +25,10 @@ begin
 end $$;
 comment on function bitrix_sync.record_contact_created(text, uuid, text, text, text, text) is
   'Snapshot of what bitrix-sync wrote into a Contact it created (§5.1 step 9, source app_create): hashes only.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text)
 returns bitrix_sync.contact_snapshots
@@ -40,6 +44,10 @@ begin
 end $$;
 comment on function bitrix_sync.record_contact_phone(text, uuid, text) is
   'Notes the hash of the phone bitrix-sync last wrote into a Contact, so the next change overwrites that entry instead of adding one.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.record_contact_phone(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.mark_contact_snapshot_stale(p_contact_id text, p_user_id uuid, p_reason text)
 returns bitrix_sync.contact_snapshots
@@ -56,6 +64,10 @@ begin
 end $$;
 comment on function bitrix_sync.mark_contact_snapshot_stale(text, uuid, text) is
   'Marks the App''s copy of a Contact as possibly behind the CRM (e.g. contact_not_found) without clearing any App value.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.apply_crm_master_fields(
   p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text,
@@ -106,3 +118,8 @@ begin
 end $$;
 comment on function bitrix_sync.apply_crm_master_fields(uuid, text, text, text, text, text, text, text, timestamptz, boolean, timestamptz, timestamptz, text, timestamptz) is
   'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)',
+   array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots and the CRM-master profile write.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -27,6 +27,11 @@ begin
 end $$;
 comment on function bitrix_sync.record_webhook(text, integer, text, inet, text, timestamptz) is
   'Durable insert of an accepted webhook (status received). With a stable event_id a duplicate is dropped and null is returned.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)', array[]::text[], array[]::text[], array[]::text[],
+   'Not used by the service: the receivers call accept_webhooks.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.claim_webhooks(
   p_worker text, p_limit integer, p_lease interval,
@@ -92,6 +97,10 @@ begin
 end $$;
 comment on function bitrix_sync.claim_webhooks(text, integer, interval, text) is
   'Leases due inbox events, at most one per entity (enforced by a partial unique index; the entities whose oldest due event is oldest first, among the 4 x p_limit oldest due events not locked by another claimer), and coalesces the entity''s other received events into the claimed one. Takes entities in (receiver, entity_id) order, so two claimers that picked one entity never deadlock (the second waits for the first and skips it). Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.claim_webhooks(text,integer,interval,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox (gated by the cutover).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.complete_webhook(p_id bigint, p_lease_token uuid, p_outcome text)
 returns bitrix_sync.webhook_inbox
@@ -115,6 +124,10 @@ begin
 end $$;
 comment on function bitrix_sync.complete_webhook(bigint, uuid, text) is
   'processing -> processed with a safe outcome code; the events coalesced into it are processed too. Refuses stale tokens (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.complete_webhook(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync._dead_letter_webhook_row(p_row bitrix_sync.webhook_inbox, p_error_code text)
 returns bitrix_sync.webhook_inbox
@@ -137,6 +150,10 @@ begin
 end $$;
 comment on function bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox, text) is
   'Internal: moves a held event to dead_letter with its coalesced events and writes the technical DLQ row (first attempt = received_at).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Internal helper of the inbox functions.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.retry_webhook(p_id bigint, p_lease_token uuid, p_error_code text, p_delay interval)
 returns bitrix_sync.webhook_inbox
@@ -164,6 +181,10 @@ begin
 end $$;
 comment on function bitrix_sync.retry_webhook(bigint, uuid, text, interval) is
   'processing -> retry_wait; coalesced events stay attached and finish with it. When the retry would fall past the horizon (received_at + retry.horizon_sec) -> dead_letter with retry_horizon_exceeded and a technical DLQ row instead; the returned status says which. Refuses stale tokens (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.retry_webhook(bigint,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.dead_letter_webhook(p_id bigint, p_lease_token uuid, p_error_code text)
 returns bitrix_sync.webhook_inbox
@@ -182,3 +203,7 @@ begin
 end $$;
 comment on function bitrix_sync.dead_letter_webhook(bigint, uuid, text) is
   'processing -> dead_letter with a technical DLQ row. Reconciliation still repairs the Contact later. Refuses stale tokens (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.dead_letter_webhook(bigint,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

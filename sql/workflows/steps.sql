@@ -62,6 +62,10 @@ begin
 end $$;
 comment on function bitrix_sync.fire_workflow_event(uuid, uuid, text, jsonb) is
   'Moves a workflow along the edge named p_event from its current state (bitrix_sync.state_edges), applying the allowed changes. The caller must present the current lease token (null when none is held); stale holders get BS001, illegal events BS002.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 -- step_context() was first a PL/pgSQL function with several OUT columns, one of them a row
 -- (plpgsql_check refuses that composite OUT variable), then a SQL function, which PostgreSQL plans
@@ -99,6 +103,10 @@ begin
 end $$;
 comment on function bitrix_sync.step_context(uuid) is
   'What a workflow step starts from, in one call inside the step''s transaction: locks the workflow row (FOR UPDATE) and returns its revision, intent and trace context, then, read after the lock, its last command (null fields when none) and whether one of its writes is unresolved (uncertain or reconcile). One row; revision is null when the workflow does not exist.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.step_context(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function (the start of a step).')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.save_workflow_step(
   p_id uuid, p_lease_token uuid, p_step_data jsonb, p_current_step text default null
@@ -124,3 +132,7 @@ begin
 end $$;
 comment on function bitrix_sync.save_workflow_step(uuid, uuid, jsonb, text) is
   'Persists the step state (and, when given, the step name) of a running workflow without a state change. Fenced by the workflow''s lease token (BS001).';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

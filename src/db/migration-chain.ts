@@ -12,7 +12,13 @@ import { migrate as gmMigrate } from "graphile-migrate";
 import pg from "pg";
 import { type Catalogue, type CatalogueEntry, readCatalogue } from "./catalogue.js";
 import { migrateDatabase, releaseMigratePools, WORKER_GRANTS_FILE } from "./migrate.js";
-import { definitionIndex, MANIFEST_FILE, readSqlFiles, type SqlFile, sqlApplyOrder } from "./migration-layout.js";
+import {
+  definitionIndex,
+  MANIFEST_FILE,
+  readSqlFiles,
+  type SqlFile,
+  sqlApplyOrder,
+} from "./migration-layout.js";
 import { type MigrationPlan, needsSummary, type Problem, serialize } from "./migration-source.js";
 import { diffCatalogues, renderChange, renderSummary, stripSummary } from "./migration-summary.js";
 import { dumpSchema } from "./schema-dump.js";

@@ -37,7 +37,8 @@ const FILENAME = /^\d{6}(-[a-z0-9-]+)?\.sql$/;
 // A path under sql/, folders included (sql/commands/claim.sql); released migrations name top-level
 // files only (sql/commands.sql), which may no longer exist: their text is in the committed file.
 const INCLUDE = /^-- #include (sql\/(?:[a-z0-9_]+\/)*[a-z0-9_]+\.sql)$/gm;
-const INCLUDED_BLOCK = /^-- >>> (sql\/(?:[a-z0-9_]+\/)*[a-z0-9_]+\.sql) \(included\)\n([\s\S]*?)\n-- <<< \1$/gm;
+const INCLUDED_BLOCK =
+  /^-- >>> (sql\/(?:[a-z0-9_]+\/)*[a-z0-9_]+\.sql) \(included\)\n([\s\S]*?)\n-- <<< \1$/gm;
 
 /** The released migrations and their SHA-256, in `sha256sum` format (paths from the repository root). */
 export const RELEASED_FILE = "migrations/released.sha256";
