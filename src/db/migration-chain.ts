@@ -166,7 +166,8 @@ async function sqlDrift(url: string, root: string): Promise<Problem[]> {
       const e = (c.after ?? c.before) as CatalogueEntry;
       if (e.kind === "rows" && counted.has(e.name)) continue;
       const where = filesFor(e, files, index);
-      const what = renderChange(c)[0]?.trim() ?? `${e.kind} ${e.name}`;
+      const what =
+        e.kind === "row" && c.before && c.after ? rowChange(c.before, c.after) : renderChange(c)[0]?.trim();
       const verb = { creates: "adds", replaces: "changes", drops: "removes" }[c.verb];
       for (const file of where.length > 0 ? where : ["sql/"])
         problems.push({
@@ -187,6 +188,16 @@ async function sqlDrift(url: string, root: string): Promise<Problem[]> {
     await client.end();
   }
   return problems;
+}
+
+/** A catalogue row that changed, as its fields before and after: `row T key: field "a" -> "b"`. */
+function rowChange(before: CatalogueEntry, after: CatalogueEntry): string {
+  const a = JSON.parse(before.def) as Record<string, unknown>;
+  const b = JSON.parse(after.def) as Record<string, unknown>;
+  const fields = [...new Set([...Object.keys(a), ...Object.keys(b)])].filter(
+    (k) => JSON.stringify(a[k]) !== JSON.stringify(b[k]),
+  );
+  return `row ${after.name}: ${fields.map((k) => `${k} ${JSON.stringify(a[k])} -> ${JSON.stringify(b[k])}`).join(", ")}`;
 }
 
 /** The object names a catalogue entry is about, in the terms of definitionIndex(). */

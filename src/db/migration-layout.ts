@@ -342,6 +342,40 @@ export function layoutProblems(root: string = projectRoot): Problem[] {
         problems.push({ file: path, message: `defines ${n} again (also in ${other}): one file per object` });
       else owner.set(n, path);
     }
+  problems.push(...decisionProblems(files));
   problems.push(...layerProblems(files));
+  return problems;
+}
+
+/**
+ * Each function and view has its privilege decision in the file that defines it (right after its
+ * COMMENT ON), so a migration that includes the file carries both; a decision stands nowhere else.
+ */
+export function decisionProblems(files: SqlFile[]): Problem[] {
+  const problems: Problem[] = [];
+  const index = definitionIndex(files);
+  const decidedIn = new Map<string, string>();
+  for (const [path, names] of index)
+    for (const n of names) if (n.startsWith("decision ")) decidedIn.set(n.slice("decision ".length), path);
+  for (const [path, names] of index)
+    for (const n of names) {
+      if (!/^(function|view) /.test(n)) continue;
+      const where = decidedIn.get(n);
+      if (where === path) continue;
+      problems.push({
+        file: path,
+        message: where
+          ? `defines ${n} but its privilege decision stands in ${where}: move the insert into bitrix_sync.privilege_decisions here, right after the COMMENT ON`
+          : `defines ${n} without its privilege decision: add the insert into bitrix_sync.privilege_decisions right after its COMMENT ON (sql/README.md)`,
+      });
+    }
+  for (const [what, path] of decidedIn) {
+    if (!/^(function|view) /.test(what)) continue;
+    if (![...index.values()].some((names) => names.has(what)))
+      problems.push({
+        file: path,
+        message: `decides ${what}, which no sql/ file defines: delete the decision (and, in the migration that drops the object, its row)`,
+      });
+  }
   return problems;
 }
