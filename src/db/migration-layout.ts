@@ -7,13 +7,18 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, sep } from "node:path";
 import { projectRoot } from "./migrate.js";
-import type { Problem } from "./migration-source.js";
 
 /** The list of sql/ files in the order they are applied, lowest layer first. */
 export const MANIFEST_FILE = "sql/manifest.txt";
 
 /** No sql/ file is longer than this: a file is a screenful or two of one concern. */
 export const MAX_FILE_LINES = 300;
+
+/** Something a DBA or developer has to fix; `file` names the file to look at. */
+export interface Problem {
+  file: string;
+  message: string;
+}
 
 /** One SQL statement of a file and the offset where it starts. */
 export interface Statement {

@@ -14,10 +14,10 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { projectRoot } from "./migrate.js";
-import { layoutProblems } from "./migration-layout.js";
+import { layoutProblems, type Problem } from "./migration-layout.js";
 import { extractSummary, stripSummary } from "./migration-summary.js";
 
-export { sqlApplyOrder } from "./migration-layout.js";
+export { type Problem, sqlApplyOrder } from "./migration-layout.js";
 
 const require = createRequire(import.meta.url);
 // graphile-migrate's own parser and hash, so the chain is checked exactly as `migrate` checks it.
@@ -76,12 +76,6 @@ export interface PendingMigration {
   hash: string;
   text: string;
   includes: string[];
-}
-
-/** Something a DBA or developer has to fix; `file` names the file to look at. */
-export interface Problem {
-  file: string;
-  message: string;
 }
 
 export interface MigrationPlan {
