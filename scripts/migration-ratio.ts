@@ -10,7 +10,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { projectRoot } from "../src/db/migrate.js";
-import { splitStatements, sqlFiles } from "../src/db/migration-layout.js";
+import { changedStatementLines, sqlFiles } from "../src/db/migration-layout.js";
 import { lastReleased, RELEASED_FILE } from "../src/db/migration-source.js";
 
 const AIM = 3;
@@ -25,8 +25,8 @@ function writtenIn(path: string): string | null {
   return git("log", "-1", "--format=%H", "--", path).trim() || null;
 }
 
-/** Every statement of sql/ at `commit` (null: the working tree), as text. */
-function sqlStatements(commit: string | null): string[] {
+/** The text of every sql/ file at `commit` (null: the working tree). */
+function sqlTexts(commit: string | null): string[] {
   const texts =
     commit === null
       ? sqlFiles(projectRoot).map((rel) => readFileSync(join(projectRoot, rel), "utf8"))
@@ -34,17 +34,7 @@ function sqlStatements(commit: string | null): string[] {
           .split("\n")
           .filter((p) => p.endsWith(".sql"))
           .map((p) => git("show", `${commit}:${p}`));
-  return texts.flatMap((t) => splitStatements(t).map((s) => s.text.trim()));
-}
-
-/** Lines of the statements one side has and the other has not (a multiset difference). */
-function changedLines(a: string[], b: string[]): number {
-  const count = new Map<string, number>();
-  for (const s of a) count.set(s, (count.get(s) ?? 0) + 1);
-  for (const s of b) count.set(s, (count.get(s) ?? 0) - 1);
-  let lines = 0;
-  for (const [s, n] of count) lines += Math.abs(n) * s.split("\n").length;
-  return lines;
+  return texts;
 }
 
 /** Lines of sql/ as git diff counts them (added + deleted), for comparison; files moved count whole. */
@@ -95,7 +85,7 @@ function main(): void {
       );
       continue;
     }
-    const changed = changedLines(sqlStatements(base), sqlStatements(head));
+    const changed = changedStatementLines(sqlTexts(base), sqlTexts(head));
     const ratio = lines / Math.max(changed, 1);
     console.log(
       `  ${name}: ${lines} lines / ${changed} lines of sql/ changed = ${ratio.toFixed(2)}${ratio > AIM ? `, above ${AIM}: include the files that changed, not the files around them` : ""}` +

@@ -172,7 +172,7 @@ async function sqlDrift(url: string, root: string): Promise<Problem[]> {
       for (const file of where.length > 0 ? where : ["sql/"])
         problems.push({
           file,
-          message: `${verb} what no migration applied yet: ${what}; add a migration in migrations/src/ that includes ${file === "sql/" ? "the files that define it" : `this file (-- #include ${file})`} and ends with select bitrix_sync.apply_privileges();, then run npm run db:build`,
+          message: `${verb} what no migration applied yet: ${what}; add a migration in migrations/src/ that includes ${file === "sql/" ? "the files that define it" : `this file (-- #include ${file})`} and ends with select bitrix_sync.apply_privileges(), then run npm run db:build`,
         });
     }
     for (const e of before.values()) {

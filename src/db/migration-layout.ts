@@ -78,6 +78,25 @@ export function splitStatements(text: string): Statement[] {
   return out;
 }
 
+/**
+ * How many lines of SQL changed between two sets of files (each a file's text): the lines of the
+ * statements one side has and the other has not, as a multiset, wherever the file. A statement moved
+ * to another file, or a file split, is no change; comments between statements do not count; a
+ * function whose body changed counts both versions. What npm run db:ratio divides a migration by.
+ */
+export function changedStatementLines(before: string[], after: string[]): number {
+  const count = new Map<string, number>();
+  const add = (texts: string[], by: number) => {
+    for (const t of texts)
+      for (const s of splitStatements(t)) count.set(s.text.trim(), (count.get(s.text.trim()) ?? 0) + by);
+  };
+  add(before, 1);
+  add(after, -1);
+  let lines = 0;
+  for (const [s, n] of count) lines += Math.abs(n) * s.split("\n").length;
+  return lines;
+}
+
 /** A statement with its comments and string literals blanked out: what is left names objects. */
 function codeOnly(stmt: string): string {
   return stmt.replace(/--[^\n]*|'(?:[^']|'')*'/g, " ");

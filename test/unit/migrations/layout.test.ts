@@ -8,6 +8,7 @@ import { dirname, join } from "node:path";
 import test from "ava";
 import { projectRoot } from "../../../src/db/migrate.js";
 import {
+  changedStatementLines,
   crossFileCalls,
   layerProblems,
   layoutProblems,
@@ -175,4 +176,24 @@ test("the project's own tree copied without its manifest is refused with the fix
     layoutProblems(root).map((p) => p.file),
     ["sql/manifest.txt"],
   );
+});
+
+test("db:ratio's measure: a statement moved or a comment changed is no change, a changed body counts both versions", (t) => {
+  const a = `-- file a\n${fn("one")}\n${fn("two")}`;
+  const b = `-- file b\n${fn("three")}`;
+  t.is(changedStatementLines([a, b], [a, b]), 0);
+  // two() moves into b's file, with new comments around it: nothing changed.
+  const a2 = `-- file a, shorter\n${fn("one")}`;
+  const b2 = `-- file b\n${fn("three")}\n-- moved here\n${fn("two")}`;
+  t.is(changedStatementLines([a, b], [a2, b2]), 0);
+  // three()'s body changes: its create statement (3 lines) counts before and after.
+  // (A function as replacement: in a replacement string "$$" stands for one "$".)
+  const b3 = b2.replace(
+    "  select 1\n$$;\ncomment on function bitrix_sync.three",
+    () => "  select 2\n$$;\ncomment on function bitrix_sync.three",
+  );
+  t.not(b3, b2);
+  t.is(changedStatementLines([a2, b2], [a2, b3]), 6);
+  // A new function with its comment and decision: every line of it.
+  t.is(changedStatementLines([a2], [a2, fn("four")]), fn("four").trim().split("\n").length);
 });
