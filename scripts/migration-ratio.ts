@@ -69,8 +69,12 @@ function main(): void {
     console.log("db:ratio: no git history here; it needs the commits that added the migrations");
     return;
   }
-  if (git("rev-parse", "--is-shallow-repository").trim() === "true")
-    console.log("db:ratio: a shallow clone: the commits that added older migrations may be missing");
+  if (git("rev-parse", "--is-shallow-repository").trim() === "true") {
+    console.log(
+      "db:ratio: a shallow clone lacks the commits that wrote the migrations; fetch the history (git fetch --unshallow)",
+    );
+    return;
+  }
   console.log(
     `db:ratio: each migration after ${last.slice(0, 6)} against the sql/ lines it changed (aim <= ${AIM})`,
   );
