@@ -1,5 +1,5 @@
--- The privilege decisions (sql/privileges/) on the tables and sequences of admin/; the tables themselves
--- are written by the migrations that create and change them.
+-- The privilege decisions (sql/privileges/) on the tables and sequences of admin/; the
+-- tables themselves are written by the migrations that create and change them.
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('table', 'bitrix_sync.admin_actions', array[]::text[],
    array['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'], array[]::text[],

@@ -1,5 +1,5 @@
--- The privilege decisions (sql/privileges/) on the tables and sequences of dead_letters/; the tables themselves
--- are written by the migrations that create and change them.
+-- The privilege decisions (sql/privileges/) on the tables and sequences of dead_letters/; the
+-- tables themselves are written by the migrations that create and change them.
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('table', 'bitrix_sync.technical_dead_letters',
    array['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'],

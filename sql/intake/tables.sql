@@ -1,5 +1,5 @@
--- The privilege decisions (sql/privileges/) on the tables and sequences of intake/; the tables themselves
--- are written by the migrations that create and change them.
+-- The privilege decisions (sql/privileges/) on the tables and sequences of intake/; the
+-- tables themselves are written by the migrations that create and change them.
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('table', 'han_app.user_identity', array['SELECT (id, phone_number, record_status, created_at, updated_at)'], array[]::text[],
    array['SELECT', 'INSERT', 'UPDATE'], 'Identity is App-master; the runtime reads it at send time.'),

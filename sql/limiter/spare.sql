@@ -8,9 +8,10 @@
 -- traffic starts), never while the rate is cut or a refusal's cool-down runs, never while the sync
 -- path has all its in-flight slots, and never while a sync caller holds the bucket's row this
 -- instant (SKIP LOCKED: the audit does not even wait for the row). While sync traffic uses the
--- portal's whole budget, the audit gets nothing and falls behind (bitrix_sync_audit_overdue_links). On top of that a second bucket, `<bucket>#spare`, refills at p_share of the rate with room
--- for one request, so the audit's requests stay under that share whatever the traffic. Its one
--- in-flight slot is kept under the spare bucket, so it never takes one of the sync path's slots.
+-- portal's whole budget, the audit gets nothing and falls behind (bitrix_sync_audit_overdue_links).
+-- On top of that a second bucket, `<bucket>#spare`, refills at p_share of the rate with room for one
+-- request, so the audit's requests stay under that share whatever the traffic. Its one in-flight
+-- slot is kept under the spare bucket, so it never takes one of the sync path's slots.
 create or replace function bitrix_sync.acquire_spare_crm_request(
   p_bucket text,
   p_holder text,

@@ -13,9 +13,10 @@
 -- (§4), one to a Contact bitrix-sync created, one a person chose (a parked workflow's link_contact, a
 -- rebind) is not made by phone alone and is not held; except that a link found through a user id
 -- that an earlier, still held link of the same user and Contact wrote keeps that hold
--- (keep_phone_link_hold): a deactivation and a return must not turn a phone into proof. The hold is the link's: a link closed (deactivation, rebind, a missing
--- Contact) ends it, and a new link by phone is held anew. Turning the setting off holds no new link
--- and keeps the holds already recorded until they are released.
+-- (keep_phone_link_hold): a deactivation and a return must not turn a phone into proof. The hold is
+-- the link's: a link closed (deactivation, rebind, a missing Contact) ends it, and a new link by
+-- phone is held anew. Turning the setting off holds no new link and keeps the holds already recorded
+-- until they are released.
 -- The admin's side (confirm_phone_link, held_phone_links): sql/admin/held_links.sql.
 
 create or replace function bitrix_sync.hold_phone_link(p_user_id uuid, p_contact_id text)

@@ -1,5 +1,5 @@
--- The privilege decisions (sql/privileges/) on the table of mapping/; the tables themselves
--- are written by the migrations that create and change them.
+-- The privilege decisions (sql/privileges/) on the table of mapping/; the
+-- tables themselves are written by the migrations that create and change them.
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('table', 'bitrix_sync.entity_external_mapping',
    array['SELECT', 'INSERT (entity_id, external_id, workflow_id)',

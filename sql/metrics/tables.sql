@@ -1,5 +1,5 @@
--- The privilege decisions (sql/privileges/) on the tables and sequences of metrics/; the tables themselves
--- are written by the migrations that create and change them.
+-- The privilege decisions (sql/privileges/) on the tables and sequences of metrics/; the
+-- tables themselves are written by the migrations that create and change them.
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('table', 'bitrix_sync.metric_event_totals', array[]::text[], array[]::text[], array[]::text[],
    'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'),

@@ -1,5 +1,5 @@
--- The privilege decisions (sql/privileges/) on the table of reconciliation/; the tables themselves
--- are written by the migrations that create and change them.
+-- The privilege decisions (sql/privileges/) on the table of reconciliation/; the
+-- tables themselves are written by the migrations that create and change them.
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('table', 'bitrix_sync.reconciliation_cursors',
    array['SELECT', 'INSERT (job_type)',

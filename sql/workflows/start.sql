@@ -143,7 +143,7 @@ on conflict (object_type, object_name) do update
 drop trigger if exists _400_start_held_intent on bitrix_sync.workflow_instances;
 create trigger _400_start_held_intent after update of state on bitrix_sync.workflow_instances
   for each row
-  -- Written compactly, as _300_close_rebind_request's (sql/rebind.sql).
+  -- Written compactly, as _300_close_rebind_request's (sql/rebind/close.sql).
   when (new.held_intent_type is not null and new.state::text = any ('{succeeded,failed,cancelled}'::text[])
         and old.state::text <> all ('{succeeded,failed,cancelled}'::text[]))
   execute function bitrix_sync.tg_workflow_instances__start_held_intent();
