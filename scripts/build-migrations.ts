@@ -4,12 +4,16 @@
 //             of migrations/src/ that have no committed file yet, expanded with today's sql/ and
 //             opened by a generated summary of what each changes; then rewrites migrations/schema.sql.
 //             It never rewrites a committed file.
-//   db:check  the same verification, and fails when a migration is not built yet, a sql/ file
-//             differs from what the newest migration including it applied, a summary does not match
-//             what its migration changes, or migrations/schema.sql is not what the chain leaves.
+//   db:check  the same verification, and fails when a migration is not built yet, a summary does not
+//             match what its migration changes, migrations/schema.sql is not what the chain leaves,
+//             or sql/ holds something no migration applied yet.
 //
-// The summaries and the dump come from applying the chain to a scratch database: TEST_DATABASE_URL's
-// server, else an embedded PostgreSQL (src/db/scratch.ts); the dump needs pg_dump 15.
+// Verified from the files: the released migrations (migrations/released.sha256), the hash chain, the
+// frozen sources, the layout of sql/ (src/db/migration-layout.ts). The summaries, the dump and the
+// sql/ drift come from applying the chain to a scratch database: TEST_DATABASE_URL's server, else an
+// embedded PostgreSQL (src/db/scratch.ts); the dump needs pg_dump 15. The sql/ drift: on top of the
+// chain, every sql/ file in sql/manifest.txt order; any change of the catalogue is something sql/
+// holds that no migration applied yet, named with the files that define it.
 // `--root DIR` works on another tree (the builder's tests use a copy in a temporary folder).
 // Both exit 1 with one line per problem, naming the file and what to do.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -29,28 +33,35 @@ async function main(): Promise<boolean> {
   const plan = planMigrations(root);
   // A broken chain or an edited source is reported before anything is written or applied.
   const chainProblems = plan.problems.filter((p) => p.file.startsWith("migrations/"));
-  const driftProblems = plan.problems.filter((p) => !p.file.startsWith("migrations/"));
+  const layoutProblems = plan.problems.filter((p) => !p.file.startsWith("migrations/"));
   for (const p of chainProblems) console.error(`${p.file}: ${p.message}`);
   if (chainProblems.length > 0) return false;
-  let ok = true;
+  // A layout problem (a file the manifest misses, a layer used upwards) is reported; the chain is
+  // still applied, so the summaries and the dump are checked or written all the same.
+  for (const p of layoutProblems) console.error(`${p.file}: ${p.message}`);
+  let ok = layoutProblems.length === 0;
   if (check) {
     for (const m of plan.pending) {
       console.error(`migrations/src/${m.filename}: not built yet; run npm run db:build`);
       ok = false;
     }
-    for (const p of driftProblems) console.error(`${p.file}: ${p.message}`);
-    if (driftProblems.length > 0) ok = false;
   }
 
   const server = await startScratchServer();
   let chain: Awaited<ReturnType<typeof applyChain>>;
   try {
-    chain = await applyChain(server, plan, { withPending: !check, dump: true });
+    chain = await applyChain(server, plan, {
+      withPending: !check,
+      dump: true,
+      sqlDrift: layoutProblems.length === 0 ? { root } : undefined,
+    });
   } finally {
     await server.stop();
   }
   for (const p of chain.problems) console.error(`${p.file}: ${p.message}`);
   if (chain.problems.length > 0) return false;
+  for (const p of chain.drift) console.error(`${p.file}: ${p.message}`);
+  if (chain.drift.length > 0) ok = false;
 
   // The committed summaries must be what the builder writes today.
   for (const m of plan.committed) {
@@ -95,13 +106,8 @@ async function main(): Promise<boolean> {
     console.log(
       `db:check: ${plan.committed.length} committed migrations, their sources, summaries, sql/ and ${SCHEMA_DUMP_FILE} agree (applied on ${server.origin})`,
     );
-  if (!check) {
-    // Building applied the pending includes; what is left is a sql/ change no migration carries.
-    const after = planMigrations(root);
-    for (const p of after.problems) console.error(`${p.file}: ${p.message}`);
-    if (after.problems.length > 0) ok = false;
-    if (plan.pending.length === 0 && ok) console.log("nothing to build: migrations/committed is up to date");
-  }
+  if (!check && plan.pending.length === 0 && ok)
+    console.log("nothing to build: migrations/committed is up to date");
   return ok;
 }
 

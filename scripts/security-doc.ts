@@ -1,6 +1,6 @@
 // `npm run docs:security`: renders the roles section of docs/security.md from the privilege
-// catalogue (bitrix_sync.role_privileges, sql/privileges.sql) of a freshly migrated scratch database
-// on TEST_DATABASE_URL's server, and writes it between the markers. The rest of the file is written
+// catalogue (bitrix_sync.role_privileges over privilege_decisions, sql/privileges/) of a freshly
+// migrated scratch database on TEST_DATABASE_URL's server, and writes it between the markers. The rest of the file is written
 // by hand. test/integration/security-doc.test.ts fails when the file and the catalogue differ.
 import { randomBytes } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";

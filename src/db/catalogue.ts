@@ -34,6 +34,7 @@ export const CATALOGUE_KINDS = [
   "grant",
   "comment",
   "rows",
+  "row",
 ] as const;
 export type CatalogueKind = (typeof CATALOGUE_KINDS)[number];
 
@@ -51,7 +52,7 @@ const OURS = (nsp: string) =>
 const NOT_EXTENSION_MEMBER = (classid: string, oid: string) =>
   `not exists (select 1 from pg_depend dep where dep.classid = ${classid} and dep.objid = ${oid} and dep.deptype = 'e')`;
 
-const QUERIES: Record<Exclude<CatalogueKind, "rows">, string> = {
+const QUERIES: Record<Exclude<CatalogueKind, "rows" | "row">, string> = {
   schema: `
     select n.nspname as name, '' as def from pg_namespace n where ${OURS("n.nspname")}`,
   extension: `
@@ -193,11 +194,19 @@ const QUERIES: Record<Exclude<CatalogueKind, "rows">, string> = {
                          and x.objid = d.objoid and x.deptype = 'e')`,
 };
 
-/** Every object of the project's schemas in the database `client` is connected to. */
-export async function readCatalogue(client: pg.ClientBase): Promise<Catalogue> {
+/**
+ * Every object of the project's schemas in the database `client` is connected to. With `rowsOf`
+ * (qualified table names), also each row of those tables that exist, as an entry of kind `row` named
+ * by the table and its primary key: the catalogues kept as rows (settings keys, privilege decisions),
+ * which a count alone does not tell apart. The migration summaries do not ask for rows.
+ */
+export async function readCatalogue(
+  client: pg.ClientBase,
+  opts: { rowsOf?: readonly string[] } = {},
+): Promise<Catalogue> {
   const out: Catalogue = new Map();
   for (const kind of CATALOGUE_KINDS) {
-    if (kind === "rows") continue;
+    if (kind === "rows" || kind === "row") continue;
     const { rows } = await client.query<{ name: string; def: string; attrs?: Record<string, string> }>(
       QUERIES[kind],
     );
@@ -222,6 +231,27 @@ export async function readCatalogue(client: pg.ClientBase): Promise<Catalogue> {
     const { rows } = await client.query<{ name: string; def: string }>(sql.join(" union all "));
     for (const r of rows)
       out.set(entryKey({ kind: "rows", name: r.name }), { kind: "rows", name: r.name, def: r.def });
+  }
+  for (const table of opts.rowsOf ?? []) {
+    // The primary key names the row; the row itself, as jsonb text (keys in a fixed order), is its def.
+    const { rows: key } = await client.query<{ cols: string[] | null }>(
+      `select array_agg(a.attname::text order by k.ord) as cols
+         from pg_index x
+         cross join lateral unnest(x.indkey) with ordinality k(attnum, ord)
+         join pg_attribute a on a.attrelid = x.indrelid and a.attnum = k.attnum
+        where x.indrelid = to_regclass($1) and x.indisprimary`,
+      [table],
+    );
+    const cols = key[0]?.cols;
+    if (!cols) continue;
+    const name = cols.map((c) => `t.${c}::text`).join(" || ' ' || ");
+    const { rows } = await client.query<{ name: string; def: string }>(
+      `select ${name} as name, to_jsonb(t)::text as def from ${table} t order by 1`,
+    );
+    for (const r of rows) {
+      const e: CatalogueEntry = { kind: "row", name: `${table} ${r.name}`, def: r.def };
+      out.set(entryKey(e), e);
+    }
   }
   return out;
 }

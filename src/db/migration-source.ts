@@ -1,14 +1,23 @@
 // The migration builder's model (scripts/build-migrations.ts, docs/migrations.md). Migrations are
-// written in migrations/src/ with `-- #include sql/<file>.sql` lines; graphile-migrate 1.4.1 has no
+// written in migrations/src/ with `-- #include sql/<path>.sql` lines; graphile-migrate 1.4.1 has no
 // include, so a migration is expanded once, when it is first built, into migrations/committed/
 // with graphile-migrate's `--! Previous` / `--! Hash` chain. From then on the committed file is
 // history: it is never expanded again (deployed databases have applied it and verify its hash), so
-// a later change of a sql/ file ships as a new migration that includes the file again.
+// a later change of a sql/ file ships as a new migration that includes that file.
+//
+// Whether sql/ holds something no migration applied yet is not decided here from the text (files
+// move and split): the builder applies the chain and then sql/ to a scratch database and compares
+// the catalogues (src/db/migration-chain.ts). Here: the chain, the frozen sources, the list of
+// released migrations (migrations/released.sha256) and the layout of sql/ (src/db/migration-layout.ts).
+import { createHash } from "node:crypto";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { projectRoot } from "./migrate.js";
+import { layoutProblems, type Problem } from "./migration-layout.js";
 import { extractSummary, stripSummary } from "./migration-summary.js";
+
+export { type Problem, sqlApplyOrder } from "./migration-layout.js";
 
 const require = createRequire(import.meta.url);
 // graphile-migrate's own parser and hash, so the chain is checked exactly as `migrate` checks it.
@@ -25,8 +34,14 @@ const gmMigration = require("graphile-migrate/dist/migration") as {
 
 // graphile-migrate's `commit` writes 000007.sql or 000007-message.sql; the builder writes the latter.
 const FILENAME = /^\d{6}(-[a-z0-9-]+)?\.sql$/;
-const INCLUDE = /^-- #include (sql\/[a-z0-9_]+\.sql)$/gm;
-const INCLUDED_BLOCK = /^-- >>> (sql\/[a-z0-9_]+\.sql) \(included\)\n([\s\S]*?)\n-- <<< \1$/gm;
+// A path under sql/, folders included (sql/commands/claim.sql); released migrations name top-level
+// files only (sql/commands.sql), which may no longer exist: their text is in the committed file.
+const INCLUDE = /^-- #include (sql\/(?:[a-z0-9_]+\/)*[a-z0-9_]+\.sql)$/gm;
+const INCLUDED_BLOCK =
+  /^-- >>> (sql\/(?:[a-z0-9_]+\/)*[a-z0-9_]+\.sql) \(included\)\n([\s\S]*?)\n-- <<< \1$/gm;
+
+/** The released migrations and their SHA-256, in `sha256sum` format (paths from the repository root). */
+export const RELEASED_FILE = "migrations/released.sha256";
 
 /**
  * The last migration built without a generated summary. 000001–000027 were released before the
@@ -61,12 +76,6 @@ export interface PendingMigration {
   hash: string;
   text: string;
   includes: string[];
-}
-
-/** Something a DBA or developer has to fix; `file` names the file to look at. */
-export interface Problem {
-  file: string;
-  message: string;
 }
 
 export interface MigrationPlan {
@@ -216,52 +225,61 @@ function expandPending(
   return out;
 }
 
-/**
- * Every sql/ file must be what the newest migration including it applied, unless a pending
- * migration includes it again (it will apply today's text). A file no migration includes is never
- * applied at all.
- */
-function checkDrift(root: string, committed: CommittedMigration[], pending: PendingMigration[]): Problem[] {
+/** The released migrations as listed in migrations/released.sha256: path (from the root) and hash. */
+export function releasedMigrations(root: string = projectRoot): { path: string; sha256: string }[] {
+  const file = join(root, RELEASED_FILE);
+  if (!existsSync(file)) return [];
+  return readFileSync(file, "utf8")
+    .split("\n")
+    .map((l) => /^([0-9a-f]{64}) [ *](\S+)$/.exec(l.trim()))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => ({ sha256: m[1] as string, path: m[2] as string }));
+}
+
+/** The file name of the newest released migration (migrations/released.sha256), or null. */
+export function lastReleased(root: string = projectRoot): string | null {
+  const names = releasedMigrations(root)
+    .map((r) => r.path.split("/").at(-1) as string)
+    .sort();
+  return names.at(-1) ?? null;
+}
+
+/** A released migration that is missing or whose bytes changed; the list itself missing. */
+function checkReleased(root: string): Problem[] {
+  const released = releasedMigrations(root);
+  if (released.length === 0)
+    return [
+      {
+        file: RELEASED_FILE,
+        message:
+          "missing or empty: it lists the released migrations with their SHA-256 (sha256sum format); restore it from version control",
+      },
+    ];
   const problems: Problem[] = [];
-  const pendingIncludes = new Set(pending.flatMap((p) => p.includes));
-  for (const f of list(join(root, "sql"))) {
-    const rel = `sql/${f}`;
-    if (pendingIncludes.has(rel)) continue;
-    const newest = [...committed].reverse().find((m) => m.includes.has(rel));
-    if (!newest) {
+  for (const r of released) {
+    const path = join(root, r.path);
+    if (!existsSync(path)) {
       problems.push({
-        file: rel,
-        message: `no migration includes it, so no database has it; add \`-- #include ${rel}\` to a new migration in migrations/src/ and run npm run db:build`,
+        file: r.path,
+        message: `is released (${RELEASED_FILE}) but missing: databases have applied it; restore it from version control (git checkout <release> -- ${r.path})`,
       });
       continue;
     }
-    const current = readFileSync(join(root, rel), "utf8").trim();
-    if (newest.includes.get(rel) !== current) {
+    const have = createHash("sha256").update(readFileSync(path)).digest("hex");
+    if (have !== r.sha256)
       problems.push({
-        file: rel,
-        message: `differs from what migration ${newest.filename} applied, and no pending migration includes it; add a new migration in migrations/src/ with \`-- #include ${rel}\` and run npm run db:build`,
+        file: r.path,
+        message: `is released (${RELEASED_FILE}) but its bytes changed (sha256 ${have.slice(0, 12)}, released ${r.sha256.slice(0, 12)}): restore it (git checkout <release> -- ${r.path}) and put the change in a new migration`,
       });
-    }
   }
   return problems;
 }
 
 /** The committed chain, the migrations still to build, and every problem found (none: all good). */
 export function planMigrations(root: string = projectRoot): MigrationPlan {
-  const problems: Problem[] = [];
+  const problems: Problem[] = checkReleased(root);
   const committed = readCommitted(root, problems);
   const pending = expandPending(root, committed, problems);
-  problems.push(...checkDrift(root, committed, pending));
+  problems.push(...layoutProblems(root));
   return { committed, pending, problems };
-}
-
-/**
- * The sql/ files in the order the migrations last applied them (each at its newest include):
- * re-applying them in this order on a migrated database must change nothing
- * (test/integration/migrations-drift.test.ts).
- */
-export function sqlApplyOrder(root: string = projectRoot): string[] {
-  const { committed, pending } = planMigrations(root);
-  const order = [...committed.flatMap((m) => [...m.includes.keys()]), ...pending.flatMap((p) => p.includes)];
-  return order.filter((rel, i) => order.lastIndexOf(rel) === i);
 }

@@ -178,7 +178,7 @@ function brief(e: CatalogueEntry): string | null {
   }
 }
 
-function renderChange(c: Change): string[] {
+export function renderChange(c: Change): string[] {
   const e = (c.after ?? c.before) as CatalogueEntry;
   if (c.verb !== "replaces") {
     if (e.kind === "grant")

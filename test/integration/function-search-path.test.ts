@@ -8,11 +8,12 @@
 // inlinable (a SET clause prevents inlining) are listed below, with every operator and name in their
 // bodies schema-qualified.
 import { createHash, randomBytes, randomUUID } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
 import pg from "pg";
 import { projectRoot } from "../../src/db/migrate.js";
+import { sqlFiles } from "../../src/db/migration-layout.js";
 import { withDatabase } from "../../src/db/url.js";
 import { makeUser } from "../helpers/factories.js";
 import { asRole, asRoleRolledBack, type ProjectRole } from "../helpers/roles.js";
@@ -192,12 +193,11 @@ test("the check of the unpinned bodies finds what the bodies before migration 00
   );
 });
 
-test("the pin is written in the definitions in sql/, so a later migration that includes a file keeps it", (t) => {
-  const dir = join(projectRoot, "sql");
+test("the pin is written in the definitions in sql/ (every folder), so a later migration that includes a file keeps it", (t) => {
   const missing: string[] = [];
   let seen = 0;
-  for (const file of readdirSync(dir).filter((f) => f.endsWith(".sql"))) {
-    const text = readFileSync(join(dir, file), "utf8");
+  for (const file of sqlFiles()) {
+    const text = readFileSync(join(projectRoot, file), "utf8");
     for (const m of text.matchAll(
       /create\s+or\s+replace\s+function\s+([\w.]+)\s*\(([\s\S]*?)\bas\s+\$\$/gi,
     )) {

@@ -69,7 +69,7 @@ test("a new migration opens with what it creates, replaces and drops; graphile-m
   const root = sandboxTree(t);
   const name = `${nextNumber(root)}-reviewable.sql`;
   // A function change (body and volatility) through its sql/ file, and table changes of its own.
-  const cutover = join(root, "sql", "cutover.sql");
+  const cutover = join(root, "sql", "cutover", "cutover.sql");
   const original = readFileSync(cutover, "utf8");
   // A function as replacement: in a replacement string "$$" stands for one "$".
   const changed = original.replace(
@@ -77,8 +77,14 @@ test("a new migration opens with what it creates, replaces and drops; graphile-m
     () =>
       "language sql volatile parallel safe set search_path = pg_catalog, pg_temp as $$\n  -- the gate\n  select exists (select 1 from bitrix_sync.cutover)",
   );
-  t.not(changed, original, "the fixture's edit of sql/cutover.sql must apply");
+  t.not(changed, original, "the fixture's edit of sql/cutover/cutover.sql must apply");
   writeFileSync(cutover, changed);
+  // A grant through the privilege catalogue: the table's decision, applied by apply_privileges().
+  const tables = join(root, "sql", "admin", "tables.sql");
+  const decisions = readFileSync(tables, "utf8");
+  const granted = decisions.replace("performed_at)'], array[]::text[],", "performed_at)'], array['SELECT'],");
+  t.not(granted, decisions, "the fixture's edit of sql/admin/tables.sql must apply");
+  writeFileSync(tables, granted);
   writeFileSync(
     join(root, "migrations", "src", name),
     [
@@ -88,8 +94,9 @@ test("a new migration opens with what it creates, replaces and drops; graphile-m
       "comment on column bitrix_sync.admin_actions.note is 'A reviewer''s note.';",
       "create index admin_actions_note_idx on bitrix_sync.admin_actions (note);",
       "drop index bitrix_sync.crm_commands_completed_idx;",
-      "grant select on bitrix_sync.admin_actions to han_app_user;",
-      "-- #include sql/cutover.sql",
+      "-- #include sql/cutover/cutover.sql",
+      "-- #include sql/admin/tables.sql",
+      "select bitrix_sync.apply_privileges();",
       "",
     ].join("\n"),
   );
@@ -157,7 +164,7 @@ test("a new migration opens with what it creates, replaces and drops; graphile-m
     ),
     summary,
   );
-  // Nothing else of sql/cutover.sql changed, so nothing else is listed as replaced.
+  // Nothing else of sql/cutover/cutover.sql changed, so nothing else is listed as replaced.
   t.false(
     replaces.some((l) => l.includes("perform_cutover")),
     summary,
@@ -262,32 +269,65 @@ test("db:check names a schema dump that is not what the migrations leave; db:dum
   t.regex(good, /^\\restrict bitrixsyncschemadump$/m);
 });
 
-test("a sql/ change after a release: db:check names the file until a new migration includes it; building writes only that migration", async (t) => {
+test("a sql/ change after a release: db:check names the object and its file until a new migration includes it; moved text needs none", async (t) => {
   const root = sandboxTree(t);
   const before = committedFiles(root);
-  appendFileSync(join(root, "sql", "alerts.sql"), "\n-- a later change\n");
+  // Moving a function (with its decision) into a file of its own changes no object: no migration.
+  const alerts = join(root, "sql", "alerts", "alerts.sql");
+  const text = readFileSync(alerts, "utf8");
+  const start = text.indexOf("create or replace function bitrix_sync.record_alert_item(");
+  const end = text.indexOf("\n\n", start);
+  t.true(start > 0 && end > start);
+  const moved = text.slice(start, end + 1);
+  writeFileSync(alerts, text.slice(0, start) + text.slice(end + 2));
+  writeFileSync(join(root, "sql", "alerts", "items.sql"), `-- Alert items (test fixture).\n\n${moved}`);
+  const manifest = join(root, "sql", "manifest.txt");
+  writeFileSync(
+    manifest,
+    readFileSync(manifest, "utf8").replace("alerts/alerts.sql\n", "alerts/alerts.sql\nalerts/items.sql\n"),
+  );
+  const check0 = await builder(root, "--check");
+  t.is(check0.code, 0, check0.out);
 
+  // A changed body and a new function, without a migration.
+  const items = join(root, "sql", "alerts", "items.sql");
+  writeFileSync(
+    items,
+    `${readFileSync(items, "utf8").replace("begin\n  update bitrix_sync.business_alerts", "begin\n  -- a later change\n  update bitrix_sync.business_alerts")}
+create or replace function bitrix_sync.alert_items_probe() returns integer
+language sql stable set search_path = pg_catalog, pg_temp as $$ select 1 $$;
+comment on function bitrix_sync.alert_items_probe() is 'A probe of the test.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.alert_items_probe()', array['EXECUTE'], array[]::text[], array[]::text[], 'A probe.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
+`,
+  );
   const check1 = await builder(root, "--check");
   t.is(check1.code, 1);
-  // The newest committed migration that includes alerts.sql, whichever that is today.
-  const lastInclude = [...committedFiles(root)]
-    .filter(([, text]) => text.includes("-- >>> sql/alerts.sql"))
-    .map(([f]) => f)
-    .sort()
-    .at(-1);
-  t.truthy(lastInclude);
-  t.true(
-    check1.out.includes(`sql/alerts.sql: differs from what migration ${lastInclude} applied`),
+  t.regex(
     check1.out,
+    /^sql\/alerts\/items\.sql: changes what no migration applied yet: function bitrix_sync\.record_alert_item\(.*changed: body; add a migration in migrations\/src\/ that includes this file \(-- #include sql\/alerts\/items\.sql\)/m,
   );
-  t.regex(check1.out, /-- #include sql\/alerts\.sql/);
+  t.regex(
+    check1.out,
+    /^sql\/alerts\/items\.sql: adds what no migration applied yet: function bitrix_sync\.alert_items_probe\(\)/m,
+  );
+  t.regex(
+    check1.out,
+    /^sql\/alerts\/items\.sql: adds what no migration applied yet: row bitrix_sync\.privilege_decisions function bitrix_sync\.alert_items_probe\(\)/m,
+  );
+  t.notRegex(check1.out, /sql\/alerts\/alerts\.sql:/, "the file the function left is not named");
   // Building alone cannot fix it and rewrites nothing.
   const build1 = await builder(root);
   t.is(build1.code, 1);
   t.deepEqual(committedFiles(root), before);
 
   const name = `${nextNumber(root)}-later-change.sql`;
-  writeFileSync(join(root, "migrations", "src", name), "-- later change\n-- #include sql/alerts.sql\n");
+  writeFileSync(
+    join(root, "migrations", "src", name),
+    "-- later change\n-- #include sql/alerts/items.sql\nselect bitrix_sync.apply_privileges();\n",
+  );
   const check2 = await builder(root, "--check");
   t.is(check2.code, 1);
   t.regex(check2.out, new RegExp(`migrations/src/${name}: not built yet`));
@@ -297,9 +337,14 @@ test("a sql/ change after a release: db:check names the file until a new migrati
   const after = committedFiles(root);
   t.deepEqual([...after.keys()].sort(), [...before.keys(), name].sort());
   for (const [f, text] of before) t.is(after.get(f), text, `${f} must not change`);
-  t.true(after.get(name)?.includes("-- a later change"));
-  // A comment changes no catalogue entry.
-  t.true(extractSummary(after.get(name) as string)?.includes("-- No change to the catalogue."));
+  const summary = extractSummary(after.get(name) as string) as string;
+  t.regex(summary, /^-- {2}function bitrix_sync\.record_alert_item\(.*changed: body$/m);
+  t.regex(summary, /^-- {2}function bitrix_sync\.alert_items_probe\(\): sha/m);
+  t.regex(
+    summary,
+    /^-- {2}grant EXECUTE on function bitrix_sync\.alert_items_probe\(\) to bitrix_sync_user$/m,
+  );
+  t.notRegex(summary, /to public/, "apply_privileges() took PUBLIC's default EXECUTE back");
   // The new file continues graphile-migrate's chain from the last committed hash.
   const plan = planMigrations(root);
   t.deepEqual(plan.problems, []);

@@ -163,7 +163,7 @@ test("han_app_user cannot read bitrix_sync tables; its writes still enqueue thro
   });
 });
 
-// ---- the privilege catalogue (sql/privileges.sql) ----------------------------------------------
+// ---- the privilege catalogue (sql/privileges/, decisions beside their objects) -------------------
 
 interface Drift {
   object_type: string;
@@ -210,8 +210,9 @@ test("every table, view, sequence and function of han_app and bitrix_sync is in 
   );
 });
 
-test("a new function without a decision shows as undecided, and sql/grants.sql refuses to run", async (t) => {
+test("a new function without a decision shows as undecided, and apply_privileges() (sql/grants.sql) refuses to run", async (t) => {
   const grants = readFileSync(join(import.meta.dirname, "..", "..", "sql", "grants.sql"), "utf8");
+  t.regex(grants, /^select bitrix_sync\.apply_privileges\(\);$/m);
   const c = await db.pool.connect();
   try {
     await c.query("begin");
@@ -226,8 +227,31 @@ test("a new function without a decision shows as undecided, and sql/grants.sql r
         "bitrix_sync.undecided_fn() han_app_user  undecided",
       ],
     );
-    const err = await rejectsWith(t, c.query(grants), "BS092");
-    t.regex(err.message, /bitrix_sync\.undecided_fn\(\)/);
+    await c.query("savepoint before_apply");
+    const err = await rejectsWith(t, c.query("select bitrix_sync.apply_privileges()"), "BS092");
+    t.regex(err.message, /bitrix_sync\.undecided_fn\(\) \(undecided\)/);
+    await c.query("rollback to savepoint before_apply");
+    await rejectsWith(t, c.query(grants), "BS092");
+    await c.query("rollback to savepoint before_apply");
+    // Its decision, as its sql/ file would write it, and the catalogue applies: PUBLIC loses the
+    // EXECUTE the function was created with, the runtime role gets it.
+    await c.query(
+      `insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+         ('function', 'bitrix_sync.undecided_fn()', array['EXECUTE'], array[]::text[], array[]::text[], 'test')
+       on conflict (object_type, object_name) do update
+         set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note`,
+    );
+    await c.query("select bitrix_sync.apply_privileges()");
+    t.deepEqual(await drift(c), []);
+    const { rows } = await c.query<{ user_ok: boolean; public_ok: boolean }>(
+      `select has_function_privilege('bitrix_sync_user', 'bitrix_sync.undecided_fn()', 'execute') as user_ok,
+              has_function_privilege('han_app_user', 'bitrix_sync.undecided_fn()', 'execute') as public_ok`,
+    );
+    t.deepEqual(rows[0], { user_ok: true, public_ok: false });
+    // A decision left behind by a dropped object names nothing: refused too.
+    await c.query("drop function bitrix_sync.undecided_fn()");
+    const gone = await rejectsWith(t, c.query("select bitrix_sync.apply_privileges()"), "BS092");
+    t.regex(gone.message, /function bitrix_sync\.undecided_fn\(\) \(unknown_object\)/);
   } finally {
     await c.query("rollback");
     c.release();

@@ -3,6 +3,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
+import { sqlFiles } from "../../src/db/migration-layout.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -135,14 +136,18 @@ test("the doc parser rejects a diagram without a machine and an edge without an 
   );
 });
 
-test("docs/errors.md has a row for exactly the BS SQLSTATEs raised in sql/ and migrations/src", (t) => {
+test("docs/errors.md has a row for exactly the BS SQLSTATEs raised in sql/ (every folder) and migrations/src", (t) => {
   const root = join(import.meta.dirname, "..", "..");
   const raised = new Set<string>();
-  for (const dir of ["sql", join("migrations", "src")]) {
-    for (const f of readdirSync(join(root, dir)).filter((n) => n.endsWith(".sql"))) {
-      for (const m of readFileSync(join(root, dir, f), "utf8").matchAll(/errcode\s*=\s*'(BS\d{3})'/g)) {
-        raised.add(m[1] ?? "");
-      }
+  const files = [
+    ...sqlFiles(root),
+    ...readdirSync(join(root, "migrations", "src"))
+      .filter((n) => n.endsWith(".sql"))
+      .map((n) => join("migrations", "src", n)),
+  ];
+  for (const f of files) {
+    for (const m of readFileSync(join(root, f), "utf8").matchAll(/errcode\s*=\s*'(BS\d{3})'/g)) {
+      raised.add(m[1] ?? "");
     }
   }
   t.true(raised.has("BS001"), "the scan found the codes");

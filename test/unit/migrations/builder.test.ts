@@ -1,9 +1,11 @@
 // The migration builder as a DBA meets it after a release (docs/migrations.md): committed
-// migrations are frozen, a sql/ change ships in a new migration, and db:check names what is wrong.
+// migrations are frozen (migrations/released.sha256 lists the released ones), a sql/ change ships in
+// a new migration, and db:check names what is wrong.
 import { execFile } from "node:child_process";
 import {
   appendFileSync,
   cpSync,
+  existsSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
@@ -15,7 +17,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
 import { projectRoot } from "../../../src/db/migrate.js";
-import { planMigrations, serialize } from "../../../src/db/migration-source.js";
+import { lastReleased, planMigrations, serialize } from "../../../src/db/migration-source.js";
 
 const run = promisify(execFile);
 
@@ -53,7 +55,7 @@ async function builder(root: string, ...args: string[]): Promise<{ code: number;
   }
 }
 
-test("the project's own migrations: a valid chain, nothing pending, no sql/ drift", (t) => {
+test("the project's own migrations: a valid chain, nothing pending, sql/ laid out by its rules", (t) => {
   const plan = planMigrations();
   t.deepEqual(plan.problems, []);
   t.deepEqual(plan.pending, []);
@@ -112,13 +114,89 @@ test("a new migration numbered before the last committed one is refused", (t) =>
   t.deepEqual(plan.pending, []);
 });
 
-test("a sql/ file no migration includes is reported: no database would have it", (t) => {
+test("a sql/ file the manifest does not list is reported: no check would apply it", (t) => {
   const root = sandboxTree(t);
-  writeFileSync(join(root, "sql", "orphan.sql"), "select 1;\n");
+  writeFileSync(join(root, "sql", "common", "orphan.sql"), "select 1;\n");
   const plan = planMigrations(root);
   t.true(
-    plan.problems.some((p) => p.file === "sql/orphan.sql" && /no migration includes it/.test(p.message)),
+    plan.problems.some(
+      (p) => p.file === "sql/common/orphan.sql" && /is not listed in sql\/manifest\.txt/.test(p.message),
+    ),
   );
+});
+
+test("the frozen sources are checked from the committed text: released migrations include files sql/ no longer has", (t) => {
+  const root = sandboxTree(t);
+  const plan = planMigrations(root);
+  // 000028 included sql/commands.sql, which today is a folder of smaller files.
+  const m28 = plan.committed.find((m) => m.filename.startsWith("000028"));
+  t.true(m28?.includes.has("sql/commands.sql"));
+  t.false(existsSync(join(root, "sql", "commands.sql")));
+  // Without any sql/ at all, the chain and every source still verify.
+  rmSync(join(root, "sql"), { recursive: true, force: true });
+  const bare = planMigrations(root);
+  t.deepEqual(
+    bare.problems.filter((p) => p.file.startsWith("migrations/")),
+    [],
+  );
+  t.true(bare.committed.length >= 32);
+  // And an edited source is still caught.
+  appendFileSync(join(root, "migrations", "src", m28?.filename ?? ""), "\n-- #include sql/commands.sql\n");
+  t.true(
+    planMigrations(root).problems.some(
+      (p) =>
+        p.file === `migrations/src/${m28?.filename}` &&
+        /differs from the committed migration/.test(p.message),
+    ),
+  );
+});
+
+test("a new migration includes files of the folders, expanded between markers", (t) => {
+  const root = sandboxTree(t);
+  const name = `${nextNumber(root)}-small.sql`;
+  writeFileSync(
+    join(root, "migrations", "src", name),
+    "set local lock_timeout = '10s';\n-- #include sql/cutover/cutover.sql\nselect bitrix_sync.apply_privileges();\n",
+  );
+  const plan = planMigrations(root);
+  t.deepEqual(plan.problems, []);
+  t.deepEqual(plan.pending[0]?.includes, ["sql/cutover/cutover.sql"]);
+  t.regex(
+    plan.pending[0]?.body ?? "",
+    /^-- >>> sql\/cutover\/cutover\.sql \(included\)\n-- Cutover[\s\S]*\n-- <<< sql\/cutover\/cutover\.sql\nselect bitrix_sync\.apply_privileges\(\);$/m,
+  );
+});
+
+test("migrations/released.sha256 is the list of released migrations: one changed or missing is refused with the fix", (t) => {
+  const root = sandboxTree(t);
+  const released = readFileSync(join(root, "migrations", "released.sha256"), "utf8");
+  t.regex(released, /^[0-9a-f]{64} {2}migrations\/committed\/000035-[a-z-]+\.sql$/m);
+  t.notRegex(released, /000036/);
+  t.is(lastReleased(root)?.slice(0, 6), "000035");
+  // The same bytes as graphile-migrate's chain: a comment changed is a new hash for the file.
+  const file = join(root, "migrations", "committed", "000012-trace-context.sql");
+  writeFileSync(file, `${readFileSync(file, "utf8")}\n`);
+  rmSync(join(root, "migrations", "committed", "000013-least-privilege.sql"));
+  const problems = planMigrations(root).problems;
+  t.true(
+    problems.some(
+      (p) =>
+        p.file === "migrations/committed/000012-trace-context.sql" &&
+        /is released \(migrations\/released\.sha256\) but its bytes changed.*git checkout <release> --/.test(
+          p.message,
+        ),
+    ),
+    JSON.stringify(problems),
+  );
+  t.true(
+    problems.some(
+      (p) =>
+        p.file === "migrations/committed/000013-least-privilege.sql" &&
+        /is released .* but missing/.test(p.message),
+    ),
+  );
+  rmSync(join(root, "migrations", "released.sha256"));
+  t.true(planMigrations(root).problems.some((p) => p.file === "migrations/released.sha256"));
 });
 
 test("a migration after 000027 without its generated summary is refused: only db:build writes one", (t) => {

@@ -1,0 +1,30 @@
+-- updated_at maintenance, shared by every table of schema bitrix_sync that has the column: a
+-- BEFORE UPDATE trigger stamps it with the transaction time.
+
+create or replace function bitrix_sync.tg__set_updated_at() returns trigger
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+begin
+  new.updated_at := now();
+  return new;
+end $$;
+comment on function bitrix_sync.tg__set_updated_at() is
+  'BEFORE UPDATE trigger: stamps updated_at with the transaction time.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.tg__set_updated_at()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
+
+do $$
+declare
+  v_table text;
+begin
+  foreach v_table in array array['entity_external_mapping', 'workflow_instances', 'crm_commands', 'business_alerts',
+                                 'rebind_requests', 'contact_snapshots', 'reconciliation_cursors']
+  loop
+    execute format('drop trigger if exists _900_set_updated_at on bitrix_sync.%I', v_table);
+    execute format('create trigger _900_set_updated_at before update on bitrix_sync.%I
+                      for each row execute function bitrix_sync.tg__set_updated_at()', v_table);
+    execute format('comment on trigger _900_set_updated_at on bitrix_sync.%I is %L', v_table,
+                   'Stamps updated_at on every change.');
+  end loop;
+end $$;
