@@ -45,7 +45,7 @@ function asUrl(connectionString: string): { url: URL; back: (url: URL) => string
   try {
     return { url: new URL(str, "postgres://base"), back: same };
   } catch {
-    // Not thrown on: new URL's error would carry the whole string, password included.
+    // Not rethrown: the parser's error carries the whole string, password included.
   }
   try {
     const url = new URL(str.replace("@/", `@${NO_HOST}/`), "postgres://base");
