@@ -10,8 +10,13 @@
 # The service runs TypeScript through tsx (a production dependency), with the same command as
 # `npm start` and the tests; a test keeps CMD equal to package.json's start script.
 
-# Pinned by digest (the multi-platform index of that tag): a re-pushed tag changes nothing here.
-ARG NODE_IMAGE=node:20.20.2-bookworm-slim@sha256:2cf067cfed83d5ea958367df9f966191a942351a2df77d6f0193e162b5febfc0
+# Node 24, the active LTS line (Node 20 left maintenance on 2026-04-30). Pinned by digest (the
+# multi-platform index of that tag): a re-pushed tag changes nothing here. The digest is the one
+# docker-library/repo-info records for node:24.21.0-bookworm-slim (repos/node/remote/, the build of
+# 2026-09-19 on Debian's snapshot of 2026-09-18), and the one public Dockerfiles pin for that tag;
+# it was not pulled here (no registry on the development machines): docs/deployment.md. The tests
+# run on this exact version too (scripts/node24.sh; a test keeps the two equal).
+ARG NODE_IMAGE=node:24.21.0-bookworm-slim@sha256:0e0ff40c39bc087845bfb27465a0df4ea419520094bc35842ff83dd8cbe6f9b6
 
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /app

@@ -18,6 +18,7 @@ import { createCrmClient } from "../src/crm/client.js";
 import { type CitizenshipItem, type ContactRecord, pickEmail } from "../src/crm/contact-fields.js";
 import { type CrmLimiter, createSpareLimiter } from "../src/crm/limiter.js";
 import { embeddedUrl } from "../src/db/embedded.js";
+import { withSearchPath } from "../src/db/search-path.js";
 import { databaseTarget } from "../src/db/target.js";
 import { dataDir } from "../src/local/data-dir.js";
 import { readServiceFile } from "../src/local/service-file.js";
@@ -62,7 +63,15 @@ function adminUrl(): string {
   return embeddedUrl(target.meta);
 }
 
-const client = new pg.Client({ connectionString: adminUrl(), application_name: "bitrix-sync-diagnose" });
+// The service's search path (src/db/search-path.ts), whatever form the admin's connection string
+// takes: the admin role reads through the same pinned path as the service.
+let connectionString: string;
+try {
+  connectionString = withSearchPath(adminUrl());
+} catch (e) {
+  fail((e as Error).message, EX.config);
+}
+const client = new pg.Client({ connectionString, application_name: "bitrix-sync-diagnose" });
 try {
   await client.connect();
 } catch (e) {
@@ -97,9 +106,17 @@ try {
   throw e;
 }
 
+// Who and with which path it reads: the admin role, the service's pinned search path.
+const session = (
+  await client.query<{ role: string; path: string }>(
+    "select current_user as role, current_setting('search_path') as path",
+  )
+).rows[0];
+
 const out: string[] = [];
 const line = (s = "") => out.push(s);
 line(`bitrix-sync diagnose: user ${userId}`);
+line(`session: role ${session?.role}, search_path ${session?.path}`);
 line();
 line("story (time order; personal values masked):");
 for (const e of story) {

@@ -280,6 +280,19 @@ async function main(): Promise<void> {
   const log = createLogger({ level: loaded.env.LOG_LEVEL, environment: loaded.env.SERVICE_ENVIRONMENT });
   const { config, generated } = withSandboxTokens(loaded);
   const stops: Stop[] = [];
+  // A stop asked for while the service is still starting (its listener, bound before the runner
+  // starts, may already have answered a healthcheck) is kept and carried out once the start is done:
+  // without a handler yet, Node's default action would end the process there, with no drain.
+  let deferredSignal: string | null = null;
+  const deferStop = (signal: string) => () => {
+    if (deferredSignal) return;
+    deferredSignal = signal;
+    log.info({ event: "shutdown.deferred", signal }, "asked to stop while starting; stopping once started");
+  };
+  const deferTerm = deferStop("SIGTERM");
+  const deferInt = deferStop("SIGINT");
+  process.on("SIGTERM", deferTerm);
+  process.on("SIGINT", deferInt);
   // Before anything else starts, so every span is exported; last to stop, so the final ones are too.
   let tracing: Tracing | null = null;
   try {
@@ -340,8 +353,11 @@ async function main(): Promise<void> {
     log.info({ event: "shutdown.done" }, "stopped");
     process.exit(exitCode);
   };
+  process.off("SIGTERM", deferTerm);
+  process.off("SIGINT", deferInt);
   process.on("SIGINT", () => void shutdown("SIGINT"));
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
+  if (deferredSignal) void shutdown(deferredSignal);
   // A bug must not leave the embedded server or leases behind: stop cleanly, then exit non-zero.
   const crash = (kind: string) => (e: unknown) => {
     log.fatal({ event: "process.crash", kind, ...crashFields(e) }, "unexpected error; stopping");

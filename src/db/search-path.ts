@@ -18,19 +18,54 @@ export const SEARCH_PATH_SETTING = SEARCH_PATH.join(", ");
 /** The startup option that sets it (no space: `options` splits its words on spaces). */
 const SEARCH_PATH_OPTION = `-c search_path=${SEARCH_PATH.join(",")}`;
 
+/** Stands in for the empty host of `postgres://user@/db?host=/socket/dir` while it is parsed. */
+const NO_HOST = "bitrix-sync-no-host.invalid";
+
 /**
- * `url` with the service's search path as a startup option, after any `options` the URL already
- * carries (a later `-c` wins). A connection string that is not a URL is returned as it is: use
- * `connectionOptions` for those.
+ * The connection string as node-postgres reads it (pg-connection-string), as a URL to add to, and the
+ * way back to a string of the same form. Every form pg takes: a URL with a host; a socket directory in
+ * the `host` parameter, with or without user and password (`postgresql:///db?host=/var/run/postgresql`,
+ * `postgres://user:pw@/db?host=...`, which WHATWG URL refuses); `socket:/dir?db=...`; and pg's own
+ * `/socket/dir database`.
  */
-export function withSearchPath(url: string): string {
-  let u: URL;
-  try {
-    u = new URL(url);
-  } catch {
-    return url;
+function asUrl(connectionString: string): { url: URL; back: (url: URL) => string } {
+  const same = (url: URL) => url.toString();
+  if (connectionString.startsWith("/")) {
+    // pg reads `<directory> [<database>]` (split on spaces) and nothing else: a URL says the same.
+    const [host, database] = connectionString.split(" ");
+    const url = new URL("postgresql://");
+    url.pathname = `/${database ?? ""}`;
+    url.searchParams.set("host", host as string);
+    return { url, back: same };
   }
-  const before = u.searchParams.get("options");
-  u.searchParams.set("options", before ? `${before} ${SEARCH_PATH_OPTION}` : SEARCH_PATH_OPTION);
-  return u.toString();
+  // pg's own steps: spaces and stray % encoded, then parsed against postgres://base, then again with a
+  // stand-in host when the host is empty but a user is given.
+  let str = connectionString;
+  if (/ |%[^a-f0-9]|%[a-f0-9][^a-f0-9]/i.test(str)) str = encodeURI(str).replace(/%25(\d\d)/g, "%$1");
+  try {
+    return { url: new URL(str, "postgres://base"), back: same };
+  } catch {
+    // Not rethrown: the parser's error carries the whole string, password included.
+  }
+  try {
+    const url = new URL(str.replace("@/", `@${NO_HOST}/`), "postgres://base");
+    return { url, back: (u) => u.toString().replace(`@${NO_HOST}/`, "@/") };
+  } catch {
+    throw new Error(
+      "the database connection string is not one node-postgres can read (neither a URL nor a socket directory)",
+    );
+  }
+}
+
+/**
+ * `connectionString` with the service's search path as a startup option, after any `options` it
+ * already carries (a later `-c` wins), in every form node-postgres takes (see `asUrl`): to pg, the
+ * result names the same server, database, user and password, and pins the path. Throws, without the
+ * string in the message, on one pg could not read either.
+ */
+export function withSearchPath(connectionString: string): string {
+  const { url, back } = asUrl(connectionString);
+  const before = url.searchParams.get("options");
+  url.searchParams.set("options", before ? `${before} ${SEARCH_PATH_OPTION}` : SEARCH_PATH_OPTION);
+  return back(url);
 }

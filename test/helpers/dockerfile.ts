@@ -69,3 +69,11 @@ export function readDockerfile(file = join(projectRoot, "Dockerfile")): {
   }
   return { globalArgs, stages };
 }
+
+/** The Node version the image runs (`24.21.0` of `node:24.21.0-bookworm-slim@sha256:...`). */
+export function imageNodeVersion(): string {
+  const image = readDockerfile().globalArgs.NODE_IMAGE ?? "";
+  const m = /^node:(\d+\.\d+\.\d+)-/.exec(image);
+  if (!m) throw new Error(`NODE_IMAGE names no exact Node version: ${image}`);
+  return m[1] as string;
+}

@@ -3,6 +3,7 @@
 // live Contact side by side; the admin-facing errors of the convergence audit's functions
 // (BS060, BS061, BS004) and that the runtime role cannot call them.
 import test from "ava";
+import pg from "pg";
 import { runConvergenceAudit } from "../../src/audit/run.js";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { finishedWorkflow, type Rig, startRig, TEST_HASH_KEY, testServiceEnv } from "../helpers/e2e.js";
@@ -173,3 +174,48 @@ test.serial("npm run diagnose exits 65 for a user nobody knows and 64 without a 
   t.is(usage.code, 64);
   t.regex(usage.stderr, /usage: npm run diagnose/);
 });
+
+test.serial(
+  "npm run diagnose reads with the service's search path, from a URL with a host or a host= parameter",
+  async (t) => {
+    // The trap of docs/security.md ("Search path"): the database's own setting puts `public` first.
+    // Only new sessions see it; it is taken back before the file's concurrent tests run.
+    await rig.db.pool.query(`alter database ${rig.db.name} set search_path = public, pg_catalog`);
+    t.teardown(() => rig.db.pool.query(`alter database ${rig.db.name} reset search_path`));
+    const tcp = new URL(rig.db.url);
+    // The server's socket directory when it has one (a Debian server; the embedded one listens on
+    // TCP only), else its TCP host, in the host parameter, with user and password and no host in the
+    // URL: the form WHATWG URL refuses, which the search path used to be lost on.
+    const dirs =
+      (await rig.db.pool.query<{ d: string }>("select current_setting('unix_socket_directories') as d"))
+        .rows[0]?.d ?? "";
+    const dir = dirs.split(",")[0]?.trim() ?? "";
+    const host = dir.startsWith("/") ? dir : tcp.hostname;
+    t.log(`host parameter: ${host}`);
+    const socket = `postgres://${tcp.username}:${tcp.password}@/${rig.db.name}?host=${encodeURIComponent(host)}&port=${tcp.port}`;
+    for (const [form, url] of Object.entries({ "URL with a host": rig.db.url, "host= parameter": socket })) {
+      const r = await runProcess(
+        "npm",
+        ["run", "-s", "diagnose", "--", userId, "--no-crm"],
+        { ...diagnoseEnv(), BITRIX_SYNC_ADMIN_DATABASE_URL: url },
+        60_000,
+      );
+      t.is(r.code, 0, `${form}: ${r.stderr}`);
+      const session = /^session: role (\S+), search_path (.+)$/m.exec(r.stdout);
+      t.is(session?.[1], "bitrix_sync_admin", form);
+      t.deepEqual(
+        session?.[2]?.split(",").map((s) => s.trim()),
+        ["pg_catalog", "pg_temp"],
+        form,
+      );
+    }
+    // The trap is real: a session that does not pin its path gets the database's.
+    const plain = new pg.Client({ connectionString: socket });
+    await plain.connect();
+    t.teardown(() => plain.end());
+    t.is(
+      (await plain.query<{ p: string }>("select current_setting('search_path') as p")).rows[0]?.p,
+      "public, pg_catalog",
+    );
+  },
+);

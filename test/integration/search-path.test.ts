@@ -192,3 +192,26 @@ test("every connection opened in src/ goes through the service's search path", (
   }
   t.true(seenConnections >= 6, String(seenConnections));
 });
+
+test("every connection opened by a script the image ships goes through the service's search path", (t) => {
+  // The scripts the runtime stage copies (`COPY scripts/... ./scripts/`): what an operator runs
+  // against the production database from the image (the migration, the healthcheck, diagnose).
+  const dockerfile = readFileSync(join(projectRoot, "Dockerfile"), "utf8");
+  const copy = /^COPY ((?:scripts\/\S+ )+)\.\/scripts\/$/m.exec(dockerfile);
+  const scripts = copy?.[1]?.trim().split(" ") ?? [];
+  t.true(scripts.includes("scripts/diagnose.ts"), scripts.join(" "));
+  let seenConnections = 0;
+  for (const f of scripts) {
+    const text = readFileSync(join(projectRoot, f), "utf8");
+    for (const m of text.matchAll(/new pg\.(Client|Pool)\(\{([^}]*)\}/g)) {
+      seenConnections++;
+      const options = m[2] as string;
+      // diagnose pins the string once before it opens its client (`connectionString`).
+      const pinned =
+        /withSearchPath\(/.test(options) ||
+        (/^\s*connectionString\b/.test(options) && /connectionString = withSearchPath\(/.test(text));
+      t.true(pinned, `${f}: new pg.${m[1]} without withSearchPath`);
+    }
+  }
+  t.true(seenConnections >= 1, String(seenConnections));
+});

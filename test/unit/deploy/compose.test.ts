@@ -80,15 +80,29 @@ test("every container: read-only root, no capabilities, no new privileges, a tmp
     t.true(s.security_opt?.includes("no-new-privileges:true"), name);
     t.true(s.tmpfs?.includes("/tmp"), name);
     t.is(s.network_mode, undefined, name);
+    // Pulled images: an exact version and the digest of its index; the project's own image is built
+    // from the Dockerfile, whose base is pinned the same way (dockerfile.test.ts).
     t.regex(
       s.image ?? "",
-      /:(\d+(?:\.\d+)+-\w+|v\d+(?:\.\d+){2}|\$\{BITRIX_SYNC_IMAGE_TAG:-local\})$/,
+      /^(?:[a-z0-9./-]+:(?:\d+(?:\.\d+){1,2}-[a-z]+|v\d+(?:\.\d+){2})@sha256:[0-9a-f]{64}|bitrix-sync:\$\{BITRIX_SYNC_IMAGE_TAG:-local\})$/,
       `${name}: pinned image`,
     );
+    t.notRegex(s.image ?? "", /:latest\b|:(?:stable|mainline)\b/, `${name}: no moving tag`);
   }
   t.regex(svc("postgres").user ?? "", /^[1-9]\d*:[1-9]\d*$/);
   t.regex(svc("nginx").user ?? "", /^[1-9]\d*:[1-9]\d*$/);
   t.regex(svc("blackbox-exporter").user ?? "", /^[1-9]\d*:[1-9]\d*$/);
+});
+
+test("every pulled image is pinned by digest, and nginx is on a current stable branch", (t) => {
+  const pulled = Object.entries(services).filter(([, s]) => !s.build && !s.image?.startsWith("bitrix-sync:"));
+  t.deepEqual(pulled.map(([name]) => name).sort(), ["blackbox-exporter", "nginx", "postgres"]);
+  for (const [name, s] of pulled) t.regex(s.image ?? "", /@sha256:[0-9a-f]{64}$/, name);
+  // nginx's stable branches have an even minor version (1.26, 1.28, 1.30); odd ones are mainline.
+  const minor = Number(/^nginx:1\.(\d+)\./.exec(svc("nginx").image ?? "")?.[1]);
+  t.true(minor >= 30 && minor % 2 === 0, `nginx 1.${minor} is a current stable branch`);
+  // The PostgreSQL of compose is the major the project is built and tested on.
+  t.regex(svc("postgres").image ?? "", /^postgres:15\.\d+-/);
 });
 
 test("only nginx publishes a public port, the one its rendered config listens on", (t) => {

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import test from "ava";
 import { OPTIONAL_SECRET_NAMES, SECRET_NAMES } from "../../../src/config/secrets.js";
 import { projectRoot } from "../../../src/db/migrate.js";
-import { readDockerfile, type Stage } from "../../helpers/dockerfile.js";
+import { imageNodeVersion, readDockerfile, type Stage } from "../../helpers/dockerfile.js";
 
 const { globalArgs, stages } = readDockerfile();
 const runtime = stages.at(-1) as Stage;
@@ -26,6 +26,33 @@ test("multi-stage, every base image pinned to a version and by digest", (t) => {
     );
   }
   t.deepEqual(Object.keys(globalArgs), ["NODE_IMAGE"]);
+});
+
+test("the runtime is Node 24 LTS on Debian bookworm, pinned by the digest of its index", (t) => {
+  t.regex(globalArgs.NODE_IMAGE ?? "", /^node:24\.\d+\.\d+-bookworm-slim@sha256:[0-9a-f]{64}$/);
+  for (const s of stages)
+    t.is(s.image, globalArgs.NODE_IMAGE as string, `${s.name ?? "a stage"} builds on NODE_IMAGE`);
+});
+
+test("the tests' Node 24 is the image's exact version, and package.json's engines admit it", (t) => {
+  const image = imageNodeVersion();
+  const script = readFileSync(join(projectRoot, "scripts", "node24.sh"), "utf8");
+  t.is(/^version=(\S+)$/m.exec(script)?.[1], image, "scripts/node24.sh installs the image's version");
+  t.regex(script, /^integrity=sha512-[A-Za-z0-9+/]+=*$/m, "and checks it against a pinned integrity");
+  // engines: caret ranges only (`^20.18.1 || ^24.21.0`): development on 20, the image on 24.
+  const engines = (pkg as unknown as { engines: { node: string } }).engines.node;
+  const ranges = engines.split("||").map((r) => r.trim());
+  for (const r of ranges) t.regex(r, /^\^\d+\.\d+\.\d+$/, engines);
+  const [major, minor, patch] = image.split(".").map(Number) as [number, number, number];
+  const admits = ranges.some((r) => {
+    const [M, m, p] = r.slice(1).split(".").map(Number) as [number, number, number];
+    return M === major && (minor > m || (minor === m && patch >= p));
+  });
+  t.true(admits, `${engines} admits the image's ${image}`);
+  t.true(
+    ranges.some((r) => r.startsWith("^20.")),
+    "development on Node 20 stays supported",
+  );
 });
 
 test("the install runs no package's install script, and no production package needs one", (t) => {
