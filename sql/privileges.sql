@@ -129,6 +129,17 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('table', 'bitrix_sync.settings_versions', array['SELECT'], array['SELECT'], array[]::text[],
    'Written by the admin''s settings functions only.'),
 
+  -- the portal contract a write probe confirmed (sql/crm_contract.sql): written and read through its
+  -- security definer functions
+  ('table', 'bitrix_sync.crm_contract_probes', array[]::text[], array['SELECT'], array[]::text[],
+   'Passed write probes (npm run preflight -- --write); never changed, the admin reads the history.'),
+  ('sequence', 'bitrix_sync.crm_contract_probes_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of crm_contract_probes.'),
+  ('function', 'bitrix_sync.crm_contract_forms()', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the contract functions.'),
+  ('function', 'bitrix_sync.record_crm_contract_probe(text,jsonb,text)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'npm run preflight -- --write records its pass, on the service''s connection.'),
+  ('function', 'bitrix_sync.crm_contract_status(text)', array['EXECUTE'], array['EXECUTE'], array[]::text[], 'The status document; an operator may ask.'),
+  ('function', 'bitrix_sync.crm_contract_problem(text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Readiness: crm_contract_unconfirmed.'),
+
   -- identity sequences: inserting into an identity column needs no right on its sequence
   ('sequence', 'bitrix_sync.admin_actions_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of admin_actions.'),
   ('sequence', 'bitrix_sync.business_alerts_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of business_alerts.'),
