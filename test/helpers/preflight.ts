@@ -24,6 +24,8 @@ export interface Deployment {
   env: Record<string, string>;
   /** Every secret value written, to grep the output for. */
   secrets: string[];
+  /** BITRIX_SYNC_CONTACT_RECEIVER_TOKEN, which the Contact workflow's URL carries. */
+  contactToken: string;
   close(): Promise<void>;
 }
 
@@ -89,6 +91,7 @@ export async function deployment(opts: {
     secretsDir,
     env,
     secrets: Object.values(secretValues),
+    contactToken,
     async close() {
       await emulator.close();
       rmSync(secretsDir, { recursive: true, force: true });
