@@ -1,9 +1,10 @@
 // Preflight, portal (§13, §10.2): through the service's own CRM client, read-only calls only. The
 // credential and its scopes (`scope`, `method.get`), the three Contact fields
 // (crm.contact.userfield.list), the alert smart process (crm.item.fields, crm.category.list,
-// crm.status.list), the member ID's form, and three contract probes whose findings an operator may
-// need to turn into settings: DATE_MODIFY against updatedTime, the registration flag's wire form,
-// and what the reconcile.opened_filter value returns.
+// crm.status.list), the Contact workflow (bizproc.workflow.template.list, when the webhook may read
+// it), the member ID's form, and three contract probes whose findings an operator may need to turn
+// into settings: DATE_MODIFY against updatedTime, the registration flag's wire form, and what the
+// reconcile.opened_filter value returns. What only a write can settle is ./probe.ts's.
 import { timingSafeEqual } from "node:crypto";
 import type { Config } from "../config/env.js";
 import { toRestFieldName } from "../config/fields.js";

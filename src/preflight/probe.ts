@@ -29,7 +29,6 @@ import {
   createCrm,
   createPortalLimiter,
   executeBatch,
-  isValidRuPhone,
   PAGE_SIZE,
   phoneChange,
   planPhoneUpdate,
@@ -229,7 +228,11 @@ class Run {
 
   async send(cmds: CrmCommand[], deps: CrmDeps = this.deps): Promise<CommandOutcome[]> {
     this.checkSignal();
-    return await executeBatch(deps, cmds, this.opts.signal ? { signal: this.opts.signal } : {});
+    const out = await executeBatch(deps, cmds, this.opts.signal ? { signal: this.opts.signal } : {});
+    // A request cut off by SIGINT is the interruption, not the portal's answer (a create it carried
+    // may still have happened: the clean-up looks for it by the probe's phones and user ids).
+    this.checkSignal();
+    return out;
   }
 
   async one<T extends CommandType>(
@@ -996,9 +999,4 @@ async function record(run: Run, pool: pg.Pool, host: string): Promise<void> {
       "the database must be migrated (bitrix_sync.record_crm_contract_probe) and BITRIX_SYNC_DATABASE_URL the service's role",
     );
   }
-}
-
-/** Whether `phone` is a number the probe may use (exported for the command line's message). */
-export function isProbePhone(phone: string): boolean {
-  return isValidRuPhone(phone) && phone.startsWith("+70");
 }
