@@ -474,6 +474,8 @@ async function steps(run: Run): Promise<void> {
   // The lists reconciliation and the audit send, and their filters.
   let listForms: Partial<ContractForms> = {};
   let opened = run.opened;
+  // Whether some form of the list returns the probe's Contact (the service's, or the one named).
+  let listed = false;
   if (!flagSet || modified === null) {
     const why = !flagSet
       ? "the flag could not be set (probe.registered_write)"
@@ -482,8 +484,8 @@ async function steps(run: Run): Promise<void> {
     run.unknown("probe.date_filter", why);
   } else {
     const before = toPortalTimestamp(new Date(Date.parse(modified) - 60_000));
-    ({ listForms, opened } = await listChanged(run, id, before));
-    if (run.lines.get("probe.list_changed")?.status !== "ok" && !run.lines.has("probe.date_filter")) {
+    ({ listForms, opened, listed } = await listChanged(run, id, before));
+    if (!listed && !run.lines.has("probe.date_filter")) {
       run.unknown("probe.date_filter", "the list does not return the probe's Contact (probe.list_changed)");
     } else if (!run.lines.has("probe.date_filter")) {
       await dateFilter(run, id, modified, before, listForms, opened);
@@ -552,10 +554,10 @@ async function steps(run: Run): Promise<void> {
       );
     }
     if (!run.lines.has("probe.registered_filter")) {
-      if (run.lines.get("probe.list_changed")?.status !== "ok" || modified === null) {
+      if (!listed || modified === null) {
         run.unknown(
           "probe.registered_filter",
-          "the list did not return the probe's Contact with the flag set (probe.list_changed)",
+          "no form of the list returned the probe's Contact with the flag set (probe.list_changed)",
         );
       } else {
         const before = toPortalTimestamp(new Date(Date.parse(modified) - 60_000));
@@ -601,14 +603,18 @@ async function listChanged(
   run: Run,
   id: number,
   before: string,
-): Promise<{ listForms: Partial<ContractForms>; opened: Settings["reconcile"]["openedFilter"] }> {
+): Promise<{
+  listForms: Partial<ContractForms>;
+  opened: Settings["reconcile"]["openedFilter"];
+  listed: boolean;
+}> {
   const opened = run.opened;
   const baseline = await run.listed(id, before);
   if (typeof baseline === "string") {
     run.fail("probe.list_changed", baseline, "the technical user must be allowed to list Contacts");
     run.unknown("probe.date_filter", "the list failed (probe.list_changed)");
     run.unknown("probe.registered_filter", "the list failed (probe.list_changed)");
-    return { listForms: {}, opened };
+    return { listForms: {}, opened, listed: false };
   }
   if (!baseline) {
     const f = run.forms;
@@ -665,14 +671,14 @@ async function listChanged(
         "probe.registered_filter",
         "no form of the list returns the probe's Contact (probe.list_changed)",
       );
-      return { listForms: {}, opened };
+      return { listForms: {}, opened, listed: false };
     }
     const detail = `crm.item.list with the service's filters (${service}) does not return the probe's Contact; with ${fix.what} it does`;
     const hint = `set ${fix.setting} to ${fix.value} (docs/configuration.md), then run the probe again: reconciliation and the audit would find nothing`;
     if (fix.setting === "contract.registered_filter") run.fail("probe.registered_filter", detail, hint);
     else if (fix.setting === "contract.date_filter") run.fail("probe.date_filter", detail, hint);
     run.fail("probe.list_changed", detail, hint);
-    return { listForms: fix.forms, opened: fix.opened };
+    return { listForms: fix.forms, opened: fix.opened, listed: true };
   }
 
   // The service's forms find it: every form the service sends must.
@@ -715,10 +721,10 @@ async function listChanged(
   } else {
     run.ok(
       "probe.list_changed",
-      `crm.item.list finds the probe's Contact in the keyset form (afterId, start=-1), the offset form (start, total) and the audit's (withUserId, with its user id); flag as ${run.forms.registeredFilter}, opened=${opened}`,
+      `crm.item.list finds the probe's Contact in the keyset form (afterId, start=-1), the offset form (start, total) and the audit's (withUserId, with its user id); the flag filtered as ${run.forms.registeredFilter}, opened=${opened}`,
     );
   }
-  return { listForms: {}, opened };
+  return { listForms: {}, opened, listed: true };
 }
 
 /** The modification-date filter narrows: a value after the Contact's change excludes it, one before includes it. */

@@ -367,3 +367,17 @@ test("the Contact workflow is not checked when the webhook's user is not an admi
   t.is(r.exitCode, 2);
   t.is(byId(r, "portal.credential").status, "ok", "bizproc next to crm is no excess scope");
 });
+
+test("an open-flag value the portal does not match: FAIL naming reconcile.opened_filter; the other filters are still probed", async (t) => {
+  const { d } = await deploy({}, { "reconcile.opened_filter": "1" });
+  const r = await probe(t, d);
+  const l = byId(r, "probe.list_changed");
+  t.is(l.status, "fail");
+  t.regex(
+    l.detail,
+    /opened=1, >=updatedTime with an offset \(\+00:00\)\) does not return the probe's Contact; with opened=Y it does/,
+  );
+  t.regex(l.hint ?? "", /set reconcile\.opened_filter to Y/);
+  t.is(byId(r, "probe.date_filter").status, "ok", byId(r, "probe.date_filter").detail);
+  t.is(byId(r, "probe.registered_filter").status, "ok", byId(r, "probe.registered_filter").detail);
+});
