@@ -4420,6 +4420,74 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text) IS 'Admin (docs/admin.md "Held phone links"): releases the hold of a user''s link made by phone alone (hold_released_by admin), audited in admin_actions with the operator''s reason and the login, and queues a read of the Contact (an inbox row) that applies its CRM-master fields to the App. BS004 missing reason or operator, BS005 no active link, BS002 the link is not held.';
 
 --
+-- Name: crm_contract_forms(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.crm_contract_forms() RETURNS jsonb
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select jsonb_build_object(
+    'registered_write', bitrix_sync._active_setting('contract.registered_write'),
+    'registered_filter', bitrix_sync._active_setting('contract.registered_filter'),
+    'date_filter', bitrix_sync._active_setting('contract.date_filter'),
+    'opened_filter', bitrix_sync._active_setting('reconcile.opened_filter'))
+$$;
+
+--
+-- Name: FUNCTION crm_contract_forms(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.crm_contract_forms() IS 'The contract forms the active settings use (contract.registered_write, contract.registered_filter, contract.date_filter, reconcile.opened_filter), as one JSON object: what a probe records and readiness compares.';
+
+--
+-- Name: crm_contract_problem(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.crm_contract_problem(p_portal_host text) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select case when (bitrix_sync.crm_contract_status(p_portal_host) ->> 'confirmed')::boolean then null
+              else 'crm_contract_unconfirmed' end
+$$;
+
+--
+-- Name: FUNCTION crm_contract_problem(p_portal_host text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.crm_contract_problem(p_portal_host text) IS 'Readiness (§14): crm_contract_unconfirmed until a write probe has passed against this portal with the forms the active settings use (degraded, not failing); null after.';
+
+--
+-- Name: crm_contract_status(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.crm_contract_status(p_portal_host text) RETURNS jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  with forms as (select bitrix_sync.crm_contract_forms() as f)
+  select jsonb_build_object(
+    'confirmed', m.passed_at is not null,
+    'confirmed_at', m.passed_at,
+    'last_pass_at', l.passed_at,
+    'forms', forms.f)
+    from forms
+    left join lateral (select p.passed_at from bitrix_sync.crm_contract_probes p
+                        where p.portal_host = lower(p_portal_host) and p.forms = forms.f
+                        order by p.passed_at desc limit 1) m on true
+    left join lateral (select p.passed_at from bitrix_sync.crm_contract_probes p
+                        where p.portal_host = lower(p_portal_host)
+                        order by p.passed_at desc limit 1) l on true
+$$;
+
+--
+-- Name: FUNCTION crm_contract_status(p_portal_host text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.crm_contract_status(p_portal_host text) IS 'Whether a write probe has passed against this portal with the forms the active settings use (confirmed, confirmed_at), the last pass against it with any forms (last_pass_at), and the forms in use. For the status document and an operator.';
+
+--
 -- Name: crm_limiter_state(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -6451,6 +6519,47 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text) IS 'Notes the hash of the phone bitrix-sync last wrote into a Contact, so the next change overwrites that entry instead of adding one.';
+
+--
+-- Name: record_crm_contract_probe(text, jsonb, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_id bigint;
+  v_keys text[];
+begin
+  if p_portal_host is null or p_portal_host !~ '^[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?$' then
+    raise exception 'a contract probe needs the portal host it ran against'
+      using errcode = 'BS004', hint = 'Pass BITRIX_SYNC_PORTAL_HOST, e.g. ''example.bitrix24.ru'' (host, optionally :port).';
+  end if;
+  if p_run_id is null or p_run_id !~ '^[0-9a-f]{8,32}$' then
+    raise exception 'a contract probe needs its run id'
+      using errcode = 'BS004', hint = 'Pass the run id preflight printed: 8 to 32 lowercase hexadecimal characters.';
+  end if;
+  select array_agg(k order by k) into v_keys from jsonb_object_keys(
+    case when jsonb_typeof(p_forms) = 'object' then p_forms else '{}'::jsonb end) k;
+  if v_keys is distinct from array['date_filter', 'opened_filter', 'registered_filter', 'registered_write']
+     or exists (select 1 from jsonb_each(p_forms) e where jsonb_typeof(e.value) <> 'string'
+                                                       or length(e.value #>> '{}') not between 1 and 16) then
+    raise exception 'the forms of a contract probe must be the four the settings name'
+      using errcode = 'BS004',
+            hint = 'Pass {"registered_write", "registered_filter", "date_filter", "opened_filter"} as strings, as bitrix_sync.crm_contract_forms() returns them.';
+  end if;
+  insert into bitrix_sync.crm_contract_probes (portal_host, forms, run_id)
+  values (lower(p_portal_host), p_forms, p_run_id)
+  returning id into v_id;
+  return v_id;
+end $_$;
+
+--
+-- Name: FUNCTION record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text) IS 'Records a passed write probe (npm run preflight -- --write): the portal host, the forms it proved and its run id; the time and the login are the row''s. BS004 when an argument is malformed.';
 
 --
 -- Name: record_registered_contacts(uuid, timestamp with time zone, bigint, bigint, bigint[], jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -8953,6 +9062,71 @@ ALTER TABLE bitrix_sync.crm_commands ALTER COLUMN id ADD GENERATED ALWAYS AS IDE
 );
 
 --
+-- Name: crm_contract_probes; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.crm_contract_probes (
+    id bigint NOT NULL,
+    portal_host text NOT NULL,
+    forms jsonb NOT NULL,
+    run_id text NOT NULL,
+    passed_at timestamp with time zone DEFAULT now() NOT NULL,
+    recorded_db_user text DEFAULT SESSION_USER NOT NULL,
+    CONSTRAINT crm_contract_probes_forms_object CHECK ((jsonb_typeof(forms) = 'object'::text)),
+    CONSTRAINT crm_contract_probes_host_form CHECK ((portal_host ~ '^[a-z0-9.-]{1,253}(:[0-9]{1,5})?$'::text)),
+    CONSTRAINT crm_contract_probes_run_id_form CHECK ((run_id ~ '^[0-9a-f]{8,32}$'::text))
+);
+
+--
+-- Name: TABLE crm_contract_probes; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.crm_contract_probes IS 'Write probes (npm run preflight -- --write) that passed: against which portal, with which contract forms, when and by which login. Readiness is not degraded by crm_contract_unconfirmed once a row covers the configured portal and the active forms.';
+
+--
+-- Name: COLUMN crm_contract_probes.portal_host; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_contract_probes.portal_host IS 'BITRIX_SYNC_PORTAL_HOST of the run, lower case.';
+
+--
+-- Name: COLUMN crm_contract_probes.forms; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_contract_probes.forms IS 'The forms the probe proved: registered_write, registered_filter, date_filter, opened_filter (bitrix_sync.crm_contract_forms()).';
+
+--
+-- Name: COLUMN crm_contract_probes.run_id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_contract_probes.run_id IS 'The run id preflight printed; the probe''s throw-away Contacts carried it in their name.';
+
+--
+-- Name: COLUMN crm_contract_probes.passed_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_contract_probes.passed_at IS 'When the probe was recorded, after every step passed.';
+
+--
+-- Name: COLUMN crm_contract_probes.recorded_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_contract_probes.recorded_db_user IS 'The login that recorded it (session_user).';
+
+--
+-- Name: crm_contract_probes_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.crm_contract_probes ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.crm_contract_probes_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: crm_inflight_slots; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
@@ -10559,6 +10733,13 @@ ALTER TABLE bitrix_sync.crm_commands
 
 ALTER TABLE bitrix_sync.crm_commands
     ADD CONSTRAINT crm_commands_trace_context_chk CHECK ((trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
+
+--
+-- Name: crm_contract_probes crm_contract_probes_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.crm_contract_probes
+    ADD CONSTRAINT crm_contract_probes_pkey PRIMARY KEY (id);
 
 --
 -- Name: crm_inflight_slots crm_inflight_slots_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
@@ -13286,6 +13467,27 @@ REVOKE ALL ON FUNCTION bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason t
 GRANT ALL ON FUNCTION bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text) TO bitrix_sync_admin;
 
 --
+-- Name: FUNCTION crm_contract_forms(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.crm_contract_forms() FROM PUBLIC;
+
+--
+-- Name: FUNCTION crm_contract_problem(p_portal_host text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.crm_contract_problem(p_portal_host text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.crm_contract_problem(p_portal_host text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION crm_contract_status(p_portal_host text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.crm_contract_status(p_portal_host text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.crm_contract_status(p_portal_host text) TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.crm_contract_status(p_portal_host text) TO bitrix_sync_admin;
+
+--
 -- Name: FUNCTION crm_limiter_state(p_bucket text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13711,6 +13913,13 @@ GRANT ALL ON FUNCTION bitrix_sync.record_contact_created(p_contact_id text, p_us
 
 REVOKE ALL ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user_id uuid, p_phone_hash text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION record_registered_contacts(p_lease_token uuid, p_read_at timestamp with time zone, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[], p_rows jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14160,6 +14369,12 @@ GRANT SELECT(dead_letter_id) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_a
 --
 
 GRANT USAGE ON SEQUENCE bitrix_sync.business_alert_number_seq TO bitrix_sync_user;
+
+--
+-- Name: TABLE crm_contract_probes; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.crm_contract_probes TO bitrix_sync_admin;
 
 --
 -- Name: TABLE crm_inflight_slots; Type: ACL; Schema: bitrix_sync; Owner: -

@@ -28,6 +28,7 @@ import {
   Checker,
   Cleanup,
   changePhone,
+  confirmContract,
   newPhone,
   newTokens,
   removeDir,
@@ -159,6 +160,7 @@ async function main(cleanup: Cleanup, check: Checker, created: Created): Promise
 
   const emulator = await startEmulator({ fields: SANDBOX_FIELDS, rate: RATE });
   cleanup.add("emulator", () => emulator.close());
+  await withClient(primary.urlOf(DATABASE), (c) => confirmContract(c, emulator.host));
   const env = replicaEnv(dir, "service", viaName("bitrix_sync_user", runtimePassword), emulator, newTokens());
   const replicas = [new Replica("replica-1", env), new Replica("replica-2", env)];
   created.replicas = replicas;

@@ -24,6 +24,7 @@ import {
   Checker,
   Cleanup,
   changePhone,
+  confirmContract,
   newPhone,
   newTokens,
   removeDir,
@@ -124,6 +125,7 @@ async function main(cleanup: Cleanup, check: Checker): Promise<void> {
 
   const emulator = await startEmulator({ fields: SANDBOX_FIELDS, rate: RATE });
   cleanup.add("emulator", () => emulator.close());
+  await confirmContract(pool, emulator.host);
   const runtimePassword = randomUUID();
   await pool.query(`alter role bitrix_sync_user login password '${runtimePassword}'`);
   const serviceUrl = new URL(dbUrl.toString());

@@ -24,6 +24,7 @@ import { Traffic } from "./chaos/traffic.js";
 import {
   byInvariant,
   Checker,
+  confirmContract,
   createDatabase,
   DRILL_SETTINGS,
   DuplicateWatch,
@@ -284,6 +285,9 @@ async function main(): Promise<number> {
       `${(m1.ms / 1000).toFixed(1)} s`,
     );
     if (m1.code !== 0) throw new Error(`this release's migrations failed: ${m1.out.slice(-2000)}`);
+    // This release's readiness asks whether the portal's contract was confirmed (migration 000036):
+    // as on a deployment, the write probe has passed before the new replicas start.
+    await confirmContract(db, emulator.host);
     const lockRetries = (m1.out.match(/lock conflict/g) ?? []).length;
     const migratedAt = Date.now();
 

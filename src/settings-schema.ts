@@ -183,6 +183,15 @@ export const SettingsSchema = z.object({
   }),
   batch: z.object({ maxWaitMs: int(1, 60_000), size: int(1, 50) }),
   citizenship: z.object({ cacheTtlSec: int(10, 604_800) }),
+  /**
+   * The forms of the portal's REST contract the reference leaves open (src/crm/contact-fields.ts,
+   * ContractForms); preflight's write probe names the value to set when the portal wants another.
+   */
+  contract: z.object({
+    dateFilter: z.enum(["offset", "no_offset"]),
+    registeredFilter: z.enum(["1", "Y"]),
+    registeredWrite: z.enum(["1", "Y"]),
+  }),
   claim: z.object({ size: int(1, 1000) }),
   health: z.object({ crmStaleSec: int(30, 86_400) }),
   lease: z.object({ ttlSec: int(5, 3600) }),

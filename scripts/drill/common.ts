@@ -111,6 +111,17 @@ export async function prepareDatabase(
   return runtimeUrl(url);
 }
 
+/**
+ * A passed write probe recorded for the emulator's portal, as on a deployment where `npm run
+ * preflight -- --write` passed: readiness is then not degraded by crm_contract_unconfirmed.
+ */
+export async function confirmContract(db: pg.Pool | pg.Client, portalHost: string): Promise<void> {
+  await db.query(
+    "select bitrix_sync.record_crm_contract_probe($1, bitrix_sync.crm_contract_forms(), 'd0d0d0d0')",
+    [portalHost],
+  );
+}
+
 /** The runtime role's URL for a database; LOGIN granted as deployment does. */
 export async function runtimeUrl(url: string): Promise<{ serviceUrl: string; password: string }> {
   const password = randomBytes(18).toString("base64url");

@@ -27,7 +27,7 @@ function fieldNames(fields: AlertSettings["fields"]): Array<[string, string]> {
   );
 }
 
-interface AlertRow {
+export interface AlertRow {
   id: string;
   alert_number: string;
   alert_type: string;

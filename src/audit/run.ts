@@ -22,7 +22,7 @@ const BATCH_MAX = 50;
 /** Links compared per round: one HTTP batch of contact.read commands of one page each. */
 const LINKS_PER_ROUND = BATCH_MAX * PAGE_SIZE;
 /** The registered scan lists every Contact with the flag set: the time filter must still be given. */
-const SINCE_EVER = "2000-01-01T00:00:00+00:00";
+export const SINCE_EVER = "2000-01-01T00:00:00+00:00";
 /** The spare slot frees itself after this long if its holder died; above any HTTP timeout. */
 const SPARE_SLOT_TTL_MS = 120_000;
 /** A range end above every Contact ID: the registered list ended, everything above was covered. */

@@ -6,6 +6,8 @@ import {
   type CitizenshipList,
   type ContactFieldNames,
   type ContactRecord,
+  type ContractForms,
+  DOCUMENTED_FORMS,
   encodeRegistered,
   isValidRuPhone,
   type PhoneChange,
@@ -142,9 +144,14 @@ export type CrmCommand = {
   [T in CommandType]: { type: T; params: CommandParams[T]; key?: string };
 }[CommandType];
 
-/** What a builder needs besides the parameters: the portal's field names (§3.2). */
+/**
+ * What a builder needs besides the parameters: the portal's field names (§3.2) and the forms of the
+ * contract the portal honours (settings contract.*; read at every build, so a new settings version
+ * applies to the next command). Absent forms are the documented ones.
+ */
 export interface CatalogueContext {
   fields: ContactFieldNames;
+  readonly forms?: ContractForms;
 }
 
 /** Thrown by a builder when the parameters cannot be sent; `code` feeds the classifier. */
@@ -251,6 +258,24 @@ function entityTypeId(n: unknown): number {
   return n;
 }
 
+function formsOf(ctx: CatalogueContext): ContractForms {
+  return ctx.forms ?? DOCUMENTED_FORMS;
+}
+
+/** The portal widest west of UTC reads a time without an offset 12 hours behind it (UTC-12). */
+const WIDEST_WEST_MS = 12 * 3600_000;
+
+/**
+ * The `>=updatedTime` value for an instant written ISO 8601 with an offset: as it is ("offset"), or
+ * without an offset and 12 hours earlier ("no_offset"), so that the instant the portal reads, in any
+ * time zone from UTC-12 to UTC+14, is never after the one asked for (the window widens by up to
+ * 26 hours; reconciliation reads those Contacts again and finds them unchanged).
+ */
+export function updatedSinceValue(since: string, form: ContractForms["dateFilter"]): string {
+  if (form === "offset") return since.replace(/Z$/, "+00:00");
+  return new Date(Date.parse(since) - WIDEST_WEST_MS).toISOString().slice(0, 19);
+}
+
 /** Normalises an instant to the portal's documented filter form: seconds and a numeric offset. */
 export function toPortalTimestamp(d: Date): string {
   return `${d.toISOString().slice(0, 19)}+00:00`;
@@ -322,7 +347,7 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
       const fields: ParamObject = {
         PHONE: [{ VALUE: p.phone, VALUE_TYPE: "MOBILE" }],
         [ctx.fields.userId]: p.userId,
-        [ctx.fields.registered]: encodeRegistered(p.registered),
+        [ctx.fields.registered]: encodeRegistered(p.registered, formsOf(ctx).registeredWrite),
       };
       if (p.name) fields.NAME = p.name;
       if (p.email) fields.EMAIL = [{ VALUE: p.email, VALUE_TYPE: "WORK" }];
@@ -393,12 +418,15 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
         throw new CommandDataError("invalid_params", "opened must be Y, N, 1 or 0");
       }
       // §10.2 with two reference corrections: a boolean UF filters as 1 (not Y), a system boolean
-      // such as `opened` as Y (1 is undocumented; the value is a checked setting). Keyset paging with
-      // start=-1 skips the COUNT; offset paging returns `total` so the other pages can be batched.
+      // such as `opened` as Y (1 is undocumented; the value is a checked setting). The flag's and the
+      // date's forms are settings too (contract.*), confirmed by preflight's write probe. Keyset
+      // paging with start=-1 skips the COUNT; offset paging returns `total` so the other pages can
+      // be batched.
+      const forms = formsOf(ctx);
       const filter: ParamObject = {
-        ">=updatedTime": p.updatedSince.replace(/Z$/, "+00:00"),
+        ">=updatedTime": updatedSinceValue(p.updatedSince, forms.dateFilter),
         opened: p.opened ?? "Y",
-        [toRestFieldName(ctx.fields.registered)]: 1,
+        [toRestFieldName(ctx.fields.registered)]: forms.registeredFilter === "Y" ? "Y" : 1,
       };
       if (p.afterId !== undefined || p.start === undefined) filter[">id"] = p.afterId ?? 0;
       const userField = toRestFieldName(ctx.fields.userId);
@@ -474,7 +502,8 @@ const CATALOGUE: { [T in CommandType]: Entry<T> } = {
         }
         fields[ctx.fields.userId] = p.userId ?? "";
       }
-      if (p.registered !== undefined) fields[ctx.fields.registered] = encodeRegistered(p.registered);
+      if (p.registered !== undefined)
+        fields[ctx.fields.registered] = encodeRegistered(p.registered, formsOf(ctx).registeredWrite);
       if (p.phones !== undefined && p.phones.length > 0) {
         if (!p.phones.every((ph) => isValidRuPhone(ph.VALUE))) {
           throw new CommandDataError("invalid_phone", "phone is not +7XXXXXXXXXX");

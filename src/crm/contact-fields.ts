@@ -72,11 +72,40 @@ export function phoneChange(plan: PhonePlan, phone: string): PhoneChange {
 }
 
 /**
- * The registration flag as written through crm.contact.add/update. A boolean user field is stored
- * as 1/0; the universal list filter also wants 1/0 (reference §6, §9). Kept in one place so a portal
- * contract test can change it without touching workflow logic (§10.2).
+ * The forms of the portal's REST contract that the reference leaves open (§6, §9), as the settings
+ * `contract.*` name them; `npm run preflight -- --write` establishes which a portal honours
+ * (docs/decisions.md). Absent, the documented forms apply (DOCUMENTED_FORMS).
  */
-export function encodeRegistered(active: boolean): 1 | 0 {
+export interface ContractForms {
+  /** contract.registered_write: the flag written as 1/0 ("1") or "Y"/"N" ("Y"). */
+  registeredWrite: "1" | "Y";
+  /** contract.registered_filter: the flag filtered as 1 ("1") or "Y" ("Y"). */
+  registeredFilter: "1" | "Y";
+  /**
+   * contract.date_filter: `>=updatedTime` sent with an offset ("offset", the documented form), or
+   * without one and 12 hours earlier ("no_offset": whatever time zone the portal reads it in, from
+   * UTC-12 to UTC+14, the window only widens, by up to 26 hours).
+   */
+  dateFilter: "offset" | "no_offset";
+}
+
+/** The forms the reference documents (§6: a boolean user field filters as 1; dates carry an offset). */
+export const DOCUMENTED_FORMS: Readonly<ContractForms> = {
+  registeredWrite: "1",
+  registeredFilter: "1",
+  dateFilter: "offset",
+};
+
+/**
+ * The registration flag as written through crm.contact.add/update: 1/0 by default, or "Y"/"N" where
+ * the portal takes only that (setting contract.registered_write). Kept in one place so the portal's
+ * form never reaches workflow logic (§10.2).
+ */
+export function encodeRegistered(
+  active: boolean,
+  form: ContractForms["registeredWrite"] = DOCUMENTED_FORMS.registeredWrite,
+): 1 | 0 | "Y" | "N" {
+  if (form === "Y") return active ? "Y" : "N";
   return active ? 1 : 0;
 }
 

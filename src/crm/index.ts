@@ -10,6 +10,7 @@ import {
   type CitizenshipDictionaryStatus,
   type CitizenshipList,
   type ContactFieldNames,
+  type ContractForms,
   createCitizenshipDictionary,
 } from "./contact-fields.js";
 import { type CrmLimiter, createPgLimiter } from "./limiter.js";
@@ -70,7 +71,13 @@ export function createCrm(opts: CrmOptions): Crm {
   const deps: CrmDeps = {
     client,
     limiter: opts.limiter,
-    catalogue: { fields: opts.fields },
+    catalogue: {
+      fields: opts.fields,
+      // Read at every build: the settings are hot.
+      get forms() {
+        return contractForms(opts.settings());
+      },
+    },
     ...(opts.log ? { log: opts.log } : {}),
     ...(opts.observeCommands ? { observeCommands: opts.observeCommands } : {}),
   };
@@ -86,6 +93,15 @@ export function createCrm(opts: CrmOptions): Crm {
     deps,
     citizenship,
     close: () => client.close(),
+  };
+}
+
+/** The contract forms the settings name (contract.*), as the catalogue's builders take them. */
+export function contractForms(s: Settings): ContractForms {
+  return {
+    registeredWrite: s.contract.registeredWrite,
+    registeredFilter: s.contract.registeredFilter,
+    dateFilter: s.contract.dateFilter,
   };
 }
 

@@ -92,8 +92,19 @@ function compareValue(kind: Kind, stored: unknown, wanted: unknown, store: Porta
       return (stored ? "Y" : "N") === wanted ? 0 : 1;
     case "ufbool": {
       // Boolean user fields filter as 1/0; Y/N "is not supported" (reference §6): matches nothing.
+      // A portal of the other kind (PortalContract.booleanFilter "Y/N") matches Y/N only.
       const w =
-        wanted === 1 || wanted === "1" || wanted === true ? 1 : wanted === 0 || wanted === "0" ? 0 : null;
+        store.contract.booleanFilter === "Y/N"
+          ? wanted === "Y"
+            ? 1
+            : wanted === "N"
+              ? 0
+              : null
+          : wanted === 1 || wanted === "1" || wanted === true
+            ? 1
+            : wanted === 0 || wanted === "0"
+              ? 0
+              : null;
       if (w === null) return null;
       return (stored === 1 ? 1 : 0) === w ? 0 : 1;
     }
@@ -140,6 +151,11 @@ function matchOne<R>(spec: FieldSpec<R>, op: Op, wanted: unknown, row: R, store:
   }
 }
 
+/** A date value written with an offset or Z (2024-01-01T00:00:00+03:00), not in local time. */
+function hasOffset(v: unknown): boolean {
+  return typeof v === "string" && /T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})$/i.test(v.trim());
+}
+
 function compileFilter<R>(
   filter: unknown,
   specs: Specs<R>,
@@ -152,6 +168,9 @@ function compileFilter<R>(
     const { op, field } = splitKey(key);
     const spec = specs[field];
     if (!spec) return fail(400, errorCode, `Invalid filter: field '${field}' is not allowed`);
+    // A portal that ignores a date filter whose value carries an offset (PortalContract) drops it.
+    if (spec.kind === "date" && store.contract.dateFilterWithOffset === "ignored" && hasOffset(wanted))
+      continue;
     tests.push((row) => matchOne(spec, op, wanted, row, store));
   }
   return (row) => tests.every((t) => t(row));
@@ -587,6 +606,18 @@ const itemUpdate: MethodHandler = (params, store) => {
   return { ok: true, result: { item: store.itemView(i) } };
 };
 
+/** crm.item.delete {entityTypeId, id}: `[]` (PHP's empty array); missing: 400 NOT_FOUND. */
+const itemDelete: MethodHandler = (params, store) => {
+  const e = entity(params, store);
+  if (isReply(e)) return e;
+  const id = toInt(params.id);
+  const found = findItem(e, id, store);
+  if (!found || id === null) return fail(400, "NOT_FOUND", "Item not found");
+  if (e.kind === "contact") store.contacts.delete(id);
+  else store.items.delete(id);
+  return { ok: true, result: [] };
+};
+
 const itemGet: MethodHandler = (params, store) => {
   const e = entity(params, store);
   if (isReply(e)) return e;
@@ -798,6 +829,55 @@ export function scopeRefusal(store: PortalStore, method: string): MethodReply | 
   );
 }
 
+// ---------------------------------------------------------------------------------------------
+// Business processes: bizproc.workflow.template.list (api-reference/bizproc/template)
+// ---------------------------------------------------------------------------------------------
+
+const TEMPLATE_FIELDS = ["ID", "MODULE_ID", "ENTITY", "DOCUMENT_TYPE", "AUTO_EXECUTE", "NAME", "TEMPLATE"];
+
+/**
+ * The templates of the workflow designer: administrators only (400 ACCESS_DENIED otherwise). SELECT
+ * (default ID), FILTER by any field named in any case (DOCUMENT_TYPE also as the three-element
+ * document type), ORDER, start; 50 a page with `total`.
+ */
+const workflowTemplateList: MethodHandler = (params, store) => {
+  if (!store.bizprocAdmin) return fail(400, "ACCESS_DENIED", "Access denied!");
+  const rows = store.workflowTemplates.map((t) => ({
+    ID: String(t.ID),
+    MODULE_ID: t.DOCUMENT_TYPE[0],
+    ENTITY: t.DOCUMENT_TYPE[1],
+    DOCUMENT_TYPE: [...t.DOCUMENT_TYPE],
+    AUTO_EXECUTE: String(t.AUTO_EXECUTE),
+    NAME: t.NAME,
+    TEMPLATE: structuredClone(t.TEMPLATE),
+  }));
+  const filter = obj(param(params, "filter")) ?? {};
+  const matches = (row: (typeof rows)[number]) =>
+    Object.entries(filter).every(([rawKey, wanted]) => {
+      const { op, field } = splitKey(rawKey);
+      const key = field.toUpperCase();
+      if (!TEMPLATE_FIELDS.includes(key)) return false;
+      let hit: boolean;
+      if (key === "DOCUMENT_TYPE" && (Array.isArray(wanted) || obj(wanted))) {
+        const want = entries(wanted).map(str);
+        hit = want.length === 3 && want.every((v, i) => v === row.DOCUMENT_TYPE[i]);
+      } else if (key === "DOCUMENT_TYPE") {
+        hit = row.DOCUMENT_TYPE[2] === str(wanted);
+      } else {
+        hit = str(row[key as keyof typeof row]) === str(wanted);
+      }
+      return op === "!" || op === "!=" ? !hit : hit;
+    });
+  const selected = entries(param(params, "select")).map((f) => str(f).toUpperCase());
+  const select = selected.length > 0 ? selected : ["ID"];
+  const all = rows.filter(matches).sort((a, b) => Number(a.ID) - Number(b.ID));
+  const p = page(all, param(params, "start"));
+  const result = p.rows.map((r) =>
+    Object.fromEntries(select.filter((f) => f in r).map((f) => [f, r[f as keyof typeof r]])),
+  );
+  return { ok: true, result, total: p.total, ...(p.next !== undefined ? { next: p.next } : {}) };
+};
+
 /** Every method the emulator serves, by REST name. */
 export const METHODS: Record<string, MethodHandler> = {
   scope: scopeMethod,
@@ -806,6 +886,7 @@ export const METHODS: Record<string, MethodHandler> = {
   "crm.category.list": categoryList,
   "crm.item.fields": itemFields,
   "crm.status.list": statusList,
+  "bizproc.workflow.template.list": workflowTemplateList,
   "crm.contact.add": contactAdd,
   "crm.contact.delete": contactDelete,
   "crm.contact.get": contactGet,
@@ -814,6 +895,7 @@ export const METHODS: Record<string, MethodHandler> = {
   "crm.contact.userfield.list": contactUserfieldList,
   "crm.duplicate.findbycomm": duplicateFindByComm,
   "crm.item.add": itemAdd,
+  "crm.item.delete": itemDelete,
   "crm.item.get": itemGet,
   "crm.item.list": itemList,
   "crm.item.update": itemUpdate,

@@ -1,6 +1,7 @@
 // A Bitrix24 portal on loopback, faithful to ../shared/reference/bitrix24-rest.md: the webhook URL
 // form with its secret checked, JSON/form/query bodies, success and error envelopes with `time`,
-// `batch` (halt, result/result_error/result_total/result_next/result_time, empty maps as []), the
+// `batch` (halt, result/result_error/result_total/result_next/result_time, empty maps as [], and
+// `$result[...]` references resolved in every value: ./batch-refs.ts), the
 // leaky bucket (503 QUERY_LIMIT_EXCEEDED), per-method operating time (429 OPERATION_TIME_LIMIT, and
 // a per-command error inside a batch), and faults scripted per test. Every request is logged so
 // tests can assert batch sizes and request rates. Used by the tests and by sandbox mode.
@@ -16,7 +17,14 @@ import { parsePhpQuery } from "../crm/php-query.js";
 import { newBatchResults, recordReply, resolveParams } from "./batch-refs.js";
 import { LeakyBucket, OperatingMeter, type OperatingOptions } from "./limits.js";
 import { formatPortalTime, METHODS, type MethodReply, scopeRefusal } from "./methods.js";
-import { type EnumElement, PortalStore, type SmartProcessDef, type UserFieldType } from "./store.js";
+import {
+  type EnumElement,
+  type PortalContract,
+  PortalStore,
+  type SmartProcessDef,
+  type UserFieldType,
+  type WorkflowTemplate,
+} from "./store.js";
 
 /** A fault to inject into the next matching request (or command). */
 export type Fault =
@@ -91,6 +99,12 @@ export interface EmulatorOptions {
   citizenship?: EnumElement[];
   /** Scopes the webhook was given; default ["crm"]. Other methods answer insufficient_scope. */
   scopes?: string[];
+  /** The forms the portal honours where the reference leaves them open (default: as documented). */
+  contract?: PortalContract;
+  /** Business process templates for bizproc.workflow.template.list; default none. */
+  workflowTemplates?: WorkflowTemplate[];
+  /** Whether the webhook's user is an administrator (bizproc.workflow.template.list); default true. */
+  bizprocAdmin?: boolean;
 }
 
 /** A running emulator. */
@@ -207,6 +221,9 @@ export async function startEmulator(opts: EmulatorOptions): Promise<Emulator> {
     ...(opts.userFieldTypes ? { userFieldTypes: opts.userFieldTypes } : {}),
     ...(opts.citizenship ? { citizenship: opts.citizenship } : {}),
     ...(opts.scopes ? { scopes: opts.scopes } : {}),
+    ...(opts.contract ? { contract: opts.contract } : {}),
+    ...(opts.workflowTemplates ? { workflowTemplates: opts.workflowTemplates } : {}),
+    ...(opts.bizprocAdmin !== undefined ? { bizprocAdmin: opts.bizprocAdmin } : {}),
   });
   const bucket = new LeakyBucket(opts.rate?.drainPerSec ?? 2, opts.rate?.threshold ?? 50, clock);
   const operating = new OperatingMeter(

@@ -97,6 +97,76 @@ export interface StoreOptions {
   citizenship?: EnumElement[];
   /** The scopes the webhook was given (`scope`, `method.get`); default ["crm"]. */
   scopes?: string[];
+  /** The forms this portal honours where the reference leaves them open (default: as documented). */
+  contract?: PortalContract;
+  /** Business process templates (bizproc.workflow.template.list); default none. */
+  workflowTemplates?: WorkflowTemplate[];
+  /**
+   * Whether the webhook's user is a portal administrator: bizproc.workflow.template.list answers only
+   * an administrator (400 ACCESS_DENIED otherwise). Default true.
+   */
+  bizprocAdmin?: boolean;
+}
+
+/**
+ * How a portal treats the forms the reference leaves open (reference §6, §9, UNCONFIRMED there). The
+ * defaults are what the reference documents; each other value is a portal as public reports
+ * describe one, so preflight's write probe can be tested against it.
+ */
+export interface PortalContract {
+  /**
+   * The value a list filter on a boolean user field matches: `1/0` (reference §6: the documented
+   * form; default) or `Y/N`. A value of the other form matches nothing.
+   */
+  booleanFilter?: "1/0" | "Y/N";
+  /**
+   * The values crm.contact.add/update (and crm.item.*) take for a boolean user field: `any` (1/0,
+   * Y/N and true/false; default), `1/0` only or `Y/N` only. A value of the other form is stored as
+   * false, as a portal that tests for its own form does.
+   */
+  booleanWrite?: "any" | "1/0" | "Y/N";
+  /**
+   * Date filters whose value carries an offset (`Z`, `+03:00`): `honoured` (reference §6; default)
+   * or `ignored`, i.e. dropped as if absent, so the list returns everything else it matches.
+   */
+  dateFilterWithOffset?: "honoured" | "ignored";
+}
+
+/** One business process template as bizproc.workflow.template.list returns it. */
+export interface WorkflowTemplate {
+  ID: number;
+  NAME: string;
+  /** [module, document class, document type], e.g. ["crm", "CCrmDocumentContact", "CONTACT"]. */
+  DOCUMENT_TYPE: [string, string, string];
+  /** 0 none, 1 on create, 2 on change, 3 both (api-reference/bizproc/template). */
+  AUTO_EXECUTE: number;
+  /** The activity tree: objects with Type, Name, Properties and Children. */
+  TEMPLATE: unknown[];
+}
+
+/** A Contact workflow that starts on create and on change and posts to `handler` (a webhook URL). */
+export function contactWorkflowTemplate(handler: string, autoExecute = 3, id = 11): WorkflowTemplate {
+  return {
+    ID: id,
+    NAME: "Notify bitrix-sync",
+    DOCUMENT_TYPE: ["crm", "CCrmDocumentContact", "CONTACT"],
+    AUTO_EXECUTE: autoExecute,
+    TEMPLATE: [
+      {
+        Type: "SequentialWorkflowActivity",
+        Name: "Template",
+        Properties: { Title: "Sequential business process" },
+        Children: [
+          {
+            Type: "WebHookActivity",
+            Name: "A1",
+            Properties: { Title: "Webhook", Handler: handler },
+            Children: [],
+          },
+        ],
+      },
+    ],
+  };
 }
 
 /** The citizenship list the sandbox portal starts with. */
@@ -188,6 +258,10 @@ export class PortalStore {
   readonly smartProcesses: SmartProcessDef[];
   /** Scopes of the webhook: a method of another scope answers insufficient_scope. */
   readonly scopes: string[];
+  /** The forms this portal honours (PortalContract), every one filled in. */
+  readonly contract: Required<PortalContract>;
+  readonly workflowTemplates: WorkflowTemplate[];
+  readonly bizprocAdmin: boolean;
   readonly fields: StoreOptions["fields"];
   readonly utcOffsetMinutes: number;
   private nextContactId = 1;
@@ -203,6 +277,13 @@ export class PortalStore {
     this.nextItemId = opts.firstIds?.item ?? 1;
     this.smartProcesses = opts.smartProcesses ?? [DEFAULT_SMART_PROCESS];
     this.scopes = opts.scopes ?? ["crm"];
+    this.contract = {
+      booleanFilter: opts.contract?.booleanFilter ?? "1/0",
+      booleanWrite: opts.contract?.booleanWrite ?? "any",
+      dateFilterWithOffset: opts.contract?.dateFilterWithOffset ?? "honoured",
+    };
+    this.workflowTemplates = (opts.workflowTemplates ?? []).map((t) => structuredClone(t));
+    this.bizprocAdmin = opts.bizprocAdmin ?? true;
     const types = opts.userFieldTypes ?? {};
     const defs: Array<[number, string, UserFieldType]> = [
       [201, opts.fields.userId, types.userId === undefined ? "string" : types.userId],
@@ -248,15 +329,25 @@ export class PortalStore {
     return el;
   }
 
-  /** Normalises a user field value the way the portal stores it; unknown fields return undefined. */
-  normaliseUf(name: string, v: unknown): string | number | null | undefined {
+  /**
+   * Normalises a user field value the way the portal stores it; unknown fields return undefined.
+   * `written`: the value came through a REST write, so a boolean obeys the forms the portal takes;
+   * false for a record a test seeds as already on the portal.
+   */
+  normaliseUf(name: string, v: unknown, written = true): string | number | null | undefined {
     const def = this.userField(name);
     if (!def) return undefined;
     if (v === null || v === undefined || v === "" || (v === false && def.userTypeId !== "boolean"))
       return null;
     switch (def.userTypeId) {
-      case "boolean":
-        return v === true || v === 1 || v === "1" || v === "Y" || v === "y" ? 1 : 0;
+      case "boolean": {
+        // What sets the flag depends on the forms the portal takes (PortalContract.booleanWrite);
+        // anything else is stored as false.
+        const numeric = v === true || v === 1 || v === "1";
+        const letter = v === "Y" || v === "y";
+        const form = written ? this.contract.booleanWrite : "any";
+        return (numeric && form !== "Y/N") || (letter && form !== "1/0") ? 1 : 0;
+      }
       case "double": {
         const n = Number(v);
         return Number.isFinite(n) ? n : null;
@@ -296,7 +387,7 @@ export class PortalStore {
       uf: {},
     };
     for (const [k, v] of Object.entries(c.uf ?? {})) {
-      const n = this.normaliseUf(k, v);
+      const n = this.normaliseUf(k, v, false);
       if (n !== undefined) contact.uf[k] = n;
     }
     this.contacts.set(contact.id, contact);

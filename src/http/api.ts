@@ -36,6 +36,7 @@ export const READINESS_PROBLEMS = [
   "alert_config_invalid",
   "citizenship_field_missing",
   "citizenship_list_empty",
+  "crm_contract_unconfirmed",
   "crm_credential_rejected",
   "crm_permission_denied",
   "crm_stale",
@@ -108,6 +109,24 @@ export const StatusBody = ProcessStatus.extend({
   alert_mirror: z.array(z.object({ mirror_status: z.string(), count, oldest_age_sec: age })),
   /** Links made by phone alone whose CRM-master fields are held back (mapping.hold_after_phone_link). */
   held_links: z.object({ count, oldest_age_sec: age }),
+  /**
+   * The portal's REST contract (docs/portal-setup.md): whether a write probe (npm run preflight --
+   * --write) has passed against the configured portal with the forms the active settings use; null
+   * in sandbox mode (the emulator is the project's own).
+   */
+  crm_contract: z
+    .object({
+      confirmed: z.boolean(),
+      confirmed_at: nullableTime,
+      last_pass_at: nullableTime,
+      forms: z.object({
+        registered_write: z.string(),
+        registered_filter: z.string(),
+        date_filter: z.string(),
+        opened_filter: z.string(),
+      }),
+    })
+    .nullable(),
   reconciliation: z.array(
     z.object({
       job_type: z.string(),

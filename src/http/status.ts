@@ -91,9 +91,16 @@ async function databaseChecks(
   if (!rows[0]?.ok) fatal.push("queue_grants_missing");
   // Both are SQL's to decide (sql/cutover.sql, sql/settings.sql); an older schema has neither.
   if (current) {
-    // alert_config_problem() answers alert_config_invalid or null (sql/settings.sql).
-    const { rows: s } = await pool.query<{ cutover: boolean; alerts: "alert_config_invalid" | null }>(
-      "select bitrix_sync.cutover_performed() as cutover, bitrix_sync.alert_config_problem() as alerts",
+    // alert_config_problem() answers alert_config_invalid or null (sql/settings.sql);
+    // crm_contract_problem() crm_contract_unconfirmed or null (sql/crm_contract.sql).
+    const { rows: s } = await pool.query<{
+      cutover: boolean;
+      alerts: "alert_config_invalid" | null;
+      contract: "crm_contract_unconfirmed" | null;
+    }>(
+      `select bitrix_sync.cutover_performed() as cutover, bitrix_sync.alert_config_problem() as alerts,
+              case when $1::text is null then null else bitrix_sync.crm_contract_problem($1) end as contract`,
+      [contractHost(src)],
     );
     // The claim functions return nothing until the cutover: the receivers record, nothing moves.
     // Degraded, not not-ready: a load balancer that took the instance out would make the public
@@ -102,8 +109,17 @@ async function databaseChecks(
     if (src?.config.processing && !s[0]?.cutover) degraded.push("cutover_not_performed");
     // The alert receiver refuses every event and alerts stay in the database; the rest works.
     if (s[0]?.alerts) degraded.push(s[0].alerts);
+    // The forms the reference leaves open are unconfirmed on this portal until a write probe has
+    // passed with the active ones (docs/decisions.md): it works, but nobody has shown it does.
+    if (s[0]?.contract) degraded.push(s[0].contract);
   }
   return { fatal, degraded };
+}
+
+/** The portal whose contract readiness asks about: the configured one; none in sandbox mode. */
+function contractHost(src?: StatusSource): string | null {
+  if (!src || src.config.sandbox) return null;
+  return src.config.env.BITRIX_SYNC_PORTAL_HOST ?? null;
 }
 
 /**
@@ -244,36 +260,51 @@ async function limiterStatus(src: StatusSource): Promise<z.input<typeof LimiterS
   }
 }
 
-async function databaseStatus(pool: pg.Pool) {
-  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, held, cursors] = await Promise.all([
-    pool.query(
-      "select status, count::int, oldest_age_sec::int from bitrix_sync.status_queue order by status",
-    ),
-    pool.query(
-      "select workflow_type, state, count::int, oldest_age_sec::int from bitrix_sync.status_workflows order by 1, 2",
-    ),
-    pool.query(
-      "select command_type, status, count::int, oldest_age_sec::int from bitrix_sync.status_commands order by 1, 2",
-    ),
-    pool.query(
-      "select receiver, status, count::int, oldest_age_sec::int from bitrix_sync.status_webhooks order by 1, 2",
-    ),
-    pool.query(
-      "select source, operation, error_code, count::int, oldest_age_sec::int from bitrix_sync.status_dead_letters order by 1, 2, 3",
-    ),
-    pool.query(
-      "select alert_type, severity, open_count::int, sla_overdue::int from bitrix_sync.status_alerts order by 1, 2",
-    ),
-    pool.query(
-      "select mirror_status, count::int, oldest_age_sec::int from bitrix_sync.status_alert_mirror order by 1",
-    ),
-    pool.query<{ count: number; oldest_age_sec: number }>(
-      "select count::int, oldest_age_sec::int from bitrix_sync.status_held_links",
-    ),
-    pool.query(
-      "select job_type, watermark, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered from bitrix_sync.reconciliation_cursors order by job_type",
-    ),
-  ]);
+/** bitrix_sync.crm_contract_status() (sql/crm_contract.sql): times as JSON prints timestamptz. */
+interface ContractStatusRow {
+  confirmed: boolean;
+  confirmed_at: string | null;
+  last_pass_at: string | null;
+  forms: { registered_write: string; registered_filter: string; date_filter: string; opened_filter: string };
+}
+
+async function databaseStatus(pool: pg.Pool, portalHost: string | null) {
+  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, held, cursors, contract] =
+    await Promise.all([
+      pool.query(
+        "select status, count::int, oldest_age_sec::int from bitrix_sync.status_queue order by status",
+      ),
+      pool.query(
+        "select workflow_type, state, count::int, oldest_age_sec::int from bitrix_sync.status_workflows order by 1, 2",
+      ),
+      pool.query(
+        "select command_type, status, count::int, oldest_age_sec::int from bitrix_sync.status_commands order by 1, 2",
+      ),
+      pool.query(
+        "select receiver, status, count::int, oldest_age_sec::int from bitrix_sync.status_webhooks order by 1, 2",
+      ),
+      pool.query(
+        "select source, operation, error_code, count::int, oldest_age_sec::int from bitrix_sync.status_dead_letters order by 1, 2, 3",
+      ),
+      pool.query(
+        "select alert_type, severity, open_count::int, sla_overdue::int from bitrix_sync.status_alerts order by 1, 2",
+      ),
+      pool.query(
+        "select mirror_status, count::int, oldest_age_sec::int from bitrix_sync.status_alert_mirror order by 1",
+      ),
+      pool.query<{ count: number; oldest_age_sec: number }>(
+        "select count::int, oldest_age_sec::int from bitrix_sync.status_held_links",
+      ),
+      pool.query(
+        "select job_type, watermark, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered from bitrix_sync.reconciliation_cursors order by job_type",
+      ),
+      portalHost === null
+        ? Promise.resolve({ rows: [] as Array<{ s: ContractStatusRow }> })
+        : pool.query<{ s: ContractStatusRow }>("select bitrix_sync.crm_contract_status($1) as s", [
+            portalHost,
+          ]),
+    ]);
+  const c = contract.rows[0]?.s;
   return {
     queue: queue.rows,
     workflows: workflows.rows,
@@ -283,6 +314,14 @@ async function databaseStatus(pool: pg.Pool) {
     business_alerts: alerts.rows,
     alert_mirror: mirror.rows,
     held_links: held.rows[0] ?? { count: 0, oldest_age_sec: 0 },
+    crm_contract: c
+      ? {
+          confirmed: c.confirmed,
+          confirmed_at: iso(c.confirmed_at === null ? null : Date.parse(c.confirmed_at)),
+          last_pass_at: iso(c.last_pass_at === null ? null : Date.parse(c.last_pass_at)),
+          forms: c.forms,
+        }
+      : null,
     reconciliation: cursors.rows,
   };
 }
@@ -301,7 +340,7 @@ export async function statusDocument(
 > {
   const [ready, db, limiter] = await Promise.all([
     readiness(pool, src, probe),
-    withDeadline(databaseStatus(pool), STATUS_DEADLINE_MS).then(
+    withDeadline(databaseStatus(pool, contractHost(src)), STATUS_DEADLINE_MS).then(
       (rows) => ({ ok: true as const, rows }),
       (e) => ({ ok: false as const, error: databaseProblem(e) }),
     ),

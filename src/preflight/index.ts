@@ -1,13 +1,16 @@
 // `npm run preflight` (docs/deployment.md, "Preflight"): read-only checks of everything the service
 // cannot confirm itself before sync is enabled (§12.2, §13, §16, §17). One line per check, or JSON;
-// exit 0 all passed, 1 something failed, 2 something could not be checked.
+// exit 0 all passed, 1 something failed, 2 something could not be checked. With `write` (the
+// command line's --write) the contract probe follows (./probe.ts): the only part that writes.
 import { readFileSync } from "node:fs";
 import { checkConfiguration } from "./config.js";
 import { checkDatabase } from "./database.js";
 import { checkPortal } from "./portal.js";
+import { PROBE_IDS, type ProbeOptions, runWriteProbe } from "./probe.js";
 import { checkProxy } from "./proxy.js";
 import { type CheckResult, exitCode, notChecked } from "./types.js";
 
+export { DEFAULT_PROBE_NAME, PROBE_IDS, type ProbeOptions, probeOptionsProblem } from "./probe.js";
 export * from "./types.js";
 
 export interface PreflightReport {
@@ -29,6 +32,7 @@ const DEPENDENT = [
   "portal.methods",
   "portal.contact_fields",
   "portal.alert_process",
+  "portal.contact_workflow",
   "portal.member_id",
   "portal.probe_date_modify",
   "portal.probe_registered_form",
@@ -48,17 +52,51 @@ function ownerUrl(raw: NodeJS.ProcessEnv): string | undefined {
   return undefined;
 }
 
-/** Runs every check against the environment `raw` (the service's variables, as `npm start` reads them). */
-export async function runPreflight(raw: NodeJS.ProcessEnv): Promise<PreflightReport> {
+/** Checks the probe needs passed: without them it would test the wrong thing or could not record. */
+const PROBE_NEEDS = [
+  "database.reachable",
+  "database.migrations",
+  "database.settings",
+  "portal.credential",
+  "portal.methods",
+  "portal.contact_fields",
+];
+
+/**
+ * Runs every check against the environment `raw` (the service's variables, as `npm start` reads
+ * them). `write`: also run the contract probe, which creates and deletes throw-away Contacts.
+ */
+export async function runPreflight(
+  raw: NodeJS.ProcessEnv,
+  opts: { write?: ProbeOptions } = {},
+): Promise<PreflightReport> {
   const { config, results } = checkConfiguration(raw);
   if (config === null) {
-    for (const id of DEPENDENT) {
+    for (const id of [...DEPENDENT, ...(opts.write ? PROBE_IDS : [])]) {
       results.push(notChecked(id, "the configuration cannot be loaded (config.variables)"));
     }
   } else {
     const db = await checkDatabase(config, ownerUrl(raw));
     results.push(...db.results);
     results.push(...(await checkPortal(config, db.settings)));
+    if (opts.write) {
+      const blocked = results.filter(
+        (r) => PROBE_NEEDS.includes(r.id) && (r.status === "fail" || r.status === "unknown"),
+      );
+      const url = config.secrets.BITRIX_SYNC_DATABASE_URL;
+      if (config.sandbox || url === undefined) {
+        for (const id of PROBE_IDS)
+          results.push(
+            notChecked(id, "no portal and database are configured (sandbox mode): nothing to probe"),
+          );
+      } else if (blocked.length > 0 || db.settings === null) {
+        const why = blocked.map((r) => r.id).join(", ") || "database.settings";
+        for (const id of PROBE_IDS)
+          results.push(notChecked(id, `the probe did not run: ${why} did not pass`, "fix those first"));
+      } else {
+        results.push(...(await runWriteProbe(config, db.settings, url, opts.write)));
+      }
+    }
   }
   results.push(...(await checkProxy(raw)));
   const report = { results, exitCode: exitCode(results) };

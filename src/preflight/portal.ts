@@ -1,9 +1,11 @@
 // Preflight, portal (§13, §10.2): through the service's own CRM client, read-only calls only. The
 // credential and its scopes (`scope`, `method.get`), the three Contact fields
 // (crm.contact.userfield.list), the alert smart process (crm.item.fields, crm.category.list,
-// crm.status.list), the member ID's form, and three contract probes whose findings an operator may
-// need to turn into settings: DATE_MODIFY against updatedTime, the registration flag's wire form,
-// and what the reconcile.opened_filter value returns.
+// crm.status.list), the Contact workflow (bizproc.workflow.template.list, when the webhook may read
+// it), the member ID's form, and three contract probes whose findings an operator may need to turn
+// into settings: DATE_MODIFY against updatedTime, the registration flag's wire form, and what the
+// reconcile.opened_filter value returns. What only a write can settle is ./probe.ts's.
+import { timingSafeEqual } from "node:crypto";
 import type { Config } from "../config/env.js";
 import { toRestFieldName } from "../config/fields.js";
 import { COMMAND_TYPES, methodOf } from "../crm/catalogue.js";
@@ -51,6 +53,7 @@ const IDS = [
   "portal.methods",
   "portal.contact_fields",
   "portal.alert_process",
+  "portal.contact_workflow",
   "portal.member_id",
   "portal.probe_date_modify",
   "portal.probe_registered_form",
@@ -132,14 +135,15 @@ async function run(client: CrmClient, config: Config, settings: Settings | null)
           "edit the incoming webhook in the portal and give it the crm scope (§13)",
         ),
   );
-  // `basic` (scope, method.get, batch) every webhook has; anything else beyond crm is too much.
-  if (scopes.some((s) => s !== "crm" && s !== "basic")) {
+  // `basic` (scope, method.get, batch) every webhook has; bizproc only lets preflight read the
+  // Contact workflow (portal.contact_workflow); anything else beyond crm is too much.
+  if (scopes.some((s) => s !== "crm" && s !== "basic" && s !== "bizproc")) {
     out[out.length - 1] = {
       ...(out.at(-1) as CheckResult),
       ...(scopes.includes("crm")
         ? {
             status: "warn" as const,
-            hint: "the service needs only crm (§13): remove the other scopes from the webhook",
+            hint: "the service needs only crm (§13), and preflight bizproc to read the Contact workflow: remove the other scopes from the webhook",
           }
         : {}),
     };
@@ -148,6 +152,7 @@ async function run(client: CrmClient, config: Config, settings: Settings | null)
   out.push(await checkMethods(client));
   out.push(await checkContactFields(client, config));
   out.push(await checkAlertProcess(client, settings, config.env.BITRIX_SYNC_ENABLED === true));
+  out.push(await checkContactWorkflow(client, config, scopes));
   out.push(memberId(config));
   out.push(...(await probes(client, config, settings)));
   return out;
@@ -337,6 +342,164 @@ async function checkAlertProcess(
     "portal.alert_process",
     "ok",
     `smart process ${t}, category ${categoryId}, ${Object.keys(a.fields).length} field(s) and the configured stages exist`,
+  );
+}
+
+/** What fires the Contact receiver on a real portal (reference §10): a workflow template for Contacts. */
+const CONTACT_DOCUMENT = {
+  MODULE_ID: "crm",
+  ENTITY: "CCrmDocumentContact",
+  DOCUMENT_TYPE: "CONTACT",
+} as const;
+/** AUTO_EXECUTE flags (api-reference/bizproc/template): 1 on create, 2 on change, 3 both. */
+const ON_CREATE = 1;
+const ON_CHANGE = 2;
+const CONTACT_ROUTE = "/bitrix/sync/webhook/contact";
+
+/** Every Handler of a WebHookActivity anywhere in a template's activity tree. */
+function webhookHandlers(tree: unknown, out: string[] = []): string[] {
+  if (Array.isArray(tree)) {
+    for (const t of tree) webhookHandlers(t, out);
+  } else if (tree !== null && typeof tree === "object") {
+    const a = tree as Record<string, unknown>;
+    const handler = rec(a.Properties).Handler;
+    if (String(a.Type ?? "").toLowerCase() === "webhookactivity" && typeof handler === "string")
+      out.push(handler);
+    for (const v of Object.values(a)) if (v !== null && typeof v === "object") webhookHandlers(v, out);
+  }
+  return out;
+}
+
+function sameSecret(a: string, b: string | undefined): boolean {
+  if (b === undefined) return false;
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+/**
+ * Whether one webhook URL is the Contact receiver's, as the receiver checks it (src/inbound/contract.ts):
+ * the public URL's route, the current or previous token, an ID parameter. Returns what is wrong, or
+ * null. Says nothing of the token's value.
+ */
+function handlerProblem(handler: string, config: Config): string | null {
+  let u: URL;
+  try {
+    u = new URL(handler);
+  } catch {
+    return "its URL is not a URL";
+  }
+  const base = config.env.BITRIX_SYNC_PUBLIC_BASE_URL;
+  const expected = base ? new URL(CONTACT_ROUTE, base) : null;
+  if (
+    expected ? u.origin !== expected.origin || u.pathname !== expected.pathname : u.pathname !== CONTACT_ROUTE
+  )
+    return `it posts elsewhere than ${expected ? expected.toString() : `a URL ending in ${CONTACT_ROUTE}`}`;
+  const tokens = u.searchParams.getAll("token");
+  const s = config.secrets;
+  if (tokens.length !== 1) return "its URL has no token parameter (or more than one)";
+  if (
+    !sameSecret(tokens[0] as string, s.BITRIX_SYNC_CONTACT_RECEIVER_TOKEN) &&
+    !sameSecret(tokens[0] as string, s.BITRIX_SYNC_CONTACT_RECEIVER_TOKEN_PREVIOUS)
+  )
+    return "its token is neither the current nor the previous Contact receiver token";
+  if (!u.searchParams.has("ID")) return "its URL has no ID parameter (the document's ID)";
+  return null;
+}
+
+/**
+ * The Contact workflow (reference §10; docs/portal-setup.md): a business process template for
+ * Contacts that starts on create and on change and posts to the Contact receiver. Read with
+ * bizproc.workflow.template.list, which needs the bizproc scope and an administrator; without either
+ * the check says so and is not counted as passed.
+ */
+async function checkContactWorkflow(
+  client: CrmClient,
+  config: Config,
+  scopes: string[],
+): Promise<CheckResult> {
+  const id = "portal.contact_workflow";
+  const byHand =
+    "or check by hand that a Contact workflow starts on create and on change and posts to the Contact receiver (docs/portal-setup.md)";
+  if (!scopes.includes("bizproc")) {
+    return notChecked(
+      id,
+      "the webhook lacks the bizproc scope, which bizproc.workflow.template.list needs",
+      `give the incoming webhook the bizproc scope (only preflight uses it) ${byHand}`,
+    );
+  }
+  const r = await rest(client, "bizproc.workflow.template.list", {
+    select: ["ID", "NAME", "MODULE_ID", "ENTITY", "DOCUMENT_TYPE", "AUTO_EXECUTE", "TEMPLATE"],
+    filter: CONTACT_DOCUMENT,
+    order: { ID: "ASC" },
+  });
+  if (!r.ok) {
+    return r.code === "ACCESS_DENIED"
+      ? notChecked(
+          id,
+          "bizproc.workflow.template.list answers administrators only (ACCESS_DENIED), and the webhook's user is not one",
+          `run preflight once with an administrator's webhook (crm and bizproc), ${byHand}`,
+        )
+      : notChecked(id, `bizproc.workflow.template.list failed (${r.code})`, byHand);
+  }
+  const contactType = (t: Record<string, unknown>) => {
+    const d = t.DOCUMENT_TYPE;
+    if (Array.isArray(d)) return d[0] === "crm" && d[1] === CONTACT_DOCUMENT.ENTITY && d[2] === "CONTACT";
+    return (
+      (t.ENTITY === undefined || t.ENTITY === CONTACT_DOCUMENT.ENTITY) && (d === undefined || d === "CONTACT")
+    );
+  };
+  const templates = (Array.isArray(r.result) ? r.result : []).map(rec).filter(contactType);
+  if (templates.length === 0) {
+    return check(
+      id,
+      "fail",
+      "no workflow template for Contacts: nothing tells the service when a manager changes a Contact (only reconciliation brings such edits back, every reconcile.contacts_interval_sec)",
+      "create the Contact workflow (docs/portal-setup.md): started on create and on change, with a Webhook activity posting to the Contact receiver",
+    );
+  }
+  const found: Array<{ id: string; auto: number; problem: string | null }> = [];
+  for (const t of templates) {
+    const auto = Number(t.AUTO_EXECUTE ?? 0);
+    for (const h of webhookHandlers(t.TEMPLATE))
+      found.push({ id: String(t.ID), auto, problem: handlerProblem(h, config) });
+  }
+  const receiver = found.filter((f) => f.problem === null || !f.problem.startsWith("it posts elsewhere"));
+  const good = receiver.find(
+    (f) => f.problem === null && (f.auto & ON_CREATE) !== 0 && (f.auto & ON_CHANGE) !== 0,
+  );
+  if (good) {
+    return check(
+      id,
+      "ok",
+      `Contact workflow template ${good.id} starts on create and on change (AUTO_EXECUTE ${good.auto}) and posts to the Contact receiver with a current token and the ID; ${templates.length} Contact template(s) in all`,
+    );
+  }
+  if (receiver.length > 0) {
+    const f = receiver[0] as (typeof receiver)[number];
+    const starts = [
+      (f.auto & ON_CREATE) !== 0 ? "on create" : null,
+      (f.auto & ON_CHANGE) !== 0 ? "on change" : null,
+    ]
+      .filter((x) => x !== null)
+      .join(" and ");
+    const problems = [
+      ...(f.problem ? [f.problem] : []),
+      ...((f.auto & 3) !== 3
+        ? [`it starts ${starts || "only by hand"} (AUTO_EXECUTE ${f.auto}), not on create and on change`]
+        : []),
+    ];
+    return check(
+      id,
+      "fail",
+      `Contact workflow template ${f.id} posts to the Contact receiver, but ${problems.join("; ")}`,
+      "edit the workflow (docs/portal-setup.md): auto-start on create and on change; the URL with the current Contact receiver token and ID",
+    );
+  }
+  return notChecked(
+    id,
+    `${templates.length} Contact workflow template(s), none with a Webhook activity posting to the Contact receiver that preflight could find (the template's structure is not documented)`,
+    `add the Webhook activity (docs/portal-setup.md), ${byHand}`,
   );
 }
 

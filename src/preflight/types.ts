@@ -8,7 +8,7 @@
  */
 export type CheckStatus = "ok" | "warn" | "fail" | "unknown";
 
-export type CheckGroup = "config" | "database" | "portal" | "proxy";
+export type CheckGroup = "config" | "database" | "portal" | "probe" | "proxy";
 
 export interface CheckResult {
   /** Stable name, `group.what` (e.g. `portal.contact_fields`). */

@@ -83,6 +83,12 @@ export async function startRig(
     asRuntimeRole?: boolean;
     /** Perform the cutover on the new database (default true, as on every deployed service). */
     cutover?: boolean;
+    /**
+     * Record a passed write probe against the emulator with the forms in use (default true, as on
+     * a deployment where `npm run preflight -- --write` passed): readiness is then not degraded by
+     * crm_contract_unconfirmed. The probe itself is tested in test/integration/preflight/.
+     */
+    contractConfirmed?: boolean;
   } = {},
 ): Promise<Rig> {
   const db = await createTestDb({ cutover: opts.cutover ?? true });
@@ -97,6 +103,12 @@ export async function startRig(
     ...opts.settings,
   });
   const emulator = await startEmulator({ fields: SANDBOX_FIELDS, ...opts.emulator });
+  if (opts.contractConfirmed ?? true) {
+    await db.pool.query(
+      "select bitrix_sync.record_crm_contract_probe($1, bitrix_sync.crm_contract_forms(), '00000000')",
+      [emulator.host],
+    );
+  }
   const logs: string[] = [];
   const sink = new Writable({
     write(chunk, _enc, cb) {

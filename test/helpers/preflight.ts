@@ -7,12 +7,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { type Emulator, type EmulatorOptions, startEmulator } from "../../src/emulator/server.js";
-import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
+import { contactWorkflowTemplate, DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 
 /** The alert settings matching the emulator's default smart process (src/emulator/store.ts). */
 export const ALERT_SETTINGS = DEFAULT_ALERT_SETTINGS;
 
 export const MEMBER_ID = randomBytes(16).toString("hex");
+/** The receivers' public base URL of the deployment (BITRIX_SYNC_PUBLIC_BASE_URL). */
+export const PUBLIC_BASE_URL = "https://sync.example.test";
 /** A phone of a sample Contact: it must never appear in preflight's output. */
 export const SAMPLE_PHONE = "+79161234567";
 
@@ -22,6 +24,8 @@ export interface Deployment {
   env: Record<string, string>;
   /** Every secret value written, to grep the output for. */
   secrets: string[];
+  /** BITRIX_SYNC_CONTACT_RECEIVER_TOKEN, which the Contact workflow's URL carries. */
+  contactToken: string;
   close(): Promise<void>;
 }
 
@@ -32,7 +36,19 @@ export async function deployment(opts: {
   emulator?: Partial<EmulatorOptions>;
   env?: Record<string, string | undefined>;
 }): Promise<Deployment> {
-  const emulator = await startEmulator({ fields: SANDBOX_FIELDS, ...opts.emulator });
+  const contactToken = randomBytes(24).toString("hex");
+  const emulator = await startEmulator({
+    fields: SANDBOX_FIELDS,
+    // As docs/portal-setup.md sets a portal up: crm, and bizproc for preflight to read the Contact
+    // workflow, which starts on create and on change and posts to the Contact receiver.
+    scopes: ["crm", "bizproc"],
+    workflowTemplates: [
+      contactWorkflowTemplate(
+        `${PUBLIC_BASE_URL}/bitrix/sync/webhook/contact?token=${contactToken}&ID={=Document:ID}`,
+      ),
+    ],
+    ...opts.emulator,
+  });
   emulator.store.createContact({
     name: "Sample",
     phones: [{ value: SAMPLE_PHONE, valueType: "MOBILE" }],
@@ -43,7 +59,7 @@ export async function deployment(opts: {
   const secretValues: Record<string, string> = {
     BITRIX_SYNC_DATABASE_URL: opts.databaseUrl,
     BITRIX_SYNC_CRM_REST_WEBHOOK_URL: emulator.url,
-    BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: randomBytes(24).toString("hex"),
+    BITRIX_SYNC_CONTACT_RECEIVER_TOKEN: contactToken,
     BITRIX_SYNC_ALERT_RECEIVER_TOKEN: randomBytes(24).toString("hex"),
     BITRIX_SYNC_SERVICE_TOKEN: randomBytes(24).toString("hex"),
     BITRIX_SYNC_HASH_KEY: randomBytes(32).toString("hex"),
@@ -60,7 +76,7 @@ export async function deployment(opts: {
     BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: SANDBOX_FIELDS.citizenship,
     BITRIX_SYNC_PORTAL_HOST: emulator.host,
     BITRIX_SYNC_PORTAL_MEMBER_ID: MEMBER_ID,
-    BITRIX_SYNC_PUBLIC_BASE_URL: "https://sync.example.test",
+    BITRIX_SYNC_PUBLIC_BASE_URL: PUBLIC_BASE_URL,
     BITRIX_WEBHOOK_ALLOWED_CIDRS: "192.0.2.0/24",
     SECRETS_SOURCE: "file",
     BITRIX_SYNC_SECRETS_DIR: secretsDir,
@@ -75,6 +91,7 @@ export async function deployment(opts: {
     secretsDir,
     env,
     secrets: Object.values(secretValues),
+    contactToken,
     async close() {
       await emulator.close();
       rmSync(secretsDir, { recursive: true, force: true });

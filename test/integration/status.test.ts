@@ -62,6 +62,76 @@ async function ready(src?: StatusSource) {
   return { code: res.status, body: (await res.json()) as { status: string; problems: string[] } };
 }
 
+async function statusBody(src: StatusSource) {
+  const app = createApp({ pool: db.pool, log, status: src });
+  const res = await app.request("/internal/sync/v1/status", {
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  return (await res.json()) as { crm_contract: Record<string, unknown> | null; readiness: unknown };
+}
+
+test.serial(
+  "a portal's contract is unconfirmed (degraded) until a write probe passed there with the forms in use; the sandbox is never asked",
+  async (t) => {
+    t.deepEqual((await ready(source(PROD))).body.problems, [
+      "cutover_not_performed",
+      "crm_contract_unconfirmed",
+    ]);
+    t.deepEqual((await ready(source({}))).body.problems, ["cutover_not_performed"], "sandbox: the emulator");
+    const before = await statusBody(source(PROD));
+    t.like(before.crm_contract, { confirmed: false, confirmed_at: null, last_pass_at: null });
+    t.is((await statusBody(source({}))).crm_contract, null);
+
+    // What npm run preflight -- --write records after every step passed (src/preflight/probe.ts).
+    await db.pool.query(
+      "select bitrix_sync.record_crm_contract_probe('Portal.Example.Invalid', bitrix_sync.crm_contract_forms(), '0a1b2c3d')",
+    );
+    t.deepEqual((await ready(source(PROD))).body.problems, ["cutover_not_performed"]);
+    const after = await statusBody(source(PROD));
+    t.like(after.crm_contract, {
+      confirmed: true,
+      forms: { registered_write: "1", registered_filter: "1", date_filter: "offset", opened_filter: "Y" },
+    });
+    t.regex(String(after.crm_contract?.confirmed_at), /Z$/);
+
+    // Another form in use than the one proved: unconfirmed again, until a probe proves it too.
+    await setSettings(db, { "contract.registered_filter": "Y" });
+    t.deepEqual((await ready(source(PROD))).body.problems, [
+      "cutover_not_performed",
+      "crm_contract_unconfirmed",
+    ]);
+    t.like((await statusBody(source(PROD))).crm_contract, {
+      confirmed: false,
+      forms: { registered_filter: "Y" },
+    });
+    t.truthy((await statusBody(source(PROD))).crm_contract?.last_pass_at, "the last pass, with other forms");
+    await setSettings(db, { "contract.registered_filter": "1" });
+    t.deepEqual((await ready(source(PROD))).body.problems, ["cutover_not_performed"]);
+
+    // Malformed records are refused with BS004, nothing written.
+    for (const args of [
+      [
+        "https://portal.example.invalid/",
+        '{"registered_write":"1","registered_filter":"1","date_filter":"offset","opened_filter":"Y"}',
+        "0a1b2c3d",
+      ],
+      ["portal.example.invalid", '{"registered_write":"1"}', "0a1b2c3d"],
+      [
+        "portal.example.invalid",
+        '{"registered_write":"1","registered_filter":"1","date_filter":"offset","opened_filter":"Y"}',
+        "not hex",
+      ],
+    ]) {
+      const e = await t.throwsAsync(
+        db.pool.query("select bitrix_sync.record_crm_contract_probe($1, $2, $3)", args),
+      );
+      t.is((e as { code?: string }).code, "BS004");
+    }
+    const { rows } = await db.pool.query("select count(*)::int as n from bitrix_sync.crm_contract_probes");
+    t.is(rows[0]?.n, 1);
+  },
+);
+
 test.serial(
   "processing without a cutover is degraded (the receivers stay reachable); after the cutover it is ready",
   async (t) => {

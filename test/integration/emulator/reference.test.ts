@@ -4,6 +4,7 @@
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../../src/config/env.js";
 import { type Emulator, type EmulatorOptions, startEmulator } from "../../../src/emulator/server.js";
+import { contactWorkflowTemplate } from "../../../src/emulator/store.js";
 
 const F = SANDBOX_FIELDS;
 const REG = "ufCrm_1778692456";
@@ -595,4 +596,128 @@ test("a portal set up wrongly: a field missing or of another type, a list withou
   t.false(byName.has(F.registered));
   t.is((byName.get(F.userId) as Wire).USER_TYPE_ID, "double");
   t.deepEqual((byName.get(F.citizenship) as Wire).LIST, []);
+});
+
+test("crm.contact.delete and crm.item.delete: the record goes; a missing one is refused as documented", async (t) => {
+  const e = await emu();
+  const c = e.store.createContact({ name: "gone" });
+  t.deepEqual((await call(e, "crm.contact.delete", { id: c.id })).json.result, true);
+  t.false(e.store.contacts.has(c.id));
+  const again = await call(e, "crm.contact.delete", { id: c.id });
+  t.is(again.status, 400);
+  t.deepEqual(again.json, { error: "", error_description: "Contact is not found" });
+
+  const p = e.store.smartProcesses[0] as NonNullable<ReturnType<typeof e.store.smartProcess>>;
+  const item = e.store.createItem(p, { title: "x" });
+  const del = await call(e, "crm.item.delete", { entityTypeId: p.entityTypeId, id: item.id });
+  t.deepEqual(del.json.result, []);
+  t.false(e.store.items.has(item.id));
+  const missing = await call(e, "crm.item.delete", { entityTypeId: p.entityTypeId, id: item.id });
+  t.is(missing.status, 400);
+  t.deepEqual(missing.json, { error: "NOT_FOUND", error_description: "Item not found" });
+});
+
+test("batch resolves $result references inside every decoded value, as the portal's core does", async (t) => {
+  const e = await emu();
+  const c = e.store.createContact({ name: "first" });
+  // Percent-encoded in the sub-request: decoded first, then resolved (reference §3).
+  const name = (v: string) => `crm.contact.add?fields%5BNAME%5D=${encodeURIComponent(v)}`;
+  const r = await call(e, "batch", {
+    halt: 0,
+    cmd: {
+      c0: `crm.contact.list?filter%5BID%5D=${c.id}&select%5B0%5D=ID`,
+      whole: name("$result[c0]"),
+      inside: name("probe $result[c0][0][ID] end"),
+      array: name("probe $result[c0] end"),
+      plain: name("no reference here"),
+    },
+  });
+  t.deepEqual(r.json.result.result_error, []);
+  const stored = (key: string) => e.store.contacts.get(Number(r.json.result.result[key]))?.name;
+  t.is(stored("inside"), `probe ${c.id} end`, "a scalar inside a longer value replaces the reference");
+  t.is(stored("array"), "probe $result[c0] end", "an array inside a longer value is left");
+  t.is(stored("whole"), "", "the whole value became the list (an array), which is no name");
+  t.is(stored("plain"), "no reference here");
+  // A direct call resolves nothing.
+  const direct = await call(e, "crm.contact.add", { fields: { NAME: "$result[c0]" } });
+  t.is(e.store.contacts.get(direct.json.result)?.name, "$result[c0]");
+});
+
+test("bizproc.workflow.template.list: administrators only, filtered by document type, AUTO_EXECUTE as stored", async (t) => {
+  const handler = "https://sync.example.test/bitrix/sync/webhook/contact?token=t&ID={=Document:ID}";
+  const templates = [
+    contactWorkflowTemplate(handler, 3, 11),
+    {
+      ...contactWorkflowTemplate(handler, 1, 12),
+      DOCUMENT_TYPE: ["crm", "CCrmDocumentDeal", "DEAL"] as [string, string, string],
+    },
+  ];
+  const e = await emu({ scopes: ["crm", "bizproc"], workflowTemplates: templates });
+  const r = await call(e, "bizproc.workflow.template.list", {
+    select: ["ID", "NAME", "AUTO_EXECUTE", "DOCUMENT_TYPE", "TEMPLATE"],
+    filter: { MODULE_ID: "crm", ENTITY: "CCrmDocumentContact", DOCUMENT_TYPE: "CONTACT" },
+  });
+  t.is(r.status, 200);
+  t.is(r.json.total, 1);
+  t.like(r.json.result[0], { ID: "11", AUTO_EXECUTE: "3" });
+  t.deepEqual(r.json.result[0].DOCUMENT_TYPE, ["crm", "CCrmDocumentContact", "CONTACT"]);
+  t.is(r.json.result[0].TEMPLATE[0].Children[0].Properties.Handler, handler);
+  const byArray = await call(e, "bizproc.workflow.template.list", {
+    filter: { DOCUMENT_TYPE: ["crm", "CCrmDocumentDeal", "DEAL"] },
+  });
+  t.deepEqual(byArray.json.result, [{ ID: "12" }], "SELECT defaults to ID");
+
+  const notAdmin = await emu({
+    scopes: ["crm", "bizproc"],
+    workflowTemplates: templates,
+    bizprocAdmin: false,
+  });
+  const denied = await call(notAdmin, "bizproc.workflow.template.list", {});
+  t.is(denied.status, 400);
+  t.deepEqual(denied.json, { error: "ACCESS_DENIED", error_description: "Access denied!" });
+  const noScope = await call(
+    await emu({ workflowTemplates: templates }),
+    "bizproc.workflow.template.list",
+    {},
+  );
+  t.is(noScope.json.error, "insufficient_scope");
+});
+
+test("portal contract variants: the boolean filter form, the boolean write form, a date filter with an offset ignored", async (t) => {
+  const since = (e: Emulator) => new Date(e.store.clock() - 60_000).toISOString().replace("Z", "+00:00");
+  const list = async (e: Emulator, filter: Record<string, unknown>) =>
+    (await call(e, "crm.item.list", { entityTypeId: 3, select: ["id"], filter })).json.result.items.map(
+      (r: { id: number }) => r.id,
+    );
+  const seed = (e: Emulator) => e.store.createContact({ uf: { [F.registered]: 1 } }).id;
+
+  const documented = await emu();
+  const a = seed(documented);
+  t.deepEqual(await list(documented, { [REG]: 1 }), [a]);
+  t.deepEqual(await list(documented, { [REG]: "Y" }), []);
+
+  const yn = await emu({ contract: { booleanFilter: "Y/N" } });
+  const b = seed(yn);
+  t.deepEqual(await list(yn, { [REG]: "Y" }), [b]);
+  t.deepEqual(await list(yn, { [REG]: 1 }), [], "1/0 matches nothing there");
+
+  const lettersOnly = await emu({ contract: { booleanWrite: "Y/N" } });
+  const w1 = await call(lettersOnly, "crm.contact.add", { fields: { [F.registered]: 1 } });
+  const w2 = await call(lettersOnly, "crm.contact.add", { fields: { [F.registered]: "Y" } });
+  t.is(lettersOnly.store.contacts.get(w1.json.result)?.uf[F.registered], 0, "1 is stored as false");
+  t.is(lettersOnly.store.contacts.get(w2.json.result)?.uf[F.registered], 1);
+  const numbersOnly = await emu({ contract: { booleanWrite: "1/0" } });
+  const w3 = await call(numbersOnly, "crm.contact.add", { fields: { [F.registered]: "Y" } });
+  t.is(numbersOnly.store.contacts.get(w3.json.result)?.uf[F.registered], 0, "Y is stored as false");
+
+  const ignoring = await emu({ contract: { dateFilterWithOffset: "ignored" } });
+  const old = ignoring.store.createContact({ updatedTime: Date.parse("2020-01-01T00:00:00Z") }).id;
+  const fresh = ignoring.store.createContact({}).id;
+  t.deepEqual(await list(ignoring, { ">=updatedTime": since(ignoring) }), [old, fresh], "as if absent");
+  const local = new Date(ignoring.store.clock() - 60_000 + 180 * 60_000).toISOString().slice(0, 19);
+  t.deepEqual(await list(ignoring, { ">=updatedTime": local }), [fresh], "a value without an offset works");
+  const honouring = await emu();
+  honouring.store.createContact({ updatedTime: Date.parse("2020-01-01T00:00:00Z") });
+  const h = honouring.store.createContact({}).id;
+  t.deepEqual(await list(honouring, { ">=updatedTime": since(honouring) }), [h]);
 });

@@ -252,6 +252,37 @@ test("list_changed: offset paging carries total; the open-flag value is the chec
   });
 });
 
+test("the contract forms: the flag written and filtered as Y/N, the date sent without an offset and 12 h earlier", (t) => {
+  const forms: CatalogueContext = {
+    fields: CTX.fields,
+    forms: { registeredWrite: "Y", registeredFilter: "Y", dateFilter: "no_offset" },
+  };
+  const add = buildRequest(
+    { type: "contact.add", params: { phone: "+79991234567", userId: UID, registered: true } },
+    forms,
+  );
+  t.is((add.params.fields as Record<string, unknown>).UF_CRM_1778692456, "Y");
+  const clear = buildRequest({ type: "contact.update", params: { id: 9, registered: false } }, forms);
+  t.is((clear.params.fields as Record<string, unknown>).UF_CRM_1778692456, "N");
+  const list = buildRequest(
+    { type: "contact.list_changed", params: { updatedSince: "2026-08-05T09:00:00+03:00", afterId: 0 } },
+    forms,
+  );
+  // 06:00Z minus 12 h, no offset: read in any zone from UTC-12 to UTC+14, never after 06:00Z.
+  t.deepEqual(list.params.filter, {
+    ">=updatedTime": "2026-08-04T18:00:00",
+    opened: "Y",
+    ufCrm_1778692456: "Y",
+    ">id": 0,
+  });
+  // The documented forms when none are given, and when they are given as such.
+  const documented = buildRequest(
+    { type: "contact.update", params: { id: 9, registered: true } },
+    { fields: CTX.fields, forms: { registeredWrite: "1", registeredFilter: "1", dateFilter: "offset" } },
+  );
+  t.is((documented.params.fields as Record<string, unknown>).UF_CRM_1778692456, 1);
+});
+
 test("citizenship.list asks for the one field by name", (t) => {
   t.deepEqual(buildRequest({ type: "citizenship.list", params: {} }, CTX), {
     method: "crm.contact.userfield.list",

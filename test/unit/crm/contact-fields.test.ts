@@ -146,6 +146,9 @@ test("the phone written is refused unless it is +7XXXXXXXXXX", (t) => {
 test("registration flag: written as 1/0, read in every form the portal uses", (t) => {
   t.is(encodeRegistered(true), 1);
   t.is(encodeRegistered(false), 0);
+  t.is(encodeRegistered(true, "Y"), "Y");
+  t.is(encodeRegistered(false, "Y"), "N");
+  t.is(encodeRegistered(true, "1"), 1);
   for (const v of [1, "1", "Y", true]) t.true(decodeRegistered(v));
   for (const v of [0, "0", "N", false]) t.false(decodeRegistered(v));
   for (const v of [null, undefined, "", "maybe"]) t.is(decodeRegistered(v), null);
