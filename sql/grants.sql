@@ -1,4 +1,4 @@
--- Least privilege (§13, DESIGN.md): everything is revoked, then exactly what the catalogue
+-- Least privilege (§13; docs/security.md, "Database roles"): everything is revoked, then exactly what the catalogue
 -- bitrix_sync.role_privileges (sql/privileges.sql) lists is granted. Re-runnable; include it (after
 -- sql/privileges.sql) in every migration that adds or changes an object of the project.
 -- graphile-worker's and graphile-migrate's schemas: sql/worker_grants.sql, applied after every

@@ -1,4 +1,4 @@
--- The privilege catalogue (§13, DESIGN.md "Roles"; issue 10): for every schema, table, view,
+-- The privilege catalogue (§13; docs/security.md, "Database roles"; issue 10): for every schema, table, view,
 -- sequence and function of the project, what each of the three roles may do, written out, "nothing"
 -- included. sql/grants.sql revokes everything and grants exactly this list; docs/security.md is
 -- rendered from it; test/integration/privileges.test.ts checks that the database's ACLs equal it and
@@ -51,8 +51,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    'The default of business_alerts.alert_number, evaluated as the inserting role.'),
   ('table', 'bitrix_sync.contact_snapshots',
    array['SELECT',
-         'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)',
-         'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'],
+         'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, last_webhook_source_at, stale, stale_reason)',
+         'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, last_webhook_source_at, stale, stale_reason)'],
    array[]::text[], array[]::text[], 'Hashes of what the runtime last wrote into or read from each Contact.'),
   ('table', 'bitrix_sync.crm_commands',
    array['SELECT',
@@ -115,6 +115,18 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
    'Audit of repairs (repair_drift, the automatic repair); never deleted.'),
   ('sequence', 'bitrix_sync.drift_findings_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of drift_findings.'),
   ('sequence', 'bitrix_sync.drift_repairs_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of drift_repairs.'),
+
+  -- the proxy's refused sources and the recovered-without-webhook spikes: written only by their
+  -- security definer functions (sql/edge_refusals.sql, sql/reconciliation_spikes.sql)
+  ('table', 'bitrix_sync.refused_sources', array[]::text[], array[]::text[], array[]::text[],
+   'The journal of addresses the proxy refused (source_ip); the admin reads it through status_refused_sources.'),
+  ('table', 'bitrix_sync.reconciliation_spikes', array[]::text[], array[]::text[], array[]::text[],
+   'Reconciliation runs with a recovered-without-webhook spike; the admin reads them through status_recovered_spikes.'),
+  ('sequence', 'bitrix_sync.reconciliation_spikes_id_seq', array[]::text[], array[]::text[], array[]::text[], 'Identity of reconciliation_spikes.'),
+  ('view', 'bitrix_sync.status_refused_sources', array[]::text[], array['SELECT'], array[]::text[],
+   'Runbook: the addresses the proxy refused, which are new; no query, body or token.'),
+  ('view', 'bitrix_sync.status_recovered_spikes', array[]::text[], array['SELECT'], array[]::text[],
+   'Runbook: the reconciliation runs that recovered a spike of Contacts without a webhook; counts only.'),
 
   -- read-only for the runtime: audit and configuration are the admin's, through its functions
   ('table', 'bitrix_sync.cutover', array['SELECT'], array['SELECT'], array[]::text[],
@@ -242,6 +254,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])', array['EXECUTE'], array[]::text[], array[]::text[], 'The receivers'' one statement (and the readiness probe of that path).'),
   ('function', 'bitrix_sync.alert_config_problem()', array['EXECUTE'], array[]::text[], array[]::text[], 'Readiness: alert_config_invalid.'),
   ('function', 'bitrix_sync.alert_entity_type_id()', array['EXECUTE'], array[]::text[], array[]::text[], 'The alert receiver''s entity type.'),
+  ('function', 'bitrix_sync.record_refused_sources(inet[],text[],integer[],timestamp with time zone[],timestamp with time zone[])', array['EXECUTE'], array[]::text[], array[]::text[],
+   'The proxy''s source_ip refusals, as the service gathered them (security definer: the runtime has no right on the journal).'),
   -- runtime functions: intake and workflows
   ('function', 'bitrix_sync.cancel_sync_task(uuid,uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function.'),
   ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).'),
@@ -316,6 +330,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).'),
   ('function', 'bitrix_sync.fail_reconciliation_run(text,uuid,text,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
   ('function', 'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation.'),
+  ('function', 'bitrix_sync.record_recovered_spike(text,uuid,integer,integer,double precision)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Reconciliation: a run''s recovered-without-webhook spike, under its lease (security definer).'),
   ('function', 'bitrix_sync.hold_phone_link(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[],
    'Mapping: the hold of a link made by phone alone (mapping.hold_after_phone_link).'),
   ('function', 'bitrix_sync.keep_phone_link_hold(uuid,text)', array['EXECUTE'], array[]::text[], array[]::text[],
@@ -371,6 +387,8 @@ with decisions (object_type, object_name, runtime, admin, app, note) as (values
   ('function', 'bitrix_sync._repair_drift(text,text,uuid[],text[],boolean,boolean,boolean)', array[]::text[], array[]::text[], array[]::text[],
    'Internal helper of repair_drift and auto_repair_drift.'),
   ('function', 'bitrix_sync.drift_metrics()', array[]::text[], array[]::text[], array[]::text[],
+   'Called by metrics_snapshot (security definer); not on its own.'),
+  ('function', 'bitrix_sync.reconciliation_spike_metrics()', array[]::text[], array[]::text[], array[]::text[],
    'Called by metrics_snapshot (security definer); not on its own.'),
   ('function', 'bitrix_sync._abandon_workflow_commands(uuid,text)', array[]::text[], array[]::text[], array[]::text[], 'Internal helper of the admin functions.'),
   ('function', 'bitrix_sync.clear_unkeyed_hashes()', array[]::text[], array[]::text[], array[]::text[],
