@@ -191,7 +191,7 @@ test("nginx is healthy when it answers its own loopback health endpoint, the one
   const url = new URL(check.at(-1) as string);
   t.is(url.pathname, "/nginx-health");
   t.is(url.protocol, "http:");
-  t.is(url.host, envExample.BITRIX_SYNC_NGINX_HEALTH_LISTEN);
+  t.is(url.host, envExample.BITRIX_SYNC_NGINX_HEALTH_LISTEN as string);
   t.regex(url.hostname, /^127\./, "loopback only");
 });
 
