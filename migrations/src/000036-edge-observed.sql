@@ -14,6 +14,9 @@
 --    apply_crm_master_fields (sql/snapshots.sql) for a robot webhook's read, granted to the runtime
 --    (sql/privileges.sql), and shown by explain_user (sql/convergence_audit.sql).
 --
+-- 4. sql/roles.sql and sql/grants.sql are included again for a comment only (they cited a design
+--    note that is not in the repository; docs/security.md says the same).
+--
 -- Locks and time: two new, empty tables; the functions are replaced; the grants are applied again.
 -- Nothing touches the App's tables or rewrites a row.
 set local lock_timeout = '10s';
