@@ -93,7 +93,10 @@ export async function startBlackbox(config: string): Promise<RunningBlackbox> {
  * The module file with `add` merged into the options of each module named in `modules` (its prober's
  * section: http, or tcp), e.g. a test CA in `tls_config`.
  */
-export function blackboxConfigWith(modules: string | readonly string[], add: Record<string, unknown>): string {
+export function blackboxConfigWith(
+  modules: string | readonly string[],
+  add: Record<string, unknown>,
+): string {
   const file = blackboxModules();
   for (const module of typeof modules === "string" ? [modules] : modules) {
     const m = file.modules[module];

@@ -38,7 +38,9 @@ test("a published list: addresses and networks, any separator, comments; bare ad
 });
 
 test("a published list with anything else is refused, every problem with its line", (t) => {
-  const r = parsePublishedNetworks("203.0.113.0/24\nhttps://example.org\n10.0.0.1/8\n0.0.0.0/0\nbitrix24.example\n");
+  const r = parsePublishedNetworks(
+    "203.0.113.0/24\nhttps://example.org\n10.0.0.1/8\n0.0.0.0/0\nbitrix24.example\n",
+  );
   t.false(r.ok);
   const problems = r.ok ? [] : r.problems;
   t.is(problems.length, 4);

@@ -203,7 +203,7 @@ test("the prober has a fixed address on the edge network, and neither it nor the
   const allowed = parseCidrList(envExample.BITRIX_WEBHOOK_ALLOWED_CIDRS, { limitWidth: true });
   if (!allowed.ok || !edge.ok) return t.fail();
   const admits = cidrMatcher(allowed.cidrs);
-  const gateway = (edge.cidrs[0]?.address as string).replace(/\.0$/, ".1");
+  const gateway = (edge.cidrs[0]?.address ?? "").replace(/\.0$/, ".1");
   for (const a of [prober, gateway]) t.false(admits(a), `${a} must stay outside the allow-list`);
 });
 

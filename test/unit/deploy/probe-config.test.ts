@@ -82,7 +82,9 @@ test("the outsider module expects nginx's own refusal over verified HTTPS, never
   t.is(http.follow_redirects, false);
   t.is((http.tls_config as { insecure_skip_verify?: boolean } | undefined)?.insecure_skip_verify, undefined);
   t.deepEqual(http.fail_if_body_not_matches_regexp, ['^\\{"error":"forbidden"\\}$']);
-  t.deepEqual(http.fail_if_header_matches, [{ header: "Cache-Control", regexp: "no-store", allow_missing: true }]);
+  t.deepEqual(http.fail_if_header_matches, [
+    { header: "Cache-Control", regexp: "no-store", allow_missing: true },
+  ]);
   const text = readFileSync(BLACKBOX_FILE, "utf8");
   t.notRegex(text, /token=|bearer_token|basic_auth|password/i, "no credential in the prober");
   // The target is the public host's root: a path that is no receiver, so the probe's refusals count
