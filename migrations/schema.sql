@@ -3247,6 +3247,12 @@ COMMENT ON COLUMN bitrix_sync.contact_snapshots.crm_updated_at IS 'Contact updat
 COMMENT ON COLUMN bitrix_sync.contact_snapshots.last_applied_source IS 'app_create | webhook | reconciliation.';
 
 --
+-- Name: COLUMN contact_snapshots.last_webhook_source_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.last_webhook_source_at IS 'The CRM time (updatedTime) of the Contact as read for the last robot webhook applied; with last_webhook_received_at, when the robot called.';
+
+--
 -- Name: COLUMN contact_snapshots.stale; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
@@ -3283,9 +3289,10 @@ begin
   insert into bitrix_sync.contact_snapshots
     (contact_id, user_id, name_hash, email_hash, citizenship_enum_id, citizenship_dictionary_loaded_at,
      registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at,
-     last_webhook_received_at, stale, stale_reason)
+     last_webhook_received_at, last_webhook_source_at, stale, stale_reason)
   values (p_contact_id, p_user_id, p_name_hash, p_email_hash, p_citizenship_enum_id, p_dictionary_loaded_at,
-          p_registered, p_crm_created_at, p_crm_updated_at, p_source, now(), p_webhook_received_at, false, null)
+          p_registered, p_crm_created_at, p_crm_updated_at, p_source, now(), p_webhook_received_at,
+          case when p_source = 'webhook' then p_crm_updated_at end, false, null)
   on conflict (contact_id) do update
     set user_id = excluded.user_id, name_hash = excluded.name_hash, email_hash = excluded.email_hash,
         citizenship_enum_id = excluded.citizenship_enum_id,
@@ -3296,6 +3303,9 @@ begin
         last_applied_at = now(),
         last_webhook_received_at = coalesce(excluded.last_webhook_received_at,
                                             bitrix_sync.contact_snapshots.last_webhook_received_at),
+        -- The CRM time of the state the last processed robot webhook read (§6.4).
+        last_webhook_source_at = case when p_source = 'webhook' then p_crm_updated_at
+                                      else bitrix_sync.contact_snapshots.last_webhook_source_at end,
         stale = false, stale_reason = null
   returning * into v_row;
   return v_row;
@@ -3305,7 +3315,7 @@ end $$;
 -- Name: FUNCTION apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) IS 'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
+COMMENT ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) IS 'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source; for a webhook also when it was received and the CRM time its read found). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
 
 --
 -- Name: apply_privileges(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4948,7 +4958,8 @@ begin
     select coalesce(s.last_applied_at, s.updated_at), 'snapshot', 'state',
            jsonb_build_object('contact_id', s.contact_id, 'registered', s.registered, 'crm_updated_at', s.crm_updated_at,
                               'last_applied_source', s.last_applied_source,
-                              'last_webhook_received_at', s.last_webhook_received_at, 'stale', s.stale,
+                              'last_webhook_received_at', s.last_webhook_received_at,
+                              'last_webhook_source_at', s.last_webhook_source_at, 'stale', s.stale,
                               'stale_reason', s.stale_reason, 'citizenship_enum_id', s.citizenship_enum_id,
                               'name_hash', left(s.name_hash, 12), 'email_hash', left(s.email_hash, 12),
                               'phone_hash', left(s.phone_hash, 12)), 11
@@ -6030,14 +6041,17 @@ begin
          coalesce((select sum(e.n) from events e where e.machine = 'alert' and e.to_state = 'remote_missing'), 0)::float8
   union all
   -- The convergence audit (sql/convergence_audit.sql): drift by kind, its last success and progress.
-  select d.family, d.labels, d.value from bitrix_sync.drift_metrics() d;
+  select d.family, d.labels, d.value from bitrix_sync.drift_metrics() d
+  union all
+  -- The last recovered-without-webhook spike (sql/reconciliation/spikes.sql).
+  select r.family, r.labels, r.value from bitrix_sync.reconciliation_spike_metrics() r;
 end $$;
 
 --
 -- Name: FUNCTION metrics_snapshot(p_bucket text, p_check_mappings boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) IS 'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts and their mirror (behind, its age, whether it is on, items deleted in the CRM), the convergence audit (drift by kind, last success, progress), links held after a phone-only link, reconciliation cursor lag, failed runs and intervals, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
+COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) IS 'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts and their mirror (behind, its age, whether it is on, items deleted in the CRM), the convergence audit (drift by kind, last success, progress), links held after a phone-only link, reconciliation cursor lag, failed runs and intervals, the last recovered-without-webhook spike, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
 
 --
 -- Name: note_crm_answered(text, double precision, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -6360,6 +6374,26 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text, p_selected_contact_id text, p_candidate_contact_ids jsonb, p_details jsonb, p_correlation_id uuid) IS 'Opens a business alert or, if one is open for (type, fingerprint), counts another occurrence on it. A new case after a closed one links previous_alert_id. details must already be masked.';
 
 --
+-- Name: reconciliation_spike_metrics(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.reconciliation_spike_metrics() RETURNS TABLE(family text, labels jsonb, value double precision)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  -- Always present (0 before the first spike), so a rule on it needs no earlier sample.
+  select 'bitrix_sync_reconciliation_recovered_spike_timestamp_seconds'::text, '{}'::jsonb,
+         coalesce(extract(epoch from max(s.recorded_at)), 0)::double precision
+    from bitrix_sync.reconciliation_spikes s where s.job_type = 'contacts';
+$$;
+
+--
+-- Name: FUNCTION reconciliation_spike_metrics(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.reconciliation_spike_metrics() IS 'The spike sample of metrics_snapshot: when the last Contact reconciliation run with a recovered-without-webhook spike recorded it (Unix time, 0 before the first).';
+
+--
 -- Name: record_alert_item(bigint, bigint, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -6560,6 +6594,159 @@ end $_$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text) IS 'Records a passed write probe (npm run preflight -- --write): the portal host, the forms it proved and its run id; the time and the login are the row''s. BS004 when an argument is malformed.';
+
+--
+-- Name: reconciliation_spikes; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.reconciliation_spikes (
+    id bigint NOT NULL,
+    job_type character varying(32) NOT NULL,
+    run_started_at timestamp with time zone NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    recovered integer NOT NULL,
+    mapped integer NOT NULL,
+    baseline double precision,
+    CONSTRAINT reconciliation_spikes_baseline_check CHECK ((baseline >= (0)::double precision)),
+    CONSTRAINT reconciliation_spikes_check CHECK ((mapped >= recovered)),
+    CONSTRAINT reconciliation_spikes_recovered_check CHECK ((recovered > 0))
+);
+
+--
+-- Name: TABLE reconciliation_spikes; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.reconciliation_spikes IS 'Reconciliation runs whose Contacts recovered without a webhook were a spike (§10.2; the decision is isRecoveredSpike in src/inbound/reconcile.ts), recorded by the run under its lease; the last 1 000.';
+
+--
+-- Name: COLUMN reconciliation_spikes.id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.id IS 'Identity, in recording order.';
+
+--
+-- Name: COLUMN reconciliation_spikes.job_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.job_type IS 'The reconciliation job (contacts).';
+
+--
+-- Name: COLUMN reconciliation_spikes.run_started_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.run_started_at IS 'When the run started (its claim).';
+
+--
+-- Name: COLUMN reconciliation_spikes.recorded_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.recorded_at IS 'When the run found the spike: what bitrix_sync_reconciliation_recovered_spike_timestamp_seconds exports.';
+
+--
+-- Name: COLUMN reconciliation_spikes.recovered; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.recovered IS 'Contacts the run recovered without a webhook.';
+
+--
+-- Name: COLUMN reconciliation_spikes.mapped; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.mapped IS 'Changed linked Contacts the run read.';
+
+--
+-- Name: COLUMN reconciliation_spikes.baseline; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.baseline IS 'The smoothed usual recovered count it was compared with (reconciliation_cursors.recovered_baseline before the run); null before the first successful run.';
+
+--
+-- Name: record_recovered_spike(text, uuid, integer, integer, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision) RETURNS bitrix_sync.reconciliation_spikes
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_started timestamptz;
+  v_row bitrix_sync.reconciliation_spikes;
+begin
+  if p_recovered is null or p_recovered < 1 or p_mapped is null or p_mapped < p_recovered
+     or p_baseline < 0 or p_baseline = 'NaN'::double precision then
+    raise exception 'a spike has recovered >= 1 Contacts of mapped >= recovered, and a baseline >= 0 or null'
+      using errcode = 'BS004', hint = 'Pass the run''s counts as src/inbound/reconcile.ts reports them.';
+  end if;
+  -- Only the run that holds the cursor records its spike (a run whose lease was taken over is stale).
+  select r.last_run_started_at into v_started from bitrix_sync.reconciliation_cursors r
+   where r.job_type = p_job_type and r.last_run_status = 'running' and r.lease_token = p_lease_token;
+  if not found then
+    perform bitrix_sync._refuse_stale('reconciliation run', p_job_type);
+  end if;
+  insert into bitrix_sync.reconciliation_spikes (job_type, run_started_at, recovered, mapped, baseline)
+  values (p_job_type, v_started, p_recovered, p_mapped, p_baseline)
+  returning * into v_row;
+  delete from bitrix_sync.reconciliation_spikes s
+   where s.id in (select k.id from bitrix_sync.reconciliation_spikes k order by k.id desc offset 1000);
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision) IS 'Records that the running reconciliation run of p_job_type (fenced by its lease token, BS001 otherwise) recovered a spike of Contacts without a webhook: how many, of how many changed linked Contacts, against which baseline. Keeps the last 1 000.';
+
+--
+-- Name: record_refused_sources(inet[], text[], integer[], timestamp with time zone[], timestamp with time zone[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_n integer := coalesce(cardinality(p_sources), 0);
+  v_rows integer;
+begin
+  if coalesce(cardinality(p_receivers), 0) <> v_n or coalesce(cardinality(p_counts), 0) <> v_n
+     or coalesce(cardinality(p_first_seen), 0) <> v_n or coalesce(cardinality(p_last_seen), 0) <> v_n then
+    raise exception 'the refused sources come as five arrays of one length'
+      using errcode = 'BS004', hint = 'Pass one address, receiver, count, first and last time per entry (src/inbound/edge.ts).';
+  end if;
+  if v_n > 10000 then
+    raise exception 'at most 10 000 refused sources a call, not %', v_n
+      using errcode = 'BS004', hint = 'Record them in smaller groups.';
+  end if;
+  if exists (select 1 from unnest(p_sources, p_receivers, p_counts, p_first_seen, p_last_seen) u(s, r, c, f, l)
+              where s is null or masklen(s) <> case family(s) when 4 then 32 else 128 end
+                 or r is null or r not in ('contact', 'alert', 'none')
+                 or c is null or c < 1 or f is null or l is null or f > l) then
+    raise exception 'a refused source is not one address, receiver contact, alert or none, a positive count and first <= last'
+      using errcode = 'BS004', hint = 'A bug in the caller: it passes what nginx reported, checked.';
+  end if;
+  insert into bitrix_sync.refused_sources as e (source_ip, receiver, refusals, first_seen_at, last_seen_at)
+  select u.s, u.r, sum(u.c), min(u.f), max(u.l)
+    from unnest(p_sources, p_receivers, p_counts, p_first_seen, p_last_seen) u(s, r, c, f, l)
+   group by u.s, u.r
+  on conflict (source_ip, receiver) do update
+    set refusals = e.refusals + excluded.refusals,
+        first_seen_at = least(e.first_seen_at, excluded.first_seen_at),
+        last_seen_at = greatest(e.last_seen_at, excluded.last_seen_at);
+  get diagnostics v_rows = row_count;
+  -- Bounded retention (§10.1).
+  delete from bitrix_sync.refused_sources e where e.last_seen_at < pg_catalog.now() - interval '30 days';
+  delete from bitrix_sync.refused_sources e
+   where (e.source_ip, e.receiver) in (select k.source_ip, k.receiver from bitrix_sync.refused_sources k
+                                         order by k.last_seen_at desc, k.source_ip, k.receiver offset 10000);
+  return v_rows;
+end $$;
+
+--
+-- Name: FUNCTION record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]) IS 'Adds what the service gathered of the proxy''s source_ip refusals (per address and receiver: count, first and last seen) to refused_sources, then trims the journal to 30 days and 10 000 rows. Returns the rows written. Addresses only: no query, body, header or token reaches it.';
 
 --
 -- Name: record_registered_contacts(uuid, timestamp with time zone, bigint, bigint, bigint[], jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -9740,6 +9927,75 @@ CREATE VIEW bitrix_sync.rebind_request_status AS
 COMMENT ON VIEW bitrix_sync.rebind_request_status IS 'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked and who cancelled (the declared operator and the database login, session_user), and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
 
 --
+-- Name: reconciliation_spikes_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.reconciliation_spikes ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.reconciliation_spikes_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: refused_sources; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.refused_sources (
+    source_ip inet NOT NULL,
+    receiver character varying(16) NOT NULL,
+    refusals bigint NOT NULL,
+    first_seen_at timestamp with time zone NOT NULL,
+    last_seen_at timestamp with time zone NOT NULL,
+    CONSTRAINT refused_sources_receiver_check CHECK (((receiver)::text = ANY ((ARRAY['contact'::character varying, 'alert'::character varying, 'none'::character varying])::text[]))),
+    CONSTRAINT refused_sources_refusals_check CHECK ((refusals > 0)),
+    CONSTRAINT refused_sources_seen_order CHECK ((first_seen_at <= last_seen_at)),
+    CONSTRAINT refused_sources_source_ip_check CHECK ((masklen(source_ip) =
+CASE family(source_ip)
+    WHEN 4 THEN 32
+    ELSE 128
+END))
+);
+
+--
+-- Name: TABLE refused_sources; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.refused_sources IS 'Source addresses the public proxy refused for not being in BITRIX_WEBHOOK_ALLOWED_CIDRS (§10.1): per address and receiver route, how many refusals and when first and last. No query, body, header or token. Kept 30 days after the last refusal, at most 10 000 rows (record_refused_sources). For diagnosis and a reviewed allow-list change only; never read to admit anyone.';
+
+--
+-- Name: COLUMN refused_sources.source_ip; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.refused_sources.source_ip IS 'The TCP peer nginx refused (its $remote_addr), one address.';
+
+--
+-- Name: COLUMN refused_sources.receiver; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.refused_sources.receiver IS 'contact or alert (the robot routes), none for any other path.';
+
+--
+-- Name: COLUMN refused_sources.refusals; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.refused_sources.refusals IS 'Refusals of this address on this route since first_seen_at.';
+
+--
+-- Name: COLUMN refused_sources.first_seen_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.refused_sources.first_seen_at IS 'The first refusal (as the service received it from nginx).';
+
+--
+-- Name: COLUMN refused_sources.last_seen_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.refused_sources.last_seen_at IS 'The last refusal.';
+
+--
 -- Name: retention_sweeps; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
@@ -10446,6 +10702,47 @@ CREATE VIEW bitrix_sync.status_reconciliation AS
 COMMENT ON VIEW bitrix_sync.status_reconciliation IS 'The reconciliation runs'' cursors (§10.2, §10.3) as an admin reads them: watermark, last run and its counts, last success, runs failed in a row and when a failed one runs again; no lease.';
 
 --
+-- Name: status_recovered_spikes; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_recovered_spikes AS
+ SELECT s.job_type,
+    s.run_started_at,
+    s.recorded_at,
+    s.recovered,
+    s.mapped,
+    s.baseline
+   FROM bitrix_sync.reconciliation_spikes s
+  ORDER BY s.id DESC;
+
+--
+-- Name: VIEW status_recovered_spikes; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_recovered_spikes IS 'Reconciliation runs that recovered a spike of Contacts without a webhook (§10.2), newest first: when the run started, when it found the spike, how many it recovered of how many changed linked Contacts, and the usual value it was compared with (docs/runbook.md, BitrixSyncWebhooksPossiblyLost).';
+
+--
+-- Name: status_refused_sources; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_refused_sources AS
+ SELECT e.source_ip,
+    e.receiver,
+    e.refusals,
+    e.first_seen_at,
+    e.last_seen_at,
+    (e.first_seen_at > (now() - '1 day'::interval)) AS new
+   FROM bitrix_sync.refused_sources e
+  WHERE (e.last_seen_at >= (now() - '30 days'::interval))
+  ORDER BY e.first_seen_at DESC, e.source_ip, e.receiver;
+
+--
+-- Name: VIEW status_refused_sources; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_refused_sources IS 'The journal of source addresses the public proxy refused (reason source_ip), newest first, for the runbook (docs/runbook.md, BitrixSyncWebhookSourcesRefused): per address and receiver route (contact, alert, none: any other path), how many refusals, first and last seen, and whether it is new (first seen within a day). Never a query, body or token.';
+
+--
 -- Name: status_webhooks; Type: VIEW; Schema: bitrix_sync; Owner: -
 --
 
@@ -10838,6 +11135,20 @@ ALTER TABLE ONLY bitrix_sync.rebind_requests
 
 ALTER TABLE ONLY bitrix_sync.reconciliation_cursors
     ADD CONSTRAINT reconciliation_cursors_pkey PRIMARY KEY (job_type);
+
+--
+-- Name: reconciliation_spikes reconciliation_spikes_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.reconciliation_spikes
+    ADD CONSTRAINT reconciliation_spikes_pkey PRIMARY KEY (id);
+
+--
+-- Name: refused_sources refused_sources_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.refused_sources
+    ADD CONSTRAINT refused_sources_pkey PRIMARY KEY (source_ip, receiver);
 
 --
 -- Name: retention_sweeps retention_sweeps_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
@@ -11249,6 +11560,12 @@ CREATE INDEX rebind_requests_workflow_idx ON bitrix_sync.rebind_requests USING b
 --
 
 COMMENT ON INDEX bitrix_sync.rebind_requests_workflow_idx IS 'Retention keeps the workflows of rebind requests (their audit, and the foreign key).';
+
+--
+-- Name: refused_sources_last_seen_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX refused_sources_last_seen_idx ON bitrix_sync.refused_sources USING btree (last_seen_at);
 
 --
 -- Name: settings_versions_one_active_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
@@ -13199,6 +13516,12 @@ GRANT INSERT(last_applied_at),UPDATE(last_applied_at) ON TABLE bitrix_sync.conta
 GRANT INSERT(last_webhook_received_at),UPDATE(last_webhook_received_at) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
 
 --
+-- Name: COLUMN contact_snapshots.last_webhook_source_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(last_webhook_source_at),UPDATE(last_webhook_source_at) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
 -- Name: COLUMN contact_snapshots.stale; Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13887,6 +14210,12 @@ REVOKE ALL ON FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_sev
 GRANT ALL ON FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text, p_selected_contact_id text, p_candidate_contact_ids jsonb, p_details jsonb, p_correlation_id uuid) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION reconciliation_spike_metrics(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.reconciliation_spike_metrics() FROM PUBLIC;
+
+--
 -- Name: FUNCTION record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13920,6 +14249,20 @@ GRANT ALL ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user
 
 REVOKE ALL ON FUNCTION bitrix_sync.record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION record_registered_contacts(p_lease_token uuid, p_read_at timestamp with time zone, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[], p_rows jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14631,6 +14974,18 @@ GRANT SELECT ON TABLE bitrix_sync.status_queue TO bitrix_sync_admin;
 --
 
 GRANT SELECT ON TABLE bitrix_sync.status_reconciliation TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_recovered_spikes; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_recovered_spikes TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_refused_sources; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_refused_sources TO bitrix_sync_admin;
 
 --
 -- Name: TABLE status_webhooks; Type: ACL; Schema: bitrix_sync; Owner: -

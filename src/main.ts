@@ -12,6 +12,7 @@ import { redactUrl } from "./db/url.js";
 import { createApp } from "./http/app.js";
 import { createHttpServer } from "./http/server.js";
 import { receiverConfig } from "./inbound/config.js";
+import { RefusedSourceJournal } from "./inbound/edge.js";
 import { dataDir, embeddedDir } from "./local/data-dir.js";
 import { sandboxHashKey } from "./local/sandbox-hash-key.js";
 import { sandboxFirstIds } from "./local/sandbox-ids.js";
@@ -203,11 +204,15 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   registerRuntime(runtime);
   stops.unshift(named("runtime", () => runtime.close()));
 
+  // The proxy's source_ip refusals, gathered and journaled on the status pool (not the robots').
+  const refusedSources = new RefusedSourceJournal(pools.status, log);
+  stops.unshift(named("refused_sources", () => refusedSources.close()));
   const app = createApp({
     pool: pools.status,
     receiverPool: pools.receiver,
     log,
     receiver: receiverConfig(config),
+    refusedSources,
     status: {
       config,
       health: runtime.health,

@@ -1,4 +1,4 @@
-// The HTTP API as data (DESIGN.md: one listener): every endpoint's path, request and answers, with
+// The HTTP API as data (one listener, docs/operations.md "Health, status and metrics"): every endpoint's path, request and answers, with
 // the zod schemas the handlers validate with or are typed by. src/http/app.ts mounts its routes from
 // API_PATHS, the receivers answer what src/inbound/refusals.ts lists, and `npm run docs:openapi`
 // (src/http/openapi.ts) generates docs/openapi.json from this file, so the document cannot drift.

@@ -1,9 +1,11 @@
-// The one HTTP listener (DESIGN.md): health, the receivers, internal status and metrics. Thin:
+// The one HTTP listener (docs/operations.md, "Health, status and metrics"): health, the receivers,
+// the proxy's refusal route, internal status and metrics. Thin:
 // handlers call src/ and SQL; errors are generic JSON with no ids or stack. Every handler that asks
 // the database answers within a deadline (docs/operations.md, "Bounded waits").
 import { Hono } from "hono";
 import type pg from "pg";
 import type { ReceiverConfig } from "../inbound/config.js";
+import { edgeRoutes, type RefusedSourceJournal } from "../inbound/edge.js";
 import { InboxWriter } from "../inbound/inbox.js";
 import { RECEIVER_BASE_PATH, receiverRoutes } from "../inbound/routes.js";
 import type { Logger } from "../observability/logger.js";
@@ -25,6 +27,8 @@ export interface AppDeps {
   status?: StatusSource;
   /** Sampling of the receivers' refusal log lines (default: 10 per receiver and reason a minute). */
   receiverLogSampling?: { perWindow?: number; windowMs?: number };
+  /** Where the proxy's source_ip refusals are journaled (src/inbound/edge.ts); absent: counted only. */
+  refusedSources?: RefusedSourceJournal;
 }
 
 export function createApp(deps: AppDeps): Hono {
@@ -65,6 +69,10 @@ export function createApp(deps: AppDeps): Hono {
     RECEIVER_BASE_PATH,
     receiverRoutes({ inbox, log: deps.log, config: deps.receiver, logSampling: deps.receiverLogSampling }),
   );
+
+  // The public nginx's own refusals, counted (docs/deployment.md, "The proxy's refusals"); only the
+  // trusted proxy and loopback may call it, to anyone else it is an unknown path.
+  app.route("/", edgeRoutes({ trustedProxies: deps.receiver?.trustedProxies, journal: deps.refusedSources }));
 
   app.notFound((c) => c.json({ error: "not_found" }, 404));
   app.onError((err, c) => {

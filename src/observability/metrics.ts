@@ -122,10 +122,13 @@ for (const receiver of RECEIVERS) webhookAccepted.inc({ receiver }, 0);
 
 export const webhookRejected = new Counter({
   name: "bitrix_sync_webhook_rejected_total",
-  help: "Robot webhook requests refused, by receiver and safe reason (docs/receivers.md). The proxy's refusals (reason source_ip and others) come from the log pipeline under the same name.",
+  help: "Robot webhook requests refused, by receiver and safe reason (docs/receivers.md): the receivers' own refusals, and the public nginx's (source_ip, method_not_allowed, not_found, body_too_large, rate_limited; receiver none for a path that is not a receiver), which nginx hands to the service (src/inbound/edge.ts).",
   labelNames: ["receiver", "reason"] as const,
   registers: [registry],
 });
+// Present from the start (0 before the first), so a rule's increase() sees the first refusal by
+// address; "none" is any other path, where the synthetic probe is refused (docs/observability.md).
+for (const receiver of [...RECEIVERS, "none"]) webhookRejected.inc({ receiver, reason: "source_ip" }, 0);
 
 export const webhookOutcomes = new Counter({
   name: "bitrix_sync_webhook_processed_total",
@@ -172,12 +175,6 @@ export const retentionDeleted = new Counter({
   name: "bitrix_sync_retention_deleted_total",
   help: "Finished rows deleted by retention, by table (webhooks, commands, workflows, queue).",
   labelNames: ["table"] as const,
-  registers: [registry],
-});
-
-export const reconciliationSpikes = new Counter({
-  name: "bitrix_sync_reconciliation_recovered_spikes_total",
-  help: "Reconciliation runs whose recovered-without-webhook count was a spike (reconcile.recovered_spike_threshold and _ratio): webhooks may be lost.",
   registers: [registry],
 });
 
