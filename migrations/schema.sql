@@ -55,13 +55,14 @@ CREATE FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with ti
   select p_first_attempt_at
          operator(pg_catalog.+) pg_catalog.make_interval(
            secs => (bitrix_sync._active_setting('retry.horizon_sec') operator(pg_catalog.#>>) '{}')::pg_catalog.float8)
+         operator(pg_catalog.+) bitrix_sync._paused_since(p_first_attempt_at)
 $$;
 
 --
 -- Name: FUNCTION _retry_deadline(p_first_attempt_at timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with time zone) IS 'The retry horizon of a row whose first attempt was p_first_attempt_at: that instant plus the active retry.horizon_sec. A retry due after it dead-letters with retry_horizon_exceeded. Inlined into its callers and the deadline_at defaults: no pinned search_path, every operator and name schema-qualified.';
+COMMENT ON FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with time zone) IS 'The retry horizon of a row whose first attempt was p_first_attempt_at: that instant plus the active retry.horizon_sec plus the time processing was paused since (_paused_since). A retry due after it dead-letters with retry_horizon_exceeded. Inlined into its callers and the deadline_at defaults: no pinned search_path, every operator and name schema-qualified.';
 
 SET default_tablespace = '';
 
@@ -1698,6 +1699,33 @@ $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync._parked_decisions(p_reason text) IS 'The decisions resume_parked_workflow accepts for a parking reason: retry always; link_contact and create_contact for too_many_candidates and a refused manual link.';
+
+--
+-- Name: _paused_since(timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._paused_since(p_from timestamp with time zone) RETURNS interval
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_paused interval;
+begin
+  -- The part of every pause after p_from, an open pause up to now. One row per pause ever: a
+  -- handful, read whole.
+  select sum(least(coalesce(p.resumed_at, now()), now()) - greatest(p.paused_at, p_from))
+    into v_paused
+    from bitrix_sync.sync_pauses p
+   where coalesce(p.resumed_at, 'infinity'::timestamptz) > p_from
+     and p.paused_at < now();
+  return coalesce(greatest(v_paused, interval '0'), interval '0');
+end $$;
+
+--
+-- Name: FUNCTION _paused_since(p_from timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._paused_since(p_from timestamp with time zone) IS 'Internal: how long processing was paused since p_from (an open pause counts up to now). _retry_deadline() adds it, so paused time does not count against the retry horizon.';
 
 --
 -- Name: _planner_count(regclass); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3650,8 +3678,9 @@ declare
   v_due bigint;
   v_mode text := case when coalesce(p_all, false) then 'all' else 'sample' end;
 begin
-  -- The processing gate (§17): nothing is judged before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17): nothing is judged before the cutover, nor while processing is
+  -- paused (sql/pause.sql): a paused sync would show as drift.
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   select * into v_row from bitrix_sync.audit_state s where s.singleton for update skip locked;
@@ -3700,7 +3729,7 @@ end $$;
 -- Name: FUNCTION claim_audit_run(p_all boolean, p_force boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_audit_run(p_all boolean, p_force boolean) IS 'Starts a convergence audit run when none is running (one still marked running after audit.lease_sec is taken over) and, for a sampled run, when audit.enabled and audit.interval_sec has passed (or p_force). p_all: every active link and the whole registered scan. Returns the lease, how many links to sample (their share of audit.period_days plus those about to be overdue; null: all), where the registered scan goes on, how many pages this run reads (null: to the end), and the Contacts of open registered findings to read again. No row when nothing is to run, and none before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.claim_audit_run(p_all boolean, p_force boolean) IS 'Starts a convergence audit run when none is running (one still marked running after audit.lease_sec is taken over) and, for a sampled run, when audit.enabled and audit.interval_sec has passed (or p_force). p_all: every active link and the whole registered scan. Returns the lease, how many links to sample (their share of audit.period_days plus those about to be overdue; null: all), where the registered scan goes on, how many pages this run reads (null: to the end), and the Contacts of open registered findings to read again. No row when nothing is to run, and none before perform_cutover() or while paused (pause_sync()).';
 
 --
 -- Name: claim_commands(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3717,8 +3746,9 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the batch.size and lease.ttl_sec settings.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
 
@@ -3777,7 +3807,7 @@ end $$;
 -- Name: FUNCTION claim_commands(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer, p_lease interval) IS 'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer, p_lease interval) IS 'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover() and while paused (pause_sync()).';
 
 --
 -- Name: reconciliation_cursors; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -3857,8 +3887,9 @@ begin
     raise exception 'a reconciliation claim needs a non-negative interval (and overlap)'
       using errcode = 'BS004', hint = 'Check reconcile.contacts_interval_sec, alerts.reconcile_interval_sec and reconcile.overlap_sec.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   insert into bitrix_sync.reconciliation_cursors (job_type) values (p_job_type) on conflict do nothing;
@@ -3888,7 +3919,7 @@ end $$;
 -- Name: FUNCTION claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval) IS 'Starts a run of job p_job_type when it is due (last start at least p_interval ago, a failed run''s retry_at reached, or p_force) and no live run holds the cursor (a running run older than reconcile.lease_sec is taken over). Returns the cursor with a new lease_token and last_run_started_at = now(), the next watermark, and failed_runs as it stands (the failures before this run); no row when nothing is to be run, and none before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval) IS 'Starts a run of job p_job_type when it is due (last start at least p_interval ago, a failed run''s retry_at reached, or p_force) and no live run holds the cursor (a running run older than reconcile.lease_sec is taken over). Returns the cursor with a new lease_token and last_run_started_at = now(), the next watermark, and failed_runs as it stands (the failures before this run); no row when nothing is to be run, and none before perform_cutover() or while paused (pause_sync()).';
 
 --
 -- Name: claim_sync_tasks(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3908,7 +3939,8 @@ begin
   -- Nothing is processed before the cutover, and after it only intents recorded since the
   -- watermark (§17 step 8), also when an expired lease is reclaimed.
   select c.cutover_watermark into v_watermark from bitrix_sync.cutover c;
-  if v_watermark is null then
+  -- Nor while processing is paused (sql/pause.sql): the App's journal keeps the intents.
+  if v_watermark is null or bitrix_sync.sync_paused() then
     return;
   end if;
   -- The App's recorded intents first (han_app.sync_queue_journal). A fold running elsewhere is
@@ -3948,7 +3980,7 @@ end $$;
 -- Name: FUNCTION claim_sync_tasks(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) IS 'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) IS 'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover() and while paused (pause_sync()).';
 
 --
 -- Name: claim_webhooks(text, integer, interval, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3966,8 +3998,9 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   -- The oldest due events, locked (SKIP LOCKED: another claimer's are left to it); of each entity
@@ -4020,7 +4053,7 @@ end $$;
 -- Name: FUNCTION claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text) IS 'Leases due inbox events, at most one per entity (enforced by a partial unique index; the entities whose oldest due event is oldest first, among the 4 x p_limit oldest due events not locked by another claimer), and coalesces the entity''s other received events into the claimed one. Takes entities in (receiver, entity_id) order, so two claimers that picked one entity never deadlock (the second waits for the first and skips it). Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
+COMMENT ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text) IS 'Leases due inbox events, at most one per entity (enforced by a partial unique index; the entities whose oldest due event is oldest first, among the 4 x p_limit oldest due events not locked by another claimer), and coalesces the entity''s other received events into the claimed one. Takes entities in (receiver, entity_id) order, so two claimers that picked one entity never deadlock (the second waits for the first and skips it). Returns nothing before perform_cutover() and while paused (pause_sync()): the receivers keep recording, the events wait.';
 
 --
 -- Name: claim_workflows(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4035,8 +4068,9 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   return query
@@ -4064,7 +4098,7 @@ end $$;
 -- Name: FUNCTION claim_workflows(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, p_lease interval) IS 'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, p_lease interval) IS 'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover() and while paused (pause_sync()).';
 
 --
 -- Name: clear_unkeyed_hashes(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4362,6 +4396,23 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text) IS 'Admin (docs/admin.md "Held phone links"): releases the hold of a user''s link made by phone alone (hold_released_by admin), audited in admin_actions with the operator''s reason and the login, and queues a read of the Contact (an inbox row) that applies its CRM-master fields to the App. BS004 missing reason or operator, BS005 no active link, BS002 the link is not held.';
 
 --
+-- Name: crm_last_answered_at(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.crm_last_answered_at(p_bucket text) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select b.last_answered_at from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket
+$$;
+
+--
+-- Name: FUNCTION crm_last_answered_at(p_bucket text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.crm_last_answered_at(p_bucket text) IS 'When the portal (bucket p_bucket, its host) last answered a request of any replica with HTTP 2xx; null before the first, or when no request went yet. Readiness and the status document read it.';
+
+--
 -- Name: crm_limiter_state(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -4652,6 +4703,7 @@ CREATE FUNCTION bitrix_sync.drift_metrics() RETURNS TABLE(family text, labels js
      ('bitrix_sync_audit_running', case when s.last_run_status = 'running' then 1 else 0 end::float8),
      ('bitrix_sync_audit_enabled',
       case when (bitrix_sync._active_setting('audit.enabled') #>> '{}')::boolean and bitrix_sync.cutover_performed()
+                and not bitrix_sync.sync_paused()
            then 1 else 0 end::float8),
      ('bitrix_sync_audit_interval_seconds', (bitrix_sync._active_setting('audit.interval_sec') #>> '{}')::float8),
      ('bitrix_sync_audit_links', coalesce(s.last_links, 0)::float8),
@@ -4666,7 +4718,7 @@ $$;
 -- Name: FUNCTION drift_metrics(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.drift_metrics() IS 'The convergence audit''s samples for GET /metrics (part of metrics_snapshot): open findings by kind (every kind, 0 included), the last success (the install time before the first), whether a run is running, whether the audit is enabled (setting and cutover), its interval, and from the last run the active links, those overdue and the share in time.';
+COMMENT ON FUNCTION bitrix_sync.drift_metrics() IS 'The convergence audit''s samples for GET /metrics (part of metrics_snapshot): open findings by kind (every kind, 0 included), the last success (the install time before the first), whether a run is running, whether the audit is enabled (setting, cutover, not paused), its interval, and from the last run the active links, those overdue and the share in time.';
 
 --
 -- Name: due_commands(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4685,14 +4737,14 @@ CREATE FUNCTION bitrix_sync.due_commands() RETURNS TABLE(due integer, adds integ
     from bitrix_sync.crm_commands c
    where ((c.status in ('pending', 'retry_wait') and c.next_attempt_at <= now())
           or (c.status in ('leased', 'in_flight') and c.locked_until < now()))
-     and bitrix_sync.cutover_performed()
+     and bitrix_sync.cutover_performed() and not bitrix_sync.sync_paused()
 $$;
 
 --
 -- Name: FUNCTION due_commands(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.due_commands() IS 'The pump''s backlog: commands claim_commands() would take now (due, and expired leases it recovers), how many of them are creates, and how long the oldest has waited (ms; null when none). Nothing before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.due_commands() IS 'The pump''s backlog: commands claim_commands() would take now (due, and expired leases it recovers), how many of them are creates, and how long the oldest has waited (ms; null when none). Nothing before perform_cutover() and while paused.';
 
 --
 -- Name: explain_user(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -6100,6 +6152,191 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) IS 'Creates the active link of a user to a Contact. Refuses a second active link for either side (BS006).';
 
 --
+-- Name: crm_inflight_slots; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.crm_inflight_slots (
+    slot_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    bucket text NOT NULL,
+    holder text NOT NULL,
+    acquired_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT crm_inflight_slots_expiry CHECK ((expires_at > acquired_at)),
+    CONSTRAINT crm_inflight_slots_holder_check CHECK (((length(holder) >= 1) AND (length(holder) <= 200)))
+);
+
+--
+-- Name: TABLE crm_inflight_slots; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.crm_inflight_slots IS 'HTTP requests to the portal in flight, all replicas together (§8 max in-flight). A slot past expires_at counts as free.';
+
+--
+-- Name: COLUMN crm_inflight_slots.holder; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_inflight_slots.holder IS 'Replica that holds the slot (host:pid), for diagnosis only.';
+
+--
+-- Name: COLUMN crm_inflight_slots.expires_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_inflight_slots.expires_at IS 'The slot frees itself here if its holder crashed; longer than the HTTP timeout.';
+
+--
+-- Name: sync_pauses; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.sync_pauses (
+    id bigint NOT NULL,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_by character varying(128) NOT NULL,
+    paused_db_user character varying(128) DEFAULT SESSION_USER,
+    pause_reason text NOT NULL,
+    resumed_at timestamp with time zone,
+    resumed_by character varying(128),
+    resumed_db_user character varying(128),
+    resume_reason text,
+    CONSTRAINT sync_pauses_pause_reason_check CHECK (((length(btrim(pause_reason)) >= 3) AND (length(btrim(pause_reason)) <= 500))),
+    CONSTRAINT sync_pauses_paused_by_check CHECK ((length(btrim((paused_by)::text)) > 0)),
+    CONSTRAINT sync_pauses_resume_reason_check CHECK (((resume_reason IS NULL) OR ((length(btrim(resume_reason)) >= 3) AND (length(btrim(resume_reason)) <= 500)))),
+    CONSTRAINT sync_pauses_resumed CHECK ((((resumed_at IS NULL) = (resumed_by IS NULL)) AND ((resumed_at IS NULL) = (resume_reason IS NULL)) AND ((resumed_at IS NULL) OR (resumed_at >= paused_at)))),
+    CONSTRAINT sync_pauses_resumed_by_check CHECK (((resumed_by IS NULL) OR (length(btrim((resumed_by)::text)) > 0)))
+);
+
+--
+-- Name: TABLE sync_pauses; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.sync_pauses IS 'Pauses of processing (§17 rollback), one row each: while a row is open (resumed_at null) no claim function returns work, and the retry horizon does not count the time. Written by pause_sync() and resume_sync(); never deleted.';
+
+--
+-- Name: COLUMN sync_pauses.id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.id IS 'The pause; resume_sync() names it to confirm which pause it ends.';
+
+--
+-- Name: COLUMN sync_pauses.paused_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.paused_at IS 'When processing was paused.';
+
+--
+-- Name: COLUMN sync_pauses.paused_by; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.paused_by IS 'Who paused, as the operator declared it (e.g. ops:ivanov).';
+
+--
+-- Name: COLUMN sync_pauses.paused_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.paused_db_user IS 'The database login that paused (session_user).';
+
+--
+-- Name: COLUMN sync_pauses.pause_reason; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.pause_reason IS 'Why, in the operator''s words (no personal data).';
+
+--
+-- Name: COLUMN sync_pauses.resumed_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.resumed_at IS 'When processing resumed; null while the pause holds.';
+
+--
+-- Name: COLUMN sync_pauses.resumed_by; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.resumed_by IS 'Who resumed, as the operator declared it.';
+
+--
+-- Name: COLUMN sync_pauses.resumed_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.resumed_db_user IS 'The database login that resumed (session_user).';
+
+--
+-- Name: COLUMN sync_pauses.resume_reason; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.resume_reason IS 'Why processing may go on, in the operator''s words.';
+
+--
+-- Name: status_pause; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_pause AS
+ SELECT p.id AS pause_id,
+    p.paused_at,
+    (p.paused_by)::text AS paused_by,
+    (p.paused_db_user)::text AS paused_db_user,
+    p.pause_reason,
+    (EXTRACT(epoch FROM (now() - p.paused_at)))::bigint AS paused_for_sec,
+    h.intents_leased,
+    h.workflows_running,
+    h.commands_in_hand,
+    h.webhooks_processing,
+    h.requests_out,
+    (((((h.intents_leased + h.workflows_running) + h.commands_in_hand) + h.webhooks_processing) + h.requests_out) = 0) AS drained
+   FROM (bitrix_sync.sync_pauses p
+     CROSS JOIN LATERAL ( SELECT ( SELECT count(*) AS count
+                   FROM han_app.sync_queue q
+                  WHERE (((q.status)::text = 'leased'::text) AND (q.locked_until > now()))) AS intents_leased,
+            ( SELECT count(*) AS count
+                   FROM bitrix_sync.workflow_instances w
+                  WHERE (((w.state)::text = ANY ((ARRAY['created'::character varying, 'running'::character varying, 'waiting_retry'::character varying])::text[])) AND ((w.state)::text = 'running'::text) AND (w.locked_until > now()))) AS workflows_running,
+            ( SELECT count(*) AS count
+                   FROM bitrix_sync.crm_commands c
+                  WHERE (((c.status)::text = ANY ((ARRAY['leased'::character varying, 'in_flight'::character varying])::text[])) AND (c.locked_until > now()))) AS commands_in_hand,
+            ( SELECT count(*) AS count
+                   FROM bitrix_sync.webhook_inbox w
+                  WHERE (((w.status)::text = ANY ((ARRAY['received'::character varying, 'retry_wait'::character varying, 'processing'::character varying])::text[])) AND ((w.status)::text = 'processing'::text) AND (w.locked_until > now()))) AS webhooks_processing,
+            ( SELECT count(*) AS count
+                   FROM bitrix_sync.crm_inflight_slots s
+                  WHERE (s.expires_at > now())) AS requests_out) h)
+  WHERE (p.resumed_at IS NULL);
+
+--
+-- Name: VIEW status_pause; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_pause IS 'The open pause (no row when processing runs): since when, by whom (declared and login), why, for how long, and the work claimed before it that is still finishing: leased intents, running workflows, commands leased or in flight, webhooks processing, HTTP requests out. drained once all are 0. Read by /internal/sync/v1/status.';
+
+--
+-- Name: pause_sync(text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.pause_sync(p_operator text, p_reason text) RETURNS SETOF bitrix_sync.status_pause
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_open bitrix_sync.sync_pauses;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator);
+  -- One pause or resume at a time; the claims' reads (ACCESS SHARE) are not held up.
+  lock table bitrix_sync.sync_pauses in share row exclusive mode;
+  select * into v_open from bitrix_sync.sync_pauses p where p.resumed_at is null;
+  if found then
+    raise exception 'processing is already paused (pause %, since %)', v_open.id, v_open.paused_at
+      using errcode = 'BS070',
+            hint = 'See select * from bitrix_sync.status_pause; to go on, look at select * from bitrix_sync.resume_preview(); then resume_sync(''ops:<you>'', <pause_id>, ''<why>'').';
+  end if;
+  insert into bitrix_sync.sync_pauses (paused_by, pause_reason) values (btrim(p_operator), btrim(p_reason));
+  perform bitrix_sync._record_admin_action('pause_sync', null, null, null, null, p_reason, p_operator);
+  return query select * from bitrix_sync.status_pause;
+end $$;
+
+--
+-- Name: FUNCTION pause_sync(p_operator text, p_reason text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.pause_sync(p_operator text, p_reason text) IS 'Admin (§17): opens a pause. From its commit no claim function returns work (every replica stops taking work within one poll interval, without a restart); work already claimed finishes (status_pause.drained says when); receivers and the App''s journal keep recording; paused time does not count against the retry horizon. Audited (admin_actions). Returns the pause. BS004 missing operator or reason, BS070 already paused.';
+
+--
 -- Name: perform_cutover(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -6817,6 +7054,37 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) IS 'Frees an in-flight slot when its request has a reply or failed. false when the slot had already expired.';
 
 --
+-- Name: release_crm_request(uuid, text, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_released boolean;
+  v_now timestamptz := clock_timestamp();
+begin
+  delete from bitrix_sync.crm_inflight_slots s where s.slot_id = p_slot_id;
+  v_released := found;
+  if coalesce(p_answered, false) then
+    perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+    -- A row written within the last second is left alone, and then not even locked.
+    update bitrix_sync.crm_rate_buckets b
+       set last_answered_at = v_now
+     where b.bucket = p_bucket
+       and (b.last_answered_at is null or b.last_answered_at < v_now - interval '1 second');
+  end if;
+  return v_released;
+end $$;
+
+--
+-- Name: FUNCTION release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean) IS 'Frees an in-flight slot when its request has a reply or failed, as release_crm_request(uuid); p_answered true (the portal answered HTTP 2xx) also records the time on the bucket p_bucket (last_answered_at, at most once a second), where every replica''s readiness reads it. false when the slot had already expired.';
+
+--
 -- Name: release_spare_crm_request(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -7315,6 +7583,126 @@ end $_$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text) IS 'Admin (docs/admin.md): waiting_manual -> running (manual_resume) for a new pass of the workflow, with a decision: retry (the data was fixed), link_contact (with p_contact_id: link this Contact) or create_contact (too_many_candidates and refused manual links). Audited. BS004 for a missing audit field or a decision that does not apply, BS005 unknown workflow, BS002 not parked, BS006 the Contact is linked to another active user.';
+
+--
+-- Name: resume_preview(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.resume_preview() RETURNS TABLE(section text, item text, count bigint, oldest_age_sec bigint, note text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  with pause as (
+    select * from bitrix_sync.status_pause
+  ), unsure as (
+    select c.command_type::text as command_type, c.status::text as status, c.count, c.oldest_age_sec
+      from bitrix_sync.status_commands c
+     where c.status in ('uncertain', 'reconcile')
+  ), rows_ as (
+    select 1 as ord, 'pause'::text as section,
+           coalesce('pause ' || p.pause_id, 'not paused') as item,
+           count(p.pause_id) as count, max(p.paused_for_sec) as oldest_age_sec,
+           coalesce(max('by ' || p.paused_by || ': ' || p.pause_reason
+                        || '. Paused time does not count against retry.horizon_sec. To resume: resume_sync(''ops:<you>'', '
+                        || p.pause_id || ', ''<why>'')'),
+                    'Processing runs; nothing to resume.') as note,
+           0 as sub
+      from (select 1) one left join pause p on true
+     group by p.pause_id
+    union all
+    -- Writes sent with no answer: they may have landed. Their workflows look before they write
+    -- again (a create is searched for, a non-idempotent change read again), but a portal that was
+    -- down or changed by hand is worth a look first.
+    select 2, 'uncertain_commands', u.command_type || ' ' || u.status, u.count, u.oldest_age_sec,
+           case when row_number() over (order by u.command_type, u.status) = 1 then
+             'Look at these first: writes sent without an answer, which may have landed. On resume their workflows search or read the Contact before writing again (docs/runbook.md, "Resuming after a pause").'
+           end, row_number() over (order by u.command_type, u.status)
+      from unsure u
+    union all
+    select 2, 'uncertain_commands', 'none', 0, null, 'No write is waiting for an answer.', 0
+     where not exists (select 1 from unsure)
+    union all
+    select 3, 'in_hand', 'claimed before the pause, still finishing',
+           coalesce(max(p.intents_leased + p.workflows_running + p.commands_in_hand + p.webhooks_processing
+                        + p.requests_out), 0), null,
+           case when coalesce(bool_and(p.drained), true) then 'Drained.' else 'Not drained yet: wait for status_pause.drained.' end,
+           0
+      from pause p
+    union all
+    select 4, 'workflows', w.state::text, sum(w.count)::bigint, max(w.oldest_age_sec), null, 0
+      from bitrix_sync.status_workflows w
+     group by w.state
+    union all
+    select 5, 'commands', c.status::text, sum(c.count)::bigint, max(c.oldest_age_sec), null, 0
+      from bitrix_sync.status_commands c
+     where c.status not in ('uncertain', 'reconcile', 'dead_letter')
+     group by c.status
+    union all
+    select 6, 'queue', q.status::text, q.count, q.oldest_age_sec,
+           case when q.status = 'pending' then 'oldest_age_sec: the oldest intent waiting' end, 0
+      from bitrix_sync.status_queue q
+     where q.status <> 'dead_letter'
+    union all
+    select 7, 'webhooks', w.receiver::text || ' ' || w.status::text, w.count, w.oldest_age_sec, null, 0
+      from bitrix_sync.status_webhooks w
+    union all
+    select 8, 'dead_letters', 'open', coalesce(sum(d.count), 0)::bigint, max(d.oldest_age_sec),
+           'Open technical dead letters (list_dead_letters()); a pause adds none.', 0
+      from bitrix_sync.status_dead_letters d
+  )
+  select r.section, r.item, r.count, r.oldest_age_sec, r.note from rows_ r order by r.ord, r.sub, r.item
+$$;
+
+--
+-- Name: FUNCTION resume_preview(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.resume_preview() IS 'Admin, read-only (§17): what resuming releases, in the order to look at it: the pause, the writes sent without an answer (uncertain, reconcile) first, the work still finishing, open workflows by state, the command backlog, the queue with its oldest intent, the webhook inbox, open dead letters. resume_sync() returns the same rows.';
+
+--
+-- Name: resume_sync(text, bigint, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text) RETURNS TABLE(section text, item text, count bigint, oldest_age_sec bigint, note text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_open bitrix_sync.sync_pauses;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator);
+  lock table bitrix_sync.sync_pauses in share row exclusive mode;
+  select * into v_open from bitrix_sync.sync_pauses p where p.resumed_at is null;
+  if not found then
+    raise exception 'processing is not paused'
+      using errcode = 'BS071',
+            hint = 'Nothing to resume: select * from bitrix_sync.sync_pauses order by id desc limit 1; shows the last pause.';
+  end if;
+  if p_confirm_pause_id is distinct from v_open.id then
+    raise exception 'pause % is not the open pause (the open one is %, since %)', p_confirm_pause_id, v_open.id, v_open.paused_at
+      using errcode = 'BS072',
+            hint = 'Look at select * from bitrix_sync.resume_preview(); first, then confirm the open pause''s id.';
+  end if;
+  -- What waits, as it stands before anything moves.
+  return query select * from bitrix_sync.resume_preview();
+  update bitrix_sync.sync_pauses p
+     set resumed_at = now(), resumed_by = btrim(p_operator), resumed_db_user = session_user,
+         resume_reason = btrim(p_reason)
+   where p.id = v_open.id;
+  perform bitrix_sync._record_admin_action('resume_sync', null, null, null, null, p_reason, p_operator);
+  -- The lanes wake at the commit instead of at their next poll. The backlog goes out at the pace of
+  -- the shared limiter (limiter.*), as any backlog does: no burst.
+  perform pg_notify('bitrix_sync_queue', '');
+  perform pg_notify('bitrix_sync_workflows', '');
+  perform pg_notify('bitrix_sync_commands', '');
+  perform pg_notify('bitrix_sync_webhooks', '');
+end $$;
+
+--
+-- Name: FUNCTION resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text) IS 'Admin (§17): ends the open pause, confirmed by its id (from status_pause or resume_preview()). Returns resume_preview() as it stood, then from the commit the claim functions return work again and the lanes are woken; the backlog goes out under the shared limiter. Audited (admin_actions). BS004 missing operator or reason, BS071 not paused, BS072 the id is not the open pause''s.';
 
 --
 -- Name: retention_preview(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -7824,6 +8212,23 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.step_context(p_id uuid) IS 'What a workflow step starts from, in one call inside the step''s transaction: locks the workflow row (FOR UPDATE) and returns its revision, intent and trace context, then, read after the lock, its last command (null fields when none) and whether one of its writes is unresolved (uncertain or reconcile). One row; revision is null when the workflow does not exist.';
+
+--
+-- Name: sync_paused(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.sync_paused() RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select exists (select 1 from bitrix_sync.sync_pauses p where p.resumed_at is null)
+$$;
+
+--
+-- Name: FUNCTION sync_paused(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.sync_paused() IS 'The pause gate (§17): true while a pause is open (pause_sync() until resume_sync()). Every claim function returns nothing while it is true, as before the cutover; readiness reports paused.';
 
 --
 -- Name: take_sync_tasks(uuid[], uuid[], uuid[], text[], text[], text[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -8895,38 +9300,6 @@ ALTER TABLE bitrix_sync.crm_commands ALTER COLUMN id ADD GENERATED ALWAYS AS IDE
 );
 
 --
--- Name: crm_inflight_slots; Type: TABLE; Schema: bitrix_sync; Owner: -
---
-
-CREATE TABLE bitrix_sync.crm_inflight_slots (
-    slot_id uuid DEFAULT gen_random_uuid() NOT NULL,
-    bucket text NOT NULL,
-    holder text NOT NULL,
-    acquired_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    expires_at timestamp with time zone NOT NULL,
-    CONSTRAINT crm_inflight_slots_expiry CHECK ((expires_at > acquired_at)),
-    CONSTRAINT crm_inflight_slots_holder_check CHECK (((length(holder) >= 1) AND (length(holder) <= 200)))
-);
-
---
--- Name: TABLE crm_inflight_slots; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON TABLE bitrix_sync.crm_inflight_slots IS 'HTTP requests to the portal in flight, all replicas together (§8 max in-flight). A slot past expires_at counts as free.';
-
---
--- Name: COLUMN crm_inflight_slots.holder; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.crm_inflight_slots.holder IS 'Replica that holds the slot (host:pid), for diagnosis only.';
-
---
--- Name: COLUMN crm_inflight_slots.expires_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.crm_inflight_slots.expires_at IS 'The slot frees itself here if its holder crashed; longer than the HTTP timeout.';
-
---
 -- Name: crm_method_blocks; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
@@ -8985,6 +9358,7 @@ CREATE TABLE bitrix_sync.crm_rate_buckets (
     throttled_until timestamp with time zone,
     rate_limited_count bigint DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_answered_at timestamp with time zone,
     CONSTRAINT crm_rate_buckets_bucket_check CHECK (((length(bucket) >= 1) AND (length(bucket) <= 200))),
     CONSTRAINT crm_rate_buckets_rate_factor_check CHECK (((rate_factor > (0)::double precision) AND (rate_factor <= (1)::double precision))),
     CONSTRAINT crm_rate_buckets_rate_limited_count_check CHECK ((rate_limited_count >= 0)),
@@ -9038,6 +9412,12 @@ COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.throttled_until IS 'No request be
 --
 
 COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.rate_limited_count IS 'Limit refusals that cut the rate, since the bucket was created.';
+
+--
+-- Name: COLUMN crm_rate_buckets.last_answered_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.last_answered_at IS 'When the portal last answered a request of any replica with HTTP 2xx (to the second: written at most once a second, by release_crm_request(uuid, true)). Readiness''s crm_stale judges the deployment by it.';
 
 --
 -- Name: cutover; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -9547,7 +9927,7 @@ COMMENT ON VIEW bitrix_sync.retrying_workflows IS 'Admin (docs/runbook.md, Bitri
 
 CREATE VIEW bitrix_sync.role_privileges AS
  WITH decisions(object_type, object_name, runtime, admin, app, note) AS (
-         VALUES ('schema'::text,'bitrix_sync'::text,ARRAY['USAGE'::text],ARRAY['USAGE'::text],ARRAY[]::text[],'The project''s schema; the App has no business in it.'::text), ('schema'::text,'han_app'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY['USAGE'::text],'The App''s schema; the admin reaches the queue only through status_queue.'::text), ('table'::text,'han_app.user_identity'::text,ARRAY['SELECT (id, phone_number, record_status, created_at, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'Identity is App-master; the runtime reads it at send time.'::text), ('table'::text,'han_app.client_profile'::text,ARRAY['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)'::text, 'UPDATE (full_name, citizenship, email, source_updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'::text), ('table'::text,'han_app.sync_queue'::text,ARRAY['SELECT'::text, 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'::text), ('table'::text,'han_app.sync_queue_journal'::text,ARRAY['SELECT'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'::text), ('function'::text,'han_app.enqueue_contact_sync()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): fires for the App''s writes; nobody calls it.'::text), ('table'::text,'bitrix_sync.business_alerts'::text,ARRAY['SELECT'::text, 'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)'::text, 'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'::text), ('sequence'::text,'bitrix_sync.business_alert_number_seq'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY[]::text[],'The default of business_alerts.alert_number, evaluated as the inserting role.'::text), ('table'::text,'bitrix_sync.contact_snapshots'::text,ARRAY['SELECT'::text, 'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text, 'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text],ARRAY[]::text[],ARRAY[]::text[],'Hashes of what the runtime last wrote into or read from each Contact.'::text), ('table'::text,'bitrix_sync.crm_commands'::text,ARRAY['SELECT'::text, 'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'::text],ARRAY[]::text[],ARRAY[]::text[],'Issued pending (no status column to insert); what a command asks for never changes after issue.'::text), ('table'::text,'bitrix_sync.entity_external_mapping'::text,ARRAY['SELECT'::text, 'INSERT (entity_id, external_id, workflow_id)'::text, 'UPDATE (status, closed_at, close_reason, workflow_id, held_at, held_crm_updated_at, hold_released_at, hold_released_by)'::text],ARRAY[]::text[],ARRAY[]::text[],'Opened active and closed by the runtime''s mapping functions, which also hold and release a link made by phone alone; the user and the Contact of a link never change.'::text), ('table'::text,'bitrix_sync.reconciliation_cursors'::text,ARRAY['SELECT'::text, 'INSERT (job_type)'::text, 'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token, failed_runs, retry_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'The reconciliation runs'' cursors and leases.'::text), ('table'::text,'bitrix_sync.technical_dead_letters'::text,ARRAY['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'::text), ('table'::text,'bitrix_sync.webhook_inbox'::text,ARRAY['SELECT'::text, 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Recorded received by accept_webhooks; what arrived never changes.'::text), ('table'::text,'bitrix_sync.workflow_instances'::text,ARRAY['SELECT'::text, 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)'::text, 'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'::text],ARRAY[]::text[],ARRAY[]::text[],'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'::text), ('table'::text,'bitrix_sync.crm_inflight_slots'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'DELETE'::text],ARRAY[]::text[],ARRAY[]::text[],'In-flight slots; the admin reads them through crm_limiter_state().'::text), ('table'::text,'bitrix_sync.crm_method_blocks'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Per-method operating-time blocks.'::text), ('table'::text,'bitrix_sync.crm_rate_buckets'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Token buckets.'::text), ('table'::text,'bitrix_sync.lock_intake_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One intake fold (and one cutover) at a time: fold_intent_journal and perform_cutover lock it.'::text), ('table'::text,'bitrix_sync.lock_intake_watch'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'The intake watch: a sleeping loop holds it (watch_intake), the App''s trigger marks its transactions on it.'::text), ('table'::text,'bitrix_sync.lock_metrics_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One metrics fold at a time (metrics_snapshot).'::text), ('table'::text,'bitrix_sync.metric_event_totals'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'::text), ('table'::text,'bitrix_sync.metric_events'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counted events; appended by the security definer _900 triggers whoever makes the change.'::text), ('table'::text,'bitrix_sync.audit_marks'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'When each link was last compared; written and read by the audit''s functions only.'::text), ('table'::text,'bitrix_sync.retention_sweeps'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Where the workflow retention sweep stands; only the retention functions (security definer) read and write it.'::text), ('table'::text,'bitrix_sync.audit_state'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'The audit''s run and scan cursor; the admin reads it through status_audit.'::text), ('table'::text,'bitrix_sync.drift_findings'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Drift found by the audit; the admin reads it through status_drift and explain_user.'::text), ('table'::text,'bitrix_sync.drift_repairs'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Audit of repairs (repair_drift, the automatic repair); never deleted.'::text), ('sequence'::text,'bitrix_sync.drift_findings_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of drift_findings.'::text), ('sequence'::text,'bitrix_sync.drift_repairs_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of drift_repairs.'::text), ('table'::text,'bitrix_sync.cutover'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written once by perform_cutover() (admin); the runtime only reads the watermark.'::text), ('table'::text,'bitrix_sync.rebind_requests'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'::text), ('table'::text,'bitrix_sync.settings'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'The catalogue of keys and bounds; changed by migrations only.'::text), ('table'::text,'bitrix_sync.admin_actions'::text,ARRAY[]::text[],ARRAY['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'::text],ARRAY[]::text[],'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'::text), ('table'::text,'bitrix_sync.settings_versions'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by the admin''s settings functions only.'::text), ('sequence'::text,'bitrix_sync.admin_actions_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of admin_actions.'::text), ('sequence'::text,'bitrix_sync.business_alerts_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of business_alerts.'::text), ('sequence'::text,'bitrix_sync.crm_commands_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of crm_commands.'::text), ('sequence'::text,'bitrix_sync.settings_versions_version_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of settings_versions.'::text), ('sequence'::text,'bitrix_sync.technical_dead_letters_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of technical_dead_letters.'::text), ('sequence'::text,'bitrix_sync.webhook_inbox_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of webhook_inbox.'::text), ('view'::text,'bitrix_sync.parked_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'::text), ('view'::text,'bitrix_sync.rebind_request_status'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Rebind requests as an admin follows them (docs/admin.md).'::text), ('view'::text,'bitrix_sync.role_privileges'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'This catalogue.'::text), ('view'::text,'bitrix_sync.role_privilege_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Where the database''s ACLs differ from this catalogue (empty when they agree).'::text), ('view'::text,'bitrix_sync.state_edges'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'::text), ('view'::text,'bitrix_sync.status_alerts'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): counts and ages only.'::text), ('view'::text,'bitrix_sync.status_alert_mirror'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'::text), ('view'::text,'bitrix_sync.status_commands'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_dead_letters'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_queue'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_webhooks'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_workflows'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_held_links'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): links whose CRM-master fields are held back; counts only.'::text), ('view'::text,'bitrix_sync.held_phone_links'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Held links made by phone alone, as an admin confirms them (docs/admin.md); no user or Contact IDs.'::text), ('view'::text,'bitrix_sync.status_audit'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'The convergence audit''s last run, progress and scan (docs/runbook.md).'::text), ('view'::text,'bitrix_sync.status_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Drift found by the convergence audit, one row per user and kind, with the repair it would take.'::text), ('view'::text,'bitrix_sync.stuck_commands'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: commands uncertain, being reconciled, retrying or in flight, with their workflow; safe codes only.'::text), ('view'::text,'bitrix_sync.retrying_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: workflows waiting for a retry, with their last command; safe codes only.'::text), ('view'::text,'bitrix_sync.inbox_waiting'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: robot webhooks not processed yet; no entity IDs, addresses or bodies.'::text), ('view'::text,'bitrix_sync.deleted_alert_items'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: open alerts whose smart-process item was deleted in the CRM; no user or Contact IDs.'::text), ('view'::text,'bitrix_sync.status_reconciliation'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'The reconciliation cursors without their leases (docs/runbook.md).'::text), ('function'::text,'bitrix_sync.accept_webhook(text,integer,text,inet)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Re-records one robot call by hand (the robot does not retry).'::text), ('function'::text,'bitrix_sync.activate_settings_version(integer,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.perform_cutover(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The one-time cutover (§17); it also opens the processing gate.'::text), ('function'::text,'bitrix_sync.propose_settings(jsonb,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind (§5.4).'::text), ('function'::text,'bitrix_sync.cancel_rebind_request(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind: cancel an open request (docs/admin.md).'::text), ('function'::text,'bitrix_sync.confirm_phone_link(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Held phone links: release a hold and queue the read that applies the fields, audited (docs/admin.md).'::text), ('function'::text,'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: resume with a decision.'::text), ('function'::text,'bitrix_sync.cancel_parked_workflow(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: cancel with a reason.'::text), ('function'::text,'bitrix_sync._parked_decisions(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.rollback_settings(integer,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.validate_settings_version(integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.list_dead_letters(boolean,integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: what is open, and what a requeue would do (docs/admin.md).'::text), ('function'::text,'bitrix_sync.acknowledge_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: resolved without a new attempt, audited.'::text), ('function'::text,'bitrix_sync.requeue_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: a new attempt through the normal state machine, audited.'::text), ('function'::text,'bitrix_sync.retention_preview()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: what the next run would delete (reads the history: by hand only).'::text), ('function'::text,'bitrix_sync.delete_retention_batch(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync.retention_step(text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one step of one table and whether to call again (security definer); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync.repair_drift(text,text,uuid[],boolean)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Records the intents that bring drifted users back (or, dry run, lists them); audited.'::text), ('function'::text,'bitrix_sync.explain_user(uuid)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'One user''s story in time order; personal values masked.'::text), ('function'::text,'bitrix_sync.diagnose_app_values(uuid,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'npm run diagnose: the App''s values masked with salted digests.'::text), ('function'::text,'bitrix_sync.request_convergence_audit(text,text,boolean)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Queues an audit run now (e.g. {"all": true} after a restore); audited.'::text), ('function'::text,'bitrix_sync.crontab_runs()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Runbook: when each crontab entry last fired.'::text), ('function'::text,'bitrix_sync.request_reconciliation(text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Runbook: a reconciliation run now, audited (security definer: it queues a graphile-worker job).'::text), ('function'::text,'bitrix_sync.worker_jobs()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The service''s graphile-worker jobs without payloads or error texts (docs/runbook.md).'::text), ('function'::text,'bitrix_sync.analyze_engine_tables()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'ANALYZE of the engine''s busiest tables after a large backlog (docs/runbook.md).'::text), ('function'::text,'bitrix_sync._drift_repair_intent(text[],boolean)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The repair of a drift kind; called by the status_drift view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.acquire_spare_crm_request(text,text,double precision,integer,integer,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter, spare budget only (security definer): the convergence audit, and npm run diagnose as the admin.'::text), ('function'::text,'bitrix_sync.release_spare_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter: frees a spare slot (security definer, spare slots only).'::text), ('function'::text,'bitrix_sync._active_setting(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'::text), ('function'::text,'bitrix_sync.active_settings()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The active settings with defaults.'::text), ('function'::text,'bitrix_sync.crm_limiter_state(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter state for status (§14).'::text), ('function'::text,'bitrix_sync.cutover_performed()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The processing gate, for readiness and the pump.'::text), ('function'::text,'bitrix_sync.metrics_snapshot(text,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'::text), ('function'::text,'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The receivers'' one statement (and the readiness probe of that path).'::text), ('function'::text,'bitrix_sync.alert_config_problem()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Readiness: alert_config_invalid.'::text), ('function'::text,'bitrix_sync.alert_entity_type_id()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The alert receiver''s entity type.'::text), ('function'::text,'bitrix_sync.cancel_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_sync_tasks(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fold_intent_journal(integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'::text), ('function'::text,'bitrix_sync.watch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop takes the intake watch before it sleeps, in a transaction it ends when it wakes (the App''s intents NOTIFY meanwhile); security definer: the lock is on a table only the owner may lock.'::text), ('function'::text,'bitrix_sync.complete_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.release_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_workflows(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.step_context(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (the start of a step).'::text), ('function'::text,'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake.'::text), ('function'::text,'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake of a claimed batch in one call.'::text), ('function'::text,'bitrix_sync.begin_command_reconcile(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.claim_commands(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.due_commands()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The pump''s backlog before it takes a limiter permit (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_command(bigint,uuid,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump settles a batch with it).'::text), ('function'::text,'bitrix_sync.bring_forward_commands(text[],integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump after a portal-wide failure).'::text), ('function'::text,'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_alert_command(bigint,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.mark_command_uncertain(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.reject_command(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.release_command(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.send_commands(bigint[],uuid[],uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.blocked_crm_methods(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_answered(text,double precision,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.release_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.claim_webhooks(text,integer,interval,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.dead_letter_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.retry_webhook(bigint,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.active_mapping_for_contact(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.active_mapping_for_user(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.recover_alert_command(bigint,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'::text), ('function'::text,'bitrix_sync.alerts_to_look_up(integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: items to look up.'::text), ('function'::text,'bitrix_sync.issue_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup of an item.'::text), ('function'::text,'bitrix_sync.resolve_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup''s outcome.'::text), ('function'::text,'bitrix_sync.fail_alert_lookup(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: a lookup that failed for good.'::text), ('function'::text,'bitrix_sync.close_mapping(uuid,text,uuid,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.open_mapping(uuid,text,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots and the CRM-master profile write.'::text), ('function'::text,'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_phone(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.finish_business_alert(bigint,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirror_failed(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirrored(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.record_alert_item(bigint,bigint,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.complete_rebind(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.start_rebind_request(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fail_reconciliation_run(text,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.hold_phone_link(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: the hold of a link made by phone alone (mapping.hold_after_phone_link).'::text), ('function'::text,'bitrix_sync.keep_phone_link_hold(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: a link found through the user id an earlier, still held link of the pair wrote keeps the hold.'::text), ('function'::text,'bitrix_sync.held_link_read(uuid,timestamp with time zone,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: a read of a held link''s Contact (final read, webhook, reconciliation) records, keeps or releases the hold.'::text), ('function'::text,'bitrix_sync.rekey_contact_phones(text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The hourly rekey_hashes task: legacy phone hashes of snapshots rewritten under the hash key.'::text), ('function'::text,'bitrix_sync.claim_audit_run(boolean,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit (gated by the cutover).'::text), ('function'::text,'bitrix_sync.audit_sample(uuid,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.record_audit_findings(uuid,timestamp with time zone,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.refresh_user_drift(uuid,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.record_registered_contacts(uuid,timestamp with time zone,bigint,bigint,bigint[],jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.advance_registered_scan(uuid,bigint,integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.finish_audit_run(uuid,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.fail_audit_run(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.auto_repair_drift(text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit: the repair the setting audit.auto_repair_kinds switches on.'::text), ('function'::text,'bitrix_sync._check_bitrix_error(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._check_code(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: refuses raw text as an error code.'::text), ('function'::text,'bitrix_sync._check_limiter_name(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the limiter.'::text), ('function'::text,'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter(text,text,text,text,integer,timestamp with time zone,uuid,bigint,uuid,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the functions that give a row up: the one writer of technical_dead_letters rows.'::text), ('function'::text,'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the queue functions.'::text), ('function'::text,'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the inbox functions.'::text), ('function'::text,'bitrix_sync._held_workflow(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the workflow functions.'::text), ('function'::text,'bitrix_sync._is_write_command(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of claim_commands.'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'::text), ('function'::text,'bitrix_sync._refuse_stale(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: the BS001 refusal.'::text), ('function'::text,'bitrix_sync._retry_deadline(timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper and the default of deadline_at, evaluated as the inserting role.'::text), ('function'::text,'bitrix_sync._wake_workflow(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._workflow_holder(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command reconcile functions.'::text), ('function'::text,'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'::text), ('function'::text,'bitrix_sync._alert_add_unsafe(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the alert mirror (runAlertSync asks it before an add).'::text), ('function'::text,'bitrix_sync._check_audit_lease(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._drift_busy_users(timestamp with time zone,uuid[])'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._drift_kind_group(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._mask_pii(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of explain_user and diagnose_app_values.'::text), ('function'::text,'bitrix_sync._repair_drift(text,text,uuid[],text[],boolean,boolean,boolean)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of repair_drift and auto_repair_drift.'::text), ('function'::text,'bitrix_sync.drift_metrics()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Called by metrics_snapshot (security definer); not on its own.'::text), ('function'::text,'bitrix_sync._abandon_workflow_commands(uuid,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync.clear_unkeyed_hashes()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Run by migration 000029 as the owner: unkeyed hashes cleared where the next read recomputes them.'::text), ('function'::text,'bitrix_sync._check_admin_audit(text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._open_dead_letter(bigint)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._retention_cutoff(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._retention_sweep_workflows(timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._active_link_count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._planner_count(regclass)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync.tg_entity_external_mapping__audit_mark()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): one audit mark per active link, whoever opens or closes it.'::text), ('function'::text,'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._rebind_crm_outcome(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of _close_rebind_request and cancel_rebind_request.'::text), ('function'::text,'bitrix_sync._close_rebind_request(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the trigger that closes the request of a finished contact.rebind workflow (the trigger function is security definer); takes the workflow id, never a row.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__close_rebind_request()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): closes the request of a finished contact.rebind workflow, whoever moves it.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__start_held_intent()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync._normalise_settings(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._rebind_request_of(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the rebind workflow functions.'::text), ('function'::text,'bitrix_sync._resolve_conflict_alerts(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of complete_rebind.'::text), ('function'::text,'bitrix_sync._alert_settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Not used by the service: the receivers call accept_webhooks.'::text), ('function'::text,'bitrix_sync.tg__forbid_delete()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__guard_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__guard_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_immutable_change()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_insert_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__set_updated_at()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_business_alerts__count_remote_missing()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_crm_commands__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_technical_dead_letters__count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_webhook_inbox__count_coalesced()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_settings_versions__freeze()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text)
+         VALUES ('schema'::text,'bitrix_sync'::text,ARRAY['USAGE'::text],ARRAY['USAGE'::text],ARRAY[]::text[],'The project''s schema; the App has no business in it.'::text), ('schema'::text,'han_app'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY['USAGE'::text],'The App''s schema; the admin reaches the queue only through status_queue.'::text), ('table'::text,'han_app.user_identity'::text,ARRAY['SELECT (id, phone_number, record_status, created_at, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'Identity is App-master; the runtime reads it at send time.'::text), ('table'::text,'han_app.client_profile'::text,ARRAY['SELECT (id, user_id, full_name, citizenship, email, record_status, source_updated_at, created_at, updated_at)'::text, 'UPDATE (full_name, citizenship, email, source_updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],'The runtime writes only the CRM-master fields (§3.1), through apply_crm_master_fields.'::text), ('table'::text,'han_app.sync_queue'::text,ARRAY['SELECT'::text, 'UPDATE (status, locked_by, locked_until, lease_token, attempt_count, next_attempt_at, last_error_code, last_error_at, completed_at, cancel_reason, updated_at)'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'Intents appear through the fold of the App''s journal (fold_intent_journal, security definer); the runtime moves them through the lease functions and never inserts one.'::text), ('table'::text,'han_app.sync_queue_journal'::text,ARRAY['SELECT'::text],ARRAY[]::text[],ARRAY['SELECT'::text],'The trigger (security definer) appends and fold_intent_journal (security definer) takes; the runtime and the App may look, neither writes.'::text), ('function'::text,'han_app.enqueue_contact_sync()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): fires for the App''s writes; nobody calls it.'::text), ('table'::text,'bitrix_sync.business_alerts'::text,ARRAY['SELECT'::text, 'INSERT (alert_type, severity, fingerprint, user_id, current_contact_id, selected_contact_id, candidate_contact_ids, details, previous_alert_id, correlation_id)'::text, 'UPDATE (occurrence_count, last_occurred_at, current_contact_id, selected_contact_id, candidate_contact_ids, details, correlation_id, crm_sync_status, item_id, stage_id, status, closed_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts are raised open and finished by the runtime; the admin sees them through status_alerts.'::text), ('sequence'::text,'bitrix_sync.business_alert_number_seq'::text,ARRAY['USAGE'::text],ARRAY[]::text[],ARRAY[]::text[],'The default of business_alerts.alert_number, evaluated as the inserting role.'::text), ('table'::text,'bitrix_sync.contact_snapshots'::text,ARRAY['SELECT'::text, 'INSERT (contact_id, user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text, 'UPDATE (user_id, name_hash, email_hash, phone_hash, citizenship_enum_id, citizenship_dictionary_loaded_at, registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at, last_webhook_received_at, stale, stale_reason)'::text],ARRAY[]::text[],ARRAY[]::text[],'Hashes of what the runtime last wrote into or read from each Contact.'::text), ('table'::text,'bitrix_sync.crm_commands'::text,ARRAY['SELECT'::text, 'INSERT (workflow_id, alert_id, command_type, params, revision, correlation_id, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, next_attempt_at, sent_at, batch_id, attempt_count, first_sent_at, deadline_at, response, completed_at, last_error_code, last_http_status, last_bitrix_error, limit_hits)'::text],ARRAY[]::text[],ARRAY[]::text[],'Issued pending (no status column to insert); what a command asks for never changes after issue.'::text), ('table'::text,'bitrix_sync.entity_external_mapping'::text,ARRAY['SELECT'::text, 'INSERT (entity_id, external_id, workflow_id)'::text, 'UPDATE (status, closed_at, close_reason, workflow_id, held_at, held_crm_updated_at, hold_released_at, hold_released_by)'::text],ARRAY[]::text[],ARRAY[]::text[],'Opened active and closed by the runtime''s mapping functions, which also hold and release a link made by phone alone; the user and the Contact of a link never change.'::text), ('table'::text,'bitrix_sync.reconciliation_cursors'::text,ARRAY['SELECT'::text, 'INSERT (job_type)'::text, 'UPDATE (watermark, overlap, last_run_started_at, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered, recovered_baseline, lease_token, failed_runs, retry_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'The reconciliation runs'' cursors and leases.'::text), ('table'::text,'bitrix_sync.technical_dead_letters'::text,ARRAY['INSERT (source, source_id, workflow_id, command_id, operation, error_code, http_status, bitrix_error, attempt_count, first_attempt_at, deadline_at, correlation_id)'::text],ARRAY[]::text[],ARRAY[]::text[],'The runtime only adds dead letters (never resolves them); everyone reads them through status_dead_letters.'::text), ('table'::text,'bitrix_sync.webhook_inbox'::text,ARRAY['SELECT'::text, 'INSERT (receiver, entity_type_id, entity_id, source_ip, trace_context)'::text, 'UPDATE (status, lease_token, locked_by, locked_until, attempt_count, status_at, coalesced_into, outcome, processed_at, last_error_code, next_attempt_at)'::text],ARRAY[]::text[],ARRAY[]::text[],'Recorded received by accept_webhooks; what arrived never changes.'::text), ('table'::text,'bitrix_sync.workflow_instances'::text,ARRAY['SELECT'::text, 'INSERT (workflow_type, intent_type, user_id, source_task_id, content_hash, trace_context)'::text, 'UPDATE (state, revision, intent_type, source_task_id, content_hash, next_attempt_at, lease_token, locked_by, locked_until, attempt_count, current_step, step_data, contact_id, outcome, last_error_code, processed_revision, finished_at, deadline_at, held_intent_type, held_source_task_id, held_content_hash, held_at, trace_context)'::text],ARRAY[]::text[],ARRAY[]::text[],'Started created; a workflow''s type, user and correlation never change. An App intent arriving during a rebind is held on the rebind''s row (start_or_join_workflow).'::text), ('table'::text,'bitrix_sync.crm_inflight_slots'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'DELETE'::text],ARRAY[]::text[],ARRAY[]::text[],'In-flight slots; the admin reads them through crm_limiter_state().'::text), ('table'::text,'bitrix_sync.crm_method_blocks'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Per-method operating-time blocks.'::text), ('table'::text,'bitrix_sync.crm_rate_buckets'::text,ARRAY['SELECT'::text, 'INSERT'::text, 'UPDATE'::text],ARRAY[]::text[],ARRAY[]::text[],'Token buckets.'::text), ('table'::text,'bitrix_sync.lock_intake_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One intake fold (and one cutover) at a time: fold_intent_journal and perform_cutover lock it.'::text), ('table'::text,'bitrix_sync.lock_intake_watch'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'The intake watch: a sleeping loop holds it (watch_intake), the App''s trigger marks its transactions on it.'::text), ('table'::text,'bitrix_sync.lock_metrics_fold'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'One metrics fold at a time (metrics_snapshot).'::text), ('table'::text,'bitrix_sync.metric_event_totals'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counter totals; only metrics_snapshot() (security definer) folds into and reads them.'::text), ('table'::text,'bitrix_sync.metric_events'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Counted events; appended by the security definer _900 triggers whoever makes the change.'::text), ('table'::text,'bitrix_sync.audit_marks'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'When each link was last compared; written and read by the audit''s functions only.'::text), ('table'::text,'bitrix_sync.retention_sweeps'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Where the workflow retention sweep stands; only the retention functions (security definer) read and write it.'::text), ('table'::text,'bitrix_sync.audit_state'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'The audit''s run and scan cursor; the admin reads it through status_audit.'::text), ('table'::text,'bitrix_sync.drift_findings'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Drift found by the audit; the admin reads it through status_drift and explain_user.'::text), ('table'::text,'bitrix_sync.drift_repairs'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Audit of repairs (repair_drift, the automatic repair); never deleted.'::text), ('sequence'::text,'bitrix_sync.drift_findings_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of drift_findings.'::text), ('sequence'::text,'bitrix_sync.drift_repairs_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of drift_repairs.'::text), ('table'::text,'bitrix_sync.cutover'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written once by perform_cutover() (admin); the runtime only reads the watermark.'::text), ('table'::text,'bitrix_sync.sync_pauses'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by pause_sync() and resume_sync() (admin); the runtime reads it for the claim gate and the retry horizon.'::text), ('sequence'::text,'bitrix_sync.sync_pauses_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of sync_pauses.'::text), ('table'::text,'bitrix_sync.rebind_requests'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by request_bitrix_contact_rebind() (admin) and the security definer functions of the rebind workflow; reason and operator are audit.'::text), ('table'::text,'bitrix_sync.settings'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'The catalogue of keys and bounds; changed by migrations only.'::text), ('table'::text,'bitrix_sync.admin_actions'::text,ARRAY[]::text[],ARRAY['SELECT (id, action, workflow_id, rebind_request_id, dead_letter_id, decision, reason, operator_id, db_user, performed_at)'::text],ARRAY[]::text[],'Audit of the admin functions (security definer) that write it; the Contact a decision named stays out of the admin''s reading.'::text), ('table'::text,'bitrix_sync.settings_versions'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Written by the admin''s settings functions only.'::text), ('sequence'::text,'bitrix_sync.admin_actions_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of admin_actions.'::text), ('sequence'::text,'bitrix_sync.business_alerts_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of business_alerts.'::text), ('sequence'::text,'bitrix_sync.crm_commands_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of crm_commands.'::text), ('sequence'::text,'bitrix_sync.settings_versions_version_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of settings_versions.'::text), ('sequence'::text,'bitrix_sync.technical_dead_letters_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of technical_dead_letters.'::text), ('sequence'::text,'bitrix_sync.webhook_inbox_id_seq'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Identity of webhook_inbox.'::text), ('view'::text,'bitrix_sync.parked_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Workflows waiting for a person, with their reason and the decisions that apply (docs/admin.md).'::text), ('view'::text,'bitrix_sync.rebind_request_status'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Rebind requests as an admin follows them (docs/admin.md).'::text), ('view'::text,'bitrix_sync.role_privileges'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'This catalogue.'::text), ('view'::text,'bitrix_sync.role_privilege_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Where the database''s ACLs differ from this catalogue (empty when they agree).'::text), ('view'::text,'bitrix_sync.state_edges'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Read by fire_workflow_event and by the guard triggers, which run as the writing role.'::text), ('view'::text,'bitrix_sync.status_alerts'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): counts and ages only.'::text), ('view'::text,'bitrix_sync.status_alert_mirror'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): alerts whose smart-process item is behind (pending, failed); read by /metrics.'::text), ('view'::text,'bitrix_sync.status_commands'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_dead_letters'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_queue'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_webhooks'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_workflows'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14).'::text), ('view'::text,'bitrix_sync.status_pause'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14, §17): the open pause, who and why, and the work still finishing.'::text), ('view'::text,'bitrix_sync.status_held_links'::text,ARRAY['SELECT'::text],ARRAY['SELECT'::text],ARRAY[]::text[],'Status (§14): links whose CRM-master fields are held back; counts only.'::text), ('view'::text,'bitrix_sync.held_phone_links'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Held links made by phone alone, as an admin confirms them (docs/admin.md); no user or Contact IDs.'::text), ('view'::text,'bitrix_sync.status_audit'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'The convergence audit''s last run, progress and scan (docs/runbook.md).'::text), ('view'::text,'bitrix_sync.status_drift'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Drift found by the convergence audit, one row per user and kind, with the repair it would take.'::text), ('view'::text,'bitrix_sync.stuck_commands'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: commands uncertain, being reconciled, retrying or in flight, with their workflow; safe codes only.'::text), ('view'::text,'bitrix_sync.retrying_workflows'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: workflows waiting for a retry, with their last command; safe codes only.'::text), ('view'::text,'bitrix_sync.inbox_waiting'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: robot webhooks not processed yet; no entity IDs, addresses or bodies.'::text), ('view'::text,'bitrix_sync.deleted_alert_items'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'Runbook: open alerts whose smart-process item was deleted in the CRM; no user or Contact IDs.'::text), ('view'::text,'bitrix_sync.status_reconciliation'::text,ARRAY[]::text[],ARRAY['SELECT'::text],ARRAY[]::text[],'The reconciliation cursors without their leases (docs/runbook.md).'::text), ('function'::text,'bitrix_sync.accept_webhook(text,integer,text,inet)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Re-records one robot call by hand (the robot does not retry).'::text), ('function'::text,'bitrix_sync.activate_settings_version(integer,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.perform_cutover(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The one-time cutover (§17); it also opens the processing gate.'::text), ('function'::text,'bitrix_sync.pause_sync(text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Pauses processing on every replica (§17), audited.'::text), ('function'::text,'bitrix_sync.resume_preview()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Read-only: what resuming releases, uncertain writes first.'::text), ('function'::text,'bitrix_sync.resume_sync(text,bigint,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Ends the open pause after showing what waits, audited.'::text), ('function'::text,'bitrix_sync.propose_settings(jsonb,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.request_bitrix_contact_rebind(uuid,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind (§5.4).'::text), ('function'::text,'bitrix_sync.cancel_rebind_request(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Rebind: cancel an open request (docs/admin.md).'::text), ('function'::text,'bitrix_sync.confirm_phone_link(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Held phone links: release a hold and queue the read that applies the fields, audited (docs/admin.md).'::text), ('function'::text,'bitrix_sync.resume_parked_workflow(uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: resume with a decision.'::text), ('function'::text,'bitrix_sync.cancel_parked_workflow(uuid,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Parked workflows: cancel with a reason.'::text), ('function'::text,'bitrix_sync._parked_decisions(text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The decisions a parked reason admits; called by the parked_workflows view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.rollback_settings(integer,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.validate_settings_version(integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Settings (§12.3).'::text), ('function'::text,'bitrix_sync.list_dead_letters(boolean,integer)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: what is open, and what a requeue would do (docs/admin.md).'::text), ('function'::text,'bitrix_sync.acknowledge_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: resolved without a new attempt, audited.'::text), ('function'::text,'bitrix_sync.requeue_dead_letter(bigint,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Dead letters: a new attempt through the normal state machine, audited.'::text), ('function'::text,'bitrix_sync.retention_preview()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: what the next run would delete (reads the history: by hand only).'::text), ('function'::text,'bitrix_sync.delete_retention_batch(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one batch of finished rows (security definer: nobody holds DELETE on those tables); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync.retention_step(text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Retention: one step of one table and whether to call again (security definer); the hourly task, or an admin now.'::text), ('function'::text,'bitrix_sync.repair_drift(text,text,uuid[],boolean)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Records the intents that bring drifted users back (or, dry run, lists them); audited.'::text), ('function'::text,'bitrix_sync.explain_user(uuid)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'One user''s story in time order; personal values masked.'::text), ('function'::text,'bitrix_sync.diagnose_app_values(uuid,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'npm run diagnose: the App''s values masked with salted digests.'::text), ('function'::text,'bitrix_sync.request_convergence_audit(text,text,boolean)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Queues an audit run now (e.g. {"all": true} after a restore); audited.'::text), ('function'::text,'bitrix_sync.crontab_runs()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Runbook: when each crontab entry last fired.'::text), ('function'::text,'bitrix_sync.request_reconciliation(text,text,text)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Runbook: a reconciliation run now, audited (security definer: it queues a graphile-worker job).'::text), ('function'::text,'bitrix_sync.worker_jobs()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The service''s graphile-worker jobs without payloads or error texts (docs/runbook.md).'::text), ('function'::text,'bitrix_sync.analyze_engine_tables()'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'ANALYZE of the engine''s busiest tables after a large backlog (docs/runbook.md).'::text), ('function'::text,'bitrix_sync._drift_repair_intent(text[],boolean)'::text,ARRAY[]::text[],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The repair of a drift kind; called by the status_drift view with the reader''s rights.'::text), ('function'::text,'bitrix_sync.acquire_spare_crm_request(text,text,double precision,integer,integer,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter, spare budget only (security definer): the convergence audit, and npm run diagnose as the admin.'::text), ('function'::text,'bitrix_sync.release_spare_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter: frees a spare slot (security definer, spare slots only).'::text), ('function'::text,'bitrix_sync._active_setting(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Read by SQL rules, column defaults (the retry deadline) and status_alerts, as the calling role.'::text), ('function'::text,'bitrix_sync.active_settings()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The active settings with defaults.'::text), ('function'::text,'bitrix_sync.crm_limiter_state(text)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Limiter state for status (§14).'::text), ('function'::text,'bitrix_sync.cutover_performed()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The processing gate, for readiness and the pump.'::text), ('function'::text,'bitrix_sync.sync_paused()'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'The pause gate of the claim functions, for readiness too.'::text), ('function'::text,'bitrix_sync._paused_since(timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of _retry_deadline, evaluated as the role that computes a deadline.'::text), ('function'::text,'bitrix_sync.metrics_snapshot(text,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.'::text), ('function'::text,'bitrix_sync.accept_webhooks(text[],integer[],text[],inet[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The receivers'' one statement (and the readiness probe of that path).'::text), ('function'::text,'bitrix_sync.alert_config_problem()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Readiness: alert_config_invalid.'::text), ('function'::text,'bitrix_sync.alert_entity_type_id()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The alert receiver''s entity type.'::text), ('function'::text,'bitrix_sync.cancel_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_sync_tasks(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fold_intent_journal(integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY['EXECUTE'::text],ARRAY[]::text[],'Called first by claim_sync_tasks and perform_cutover; an admin may fold to see recorded intents in the queue now.'::text), ('function'::text,'bitrix_sync.watch_intake()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The sync loop takes the intake watch before it sleeps, in a transaction it ends when it wakes (the App''s intents NOTIFY meanwhile); security definer: the lock is on a table only the owner may lock.'::text), ('function'::text,'bitrix_sync.complete_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.dead_letter_sync_task(uuid,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.extend_sync_task_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.release_sync_task(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.retry_sync_task(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Queue lease function.'::text), ('function'::text,'bitrix_sync.claim_workflows(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.extend_workflow_lease(uuid,uuid,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.fire_workflow_event(uuid,uuid,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.save_workflow_step(uuid,uuid,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.step_context(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function (the start of a step).'::text), ('function'::text,'bitrix_sync.schedule_workflow_retry(uuid,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Workflow function.'::text), ('function'::text,'bitrix_sync.start_or_join_workflow(uuid,text,uuid,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake.'::text), ('function'::text,'bitrix_sync.take_sync_tasks(uuid[],uuid[],uuid[],text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Intake of a claimed batch in one call.'::text), ('function'::text,'bitrix_sync.begin_command_reconcile(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.claim_commands(text,integer,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (gated by the cutover).'::text), ('function'::text,'bitrix_sync.due_commands()'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The pump''s backlog before it takes a limiter permit (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_command(bigint,uuid,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.complete_commands(bigint[],uuid[],jsonb[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump settles a batch with it).'::text), ('function'::text,'bitrix_sync.bring_forward_commands(text[],integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function (the pump after a portal-wide failure).'::text), ('function'::text,'bitrix_sync.dead_letter_command(bigint,uuid,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_alert_command(bigint,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.issue_command(uuid,uuid,text,jsonb,text,text,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.mark_command_uncertain(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.reject_command(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.release_command(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.resolve_command_reconcile(bigint,uuid,text,jsonb,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.retry_command(bigint,uuid,text,interval,boolean,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.send_commands(bigint[],uuid[],uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Command function.'::text), ('function'::text,'bitrix_sync.acquire_crm_request(text,text,double precision,integer,integer,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.blocked_crm_methods(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_operating(text,text[],double precision[],timestamp with time zone[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_method_blocked(text,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_rate_limited(text,double precision,double precision,integer,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.note_crm_answered(text,double precision,double precision)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.release_crm_request(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter.'::text), ('function'::text,'bitrix_sync.release_crm_request(uuid,text,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Limiter: the release that also records that the portal answered (sql/crm_health.sql).'::text), ('function'::text,'bitrix_sync.crm_last_answered_at(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'When the portal last answered any replica, for readiness and status.'::text), ('function'::text,'bitrix_sync.claim_webhooks(text,integer,interval,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox (gated by the cutover).'::text), ('function'::text,'bitrix_sync.complete_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.dead_letter_webhook(bigint,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.retry_webhook(bigint,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Inbox.'::text), ('function'::text,'bitrix_sync.active_mapping_for_contact(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.active_mapping_for_user(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.recover_alert_command(bigint,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: an unanswered alert command moves on (sql/alert_mirror.sql).'::text), ('function'::text,'bitrix_sync.alerts_to_look_up(integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: items to look up.'::text), ('function'::text,'bitrix_sync.issue_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup of an item.'::text), ('function'::text,'bitrix_sync.resolve_alert_lookup(bigint,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: the lookup''s outcome.'::text), ('function'::text,'bitrix_sync.fail_alert_lookup(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alert mirroring: a lookup that failed for good.'::text), ('function'::text,'bitrix_sync.close_mapping(uuid,text,uuid,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.open_mapping(uuid,text,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping.'::text), ('function'::text,'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots and the CRM-master profile write.'::text), ('function'::text,'bitrix_sync.mark_contact_snapshot_stale(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_created(text,uuid,text,text,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.record_contact_phone(text,uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Snapshots.'::text), ('function'::text,'bitrix_sync.finish_business_alert(bigint,text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirror_failed(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.mark_alert_mirrored(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.raise_business_alert(text,text,text,uuid,text,text,jsonb,jsonb,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.record_alert_item(bigint,bigint,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Alerts.'::text), ('function'::text,'bitrix_sync.complete_rebind(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.start_rebind_request(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Rebind workflow (security definer, fenced by the workflow lease).'::text), ('function'::text,'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation (gated by the cutover).'::text), ('function'::text,'bitrix_sync.fail_reconciliation_run(text,uuid,text,interval)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.finish_reconciliation_run(text,uuid,integer,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Reconciliation.'::text), ('function'::text,'bitrix_sync.hold_phone_link(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: the hold of a link made by phone alone (mapping.hold_after_phone_link).'::text), ('function'::text,'bitrix_sync.keep_phone_link_hold(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: a link found through the user id an earlier, still held link of the pair wrote keeps the hold.'::text), ('function'::text,'bitrix_sync.held_link_read(uuid,timestamp with time zone,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Mapping: a read of a held link''s Contact (final read, webhook, reconciliation) records, keeps or releases the hold.'::text), ('function'::text,'bitrix_sync.rekey_contact_phones(text[],text[],text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'The hourly rekey_hashes task: legacy phone hashes of snapshots rewritten under the hash key.'::text), ('function'::text,'bitrix_sync.claim_audit_run(boolean,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit (gated by the cutover).'::text), ('function'::text,'bitrix_sync.audit_sample(uuid,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.record_audit_findings(uuid,timestamp with time zone,jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.refresh_user_drift(uuid,timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.record_registered_contacts(uuid,timestamp with time zone,bigint,bigint,bigint[],jsonb)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.advance_registered_scan(uuid,bigint,integer,boolean)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.finish_audit_run(uuid,integer,integer)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.fail_audit_run(uuid,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit.'::text), ('function'::text,'bitrix_sync.auto_repair_drift(text[])'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Convergence audit: the repair the setting audit.auto_repair_kinds switches on.'::text), ('function'::text,'bitrix_sync._check_bitrix_error(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._check_code(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: refuses raw text as an error code.'::text), ('function'::text,'bitrix_sync._check_limiter_name(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the limiter.'::text), ('function'::text,'bitrix_sync._command_first_attempt(bitrix_sync.crm_commands)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter(text,text,text,text,integer,timestamp with time zone,uuid,bigint,uuid,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the functions that give a row up: the one writer of technical_dead_letters rows.'::text), ('function'::text,'bitrix_sync._dead_letter_command_row(bitrix_sync.crm_commands,text,integer,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._dead_letter_sync_task_row(han_app.sync_queue,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the queue functions.'::text), ('function'::text,'bitrix_sync._dead_letter_webhook_row(bitrix_sync.webhook_inbox,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the inbox functions.'::text), ('function'::text,'bitrix_sync._held_workflow(uuid,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the workflow functions.'::text), ('function'::text,'bitrix_sync._is_write_command(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of claim_commands.'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue, start_or_join, accept_webhooks).'::text), ('function'::text,'bitrix_sync._trace_context(text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: a W3C traceparent or null (issue_command, start_or_join_workflow, accept_webhooks).'::text), ('function'::text,'bitrix_sync._refuse_stale(text,text)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper: the BS001 refusal.'::text), ('function'::text,'bitrix_sync._retry_deadline(timestamp with time zone)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper and the default of deadline_at, evaluated as the inserting role.'::text), ('function'::text,'bitrix_sync._wake_workflow(uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command functions.'::text), ('function'::text,'bitrix_sync._workflow_holder(bigint,uuid)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the command reconcile functions.'::text), ('function'::text,'bitrix_sync._workflow_first_attempt(bitrix_sync.workflow_instances)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of schedule_workflow_retry: the horizon counts from a requeue.'::text), ('function'::text,'bitrix_sync._alert_add_unsafe(bigint)'::text,ARRAY['EXECUTE'::text],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the alert mirror (runAlertSync asks it before an add).'::text), ('function'::text,'bitrix_sync._check_audit_lease(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._drift_busy_users(timestamp with time zone,uuid[])'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._drift_kind_group(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._mask_pii(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of explain_user and diagnose_app_values.'::text), ('function'::text,'bitrix_sync._repair_drift(text,text,uuid[],text[],boolean,boolean,boolean)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of repair_drift and auto_repair_drift.'::text), ('function'::text,'bitrix_sync.drift_metrics()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Called by metrics_snapshot (security definer); not on its own.'::text), ('function'::text,'bitrix_sync._abandon_workflow_commands(uuid,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync.clear_unkeyed_hashes()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Run by migration 000029 as the owner: unkeyed hashes cleared where the next read recomputes them.'::text), ('function'::text,'bitrix_sync._check_admin_audit(text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._open_dead_letter(bigint)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_refusal(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._requeue_target(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._covered_dead_letters(bitrix_sync.technical_dead_letters)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of requeue_dead_letter.'::text), ('function'::text,'bitrix_sync._resolve_dead_letters(bigint[],text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the dead-letter functions.'::text), ('function'::text,'bitrix_sync._retention_cutoff(text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._retention_sweep_workflows(timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the retention functions.'::text), ('function'::text,'bitrix_sync._active_link_count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync._planner_count(regclass)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the audit functions.'::text), ('function'::text,'bitrix_sync.tg_entity_external_mapping__audit_mark()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): one audit mark per active link, whoever opens or closes it.'::text), ('function'::text,'bitrix_sync._record_admin_action(text,uuid,uuid,text,text,text,text)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the admin functions.'::text), ('function'::text,'bitrix_sync._rebind_crm_outcome(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of _close_rebind_request and cancel_rebind_request.'::text), ('function'::text,'bitrix_sync._close_rebind_request(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the trigger that closes the request of a finished contact.rebind workflow (the trigger function is security definer); takes the workflow id, never a row.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__close_rebind_request()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (security definer): closes the request of a finished contact.rebind workflow, whoever moves it.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__start_held_intent()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync._normalise_settings(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._rebind_request_of(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the rebind workflow functions.'::text), ('function'::text,'bitrix_sync._resolve_conflict_alerts(uuid)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of complete_rebind.'::text), ('function'::text,'bitrix_sync._alert_settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync._settings_errors(jsonb)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Internal helper of the settings functions.'::text), ('function'::text,'bitrix_sync.record_webhook(text,integer,text,inet,text,timestamp with time zone)'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Not used by the service: the receivers call accept_webhooks.'::text), ('function'::text,'bitrix_sync.tg__forbid_delete()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__guard_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__guard_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_immutable_change()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__refuse_insert_state()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg__set_updated_at()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text), ('function'::text,'bitrix_sync.tg_business_alerts__count_remote_missing()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_crm_commands__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_technical_dead_letters__count()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_webhook_inbox__count_coalesced()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_workflow_instances__count_transition()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function (metrics).'::text), ('function'::text,'bitrix_sync.tg_settings_versions__freeze()'::text,ARRAY[]::text[],ARRAY[]::text[],ARRAY[]::text[],'Trigger function.'::text)
         )
  SELECT d.object_type,
     d.object_name,
@@ -10226,6 +10606,19 @@ CREATE VIEW bitrix_sync.stuck_commands AS
 COMMENT ON VIEW bitrix_sync.stuck_commands IS 'Admin (docs/runbook.md, BitrixSyncCommandsUncertain): CRM commands that are uncertain, being reconciled, waiting for a retry or in flight, with their workflow''s state and step; safe codes only.';
 
 --
+-- Name: sync_pauses_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.sync_pauses ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.sync_pauses_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: technical_dead_letters_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
 --
 
@@ -10558,6 +10951,13 @@ ALTER TABLE ONLY bitrix_sync.settings
 
 ALTER TABLE ONLY bitrix_sync.settings_versions
     ADD CONSTRAINT settings_versions_pkey PRIMARY KEY (version);
+
+--
+-- Name: sync_pauses sync_pauses_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.sync_pauses
+    ADD CONSTRAINT sync_pauses_pkey PRIMARY KEY (id);
 
 --
 -- Name: technical_dead_letters technical_dead_letters_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
@@ -10956,6 +11356,18 @@ COMMENT ON INDEX bitrix_sync.rebind_requests_workflow_idx IS 'Retention keeps th
 CREATE UNIQUE INDEX settings_versions_one_active_uq ON bitrix_sync.settings_versions USING btree ((true)) WHERE ((status)::text = 'active'::text);
 
 --
+-- Name: sync_pauses_one_open_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX sync_pauses_one_open_uq ON bitrix_sync.sync_pauses USING btree ((true)) WHERE (resumed_at IS NULL);
+
+--
+-- Name: INDEX sync_pauses_one_open_uq; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.sync_pauses_one_open_uq IS 'At most one open pause; also the index the claim gate (sync_paused()) reads.';
+
+--
 -- Name: technical_dead_letters_open_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
 --
 
@@ -11328,6 +11740,30 @@ CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.settings_versions FOR
 COMMENT ON TRIGGER _120_immutable ON bitrix_sync.settings_versions IS 'Values and audit are history once a version leaves draft (§12.3).';
 
 --
+-- Name: sync_pauses _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.sync_pauses FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('id', 'paused_at', 'paused_by', 'paused_db_user', 'pause_reason');
+
+--
+-- Name: TRIGGER _120_immutable ON sync_pauses; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _120_immutable ON bitrix_sync.sync_pauses IS 'Who paused, when and why never change: the paused interval is what the retry horizon leaves out.';
+
+--
+-- Name: sync_pauses _121_resumed_once; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _121_resumed_once BEFORE UPDATE ON bitrix_sync.sync_pauses FOR EACH ROW WHEN ((old.resumed_at IS NOT NULL)) EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('resumed_at', 'resumed_by', 'resumed_db_user', 'resume_reason');
+
+--
+-- Name: TRIGGER _121_resumed_once ON sync_pauses; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _121_resumed_once ON bitrix_sync.sync_pauses IS 'A pause ends once: who resumed, when and why never change afterwards.';
+
+--
 -- Name: admin_actions _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
@@ -11398,6 +11834,18 @@ CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.settings_versions
 --
 
 COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.settings_versions IS 'Settings audit is never deleted.';
+
+--
+-- Name: sync_pauses _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.sync_pauses FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__forbid_delete();
+
+--
+-- Name: TRIGGER _200_forbid_delete ON sync_pauses; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.sync_pauses IS 'Pauses are kept: deleting one would give its rows back the paused time against their retry horizon.';
 
 --
 -- Name: workflow_instances _300_close_rebind_request; Type: TRIGGER; Schema: bitrix_sync; Owner: -
@@ -12534,6 +12982,13 @@ REVOKE ALL ON FUNCTION bitrix_sync._parked_decisions(p_reason text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync._parked_decisions(p_reason text) TO bitrix_sync_admin;
 
 --
+-- Name: FUNCTION _paused_since(p_from timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._paused_since(p_from timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._paused_since(p_from timestamp with time zone) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION _planner_count(p_rel regclass); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13160,6 +13615,13 @@ REVOKE ALL ON FUNCTION bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason t
 GRANT ALL ON FUNCTION bitrix_sync.confirm_phone_link(p_user_id uuid, p_reason text, p_operator_id text) TO bitrix_sync_admin;
 
 --
+-- Name: FUNCTION crm_last_answered_at(p_bucket text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.crm_last_answered_at(p_bucket text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.crm_last_answered_at(p_bucket text) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION crm_limiter_state(p_bucket text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13538,6 +14000,33 @@ REVOKE ALL ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id tex
 GRANT ALL ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) TO bitrix_sync_user;
 
 --
+-- Name: TABLE crm_inflight_slots; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE ON TABLE bitrix_sync.crm_inflight_slots TO bitrix_sync_user;
+
+--
+-- Name: TABLE sync_pauses; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.sync_pauses TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.sync_pauses TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_pause; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_pause TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_pause TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION pause_sync(p_operator text, p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.pause_sync(p_operator text, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.pause_sync(p_operator text, p_reason text) TO bitrix_sync_admin;
+
+--
 -- Name: FUNCTION perform_cutover(p_actor text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13642,6 +14131,13 @@ REVOKE ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) FROM PUBL
 GRANT ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION release_spare_crm_request(p_slot_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13711,6 +14207,20 @@ GRANT ALL ON FUNCTION bitrix_sync.resolve_command_reconcile(p_id bigint, p_workf
 
 REVOKE ALL ON FUNCTION bitrix_sync.resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION resume_preview(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.resume_preview() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.resume_preview() TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text) TO bitrix_sync_admin;
 
 --
 -- Name: FUNCTION retention_preview(); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -13796,6 +14306,14 @@ GRANT ALL ON FUNCTION bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lea
 
 REVOKE ALL ON FUNCTION bitrix_sync.step_context(p_id uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.step_context(p_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION sync_paused(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.sync_paused() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.sync_paused() TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.sync_paused() TO bitrix_sync_admin;
 
 --
 -- Name: FUNCTION take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14034,12 +14552,6 @@ GRANT SELECT(dead_letter_id) ON TABLE bitrix_sync.admin_actions TO bitrix_sync_a
 --
 
 GRANT USAGE ON SEQUENCE bitrix_sync.business_alert_number_seq TO bitrix_sync_user;
-
---
--- Name: TABLE crm_inflight_slots; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT SELECT,INSERT,DELETE ON TABLE bitrix_sync.crm_inflight_slots TO bitrix_sync_user;
 
 --
 -- Name: TABLE crm_method_blocks; Type: ACL; Schema: bitrix_sync; Owner: -

@@ -166,8 +166,9 @@ declare
   v_due bigint;
   v_mode text := case when coalesce(p_all, false) then 'all' else 'sample' end;
 begin
-  -- The processing gate (§17): nothing is judged before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17): nothing is judged before the cutover, nor while processing is
+  -- paused (sql/pause.sql): a paused sync would show as drift.
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   select * into v_row from bitrix_sync.audit_state s where s.singleton for update skip locked;
@@ -212,7 +213,7 @@ begin
                    order by 1 limit 2500) x);
 end $$;
 comment on function bitrix_sync.claim_audit_run(boolean, boolean) is
-  'Starts a convergence audit run when none is running (one still marked running after audit.lease_sec is taken over) and, for a sampled run, when audit.enabled and audit.interval_sec has passed (or p_force). p_all: every active link and the whole registered scan. Returns the lease, how many links to sample (their share of audit.period_days plus those about to be overdue; null: all), where the registered scan goes on, how many pages this run reads (null: to the end), and the Contacts of open registered findings to read again. No row when nothing is to run, and none before perform_cutover().';
+  'Starts a convergence audit run when none is running (one still marked running after audit.lease_sec is taken over) and, for a sampled run, when audit.enabled and audit.interval_sec has passed (or p_force). p_all: every active link and the whole registered scan. Returns the lease, how many links to sample (their share of audit.period_days plus those about to be overdue; null: all), where the registered scan goes on, how many pages this run reads (null: to the end), and the Contacts of open registered findings to read again. No row when nothing is to run, and none before perform_cutover() or while paused (pause_sync()).';
 
 create or replace function bitrix_sync.audit_sample(p_lease_token uuid, p_limit integer default null)
 returns table (mapping_id uuid, user_id uuid, contact_id text, has_findings boolean)
@@ -1017,6 +1018,7 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
      ('bitrix_sync_audit_running', case when s.last_run_status = 'running' then 1 else 0 end::float8),
      ('bitrix_sync_audit_enabled',
       case when (bitrix_sync._active_setting('audit.enabled') #>> '{}')::boolean and bitrix_sync.cutover_performed()
+                and not bitrix_sync.sync_paused()
            then 1 else 0 end::float8),
      ('bitrix_sync_audit_interval_seconds', (bitrix_sync._active_setting('audit.interval_sec') #>> '{}')::float8),
      ('bitrix_sync_audit_links', coalesce(s.last_links, 0)::float8),
@@ -1027,7 +1029,7 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
    where s.singleton
 $$;
 comment on function bitrix_sync.drift_metrics() is
-  'The convergence audit''s samples for GET /metrics (part of metrics_snapshot): open findings by kind (every kind, 0 included), the last success (the install time before the first), whether a run is running, whether the audit is enabled (setting and cutover), its interval, and from the last run the active links, those overdue and the share in time.';
+  'The convergence audit''s samples for GET /metrics (part of metrics_snapshot): open findings by kind (every kind, 0 included), the last success (the install time before the first), whether a run is running, whether the audit is enabled (setting, cutover, not paused), its interval, and from the last run the active links, those overdue and the share in time.';
 
 -- Nothing of this is deleted by hand: the repairs are audit.
 drop trigger if exists _200_forbid_delete on bitrix_sync.drift_repairs;

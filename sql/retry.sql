@@ -13,14 +13,17 @@
 -- up (a permanent failure, a retry past the horizon) calls it, with the row's first attempt; the
 -- deadline it records is _retry_deadline() of that first attempt.
 
+-- Time spent paused (sql/pause.sql) does not count: the deadline moves on by the paused time since
+-- the first attempt, so a pause of any length resumes without dead letters.
 create or replace function bitrix_sync._retry_deadline(p_first_attempt_at timestamptz) returns timestamptz
 language sql stable as $$
   select p_first_attempt_at
          operator(pg_catalog.+) pg_catalog.make_interval(
            secs => (bitrix_sync._active_setting('retry.horizon_sec') operator(pg_catalog.#>>) '{}')::pg_catalog.float8)
+         operator(pg_catalog.+) bitrix_sync._paused_since(p_first_attempt_at)
 $$;
 comment on function bitrix_sync._retry_deadline(timestamptz) is
-  'The retry horizon of a row whose first attempt was p_first_attempt_at: that instant plus the active retry.horizon_sec. A retry due after it dead-letters with retry_horizon_exceeded. Inlined into its callers and the deadline_at defaults: no pinned search_path, every operator and name schema-qualified.';
+  'The retry horizon of a row whose first attempt was p_first_attempt_at: that instant plus the active retry.horizon_sec plus the time processing was paused since (_paused_since). A retry due after it dead-letters with retry_horizon_exceeded. Inlined into its callers and the deadline_at defaults: no pinned search_path, every operator and name schema-qualified.';
 
 create or replace function bitrix_sync._dead_letter(
   p_source text, p_source_id text, p_operation text, p_error_code text, p_attempt_count integer,

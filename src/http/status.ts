@@ -12,6 +12,7 @@ import { migrationsCurrent } from "../db/migrate.js";
 import type { HealthState } from "../health/state.js";
 import { InboxProbeRefused } from "../inbound/inbox.js";
 import type { SettingsCache } from "../settings-cache.js";
+import { BUILD } from "../version.js";
 import type {
   LimiterStatus,
   READINESS_PROBLEMS,
@@ -75,12 +76,18 @@ export type ReadinessProblem = (typeof READINESS_PROBLEMS)[number];
 /** The write path of the receivers, exercised without keeping anything (InboxWriter.probe). */
 export type InboxProbe = () => Promise<void>;
 
-async function databaseChecks(
-  pool: pg.Pool,
-  src?: StatusSource,
-): Promise<{ fatal: ReadinessProblem[]; degraded: ReadinessProblem[] }> {
+/** What the database says about the deployment, beside the problems it shows. */
+interface DatabaseChecks {
+  fatal: ReadinessProblem[];
+  degraded: ReadinessProblem[];
+  /** When the portal last answered any replica (epoch ms; sql/crm_health.sql); null: unknown. */
+  crmAnsweredAt: number | null;
+}
+
+async function databaseChecks(pool: pg.Pool, src?: StatusSource): Promise<DatabaseChecks> {
   const fatal: ReadinessProblem[] = [];
   const degraded: ReadinessProblem[] = [];
+  let crmAnsweredAt: number | null = null;
   const current = await migrationsCurrent(pool);
   if (!current) fatal.push("migrations_pending");
   const { rows } = await pool.query<{ ok: boolean }>(
@@ -91,9 +98,18 @@ async function databaseChecks(
   if (!rows[0]?.ok) fatal.push("queue_grants_missing");
   // Both are SQL's to decide (sql/cutover.sql, sql/settings.sql); an older schema has neither.
   if (current) {
-    // alert_config_problem() answers alert_config_invalid or null (sql/settings.sql).
-    const { rows: s } = await pool.query<{ cutover: boolean; alerts: "alert_config_invalid" | null }>(
-      "select bitrix_sync.cutover_performed() as cutover, bitrix_sync.alert_config_problem() as alerts",
+    // alert_config_problem() answers alert_config_invalid or null (sql/settings.sql); the pause
+    // (sql/pause.sql) and the portal's last answer to any replica (sql/crm_health.sql) are the
+    // deployment's, read in the same round trip.
+    const { rows: s } = await pool.query<{
+      cutover: boolean;
+      alerts: "alert_config_invalid" | null;
+      paused: boolean;
+      answered: Date | null;
+    }>(
+      `select bitrix_sync.cutover_performed() as cutover, bitrix_sync.alert_config_problem() as alerts,
+              bitrix_sync.sync_paused() as paused, bitrix_sync.crm_last_answered_at($1) as answered`,
+      [src?.limiter.bucket ?? null],
     );
     // The claim functions return nothing until the cutover: the receivers record, nothing moves.
     // Degraded, not not-ready: a load balancer that took the instance out would make the public
@@ -102,8 +118,12 @@ async function databaseChecks(
     if (src?.config.processing && !s[0]?.cutover) degraded.push("cutover_not_performed");
     // The alert receiver refuses every event and alerts stay in the database; the rest works.
     if (s[0]?.alerts) degraded.push(s[0].alerts);
+    // An operator paused processing (pause_sync): nothing is claimed, the receivers record. Degraded
+    // for the same reason as the cutover: the receivers must stay reachable.
+    if (src?.config.processing && s[0]?.paused) degraded.push("paused");
+    crmAnsweredAt = s[0]?.answered?.getTime() ?? null;
   }
-  return { fatal, degraded };
+  return { fatal, degraded, crmAnsweredAt };
 }
 
 /**
@@ -150,10 +170,9 @@ async function loopRunsElsewhere(pool: pg.Pool): Promise<boolean> {
 
 export async function readiness(pool: pg.Pool, src?: StatusSource, probe?: InboxProbe): Promise<Readiness> {
   const [db, write] = await Promise.all([
-    withDeadline(databaseChecks(pool, src), READINESS_DEADLINE_MS).catch((e) => ({
-      fatal: [databaseProblem(e)],
-      degraded: [] as ReadinessProblem[],
-    })),
+    withDeadline(databaseChecks(pool, src), READINESS_DEADLINE_MS).catch(
+      (e): DatabaseChecks => ({ fatal: [databaseProblem(e)], degraded: [], crmAnsweredAt: null }),
+    ),
     probe
       ? withDeadline(probe(), READINESS_DEADLINE_MS).then(
           () => [],
@@ -189,7 +208,10 @@ export async function readiness(pool: pg.Pool, src?: StatusSource, probe?: Inbox
     // §3.3: nothing to map citizenship with; creates go without it, reads cannot name it.
     if (h.citizenship.state === "field_missing") degraded.push("citizenship_field_missing");
     if (h.citizenship.state === "list_empty") degraded.push("citizenship_list_empty");
-    const lastOk = h.lastCrmSuccessAt ?? h.startedAt;
+    // The deployment's view (§14): the last answer the portal gave any replica, so a replica that
+    // sat idle through an outage is ready as soon as another one reaches the portal again.
+    if (db.crmAnsweredAt !== null) h.noteDeploymentCrmSuccess(db.crmAnsweredAt);
+    const lastOk = Math.max(h.lastCrmSuccessAt ?? h.startedAt, h.deploymentCrmSuccessAt ?? 0);
     const staleMs = src.settings.get().health.crmStaleSec * 1000;
     if (h.lastCrmFailure && h.lastCrmFailure.at > lastOk && now - lastOk > staleMs)
       degraded.push("crm_stale");
@@ -209,6 +231,7 @@ const iso = (ms: number | null | undefined) =>
 function processStatus(src: StatusSource) {
   const h = src.health;
   return {
+    build: BUILD,
     mode: src.config.env.BITRIX_SYNC_MODE,
     sandbox: src.config.sandbox,
     processing: src.config.processing,
@@ -216,6 +239,7 @@ function processStatus(src: StatusSource) {
     settings_refused_version: src.settings.problem()?.version ?? null,
     crm: {
       last_success_at: iso(h.lastCrmSuccessAt),
+      deployment_last_success_at: iso(h.deploymentCrmSuccessAt),
       last_failure: h.lastCrmFailure ? { code: h.lastCrmFailure.code, at: iso(h.lastCrmFailure.at) } : null,
       credential_problem: h.credentialProblem
         ? { code: h.credentialProblem.code, at: iso(h.credentialProblem.at) }
@@ -244,8 +268,24 @@ async function limiterStatus(src: StatusSource): Promise<z.input<typeof LimiterS
   }
 }
 
+/** A row of bitrix_sync.status_pause, counts cast to int. */
+interface PauseRow {
+  pause_id: number;
+  paused_at: Date;
+  paused_by: string;
+  paused_db_user: string | null;
+  pause_reason: string;
+  paused_for_sec: number;
+  intents_leased: number;
+  workflows_running: number;
+  commands_in_hand: number;
+  webhooks_processing: number;
+  requests_out: number;
+  drained: boolean;
+}
+
 async function databaseStatus(pool: pg.Pool) {
-  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, held, cursors] = await Promise.all([
+  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, held, cursors, pause] = await Promise.all([
     pool.query(
       "select status, count::int, oldest_age_sec::int from bitrix_sync.status_queue order by status",
     ),
@@ -273,7 +313,15 @@ async function databaseStatus(pool: pg.Pool) {
     pool.query(
       "select job_type, watermark, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered from bitrix_sync.reconciliation_cursors order by job_type",
     ),
+    // The open pause (sql/pause.sql), none while processing runs.
+    pool.query<PauseRow>(
+      `select pause_id::int, paused_at, paused_by, paused_db_user, pause_reason, paused_for_sec::int,
+              intents_leased::int, workflows_running::int, commands_in_hand::int, webhooks_processing::int,
+              requests_out::int, drained
+         from bitrix_sync.status_pause`,
+    ),
   ]);
+  const p = pause.rows[0];
   return {
     queue: queue.rows,
     workflows: workflows.rows,
@@ -284,6 +332,24 @@ async function databaseStatus(pool: pg.Pool) {
     alert_mirror: mirror.rows,
     held_links: held.rows[0] ?? { count: 0, oldest_age_sec: 0 },
     reconciliation: cursors.rows,
+    pause: p
+      ? {
+          pause_id: p.pause_id,
+          since: p.paused_at.toISOString(),
+          by: p.paused_by,
+          db_user: p.paused_db_user,
+          reason: p.pause_reason,
+          paused_for_sec: Math.max(0, p.paused_for_sec),
+          in_hand: {
+            intents_leased: p.intents_leased,
+            workflows_running: p.workflows_running,
+            commands_in_hand: p.commands_in_hand,
+            webhooks_processing: p.webhooks_processing,
+            requests_out: p.requests_out,
+          },
+          drained: p.drained,
+        }
+      : null,
   };
 }
 
