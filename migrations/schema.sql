@@ -55,7 +55,9 @@ CREATE FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with ti
   select p_first_attempt_at
          operator(pg_catalog.+) pg_catalog.make_interval(
            secs => (bitrix_sync._active_setting('retry.horizon_sec') operator(pg_catalog.#>>) '{}')::pg_catalog.float8)
-         operator(pg_catalog.+) bitrix_sync._paused_since(p_first_attempt_at)
+         operator(pg_catalog.+) case when p_first_attempt_at operator(pg_catalog.>=) pg_catalog.now()
+                                     then '0'::pg_catalog.interval
+                                     else bitrix_sync._paused_since(p_first_attempt_at) end
 $$;
 
 --

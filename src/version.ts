@@ -42,7 +42,10 @@ export function gitRevision(dir: string = fileURLToPath(new URL("..", import.met
 }
 
 /** The revision from the environment, else the checkout, else `unknown`. */
-export function resolveRevision(env: NodeJS.ProcessEnv = process.env, git: () => string | null = gitRevision) {
+export function resolveRevision(
+  env: NodeJS.ProcessEnv = process.env,
+  git: () => string | null = gitRevision,
+) {
   const fromEnv = env.BITRIX_SYNC_REVISION?.trim();
   if (fromEnv) return buildValue(fromEnv);
   return buildValue(git());

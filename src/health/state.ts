@@ -44,7 +44,8 @@ export class HealthState {
   };
 
   noteDeploymentCrmSuccess(at: number): void {
-    if (this.deploymentCrmSuccessAt === null || at > this.deploymentCrmSuccessAt) this.deploymentCrmSuccessAt = at;
+    if (this.deploymentCrmSuccessAt === null || at > this.deploymentCrmSuccessAt)
+      this.deploymentCrmSuccessAt = at;
   }
 
   beat(): void {

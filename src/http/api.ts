@@ -62,7 +62,8 @@ export const ReadinessBody = z.object({
 export const BuildInfo = z.object({
   version: z.string().meta({ description: "BITRIX_SYNC_VERSION of the image, else package.json's version." }),
   revision: z.string().meta({
-    description: "The commit the build came from: BITRIX_SYNC_REVISION of the image, else the checkout's HEAD, else unknown.",
+    description:
+      "The commit the build came from: BITRIX_SYNC_REVISION of the image, else the checkout's HEAD, else unknown.",
   }),
 });
 

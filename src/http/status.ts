@@ -285,42 +285,44 @@ interface PauseRow {
 }
 
 async function databaseStatus(pool: pg.Pool) {
-  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, held, cursors, pause] = await Promise.all([
-    pool.query(
-      "select status, count::int, oldest_age_sec::int from bitrix_sync.status_queue order by status",
-    ),
-    pool.query(
-      "select workflow_type, state, count::int, oldest_age_sec::int from bitrix_sync.status_workflows order by 1, 2",
-    ),
-    pool.query(
-      "select command_type, status, count::int, oldest_age_sec::int from bitrix_sync.status_commands order by 1, 2",
-    ),
-    pool.query(
-      "select receiver, status, count::int, oldest_age_sec::int from bitrix_sync.status_webhooks order by 1, 2",
-    ),
-    pool.query(
-      "select source, operation, error_code, count::int, oldest_age_sec::int from bitrix_sync.status_dead_letters order by 1, 2, 3",
-    ),
-    pool.query(
-      "select alert_type, severity, open_count::int, sla_overdue::int from bitrix_sync.status_alerts order by 1, 2",
-    ),
-    pool.query(
-      "select mirror_status, count::int, oldest_age_sec::int from bitrix_sync.status_alert_mirror order by 1",
-    ),
-    pool.query<{ count: number; oldest_age_sec: number }>(
-      "select count::int, oldest_age_sec::int from bitrix_sync.status_held_links",
-    ),
-    pool.query(
-      "select job_type, watermark, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered from bitrix_sync.reconciliation_cursors order by job_type",
-    ),
-    // The open pause (sql/pause.sql), none while processing runs.
-    pool.query<PauseRow>(
-      `select pause_id::int, paused_at, paused_by, paused_db_user, pause_reason, paused_for_sec::int,
+  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, held, cursors, pause] = await Promise.all(
+    [
+      pool.query(
+        "select status, count::int, oldest_age_sec::int from bitrix_sync.status_queue order by status",
+      ),
+      pool.query(
+        "select workflow_type, state, count::int, oldest_age_sec::int from bitrix_sync.status_workflows order by 1, 2",
+      ),
+      pool.query(
+        "select command_type, status, count::int, oldest_age_sec::int from bitrix_sync.status_commands order by 1, 2",
+      ),
+      pool.query(
+        "select receiver, status, count::int, oldest_age_sec::int from bitrix_sync.status_webhooks order by 1, 2",
+      ),
+      pool.query(
+        "select source, operation, error_code, count::int, oldest_age_sec::int from bitrix_sync.status_dead_letters order by 1, 2, 3",
+      ),
+      pool.query(
+        "select alert_type, severity, open_count::int, sla_overdue::int from bitrix_sync.status_alerts order by 1, 2",
+      ),
+      pool.query(
+        "select mirror_status, count::int, oldest_age_sec::int from bitrix_sync.status_alert_mirror order by 1",
+      ),
+      pool.query<{ count: number; oldest_age_sec: number }>(
+        "select count::int, oldest_age_sec::int from bitrix_sync.status_held_links",
+      ),
+      pool.query(
+        "select job_type, watermark, last_success_at, last_run_status, last_error_code, last_scanned, last_updated, last_recovered from bitrix_sync.reconciliation_cursors order by job_type",
+      ),
+      // The open pause (sql/pause.sql), none while processing runs.
+      pool.query<PauseRow>(
+        `select pause_id::int, paused_at, paused_by, paused_db_user, pause_reason, paused_for_sec::int,
               intents_leased::int, workflows_running::int, commands_in_hand::int, webhooks_processing::int,
               requests_out::int, drained
          from bitrix_sync.status_pause`,
-    ),
-  ]);
+      ),
+    ],
+  );
   const p = pause.rows[0];
   return {
     queue: queue.rows,
