@@ -6298,7 +6298,8 @@ CREATE VIEW bitrix_sync.status_pause AS
                   WHERE (((w.status)::text = ANY ((ARRAY['received'::character varying, 'retry_wait'::character varying, 'processing'::character varying])::text[])) AND ((w.status)::text = 'processing'::text) AND (w.locked_until > now()))) AS webhooks_processing,
             ( SELECT count(*) AS count
                    FROM bitrix_sync.crm_inflight_slots s
-                  WHERE (s.expires_at > now())) AS requests_out) h)
+                  WHERE (s.expires_at > now())) AS requests_out
+         OFFSET 0) h)
   WHERE (p.resumed_at IS NULL);
 
 --

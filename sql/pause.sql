@@ -71,6 +71,7 @@ select p.id as pause_id, p.paused_at, p.paused_by::text as paused_by, p.paused_d
             where w.status in ('received', 'retry_wait', 'processing') and w.status = 'processing'
               and w.locked_until > now()) as webhooks_processing,
           (select count(*) from bitrix_sync.crm_inflight_slots s where s.expires_at > now()) as requests_out
+    offset 0 -- counted once, not again for drained
  ) h
  where p.resumed_at is null;
 comment on view bitrix_sync.status_pause is

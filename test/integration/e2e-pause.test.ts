@@ -4,9 +4,9 @@
 // status document shows who paused and why. The admin resumes: the work recorded meanwhile flows,
 // without a restart.
 import test from "ava";
+import { pauseSync, resumePreview, resumeSync, waitDrained } from "../../scripts/drill/pause.js";
 import { createApp } from "../../src/http/app.js";
 import { receiverConfig } from "../../src/inbound/config.js";
-import { queryAsRole } from "../helpers/dead-letters.js";
 import {
   finishedWorkflow,
   type Rig,
@@ -67,17 +67,10 @@ test.serial(
     const first = await makeUser(rig.db.pool, { phone: randomPhone() });
     t.is((await finishedWorkflow(rig, first.id)).state, "succeeded");
 
-    const [p] = await queryAsRole<{ pause_id: string }>(
-      rig.db.pool,
-      "bitrix_sync_admin",
-      "select * from bitrix_sync.pause_sync('ops:drill', 'portal maintenance window')",
-    );
+    // As a drill scripts it (scripts/drill/pause.ts).
+    const p = await pauseSync(rig.db.pool, "ops:drill", "portal maintenance window");
     // Within one poll interval (500 ms here) whatever a lane was doing has finished.
-    await waitFor(
-      async () =>
-        (await one<{ drained: boolean }>(rig.db.pool, "select drained from bitrix_sync.status_pause"))
-          .drained,
-    );
+    t.true(await waitDrained(rig.db.pool, 10_000));
     const requestsAtPause = rig.emulator.log.length;
 
     const paused = await makeUser(rig.db.pool, { phone: randomPhone() });
@@ -105,18 +98,16 @@ test.serial(
     });
     const doc = (await status.json()) as { pause: Record<string, unknown> | null };
     t.like(doc.pause, {
-      pause_id: Number(p?.pause_id),
+      pause_id: p.pauseId,
       by: "ops:drill",
       reason: "portal maintenance window",
       drained: true,
     });
 
-    await queryAsRole(
-      rig.db.pool,
-      "bitrix_sync_admin",
-      "select * from bitrix_sync.resume_sync('ops:drill', $1, 'window over')",
-      [p?.pause_id],
-    );
+    const waiting = await resumePreview(rig.db.pool);
+    t.true(waiting.some((r) => r.section === "queue" && r.item === "pending" && r.count >= 1));
+    t.true(waiting.some((r) => r.section === "webhooks" && r.item === "contact received" && r.count === 1));
+    await resumeSync(rig.db.pool, "ops:drill", "window over");
     t.is(
       (await finishedWorkflow(rig, paused.id)).state,
       "succeeded",
