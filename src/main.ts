@@ -26,7 +26,7 @@ import { checkDatabase, migrationStartupError } from "./startup/database.js";
 import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./startup/errors.js";
 import { assertPortFree, listen, type PortHolder } from "./startup/listen.js";
 import { prepareSandboxDatabase, refuseSandboxDatabase } from "./startup/sandbox-database.js";
-import { SERVICE_VERSION } from "./version.js";
+import { SERVICE_REVISION, SERVICE_VERSION } from "./version.js";
 import { startRunner } from "./worker/runner.js";
 
 /**
@@ -237,7 +237,7 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   } else {
     log.warn(
       { event: "sync.paused" },
-      "BITRIX_SYNC_ENABLED=false: workers claim nothing; pending rows are kept",
+      "BITRIX_SYNC_ENABLED=false: workers claim nothing; pending rows are kept (read at start: a change needs a restart)",
     );
   }
   // On SIGTERM the listener closes first, then claiming stops (docs/operations.md).
@@ -304,6 +304,7 @@ async function main(): Promise<void> {
     tracing = await startTracing({
       endpoint: config.env.OTEL_EXPORTER_OTLP_ENDPOINT,
       serviceVersion: SERVICE_VERSION,
+      serviceRevision: SERVICE_REVISION,
       environment: config.env.SERVICE_ENVIRONMENT,
       log,
     });

@@ -40,7 +40,12 @@ export interface LimiterPermit {
   readonly grantedAt: number;
   /** The rate was cut (after a limit refusal) when the token was granted. */
   readonly reduced?: boolean;
-  release(): Promise<void>;
+  /**
+   * Gives the slot back. `answered`: the portal answered the request with HTTP 2xx; the shared
+   * limiter then records the time for every replica's readiness (sql/limiter/health.sql), in the same
+   * call.
+   */
+  release(answered?: boolean): Promise<void>;
 }
 
 /** One method's operating time as a reply reported it. */
@@ -83,6 +88,11 @@ export interface CrmLimiter {
   /** Methods blocked right now, with the end of each block (epoch ms). */
   blockedMethods(): Promise<Map<string, number>>;
   state(): Promise<LimiterState>;
+  /**
+   * When the portal last answered any replica (HTTP 2xx), by the shared state; null when unknown or
+   * when the limiter is this process's alone.
+   */
+  lastAnswered?(): Promise<number | null>;
 }
 
 /** Fixed settings, or a function read on every call (a new settings version applies at once). */
@@ -169,10 +179,14 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         return {
           grantedAt: r.decided_at.getTime(),
           reduced: r.rate < s.refillPerSec * 0.999,
-          async release() {
+          async release(answered) {
             if (released) return;
             released = true;
-            await pool.query("select bitrix_sync.release_crm_request($1)", [slot]);
+            if (answered) {
+              await pool.query("select bitrix_sync.release_crm_request($1, $2, true)", [slot, bucket]);
+            } else {
+              await pool.query("select bitrix_sync.release_crm_request($1)", [slot]);
+            }
           },
         };
       }
@@ -234,6 +248,13 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         [bucket],
       );
       return new Map(rows.map((r) => [r.method, r.blocked_until.getTime()]));
+    },
+    async lastAnswered() {
+      const { rows } = await pool.query<{ at: Date | null }>(
+        "select bitrix_sync.crm_last_answered_at($1) as at",
+        [bucket],
+      );
+      return rows[0]?.at?.getTime() ?? null;
     },
     async state() {
       const s = read(opts.settings);

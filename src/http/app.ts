@@ -10,6 +10,7 @@ import { InboxWriter } from "../inbound/inbox.js";
 import { RECEIVER_BASE_PATH, receiverRoutes } from "../inbound/routes.js";
 import type { Logger } from "../observability/logger.js";
 import { registry } from "../observability/metrics.js";
+import { BUILD } from "../version.js";
 import { API_PATHS, LiveBody } from "./api.js";
 import { bearerAuth } from "./bearer.js";
 import { collectScrape } from "./scrape.js";
@@ -49,7 +50,8 @@ export function createApp(deps: AppDeps): Hono {
   // Served from a one-second cache (READINESS_CACHE_MS).
   app.get(API_PATHS.ready, async (c) => {
     const r = await ready();
-    return c.json(r, r.status === "not_ready" ? 503 : 200);
+    // The build that decided (src/version.ts): a probe of a rolling upgrade tells replicas apart.
+    return c.json({ ...r, build: BUILD }, r.status === "not_ready" ? 503 : 200);
   });
 
   // Internal only: the public nginx exposes the receivers and nothing else (deploy/nginx).

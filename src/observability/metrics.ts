@@ -6,6 +6,7 @@
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { RECEIVERS } from "../config/receivers.js";
+import { SERVICE_REVISION, SERVICE_VERSION } from "../version.js";
 
 export const registry = new Registry();
 
@@ -15,6 +16,15 @@ const SAFE_LABEL = /^[a-z][a-z0-9_.]{0,63}$/;
 export function safeLabel(value: unknown): string {
   return typeof value === "string" && SAFE_LABEL.test(value) ? value : "other";
 }
+
+/** The build this process runs (src/version.ts): join it onto any series with `on (instance)`. */
+export const buildInfo = new Gauge({
+  name: "bitrix_sync_build_info",
+  help: "Always 1; the labels name the build this process runs: version (BITRIX_SYNC_VERSION, else package.json's) and revision (the commit: BITRIX_SYNC_REVISION, else the checkout's HEAD, else unknown).",
+  labelNames: ["version", "revision"] as const,
+  registers: [registry],
+});
+buildInfo.set({ version: SERVICE_VERSION, revision: SERVICE_REVISION }, 1);
 
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 const LAG_BUCKETS = [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600];

@@ -281,6 +281,8 @@ test.serial(
         "settings_versions.activated_db_user -",
         "settings_versions.created_db_user SESSION_USER",
         "settings_versions.validated_db_user -",
+        "sync_pauses.paused_db_user SESSION_USER",
+        "sync_pauses.resumed_db_user -",
         "technical_dead_letters.resolved_db_user -",
       ],
     );
