@@ -274,6 +274,7 @@ test.serial(
       rows.map((r) => `${r.table_name}.${r.column_name} ${r.column_default ?? "-"}`),
       [
         "admin_actions.db_user SESSION_USER",
+        "crm_contract_probes.recorded_db_user SESSION_USER",
         "cutover.performed_db_user SESSION_USER",
         "drift_repairs.db_user SESSION_USER",
         "rebind_requests.cancelled_db_user -",
