@@ -23,8 +23,6 @@ const BATCH_MAX = 50;
 const LINKS_PER_ROUND = BATCH_MAX * PAGE_SIZE;
 /** The registered scan lists every Contact with the flag set: the time filter must still be given. */
 export const SINCE_EVER = "2000-01-01T00:00:00+00:00";
-/** The spare slot frees itself after this long if its holder died; above any HTTP timeout. */
-const SPARE_SLOT_TTL_MS = 120_000;
 /** A range end above every Contact ID: the registered list ended, everything above was covered. */
 const ID_MAX = "9223372036854775807";
 
@@ -84,8 +82,6 @@ function spareDeps(deps: ServiceContext): CrmDeps {
       pool: deps.pool,
       main: main as typeof main & { bucket: string },
       holder: `${hostname()}:${process.pid}:audit`.slice(0, 200),
-      settings: () => ({ limiter: deps.settings().limiter, share: deps.settings().audit.budgetShare }),
-      slotTtlMs: SPARE_SLOT_TTL_MS,
     }),
   };
 }
