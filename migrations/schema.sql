@@ -3319,8 +3319,10 @@ CREATE FUNCTION bitrix_sync.app_table_hooks() RETURNS TABLE(relation text, kind 
     from rel r join pg_catalog.pg_constraint c on c.conrelid = r.oid and c.contype = 'c'
    where exists (select 1 from outside o where o.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass and o.objid = c.oid)
   union all
-  select r.relname::text, 'index', i.indexrelid::pg_catalog.regclass::text, pg_catalog.pg_get_indexdef(i.indexrelid)
-    from rel r join pg_catalog.pg_index i on i.indrelid = r.oid
+  select r.relname::text, 'index', ic.relname::text, pg_catalog.pg_get_indexdef(i.indexrelid)
+    from rel r
+    join pg_catalog.pg_index i on i.indrelid = r.oid
+    join pg_catalog.pg_class ic on ic.oid = i.indexrelid
    where exists (select 1 from outside o where o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass and o.objid = i.indexrelid)
   union all
   select r.relname::text, 'column_type', a.attname::text, a.atttypid::pg_catalog.regtype::text

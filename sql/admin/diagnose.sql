@@ -1,7 +1,7 @@
 -- Personal values as an admin may see them (§15): masked, and compared in the database with the
 -- values npm run diagnose read from the live Contact, so that neither the values nor a digest of
 -- them leave the database. A digest the caller could reproduce (a SHA-256 salted by the caller, as
--- until migration 000037) is a dictionary key: a masked +7 mobile number falls in about 10^8
+-- until migration 000038) is a dictionary key: a masked +7 mobile number falls in about 10^8
 -- guesses offline. What is left is a yes/no per field, audited and limited per login.
 create or replace function bitrix_sync._mask_pii(p_value text) returns text
 language sql immutable set search_path = pg_catalog, pg_temp as $$

@@ -127,7 +127,7 @@ async function databaseChecks(
   const current = await migrationsCurrent(pool);
   if (!current) fatal.push("migrations_pending");
   // The profile's CRM-master columns are written by _write_app_crm_master as the App writer: the
-  // runtime needs EXECUTE on it, the writer its UPDATE (migration 000037; before it, the runtime's own).
+  // runtime needs EXECUTE on it, the writer its UPDATE (migration 000038; before it, the runtime's own).
   const { rows } = await pool.query<{ ok: boolean }>(
     `select has_table_privilege('han_app.sync_queue', 'SELECT')
         and has_column_privilege('han_app.sync_queue', 'status', 'UPDATE')
