@@ -216,13 +216,7 @@ row(
   crmCol(mask(contact?.name)),
   same("full_name"),
 );
-row(
-  "email",
-  app.get("email")?.masked ?? "-",
-  hashOf("email_hash"),
-  crmCol(mask(crmEmail)),
-  same("email"),
-);
+row("email", app.get("email")?.masked ?? "-", hashOf("email_hash"), crmCol(mask(crmEmail)), same("email"));
 row(
   "citizenship",
   app.get("citizenship")?.masked ?? "-",

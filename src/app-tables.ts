@@ -20,7 +20,15 @@ export interface AppTableHook {
  * statement of the service on such a table fails), a table that is missing, not an ordinary table,
  * inherited from, or a project table owned by someone else (a name that means something else now).
  */
-export const ALLOWABLE_KINDS = ["trigger", "rule", "default", "generated", "check", "index", "column_type"] as const;
+export const ALLOWABLE_KINDS = [
+  "trigger",
+  "rule",
+  "default",
+  "generated",
+  "check",
+  "index",
+  "column_type",
+] as const;
 
 const ENTRY = new RegExp(`^(${ALLOWABLE_KINDS.join("|")}):(user_identity|client_profile):[^\\s,:]{1,63}$`);
 
@@ -30,7 +38,9 @@ export function hookKey(h: Pick<AppTableHook, "kind" | "relation" | "name">): st
 }
 
 /** BITRIX_SYNC_APP_TABLE_HOOKS: comma-separated `kind:table:name`; blank is none. */
-export function parseHookList(text: string | undefined): { ok: true; keys: string[] } | { ok: false; problems: string[] } {
+export function parseHookList(
+  text: string | undefined,
+): { ok: true; keys: string[] } | { ok: false; problems: string[] } {
   const keys = (text ?? "")
     .split(",")
     .map((s) => s.trim())

@@ -12,6 +12,7 @@ import { type CrmDeps, executeBatch } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { createSpareLimiter } from "../crm/limiter.js";
+import { failureCode } from "../db/errors.js";
 import { auditContactsRead, auditRequests, auditRuns } from "../observability/metrics.js";
 import { inSpan, markFailed } from "../observability/tracing.js";
 import type { Settings } from "../settings-schema.js";
@@ -237,7 +238,8 @@ async function runClaimed(
     report.requests = budget.requests;
     auditRuns.inc({ mode: claim.mode, status: "failed" });
     const leaseLost = (e as { code?: unknown }).code === "BS001";
-    report.errorCode = e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : "run_failed";
+    report.errorCode =
+      e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : failureCode(e, "run_failed");
     if (!leaseLost) {
       await deps.pool
         .query("select bitrix_sync.fail_audit_run($1, $2)", [lease, report.errorCode])

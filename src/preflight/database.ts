@@ -417,7 +417,9 @@ async function checkAppTables(c: pg.Client, allowed: readonly string[]): Promise
         : `what runs on han_app's identity and profile tables is known: ${rows.length} entr${rows.length === 1 ? "y" : "ies"} of BITRIX_SYNC_APP_TABLE_HOOKS`,
     );
   }
-  const allowable = unknown.every((h) => ["trigger", "rule", "default", "generated", "check", "index", "column_type"].includes(h.kind));
+  const allowable = unknown.every((h) =>
+    ["trigger", "rule", "default", "generated", "check", "index", "column_type"].includes(h.kind),
+  );
   return check(
     "database.app_tables",
     "fail",
@@ -427,9 +429,12 @@ async function checkAppTables(c: pg.Client, allowed: readonly string[]): Promise
       .join("; ")}${unknown.length > 8 ? "; ..." : ""}`,
     `${
       allowable
-        ? "if they are the App's own (an updated_at or audit trigger, say), add each as kind:table:name to BITRIX_SYNC_APP_TABLE_HOOKS (e.g. "
-          + unknown.slice(0, 2).map((h) => `${h.kind}:${h.relation}:${h.name}`).join(",")
-          + "); otherwise ask the App's owner to remove them"
+        ? "if they are the App's own (an updated_at or audit trigger, say), add each as kind:table:name to BITRIX_SYNC_APP_TABLE_HOOKS (e.g. " +
+          unknown
+            .slice(0, 2)
+            .map((h) => `${h.kind}:${h.relation}:${h.name}`)
+            .join(",") +
+          "); otherwise ask the App's owner to remove them"
         : "row security, a policy, a missing table, a view or a child table in the place of the App's table, or a project table of han_app owned by another role cannot be allowed: every statement of the service there fails or means something else; ask the App's owner to undo it"
     }; docs/security.md, "The App's tables"`,
   );

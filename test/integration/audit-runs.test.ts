@@ -125,18 +125,28 @@ test.serial(
   "the previous release's form ignores the caller's numbers: no rate cut undone, no slot held longer than 2 minutes",
   async (t) => {
     const b = "spare-5.portal.test";
-    await syncAcquire(b).then((g) => db.pool.query("select bitrix_sync.release_crm_request($1)", [g.slot_id]));
+    await syncAcquire(b).then((g) =>
+      db.pool.query("select bitrix_sync.release_crm_request($1)", [g.slot_id]),
+    );
     await db.pool.query("select bitrix_sync.note_rate_limited($1, 0.5, 0.1, 0, 0.05)", [b]);
-    const before = await db.pool.query("select rate_factor, rate_changed_at from bitrix_sync.crm_rate_buckets where bucket = $1", [b]);
+    const before = await db.pool.query(
+      "select rate_factor, rate_changed_at from bitrix_sync.crm_rate_buckets where bucket = $1",
+      [b],
+    );
     // As the admin (npm run diagnose of the previous release), with a recovery of a billion a second,
     // a huge rate and a slot of 24 days.
     const asAdmin = (sql: string) =>
-      asRole(db.pool, "bitrix_sync_admin", (c) => c.query<{ granted: boolean; slot_id: string | null }>(sql, [b]));
+      asRole(db.pool, "bitrix_sync_admin", (c) =>
+        c.query<{ granted: boolean; slot_id: string | null }>(sql, [b]),
+      );
     const cut = await asAdmin(
       "select * from bitrix_sync.acquire_spare_crm_request($1, 'diagnose:x', 1e6, 250, 50, 1, 2073600000, 1e9)",
     );
     t.false(cut.rows[0]?.granted, "the cut rate has not climbed back: nothing is spare");
-    const after = await db.pool.query("select rate_factor, rate_changed_at from bitrix_sync.crm_rate_buckets where bucket = $1", [b]);
+    const after = await db.pool.query(
+      "select rate_factor, rate_changed_at from bitrix_sync.crm_rate_buckets where bucket = $1",
+      [b],
+    );
     t.deepEqual(after.rows, before.rows, "the rate factor is the sync path's to write");
 
     const b2 = "spare-6.portal.test";
@@ -160,7 +170,9 @@ test.serial(
     await new Promise((r) => setTimeout(r, 1100));
     const again = await asAdmin("select * from bitrix_sync.acquire_spare_crm_request($1, 'diagnose:x')");
     t.true(again.rows[0]?.granted);
-    const used = await db.pool.query("select grants from bitrix_sync.spare_budget_use where bucket = $1", [b2]);
+    const used = await db.pool.query("select grants from bitrix_sync.spare_budget_use where bucket = $1", [
+      b2,
+    ]);
     t.deepEqual(used.rows, [{ grants: "2" }]);
     // The admin reads the use; it cannot write it.
     const seen = await asRole(db.pool, "bitrix_sync_admin", (c) =>

@@ -120,7 +120,17 @@ run(
       "-Atc",
       "select rolname, rolsuper, rolcreaterole, rolcreatedb, rolcanlogin from pg_roles where rolname like 'bitrix_sync_%' order by 1",
     ]);
-    t.deepEqual(roles.stdout.trim().split("\n"), ["bitrix_sync_owner|f|t|f|t", "bitrix_sync_user|f|f|f|t"]);
+    t.deepEqual(roles.stdout.trim().split("\n"), [
+      "bitrix_sync_app_writer|f|f|f|f",
+      "bitrix_sync_owner|f|t|f|t",
+      "bitrix_sync_user|f|f|f|t",
+    ]);
+    // The owner owns the App writer's one function through its membership; nobody else holds it.
+    const members = psql("han", [
+      "-Atc",
+      "select m.member::regrole::text from pg_auth_members m where m.roleid = 'bitrix_sync_app_writer'::regrole",
+    ]);
+    t.is(members.stdout.trim(), "bitrix_sync_owner");
   },
 );
 
@@ -137,11 +147,15 @@ run("npm run db:migrate as the owner builds the schema; the owner owns every fun
     server?.url.replace(/\/postgres$/, "/han") as string,
     `select proowner::regrole::text as owner, count(*)::int as n from pg_proc
       where pronamespace in ('bitrix_sync'::regnamespace, 'han_app'::regnamespace, 'graphile_worker'::regnamespace)
-      group by 1`,
+      group by 1 order by 1`,
   );
+  // The owner owns every function but the App writer's one (docs/security.md, "The App's tables").
   t.deepEqual(
-    owners.map((o) => o.owner),
-    ["bitrix_sync_owner"],
+    owners.map((o) => [o.owner, o.owner === "bitrix_sync_app_writer" ? o.n : "many"]),
+    [
+      ["bitrix_sync_app_writer", 1],
+      ["bitrix_sync_owner", "many"],
+    ],
   );
   const schemas = await query<{ nspname: string; owner: string }>(
     as("bitrix_sync_owner", OWNER_PASSWORD),
