@@ -31,6 +31,8 @@ export interface StatusSource {
    * failures arrive is "degraded"), their version, and a problem while the active one does not parse.
    */
   settings: Pick<SettingsCache, "get" | "version" | "problem">;
+  /** How often readiness looks at the App's tables again (APP_TABLES_CHECK_MS unless given). */
+  appTablesCheckMs?: number;
 }
 /** The sync loop beats every round (at most the poll interval, 5 s); silence this long is a stall. */
 export const WORKER_STALL_MS = 90_000;
@@ -85,7 +87,11 @@ const appTablesWatches = new WeakMap<pg.Pool, AppTablesWatch>();
  * APP_TABLES_CHECK_MS. The first probe of a process waits for the first look. A failed look keeps
  * the last answer: the database checks report a database that does not answer.
  */
-async function appTablesChanged(pool: pg.Pool, allowed: readonly string[]): Promise<boolean> {
+async function appTablesChanged(
+  pool: pg.Pool,
+  allowed: readonly string[],
+  everyMs: number = APP_TABLES_CHECK_MS,
+): Promise<boolean> {
   let w = appTablesWatches.get(pool);
   const look = (watch: AppTablesWatch) =>
     appTableHooks(pool)
@@ -104,7 +110,7 @@ async function appTablesChanged(pool: pg.Pool, allowed: readonly string[]): Prom
     await w.inFlight;
     return w.unknown;
   }
-  if (!w.inFlight && Date.now() - w.at >= APP_TABLES_CHECK_MS) w.inFlight = look(w);
+  if (!w.inFlight && Date.now() - w.at >= everyMs) w.inFlight = look(w);
   return w.unknown;
 }
 
@@ -163,7 +169,7 @@ async function databaseChecks(
     if (s[0]?.contract) degraded.push(s[0].contract);
     // Code on the App's tables nobody listed: it never runs with the service's rights, but an
     // operator should know of it (preflight's database.app_tables names it).
-    if (src && (await appTablesChanged(pool, src.config.env.BITRIX_SYNC_APP_TABLE_HOOKS)))
+    if (src && (await appTablesChanged(pool, src.config.env.BITRIX_SYNC_APP_TABLE_HOOKS, src.appTablesCheckMs)))
       degraded.push("app_tables_changed");
   }
   return { fatal, degraded };

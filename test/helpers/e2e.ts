@@ -20,6 +20,8 @@ export interface Rig {
   db: TestDb;
   emulator: Emulator;
   runtime: Runtime;
+  /** The service's connection string (bitrix_sync_user's with asRuntimeRole, else the superuser's). */
+  serviceUrl: string;
   /** Every log line written, for PII/secret greps. */
   logs: string[];
   /** Starts the real graphile-worker runner and the sync loop (payload: e.g. a short budget_ms). */
@@ -156,6 +158,7 @@ export async function startRig(
     db,
     emulator,
     runtime,
+    serviceUrl,
     logs,
     async startWorker(loopPayload = {}) {
       if (runner) return;
