@@ -5,6 +5,7 @@
 // automatic repair a setting switches on per kind. Real PostgreSQL, the emulator over HTTP.
 import { randomUUID } from "node:crypto";
 import test from "ava";
+import pg from "pg";
 import { runConvergenceAudit } from "../../src/audit/run.js";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
@@ -135,12 +136,13 @@ test.serial(
     );
     // As the admin (npm run diagnose of the previous release), with a recovery of a billion a second,
     // a huge rate and a slot of 24 days.
-    const asAdmin = (sql: string) =>
+    const asAdmin = (sql: string, bucket: string) =>
       asRole(db.pool, "bitrix_sync_admin", (c) =>
-        c.query<{ granted: boolean; slot_id: string | null }>(sql, [b]),
+        c.query<{ granted: boolean; slot_id: string | null }>(sql, [bucket]),
       );
     const cut = await asAdmin(
       "select * from bitrix_sync.acquire_spare_crm_request($1, 'diagnose:x', 1e6, 250, 50, 1, 2073600000, 1e9)",
+      b,
     );
     t.false(cut.rows[0]?.granted, "the cut rate has not climbed back: nothing is spare");
     const after = await db.pool.query(
@@ -152,8 +154,9 @@ test.serial(
     const b2 = "spare-6.portal.test";
     const g = await asAdmin(
       "select * from bitrix_sync.acquire_spare_crm_request($1, 'diagnose:x', 1e6, 250, 50, 1, 2073600000, 1e9)",
+      b2,
     );
-    t.true(g.rows[0]?.granted);
+    t.true(g.rows[0]?.granted, JSON.stringify(g.rows));
     const slot = await db.pool.query<{ ttl: number }>(
       "select extract(epoch from expires_at - acquired_at)::float8 as ttl from bitrix_sync.crm_inflight_slots where slot_id = $1",
       [g.rows[0]?.slot_id],
@@ -168,8 +171,8 @@ test.serial(
     await db.pool.query("select bitrix_sync.release_spare_crm_request($1)", [g.rows[0]?.slot_id]);
     // The form without numbers counts into the same row.
     await new Promise((r) => setTimeout(r, 1100));
-    const again = await asAdmin("select * from bitrix_sync.acquire_spare_crm_request($1, 'diagnose:x')");
-    t.true(again.rows[0]?.granted);
+    const again = await asAdmin("select * from bitrix_sync.acquire_spare_crm_request($1, 'diagnose:x')", b2);
+    t.true(again.rows[0]?.granted, JSON.stringify(again.rows));
     const used = await db.pool.query("select grants from bitrix_sync.spare_budget_use where bucket = $1", [
       b2,
     ]);
@@ -183,6 +186,48 @@ test.serial(
       asRole(db.pool, "bitrix_sync_admin", (c) => c.query("delete from bitrix_sync.spare_budget_use")),
       { code: "42501" },
     );
+  },
+);
+
+test.serial(
+  "a repair wakes a sync loop asleep on the intake watch at once, not at its next poll",
+  async (t) => {
+    const user = await makeUser(db.pool, { phone: "+79990001122" });
+    await db.pool.query("delete from han_app.sync_queue where entity_id = $1", [user.id]);
+    await db.pool.query(
+      "insert into bitrix_sync.drift_findings (kind, user_id, details) values ('unmapped_user', $1, '{}')",
+      [user.id],
+    );
+    // A sync loop asleep: its own connection holds the intake watch (sql/intake/watch.sql) and listens.
+    const sleeper = new pg.Client({ connectionString: db.url });
+    const listener = new pg.Client({ connectionString: db.url });
+    await sleeper.connect();
+    await listener.connect();
+    t.teardown(async () => {
+      await sleeper.end();
+      await listener.end();
+    });
+    await listener.query("listen bitrix_sync_queue");
+    const heard: string[] = [];
+    listener.on("notification", (n) => heard.push(n.payload ?? ""));
+    await sleeper.query("begin");
+    t.deepEqual((await sleeper.query("select bitrix_sync.watch_intake() as w")).rows, [{ w: true }]);
+    await asRole(db.pool, "bitrix_sync_admin", (c) =>
+      c.query("select * from bitrix_sync.repair_drift('ops:test', 'wake-up test', $1::uuid[])", [[user.id]]),
+    );
+    await waitFor(async () => heard.includes("drift_repair"), 5_000, "the repair's NOTIFY");
+    await sleeper.query("commit");
+    // With no loop asleep it stays quiet: the next loop to fall asleep looks at the queue first.
+    heard.length = 0;
+    await db.pool.query(
+      "insert into bitrix_sync.drift_findings (kind, user_id, details) values ('phone_missing', $1, '{}')",
+      [user.id],
+    );
+    await asRole(db.pool, "bitrix_sync_admin", (c) =>
+      c.query("select * from bitrix_sync.repair_drift('ops:test', 'wake-up test', $1::uuid[])", [[user.id]]),
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    t.deepEqual(heard, []);
   },
 );
 
