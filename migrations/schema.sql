@@ -12350,30 +12350,6 @@ ALTER TABLE ONLY han_app.client_profile
     ADD CONSTRAINT client_profile_user_id_fkey FOREIGN KEY (user_id) REFERENCES han_app.user_identity(id);
 
 --
--- Name: _private_job_queues; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
---
-
-ALTER TABLE graphile_worker._private_job_queues ENABLE ROW LEVEL SECURITY;
-
---
--- Name: _private_jobs; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
---
-
-ALTER TABLE graphile_worker._private_jobs ENABLE ROW LEVEL SECURITY;
-
---
--- Name: _private_known_crontabs; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
---
-
-ALTER TABLE graphile_worker._private_known_crontabs ENABLE ROW LEVEL SECURITY;
-
---
--- Name: _private_tasks; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
---
-
-ALTER TABLE graphile_worker._private_tasks ENABLE ROW LEVEL SECURITY;
-
---
 -- Name: _private_job_queues bitrix_sync_user_all; Type: POLICY; Schema: graphile_worker; Owner: -
 --
 
@@ -13269,7 +13245,6 @@ GRANT ALL ON FUNCTION bitrix_sync._workflow_holder(p_command_id bigint, p_workfl
 --
 
 REVOKE ALL ON FUNCTION bitrix_sync._write_app_crm_master(p_user_id uuid, p_full_name text, p_citizenship text, p_email text, p_source_updated_at timestamp with time zone) FROM PUBLIC;
-REVOKE ALL ON FUNCTION bitrix_sync._write_app_crm_master(p_user_id uuid, p_full_name text, p_citizenship text, p_email text, p_source_updated_at timestamp with time zone) FROM bitrix_sync_app_writer;
 GRANT ALL ON FUNCTION bitrix_sync._write_app_crm_master(p_user_id uuid, p_full_name text, p_citizenship text, p_email text, p_source_updated_at timestamp with time zone) TO bitrix_sync_user;
 
 --

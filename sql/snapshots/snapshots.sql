@@ -23,11 +23,16 @@ language sql security definer set search_path = pg_catalog, pg_temp set row_secu
 $$;
 comment on function bitrix_sync._write_app_crm_master(uuid, text, text, text, timestamptz) is
   'Internal (apply_crm_master_fields): the CRM-master update of one App profile, run as its owner bitrix_sync_app_writer (security definer, row_security off), which may update full_name, citizenship, email and source_updated_at of han_app.client_profile and nothing in bitrix_sync: code the App''s owner attaches to the table runs with those rights only and cannot SET ROLE back to the service''s.';
-insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+-- The writer keeps EXECUTE on its own function: the schema owner, its member, replaces the function in
+-- later migrations, and PostgreSQL validates a new body only for a role that may execute the
+-- function. The writer itself cannot even name it (no USAGE on bitrix_sync).
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, app_writer, note) values
   ('function', 'bitrix_sync._write_app_crm_master(uuid,text,text,text,timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[],
-   'The CRM-master profile write as the App writer (security definer, owned by bitrix_sync_app_writer); called by apply_crm_master_fields.')
+   array['EXECUTE'],
+   'The CRM-master profile write as the App writer (security definer, owned by bitrix_sync_app_writer); called by apply_crm_master_fields. The writer''s EXECUTE is its owner''s, kept so that the schema owner may replace it.')
 on conflict (object_type, object_name) do update
-  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, app_writer = excluded.app_writer,
+      note = excluded.note;
 -- Owned by the writer. ALTER ... OWNER needs the new owner to have CREATE on the schema: given for
 -- this statement and taken back (the schema owner is a member of the writer, deploy/postgres/
 -- bootstrap.sql; the migration that adds the role checks it).
