@@ -10237,21 +10237,6 @@ CREATE VIEW bitrix_sync.role_privilege_drift AS
                    FROM project_role_oids)) OR (m.admin_option AND (m.roleid IN ( SELECT project_role_oids.oid
                    FROM project_role_oids)))))
         UNION ALL
-         SELECT 'bitrix_sync_app_writer'::text,
-            (mr.rolname)::text AS rolname,
-                CASE
-                    WHEN m.admin_option THEN 'MEMBER WITH ADMIN OPTION'::text
-                    ELSE 'MEMBER'::text
-                END AS "case",
-            'extra_membership'::text
-           FROM (pg_auth_members m
-             JOIN pg_roles mr ON ((mr.oid = m.member)))
-          WHERE ((m.roleid = ( SELECT r.oid
-                   FROM pg_roles r
-                  WHERE (r.rolname = 'bitrix_sync_app_writer'::name))) AND (NOT (m.member IN ( SELECT schema_owner.oid
-                   FROM schema_owner))) AND (NOT (m.member IN ( SELECT project_role_oids.oid
-                   FROM project_role_oids))) AND (NOT m.admin_option))
-        UNION ALL
          SELECT p.rolname,
             (hr.rolname)::text AS rolname,
             'MEMBER'::text,
@@ -10334,7 +10319,7 @@ UNION ALL
 -- Name: VIEW role_privilege_drift; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON VIEW bitrix_sync.role_privilege_drift IS 'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the four roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role or held WITH ADMIN OPTION, or bitrix_sync_app_writer held by any role but the schema owner (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
+COMMENT ON VIEW bitrix_sync.role_privilege_drift IS 'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the four roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role (bitrix_sync_app_writer included) or held WITH ADMIN OPTION (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
 
 --
 -- Name: settings; Type: TABLE; Schema: bitrix_sync; Owner: -

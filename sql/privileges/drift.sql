@@ -13,10 +13,12 @@
 --     project (a login, or a group of logins), each of which holds no other project role, directly
 --     or through groups, and none WITH ADMIN OPTION (it could hand the role on); a project role is a
 --     member of no role at all (it would gain that role's rights, and a project role inside another
---     one merges the two). bitrix_sync_app_writer is held by nobody: its rights are used only by the
---     function it owns (docs/security.md, "The App's tables"). The owner of schema bitrix_sync (the
---     migration role, which creates the roles, may administer them and owns that function through
---     its membership in the writer) is exempt.
+--     one merges the two). So bitrix_sync_app_writer, whose rights serve only the function it owns
+--     (docs/security.md, "The App's tables"), is never held by the service's, the admin's or the
+--     App's role or by a login holding one of them. The owner of schema bitrix_sync (the migration
+--     role, which creates the roles, may administer them and owns that function through its
+--     membership in the writer) is exempt; so is, by the same rule, the owner of another database's
+--     schema in the same cluster, which holds the writer alone.
 create or replace view bitrix_sync.role_privilege_drift as
 with recursive objects as (
   select 'schema'::text as object_type, n.nspname::text as object_name, n.nspowner as owner, n.nspacl as acl,
@@ -81,16 +83,6 @@ with recursive objects as (
      and (m.member in (select oid from project_role_oids)
           or (m.admin_option and m.roleid in (select oid from project_role_oids)))
   union all
-  -- The App writer held by any role (its rights serve only the function it owns).
-  select 'bitrix_sync_app_writer', mr.rolname::text,
-         case when m.admin_option then 'MEMBER WITH ADMIN OPTION' else 'MEMBER' end, 'extra_membership'
-    from pg_auth_members m
-    join pg_roles mr on mr.oid = m.member
-   where m.roleid = (select r.oid from pg_roles r where r.rolname = 'bitrix_sync_app_writer')
-     and m.member not in (select oid from schema_owner)
-     and m.member not in (select oid from project_role_oids)
-     and not m.admin_option
-  union all
   -- A role outside the project that holds more than one project role.
   select p.rolname, hr.rolname::text, 'MEMBER', 'conflicting_membership'
     from held h
@@ -131,7 +123,7 @@ union all
 select distinct 'role', d.granted, d.member, d.privilege, null, d.problem
   from membership_drift d;
 comment on view bitrix_sync.role_privilege_drift is
-  'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the four roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role or held WITH ADMIN OPTION, or bitrix_sync_app_writer held by any role but the schema owner (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
+  'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the four roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role (bitrix_sync_app_writer included) or held WITH ADMIN OPTION (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('view', 'bitrix_sync.role_privilege_drift', array[]::text[], array['SELECT'], array[]::text[],
    'Where the database''s ACLs differ from this catalogue (empty when they agree).')

@@ -373,7 +373,7 @@ test("a login holding two project roles through groups shows as drift", async (t
   });
 });
 
-test("the App writer has the CRM-master columns and nothing in bitrix_sync; held by any role, it is drift", async (t) => {
+test("the App writer has the CRM-master columns and nothing in bitrix_sync; held with the service's role, it is drift", async (t) => {
   const { rows } = await db.pool.query(
     `select r.rolcanlogin as login,
             has_schema_privilege(r.oid, 'bitrix_sync', 'USAGE') as project_schema,
@@ -398,14 +398,19 @@ test("the App writer has the CRM-master columns and nothing in bitrix_sync; held
       owns_write: true,
     },
   ]);
-  await withThrowawayRoles(["login"], async (c, { login }) => {
+  await withThrowawayRoles(["login", "service"], async (c, { login, service }) => {
+    // Another database's schema owner in the same cluster holds the writer alone: no drift.
     await c.query(`grant bitrix_sync_app_writer to ${login}`);
+    t.deepEqual(await drift(c), []);
+    // The runtime role holding it, or the service's login holding both.
     await c.query("grant bitrix_sync_app_writer to bitrix_sync_user");
+    await c.query(`grant bitrix_sync_user to ${service}`);
     t.deepEqual(
       (await drift(c)).map((d) => [d.object_type, d.object_name, d.role, d.privilege, d.problem]),
       [
         ["role", "bitrix_sync_app_writer", "bitrix_sync_user", "MEMBER", "extra_membership"],
-        ["role", "bitrix_sync_app_writer", login, "MEMBER", "extra_membership"],
+        ["role", "bitrix_sync_app_writer", service, "MEMBER", "conflicting_membership"],
+        ["role", "bitrix_sync_user", service, "MEMBER", "conflicting_membership"],
       ],
     );
   });
