@@ -169,7 +169,10 @@ async function databaseChecks(
     if (s[0]?.contract) degraded.push(s[0].contract);
     // Code on the App's tables nobody listed: it never runs with the service's rights, but an
     // operator should know of it (preflight's database.app_tables names it).
-    if (src && (await appTablesChanged(pool, src.config.env.BITRIX_SYNC_APP_TABLE_HOOKS, src.appTablesCheckMs)))
+    if (
+      src &&
+      (await appTablesChanged(pool, src.config.env.BITRIX_SYNC_APP_TABLE_HOOKS, src.appTablesCheckMs))
+    )
       degraded.push("app_tables_changed");
   }
   return { fatal, degraded };

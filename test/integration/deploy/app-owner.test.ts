@@ -427,7 +427,8 @@ run(
       "select updated_at, probe_generated from han_app.client_profile where user_id = $1",
       [before.userId],
     );
-    t.true((after.rows[0]?.updated_at as Date).getTime() > stamped.getTime(), "updated_at moved");
+    const stampedAfter = after.rows[0]?.updated_at as Date | undefined;
+    t.true((stampedAfter?.getTime() ?? 0) > stamped.getTime(), "updated_at moved");
     const audited = Number(
       (await pool.query("select count(*) from han_app.app_audit where user_id = $1", [before.userId])).rows[0]
         ?.count,
