@@ -731,6 +731,33 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) IS 'Refuses an empty or oversized bucket/holder/method name with BS012.';
 
 --
+-- Name: _check_queue_tables(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._check_queue_tables() RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if exists (
+       select 1
+         from (values ('han_app.sync_queue'), ('han_app.sync_queue_journal')) t(name)
+         left join pg_catalog.pg_class c on c.oid = pg_catalog.to_regclass(t.name)
+        where c.oid is null or c.relkind <> 'r'
+           or c.relowner <> (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'bitrix_sync')) then
+    raise exception 'han_app.sync_queue or han_app.sync_queue_journal is no longer the project''s own table'
+      using errcode = 'BS097',
+            hint = 'Someone dropped it and made another in its place (the owner of schema han_app may): nothing is written to it. select * from bitrix_sync.app_table_hooks() names it; restore the table from the migrations with the DBA (docs/security.md, "The App''s tables").';
+  end if;
+end $$;
+
+--
+-- Name: FUNCTION _check_queue_tables(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._check_queue_tables() IS 'Internal: BS097 unless han_app.sync_queue and han_app.sync_queue_journal are ordinary tables owned by the owner of schema bitrix_sync. Called first by every function that writes them, so that a table the owner of han_app put in their place never runs its code with the project''s rights.';
+
+--
 -- Name: rebind_requests; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
@@ -1179,6 +1206,8 @@ CREATE FUNCTION bitrix_sync._dead_letter_sync_task_row(p_row han_app.sync_queue,
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue
      set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code, last_error_at = now(),
          locked_by = null, locked_until = null, lease_token = null, updated_at = now()
@@ -1855,6 +1884,8 @@ declare
   v_action bigint;
   v_plan jsonb;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_user_ids is not null then
     select array_agg(x) into v_missing
       from unnest(p_user_ids) x
@@ -2053,6 +2084,8 @@ declare
   v_id text;
   v_alert bigint;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_dl.source = 'sync_queue' then
     select * into v_q from han_app.sync_queue where id = p_dl.source_id::uuid for update;
     -- The same intent as a new row: created now, so its horizon and the cutover watermark count from now.
@@ -3856,6 +3889,8 @@ CREATE FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_re
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   perform bitrix_sync._check_code(p_reason);
   update han_app.sync_queue
      set status = 'cancelled', cancel_reason = p_reason, completed_at = now(),
@@ -4143,6 +4178,8 @@ CREATE FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_l
 declare
   v_watermark timestamptz;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
@@ -4511,6 +4548,8 @@ CREATE FUNCTION bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid) RE
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue
      set status = 'processed', completed_at = now(), locked_by = null, locked_until = null,
          lease_token = null, updated_at = now()
@@ -4827,6 +4866,8 @@ declare
   v_uuids uuid[];
   v_count integer;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   case p_table
     when 'webhooks' then
       -- Processed events (coalesced ones are processed with the event that covered them), and
@@ -5207,6 +5248,8 @@ CREATE FUNCTION bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue set locked_until = now() + p_lease, updated_at = now()
    where id = p_id and status = 'leased' and lease_token = p_lease_token
   returning * into v_row;
@@ -5628,6 +5671,8 @@ CREATE FUNCTION bitrix_sync.fold_intent_journal(p_limit integer DEFAULT 10000, p
 declare
   v_taken integer;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_limit is null or p_limit < 1 or p_limit > 100000 then
     raise exception 'a fold takes 1..100000 journal rows, not %', coalesce(p_limit::text, 'null')
       using errcode = 'BS004', hint = 'Call fold_intent_journal() without arguments, or with a limit in that range.';
@@ -6487,6 +6532,8 @@ declare
   v_row bitrix_sync.cutover;
   v_count integer;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_actor is null or length(btrim(p_actor)) = 0 then
     raise exception 'cutover needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
   end if;
@@ -7265,6 +7312,8 @@ CREATE FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid) RET
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue
      set status = 'pending', locked_by = null, locked_until = null, lease_token = null,
          attempt_count = greatest(attempt_count - 1, 0), updated_at = now()
@@ -7897,6 +7946,8 @@ CREATE FUNCTION bitrix_sync.retry_sync_task(p_id uuid, p_lease_token uuid, p_err
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   perform bitrix_sync._check_code(p_error_code);
   select * into v_row from han_app.sync_queue
    where id = p_id and status = 'leased' and lease_token = p_lease_token
@@ -9134,6 +9185,9 @@ begin
     v_user_id := (to_jsonb(new) ->> 'user_id')::uuid;
   end if;
 
+  -- The journal must still be the project's own: the owner of schema han_app could have put a table
+  -- with triggers of its own in its place, which this function (security definer) would write.
+  perform bitrix_sync._check_queue_tables();
   -- The intent goes into the journal: one row appended to a table without indexes, constraints to
   -- re-parse or triggers. bitrix_sync.fold_intent_journal() coalesces it into han_app.sync_queue
   -- (one active row per task and user; a newer intent takes a leased row back to pending, which
@@ -12602,6 +12656,13 @@ GRANT ALL ON FUNCTION bitrix_sync._check_code(p_code text) TO bitrix_sync_user;
 
 REVOKE ALL ON FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _check_queue_tables(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._check_queue_tables() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._check_queue_tables() TO bitrix_sync_user;
 
 --
 -- Name: TABLE rebind_requests; Type: ACL; Schema: bitrix_sync; Owner: -

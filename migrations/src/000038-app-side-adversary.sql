@@ -23,6 +23,11 @@
 --    day, login and holder.
 -- 7. _repair_drift wakes a sleeping sync loop through the intake watch (the advisory key it used
 --    was retired by migration 000028).
+-- 8. The owner of schema han_app may drop the project's tables there and put its own in their place:
+--    every function that writes han_app.sync_queue or its journal first checks they are still the
+--    project's (_check_queue_tables, BS097). The App's intent trigger function is replaced alone:
+--    the triggers' DDL moved to sql/intake/app_trigger_install.sql (CREATE OR REPLACE TRIGGER, which
+--    needs only the TRIGGER privilege) and is not applied here.
 --
 -- Expand only: every function the previous release calls keeps its signature (apply_crm_master_fields,
 -- held_link_read(uuid, timestamptz, boolean), acquire_spare_crm_request with eight arguments,
@@ -89,19 +94,27 @@ drop function if exists bitrix_sync.diagnose_app_values(uuid, text);
 delete from bitrix_sync.privilege_decisions
  where object_type = 'function' and object_name = 'bitrix_sync.diagnose_app_values(uuid,text)';
 
+-- #include sql/common/queue_tables.sql
 -- #include sql/privileges/catalogue.sql
 -- #include sql/privileges/drift.sql
 -- #include sql/privileges/apply.sql
 -- #include sql/privileges/schemas.sql
 -- #include sql/limiter/spare.sql
 -- #include sql/limiter/tables.sql
+-- #include sql/intake/app_trigger.sql
+-- #include sql/intake/fold.sql
 -- #include sql/intake/tables.sql
+-- #include sql/cutover/cutover.sql
+-- #include sql/queue/lease.sql
+-- #include sql/queue/outcomes.sql
 -- #include sql/mapping/held.sql
 -- #include sql/mapping/tables.sql
 -- #include sql/snapshots/snapshots.sql
 -- #include sql/admin/explain_user.sql
 -- #include sql/admin/diagnose.sql
 -- #include sql/rebind/request.sql
+-- #include sql/dead_letters/requeue_rules.sql
+-- #include sql/retention/batch.sql
 -- #include sql/audit/run.sql
 -- #include sql/audit/findings.sql
 -- #include sql/audit/user_drift.sql

@@ -11,6 +11,8 @@ declare
   v_action bigint;
   v_plan jsonb;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_user_ids is not null then
     select array_agg(x) into v_missing
       from unnest(p_user_ids) x

@@ -559,3 +559,69 @@ run(
     t.regex(check?.hint ?? "", /cannot be allowed/);
   },
 );
+
+run(
+  "a view in a table's place, a child table and a project table of han_app with another owner are listed; the latter is never written",
+  async (t) => {
+    const c = await pool.connect();
+    try {
+      await c.query("begin");
+      await c.query("set local lock_timeout = '5s'");
+      await c.query("set local role han_app_owner");
+      // The App's owner renames its table and puts a view of the same name in its place, adds a
+      // table inheriting from the identity table, and (as the owner of schema han_app) drops the
+      // project's journal and makes one of its own.
+      await c.query("alter table han_app.client_profile rename to client_profile_real");
+      await c.query("create view han_app.client_profile as select * from han_app.client_profile_real");
+      await c.query("create table han_app.identity_extra () inherits (han_app.user_identity)");
+      await c.query("drop table han_app.sync_queue_journal cascade");
+      await c.query(
+        "create table han_app.sync_queue_journal (task_type text, user_id uuid, reason text, source_updated_at timestamptz)",
+      );
+      await c.query("reset role");
+      const { rows } = await c.query<{ relation: string; kind: string; name: string; detail: string }>(
+        "select relation, kind, name, detail from bitrix_sync.app_table_hooks() where kind in ('relation', 'child', 'owner')",
+      );
+      t.deepEqual(rows, [
+        { relation: "client_profile", kind: "relation", name: "client_profile", detail: "relkind v" },
+        {
+          relation: "sync_queue_journal",
+          kind: "owner",
+          name: "sync_queue_journal",
+          detail: "owned by han_app_owner, relkind r",
+        },
+        {
+          relation: "user_identity",
+          kind: "child",
+          name: "han_app.identity_extra",
+          detail: "inherits from it",
+        },
+      ]);
+      // The journal in the project's place never runs its code with the project's rights: the App's
+      // own write that records an intent (the trigger, security definer) and the fold refuse it.
+      await c.query(`set local role han_app_owner;
+        create function han_app.probe_journal() returns trigger language plpgsql as $$
+        begin perform han_app.probe('journal'); return new; end $$;
+        create trigger probe_journal before insert or delete on han_app.sync_queue_journal
+          for each row execute function han_app.probe_journal();
+        reset role;`);
+      const user = await c.query<{ id: string }>("select id from han_app.user_identity limit 1");
+      await c.query("savepoint app_write");
+      const write = await t.throwsAsync(
+        c.query("update han_app.user_identity set phone_number = '+79990000001' where id = $1", [
+          user.rows[0]?.id,
+        ]),
+      );
+      t.is((write as { code?: string }).code, "BS097");
+      await c.query("rollback to savepoint app_write");
+      const fold = await t.throwsAsync(c.query("select bitrix_sync.fold_intent_journal()"));
+      t.is((fold as { code?: string }).code, "BS097");
+      await c.query("rollback to savepoint app_write");
+      const ran = await c.query("select count(*)::int as n from han_app.probe_log where what = 'journal'");
+      t.is(ran.rows[0]?.n, 0);
+    } finally {
+      await c.query("rollback");
+      c.release();
+    }
+  },
+);
