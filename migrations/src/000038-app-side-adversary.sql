@@ -47,7 +47,12 @@ begin
         using errcode = 'BS095',
               hint = 'Run deploy/postgres/bootstrap.sql again as the DBA (docs/deployment.md, "The database roles"): it creates the role and makes the schema owner its member. Then migrate again.';
     end if;
-    create role bitrix_sync_app_writer nologin noinherit;
+    begin
+      create role bitrix_sync_app_writer nologin noinherit;
+    exception when duplicate_object or unique_violation then
+      -- Another database of the cluster migrating at the same time made it first.
+      null;
+    end;
     comment on role bitrix_sync_app_writer is 'The rights the service''s one write into an App table runs with (bitrix_sync._write_app_crm_master, which it owns): the CRM-master columns of han_app.client_profile, nothing in bitrix_sync. Never logs in; held by no role but the schema owner (deploy/postgres/bootstrap.sql).';
   end if;
   -- The schema owner owns and replaces the writer's function: it must be the writer's member.
