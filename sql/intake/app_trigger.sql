@@ -67,8 +67,18 @@ begin
   end if;
 
   -- The journal must still be the project's own: the owner of schema han_app could have put a table
-  -- with triggers of its own in its place, which this function (security definer) would write.
-  perform bitrix_sync._check_queue_tables();
+  -- with triggers of its own in its place, which this function (security definer) would write with
+  -- the schema owner's rights. Checked here rather than by _check_queue_tables(): this is the App's
+  -- write path, and one catalogue read costs about 5 µs where a call of that function (its own
+  -- search_path to set) costs several times more. current_user is this function's owner.
+  perform 1 from pg_catalog.pg_class c
+   where c.oid = pg_catalog.to_regclass('han_app.sync_queue_journal') and c.relkind = 'r'
+     and pg_catalog.pg_has_role(c.relowner, 'USAGE');
+  if not found then
+    raise exception 'han_app.sync_queue_journal is no longer the project''s own table'
+      using errcode = 'BS097',
+            hint = 'Someone dropped it and made another in its place (the owner of schema han_app may): no intent is written to it. select * from bitrix_sync.app_table_hooks() names it (docs/security.md, "The App''s tables").';
+  end if;
   -- The intent goes into the journal: one row appended to a table without indexes, constraints to
   -- re-parse or triggers. bitrix_sync.fold_intent_journal() coalesces it into han_app.sync_queue
   -- (one active row per task and user; a newer intent takes a leased row back to pending, which
