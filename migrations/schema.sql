@@ -419,6 +419,27 @@ end $_$;
 COMMENT ON FUNCTION bitrix_sync._alert_settings_errors(p_values jsonb) IS 'Validation messages of the alert smart process''s settings across keys (§11): terminal stages distinct from each other and from the open ones, alerts.fields naming smart-process fields, one each, and, while alerts.entity_type_id is set and alerts.database_only is not, the new and terminal stages and every item field present. Part of _settings_errors; empty array when valid.';
 
 --
+-- Name: _app_user_eligible(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._app_user_eligible(p_user_id uuid) RETURNS boolean
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
+    AS $$
+  select coalesce((select u.record_status = 'active' and p.record_status = 'active'
+                     from han_app.user_identity u
+                     join han_app.client_profile p on p.user_id = u.id
+                    where u.id = p_user_id), false)
+$$;
+
+--
+-- Name: FUNCTION _app_user_eligible(p_user_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._app_user_eligible(p_user_id uuid) IS 'Internal (status_drift): true when the App user''s identity and profile are both active. Security definer with row_security off, so that a view''s reader never runs code a policy on the App''s tables calls.';
+
+--
 -- Name: _check_admin_audit(text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -711,6 +732,35 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) IS 'Refuses an empty or oversized bucket/holder/method name with BS012.';
+
+--
+-- Name: _check_queue_tables(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._check_queue_tables() RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_ours integer;
+begin
+  select count(*)::integer into v_ours
+    from pg_catalog.pg_class c, pg_catalog.pg_namespace n
+   where n.nspname = 'bitrix_sync'
+     and c.oid in (pg_catalog.to_regclass('han_app.sync_queue'), pg_catalog.to_regclass('han_app.sync_queue_journal'))
+     and c.relkind = 'r' and c.relowner = n.nspowner;
+  if v_ours <> 2 then
+    raise exception 'han_app.sync_queue or han_app.sync_queue_journal is no longer the project''s own table'
+      using errcode = 'BS097',
+            hint = 'Someone dropped it and made another in its place (the owner of schema han_app may): nothing is written to it. select * from bitrix_sync.app_table_hooks() names it; restore the table from the migrations with the DBA (docs/security.md, "The App''s tables").';
+  end if;
+end $$;
+
+--
+-- Name: FUNCTION _check_queue_tables(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._check_queue_tables() IS 'Internal: BS097 unless han_app.sync_queue and han_app.sync_queue_journal are ordinary tables owned by the owner of schema bitrix_sync. Called first by every function that writes them, so that a table the owner of han_app put in their place never runs its code with the project''s rights.';
 
 --
 -- Name: rebind_requests; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -1161,6 +1211,8 @@ CREATE FUNCTION bitrix_sync._dead_letter_sync_task_row(p_row han_app.sync_queue,
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue
      set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code, last_error_at = now(),
          locked_by = null, locked_until = null, lease_token = null, updated_at = now()
@@ -1864,6 +1916,8 @@ declare
   v_action bigint;
   v_plan jsonb;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_user_ids is not null then
     select array_agg(x) into v_missing
       from unnest(p_user_ids) x
@@ -1907,10 +1961,16 @@ begin
        set repair_requested_at = now(), repair_intent = r.intent
       from jsonb_to_recordset(v_plan) r(user_id uuid, contact_id text, kinds text[], intent text)
      where f.user_id = r.user_id and (p_kinds is null or f.kind = any(p_kinds));
-    -- Wake a sync loop asleep on the intake watch, as the App's trigger does (sql/enqueue.sql).
-    if not pg_try_advisory_xact_lock_shared(727014, 1) then
+    -- Wake a sync loop asleep on the intake watch, as the App's trigger does (sql/intake/app_trigger.sql,
+    -- sql/intake/watch.sql): a loop asleep holds SHARE on the watch table, so this try fails exactly
+    -- then; otherwise this transaction marks the table until it ends, and a loop about to fall
+    -- asleep waits for it and looks at the queue once more. Callers are security definer (the
+    -- owner may lock the table).
+    begin
+      lock table bitrix_sync.lock_intake_watch in row exclusive mode nowait;
+    exception when lock_not_available then
       perform pg_notify('bitrix_sync_queue', 'drift_repair');
-    end if;
+    end;
   end if;
 
   return query
@@ -2056,6 +2116,8 @@ declare
   v_id text;
   v_alert bigint;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_dl.source = 'sync_queue' then
     select * into v_q from han_app.sync_queue where id = p_dl.source_id::uuid for update;
     -- The same intent as a new row: created now, so its horizon and the cutover watermark count from now.
@@ -2470,6 +2532,26 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync._workflow_holder(p_command_id bigint, p_workflow_token uuid) IS 'Internal: the command, locked, when the caller holds its workflow''s lease; otherwise BS001.';
 
 --
+-- Name: _write_app_crm_master(uuid, text, text, text, timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._write_app_crm_master(p_user_id uuid, p_full_name text, p_citizenship text, p_email text, p_source_updated_at timestamp with time zone) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
+    AS $$
+  update han_app.client_profile
+     set full_name = p_full_name, citizenship = p_citizenship, email = p_email, source_updated_at = p_source_updated_at
+   where user_id operator(pg_catalog.=) p_user_id
+$$;
+
+--
+-- Name: FUNCTION _write_app_crm_master(p_user_id uuid, p_full_name text, p_citizenship text, p_email text, p_source_updated_at timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._write_app_crm_master(p_user_id uuid, p_full_name text, p_citizenship text, p_email text, p_source_updated_at timestamp with time zone) IS 'Internal (apply_crm_master_fields): the CRM-master update of one App profile, run as its owner bitrix_sync_app_writer (security definer, row_security off), which may update full_name, citizenship, email and source_updated_at of han_app.client_profile and nothing in bitrix_sync: code the App''s owner attaches to the table runs with those rights only and cannot SET ROLE back to the service''s.';
+
+--
 -- Name: accept_webhook(text, integer, text, inet); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -2692,15 +2774,23 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision) IS 'Takes one token and one in-flight slot for an HTTP request to the portal, or says how long to wait (wait_ms). decided_at is the server time of the decision. Shared by every replica (§8).';
 
 --
--- Name: acquire_spare_crm_request(text, text, double precision, integer, integer, double precision, integer, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+-- Name: acquire_spare_crm_request(text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision) RETURNS TABLE(granted boolean, slot_id uuid, wait_ms integer)
+CREATE FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text) RETURNS TABLE(granted boolean, slot_id uuid, wait_ms integer)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
 declare
+  -- Longer than any HTTP request may take (BITRIX_SYNC_HTTP_TIMEOUT_SEC is at most 60).
+  SPARE_SLOT_TTL constant interval := interval '120 seconds';
+  -- How fast the rate climbs back after a cut (src/crm/limiter.ts DEFAULT_ADAPTIVE.recoveryPerSec).
+  SPARE_RECOVERY_PER_SEC constant double precision := 0.05;
+  v_refill double precision := (bitrix_sync._active_setting('limiter.refill_per_sec') #>> '{}')::double precision;
+  v_burst integer := (bitrix_sync._active_setting('limiter.burst') #>> '{}')::integer;
+  v_max_in_flight integer := (bitrix_sync._active_setting('limiter.max_in_flight') #>> '{}')::integer;
+  v_share double precision := (bitrix_sync._active_setting('audit.budget_share') #>> '{}')::double precision;
   v_spare_bucket text;
   v_now timestamptz;
   v_main bitrix_sync.crm_rate_buckets;
@@ -2716,17 +2806,9 @@ declare
 begin
   perform bitrix_sync._check_limiter_name('bucket', p_bucket);
   perform bitrix_sync._check_limiter_name('holder', p_holder);
-  if p_refill_per_sec is null or p_refill_per_sec <= 0 or p_burst is null or p_burst < 1
-     or p_max_in_flight is null or p_max_in_flight < 1 or p_slot_ttl_ms is null or p_slot_ttl_ms < 1
-     or p_share is null or p_share <= 0 or p_share > 1 or p_recovery_per_sec is null or p_recovery_per_sec < 0 then
-    raise exception 'spare limiter settings out of range: refill %, burst %, max in flight %, share %, slot ttl % ms',
-      p_refill_per_sec, p_burst, p_max_in_flight, p_share, p_slot_ttl_ms
-      using errcode = 'BS010',
-            hint = 'Check limiter.* and audit.budget_share (a share in (0, 1]) in bitrix_sync.settings.';
-  end if;
   v_spare_bucket := left(p_bucket, 194) || '#spare';
   -- Spare is what would overflow: the bucket must be full before the audit takes from it.
-  v_reserve := p_burst - 1;
+  v_reserve := v_burst - 1;
 
   select * into v_main from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update skip locked;
   if not found then
@@ -2736,7 +2818,7 @@ begin
       return;
     end if;
     insert into bitrix_sync.crm_rate_buckets as b (bucket, tokens, refilled_at)
-    values (p_bucket, p_burst, clock_timestamp())
+    values (p_bucket, v_burst, clock_timestamp())
     on conflict (bucket) do nothing;
     select * into v_main from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update skip locked;
     if not found then
@@ -2752,18 +2834,18 @@ begin
     return;
   end if;
   v_factor := least(1.0, v_main.rate_factor
-                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_main.rate_changed_at)));
+                        + SPARE_RECOVERY_PER_SEC * greatest(0, extract(epoch from v_now - v_main.rate_changed_at)));
   if v_factor < 0.999 then
     -- The portal refused recently and the rate has not climbed back: nothing is spare.
     return query select false, null::uuid, 1000;
     return;
   end if;
-  v_rate := p_refill_per_sec * v_factor;
-  v_tokens := least(p_burst::double precision,
+  v_rate := v_refill * v_factor;
+  v_tokens := least(v_burst::double precision,
                     v_main.tokens + v_rate * greatest(0, extract(epoch from v_now - v_main.refilled_at)));
   select count(*)::integer into v_in_flight
     from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket and s.expires_at > v_now;
-  if v_in_flight >= p_max_in_flight then
+  if v_in_flight >= v_max_in_flight then
     return query select false, null::uuid, 100;
     return;
   end if;
@@ -2782,7 +2864,7 @@ begin
     return query select false, null::uuid, 100;
     return;
   end if;
-  v_share_rate := p_refill_per_sec * p_share;
+  v_share_rate := v_refill * v_share;
   v_share_tokens := least(1.0, v_spare.tokens + v_share_rate * greatest(0, extract(epoch from v_now - v_spare.refilled_at)));
   if v_share_tokens < 1 then
     return query select false, null::uuid,
@@ -2790,24 +2872,46 @@ begin
     return;
   end if;
 
+  -- The token only: the rate factor and the time it changed stay the sync path's to write.
   update bitrix_sync.crm_rate_buckets b
-     set tokens = v_tokens - 1, refilled_at = v_now, rate_factor = v_factor, rate_changed_at = v_now,
-         updated_at = v_now
+     set tokens = v_tokens - 1, refilled_at = v_now, updated_at = v_now
    where b.bucket = p_bucket;
   update bitrix_sync.crm_rate_buckets b
      set tokens = v_share_tokens - 1, refilled_at = v_now, updated_at = v_now
    where b.bucket = v_spare_bucket;
   insert into bitrix_sync.crm_inflight_slots as s (bucket, holder, acquired_at, expires_at)
-  values (v_spare_bucket, p_holder, v_now, v_now + make_interval(secs => p_slot_ttl_ms / 1000.0))
+  values (v_spare_bucket, p_holder, v_now, v_now + SPARE_SLOT_TTL)
   returning s.slot_id into v_slot;
+  -- Who used the spare budget, and when: one row per day, login and holder.
+  insert into bitrix_sync.spare_budget_use as u (day, db_user, holder, bucket, grants, first_at, last_at)
+  values (v_now::date, session_user, p_holder, p_bucket, 1, v_now, v_now)
+  on conflict (day, db_user, holder, bucket) do update
+    set grants = u.grants + 1, last_at = excluded.last_at;
   return query select true, v_slot, 0;
 end $$;
+
+--
+-- Name: FUNCTION acquire_spare_crm_request(p_bucket text, p_holder text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text) IS 'The convergence audit''s (and diagnose''s) permit for one HTTP request from spare budget only: granted when the shared bucket p_bucket is full (its refill unused), the rate is not cut, no cool-down runs, the sync path has a free in-flight slot and holds no lock on the bucket, and the spare bucket (<bucket>#spare, refilled at audit.budget_share of the rate, room for one request, one request in flight) has a token. The rate, burst, in-flight cap and share are the active settings'', the slot lasts 120 s; the rate factor is never written here. Otherwise granted is false and wait_ms says when to ask again. Each grant is counted in spare_budget_use (day, login, holder). Security definer: the admin role (diagnose) calls it without table rights.';
+
+--
+-- Name: acquire_spare_crm_request(text, text, double precision, integer, integer, double precision, integer, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision) RETURNS TABLE(granted boolean, slot_id uuid, wait_ms integer)
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select a.granted, a.slot_id, a.wait_ms from bitrix_sync.acquire_spare_crm_request(p_bucket, p_holder) a
+$$;
 
 --
 -- Name: FUNCTION acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision) IS 'The convergence audit''s (and diagnose''s) permit for one HTTP request from spare budget only: granted when the shared bucket p_bucket is full (its refill unused), the rate is not cut, no cool-down runs, the sync path has a free in-flight slot and holds no lock on the bucket, and the spare bucket (<bucket>#spare, refilled at p_share of the rate, room for one request, one request in flight) has a token. Otherwise granted is false and wait_ms says when to ask again. Security definer: the admin role (diagnose) calls it without table rights.';
+COMMENT ON FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision) IS 'The previous release''s form of acquire_spare_crm_request(text, text), kept for it: the limiter numbers it passes (rate, burst, in-flight cap, share, slot lifetime, recovery) are ignored; the settings and the server decide.';
 
 --
 -- Name: settings_versions; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -2937,12 +3041,14 @@ CREATE TABLE bitrix_sync.entity_external_mapping (
     held_crm_updated_at timestamp with time zone,
     hold_released_at timestamp with time zone,
     hold_released_by character varying(16),
+    held_values_hash character varying(64),
     CONSTRAINT entity_external_mapping_active_open CHECK ((((status)::text <> 'active'::text) OR ((closed_at IS NULL) AND (close_reason IS NULL)))),
     CONSTRAINT entity_external_mapping_closed_documented CHECK ((((status)::text = 'active'::text) OR ((closed_at IS NOT NULL) AND (close_reason IS NOT NULL)))),
     CONSTRAINT entity_external_mapping_entity_type_check CHECK (((entity_type)::text = 'user'::text)),
     CONSTRAINT entity_external_mapping_external_entity_type_check CHECK (((external_entity_type)::text = 'contact'::text)),
     CONSTRAINT entity_external_mapping_external_id_check CHECK (((external_id)::text ~ '^[1-9][0-9]{0,17}$'::text)),
     CONSTRAINT entity_external_mapping_external_system_check CHECK (((external_system)::text = 'bitrix24'::text)),
+    CONSTRAINT entity_external_mapping_held_values CHECK (((held_values_hash IS NULL) OR ((held_at IS NOT NULL) AND ((held_values_hash)::text ~ '^[A-Za-z0-9_-]{8}:v3:[A-Za-z0-9_-]{43}$'::text)))),
     CONSTRAINT entity_external_mapping_hold CHECK ((((hold_released_at IS NULL) = (hold_released_by IS NULL)) AND ((hold_released_at IS NULL) OR (held_at IS NOT NULL)) AND ((held_crm_updated_at IS NULL) OR (held_at IS NOT NULL)) AND ((hold_released_by IS NULL) OR ((hold_released_by)::text = ANY ('{robot_webhook,admin}'::text[])))))
 );
 
@@ -3005,6 +3111,12 @@ COMMENT ON COLUMN bitrix_sync.entity_external_mapping.hold_released_at IS 'When 
 --
 
 COMMENT ON COLUMN bitrix_sync.entity_external_mapping.hold_released_by IS 'robot_webhook (a robot webhook reported a CRM change after the link) | admin (confirm_phone_link; who and why in admin_actions).';
+
+--
+-- Name: COLUMN entity_external_mapping.held_values_hash; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.entity_external_mapping.held_values_hash IS 'The keyed hash of the Contact''s CRM-master values (name, e-mail, citizenship) at the first read after a held link, with the hash key''s id (src/hash.ts heldValuesHash): a robot webhook releases the hold only when its read gives another one. Null while no read with values was seen.';
 
 --
 -- Name: active_mapping_for_contact(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3214,6 +3326,94 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.analyze_engine_tables() IS 'Admin: ANALYZE of the engine''s busiest tables (workflow_instances, crm_commands, sync_queue) after a large backlog appeared, so the planner sees the live rows (docs/runbook.md, BitrixSyncLagOverSla).';
 
 --
+-- Name: app_table_hooks(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.app_table_hooks() RETURNS TABLE(relation text, kind text, name text, detail text)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  with app(relname) as (
+    values ('user_identity'::name), ('client_profile'::name)
+  ), rel as (
+    select a.relname, c.oid, c.relkind, c.relrowsecurity, c.relforcerowsecurity
+      from app a
+      left join pg_catalog.pg_class c on c.relname = a.relname and c.relnamespace = 'han_app'::pg_catalog.regnamespace
+  ), outside(classid, objid) as (
+    -- Objects that call a function or operator outside pg_catalog.
+    select d.classid, d.objid
+      from pg_catalog.pg_depend d
+      left join pg_catalog.pg_proc f on d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass and f.oid = d.refobjid
+      left join pg_catalog.pg_operator o on d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass and o.oid = d.refobjid
+     where coalesce(f.pronamespace, o.oprnamespace) <> 'pg_catalog'::pg_catalog.regnamespace
+  ), project as (
+    -- The project's own tables in han_app and the owner they must have: schema bitrix_sync's.
+    select t.relname, c.oid, c.relowner, c.relkind,
+           (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'bitrix_sync') as owner
+      from (values ('sync_queue'::name), ('sync_queue_journal'::name)) t(relname)
+      left join pg_catalog.pg_class c on c.relname = t.relname and c.relnamespace = 'han_app'::pg_catalog.regnamespace
+  )
+  select r.relname::text, 'relation', r.relname::text,
+         case when r.oid is null then 'missing' else 'relkind ' || r.relkind::text end
+    from rel r where r.relkind is distinct from 'r'
+  union all
+  select r.relname::text, 'row_security', case when r.relforcerowsecurity then 'forced' else 'enabled' end,
+         'ALTER TABLE ... ENABLE ROW LEVEL SECURITY'
+    from rel r where r.relrowsecurity or r.relforcerowsecurity
+  union all
+  select r.relname::text, 'policy', p.polname::text, pg_catalog.pg_get_expr(p.polqual, p.polrelid)
+    from rel r join pg_catalog.pg_policy p on p.polrelid = r.oid
+  union all
+  select r.relname::text, 'trigger', t.tgname::text, t.tgfoid::pg_catalog.regprocedure::text
+    from rel r join pg_catalog.pg_trigger t on t.tgrelid = r.oid
+   where not t.tgisinternal
+     and not (t.tgfoid = 'han_app.enqueue_contact_sync()'::pg_catalog.regprocedure
+              and t.tgname in ('_500_enqueue_contact_sync_insert', '_500_enqueue_contact_sync_update'))
+  union all
+  select r.relname::text, 'rule', w.rulename::text, w.ev_type::text
+    from rel r join pg_catalog.pg_rewrite w on w.ev_class = r.oid
+  union all
+  select r.relname::text, case when a.attgenerated = '' then 'default' else 'generated' end, a.attname::text,
+         pg_catalog.pg_get_expr(ad.adbin, ad.adrelid)
+    from rel r
+    join pg_catalog.pg_attrdef ad on ad.adrelid = r.oid
+    join pg_catalog.pg_attribute a on a.attrelid = ad.adrelid and a.attnum = ad.adnum
+   where exists (select 1 from outside o where o.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass and o.objid = ad.oid)
+  union all
+  select r.relname::text, 'check', c.conname::text, pg_catalog.pg_get_constraintdef(c.oid)
+    from rel r join pg_catalog.pg_constraint c on c.conrelid = r.oid and c.contype = 'c'
+   where exists (select 1 from outside o where o.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass and o.objid = c.oid)
+  union all
+  select r.relname::text, 'index', ic.relname::text, pg_catalog.pg_get_indexdef(i.indexrelid)
+    from rel r
+    join pg_catalog.pg_index i on i.indrelid = r.oid
+    join pg_catalog.pg_class ic on ic.oid = i.indexrelid
+   where exists (select 1 from outside o where o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass and o.objid = i.indexrelid)
+  union all
+  select r.relname::text, 'column_type', a.attname::text, a.atttypid::pg_catalog.regtype::text
+    from rel r
+    join pg_catalog.pg_attribute a on a.attrelid = r.oid and a.attnum > 0 and not a.attisdropped
+    join pg_catalog.pg_type ty on ty.oid = a.atttypid
+   where ty.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace and ty.typtype <> 'e'
+  union all
+  select r.relname::text, 'child', i.inhrelid::pg_catalog.regclass::text, 'inherits from it'
+    from rel r join pg_catalog.pg_inherits i on i.inhparent = r.oid
+  union all
+  select p.relname::text, 'owner', p.relname::text,
+         case when p.oid is null then 'missing'
+              else 'owned by ' || p.relowner::pg_catalog.regrole::text || ', relkind ' || p.relkind::text end
+    from project p
+   where p.oid is null or p.relowner <> p.owner or p.relkind <> 'r'
+  order by 1, 2, 3
+$$;
+
+--
+-- Name: FUNCTION app_table_hooks(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.app_table_hooks() IS 'Code the App''s owner attached to han_app.user_identity and han_app.client_profile besides the project''s own (docs/security.md, "The App''s tables"): triggers, rules, row security and its policies, defaults, generated columns, CHECKs and index expressions calling a function or operator outside pg_catalog, columns of a type outside pg_catalog (enums aside), tables inheriting from them, either table missing or not an ordinary table (relation), and a project table in han_app that the project''s schema owner does not own (owner). One row each: the table (without the schema), the kind, the name and a detail. Preflight and readiness compare it with BITRIX_SYNC_APP_TABLE_HOOKS.';
+
+--
 -- Name: contact_snapshots; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
@@ -3312,10 +3512,9 @@ begin
   end if;
   -- For the rest of the caller's transaction: the App's trigger records no intent for this write.
   perform set_config('han.sync_suppress', 'true', true);
-  update han_app.client_profile
-     set full_name = p_full_name, citizenship = p_citizenship, email = p_email,
-         source_updated_at = coalesce(p_crm_updated_at, now())
-   where user_id = p_user_id;
+  -- As the App writer, not as the caller: whatever the App runs on its table gets the writer's rights.
+  perform bitrix_sync._write_app_crm_master(p_user_id, p_full_name, p_citizenship, p_email,
+                                            coalesce(p_crm_updated_at, now()));
   insert into bitrix_sync.contact_snapshots
     (contact_id, user_id, name_hash, email_hash, citizenship_enum_id, citizenship_dictionary_loaded_at,
      registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at,
@@ -3345,7 +3544,7 @@ end $$;
 -- Name: FUNCTION apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) IS 'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source; for a webhook also when it was received and the CRM time its read found). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
+COMMENT ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) IS 'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, as the App writer (_write_app_crm_master), and records the snapshot (hashes, enum ID, CRM timestamps, source; for a webhook also when it was received and the CRM time its read found). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
 
 --
 -- Name: apply_privileges(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3372,10 +3571,13 @@ begin
             hint = 'Give each new object its decision in its own sql/ file (insert into bitrix_sync.privilege_decisions: runtime, admin, app; array[]::text[] for nothing) and include that file in the migration; delete the decision of an object the migration drops (sql/README.md).';
   end if;
 
-  revoke all on schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-  revoke all on all tables in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-  revoke all on all sequences in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
-  revoke all on all functions in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user;
+  revoke all on schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user, bitrix_sync_app_writer;
+  revoke all on all tables in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user,
+    bitrix_sync_app_writer;
+  revoke all on all sequences in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user,
+    bitrix_sync_app_writer;
+  revoke all on all functions in schema bitrix_sync from public, bitrix_sync_user, bitrix_sync_admin, han_app_user,
+    bitrix_sync_app_writer;
   -- In han_app only the project's objects, and PUBLIC only on what the project owns: the App's
   -- schema and its identity and profile tables keep whatever the App grants its other roles and
   -- everyone (role_privilege_drift leaves them out the same way).
@@ -3384,7 +3586,8 @@ begin
      where rp.object_name = 'han_app' or rp.object_name like 'han\_app.%'
   loop
     v_kind := case v_row.object_type when 'view' then 'table' else v_row.object_type end;
-    execute format('revoke all on %s %s from bitrix_sync_user, bitrix_sync_admin, han_app_user', v_kind, v_row.object_name);
+    execute format('revoke all on %s %s from bitrix_sync_user, bitrix_sync_admin, han_app_user, bitrix_sync_app_writer',
+                   v_kind, v_row.object_name);
     if v_row.object_name not in ('han_app', 'han_app.user_identity', 'han_app.client_profile') then
       execute format('revoke all on %s %s from public', v_kind, v_row.object_name);
     end if;
@@ -3397,13 +3600,27 @@ begin
     v_kind := case v_row.object_type when 'view' then 'table' else v_row.object_type end;
     execute format('grant %s on %s %s to %I', v_row.spec, v_kind, v_row.object_name, v_row.role);
   end loop;
+
+  -- The App's schema and tables belong to the App's owner: the schema owner grants on them only what
+  -- that owner granted it WITH GRANT OPTION (deploy/postgres/bootstrap.sql), and a GRANT of anything
+  -- else only warns. A privilege of the catalogue still missing there stops the migration.
+  select string_agg(format('%s %s%s on %s', d.role, d.privilege, coalesce(' (' || d.column_name || ')', ''),
+                           d.object_name), '; ' order by d.object_name, d.role, d.privilege, d.column_name)
+    into v_problems
+    from bitrix_sync.role_privilege_drift d
+   where d.problem = 'missing' and d.object_name in ('han_app', 'han_app.user_identity', 'han_app.client_profile');
+  if v_problems is not null then
+    raise exception 'the schema owner may not grant what the catalogue gives on the App''s schema and tables: %', v_problems
+      using errcode = 'BS096',
+            hint = 'Run deploy/postgres/bootstrap.sql again as the DBA with -v app_owner=<the role that owns han_app''s tables>: it grants the schema owner these privileges WITH GRANT OPTION (docs/deployment.md, "The database roles"). Then migrate again.';
+  end if;
 end $$;
 
 --
 -- Name: FUNCTION apply_privileges(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.apply_privileges() IS 'Applies the privilege catalogue (bitrix_sync.role_privileges): BS092 when an object of the project has no decision for a role or a decision names no object; otherwise revokes everything from the three roles and PUBLIC on the project''s objects (in han_app, on those the catalogue names) and grants exactly the catalogue. Called by the schema owner at the end of every migration; nobody else may run it.';
+COMMENT ON FUNCTION bitrix_sync.apply_privileges() IS 'Applies the privilege catalogue (bitrix_sync.role_privileges): BS092 when an object of the project has no decision for a role or a decision names no object; otherwise revokes everything from the four roles and PUBLIC on the project''s objects (in han_app, on those the catalogue names) and grants exactly the catalogue; BS096 when a privilege of the catalogue on the App''s schema or tables is still missing (the schema owner may grant there only what the App''s owner granted it WITH GRANT OPTION). Called by the schema owner at the end of every migration; nobody else may run it.';
 
 --
 -- Name: audit_sample(uuid, integer); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3412,6 +3629,7 @@ COMMENT ON FUNCTION bitrix_sync.apply_privileges() IS 'Applies the privilege cat
 CREATE FUNCTION bitrix_sync.audit_sample(p_lease_token uuid, p_limit integer DEFAULT NULL::integer) RETURNS TABLE(mapping_id uuid, user_id uuid, contact_id text, has_findings boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
     AS $$
 begin
   perform bitrix_sync._check_audit_lease(p_lease_token);
@@ -3464,6 +3682,7 @@ COMMENT ON FUNCTION bitrix_sync.audit_sample(p_lease_token uuid, p_limit integer
 CREATE FUNCTION bitrix_sync.auto_repair_drift(p_kinds text[]) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
     AS $$
 declare
   v_count integer;
@@ -3712,6 +3931,8 @@ CREATE FUNCTION bitrix_sync.cancel_sync_task(p_id uuid, p_lease_token uuid, p_re
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   perform bitrix_sync._check_code(p_reason);
   update han_app.sync_queue
      set status = 'cancelled', cancel_reason = p_reason, completed_at = now(),
@@ -4002,6 +4223,8 @@ CREATE FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_l
 declare
   v_watermark timestamptz;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
@@ -4373,6 +4596,8 @@ CREATE FUNCTION bitrix_sync.complete_sync_task(p_id uuid, p_lease_token uuid) RE
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue
      set status = 'processed', completed_at = now(), locked_by = null, locked_until = null,
          lease_token = null, updated_at = now()
@@ -4706,6 +4931,8 @@ declare
   v_uuids uuid[];
   v_count integer;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   case p_table
     when 'webhooks' then
       -- Processed events (coalesced ones are processed with the event that covered them), and
@@ -4784,40 +5011,66 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) IS 'Deletes one batch (at most retention.batch_size rows) of finished rows of one table past its retention.*_days: webhooks (processed; dead-lettered with no open dead letter; an event others were coalesced into after them), commands (succeeded or dead-lettered, of finished workflows or of alerts with an item, with no open dead letter), workflows (finished, commands gone, not the user''s newest, not referred to by a mapping, a rebind request or an open dead letter; one window of the sweep that remembers its place, so 0 may leave deletable workflows further on: retention_step() says whether the sweep went round) or queue (processed, cancelled or dead-lettered intents no open dead letter or unfinished workflow refers to). Rows are picked FOR UPDATE SKIP LOCKED under lock_timeout 200ms. Returns rows deleted; call again until it returns 0.';
 
 --
--- Name: diagnose_app_values(uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+-- Name: diagnose_app_values(uuid, jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_salt text) RETURNS TABLE(field text, masked text, digest text)
-    LANGUAGE plpgsql STABLE SECURITY DEFINER
+CREATE FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_crm jsonb) RETURNS TABLE(field text, masked text, compared integer, same boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
     AS $$
+declare
+  v_fields constant text[] := array['phone', 'full_name', 'email', 'citizenship'];
+  v_recent integer;
+  v_given integer;
 begin
-  if p_salt is null or length(p_salt) < 16 then
-    raise exception 'a salt of at least 16 characters is required'
-      using errcode = 'BS004', hint = 'npm run diagnose draws a random one per run; digests are comparable only within that run.';
+  if p_crm is null or jsonb_typeof(p_crm) <> 'object'
+     or exists (select 1 from jsonb_each(p_crm) e
+                 where e.key <> all (v_fields) or jsonb_typeof(e.value) <> 'array'
+                    or jsonb_array_length(e.value) > 20
+                    or exists (select 1 from jsonb_array_elements(e.value) x
+                                where jsonb_typeof(x) <> 'string' or length(x #>> '{}') > 1000)) then
+    raise exception 'the live Contact''s values are an object of phone, full_name, email and citizenship, each an array of at most 20 strings of at most 1000 characters'
+      using errcode = 'BS004', hint = 'npm run diagnose passes what it read from the Contact, e.g. {"phone": ["+79991234567"], "full_name": ["Ivan"]}; a field left out is not compared.';
   end if;
   if not exists (select 1 from han_app.user_identity u where u.id = p_user_id) then
     raise exception 'user % is not an App user', p_user_id
       using errcode = 'BS060', hint = 'Check the id (han_app.user_identity.id); explain_user() shows what bitrix-sync knows of ids the App no longer has.';
   end if;
-  -- What the audit compares, normalised the same way (trimmed; empty is none), salted so that the
-  -- digests mean nothing outside this call.
+  -- Each call answers "equal or not" for the values given: guessing a value takes a call per guess.
+  -- Audited, and at most 60 calls an hour per login.
+  select count(*)::integer into v_recent
+    from bitrix_sync.admin_actions a
+   where a.action = 'diagnose_app_values' and a.db_user = session_user and a.performed_at > now() - interval '1 hour';
+  if v_recent >= 60 then
+    raise exception 'this login compared App values 60 times in the last hour: the limit'
+      using errcode = 'BS062', hint = 'Wait, or ask another admin; every comparison is audited in bitrix_sync.admin_actions (action diagnose_app_values).';
+  end if;
+  select coalesce(sum(jsonb_array_length(e.value)), 0)::integer into v_given from jsonb_each(p_crm) e;
+  perform bitrix_sync._record_admin_action('diagnose_app_values', null, null, null, null,
+    format('npm run diagnose: the App''s values of user %s compared with %s value(s) of the live Contact', p_user_id, v_given),
+    session_user);
+  -- Normalised as the audit compares them: trimmed; empty is none. Both none is the same.
   return query
   select v.field, bitrix_sync._mask_pii(v.value),
-         case when nullif(btrim(v.value), '') is null then null
-              else encode(sha256(convert_to(p_salt || btrim(v.value), 'UTF8')), 'hex') end
+         case when p_crm ? v.field then jsonb_array_length(p_crm -> v.field) end,
+         case when not (p_crm ? v.field) then null
+              when nullif(btrim(v.value), '') is null then
+                not exists (select 1 from jsonb_array_elements_text(p_crm -> v.field) x where nullif(btrim(x), '') is not null)
+              else exists (select 1 from jsonb_array_elements_text(p_crm -> v.field) x where btrim(x) = btrim(v.value)) end
     from han_app.user_identity u
     left join han_app.client_profile p on p.user_id = u.id
-   cross join lateral (values ('phone', u.phone_number::text), ('full_name', p.full_name), ('email', p.email),
-                              ('citizenship', p.citizenship)) v(field, value)
-   where u.id = p_user_id;
+   cross join lateral (values (1, 'phone', u.phone_number::text), (2, 'full_name', p.full_name), (3, 'email', p.email),
+                              (4, 'citizenship', p.citizenship)) v(n, field, value)
+   where u.id = p_user_id
+   order by v.n;
 end $$;
 
 --
--- Name: FUNCTION diagnose_app_values(p_user_id uuid, p_salt text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+-- Name: FUNCTION diagnose_app_values(p_user_id uuid, p_crm jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_salt text) IS 'Admin (npm run diagnose): the App''s phone, name, e-mail and citizenship of one user, masked, each with a SHA-256 digest salted with p_salt (at least 16 characters) so the script can say whether the live Contact holds the same value without the database handing it out. BS060 for a user the App does not have.';
+COMMENT ON FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_crm jsonb) IS 'Admin (npm run diagnose): the App''s phone, name, e-mail and citizenship of one user, masked, each compared in the database with the values the live Contact holds for that field (p_crm: {"phone": [...], "full_name": [...], "email": [...], "citizenship": [...]}, at most 20 strings each; compared: how many were given, same: the App''s value is one of them, both empty counts as the same, null when the field was not given). No digest leaves the database. Audited in admin_actions (the login, the user id, how many values), at most 60 calls an hour per login (BS062). BS004 for values of the wrong shape, BS060 for a user the App does not have.';
 
 --
 -- Name: drift_metrics(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4891,6 +5144,7 @@ COMMENT ON FUNCTION bitrix_sync.due_commands() IS 'The pump''s backlog: commands
 CREATE FUNCTION bitrix_sync.explain_user(p_user_id uuid) RETURNS TABLE(at timestamp with time zone, source text, event text, detail jsonb)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
     AS $$
 declare
   v_contacts text[];
@@ -5061,6 +5315,8 @@ CREATE FUNCTION bitrix_sync.extend_sync_task_lease(p_id uuid, p_lease_token uuid
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue set locked_until = now() + p_lease, updated_at = now()
    where id = p_id and status = 'leased' and lease_token = p_lease_token
   returning * into v_row;
@@ -5207,6 +5463,7 @@ COMMENT ON FUNCTION bitrix_sync.fail_reconciliation_run(p_job_type text, p_lease
 CREATE FUNCTION bitrix_sync.finish_audit_run(p_lease_token uuid, p_audited integer, p_requests integer) RETURNS bitrix_sync.audit_state
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
     AS $$
 declare
   v_row bitrix_sync.audit_state;
@@ -5481,6 +5738,8 @@ CREATE FUNCTION bitrix_sync.fold_intent_journal(p_limit integer DEFAULT 10000, p
 declare
   v_taken integer;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_limit is null or p_limit < 1 or p_limit > 100000 then
     raise exception 'a fold takes 1..100000 journal rows, not %', coalesce(p_limit::text, 'null')
       using errcode = 'BS004', hint = 'Call fold_intent_journal() without arguments, or with a limit in that range.';
@@ -5563,17 +5822,9 @@ begin
     return 'not_held';
   end if;
   if v_row.held_crm_updated_at is null then
-    -- The first read after the link: what a later robot webhook has to be newer than.
     update bitrix_sync.entity_external_mapping m
        set held_crm_updated_at = coalesce(p_crm_updated_at, now())
      where m.id = p_mapping_id;
-    return 'held';
-  end if;
-  if p_robot_webhook and p_crm_updated_at > v_row.held_crm_updated_at then
-    update bitrix_sync.entity_external_mapping m
-       set hold_released_at = now(), hold_released_by = 'robot_webhook'
-     where m.id = p_mapping_id;
-    return 'released';
   end if;
   return 'held';
 end $$;
@@ -5582,7 +5833,52 @@ end $$;
 -- Name: FUNCTION held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean) IS 'A read of a linked Contact meets its mapping''s hold: not_held (apply as usual); held (apply nothing; the first read after the link records the Contact''s updatedTime); released (p_robot_webhook and the Contact changed after that first read: the hold ends, apply now).';
+COMMENT ON FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean) IS 'The previous release''s form of held_link_read, kept for it: not_held, or held (the first read after the link records the Contact''s updatedTime). It never releases a hold: only the form with the values'' hash can tell a change made in the CRM from the service''s own write; an admin still confirms (confirm_phone_link).';
+
+--
+-- Name: held_link_read(uuid, timestamp with time zone, boolean, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean, p_values_hash text) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_row bitrix_sync.entity_external_mapping;
+begin
+  select * into v_row from bitrix_sync.entity_external_mapping m where m.id = p_mapping_id for update;
+  if not found or v_row.status <> 'active' or v_row.held_at is null or v_row.hold_released_at is not null then
+    return 'not_held';
+  end if;
+  if p_values_hash is null or p_values_hash !~ '^[A-Za-z0-9_-]{8}:v3:[A-Za-z0-9_-]{43}$' then
+    raise exception 'a held link''s read needs the keyed hash of the Contact''s CRM-master values'
+      using errcode = 'BS004', hint = 'Pass src/hash.ts heldValuesHash(): the hash key''s id, a colon and the v3 hash.';
+  end if;
+  if v_row.held_crm_updated_at is null or v_row.held_values_hash is null
+     or split_part(v_row.held_values_hash, ':', 1) <> split_part(p_values_hash, ':', 1) then
+    -- The first read after the link (or the first since the values were recorded, or since the hash
+    -- key changed, when two hashes say nothing about each other): what a change is measured against.
+    update bitrix_sync.entity_external_mapping m
+       set held_crm_updated_at = coalesce(m.held_crm_updated_at, p_crm_updated_at, now()),
+           held_values_hash = p_values_hash
+     where m.id = p_mapping_id;
+    return 'held';
+  end if;
+  if p_robot_webhook and p_crm_updated_at > v_row.held_crm_updated_at
+     and p_values_hash <> v_row.held_values_hash then
+    update bitrix_sync.entity_external_mapping m
+       set hold_released_at = now(), hold_released_by = 'robot_webhook'
+     where m.id = p_mapping_id;
+    return 'released';
+  end if;
+  return 'held';
+end $_$;
+
+--
+-- Name: FUNCTION held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean, p_values_hash text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean, p_values_hash text) IS 'A read of a linked Contact meets its mapping''s hold: not_held (apply as usual); held (apply nothing; the first read after the link records the Contact''s updatedTime and the keyed hash of its CRM-master values, p_values_hash); released (p_robot_webhook, a newer updatedTime and CRM-master values that differ from the recorded ones: a change made in the CRM, since the service never writes those fields into a Contact it linked; the hold ends, apply now). A hash under another key replaces the recorded one and releases nothing. BS004 for a hash of the wrong form.';
 
 --
 -- Name: hold_phone_link(uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -5912,6 +6208,7 @@ COMMENT ON FUNCTION bitrix_sync.mark_contact_snapshot_stale(p_contact_id text, p
 CREATE FUNCTION bitrix_sync.metrics_snapshot(p_bucket text DEFAULT NULL::text, p_check_mappings boolean DEFAULT false) RETURNS TABLE(family text, labels jsonb, value double precision)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
     AS $$
 declare
   v_burst double precision := (bitrix_sync._active_setting('limiter.burst') #>> '{}')::double precision;
@@ -6491,6 +6788,8 @@ declare
   v_row bitrix_sync.cutover;
   v_count integer;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_actor is null or length(btrim(p_actor)) = 0 then
     raise exception 'cutover needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
   end if;
@@ -6995,6 +7294,7 @@ COMMENT ON FUNCTION bitrix_sync.record_refused_sources(p_sources inet[], p_recei
 CREATE FUNCTION bitrix_sync.record_registered_contacts(p_lease_token uuid, p_read_at timestamp with time zone, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[], p_rows jsonb) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
     AS $_$
 declare
   v_busy uuid[];
@@ -7144,6 +7444,7 @@ COMMENT ON FUNCTION bitrix_sync.recover_alert_command(p_id bigint, p_delay inter
 CREATE FUNCTION bitrix_sync.refresh_user_drift(p_lease_token uuid, p_read_at timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
     SET jit TO 'off'
     AS $$
 declare
@@ -7471,6 +7772,8 @@ CREATE FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid) RET
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue
      set status = 'pending', locked_by = null, locked_until = null, lease_token = null,
          attempt_count = greatest(attempt_count - 1, 0), updated_at = now()
@@ -7495,6 +7798,7 @@ COMMENT ON FUNCTION bitrix_sync.release_sync_task(p_id uuid, p_lease_token uuid)
 CREATE FUNCTION bitrix_sync.repair_drift(p_requested_by text, p_reason text, p_user_ids uuid[] DEFAULT NULL::uuid[], p_dry_run boolean DEFAULT false) RETURNS TABLE(user_id uuid, contact_id text, kinds text[], intent text, recorded boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
     AS $$
 begin
   perform bitrix_sync._check_admin_audit(p_reason, p_requested_by);
@@ -7520,6 +7824,7 @@ COMMENT ON FUNCTION bitrix_sync.repair_drift(p_requested_by text, p_reason text,
 CREATE FUNCTION bitrix_sync.request_bitrix_contact_rebind(user_id uuid, target_b24_id text, reason text, operator_id text) RETURNS uuid
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET row_security TO 'off'
     AS $_$
 declare
   v_current bitrix_sync.entity_external_mapping;
@@ -8221,6 +8526,8 @@ CREATE FUNCTION bitrix_sync.retry_sync_task(p_id uuid, p_lease_token uuid, p_err
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   perform bitrix_sync._check_code(p_error_code);
   select * into v_row from han_app.sync_queue
    where id = p_id and status = 'leased' and lease_token = p_lease_token
@@ -9475,6 +9782,19 @@ begin
     v_user_id := (to_jsonb(new) ->> 'user_id')::uuid;
   end if;
 
+  -- The journal must still be the project's own: the owner of schema han_app could have put a table
+  -- with triggers of its own in its place, which this function (security definer) would write with
+  -- the schema owner's rights. Checked here rather than by _check_queue_tables(): this is the App's
+  -- write path, and one catalogue read costs about 5 µs where a call of that function (its own
+  -- search_path to set) costs several times more. current_user is this function's owner.
+  perform 1 from pg_catalog.pg_class c
+   where c.oid = pg_catalog.to_regclass('han_app.sync_queue_journal') and c.relkind = 'r'
+     and pg_catalog.pg_has_role(c.relowner, 'USAGE');
+  if not found then
+    raise exception 'han_app.sync_queue_journal is no longer the project''s own table'
+      using errcode = 'BS097',
+            hint = 'Someone dropped it and made another in its place (the owner of schema han_app may): no intent is written to it. select * from bitrix_sync.app_table_hooks() names it (docs/security.md, "The App''s tables").';
+  end if;
   -- The intent goes into the journal: one row appended to a table without indexes, constraints to
   -- re-parse or triggers. bitrix_sync.fold_intent_journal() coalesces it into han_app.sync_queue
   -- (one active row per task and user; a newer intent takes a leased row back to pending, which
@@ -10232,6 +10552,7 @@ CREATE TABLE bitrix_sync.privilege_decisions (
     admin text[] NOT NULL,
     app text[] NOT NULL,
     note text NOT NULL,
+    app_writer text[] DEFAULT '{}'::text[] NOT NULL,
     CONSTRAINT privilege_decisions_note_check CHECK ((length(btrim(note)) > 0)),
     CONSTRAINT privilege_decisions_object_name_check CHECK ((object_name <> ''::text)),
     CONSTRAINT privilege_decisions_object_type_check CHECK ((object_type = ANY (ARRAY['schema'::text, 'table'::text, 'view'::text, 'sequence'::text, 'function'::text])))
@@ -10278,6 +10599,12 @@ COMMENT ON COLUMN bitrix_sync.privilege_decisions.app IS 'What han_app_user may 
 --
 
 COMMENT ON COLUMN bitrix_sync.privilege_decisions.note IS 'Why: docs/security.md prints it beside the grants.';
+
+--
+-- Name: COLUMN privilege_decisions.app_writer; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.privilege_decisions.app_writer IS 'What bitrix_sync_app_writer may do, the same way; empty for everything but the App''s schema and client_profile.';
 
 --
 -- Name: rebind_request_status; Type: VIEW; Schema: bitrix_sync; Owner: -
@@ -10481,7 +10808,7 @@ CREATE VIEW bitrix_sync.role_privileges AS
     r.privileges,
     d.note
    FROM (bitrix_sync.privilege_decisions d
-     CROSS JOIN LATERAL ( VALUES ('bitrix_sync_user'::text,d.runtime), ('bitrix_sync_admin'::text,d.admin), ('han_app_user'::text,d.app)) r(role, privileges));
+     CROSS JOIN LATERAL ( VALUES ('bitrix_sync_user'::text,d.runtime), ('bitrix_sync_admin'::text,d.admin), ('han_app_user'::text,d.app), ('bitrix_sync_app_writer'::text,d.app_writer)) r(role, privileges));
 
 --
 -- Name: VIEW role_privileges; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -10554,7 +10881,7 @@ CREATE VIEW bitrix_sync.role_privilege_drift AS
                    FROM catalogue c
                   WHERE ((c.object_type = o.object_type) AND (c.object_name = o.object_name)))))
         ), roles(role) AS (
-         VALUES ('bitrix_sync_user'::text), ('bitrix_sync_admin'::text), ('han_app_user'::text)
+         VALUES ('bitrix_sync_user'::text), ('bitrix_sync_admin'::text), ('han_app_user'::text), ('bitrix_sync_app_writer'::text)
         ), actual AS (
          SELECT o.object_type,
             o.object_name,
@@ -10697,7 +11024,7 @@ UNION ALL
 -- Name: VIEW role_privilege_drift; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON VIEW bitrix_sync.role_privilege_drift IS 'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the three roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role or held WITH ADMIN OPTION (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
+COMMENT ON VIEW bitrix_sync.role_privilege_drift IS 'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the four roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role (bitrix_sync_app_writer included) or held WITH ADMIN OPTION (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
 
 --
 -- Name: settings; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -10758,6 +11085,40 @@ ALTER TABLE bitrix_sync.settings_versions ALTER COLUMN version ADD GENERATED ALW
     NO MAXVALUE
     CACHE 1
 );
+
+--
+-- Name: spare_budget_use; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.spare_budget_use (
+    day date NOT NULL,
+    db_user character varying(128) NOT NULL,
+    holder character varying(200) NOT NULL,
+    bucket character varying(200) NOT NULL,
+    grants bigint NOT NULL,
+    first_at timestamp with time zone NOT NULL,
+    last_at timestamp with time zone NOT NULL,
+    CONSTRAINT spare_budget_use_check CHECK ((last_at >= first_at)),
+    CONSTRAINT spare_budget_use_grants_check CHECK ((grants > 0))
+);
+
+--
+-- Name: TABLE spare_budget_use; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.spare_budget_use IS 'Who took the spare budget of the CRM limiter, and when: one row per day, database login (session_user), holder (the caller''s own label) and bucket, with the number of slots granted and the first and last grant. Written by acquire_spare_crm_request (security definer); one row a day per process and login, kept.';
+
+--
+-- Name: COLUMN spare_budget_use.db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.spare_budget_use.db_user IS 'The database login that called acquire_spare_crm_request.';
+
+--
+-- Name: COLUMN spare_budget_use.holder; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.spare_budget_use.holder IS 'The holder the caller named (e.g. host:pid:audit, diagnose:host:pid).';
 
 --
 -- Name: state_edges; Type: VIEW; Schema: bitrix_sync; Owner: -
@@ -10884,61 +11245,6 @@ CREATE VIEW bitrix_sync.status_dead_letters AS
 COMMENT ON VIEW bitrix_sync.status_dead_letters IS 'Open technical dead letters by source, operation and safe code.';
 
 --
--- Name: client_profile; Type: TABLE; Schema: han_app; Owner: -
---
-
-CREATE TABLE han_app.client_profile (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    user_id uuid NOT NULL,
-    full_name text,
-    citizenship text,
-    email text,
-    foreign_phone text,
-    record_status character varying(16) DEFAULT 'active'::character varying NOT NULL,
-    source_updated_at timestamp with time zone,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT client_profile_record_status_check CHECK (((record_status)::text = ANY ((ARRAY['active'::character varying, 'inactive'::character varying, 'deleted'::character varying])::text[])))
-);
-
---
--- Name: TABLE client_profile; Type: COMMENT; Schema: han_app; Owner: -
---
-
-COMMENT ON TABLE han_app.client_profile IS 'App client profile. full_name, citizenship, email are CRM-master (§3.1): written only by bitrix-sync.';
-
---
--- Name: COLUMN client_profile.source_updated_at; Type: COMMENT; Schema: han_app; Owner: -
---
-
-COMMENT ON COLUMN han_app.client_profile.source_updated_at IS 'CRM source timestamp of the CRM-master fields last applied.';
-
---
--- Name: user_identity; Type: TABLE; Schema: han_app; Owner: -
---
-
-CREATE TABLE han_app.user_identity (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    phone_number character varying(16),
-    record_status character varying(16) DEFAULT 'active'::character varying NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT user_identity_record_status_check CHECK (((record_status)::text = ANY ((ARRAY['active'::character varying, 'inactive'::character varying, 'deleted'::character varying])::text[])))
-);
-
---
--- Name: TABLE user_identity; Type: COMMENT; Schema: han_app; Owner: -
---
-
-COMMENT ON TABLE han_app.user_identity IS 'App user identity (Keycloak-backed). phone_number is App-master (§3.1).';
-
---
--- Name: COLUMN user_identity.phone_number; Type: COMMENT; Schema: han_app; Owner: -
---
-
-COMMENT ON COLUMN han_app.user_identity.phone_number IS 'E.164 +7XXXXXXXXXX when valid; bitrix-sync never repairs it (§3.3).';
-
---
 -- Name: status_drift; Type: VIEW; Schema: bitrix_sync; Owner: -
 --
 
@@ -10953,11 +11259,9 @@ CREATE VIEW bitrix_sync.status_drift AS
     f.repair_intent,
         CASE
             WHEN (f.user_id IS NULL) THEN 'manual'::text
-            ELSE bitrix_sync._drift_repair_intent(ARRAY[(f.kind)::text], COALESCE((((u.record_status)::text = 'active'::text) AND ((p.record_status)::text = 'active'::text)), false))
+            ELSE bitrix_sync._drift_repair_intent(ARRAY[(f.kind)::text], bitrix_sync._app_user_eligible(f.user_id))
         END AS repair
-   FROM ((bitrix_sync.drift_findings f
-     LEFT JOIN han_app.user_identity u ON ((u.id = f.user_id)))
-     LEFT JOIN han_app.client_profile p ON ((p.user_id = f.user_id)));
+   FROM bitrix_sync.drift_findings f;
 
 --
 -- Name: VIEW status_drift; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -11338,6 +11642,61 @@ ALTER TABLE graphile_worker._private_tasks ALTER COLUMN id ADD GENERATED ALWAYS 
 );
 
 --
+-- Name: client_profile; Type: TABLE; Schema: han_app; Owner: -
+--
+
+CREATE TABLE han_app.client_profile (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    user_id uuid NOT NULL,
+    full_name text,
+    citizenship text,
+    email text,
+    foreign_phone text,
+    record_status character varying(16) DEFAULT 'active'::character varying NOT NULL,
+    source_updated_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT client_profile_record_status_check CHECK (((record_status)::text = ANY ((ARRAY['active'::character varying, 'inactive'::character varying, 'deleted'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE client_profile; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TABLE han_app.client_profile IS 'App client profile. full_name, citizenship, email are CRM-master (§3.1): written only by bitrix-sync.';
+
+--
+-- Name: COLUMN client_profile.source_updated_at; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.client_profile.source_updated_at IS 'CRM source timestamp of the CRM-master fields last applied.';
+
+--
+-- Name: user_identity; Type: TABLE; Schema: han_app; Owner: -
+--
+
+CREATE TABLE han_app.user_identity (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    phone_number character varying(16),
+    record_status character varying(16) DEFAULT 'active'::character varying NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT user_identity_record_status_check CHECK (((record_status)::text = ANY ((ARRAY['active'::character varying, 'inactive'::character varying, 'deleted'::character varying])::text[])))
+);
+
+--
+-- Name: TABLE user_identity; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON TABLE han_app.user_identity IS 'App user identity (Keycloak-backed). phone_number is App-master (§3.1).';
+
+--
+-- Name: COLUMN user_identity.phone_number; Type: COMMENT; Schema: han_app; Owner: -
+--
+
+COMMENT ON COLUMN han_app.user_identity.phone_number IS 'E.164 +7XXXXXXXXXX when valid; bitrix-sync never repairs it (§3.3).';
+
+--
 -- Name: business_alerts alert_number; Type: DEFAULT; Schema: bitrix_sync; Owner: -
 --
 
@@ -11566,6 +11925,13 @@ ALTER TABLE ONLY bitrix_sync.settings
 
 ALTER TABLE ONLY bitrix_sync.settings_versions
     ADD CONSTRAINT settings_versions_pkey PRIMARY KEY (version);
+
+--
+-- Name: spare_budget_use spare_budget_use_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.spare_budget_use
+    ADD CONSTRAINT spare_budget_use_pkey PRIMARY KEY (day, db_user, holder, bucket);
 
 --
 -- Name: sync_pauses sync_pauses_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
@@ -12803,30 +13169,6 @@ ALTER TABLE ONLY han_app.client_profile
     ADD CONSTRAINT client_profile_user_id_fkey FOREIGN KEY (user_id) REFERENCES han_app.user_identity(id);
 
 --
--- Name: _private_job_queues; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
---
-
-ALTER TABLE graphile_worker._private_job_queues ENABLE ROW LEVEL SECURITY;
-
---
--- Name: _private_jobs; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
---
-
-ALTER TABLE graphile_worker._private_jobs ENABLE ROW LEVEL SECURITY;
-
---
--- Name: _private_known_crontabs; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
---
-
-ALTER TABLE graphile_worker._private_known_crontabs ENABLE ROW LEVEL SECURITY;
-
---
--- Name: _private_tasks; Type: ROW SECURITY; Schema: graphile_worker; Owner: -
---
-
-ALTER TABLE graphile_worker._private_tasks ENABLE ROW LEVEL SECURITY;
-
---
 -- Name: _private_job_queues bitrix_sync_user_all; Type: POLICY; Schema: graphile_worker; Owner: -
 --
 
@@ -12869,6 +13211,7 @@ GRANT USAGE ON SCHEMA graphile_worker TO bitrix_sync_user;
 
 GRANT USAGE ON SCHEMA han_app TO bitrix_sync_user;
 GRANT USAGE ON SCHEMA han_app TO han_app_user;
+GRANT USAGE ON SCHEMA han_app TO bitrix_sync_app_writer;
 
 --
 -- Name: FUNCTION _retry_deadline(p_first_attempt_at timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -13055,6 +13398,13 @@ GRANT ALL ON FUNCTION bitrix_sync._alert_add_unsafe(p_alert_id bigint) TO bitrix
 REVOKE ALL ON FUNCTION bitrix_sync._alert_settings_errors(p_values jsonb) FROM PUBLIC;
 
 --
+-- Name: FUNCTION _app_user_eligible(p_user_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._app_user_eligible(p_user_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._app_user_eligible(p_user_id uuid) TO bitrix_sync_admin;
+
+--
 -- Name: FUNCTION _check_admin_audit(p_reason text, p_operator_id text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13086,6 +13436,13 @@ GRANT ALL ON FUNCTION bitrix_sync._check_code(p_code text) TO bitrix_sync_user;
 
 REVOKE ALL ON FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync._check_limiter_name(p_what text, p_value text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _check_queue_tables(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._check_queue_tables() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._check_queue_tables() TO bitrix_sync_user;
 
 --
 -- Name: TABLE rebind_requests; Type: ACL; Schema: bitrix_sync; Owner: -
@@ -13717,6 +14074,13 @@ REVOKE ALL ON FUNCTION bitrix_sync._workflow_holder(p_command_id bigint, p_workf
 GRANT ALL ON FUNCTION bitrix_sync._workflow_holder(p_command_id bigint, p_workflow_token uuid) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION _write_app_crm_master(p_user_id uuid, p_full_name text, p_citizenship text, p_email text, p_source_updated_at timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._write_app_crm_master(p_user_id uuid, p_full_name text, p_citizenship text, p_email text, p_source_updated_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._write_app_crm_master(p_user_id uuid, p_full_name text, p_citizenship text, p_email text, p_source_updated_at timestamp with time zone) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION accept_webhook(p_receiver text, p_entity_type_id integer, p_entity_id text, p_source_ip inet); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13743,6 +14107,14 @@ GRANT ALL ON FUNCTION bitrix_sync.acknowledge_dead_letter(p_id bigint, p_operato
 
 REVOKE ALL ON FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.acquire_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_slot_ttl_ms integer, p_recovery_per_sec double precision) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION acquire_spare_crm_request(p_bucket text, p_holder text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text) TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.acquire_spare_crm_request(p_bucket text, p_holder text) TO bitrix_sync_admin;
 
 --
 -- Name: FUNCTION acquire_spare_crm_request(p_bucket text, p_holder text, p_refill_per_sec double precision, p_burst integer, p_max_in_flight integer, p_share double precision, p_slot_ttl_ms integer, p_recovery_per_sec double precision); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -13833,6 +14205,12 @@ GRANT UPDATE(hold_released_at) ON TABLE bitrix_sync.entity_external_mapping TO b
 GRANT UPDATE(hold_released_by) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
 
 --
+-- Name: COLUMN entity_external_mapping.held_values_hash; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(held_values_hash) ON TABLE bitrix_sync.entity_external_mapping TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION active_mapping_for_contact(p_contact_id text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13888,6 +14266,14 @@ GRANT ALL ON FUNCTION bitrix_sync.alerts_to_look_up(p_limit integer) TO bitrix_s
 
 REVOKE ALL ON FUNCTION bitrix_sync.analyze_engine_tables() FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.analyze_engine_tables() TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION app_table_hooks(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.app_table_hooks() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.app_table_hooks() TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.app_table_hooks() TO bitrix_sync_admin;
 
 --
 -- Name: TABLE contact_snapshots; Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14328,11 +14714,11 @@ GRANT ALL ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) TO bitrix
 GRANT ALL ON FUNCTION bitrix_sync.delete_retention_batch(p_table text) TO bitrix_sync_admin;
 
 --
--- Name: FUNCTION diagnose_app_values(p_user_id uuid, p_salt text); Type: ACL; Schema: bitrix_sync; Owner: -
+-- Name: FUNCTION diagnose_app_values(p_user_id uuid, p_crm jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
-REVOKE ALL ON FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_salt text) FROM PUBLIC;
-GRANT ALL ON FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_salt text) TO bitrix_sync_admin;
+REVOKE ALL ON FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_crm jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.diagnose_app_values(p_user_id uuid, p_crm jsonb) TO bitrix_sync_admin;
 
 --
 -- Name: FUNCTION drift_metrics(); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14539,6 +14925,13 @@ GRANT ALL ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait bo
 
 REVOKE ALL ON FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean, p_values_hash text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean, p_values_hash text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.held_link_read(p_mapping_id uuid, p_crm_updated_at timestamp with time zone, p_robot_webhook boolean, p_values_hash text) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION hold_phone_link(p_user_id uuid, p_contact_id text); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -15321,6 +15714,12 @@ GRANT SELECT ON TABLE bitrix_sync.settings TO bitrix_sync_user;
 GRANT SELECT ON TABLE bitrix_sync.settings TO bitrix_sync_admin;
 
 --
+-- Name: TABLE spare_budget_use; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.spare_budget_use TO bitrix_sync_admin;
+
+--
 -- Name: TABLE state_edges; Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -15360,102 +15759,6 @@ GRANT SELECT ON TABLE bitrix_sync.status_commands TO bitrix_sync_admin;
 
 GRANT SELECT ON TABLE bitrix_sync.status_dead_letters TO bitrix_sync_user;
 GRANT SELECT ON TABLE bitrix_sync.status_dead_letters TO bitrix_sync_admin;
-
---
--- Name: TABLE client_profile; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT,INSERT,UPDATE ON TABLE han_app.client_profile TO han_app_user;
-
---
--- Name: COLUMN client_profile.id; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(id) ON TABLE han_app.client_profile TO bitrix_sync_user;
-
---
--- Name: COLUMN client_profile.user_id; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(user_id) ON TABLE han_app.client_profile TO bitrix_sync_user;
-
---
--- Name: COLUMN client_profile.full_name; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(full_name),UPDATE(full_name) ON TABLE han_app.client_profile TO bitrix_sync_user;
-
---
--- Name: COLUMN client_profile.citizenship; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(citizenship),UPDATE(citizenship) ON TABLE han_app.client_profile TO bitrix_sync_user;
-
---
--- Name: COLUMN client_profile.email; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(email),UPDATE(email) ON TABLE han_app.client_profile TO bitrix_sync_user;
-
---
--- Name: COLUMN client_profile.record_status; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(record_status) ON TABLE han_app.client_profile TO bitrix_sync_user;
-
---
--- Name: COLUMN client_profile.source_updated_at; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(source_updated_at),UPDATE(source_updated_at) ON TABLE han_app.client_profile TO bitrix_sync_user;
-
---
--- Name: COLUMN client_profile.created_at; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(created_at) ON TABLE han_app.client_profile TO bitrix_sync_user;
-
---
--- Name: COLUMN client_profile.updated_at; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(updated_at) ON TABLE han_app.client_profile TO bitrix_sync_user;
-
---
--- Name: TABLE user_identity; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT,INSERT,UPDATE ON TABLE han_app.user_identity TO han_app_user;
-
---
--- Name: COLUMN user_identity.id; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(id) ON TABLE han_app.user_identity TO bitrix_sync_user;
-
---
--- Name: COLUMN user_identity.phone_number; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(phone_number) ON TABLE han_app.user_identity TO bitrix_sync_user;
-
---
--- Name: COLUMN user_identity.record_status; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(record_status) ON TABLE han_app.user_identity TO bitrix_sync_user;
-
---
--- Name: COLUMN user_identity.created_at; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(created_at) ON TABLE han_app.user_identity TO bitrix_sync_user;
-
---
--- Name: COLUMN user_identity.updated_at; Type: ACL; Schema: han_app; Owner: -
---
-
-GRANT SELECT(updated_at) ON TABLE han_app.user_identity TO bitrix_sync_user;
 
 --
 -- Name: TABLE status_drift; Type: ACL; Schema: bitrix_sync; Owner: -
@@ -15569,6 +15872,107 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE graphile_worker.migrations TO bitrix_
 --
 
 GRANT SELECT,USAGE ON SEQUENCE graphile_worker.tasks_id_seq TO bitrix_sync_user;
+
+--
+-- Name: TABLE client_profile; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE han_app.client_profile TO han_app_user;
+
+--
+-- Name: COLUMN client_profile.id; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(id) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.user_id; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(user_id) ON TABLE han_app.client_profile TO bitrix_sync_user;
+GRANT SELECT(user_id) ON TABLE han_app.client_profile TO bitrix_sync_app_writer;
+
+--
+-- Name: COLUMN client_profile.full_name; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(full_name),UPDATE(full_name) ON TABLE han_app.client_profile TO bitrix_sync_user;
+GRANT UPDATE(full_name) ON TABLE han_app.client_profile TO bitrix_sync_app_writer;
+
+--
+-- Name: COLUMN client_profile.citizenship; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(citizenship),UPDATE(citizenship) ON TABLE han_app.client_profile TO bitrix_sync_user;
+GRANT UPDATE(citizenship) ON TABLE han_app.client_profile TO bitrix_sync_app_writer;
+
+--
+-- Name: COLUMN client_profile.email; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(email),UPDATE(email) ON TABLE han_app.client_profile TO bitrix_sync_user;
+GRANT UPDATE(email) ON TABLE han_app.client_profile TO bitrix_sync_app_writer;
+
+--
+-- Name: COLUMN client_profile.record_status; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(record_status) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.source_updated_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(source_updated_at),UPDATE(source_updated_at) ON TABLE han_app.client_profile TO bitrix_sync_user;
+GRANT UPDATE(source_updated_at) ON TABLE han_app.client_profile TO bitrix_sync_app_writer;
+
+--
+-- Name: COLUMN client_profile.created_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(created_at) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: COLUMN client_profile.updated_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(updated_at) ON TABLE han_app.client_profile TO bitrix_sync_user;
+
+--
+-- Name: TABLE user_identity; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE han_app.user_identity TO han_app_user;
+
+--
+-- Name: COLUMN user_identity.id; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(id) ON TABLE han_app.user_identity TO bitrix_sync_user;
+
+--
+-- Name: COLUMN user_identity.phone_number; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(phone_number) ON TABLE han_app.user_identity TO bitrix_sync_user;
+
+--
+-- Name: COLUMN user_identity.record_status; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(record_status) ON TABLE han_app.user_identity TO bitrix_sync_user;
+
+--
+-- Name: COLUMN user_identity.created_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(created_at) ON TABLE han_app.user_identity TO bitrix_sync_user;
+
+--
+-- Name: COLUMN user_identity.updated_at; Type: ACL; Schema: han_app; Owner: -
+--
+
+GRANT SELECT(updated_at) ON TABLE han_app.user_identity TO bitrix_sync_user;
 
 --
 -- PostgreSQL database dump complete

@@ -4,11 +4,11 @@
 // names; locally, the service's own database) and does `set role bitrix_sync_admin` before anything
 // else, so it sees what the admin may see and nothing more. The Contact is read once by ID, read-only,
 // through the convergence audit's spare budget of the shared limiter (acquire_spare_crm_request):
-// it never takes a token sync traffic needs. Equality of values is decided on SHA-256 digests
-// salted per run (diagnose_app_values); no value leaves the database or the portal unmasked.
+// it never takes a token sync traffic needs. Equality of values is decided in the database
+// (diagnose_app_values, audited and limited per login): the Contact's values go in, a masked value
+// and a yes or no per field come out; no App value, and no digest of one, leaves the database.
 // Exit codes: 0 printed; 64 bad arguments; 69 database or portal unreachable; 78 not an admin or
 // not configured; 65 the user is unknown (BS060).
-import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import pg from "pg";
@@ -22,7 +22,6 @@ import { withSearchPath } from "../src/db/search-path.js";
 import { databaseTarget } from "../src/db/target.js";
 import { dataDir } from "../src/local/data-dir.js";
 import { readServiceFile } from "../src/local/service-file.js";
-import { parseSettings } from "../src/settings-schema.js";
 
 const EX = { usage: 64, dataErr: 65, unavailable: 69, config: 78 } as const;
 
@@ -138,30 +137,11 @@ const snapshot = [...story]
   .reverse()
   .find((e) => e.source === "snapshot" && e.detail.contact_id === contactId);
 
-const salt = randomBytes(24).toString("hex");
-const digest = (v: string | null | undefined) => {
-  const t = v?.trim();
-  return t
-    ? createHash("sha256")
-        .update(salt + t, "utf8")
-        .digest("hex")
-    : null;
-};
 const mask = (v: string | null | undefined) => {
   const t = v?.trim();
   if (!t) return "-";
   return t.length < 8 ? "***" : `${t.slice(0, 2)}***${t.slice(-2)}`;
 };
-const app = new Map(
-  (
-    await client
-      .query<{ field: string; masked: string | null; digest: string | null }>(
-        "select field, masked, digest from bitrix_sync.diagnose_app_values($1, $2)",
-        [userId, salt],
-      )
-      .catch(() => ({ rows: [] }))
-  ).rows.map((r) => [r.field, r]),
-);
 
 let contact: ContactRecord | null | undefined;
 let citizenship: CitizenshipItem[] | null = null;
@@ -173,6 +153,32 @@ if (!noCrm && contactId) {
     crmProblem = (e as Error).message;
   }
 }
+const crmEmail = contact ? pickEmail(contact.emails) : null;
+const crmCitizenship =
+  contact?.citizenshipEnumId && citizenship
+    ? (citizenship.find((i) => i.id === contact?.citizenshipEnumId)?.value ?? null)
+    : null;
+
+// The database compares the App's values with the Contact's (diagnose_app_values): no value and no
+// digest of one leaves it; each field comes back masked with a yes or no.
+const given: Record<string, string[]> = contact
+  ? {
+      phone: contact.phones.map((p) => p.value),
+      full_name: contact.name ? [contact.name] : [],
+      email: crmEmail ? [crmEmail] : [],
+      citizenship: crmCitizenship ? [crmCitizenship] : [],
+    }
+  : {};
+const app = new Map(
+  (
+    await client
+      .query<{ field: string; masked: string | null; same: boolean | null }>(
+        "select field, masked, same from bitrix_sync.diagnose_app_values($1, $2)",
+        [userId, JSON.stringify(given)],
+      )
+      .catch(() => ({ rows: [] }))
+  ).rows.map((r) => [r.field, r]),
+);
 await client.end();
 
 line();
@@ -184,17 +190,10 @@ if (contactId === null) {
 } else if (crmProblem) {
   line(`the live Contact could not be read: ${crmProblem}`);
 }
-const crmEmail = contact ? pickEmail(contact.emails) : null;
-const crmCitizenship =
-  contact?.citizenshipEnumId && citizenship
-    ? (citizenship.find((i) => i.id === contact?.citizenshipEnumId)?.value ?? null)
-    : null;
-const same = (field: string, values: Array<string | null>) => {
+const same = (field: string) => {
   if (contact === undefined || contact === null) return "?";
-  const a = app.get(field)?.digest ?? null;
-  const hashes = values.map(digest);
-  if (a === null) return hashes.every((h) => h === null) ? "yes" : "no";
-  return hashes.includes(a) ? "yes" : "no";
+  const s = app.get(field)?.same;
+  return s === true ? "yes" : s === false ? "no" : "?";
 };
 const crmCol = (v: string) => (contact === undefined ? "(not read)" : contact === null ? "(missing)" : v);
 line();
@@ -208,32 +207,22 @@ row(
   app.get("phone")?.masked ?? "-",
   hashOf("phone_hash"),
   crmCol(contact ? `${contact.phones.map((p) => mask(p.value)).join(", ") || "-"}` : ""),
-  contact
-    ? contact.phones.some((p) => digest(p.value) === app.get("phone")?.digest)
-      ? "yes (on the Contact)"
-      : "no"
-    : "?",
+  same("phone") === "yes" ? "yes (on the Contact)" : same("phone"),
 );
 row(
   "full_name",
   app.get("full_name")?.masked ?? "-",
   hashOf("name_hash"),
   crmCol(mask(contact?.name)),
-  same("full_name", [contact?.name ?? null]),
+  same("full_name"),
 );
-row(
-  "email",
-  app.get("email")?.masked ?? "-",
-  hashOf("email_hash"),
-  crmCol(mask(crmEmail)),
-  same("email", [crmEmail]),
-);
+row("email", app.get("email")?.masked ?? "-", hashOf("email_hash"), crmCol(mask(crmEmail)), same("email"));
 row(
   "citizenship",
   app.get("citizenship")?.masked ?? "-",
   snapshot?.detail.citizenship_enum_id ? `enum ${snapshot.detail.citizenship_enum_id}` : "-",
   crmCol(contact?.citizenshipEnumId ? `enum ${contact.citizenshipEnumId} ${mask(crmCitizenship)}` : "-"),
-  same("citizenship", [crmCitizenship]),
+  same("citizenship"),
 );
 row(
   "user id",
@@ -275,10 +264,6 @@ async function readContact(id: number): Promise<[ContactRecord | null, Citizensh
   const webhookUrl = portal?.url ?? config.secrets.BITRIX_SYNC_CRM_REST_WEBHOOK_URL;
   const portalHost = portal?.host ?? config.env.BITRIX_SYNC_PORTAL_HOST;
   if (!webhookUrl || !portalHost) throw new Error("no portal configured (BITRIX_SYNC_CRM_REST_WEBHOOK_URL)");
-  const { rows } = await client.query<{ s: unknown }>("select bitrix_sync.active_settings() as s");
-  const parsed = parseSettings(rows[0]?.s);
-  if (!parsed.ok) throw new Error("the active settings do not parse");
-  const settings = parsed.settings;
   const http = createCrmClient({
     webhookUrl,
     portalHost,
@@ -301,8 +286,6 @@ async function readContact(id: number): Promise<[ContactRecord | null, Citizensh
       pool: { query: (text: string, values: unknown[]) => client.query(text, values) } as unknown as pg.Pool,
       main,
       holder: `diagnose:${hostname()}:${process.pid}`.slice(0, 200),
-      settings: () => ({ limiter: settings.limiter, share: settings.audit.budgetShare }),
-      slotTtlMs: config.env.BITRIX_SYNC_HTTP_TIMEOUT_SEC * 1000 + 5000,
     }),
     catalogue: { fields: config.fields },
   };

@@ -11,7 +11,11 @@ begin
   if not exists (select 1 from pg_roles where rolname = 'han_app_user') then
     create role han_app_user nologin;
   end if;
+  if not exists (select 1 from pg_roles where rolname = 'bitrix_sync_app_writer') then
+    create role bitrix_sync_app_writer nologin noinherit;
+  end if;
 end $$;
 comment on role bitrix_sync_user is 'bitrix-sync runtime: the functions it runs with and the columns they write (bitrix_sync.role_privileges); reads settings, rebind requests and the cutover. No DDL, no admin function.';
 comment on role bitrix_sync_admin is 'Operators: the cutover, settings, rebind and webhook re-recording functions (security definer) and the status views; reads settings, rebind requests and the cutover.';
 comment on role han_app_user is 'The HAN App: writes identity and profile; sync_queue rows appear through the trigger. Nothing in schema bitrix_sync.';
+comment on role bitrix_sync_app_writer is 'The rights the service''s one write into an App table runs with (bitrix_sync._write_app_crm_master, which it owns): the CRM-master columns of han_app.client_profile, nothing in bitrix_sync. Never logs in; held by no role but the schema owner (deploy/postgres/bootstrap.sql).';

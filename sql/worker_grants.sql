@@ -23,8 +23,14 @@ begin
   end if;
 end $$;
 -- graphile-worker enables row-level security on its private tables without policies, which leaves
--- them to their owner. The runtime role is not the owner (the migration role is), so it gets an
--- explicit policy on each: the grants above decide what it may do.
+-- them to their owner. The runtime role is not the owner (the migration role is). Its connections
+-- run with row_security off (src/db/search-path.ts: a row-security policy on an App table must be an
+-- error, never code run with the service's rights), and PostgreSQL then refuses every statement on a
+-- table whose row security applies to the role, whatever the policy. So row security goes off on
+-- these tables, which only the owner and the runtime role may use anyway (the grants above decide
+-- what the runtime may do); the explicit policy stays for a session without the option (a release
+-- before 000040, a tool) should a graphile-worker upgrade turn row security on again before this
+-- file runs.
 do $$
 declare
   v_table text;
@@ -39,5 +45,6 @@ begin
       execute format('create policy bitrix_sync_user_all on graphile_worker.%I for all to bitrix_sync_user using (true) with check (true)',
                      v_table);
     end if;
+    execute format('alter table graphile_worker.%I disable row level security', v_table);
   end loop;
 end $$;

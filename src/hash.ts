@@ -24,7 +24,7 @@ const V2 = /^v2:[A-Za-z0-9_-]{43}$/;
 const HEX = /^[0-9a-f]{64}$/;
 
 /** What a keyed hash is of. The label is part of the HMAC input; it is never stored. */
-export type HashField = "phone" | "name" | "email" | "content";
+export type HashField = "phone" | "name" | "email" | "content" | "held";
 
 /** A snapshot hash cleared by migration 000029: the value it stood for is unknown. */
 export const CLEARED_HASH = "cleared";
@@ -54,7 +54,7 @@ function labelled(field: HashField, text: string): string {
 
 /** The keyed hash of a personal value (phone, name, e-mail), labelled with its field. Null stays null. */
 export function piiHash(
-  field: Exclude<HashField, "content">,
+  field: Exclude<HashField, "content" | "held">,
   value: string | null | undefined,
 ): string | null {
   if (value === null || value === undefined) return null;
@@ -64,6 +64,29 @@ export function piiHash(
 /** The keyed hash of a JSON value with sorted keys (stable across key order): an intent's content. */
 export function contentHash(value: unknown): string {
   return labelled("content", stableJson(value));
+}
+
+/**
+ * A short id of the hash key (8 base64url characters of an HMAC over a fixed label): says whether two
+ * stored hashes were made under the same key, and nothing about the key itself.
+ */
+export function hashKeyId(): string {
+  return hmac("key-id\0").toString("base64url").slice(0, 8);
+}
+
+/**
+ * The CRM-master values of a Contact as a held link compares them (sql/mapping/held.sql): the key's
+ * id, a colon and the keyed hash of the name, the e-mail (by the pick rule) and the citizenship's enum
+ * ID. A hold ends when a robot webhook reads other values than the first read after the link saw;
+ * bitrix-sync never writes these fields into a Contact it linked, so only a change made in the CRM
+ * does that. The key's id lets the database tell a change of values from a change of key.
+ */
+export function heldValuesHash(v: {
+  name: string | null;
+  email: string | null;
+  citizenshipEnumId: string | null;
+}): string {
+  return `${hashKeyId()}:${labelled("held", stableJson({ name: v.name, email: v.email, citizenship: v.citizenshipEnumId }))}`;
 }
 
 /** True for a hash in a form that is read but no longer written: v2 (unlabelled) or plain SHA-256. */
@@ -92,7 +115,7 @@ export function legacyV2Hash(value: string): string {
  */
 export function matchesPiiHash(
   stored: string | null | undefined,
-  field: Exclude<HashField, "content">,
+  field: Exclude<HashField, "content" | "held">,
   value: string | null | undefined,
 ): boolean {
   if (stored === null || stored === undefined || value === null || value === undefined)

@@ -4,7 +4,7 @@
 
 create or replace function bitrix_sync.explain_user(p_user_id uuid)
 returns table (at timestamptz, source text, event text, detail jsonb)
-language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp set row_security = off as $$
 declare
   v_contacts text[];
   v_workflows uuid[];

@@ -80,7 +80,7 @@ create or replace function bitrix_sync.record_registered_contacts(
   p_lease_token uuid, p_read_at timestamptz, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[],
   p_rows jsonb
 ) returns integer
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp set row_security = off as $$
 declare
   v_busy uuid[];
   v_count integer;

@@ -11,6 +11,8 @@ declare
   v_action bigint;
   v_plan jsonb;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_user_ids is not null then
     select array_agg(x) into v_missing
       from unnest(p_user_ids) x
@@ -54,10 +56,16 @@ begin
        set repair_requested_at = now(), repair_intent = r.intent
       from jsonb_to_recordset(v_plan) r(user_id uuid, contact_id text, kinds text[], intent text)
      where f.user_id = r.user_id and (p_kinds is null or f.kind = any(p_kinds));
-    -- Wake a sync loop asleep on the intake watch, as the App's trigger does (sql/enqueue.sql).
-    if not pg_try_advisory_xact_lock_shared(727014, 1) then
+    -- Wake a sync loop asleep on the intake watch, as the App's trigger does (sql/intake/app_trigger.sql,
+    -- sql/intake/watch.sql): a loop asleep holds SHARE on the watch table, so this try fails exactly
+    -- then; otherwise this transaction marks the table until it ends, and a loop about to fall
+    -- asleep waits for it and looks at the queue once more. Callers are security definer (the
+    -- owner may lock the table).
+    begin
+      lock table bitrix_sync.lock_intake_watch in row exclusive mode nowait;
+    exception when lock_not_available then
       perform pg_notify('bitrix_sync_queue', 'drift_repair');
-    end if;
+    end;
   end if;
 
   return query
@@ -82,7 +90,7 @@ on conflict (object_type, object_name) do update
 create or replace function bitrix_sync.repair_drift(
   p_requested_by text, p_reason text, p_user_ids uuid[] default null, p_dry_run boolean default false
 ) returns table (user_id uuid, contact_id text, kinds text[], intent text, recorded boolean)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp set row_security = off as $$
 begin
   perform bitrix_sync._check_admin_audit(p_reason, p_requested_by);
   if p_user_ids is not null and cardinality(p_user_ids) = 0 then
@@ -102,7 +110,7 @@ on conflict (object_type, object_name) do update
   set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 create or replace function bitrix_sync.auto_repair_drift(p_kinds text[]) returns integer
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp set row_security = off as $$
 declare
   v_count integer;
 begin

@@ -70,7 +70,7 @@ on conflict (object_type, object_name) do update
 
 create or replace function bitrix_sync.audit_sample(p_lease_token uuid, p_limit integer default null)
 returns table (mapping_id uuid, user_id uuid, contact_id text, has_findings boolean)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp set row_security = off as $$
 begin
   perform bitrix_sync._check_audit_lease(p_lease_token);
   if p_limit is not null and p_limit < 0 then
@@ -117,7 +117,7 @@ on conflict (object_type, object_name) do update
 
 create or replace function bitrix_sync.finish_audit_run(p_lease_token uuid, p_audited integer, p_requests integer)
 returns bitrix_sync.audit_state
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp set row_security = off as $$
 declare
   v_row bitrix_sync.audit_state;
   v_period interval := make_interval(days => (bitrix_sync._active_setting('audit.period_days') #>> '{}')::integer);

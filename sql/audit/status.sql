@@ -1,15 +1,32 @@
 -- The convergence audit as the admin and /metrics read it: drift by user and kind with its repair,
 -- the audit at a glance, and its samples for metrics_snapshot (sql/metrics/snapshot.sql).
 
+-- Whether a user is eligible (identity and profile active), for the view below. A view reads the
+-- App's tables with its owner's rights but runs the functions a row-security policy on them calls
+-- with its reader's: the view asks this function instead, which reads with row_security off, so a
+-- policy the App's owner puts on its tables is an error here, never code run as the admin.
+create or replace function bitrix_sync._app_user_eligible(p_user_id uuid) returns boolean
+language sql stable security definer set search_path = pg_catalog, pg_temp set row_security = off as $$
+  select coalesce((select u.record_status = 'active' and p.record_status = 'active'
+                     from han_app.user_identity u
+                     join han_app.client_profile p on p.user_id = u.id
+                    where u.id = p_user_id), false)
+$$;
+comment on function bitrix_sync._app_user_eligible(uuid) is
+  'Internal (status_drift): true when the App user''s identity and profile are both active. Security definer with row_security off, so that a view''s reader never runs code a policy on the App''s tables calls.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync._app_user_eligible(uuid)', array[]::text[], array['EXECUTE'], array[]::text[],
+   'Called by the view status_drift, whose reader (the admin) needs EXECUTE on it.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
+
 create or replace view bitrix_sync.status_drift as
 select f.user_id, f.contact_id, f.kind, f.detected_at, f.last_seen_at, f.details,
        f.repair_requested_at, f.repair_intent,
        case when f.user_id is null then 'manual'
-            else bitrix_sync._drift_repair_intent(array[f.kind::text],
-                   coalesce(u.record_status = 'active' and p.record_status = 'active', false)) end as repair
-  from bitrix_sync.drift_findings f
-  left join han_app.user_identity u on u.id = f.user_id
-  left join han_app.client_profile p on p.user_id = f.user_id;
+            else bitrix_sync._drift_repair_intent(array[f.kind::text], bitrix_sync._app_user_eligible(f.user_id)) end
+         as repair
+  from bitrix_sync.drift_findings f;
 comment on view bitrix_sync.status_drift is
   'Silent drift the convergence audit found, one row per user (or Contact without a user id) and kind: since when, last seen, safe details, whether a repair was recorded, and the intent repair_drift would record for this kind (manual: a person clears it in the CRM). Rows disappear when an audit finds them in step.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values

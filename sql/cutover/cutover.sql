@@ -22,6 +22,8 @@ declare
   v_row bitrix_sync.cutover;
   v_count integer;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_actor is null or length(btrim(p_actor)) = 0 then
     raise exception 'cutover needs an actor for the audit' using errcode = 'BS004', hint = 'Pass who you are.';
   end if;

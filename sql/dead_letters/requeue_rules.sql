@@ -151,6 +151,8 @@ declare
   v_id text;
   v_alert bigint;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_dl.source = 'sync_queue' then
     select * into v_q from han_app.sync_queue where id = p_dl.source_id::uuid for update;
     -- The same intent as a new row: created now, so its horizon and the cutover watermark count from now.

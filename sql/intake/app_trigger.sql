@@ -9,6 +9,7 @@
 --   no index, constraint or trigger: no whole-row JSON, no ON CONFLICT, no state guard on the App's
 --   path. The service folds the journal into han_app.sync_queue (sql/intake/fold.sql) before every
 --   claim: coalescing per (task, user) and fencing a leased row happen there.
+-- - The triggers themselves are in sql/intake/app_trigger_install.sql.
 -- - The wake-up NOTIFY is sent only while a sync loop is asleep waiting for intents (it holds the
 --   intake watch, sql/intake/watch.sql). PostgreSQL serialises the commits of notifying
 --   transactions, so a NOTIFY per App transaction would queue the App's commits one behind the other
@@ -65,6 +66,19 @@ begin
     v_user_id := (to_jsonb(new) ->> 'user_id')::uuid;
   end if;
 
+  -- The journal must still be the project's own: the owner of schema han_app could have put a table
+  -- with triggers of its own in its place, which this function (security definer) would write with
+  -- the schema owner's rights. Checked here rather than by _check_queue_tables(): this is the App's
+  -- write path, and one catalogue read costs about 5 µs where a call of that function (its own
+  -- search_path to set) costs several times more. current_user is this function's owner.
+  perform 1 from pg_catalog.pg_class c
+   where c.oid = pg_catalog.to_regclass('han_app.sync_queue_journal') and c.relkind = 'r'
+     and pg_catalog.pg_has_role(c.relowner, 'USAGE');
+  if not found then
+    raise exception 'han_app.sync_queue_journal is no longer the project''s own table'
+      using errcode = 'BS097',
+            hint = 'Someone dropped it and made another in its place (the owner of schema han_app may): no intent is written to it. select * from bitrix_sync.app_table_hooks() names it (docs/security.md, "The App''s tables").';
+  end if;
   -- The intent goes into the journal: one row appended to a table without indexes, constraints to
   -- re-parse or triggers. bitrix_sync.fold_intent_journal() coalesces it into han_app.sync_queue
   -- (one active row per task and user; a newer intent takes a leased row back to pending, which
@@ -91,40 +105,3 @@ insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, 
    'Trigger function (security definer): fires for the App''s writes; nobody calls it.')
 on conflict (object_type, object_name) do update
   set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
-
--- The triggers: the WHEN clauses keep every write that records nothing out of PL/pgSQL.
-drop trigger if exists _500_enqueue_contact_sync_insert on han_app.user_identity;
-create trigger _500_enqueue_contact_sync_insert
-  after insert on han_app.user_identity
-  for each row
-  when (new.record_status = 'active')
-  execute function han_app.enqueue_contact_sync();
-comment on trigger _500_enqueue_contact_sync_insert on han_app.user_identity is
-  'Records contact.map_or_create for an active identity (§6.2).';
-
-drop trigger if exists _500_enqueue_contact_sync_update on han_app.user_identity;
-create trigger _500_enqueue_contact_sync_update
-  after update of phone_number, record_status on han_app.user_identity
-  for each row
-  when (old.phone_number is distinct from new.phone_number or old.record_status is distinct from new.record_status)
-  execute function han_app.enqueue_contact_sync('phone');
-comment on trigger _500_enqueue_contact_sync_update on han_app.user_identity is
-  'Records contact.update (phone change of an active identity), contact.deactivate (leaving active) or contact.map_or_create (back to active) (§6.2).';
-
-drop trigger if exists _500_enqueue_contact_sync_insert on han_app.client_profile;
-create trigger _500_enqueue_contact_sync_insert
-  after insert on han_app.client_profile
-  for each row
-  when (new.record_status = 'active')
-  execute function han_app.enqueue_contact_sync();
-comment on trigger _500_enqueue_contact_sync_insert on han_app.client_profile is
-  'Records contact.map_or_create for an active profile (§6.2).';
-
-drop trigger if exists _500_enqueue_contact_sync_update on han_app.client_profile;
-create trigger _500_enqueue_contact_sync_update
-  after update of record_status on han_app.client_profile
-  for each row
-  when (old.record_status is distinct from new.record_status)
-  execute function han_app.enqueue_contact_sync();
-comment on trigger _500_enqueue_contact_sync_update on han_app.client_profile is
-  'Records contact.deactivate / contact.map_or_create when the profile leaves or returns to active (§6.2).';

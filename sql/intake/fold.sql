@@ -11,6 +11,8 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_taken integer;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_limit is null or p_limit < 1 or p_limit > 100000 then
     raise exception 'a fold takes 1..100000 journal rows, not %', coalesce(p_limit::text, 'null')
       using errcode = 'BS004', hint = 'Call fold_intent_journal() without arguments, or with a limit in that range.';

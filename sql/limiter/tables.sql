@@ -6,6 +6,8 @@ insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, 
   ('table', 'bitrix_sync.crm_method_blocks', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
    'Per-method operating-time blocks.'),
   ('table', 'bitrix_sync.crm_rate_buckets', array['SELECT', 'INSERT', 'UPDATE'], array[]::text[], array[]::text[],
-   'Token buckets.')
+   'Token buckets.'),
+  ('table', 'bitrix_sync.spare_budget_use', array[]::text[], array['SELECT'], array[]::text[],
+   'Who used the spare budget and when (acquire_spare_crm_request, security definer, writes it); the admin reads it.')
 on conflict (object_type, object_name) do update
   set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

@@ -5,7 +5,7 @@
 
 create or replace function bitrix_sync.metrics_snapshot(p_bucket text default null, p_check_mappings boolean default false)
 returns table (family text, labels jsonb, value double precision)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp set row_security = off as $$
 declare
   v_burst double precision := (bitrix_sync._active_setting('limiter.burst') #>> '{}')::double precision;
   v_refill double precision := (bitrix_sync._active_setting('limiter.refill_per_sec') #>> '{}')::double precision;

@@ -5,7 +5,7 @@
 -- project's objects are all of schema bitrix_sync and the objects of han_app the catalogue names
 -- (in production han_app holds the App's other tables, which are none of this project's business).
 --
--- Beyond the three roles' ACLs it reports what would give someone the project's rights without a
+-- Beyond the four roles' ACLs it reports what would give someone the project's rights without a
 -- grant of this catalogue:
 --   * a privilege on a project object held by any other role (the objects' owner aside; the App's
 --     schema and its identity and profile tables are the App's to share);
@@ -13,8 +13,12 @@
 --     project (a login, or a group of logins), each of which holds no other project role, directly
 --     or through groups, and none WITH ADMIN OPTION (it could hand the role on); a project role is a
 --     member of no role at all (it would gain that role's rights, and a project role inside another
---     one merges the two). The owner of schema bitrix_sync (the migration role, which creates the
---     roles and may administer them) is exempt.
+--     one merges the two). So bitrix_sync_app_writer, whose rights serve only the function it owns
+--     (docs/security.md, "The App's tables"), is never held by the service's, the admin's or the
+--     App's role or by a login holding one of them. The owner of schema bitrix_sync (the migration
+--     role, which creates the roles, may administer them and owns that function through its
+--     membership in the writer) is exempt; so is, by the same rule, the owner of another database's
+--     schema in the same cluster, which holds the writer alone.
 create or replace view bitrix_sync.role_privilege_drift as
 with recursive objects as (
   select 'schema'::text as object_type, n.nspname::text as object_name, n.nspowner as owner, n.nspacl as acl,
@@ -39,7 +43,7 @@ with recursive objects as (
    where o.object_name = 'bitrix_sync' or o.object_name like 'bitrix\_sync.%'
       or exists (select 1 from catalogue c where c.object_type = o.object_type and c.object_name = o.object_name)
 ), roles (role) as (
-  values ('bitrix_sync_user'), ('bitrix_sync_admin'), ('han_app_user')
+  values ('bitrix_sync_user'), ('bitrix_sync_admin'), ('han_app_user'), ('bitrix_sync_app_writer')
 ), actual as (
   -- object-wide privileges ...
   select o.object_type, o.object_name, coalesce(r.rolname, 'PUBLIC') as role, a.privilege_type as privilege,
@@ -119,7 +123,7 @@ union all
 select distinct 'role', d.granted, d.member, d.privilege, null, d.problem
   from membership_drift d;
 comment on view bitrix_sync.role_privilege_drift is
-  'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the three roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role or held WITH ADMIN OPTION (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
+  'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the four roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role (bitrix_sync_app_writer included) or held WITH ADMIN OPTION (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('view', 'bitrix_sync.role_privilege_drift', array[]::text[], array['SELECT'], array[]::text[],
    'Where the database''s ACLs differ from this catalogue (empty when they agree).')

@@ -8,6 +8,8 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_watermark timestamptz;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   if p_limit is null or p_limit < 1 or p_limit > 1000 or p_lease is null or p_lease <= interval '0' then
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
@@ -64,6 +66,8 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue set locked_until = now() + p_lease, updated_at = now()
    where id = p_id and status = 'leased' and lease_token = p_lease_token
   returning * into v_row;
@@ -85,6 +89,8 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue
      set status = 'processed', completed_at = now(), locked_by = null, locked_until = null,
          lease_token = null, updated_at = now()
@@ -108,6 +114,8 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue
      set status = 'pending', locked_by = null, locked_until = null, lease_token = null,
          attempt_count = greatest(attempt_count - 1, 0), updated_at = now()

@@ -7,6 +7,8 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue
      set status = 'dead_letter', completed_at = now(), last_error_code = p_error_code, last_error_at = now(),
          locked_by = null, locked_until = null, lease_token = null, updated_at = now()
@@ -31,6 +33,8 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   perform bitrix_sync._check_code(p_error_code);
   select * into v_row from han_app.sync_queue
    where id = p_id and status = 'leased' and lease_token = p_lease_token
@@ -84,6 +88,8 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_row han_app.sync_queue;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   perform bitrix_sync._check_code(p_reason);
   update han_app.sync_queue
      set status = 'cancelled', cancel_reason = p_reason, completed_at = now(),

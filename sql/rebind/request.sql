@@ -5,7 +5,7 @@
 create or replace function bitrix_sync.request_bitrix_contact_rebind(
   user_id uuid, target_b24_id text, reason text, operator_id text
 ) returns uuid
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp set row_security = off as $$
 declare
   v_current bitrix_sync.entity_external_mapping;
   v_open bitrix_sync.rebind_requests;

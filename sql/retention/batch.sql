@@ -33,6 +33,8 @@ declare
   v_uuids uuid[];
   v_count integer;
 begin
+  -- han_app.sync_queue and its journal are still the project's (docs/security.md, "The App's tables").
+  perform bitrix_sync._check_queue_tables();
   case p_table
     when 'webhooks' then
       -- Processed events (coalesced ones are processed with the event that covered them), and

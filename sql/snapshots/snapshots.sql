@@ -1,6 +1,51 @@
 -- Contact snapshots (§6.4) and CRM-master writes into the App (§3.1, §5.5): what bitrix-sync last
 -- wrote into or read from each linked Contact, as hashes, and the App profile update that goes with
--- a read. The profile write runs with han.sync_suppress so it never echoes back as an App intent.
+-- a read. The profile write runs with han.sync_suppress so it never echoes back as an App intent,
+-- and with the rights of bitrix_sync_app_writer only (docs/security.md, "The App's tables").
+
+-- The service's one write into a table the App owns. The App's owner may attach code to its tables
+-- (a trigger, a rule, a CHECK, a generated column, a policy); an UPDATE runs that code as whoever
+-- runs the UPDATE. Here that is bitrix_sync_app_writer, the owner of this function: it may update
+-- these four columns and read user_id, and has nothing in schema bitrix_sync. Security definer,
+-- and not SET ROLE by the caller: code that runs inside a security definer function cannot SET ROLE
+-- or RESET ROLE (PostgreSQL refuses it there), while after a SET ROLE any trigger could switch back
+-- to the session's own role. The writer cannot change this function either: ALTER FUNCTION needs
+-- the schema's USAGE to name it. Its settings are restored when it returns, so a search_path or a
+-- row_security that App code sets inside does not outlive the call; with row_security off a policy
+-- on the table fails the statement instead of running.
+create or replace function bitrix_sync._write_app_crm_master(
+  p_user_id uuid, p_full_name text, p_citizenship text, p_email text, p_source_updated_at timestamptz
+) returns void
+language sql security definer set search_path = pg_catalog, pg_temp set row_security = off as $$
+  update han_app.client_profile
+     set full_name = p_full_name, citizenship = p_citizenship, email = p_email, source_updated_at = p_source_updated_at
+   where user_id operator(pg_catalog.=) p_user_id
+$$;
+comment on function bitrix_sync._write_app_crm_master(uuid, text, text, text, timestamptz) is
+  'Internal (apply_crm_master_fields): the CRM-master update of one App profile, run as its owner bitrix_sync_app_writer (security definer, row_security off), which may update full_name, citizenship, email and source_updated_at of han_app.client_profile and nothing in bitrix_sync: code the App''s owner attaches to the table runs with those rights only and cannot SET ROLE back to the service''s.';
+-- The writer keeps EXECUTE on its own function: the schema owner, its member, replaces the function in
+-- later migrations, and PostgreSQL validates a new body only for a role that may execute the
+-- function. The writer itself cannot even name it (no USAGE on bitrix_sync).
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, app_writer, note) values
+  ('function', 'bitrix_sync._write_app_crm_master(uuid,text,text,text,timestamp with time zone)', array['EXECUTE'], array[]::text[], array[]::text[],
+   array['EXECUTE'],
+   'The CRM-master profile write as the App writer (security definer, owned by bitrix_sync_app_writer); called by apply_crm_master_fields. The writer''s EXECUTE is its owner''s, kept so that the schema owner may replace it.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, app_writer = excluded.app_writer,
+      note = excluded.note;
+-- Owned by the writer. ALTER ... OWNER needs the new owner to have CREATE on the schema: given for
+-- this statement and taken back (the schema owner is a member of the writer, deploy/postgres/
+-- bootstrap.sql; the migration that adds the role checks it).
+do $$
+begin
+  if (select p.proowner from pg_catalog.pg_proc p
+       where p.oid = 'bitrix_sync._write_app_crm_master(uuid,text,text,text,timestamptz)'::pg_catalog.regprocedure)
+     <> 'bitrix_sync_app_writer'::pg_catalog.regrole then
+    grant create on schema bitrix_sync to bitrix_sync_app_writer;
+    alter function bitrix_sync._write_app_crm_master(uuid, text, text, text, timestamptz) owner to bitrix_sync_app_writer;
+    revoke create on schema bitrix_sync from bitrix_sync_app_writer;
+  end if;
+end $$;
 
 create or replace function bitrix_sync.record_contact_created(
   p_contact_id text, p_user_id uuid, p_name_hash text, p_email_hash text, p_phone_hash text,
@@ -92,10 +137,9 @@ begin
   end if;
   -- For the rest of the caller's transaction: the App's trigger records no intent for this write.
   perform set_config('han.sync_suppress', 'true', true);
-  update han_app.client_profile
-     set full_name = p_full_name, citizenship = p_citizenship, email = p_email,
-         source_updated_at = coalesce(p_crm_updated_at, now())
-   where user_id = p_user_id;
+  -- As the App writer, not as the caller: whatever the App runs on its table gets the writer's rights.
+  perform bitrix_sync._write_app_crm_master(p_user_id, p_full_name, p_citizenship, p_email,
+                                            coalesce(p_crm_updated_at, now()));
   insert into bitrix_sync.contact_snapshots
     (contact_id, user_id, name_hash, email_hash, citizenship_enum_id, citizenship_dictionary_loaded_at,
      registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at,
@@ -121,7 +165,7 @@ begin
   return v_row;
 end $$;
 comment on function bitrix_sync.apply_crm_master_fields(uuid, text, text, text, text, text, text, text, timestamptz, boolean, timestamptz, timestamptz, text, timestamptz) is
-  'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source; for a webhook also when it was received and the CRM time its read found). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
+  'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, as the App writer (_write_app_crm_master), and records the snapshot (hashes, enum ID, CRM timestamps, source; for a webhook also when it was received and the CRM time its read found). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)',
    array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots and the CRM-master profile write.')

@@ -12,6 +12,7 @@ import { type CrmDeps, executeBatch } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { createSpareLimiter } from "../crm/limiter.js";
+import { failureCode } from "../db/errors.js";
 import { auditContactsRead, auditRequests, auditRuns } from "../observability/metrics.js";
 import { inSpan, markFailed } from "../observability/tracing.js";
 import type { Settings } from "../settings-schema.js";
@@ -23,8 +24,6 @@ const BATCH_MAX = 50;
 const LINKS_PER_ROUND = BATCH_MAX * PAGE_SIZE;
 /** The registered scan lists every Contact with the flag set: the time filter must still be given. */
 export const SINCE_EVER = "2000-01-01T00:00:00+00:00";
-/** The spare slot frees itself after this long if its holder died; above any HTTP timeout. */
-const SPARE_SLOT_TTL_MS = 120_000;
 /** A range end above every Contact ID: the registered list ended, everything above was covered. */
 const ID_MAX = "9223372036854775807";
 
@@ -84,8 +83,6 @@ function spareDeps(deps: ServiceContext): CrmDeps {
       pool: deps.pool,
       main: main as typeof main & { bucket: string },
       holder: `${hostname()}:${process.pid}:audit`.slice(0, 200),
-      settings: () => ({ limiter: deps.settings().limiter, share: deps.settings().audit.budgetShare }),
-      slotTtlMs: SPARE_SLOT_TTL_MS,
     }),
   };
 }
@@ -241,7 +238,8 @@ async function runClaimed(
     report.requests = budget.requests;
     auditRuns.inc({ mode: claim.mode, status: "failed" });
     const leaseLost = (e as { code?: unknown }).code === "BS001";
-    report.errorCode = e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : "run_failed";
+    report.errorCode =
+      e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : failureCode(e, "run_failed");
     if (!leaseLost) {
       await deps.pool
         .query("select bitrix_sync.fail_audit_run($1, $2)", [lease, report.errorCode])

@@ -2,6 +2,7 @@
 // value stops the service with a message that names the variable but never echoes a secret.
 import { isAbsolute } from "node:path";
 import { z } from "zod";
+import { parseHookList } from "../app-tables.js";
 import { type Cidr, type CidrRules, parseCidrList } from "./cidr.js";
 import { toRestFieldName } from "./fields.js";
 import type { ConfigProblem } from "./problem.js";
@@ -55,6 +56,17 @@ export const EnvSchema = z.object({
   BITRIX_SYNC_HTTP_TIMEOUT_SEC: z.coerce.number().int().min(1).max(60).default(10),
   BITRIX_SYNC_DB_POOL_SIZE: z.coerce.number().int().min(2).max(100).default(5),
   BITRIX_SYNC_MIGRATE_ON_START: boolish.default(true),
+  // What the App runs on its own tables that the operator knows of (src/app-tables.ts): comma-separated
+  // kind:table:name, e.g. trigger:client_profile:set_updated_at. Anything else is reported.
+  BITRIX_SYNC_APP_TABLE_HOOKS: z
+    .string()
+    .optional()
+    .transform((text, ctx): string[] => {
+      const r = parseHookList(text);
+      if (r.ok) return r.keys;
+      for (const message of r.problems) ctx.addIssue({ code: "custom", message });
+      return z.NEVER;
+    }),
   OTEL_EXPORTER_OTLP_ENDPOINT: z.url().optional(),
   SECRETS_SOURCE: z.enum(["selectel", "file", "env"]).default("selectel"),
   // Read by loadSecrets (secrets.ts) from the raw environment; validated here like the rest.

@@ -18,7 +18,10 @@ export interface AdaptiveSettings {
   decrease: number;
   /** The rate never goes below base × minFactor (default 0.1). */
   minFactor: number;
-  /** The factor climbs back by this much per second (default 0.05: from 0.5 to 1 in 10 s). */
+  /**
+   * The factor climbs back by this much per second (default 0.05: from 0.5 to 1 in 10 s; the spare
+   * limiter's SQL, sql/limiter/spare.sql, uses the same number).
+   */
   recoveryPerSec: number;
   /** No request for this long after a refusal; further refusals inside it do not cut again (default 1000). */
   cooldownMs: number;
@@ -286,42 +289,28 @@ export interface SpareLimiterOptions {
   /** The sync path's limiter: its bucket is shared, and limit signals are reported to it. */
   main: CrmLimiter & { bucket: string };
   holder: string;
-  /** The sync path's settings and the share of its rate this limiter may use (audit.budget_share). */
-  settings: () => { limiter: LimiterSettings; share: number };
-  /** A slot frees itself this long after it was taken; must exceed the HTTP timeout. */
-  slotTtlMs: number;
-  adaptive?: Partial<AdaptiveSettings>;
   maxPollMs?: number;
 }
 
 /**
- * A limiter that gives only spare budget (sql/limiter.sql, acquire_spare_crm_request): a request
- * goes when the shared bucket is full (its refill unused), the rate is not cut and the sync path
- * has a free in-flight slot, and no faster than `share` of the rate. The convergence audit and
- * `npm run diagnose` read through it, so they never take a token sync traffic is waiting for. Limit
- * refusals and operating times go to the shared bucket, as the sync path's do.
+ * A limiter that gives only spare budget (sql/limiter/spare.sql, acquire_spare_crm_request): a
+ * request goes when the shared bucket is full (its refill unused), the rate is not cut and the sync
+ * path has a free in-flight slot, and no faster than audit.budget_share of the rate. The convergence
+ * audit and `npm run diagnose` read through it, so they never take a token sync traffic is waiting
+ * for. The database takes the rate, burst, cap and share from the active settings and decides the
+ * slot's lifetime and the rate's recovery itself (its admin callers are not trusted with them), and
+ * counts every grant per login (spare_budget_use). Limit refusals and operating times go to the
+ * shared bucket, as the sync path's do.
  */
 export function createSpareLimiter(opts: SpareLimiterOptions): CrmLimiter {
-  const adaptive = { ...DEFAULT_ADAPTIVE, ...opts.adaptive };
   const maxPoll = opts.maxPollMs ?? 5000;
   const { pool, main } = opts;
   async function acquireOnce(signal?: AbortSignal): Promise<LimiterPermit> {
     for (;;) {
       checkAbort(signal);
-      const s = opts.settings();
       const { rows } = await pool.query<{ granted: boolean; slot_id: string | null; wait_ms: number }>(
-        `select granted, slot_id, wait_ms
-           from bitrix_sync.acquire_spare_crm_request($1, $2, $3, $4, $5, $6, $7, $8)`,
-        [
-          main.bucket,
-          opts.holder,
-          s.limiter.refillPerSec,
-          s.limiter.burst,
-          s.limiter.maxInFlight,
-          s.share,
-          opts.slotTtlMs,
-          adaptive.recoveryPerSec,
-        ],
+        "select granted, slot_id, wait_ms from bitrix_sync.acquire_spare_crm_request($1, $2)",
+        [main.bucket, opts.holder],
       );
       const r = rows[0];
       if (r?.granted && r.slot_id) {

@@ -101,3 +101,22 @@ export function isJobBookkeepingLoss(e: unknown): boolean {
   if (!(e instanceof Error) || !(isConnectionLost(e) || isWriteRefused(e))) return false;
   return /graphile-worker[\\/].*\b(completeJobs|failJobs)\b/.test(e.stack ?? "");
 }
+
+/**
+ * The refusal PostgreSQL gives, with row_security off (every service connection and every security
+ * definer function that reads the App's tables), to a statement a row-security policy would apply
+ * to: someone put row security on a table the service reads, usually the App's owner on its own
+ * (docs/security.md, "The App's tables"). Told apart from other 42501s by the message, which is
+ * looked at here and never logged.
+ */
+export function isRowSecurityRefusal(e: unknown): boolean {
+  return sqlstate(e) === "42501" && e instanceof Error && /row-level security/i.test(e.message);
+}
+
+/**
+ * The code a failure is recorded and logged under: `app_row_security` for a row-security refusal
+ * (isRowSecurityRefusal), otherwise `fallback`.
+ */
+export function failureCode(e: unknown, fallback: string): string {
+  return isRowSecurityRefusal(e) ? "app_row_security" : fallback;
+}

@@ -8,6 +8,11 @@
 // It is a startup option of the connection (`-c search_path=...` in the `options` parameter): it costs
 // no round trip, and it wins over ALTER ROLE/DATABASE ... SET search_path. Preflight checks that no
 // role but the owners and superusers can CREATE in a schema on it (src/preflight/database.ts).
+//
+// The same option turns row security off (`-c row_security=off`): a row-security policy the App's
+// owner puts on its tables would run the functions it calls with the rights of whoever reads the
+// table, here the service's. With row_security off PostgreSQL refuses a query such a policy would
+// apply to (SQLSTATE 42501) instead of running the policy (docs/security.md, "The App's tables").
 
 /** The schemas of the path, in order. */
 const SEARCH_PATH = ["pg_catalog", "pg_temp"] as const;
@@ -15,8 +20,11 @@ const SEARCH_PATH = ["pg_catalog", "pg_temp"] as const;
 /** The path as a setting's value (`pg_catalog, pg_temp`). */
 export const SEARCH_PATH_SETTING = SEARCH_PATH.join(", ");
 
-/** The startup option that sets it (no space: `options` splits its words on spaces). */
-const SEARCH_PATH_OPTION = `-c search_path=${SEARCH_PATH.join(",")}`;
+/**
+ * The startup options that set it and row_security (no space inside one: `options` splits its words
+ * on spaces).
+ */
+const SESSION_OPTIONS = `-c search_path=${SEARCH_PATH.join(",")} -c row_security=off`;
 
 /** Stands in for the empty host of `postgres://user@/db?host=/socket/dir` while it is parsed. */
 const NO_HOST = "bitrix-sync-no-host.invalid";
@@ -58,14 +66,14 @@ function asUrl(connectionString: string): { url: URL; back: (url: URL) => string
 }
 
 /**
- * `connectionString` with the service's search path as a startup option, after any `options` it
- * already carries (a later `-c` wins), in every form node-postgres takes (see `asUrl`): to pg, the
+ * `connectionString` with the service's search path and row_security=off as startup options, after
+ * any `options` it already carries (a later `-c` wins), in every form node-postgres takes (see `asUrl`): to pg, the
  * result names the same server, database, user and password, and pins the path. Throws, without the
  * string in the message, on one pg could not read either.
  */
 export function withSearchPath(connectionString: string): string {
   const { url, back } = asUrl(connectionString);
   const before = url.searchParams.get("options");
-  url.searchParams.set("options", before ? `${before} ${SEARCH_PATH_OPTION}` : SEARCH_PATH_OPTION);
+  url.searchParams.set("options", before ? `${before} ${SESSION_OPTIONS}` : SESSION_OPTIONS);
   return back(url);
 }

@@ -33,6 +33,7 @@ export const READINESS_STATUSES = ["ready", "degraded", "not_ready"] as const;
 
 /** Every problem readiness can name (a fixed code each; /metrics exports each as a gauge). */
 export const READINESS_PROBLEMS = [
+  "app_tables_changed",
   "alert_config_invalid",
   "citizenship_field_missing",
   "citizenship_list_empty",

@@ -5,6 +5,7 @@
 // tell in time is reported as a problem code, next to what the process knows by itself.
 import type pg from "pg";
 import type { z } from "zod";
+import { appTableHooks, unknownHooks } from "../app-tables.js";
 import type { Config } from "../config/env.js";
 import type { CrmLimiter } from "../crm/limiter.js";
 import { databaseProblem, isTimeout, withDeadline } from "../db/deadline.js";
@@ -31,6 +32,8 @@ export interface StatusSource {
    * failures arrive is "degraded"), their version, and a problem while the active one does not parse.
    */
   settings: Pick<SettingsCache, "get" | "version" | "problem">;
+  /** How often readiness looks at the App's tables again (APP_TABLES_CHECK_MS unless given). */
+  appTablesCheckMs?: number;
 }
 /** The sync loop beats every round (at most the poll interval, 5 s); silence this long is a stall. */
 export const WORKER_STALL_MS = 90_000;
@@ -66,6 +69,52 @@ export function cachedReadiness(
   };
 }
 
+/**
+ * How often readiness looks at what runs on the App's tables (bitrix_sync.app_table_hooks(): a few
+ * catalogue reads). In between it answers what it found last; a probe never waits for the look.
+ */
+export const APP_TABLES_CHECK_MS = 60_000;
+
+interface AppTablesWatch {
+  at: number;
+  unknown: boolean;
+  inFlight: Promise<void> | null;
+}
+const appTablesWatches = new WeakMap<pg.Pool, AppTablesWatch>();
+
+/**
+ * Whether something the operator does not know of runs on the App's tables (docs/security.md, "The
+ * App's tables"), as last seen; starts a look in the background when the last one is older than
+ * APP_TABLES_CHECK_MS. The first probe of a process waits for the first look. A failed look keeps
+ * the last answer: the database checks report a database that does not answer.
+ */
+async function appTablesChanged(
+  pool: pg.Pool,
+  allowed: readonly string[],
+  everyMs: number = APP_TABLES_CHECK_MS,
+): Promise<boolean> {
+  let w = appTablesWatches.get(pool);
+  const look = (watch: AppTablesWatch) =>
+    appTableHooks(pool)
+      .then((rows) => {
+        watch.unknown = unknownHooks(rows, allowed).length > 0;
+        watch.at = Date.now();
+      })
+      .catch(() => undefined)
+      .finally(() => {
+        watch.inFlight = null;
+      });
+  if (!w) {
+    w = { at: 0, unknown: false, inFlight: null };
+    appTablesWatches.set(pool, w);
+    w.inFlight = look(w);
+    await w.inFlight;
+    return w.unknown;
+  }
+  if (!w.inFlight && Date.now() - w.at >= everyMs) w.inFlight = look(w);
+  return w.unknown;
+}
+
 /** The status document's database part; past it the answer is 503 with what the process knows. */
 const STATUS_DEADLINE_MS = 4_000;
 
@@ -90,10 +139,16 @@ async function databaseChecks(pool: pg.Pool, src?: StatusSource): Promise<Databa
   let crmAnsweredAt: number | null = null;
   const current = await migrationsCurrent(pool);
   if (!current) fatal.push("migrations_pending");
+  // The profile's CRM-master columns are written by _write_app_crm_master as the App writer: the
+  // runtime needs EXECUTE on it, the writer its UPDATE (migration 000040; before it, the runtime's own).
   const { rows } = await pool.query<{ ok: boolean }>(
     `select has_table_privilege('han_app.sync_queue', 'SELECT')
         and has_column_privilege('han_app.sync_queue', 'status', 'UPDATE')
-        and has_column_privilege('han_app.client_profile', 'full_name', 'UPDATE') as ok`,
+        and case when to_regprocedure('bitrix_sync._write_app_crm_master(uuid,text,text,text,timestamptz)') is null
+                 then has_column_privilege('han_app.client_profile', 'full_name', 'UPDATE')
+                 else has_function_privilege('bitrix_sync._write_app_crm_master(uuid,text,text,text,timestamptz)', 'EXECUTE')
+                      and has_column_privilege('bitrix_sync_app_writer', 'han_app.client_profile', 'full_name', 'UPDATE')
+            end as ok`,
   );
   if (!rows[0]?.ok) fatal.push("queue_grants_missing");
   // Both are SQL's to decide (sql/cutover.sql, sql/settings.sql); an older schema has neither.
@@ -128,6 +183,13 @@ async function databaseChecks(pool: pg.Pool, src?: StatusSource): Promise<Databa
     // for the same reason as the cutover: the receivers must stay reachable.
     if (src?.config.processing && s[0]?.paused) degraded.push("paused");
     crmAnsweredAt = s[0]?.answered?.getTime() ?? null;
+    // Code on the App's tables nobody listed: it never runs with the service's rights, but an
+    // operator should know of it (preflight's database.app_tables names it).
+    if (
+      src &&
+      (await appTablesChanged(pool, src.config.env.BITRIX_SYNC_APP_TABLE_HOOKS, src.appTablesCheckMs))
+    )
+      degraded.push("app_tables_changed");
   }
   return { fatal, degraded, crmAnsweredAt };
 }

@@ -3,14 +3,15 @@
 // nothing.
 import type pg from "pg";
 import { raiseAlert } from "../alerts/raise.js";
-import { type ApplySource, applyCrmMaster, markSnapshotStale } from "../app-data.js";
+import { type ApplySource, applyCrmMaster, crmMasterValues, markSnapshotStale } from "../app-data.js";
 import type { ServiceContext } from "../context.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
+import { heldValuesHash } from "../hash.js";
 
 /** What happened to one Contact read by ID. Low-cardinality: used as outcome codes and labels. */
 export type ContactOutcome =
   | "applied"
-  /** The link was made by phone alone and is held (sql/held_links.sql): nothing applied. */
+  /** The link was made by phone alone and is held (sql/mapping/held.sql): nothing applied. */
   | "held"
   | "stale"
   | "unknown_mapping"
@@ -23,7 +24,7 @@ export interface MappedContact {
   contactId: number;
   userId: string;
   mappingId: string;
-  /** A link made by phone alone whose CRM-master fields are held back (sql/held_links.sql). */
+  /** A link made by phone alone whose CRM-master fields are held back (sql/mapping/held.sql). */
   held: boolean;
 }
 
@@ -70,18 +71,24 @@ export async function applyContact(
   }
   if (contact.registered === false) return "registration_inactive";
   if (m.held) {
-    // Only a robot webhook that reads a change made in the CRM after the link releases the hold;
-    // reconciliation applies nothing meanwhile (sql/held_links.sql).
+    // Only a robot webhook that reads CRM-master values other than those the first read after the
+    // link saw releases the hold: a change made in the CRM, since the service never writes these
+    // fields into a Contact it linked. Reconciliation applies nothing meanwhile (sql/mapping/held.sql).
     const { rows } = await c.query<{ hold: string }>(
-      "select bitrix_sync.held_link_read($1, $2, $3) as hold",
-      [m.mappingId, contact.updatedAt ? new Date(contact.updatedAt) : null, source === "webhook"],
+      "select bitrix_sync.held_link_read($1, $2, $3, $4) as hold",
+      [
+        m.mappingId,
+        contact.updatedAt ? new Date(contact.updatedAt) : null,
+        source === "webhook",
+        heldValuesHash({ ...crmMasterValues(contact), citizenshipEnumId: contact.citizenshipEnumId }),
+      ],
     );
     const hold = rows[0]?.hold;
     if (hold === "held") return "held";
     if (hold === "released") {
       deps.log.info(
         { event: "link.hold_released", mappingId: m.mappingId, by: "robot_webhook" },
-        "a robot webhook reported a CRM change after a link made by phone alone: its fields apply now",
+        "a robot webhook read CRM-master values changed in the CRM after a link made by phone alone: its fields apply now",
       );
     }
   }

@@ -16,6 +16,7 @@ import type { CommandOutcome } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { readBatches } from "../crm/read-batches.js";
+import { failureCode } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
 import { CLEARED_HASH, matchesPiiHash } from "../hash.js";
 import {
@@ -463,7 +464,8 @@ async function runClaimed(
     report.requests = counter.requests;
     report.failedRequests = counter.failed.length;
     const leaseLost = (e as { code?: unknown }).code === "BS001";
-    report.errorCode = e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : "run_failed";
+    report.errorCode =
+      e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : failureCode(e, "run_failed");
     // The watermark stays: the next run reads the same window again, after the backoff. A run whose
     // lease was taken over leaves the cursor to the run that holds it now.
     if (!leaseLost) {

@@ -15,6 +15,7 @@ import type { ServiceContext } from "../context.js";
 import { attemptsSpent, backoffDelayMs } from "../crm/backoff.js";
 import { executeBatch } from "../crm/batch.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
+import { failureCode } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
 import { countRetry, timedClaim, webhookApplyLag, webhookOutcomes } from "../observability/metrics.js";
 import {
@@ -157,17 +158,20 @@ export async function processContactWebhooks(deps: ServiceContext, limit = 50): 
           );
           finish(spanOf(r), outcome);
         } catch (e) {
+          // app_row_security: a policy on an App table refused the write (docs/security.md).
+          const code = failureCode(e, "apply_failed");
           deps.log.warn(
             {
               event: "webhook.process_failed",
               receiver: "contact",
               inboxId: r.id,
+              code,
               sqlstate: (e as { code?: string }).code,
             },
             "webhook not processed; will retry",
           );
-          await retryRows(deps, [r], "apply_failed", false).catch(() => undefined);
-          finish(spanOf(r), "apply_failed", true);
+          await retryRows(deps, [r], code, false).catch(() => undefined);
+          finish(spanOf(r), code, true);
         }
       });
     }

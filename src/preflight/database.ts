@@ -5,6 +5,7 @@
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
+import { appTableHooks, describeHook, unknownHooks } from "../app-tables.js";
 import type { Config } from "../config/env.js";
 import { isLoopbackHost } from "../crm/client.js";
 import { sqlstate } from "../db/errors.js";
@@ -28,6 +29,7 @@ const IDS = [
   "database.worker_schema",
   "database.owner",
   "database.grants",
+  "database.app_tables",
   "database.settings",
   "database.cutover",
 ] as const;
@@ -160,13 +162,15 @@ export async function checkDatabase(config: Config, ownerUrl: string | undefined
     if (!migrated) {
       const why = "the schema is not current (database.migrations)";
       results.push(notChecked("database.owner", why));
-      results.push(notChecked("database.grants", why), notChecked("database.settings", why));
+      results.push(notChecked("database.grants", why), notChecked("database.app_tables", why));
+      results.push(notChecked("database.settings", why));
       results.push(notChecked("database.cutover", why));
       return { results, settings };
     }
 
     results.push(await checkOwner(c));
     results.push(await checkGrants(c, ownerUrl, timeoutMs));
+    results.push(await checkAppTables(c, config.env.BITRIX_SYNC_APP_TABLE_HOOKS));
 
     const active = await c.query<{ s: unknown }>("select bitrix_sync.active_settings() as s");
     const parsed = parseSettings(active.rows[0]?.s);
@@ -395,10 +399,55 @@ async function checkSearchPath(c: pg.Client, url: string, timeoutMs: number): Pr
 }
 
 /**
+ * What runs on the App's tables besides the project's own (src/app-tables.ts): every entry
+ * BITRIX_SYNC_APP_TABLE_HOOKS does not name fails. None of it runs with the service's rights (the
+ * service's write runs as the App writer, its reads with row_security off); but a row-security
+ * policy makes every statement of the service on that table fail, a table replaced by a view runs
+ * the view's functions for every reader, and anything the App did not announce deserves a look.
+ */
+async function checkAppTables(c: pg.Client, allowed: readonly string[]): Promise<CheckResult> {
+  const rows = await appTableHooks(c);
+  const unknown = unknownHooks(rows, allowed);
+  if (unknown.length === 0) {
+    return check(
+      "database.app_tables",
+      "ok",
+      rows.length === 0
+        ? "nothing but the project's own trigger runs on han_app's identity and profile tables"
+        : `what runs on han_app's identity and profile tables is known: ${rows.length} entr${rows.length === 1 ? "y" : "ies"} of BITRIX_SYNC_APP_TABLE_HOOKS`,
+    );
+  }
+  const allowable = unknown.every((h) =>
+    ["trigger", "rule", "default", "generated", "check", "index", "column_type"].includes(h.kind),
+  );
+  return check(
+    "database.app_tables",
+    "fail",
+    `${unknown.length} thing(s) on the App's tables that BITRIX_SYNC_APP_TABLE_HOOKS does not name: ${unknown
+      .slice(0, 8)
+      .map(describeHook)
+      .join("; ")}${unknown.length > 8 ? "; ..." : ""}`,
+    `${
+      allowable
+        ? "if they are the App's own (an updated_at or audit trigger, say), add each as kind:table:name to BITRIX_SYNC_APP_TABLE_HOOKS (e.g. " +
+          unknown
+            .slice(0, 2)
+            .map((h) => `${h.kind}:${h.relation}:${h.name}`)
+            .join(",") +
+          "); otherwise ask the App's owner to remove them"
+        : "row security, a policy, a missing table, a view or a child table in the place of the App's table, or a project table of han_app owned by another role cannot be allowed: every statement of the service there fails or means something else; ask the App's owner to undo it"
+    }; docs/security.md, "The App's tables"`,
+  );
+}
+
+/**
  * Who owns the project's functions and schemas: the security definer functions run with their
  * owner's rights, so a superuser owner turns any flaw in one of them into the whole cluster. On
  * PostgreSQL 15 and older CREATEROLE is nearly as much (such a role may grant itself
- * pg_execute_server_program): a warning.
+ * pg_execute_server_program): a warning. So is the owner's membership in the role that owns the
+ * App's tables: the App's code would then run with the rights of the project's owner wherever the
+ * owner reads a table of the App's as its own (docs/security.md, "The App's tables"). The one
+ * function bitrix_sync_app_writer owns (_write_app_crm_master) is its on purpose.
  */
 async function checkOwner(c: pg.Client): Promise<CheckResult> {
   const { rows } = await c.query<{ owner: string; superuser: boolean; createrole: boolean; definer: number }>(
@@ -407,6 +456,7 @@ async function checkOwner(c: pg.Client): Promise<CheckResult> {
        from (select p.proowner as oid, p.prosecdef as definer
                from pg_catalog.pg_proc p
               where p.pronamespace in ('bitrix_sync'::regnamespace, 'han_app'::regnamespace)
+                and p.proowner <> coalesce(to_regrole('bitrix_sync_app_writer')::oid, 0::oid)
              union all
              select n.nspowner, false
                from pg_catalog.pg_namespace n
@@ -431,14 +481,32 @@ async function checkOwner(c: pg.Client): Promise<CheckResult> {
       ?.v ?? 0,
   );
   const createrole = rows.filter((r) => r.createrole);
+  const { rows: app } = await c.query<{ app_owner: string | null; member: boolean }>(
+    `select o.relowner::regrole::text as app_owner,
+            o.relowner <> n.nspowner and pg_catalog.pg_has_role(n.nspowner, o.relowner, 'MEMBER') as member
+       from pg_catalog.pg_class o, pg_catalog.pg_namespace n
+      where o.oid = to_regclass('han_app.client_profile') and n.nspname = 'bitrix_sync'`,
+  );
+  const member = app[0]?.member ? app[0].app_owner : null;
+  const warnings: string[] = [];
+  const hints: string[] = [];
   if (createrole.length > 0 && version < 160000) {
-    return check(
-      "database.owner",
-      "warn",
+    warnings.push(
       `the owner ${createrole.map((r) => r.owner).join(", ")} is not a superuser but has CREATEROLE, which on PostgreSQL ${Math.floor(version / 10000)} lets it grant itself any non-superuser role (pg_execute_server_program among them)`,
-      `after migrating, as the DBA: ${createrole.map((r) => `ALTER ROLE ${r.owner} NOCREATEROLE;`).join(" ")} give it back only to apply a migration that includes sql/roles.sql (docs/deployment.md)`,
+    );
+    hints.push(
+      `after migrating, as the DBA: ${createrole.map((r) => `ALTER ROLE ${r.owner} NOCREATEROLE;`).join(" ")} the migrations need it no more (a new role comes from deploy/postgres/bootstrap.sql, docs/deployment.md)`,
     );
   }
+  if (member) {
+    warnings.push(
+      `the schema owner is a member of ${member}, the role that owns the App's tables: the App's owner and the project's share one set of rights`,
+    );
+    hints.push(
+      `run deploy/postgres/bootstrap.sql again as the DBA with -v app_owner=${member} (without app_owner_membership): it grants the schema owner what the migrations need on the App's tables and revokes the membership (docs/deployment.md, "The database roles")`,
+    );
+  }
+  if (warnings.length > 0) return check("database.owner", "warn", warnings.join("; "), hints.join("; "));
   return check("database.owner", "ok", `owned by ${owners}, not a superuser`);
 }
 

@@ -6,6 +6,7 @@ import type pg from "pg";
 import {
   type AppUser,
   applyCrmMaster,
+  crmMasterValues,
   type Db,
   isEligible,
   loadAppUser,
@@ -16,7 +17,7 @@ import type { CommandResults, CommandType, CrmCommand } from "../crm/catalogue.j
 import type { HydrationCode } from "../crm/classify.js";
 import type { CitizenshipDictionary, ContactRecord } from "../crm/contact-fields.js";
 import { isValidRuPhone, type PhonePlan, phoneChange } from "../crm/contact-fields.js";
-import { isLegacyHash, matchesPiiHash, piiHash } from "../hash.js";
+import { heldValuesHash, isLegacyHash, matchesPiiHash, piiHash } from "../hash.js";
 import type { CommandRow } from "./types.js";
 
 /** A command the pump can send, plus what its handler needs to know about what was sent. */
@@ -302,14 +303,20 @@ export async function projectResult(
           return { found: true, user_id_matches: false, registered: c.registered };
         // Whether the App's phone is still on the Contact (a manager may have removed it).
         const phoneHashes = c.phones.map((e) => piiHash("phone", e.value.trim()));
-        // A link made by phone alone may be held (sql/held_links.sql): nothing reaches the App yet;
-        // this read is remembered as the one a robot webhook has to be newer than. Only a held
-        // link's row is locked and read further; any other link finds no row here.
+        // A link made by phone alone may be held (sql/mapping/held.sql): nothing reaches the App yet;
+        // this read's time and CRM-master values (as one keyed hash) are what a robot webhook's read
+        // is compared with. Only a held link's row is locked and read further; any other link finds
+        // no row here.
         const { rows: hold } = await tx.query<{ hold: string }>(
-          `select bitrix_sync.held_link_read(m.id, $3, false) as hold from bitrix_sync.entity_external_mapping m
+          `select bitrix_sync.held_link_read(m.id, $3, false, $4) as hold from bitrix_sync.entity_external_mapping m
             where m.entity_id = $1 and m.external_id = $2 and m.status = 'active'
               and m.held_at is not null and m.hold_released_at is null`,
-          [userId, String(c.id), c.updatedAt ? new Date(c.updatedAt) : null],
+          [
+            userId,
+            String(c.id),
+            c.updatedAt ? new Date(c.updatedAt) : null,
+            heldValuesHash({ ...crmMasterValues(c), citizenshipEnumId: c.citizenshipEnumId }),
+          ],
         );
         if (hold[0]?.hold === "held")
           return {

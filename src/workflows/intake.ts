@@ -8,7 +8,7 @@
 import { desiredContentHash, loadAppUser, loadAppUsers } from "../app-data.js";
 import type { ServiceContext } from "../context.js";
 import { attemptsSpent, backoffDelayMs, LANE_LEAD } from "../crm/backoff.js";
-import { safeError, sqlstate } from "../db/errors.js";
+import { failureCode, safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
 import { countRetry, timedClaim } from "../observability/metrics.js";
 import {
@@ -193,19 +193,21 @@ async function takeIntent(deps: ServiceContext, row: QueueRow, span: Span): Prom
       return;
     }
     markFailed(span, safeError(e).sqlstate ?? "intake_failed");
+    // app_row_security: a policy on an App table refused the read of the user (docs/security.md).
+    const code = failureCode(e, "intake_failed");
     deps.log.warn(
-      { event: "intake.failed", intentId: row.id, ...safeError(e) },
+      { event: "intake.failed", intentId: row.id, code, ...safeError(e) },
       "intent not taken; will retry",
     );
     // SQL dead-letters the intent instead when the retry would pass the horizon.
     const r = await deps.pool
       .query<{ status: string }>(
-        "select status from bitrix_sync.retry_sync_task($1, $2, 'intake_failed', make_interval(secs => $3))",
-        [row.id, row.lease_token, backoffDelayMs(attemptsSpent(row) + LANE_LEAD, s.retry) / 1000],
+        "select status from bitrix_sync.retry_sync_task($1, $2, $3, make_interval(secs => $4))",
+        [row.id, row.lease_token, code, backoffDelayMs(attemptsSpent(row) + LANE_LEAD, s.retry) / 1000],
       )
       .catch(() => null);
     span.setAttribute("bitrix_sync.intake.action", r?.rows[0]?.status ?? "retry_failed");
-    if (r?.rows[0]?.status === "retry_wait") countRetry("intake", "intake_failed");
+    if (r?.rows[0]?.status === "retry_wait") countRetry("intake", code);
     if (r?.rows[0]?.status === "dead_letter") {
       deps.log.error(
         { event: "intake.dead_letter", intentId: row.id, code: "retry_horizon_exceeded" },

@@ -5,7 +5,7 @@
 import type pg from "pg";
 import type { ServiceContext } from "../context.js";
 import { attemptsSpent, backoffDelayMs, LANE_LEAD } from "../crm/backoff.js";
-import { safeError, sqlstate } from "../db/errors.js";
+import { failureCode, safeError, sqlstate } from "../db/errors.js";
 import { StatementBatcher } from "../db/statement-batcher.js";
 import { inTransaction } from "../db/tx.js";
 import { countRetry, stepGroups, timedClaim } from "../observability/metrics.js";
@@ -187,24 +187,28 @@ async function stepFailed(deps: ServiceContext, wf: WorkflowRow, span: Span, e: 
   }
   markFailed(span, safeError(e).sqlstate ?? safeError(e).errorName);
   const ids = { workflowId: wf.id, correlationId: wf.correlation_id };
+  // A row-security policy on an App table refuses the step's read (app_row_security): retried like
+  // any failure, but named, so the log and the workflow say why (docs/security.md).
+  const code = failureCode(e, "step_failed");
   deps.log.warn(
     {
       event: "workflow.step_failed",
       ...ids,
       workflowType: wf.workflow_type,
       step: wf.current_step,
+      code,
       ...safeError(e),
     },
     "workflow step failed; scheduled for retry",
   );
   const r = await deps.pool
     .query<{ state: string }>(
-      "select state from bitrix_sync.schedule_workflow_retry($1, $2, 'step_failed', make_interval(secs => $3))",
-      [wf.id, wf.lease_token, backoffDelayMs(attemptsSpent(wf) + LANE_LEAD, s.retry) / 1000],
+      "select state from bitrix_sync.schedule_workflow_retry($1, $2, $3, make_interval(secs => $4))",
+      [wf.id, wf.lease_token, code, backoffDelayMs(attemptsSpent(wf) + LANE_LEAD, s.retry) / 1000],
     )
     .catch(() => null);
   span.setAttribute("bitrix_sync.workflow.event", r?.rows[0]?.state === "failed" ? "fail" : "retry");
-  if (r?.rows[0]?.state === "waiting_retry") countRetry("workflows", "step_failed");
+  if (r?.rows[0]?.state === "waiting_retry") countRetry("workflows", code);
   if (r?.rows[0]?.state === "failed") {
     deps.log.error(
       { event: "workflow.dead_letter", ...ids, code: "retry_horizon_exceeded" },

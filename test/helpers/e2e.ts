@@ -8,6 +8,7 @@ import { Writable } from "node:stream";
 import { makeWorkerUtils } from "graphile-worker";
 import pg from "pg";
 import { loadConfig, SANDBOX_FIELDS } from "../../src/config/env.js";
+import { withSearchPath } from "../../src/db/search-path.js";
 import { type Emulator, type EmulatorOptions, startEmulator } from "../../src/emulator/server.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { buildRuntime, type Runtime, registerRuntime } from "../../src/runtime.js";
@@ -19,6 +20,8 @@ export interface Rig {
   db: TestDb;
   emulator: Emulator;
   runtime: Runtime;
+  /** The service's connection string (bitrix_sync_user's with asRuntimeRole, else the superuser's). */
+  serviceUrl: string;
   /** Every log line written, for PII/secret greps. */
   logs: string[];
   /** Starts the real graphile-worker runner and the sync loop (payload: e.g. a short budget_ms). */
@@ -81,6 +84,13 @@ export async function startRig(
     settings?: Record<string, unknown>;
     /** Run the service as bitrix_sync_user (least privilege, §13) instead of the superuser. */
     asRuntimeRole?: boolean;
+    /**
+     * A database of the test's own instead of a fresh clone of the template (e.g. one whose App tables
+     * another role owns); the rig drops it on close like its own.
+     */
+    db?: TestDb;
+    /** Variables over the test service's environment (testServiceEnv). */
+    env?: Record<string, string>;
     /** Perform the cutover on the new database (default true, as on every deployed service). */
     cutover?: boolean;
     /**
@@ -91,7 +101,7 @@ export async function startRig(
     contractConfirmed?: boolean;
   } = {},
 ): Promise<Rig> {
-  const db = await createTestDb({ cutover: opts.cutover ?? true });
+  const db = opts.db ?? (await createTestDb({ cutover: opts.cutover ?? true }));
   await setSettings(db, {
     "worker.poll_interval_ms": 500,
     "batch.max_wait_ms": 50,
@@ -117,7 +127,7 @@ export async function startRig(
     },
   });
   const log = createLogger({ level: "debug", destination: sink });
-  const config = loadConfig(testServiceEnv(emulator));
+  const config = loadConfig({ ...testServiceEnv(emulator), ...opts.env });
   let stopping = new AbortController();
   let servicePool = db.pool;
   let serviceUrl = db.url;
@@ -129,7 +139,8 @@ export async function startRig(
     u.username = "bitrix_sync_user";
     u.password = password;
     serviceUrl = u.toString();
-    servicePool = new pg.Pool({ connectionString: serviceUrl, max: 10 });
+    // With the service's session options (the search path, row_security off), as its pools have them.
+    servicePool = new pg.Pool({ connectionString: withSearchPath(serviceUrl), max: 10 });
     servicePool.on("error", () => undefined);
     servicePool.on("connect", (client) => client.on("error", () => undefined));
   }
@@ -147,6 +158,7 @@ export async function startRig(
     db,
     emulator,
     runtime,
+    serviceUrl,
     logs,
     async startWorker(loopPayload = {}) {
       if (runner) return;

@@ -5,6 +5,7 @@
 // automatic repair a setting switches on per kind. Real PostgreSQL, the emulator over HTTP.
 import { randomUUID } from "node:crypto";
 import test from "ava";
+import pg from "pg";
 import { runConvergenceAudit } from "../../src/audit/run.js";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
@@ -25,11 +26,25 @@ test.after.always(async () => {
   await db?.drop();
 });
 
-/** acquire_spare_crm_request with refill `refill`/s (10), burst 10, 2 in flight, share `share`. */
+/**
+ * acquire_spare_crm_request under the settings limiter.refill_per_sec `refill` (10), burst 10, 2 in
+ * flight, audit.budget_share `share`: the function reads them itself (the caller passes none).
+ */
+let active = "";
 async function spare(bucket: string, share = 0.1, refill = 10) {
+  const want = JSON.stringify([share, refill]);
+  if (active !== want) {
+    await setSettings(db, {
+      "limiter.refill_per_sec": refill,
+      "limiter.burst": 10,
+      "limiter.max_in_flight": 2,
+      "audit.budget_share": share,
+    });
+    active = want;
+  }
   const { rows } = await db.pool.query<{ granted: boolean; slot_id: string | null; wait_ms: number }>(
-    "select * from bitrix_sync.acquire_spare_crm_request($1, 'test', $3, 10, 2, $2, 60000, 0.05)",
-    [bucket, share, refill],
+    "select * from bitrix_sync.acquire_spare_crm_request($1, 'test')",
+    [bucket],
   );
   return rows[0] as { granted: boolean; slot_id: string | null; wait_ms: number };
 }
@@ -107,12 +122,114 @@ test.serial("the spare limiter stays within its share of the rate", async (t) =>
   t.true(granted >= 2 && granted <= 4, `${granted} granted in 2.5 s (the first at once, then one a second)`);
 });
 
-test.serial("bad spare limiter arguments are refused with BS010", async (t) => {
-  const e = await t.throwsAsync(
-    db.pool.query("select * from bitrix_sync.acquire_spare_crm_request('x', 'y', 10, 10, 2, 0, 1000, 0.05)"),
-  );
-  t.like(e, { code: "BS010" });
-});
+test.serial(
+  "the previous release's form ignores the caller's numbers: no rate cut undone, no slot held longer than 2 minutes",
+  async (t) => {
+    const b = "spare-5.portal.test";
+    await syncAcquire(b).then((g) =>
+      db.pool.query("select bitrix_sync.release_crm_request($1)", [g.slot_id]),
+    );
+    await db.pool.query("select bitrix_sync.note_rate_limited($1, 0.5, 0.1, 0, 0.05)", [b]);
+    const before = await db.pool.query(
+      "select rate_factor, rate_changed_at from bitrix_sync.crm_rate_buckets where bucket = $1",
+      [b],
+    );
+    // As the admin (npm run diagnose of the previous release), with a recovery of a billion a second,
+    // a huge rate and a slot of 24 days.
+    const asAdmin = (sql: string, bucket: string) =>
+      asRole(db.pool, "bitrix_sync_admin", (c) =>
+        c.query<{ granted: boolean; slot_id: string | null }>(sql, [bucket]),
+      );
+    const cut = await asAdmin(
+      "select * from bitrix_sync.acquire_spare_crm_request($1, 'diagnose:x', 1e6, 250, 50, 1, 2073600000, 1e9)",
+      b,
+    );
+    t.false(cut.rows[0]?.granted, "the cut rate has not climbed back: nothing is spare");
+    const after = await db.pool.query(
+      "select rate_factor, rate_changed_at from bitrix_sync.crm_rate_buckets where bucket = $1",
+      [b],
+    );
+    t.deepEqual(after.rows, before.rows, "the rate factor is the sync path's to write");
+
+    const b2 = "spare-6.portal.test";
+    const g = await asAdmin(
+      "select * from bitrix_sync.acquire_spare_crm_request($1, 'diagnose:x', 1e6, 250, 50, 1, 2073600000, 1e9)",
+      b2,
+    );
+    t.true(g.rows[0]?.granted, JSON.stringify(g.rows));
+    const slot = await db.pool.query<{ ttl: number }>(
+      "select extract(epoch from expires_at - acquired_at)::float8 as ttl from bitrix_sync.crm_inflight_slots where slot_id = $1",
+      [g.rows[0]?.slot_id],
+    );
+    t.is(slot.rows[0]?.ttl, 120, "the server's lifetime, not 24 days");
+    // Audited: who, when.
+    const use = await db.pool.query(
+      "select db_user, holder, grants, first_at <= last_at as ordered from bitrix_sync.spare_budget_use where bucket = $1",
+      [b2],
+    );
+    t.deepEqual(use.rows, [{ db_user: "postgres", holder: "diagnose:x", grants: "1", ordered: true }]);
+    await db.pool.query("select bitrix_sync.release_spare_crm_request($1)", [g.rows[0]?.slot_id]);
+    // The form without numbers counts into the same row.
+    await new Promise((r) => setTimeout(r, 1100));
+    const again = await asAdmin("select * from bitrix_sync.acquire_spare_crm_request($1, 'diagnose:x')", b2);
+    t.true(again.rows[0]?.granted, JSON.stringify(again.rows));
+    const used = await db.pool.query("select grants from bitrix_sync.spare_budget_use where bucket = $1", [
+      b2,
+    ]);
+    t.deepEqual(used.rows, [{ grants: "2" }]);
+    // The admin reads the use; it cannot write it.
+    const seen = await asRole(db.pool, "bitrix_sync_admin", (c) =>
+      c.query("select count(*)::int as n from bitrix_sync.spare_budget_use where bucket = $1", [b2]),
+    );
+    t.is(seen.rows[0]?.n, 1);
+    await t.throwsAsync(
+      asRole(db.pool, "bitrix_sync_admin", (c) => c.query("delete from bitrix_sync.spare_budget_use")),
+      { code: "42501" },
+    );
+  },
+);
+
+test.serial(
+  "a repair wakes a sync loop asleep on the intake watch at once, not at its next poll",
+  async (t) => {
+    const user = await makeUser(db.pool, { phone: "+79990001122" });
+    await db.pool.query("delete from han_app.sync_queue where entity_id = $1", [user.id]);
+    await db.pool.query(
+      "insert into bitrix_sync.drift_findings (kind, user_id, details) values ('unmapped_user', $1, '{}')",
+      [user.id],
+    );
+    // A sync loop asleep: its own connection holds the intake watch (sql/intake/watch.sql) and listens.
+    const sleeper = new pg.Client({ connectionString: db.url });
+    const listener = new pg.Client({ connectionString: db.url });
+    await sleeper.connect();
+    await listener.connect();
+    t.teardown(async () => {
+      await sleeper.end();
+      await listener.end();
+    });
+    await listener.query("listen bitrix_sync_queue");
+    const heard: string[] = [];
+    listener.on("notification", (n) => heard.push(n.payload ?? ""));
+    await sleeper.query("begin");
+    t.deepEqual((await sleeper.query("select bitrix_sync.watch_intake() as w")).rows, [{ w: true }]);
+    await asRole(db.pool, "bitrix_sync_admin", (c) =>
+      c.query("select * from bitrix_sync.repair_drift('ops:test', 'wake-up test', $1::uuid[])", [[user.id]]),
+    );
+    await waitFor(async () => heard.includes("drift_repair"), 5_000, "the repair's NOTIFY");
+    await sleeper.query("commit");
+    // With no loop asleep it stays quiet: the next loop to fall asleep looks at the queue first.
+    heard.length = 0;
+    await db.pool.query(
+      "insert into bitrix_sync.drift_findings (kind, user_id, details) values ('phone_missing', $1, '{}')",
+      [user.id],
+    );
+    await asRole(db.pool, "bitrix_sync_admin", (c) =>
+      c.query("select * from bitrix_sync.repair_drift('ops:test', 'wake-up test', $1::uuid[])", [[user.id]]),
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    t.deepEqual(heard, []);
+  },
+);
 
 // --- runs against the emulator ----------------------------------------------------------------------
 

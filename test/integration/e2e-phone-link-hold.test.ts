@@ -170,6 +170,69 @@ test.serial(
   },
 );
 
+test.serial(
+  "an impostor on a victim's phone: the service's own write into the victim's Contact and its echo release nothing; a manager's edit of the name does",
+  async (t) => {
+    // The impostor signs up with the victim's phone (the App does not verify it): linked, held.
+    const { u, contact } = await phoneOnlyLink();
+    t.truthy((await mapping(u.id)).held_at);
+    // The impostor changes the App phone: the service writes the new number into the victim's
+    // Contact (App-master), which makes the Contact newer than the first read after the link.
+    const seenBefore = contact.updatedTime;
+    // The portal's times have whole seconds: the write comes a second later, as a person's would.
+    await new Promise((r) => setTimeout(r, 1_100));
+    const since = new Date();
+    const newPhone = randomPhone();
+    await rig.db.pool.query("update han_app.user_identity set phone_number = $2 where id = $1", [
+      u.id,
+      newPhone,
+    ]);
+    await waitFor(
+      async () => {
+        const { rows } = await rig.db.pool.query(
+          `select 1 from bitrix_sync.workflow_instances where user_id = $1 and created_at > $2
+              and workflow_type = 'contact.update' and state = 'succeeded'`,
+          [u.id, since],
+        );
+        return rows.length > 0;
+      },
+      20_000,
+      "the phone written into the Contact",
+    );
+    t.true(
+      contact.phones.some((p) => p.value === newPhone),
+      "the service wrote the impostor's number into the victim's Contact",
+    );
+    t.true(contact.updatedTime > seenBefore, "the Contact is newer than the first read after the link");
+
+    // The echo: the robot call the service's write causes, and reconciliation reading the Contact.
+    t.is(await robot(contact.id), 200);
+    t.deepEqual(await inboxOutcomes(contact.id), ["held"]);
+    const report = await reconcileContacts(rig.runtime.services, rig.runtime.settings.get().reconcile, {
+      force: true,
+    });
+    t.is(report.status, "succeeded");
+    t.is((await mapping(u.id)).hold_released_at, null, "the hold stands");
+    t.deepEqual(
+      await profile(u.id),
+      { full_name: "Own Name", email: null, citizenship: null },
+      "nothing of the victim reached the impostor",
+    );
+
+    // A manager edits the Contact's name: a change a person made in the CRM ends the hold.
+    managerEdits(contact, "Renamed By A Manager");
+    t.is(await robot(contact.id), 200);
+    t.deepEqual(await inboxOutcomes(contact.id, 2), ["held", "applied"]);
+    const m = await mapping(u.id);
+    t.is(m.hold_released_by, "robot_webhook");
+    t.deepEqual(await profile(u.id), {
+      full_name: "Renamed By A Manager",
+      email: "someone@example.org",
+      citizenship: "Казахстан",
+    });
+  },
+);
+
 test.serial("an admin confirms a held link: audited with the login, and the fields follow", async (t) => {
   const { u, contact } = await phoneOnlyLink();
   const out = await asRole(rig.db.pool, "bitrix_sync_admin", (c) =>

@@ -2,6 +2,7 @@
 // beyond masked ones, and `npm run diagnose` (a child process with the admin role only) adding the
 // live Contact side by side; the admin-facing errors of the convergence audit's functions
 // (BS060, BS061, BS004) and that the runtime role cannot call them.
+import { createHash, randomBytes } from "node:crypto";
 import test from "ava";
 import pg from "pg";
 import { runConvergenceAudit } from "../../src/audit/run.js";
@@ -132,6 +133,95 @@ test.serial(
       const e = await t.throwsAsync(asRoleRolledBack(rig.db.pool, "bitrix_sync_user", (c) => c.query(call)));
       t.like(e, { code: "42501" }, call);
     }
+  },
+);
+
+test.serial(
+  "diagnose_app_values gives no digest: it compares in the database, the same whatever the caller adds, audited and limited per login",
+  async (t) => {
+    const admin = <T>(fn: (c: pg.PoolClient) => Promise<T>) =>
+      asRoleRolledBack(rig.db.pool, "bitrix_sync_admin", fn);
+    // The salted form (a plain SHA-256 of the caller's salt and the value) is gone.
+    await t.throwsAsync(
+      admin((c) =>
+        c.query("select * from bitrix_sync.diagnose_app_values($1, $2::text)", [userId, "s".repeat(24)]),
+      ),
+      { code: "42883" },
+    );
+    const call = (extra: string) =>
+      admin(async (c) => {
+        const given = { phone: [PHONE, extra], full_name: [NAME, extra], email: [extra] };
+        const { rows, fields } = await c.query("select * from bitrix_sync.diagnose_app_values($1, $2)", [
+          userId,
+          JSON.stringify(given),
+        ]);
+        return { rows, columns: fields.map((f) => f.name), given };
+      });
+    const salt1 = randomBytes(16).toString("hex");
+    const salt2 = randomBytes(16).toString("hex");
+    const one = await call(salt1);
+    const two = await call(salt2);
+    t.deepEqual(one.columns, ["field", "masked", "compared", "same"]);
+    const either = (rows: typeof one.rows) =>
+      rows.map((r) => (r.field === "email" ? { ...r, masked: "(either)" } : r));
+    // The e-mail a manager added reaches the App only with a reconciliation run, which may come at
+    // any time here: whichever the App holds, the caller's value is not it.
+    const email = one.rows.find((r) => r.field === "email");
+    t.true(email?.masked === null || email?.masked === "an***rg", String(email?.masked));
+    t.deepEqual(either(one.rows), [
+      { field: "phone", masked: "+7***67", compared: 2, same: true },
+      { field: "full_name", masked: "An***na", compared: 2, same: true },
+      { field: "email", masked: "(either)", compared: 1, same: false },
+      { field: "citizenship", masked: null, compared: null, same: null },
+    ]);
+    t.deepEqual(
+      either(two.rows),
+      either(one.rows),
+      "what a caller adds changes nothing it could key a dictionary by",
+    );
+    // No cell is a SHA-256 of anything the caller passed joined to any of the user's values.
+    const sha = (x: string) => createHash("sha256").update(x, "utf8").digest("hex");
+    const cells = one.rows.flatMap((r) => Object.values(r).map(String));
+    for (const x of [salt1, JSON.stringify(one.given), userId])
+      for (const v of [PHONE, NAME, EMAIL])
+        for (const d of [sha(x + v), sha(v + x)])
+          t.false(cells.includes(d) || cells.some((c) => c.includes(d.slice(0, 16))));
+    // Wrong shapes are refused.
+    for (const bad of [{ phone: PHONE }, { address: ["x"] }, { phone: Array(21).fill("x") }])
+      await t.throwsAsync(
+        admin((c) =>
+          c.query("select * from bitrix_sync.diagnose_app_values($1, $2)", [userId, JSON.stringify(bad)]),
+        ),
+        { code: "BS004" },
+      );
+    // Each call is audited with the login, and a login gets 60 an hour.
+    await asRoleRolledBack(rig.db.pool, "bitrix_sync_admin", async (c) => {
+      await c.query("select * from bitrix_sync.diagnose_app_values($1, '{}')", [userId]);
+      const { rows } = await c.query(
+        "select db_user, operator_id, reason from bitrix_sync.admin_actions where action = 'diagnose_app_values' order by id desc limit 1",
+      );
+      t.is(rows[0]?.db_user, "postgres");
+      t.regex(rows[0]?.reason, new RegExp(`user ${userId} compared with 0 value`));
+      await c.query("reset role");
+      await c.query(
+        `insert into bitrix_sync.admin_actions (action, reason, operator_id)
+         select 'diagnose_app_values', 'earlier comparisons', 'postgres' from generate_series(1, 60)`,
+      );
+      await c.query("set local role bitrix_sync_admin");
+      await c.query("savepoint limit_reached");
+      const e = await t.throwsAsync(
+        c.query("select * from bitrix_sync.diagnose_app_values($1, '{}')", [userId]),
+      );
+      t.is((e as { code?: string }).code, "BS062");
+      t.truthy((e as { hint?: string }).hint);
+    });
+    // The runtime may not call it.
+    await t.throwsAsync(
+      asRoleRolledBack(rig.db.pool, "bitrix_sync_user", (c) =>
+        c.query("select * from bitrix_sync.diagnose_app_values($1, '{}')", [userId]),
+      ),
+      { code: "42501" },
+    );
   },
 );
 

@@ -61,11 +61,13 @@ test("graphile-migrate's CLI with .gmrc builds the service's database, and `stat
     "create table graphile_worker._private_upgrade_probe (id int); alter table graphile_worker._private_upgrade_probe enable row level security",
   );
   await run(process.execPath, [cli, "migrate", "--forceActions"], { cwd: projectRoot, env });
-  const { rows } = await viaCli.query<{ can: boolean; policy: boolean }>(
+  const { rows } = await viaCli.query<{ can: boolean; policy: boolean; rls: boolean }>(
     `select has_table_privilege('bitrix_sync_user', 'graphile_worker._private_upgrade_probe', 'select, insert, update, delete') as can,
-            exists (select 1 from pg_policies where tablename = '_private_upgrade_probe' and 'bitrix_sync_user' = any(roles)) as policy`,
+            exists (select 1 from pg_policies where tablename = '_private_upgrade_probe' and 'bitrix_sync_user' = any(roles)) as policy,
+            (select relrowsecurity from pg_class where oid = 'graphile_worker._private_upgrade_probe'::regclass) as rls`,
   );
-  t.deepEqual(rows[0], { can: true, policy: true });
+  // Row security off: the runtime's connections run with row_security off (src/db/search-path.ts).
+  t.deepEqual(rows[0], { can: true, policy: true, rls: false });
 });
 
 test("the service's migrator reapplies the runtime role's rights on graphile-worker's tables on every run", async (t) => {
@@ -75,11 +77,12 @@ test("the service's migrator reapplies the runtime role's rights on graphile-wor
     "create table graphile_worker._private_upgrade_probe (id int); alter table graphile_worker._private_upgrade_probe enable row level security",
   );
   await migrateDatabase(db.url);
-  const { rows } = await db.pool.query<{ can: boolean; policy: boolean }>(
+  const { rows } = await db.pool.query<{ can: boolean; policy: boolean; rls: boolean }>(
     `select has_table_privilege('bitrix_sync_user', 'graphile_worker._private_upgrade_probe', 'select, insert, update, delete') as can,
-            exists (select 1 from pg_policies where tablename = '_private_upgrade_probe' and 'bitrix_sync_user' = any(roles)) as policy`,
+            exists (select 1 from pg_policies where tablename = '_private_upgrade_probe' and 'bitrix_sync_user' = any(roles)) as policy,
+            (select relrowsecurity from pg_class where oid = 'graphile_worker._private_upgrade_probe'::regclass) as rls`,
   );
-  t.deepEqual(rows[0], { can: true, policy: true });
+  t.deepEqual(rows[0], { can: true, policy: true, rls: false });
 });
 
 // The newest migration of each release that reached databases: an upgrade from there must end with

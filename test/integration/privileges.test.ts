@@ -182,7 +182,8 @@ test("the database's ACLs equal the privilege catalogue, and every object has a 
   const { rows } = await db.pool.query<{ roles: number; objects: number }>(
     "select count(distinct role)::int as roles, count(distinct (object_type, object_name))::int as objects from bitrix_sync.role_privileges",
   );
-  t.is(rows[0]?.roles, 3);
+  // The runtime, the admin, the App and the App writer (docs/security.md, "The App's tables").
+  t.is(rows[0]?.roles, 4);
   t.true((rows[0]?.objects ?? 0) >= 100, "the catalogue covers the schemas");
 });
 
@@ -223,6 +224,7 @@ test("a new function without a decision shows as undecided, and apply_privileges
       [
         "bitrix_sync.undecided_fn() PUBLIC EXECUTE extra",
         "bitrix_sync.undecided_fn() bitrix_sync_admin  undecided",
+        "bitrix_sync.undecided_fn() bitrix_sync_app_writer  undecided",
         "bitrix_sync.undecided_fn() bitrix_sync_user  undecided",
         "bitrix_sync.undecided_fn() han_app_user  undecided",
       ],
@@ -366,6 +368,49 @@ test("a login holding two project roles through groups shows as drift", async (t
       [
         ["bitrix_sync_admin", login, "conflicting_membership"],
         ["bitrix_sync_user", login, "conflicting_membership"],
+      ],
+    );
+  });
+});
+
+test("the App writer has the CRM-master columns and nothing in bitrix_sync; held with the service's role, it is drift", async (t) => {
+  const { rows } = await db.pool.query(
+    `select r.rolcanlogin as login,
+            has_schema_privilege(r.oid, 'bitrix_sync', 'USAGE') as project_schema,
+            has_schema_privilege(r.oid, 'han_app', 'USAGE') as app_schema,
+            has_column_privilege(r.oid, 'han_app.client_profile', 'full_name', 'UPDATE') as crm_master,
+            has_column_privilege(r.oid, 'han_app.client_profile', 'record_status', 'UPDATE') as status,
+            has_column_privilege(r.oid, 'han_app.client_profile', 'full_name', 'SELECT') as read_name,
+            has_table_privilege(r.oid, 'han_app.user_identity', 'SELECT') as identity,
+            (select p.proowner = r.oid from pg_proc p
+              where p.oid = 'bitrix_sync._write_app_crm_master(uuid,text,text,text,timestamptz)'::regprocedure) as owns_write
+       from pg_roles r where r.rolname = 'bitrix_sync_app_writer'`,
+  );
+  t.deepEqual(rows, [
+    {
+      login: false,
+      project_schema: false,
+      app_schema: true,
+      crm_master: true,
+      status: false,
+      read_name: false,
+      identity: false,
+      owns_write: true,
+    },
+  ]);
+  await withThrowawayRoles(["login", "service"], async (c, { login, service }) => {
+    // Another database's schema owner in the same cluster holds the writer alone: no drift.
+    await c.query(`grant bitrix_sync_app_writer to ${login}`);
+    t.deepEqual(await drift(c), []);
+    // The runtime role holding it, or the service's login holding both.
+    await c.query("grant bitrix_sync_app_writer to bitrix_sync_user");
+    await c.query(`grant bitrix_sync_user to ${service}`);
+    t.deepEqual(
+      (await drift(c)).map((d) => [d.object_type, d.object_name, d.role, d.privilege, d.problem]),
+      [
+        ["role", "bitrix_sync_app_writer", "bitrix_sync_user", "MEMBER", "extra_membership"],
+        ["role", "bitrix_sync_app_writer", service, "MEMBER", "conflicting_membership"],
+        ["role", "bitrix_sync_user", service, "MEMBER", "conflicting_membership"],
       ],
     );
   });

@@ -78,7 +78,10 @@ test("the URL keeps its own options; the service's search path comes last and wi
       "postgres://u:p@db.internal:5432/app?sslmode=verify-full&options=-c%20statement_timeout%3D5s",
     ),
   );
-  t.is(u.searchParams.get("options"), "-c statement_timeout=5s -c search_path=pg_catalog,pg_temp");
+  t.is(
+    u.searchParams.get("options"),
+    "-c statement_timeout=5s -c search_path=pg_catalog,pg_temp -c row_security=off",
+  );
   t.is(u.searchParams.get("sslmode"), "verify-full");
   t.is(u.password, "p");
 });
@@ -97,8 +100,12 @@ test("every pool of the service and graphile-worker's utilities get pg_catalog, 
     receiver: pools.receiver,
     status: pools.status,
   })) {
-    const { rows } = await pool.query<{ path: string }>("select current_setting('search_path') as path");
+    const { rows } = await pool.query<{ path: string; rls: string }>(
+      "select current_setting('search_path') as path, current_setting('row_security') as rls",
+    );
     t.deepEqual(schemas(rows[0]?.path), SERVICE_PATH, use);
+    // A policy on an App table is refused, never run with the service's rights (docs/security.md).
+    t.is(rows[0]?.rls, "off", use);
   }
   // Without the option the database's setting applies: the trap is real.
   const plain = new pg.Client({ connectionString: db.url });

@@ -5,7 +5,7 @@
 // runtime role logs in, and preflight's owner check passes (a warning while the owner keeps
 // CREATEROLE on PostgreSQL 15). The same schema migrated by the superuser fails that check.
 import { spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
@@ -120,7 +120,17 @@ run(
       "-Atc",
       "select rolname, rolsuper, rolcreaterole, rolcreatedb, rolcanlogin from pg_roles where rolname like 'bitrix_sync_%' order by 1",
     ]);
-    t.deepEqual(roles.stdout.trim().split("\n"), ["bitrix_sync_owner|f|t|f|t", "bitrix_sync_user|f|f|f|t"]);
+    t.deepEqual(roles.stdout.trim().split("\n"), [
+      "bitrix_sync_app_writer|f|f|f|f",
+      "bitrix_sync_owner|f|t|f|t",
+      "bitrix_sync_user|f|f|f|t",
+    ]);
+    // The owner owns the App writer's one function through its membership; nobody else holds it.
+    const members = psql("han", [
+      "-Atc",
+      "select m.member::regrole::text from pg_auth_members m where m.roleid = 'bitrix_sync_app_writer'::regrole",
+    ]);
+    t.is(members.stdout.trim(), "bitrix_sync_owner");
   },
 );
 
@@ -137,11 +147,15 @@ run("npm run db:migrate as the owner builds the schema; the owner owns every fun
     server?.url.replace(/\/postgres$/, "/han") as string,
     `select proowner::regrole::text as owner, count(*)::int as n from pg_proc
       where pronamespace in ('bitrix_sync'::regnamespace, 'han_app'::regnamespace, 'graphile_worker'::regnamespace)
-      group by 1`,
+      group by 1 order by 1`,
   );
+  // The owner owns every function but the App writer's one (docs/security.md, "The App's tables").
   t.deepEqual(
-    owners.map((o) => o.owner),
-    ["bitrix_sync_owner"],
+    owners.map((o) => [o.owner, o.owner === "bitrix_sync_app_writer" ? o.n : "many"]),
+    [
+      ["bitrix_sync_app_writer", 1],
+      ["bitrix_sync_owner", "many"],
+    ],
   );
   const schemas = await query<{ nspname: string; owner: string }>(
     as("bitrix_sync_owner", OWNER_PASSWORD),
@@ -202,5 +216,44 @@ run(
     );
     t.is(byId(su, "database.owner")?.status, "fail");
     t.regex(byId(su, "database.owner")?.detail ?? "", /owned by a superuser \(postgres\)/);
+  },
+);
+
+run(
+  "a migration needing a role the owner may not make stops with BS095 until bootstrap.sql runs again",
+  async (t) => {
+    // As after migrating: no CREATEROLE (the test above took it), and here the writer's membership
+    // is gone too, as on a deployment bootstrapped before the App writer existed.
+    t.is(psql("han", ["-c", "revoke bitrix_sync_app_writer from bitrix_sync_owner"]).status, 0);
+    const source = readFileSync(
+      join(projectRoot, "migrations", "src", "000040-app-side-adversary.sql"),
+      "utf8",
+    );
+    const block = /^do \$\$\n[\s\S]*?\nend \$\$;$/m.exec(source)?.[0];
+    if (!block) throw new Error("no role check in migration 000040");
+    const owner = new pg.Client({ connectionString: as("bitrix_sync_owner", OWNER_PASSWORD) });
+    await owner.connect();
+    try {
+      const e = await t.throwsAsync(owner.query(block));
+      t.is((e as { code?: string }).code, "BS095");
+      t.regex((e as { hint?: string }).hint ?? "", /Run deploy\/postgres\/bootstrap\.sql again as the DBA/);
+      const again = psql("han", [
+        "-v",
+        `owner_password_file=${join(dir, "owner-password")}`,
+        "-f",
+        bootstrap,
+      ]);
+      t.is(again.status, 0, again.stderr);
+      await owner.query(block);
+      // And the owner can replace the writer's function again: the include that made it, applied anew.
+      await owner.query(readFileSync(join(projectRoot, "sql", "snapshots", "snapshots.sql"), "utf8"));
+    } finally {
+      await owner.end();
+    }
+    const ownerOf = psql("han", [
+      "-Atc",
+      "select proowner::regrole from pg_proc where proname = '_write_app_crm_master'",
+    ]);
+    t.is(ownerOf.stdout.trim(), "bitrix_sync_app_writer");
   },
 );
