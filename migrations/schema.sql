@@ -98,6 +98,7 @@ CREATE TABLE bitrix_sync.crm_commands (
     completed_at timestamp with time zone,
     first_sent_at timestamp with time zone,
     trace_context text,
+    reply_deadline_at timestamp with time zone,
     CONSTRAINT crm_commands_attempt_count_check CHECK ((attempt_count >= 0)),
     CONSTRAINT crm_commands_limit_hits_check CHECK ((limit_hits >= 0)),
     CONSTRAINT crm_commands_owner CHECK (((workflow_id IS NOT NULL) OR (alert_id IS NOT NULL)))
@@ -180,6 +181,12 @@ COMMENT ON COLUMN bitrix_sync.crm_commands.first_sent_at IS 'When the command wa
 --
 
 COMMENT ON COLUMN bitrix_sync.crm_commands.trace_context IS 'W3C traceparent of the workflow step span that issued the command; each send is traced as its child, whichever process sends it. Null when tracing was off and for alert commands.';
+
+--
+-- Name: COLUMN crm_commands.reply_deadline_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.reply_deadline_at IS 'Stamped by send_commands with each send marker: the moment by which the request is out and given up by the sender at the latest (its send window plus its HTTP timeout). An unanswered write''s late-write wait counts from here. Null when the sender did not say.';
 
 --
 -- Name: step_context_t; Type: TYPE; Schema: bitrix_sync; Owner: -
@@ -7811,10 +7818,10 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) IS 'A step failed: running -> waiting_retry (schedule_retry) due after p_delay; when that falls past the horizon (created_at, or the last requeue, + retry.horizon_sec) -> failed with retry_horizon_exceeded and a technical DLQ row instead. The returned state says which. Fenced by the lease token (BS001).';
 
 --
--- Name: send_commands(bigint[], uuid[], uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+-- Name: send_commands(bigint[], uuid[], uuid, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) RETURNS SETOF bigint
+CREATE FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval DEFAULT NULL::interval) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -7823,21 +7830,26 @@ begin
     raise exception 'send_commands needs one lease token per command id'
       using errcode = 'BS004', hint = 'Pass the ids and tokens returned by claim_commands(), in the same order.';
   end if;
+  if p_reply_within is not null and p_reply_within <= interval '0' then
+    raise exception 'send_commands needs a positive reply deadline or none'
+      using errcode = 'BS004', hint = 'Pass the send window plus the HTTP timeout (BITRIX_SYNC_HTTP_TIMEOUT_SEC), or null.';
+  end if;
   return query
   update bitrix_sync.crm_commands c
      set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
          first_sent_at = coalesce(c.first_sent_at, now()),
-         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now()))
+         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now())),
+         reply_deadline_at = now() + p_reply_within
     from unnest(p_ids, p_lease_tokens) as t(id, token)
    where c.id = t.id and c.status is not distinct from 'leased' and c.lease_token = t.token
   returning c.id;
 end $$;
 
 --
--- Name: FUNCTION send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+-- Name: FUNCTION send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) IS 'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The first send stamps first_sent_at, where the retry horizon starts.';
+COMMENT ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval) IS 'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The first send stamps first_sent_at, where the retry horizon starts. p_reply_within (the sender''s send window plus its HTTP timeout) stamps reply_deadline_at, the moment by which the request is out and given up at the latest (null: unknown).';
 
 --
 -- Name: start_or_join_workflow(uuid, text, uuid, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -12254,6 +12266,12 @@ GRANT UPDATE(first_sent_at) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_use
 GRANT INSERT(trace_context) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
 
 --
+-- Name: COLUMN crm_commands.reply_deadline_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(reply_deadline_at) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION _abandon_workflow_commands(p_workflow_id uuid, p_code text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -14105,11 +14123,11 @@ REVOKE ALL ON FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_to
 GRANT ALL ON FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) TO bitrix_sync_user;
 
 --
--- Name: FUNCTION send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+-- Name: FUNCTION send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
-REVOKE ALL ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) FROM PUBLIC;
-GRANT ALL ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) TO bitrix_sync_user;
+REVOKE ALL ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION start_or_join_workflow(p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text, p_trace_context text); Type: ACL; Schema: bitrix_sync; Owner: -

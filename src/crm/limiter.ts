@@ -6,6 +6,7 @@
 // go while a token and a slot are free. After QUERY_LIMIT_EXCEEDED the rate is cut and then climbs
 // back linearly; OPERATION_TIME_LIMIT blocks only its method until the portal's reset time.
 import type pg from "pg";
+import { whileDatabaseAway } from "../db/while-away.js";
 import { limiterWait } from "../observability/metrics.js";
 import type { Settings } from "../settings-schema.js";
 
@@ -40,6 +41,10 @@ export interface LimiterPermit {
   readonly grantedAt: number;
   /** The rate was cut (after a limit refusal) when the token was granted. */
   readonly reduced?: boolean;
+  /**
+   * Gives the slot back. Never rejects: a release the limiter's database does not take (it is away)
+   * is tried again for a while, and the slot frees itself after its TTL anyway.
+   */
   release(): Promise<void>;
 }
 
@@ -165,6 +170,7 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
       const r = rows[0];
       if (r?.granted && r.slot_id) {
         const slot = r.slot_id;
+        const expires = Date.now() + opts.slotTtlMs;
         let released = false;
         return {
           grantedAt: r.decided_at.getTime(),
@@ -172,7 +178,12 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
           async release() {
             if (released) return;
             released = true;
-            await pool.query("select bitrix_sync.release_crm_request($1)", [slot]);
+            // A slot frees itself slotTtlMs after it was taken: while the database is away the
+            // release is tried again until then, and one that never lands costs only that wait.
+            // It never throws, so a reply already in hand is never lost to it (issue 36).
+            await whileDatabaseAway(() => pool.query("select bitrix_sync.release_crm_request($1)", [slot]), {
+              until: expires,
+            }).catch(() => undefined);
           },
         };
       }
@@ -305,13 +316,18 @@ export function createSpareLimiter(opts: SpareLimiterOptions): CrmLimiter {
       const r = rows[0];
       if (r?.granted && r.slot_id) {
         const slot = r.slot_id;
+        const expires = Date.now() + opts.slotTtlMs;
         let released = false;
         return {
           grantedAt: Date.now(),
           async release() {
             if (released) return;
             released = true;
-            await pool.query("select bitrix_sync.release_spare_crm_request($1)", [slot]);
+            // As the main limiter's: tried again while the database is away, never throws.
+            await whileDatabaseAway(
+              () => pool.query("select bitrix_sync.release_spare_crm_request($1)", [slot]),
+              { until: expires },
+            ).catch(() => undefined);
           },
         };
       }

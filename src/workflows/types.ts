@@ -62,6 +62,11 @@ export interface CommandRow {
   trace_context: string | null;
   /** The send marker (send_commands); null before the first send. */
   sent_at: Date | null;
+  /**
+   * Stamped with the send marker: the request is out and given up by the sender by then at the
+   * latest (its send window plus its HTTP timeout); null when the sender did not say.
+   */
+  reply_deadline_at?: Date | null;
   created_at: Date;
   updated_at: Date;
 }

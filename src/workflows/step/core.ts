@@ -415,6 +415,8 @@ export class Step {
         params: last.params,
         sentAt: last.sent_at,
         givenUpAt: last.updated_at,
+        replyDeadlineAt: last.reply_deadline_at ?? null,
+        code: last.last_error_code,
       },
       backoffDelayMs(attemptsSpent(last), this.retry),
     );
