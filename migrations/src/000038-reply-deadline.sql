@@ -9,8 +9,12 @@
 --    marked before this migration or by a sender that does not say (the wait then counts as before).
 -- 2. send_commands takes the deadline as a fourth argument with a default: the three-argument form is
 --    dropped, and a caller that passes three still resolves to the new one.
+-- 3. bring_forward_commands, when the portal answers again after failing as a whole, also cuts the
+--    wait of a workflow waiting for a late write (awaiting_late_write) to the moment that write
+--    settles (step_data.late_write_settles_at, written by the step), never below: the backoff the
+--    portal's failures grew is dropped, the wait for a late execution is not.
 --
--- Locks and time: a nullable column without a default (catalogue only, no rewrite) and one function.
+-- Locks and time: a nullable column without a default (catalogue only, no rewrite) and two functions.
 set local lock_timeout = '10s';
 set local search_path = pg_catalog, pg_temp;
 
@@ -23,5 +27,6 @@ delete from bitrix_sync.privilege_decisions
  where object_type = 'function' and object_name = 'bitrix_sync.send_commands(bigint[],uuid[],uuid)';
 
 -- #include sql/commands/claim.sql
+-- #include sql/commands/complete.sql
 -- #include sql/commands/tables.sql
 select bitrix_sync.apply_privileges();

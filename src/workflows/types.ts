@@ -40,6 +40,11 @@ export interface StepData {
   contact?: number;
   /** The inactive user whose link is taken over. */
   previous_user?: string | null;
+  /**
+   * While waiting for an unanswered write (awaiting_late_write): when its late execution can no
+   * longer land (ISO 8601). The portal-wide recovery brings the wait forward to it, never below.
+   */
+  late_write_settles_at?: string;
   [k: string]: unknown;
 }
 

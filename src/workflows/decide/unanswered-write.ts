@@ -27,7 +27,10 @@
 // it spent (src/crm/backoff.ts, as every retry), whichever ends later: a plain 503 on a
 // contact.update (answered at once, may hide a commit) is resent with a growing, jittered delay, not
 // every two response times. When the holder lost track of it (HOLDER_LOST_CODES) the portal may well
-// have answered, and the outage was the service's: no backoff is added. The horizon
+// have answered, and the outage was the service's: no backoff is added. The wait keeps the moment the
+// late execution settles (settledAt, step_data.late_write_settles_at): when the portal answers again
+// after failing as a whole, the backoff part is dropped and the workflow comes back then
+// (bring_forward_commands, docs/workflows.md "Recovery after a portal outage"). The horizon
 // (retry.horizon_sec from the first send) ends it with retry_horizon_exceeded (docs/decisions.md).
 
 /** What the workflow does with a write that got no answer. */
@@ -70,6 +73,11 @@ export type UnansweredDecision =
       resumeStep: string;
       /** The earliest moment it comes back. */
       at: Date;
+      /**
+       * When a late execution can no longer land (lateWriteSettledAt): `at` less the backoff. When
+       * the portal answers again, the wait is cut to this (bring_forward_commands), never below.
+       */
+      settledAt: Date;
     }
   /** A non-idempotent write at a step that has no read to come back to: a programming error. */
   | { action: "fail"; code: "unknown_step" };
@@ -112,12 +120,15 @@ function isIdempotentWrite(commandType: string, params: Record<string, unknown>)
  * It is not waited for when the holder lost track of the write (HOLDER_LOST_CODES).
  */
 export function decideUnansweredWrite(w: UnansweredWrite, backoffMs: number): UnansweredDecision {
-  const settled = lateWriteSettledAt(w.sentAt, w.givenUpAt, w.replyDeadlineAt).getTime();
+  const settledAt = lateWriteSettledAt(w.sentAt, w.givenUpAt, w.replyDeadlineAt);
   const backoff = w.code !== null && HOLDER_LOST_CODES.has(w.code) ? 0 : Math.max(0, backoffMs);
-  const at = new Date(Math.max(settled, w.givenUpAt.getTime() + backoff));
-  if (w.commandType === "contact.add") return { action: "search", resumeStep: "recover_search", at };
-  if (isIdempotentWrite(w.commandType, w.params)) return { action: "resend", resumeStep: "resend_write", at };
+  const at = new Date(Math.max(settledAt.getTime(), w.givenUpAt.getTime() + backoff));
+  if (w.commandType === "contact.add")
+    return { action: "search", resumeStep: "recover_search", at, settledAt };
+  if (isIdempotentWrite(w.commandType, w.params)) {
+    return { action: "resend", resumeStep: "resend_write", at, settledAt };
+  }
   const reread = Object.hasOwn(REREAD_STEP, w.step) ? REREAD_STEP[w.step] : undefined;
   if (!reread) return { action: "fail", code: "unknown_step" };
-  return { action: "reread", resumeStep: reread, at };
+  return { action: "reread", resumeStep: reread, at, settledAt };
 }

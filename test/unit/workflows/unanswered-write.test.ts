@@ -107,7 +107,12 @@ for (const [title, step, commandType, params, action, resumeStep] of cases) {
       replyDeadlineAt: ms(12_000),
       code: "server_error",
     };
-    t.deepEqual(decideUnansweredWrite(w, 0), { action, resumeStep, at: ms(300) } as never);
+    t.deepEqual(decideUnansweredWrite(w, 0), {
+      action,
+      resumeStep,
+      at: ms(300),
+      settledAt: ms(300),
+    } as never);
   });
 }
 
@@ -168,7 +173,7 @@ test("a plain 503 on contact.update: resent after the backoff of its attempts, n
     w,
     backoffDelayMs(1, retry, undefined, () => 0),
   );
-  t.deepEqual(low, { action: "resend", resumeStep: "resend_write", at: ms(150) });
+  t.deepEqual(low, { action: "resend", resumeStep: "resend_write", at: ms(150), settledAt: ms(150) });
 });
 
 test("attempts spent leave out limit refusals", (t) => {
@@ -239,6 +244,23 @@ test("a holder that lost track adds no backoff, whatever the attempts spent", (t
     action: "resend",
     resumeStep: "resend_write",
     at: ms(61_000),
+    settledAt: ms(36_000),
   });
   t.deepEqual(at(decideUnansweredWrite({ ...w, code: "connection_lost" }, 300_000)), ms(361_000));
+});
+
+test("the wait keeps when the late execution settles: the portal's recovery cuts the backoff to it", (t) => {
+  // A create answered 503 after many attempts: settled 150 ms after the send, but the backoff of its
+  // attempts asks for 200 s. Once the portal answers again only the 150 ms hold.
+  const w: UnansweredWrite = {
+    step: "create_contact",
+    commandType: "contact.add",
+    params: {},
+    sentAt: T0,
+    givenUpAt: ms(50),
+    replyDeadlineAt: ms(12_000),
+    code: "server_error",
+  };
+  const d = decideUnansweredWrite(w, 200_000);
+  t.like(d, { action: "search", at: ms(200_050), settledAt: ms(150) });
 });
