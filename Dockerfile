@@ -50,6 +50,15 @@ COPY migrations/committed ./migrations/committed
 # sql/worker_grants.sql is applied after every migration run (docs/migrations.md).
 COPY sql/worker_grants.sql ./sql/
 COPY scripts/migrate.ts scripts/healthcheck.mjs scripts/diagnose.ts ./scripts/
+# The build in every log line, span, readiness answer and bitrix_sync_build_info (src/version.ts):
+#   docker build --build-arg BITRIX_SYNC_REVISION=$(git rev-parse HEAD) \
+#                --build-arg BITRIX_SYNC_VERSION=<tag> -t bitrix-sync:<tag> .
+# Unset: the version is package.json's and the revision `unknown` (the image has no .git). Declared
+# after the COPY lines, so a new commit rebuilds no layer.
+ARG BITRIX_SYNC_REVISION=
+ARG BITRIX_SYNC_VERSION=
+ENV BITRIX_SYNC_REVISION=${BITRIX_SYNC_REVISION} \
+    BITRIX_SYNC_VERSION=${BITRIX_SYNC_VERSION}
 USER 10001:10001
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \

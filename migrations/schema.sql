@@ -55,13 +55,16 @@ CREATE FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with ti
   select p_first_attempt_at
          operator(pg_catalog.+) pg_catalog.make_interval(
            secs => (bitrix_sync._active_setting('retry.horizon_sec') operator(pg_catalog.#>>) '{}')::pg_catalog.float8)
+         operator(pg_catalog.+) case when p_first_attempt_at operator(pg_catalog.>=) pg_catalog.now()
+                                     then '0'::pg_catalog.interval
+                                     else bitrix_sync._paused_since(p_first_attempt_at) end
 $$;
 
 --
 -- Name: FUNCTION _retry_deadline(p_first_attempt_at timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with time zone) IS 'The retry horizon of a row whose first attempt was p_first_attempt_at: that instant plus the active retry.horizon_sec. A retry due after it dead-letters with retry_horizon_exceeded. Inlined into its callers and the deadline_at defaults: no pinned search_path, every operator and name schema-qualified.';
+COMMENT ON FUNCTION bitrix_sync._retry_deadline(p_first_attempt_at timestamp with time zone) IS 'The retry horizon of a row whose first attempt was p_first_attempt_at: that instant plus the active retry.horizon_sec plus the time processing was paused since (_paused_since). A retry due after it dead-letters with retry_horizon_exceeded. Inlined into its callers and the deadline_at defaults: no pinned search_path, every operator and name schema-qualified.';
 
 SET default_tablespace = '';
 
@@ -1707,6 +1710,33 @@ $$;
 COMMENT ON FUNCTION bitrix_sync._parked_decisions(p_reason text) IS 'The decisions resume_parked_workflow accepts for a parking reason: retry always; link_contact and create_contact for too_many_candidates and a refused manual link.';
 
 --
+-- Name: _paused_since(timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._paused_since(p_from timestamp with time zone) RETURNS interval
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_paused interval;
+begin
+  -- The part of every pause after p_from, an open pause up to now. One row per pause ever: a
+  -- handful, read whole.
+  select sum(least(coalesce(p.resumed_at, now()), now()) - greatest(p.paused_at, p_from))
+    into v_paused
+    from bitrix_sync.sync_pauses p
+   where coalesce(p.resumed_at, 'infinity'::timestamptz) > p_from
+     and p.paused_at < now();
+  return coalesce(greatest(v_paused, interval '0'), interval '0');
+end $$;
+
+--
+-- Name: FUNCTION _paused_since(p_from timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._paused_since(p_from timestamp with time zone) IS 'Internal: how long processing was paused since p_from (an open pause counts up to now). _retry_deadline() adds it, so paused time does not count against the retry horizon.';
+
+--
 -- Name: _planner_count(regclass); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -3254,6 +3284,12 @@ COMMENT ON COLUMN bitrix_sync.contact_snapshots.crm_updated_at IS 'Contact updat
 COMMENT ON COLUMN bitrix_sync.contact_snapshots.last_applied_source IS 'app_create | webhook | reconciliation.';
 
 --
+-- Name: COLUMN contact_snapshots.last_webhook_source_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.contact_snapshots.last_webhook_source_at IS 'The CRM time (updatedTime) of the Contact as read for the last robot webhook applied; with last_webhook_received_at, when the robot called.';
+
+--
 -- Name: COLUMN contact_snapshots.stale; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
@@ -3290,9 +3326,10 @@ begin
   insert into bitrix_sync.contact_snapshots
     (contact_id, user_id, name_hash, email_hash, citizenship_enum_id, citizenship_dictionary_loaded_at,
      registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at,
-     last_webhook_received_at, stale, stale_reason)
+     last_webhook_received_at, last_webhook_source_at, stale, stale_reason)
   values (p_contact_id, p_user_id, p_name_hash, p_email_hash, p_citizenship_enum_id, p_dictionary_loaded_at,
-          p_registered, p_crm_created_at, p_crm_updated_at, p_source, now(), p_webhook_received_at, false, null)
+          p_registered, p_crm_created_at, p_crm_updated_at, p_source, now(), p_webhook_received_at,
+          case when p_source = 'webhook' then p_crm_updated_at end, false, null)
   on conflict (contact_id) do update
     set user_id = excluded.user_id, name_hash = excluded.name_hash, email_hash = excluded.email_hash,
         citizenship_enum_id = excluded.citizenship_enum_id,
@@ -3303,6 +3340,9 @@ begin
         last_applied_at = now(),
         last_webhook_received_at = coalesce(excluded.last_webhook_received_at,
                                             bitrix_sync.contact_snapshots.last_webhook_received_at),
+        -- The CRM time of the state the last processed robot webhook read (§6.4).
+        last_webhook_source_at = case when p_source = 'webhook' then p_crm_updated_at
+                                      else bitrix_sync.contact_snapshots.last_webhook_source_at end,
         stale = false, stale_reason = null
   returning * into v_row;
   return v_row;
@@ -3312,7 +3352,7 @@ end $$;
 -- Name: FUNCTION apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) IS 'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
+COMMENT ON FUNCTION bitrix_sync.apply_crm_master_fields(p_user_id uuid, p_contact_id text, p_full_name text, p_citizenship text, p_email text, p_name_hash text, p_email_hash text, p_citizenship_enum_id text, p_dictionary_loaded_at timestamp with time zone, p_registered boolean, p_crm_created_at timestamp with time zone, p_crm_updated_at timestamp with time zone, p_source text, p_webhook_received_at timestamp with time zone) IS 'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source; for a webhook also when it was received and the CRM time its read found). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
 
 --
 -- Name: apply_privileges(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3731,8 +3771,9 @@ declare
   v_due bigint;
   v_mode text := case when coalesce(p_all, false) then 'all' else 'sample' end;
 begin
-  -- The processing gate (§17): nothing is judged before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17): nothing is judged before the cutover, nor while processing is
+  -- paused (sql/pause.sql): a paused sync would show as drift.
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   select * into v_row from bitrix_sync.audit_state s where s.singleton for update skip locked;
@@ -3781,7 +3822,7 @@ end $$;
 -- Name: FUNCTION claim_audit_run(p_all boolean, p_force boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_audit_run(p_all boolean, p_force boolean) IS 'Starts a convergence audit run when none is running (one still marked running after audit.lease_sec is taken over) and, for a sampled run, when audit.enabled and audit.interval_sec has passed (or p_force). p_all: every active link and the whole registered scan. Returns the lease, how many links to sample (their share of audit.period_days plus those about to be overdue; null: all), where the registered scan goes on, how many pages this run reads (null: to the end), and the Contacts of open registered findings to read again. No row when nothing is to run, and none before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.claim_audit_run(p_all boolean, p_force boolean) IS 'Starts a convergence audit run when none is running (one still marked running after audit.lease_sec is taken over) and, for a sampled run, when audit.enabled and audit.interval_sec has passed (or p_force). p_all: every active link and the whole registered scan. Returns the lease, how many links to sample (their share of audit.period_days plus those about to be overdue; null: all), where the registered scan goes on, how many pages this run reads (null: to the end), and the Contacts of open registered findings to read again. No row when nothing is to run, and none before perform_cutover() or while paused (pause_sync()).';
 
 --
 -- Name: claim_commands(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3798,8 +3839,9 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the batch.size and lease.ttl_sec settings.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
 
@@ -3858,7 +3900,7 @@ end $$;
 -- Name: FUNCTION claim_commands(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer, p_lease interval) IS 'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.claim_commands(p_worker text, p_limit integer, p_lease interval) IS 'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover() and while paused (pause_sync()).';
 
 --
 -- Name: reconciliation_cursors; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -3938,8 +3980,9 @@ begin
     raise exception 'a reconciliation claim needs a non-negative interval (and overlap)'
       using errcode = 'BS004', hint = 'Check reconcile.contacts_interval_sec, alerts.reconcile_interval_sec and reconcile.overlap_sec.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   insert into bitrix_sync.reconciliation_cursors (job_type) values (p_job_type) on conflict do nothing;
@@ -3969,7 +4012,7 @@ end $$;
 -- Name: FUNCTION claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval) IS 'Starts a run of job p_job_type when it is due (last start at least p_interval ago, a failed run''s retry_at reached, or p_force) and no live run holds the cursor (a running run older than reconcile.lease_sec is taken over). Returns the cursor with a new lease_token and last_run_started_at = now(), the next watermark, and failed_runs as it stands (the failures before this run); no row when nothing is to be run, and none before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.claim_reconciliation_cursor(p_job_type text, p_interval interval, p_force boolean, p_overlap interval) IS 'Starts a run of job p_job_type when it is due (last start at least p_interval ago, a failed run''s retry_at reached, or p_force) and no live run holds the cursor (a running run older than reconcile.lease_sec is taken over). Returns the cursor with a new lease_token and last_run_started_at = now(), the next watermark, and failed_runs as it stands (the failures before this run); no row when nothing is to be run, and none before perform_cutover() or while paused (pause_sync()).';
 
 --
 -- Name: claim_sync_tasks(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3989,7 +4032,8 @@ begin
   -- Nothing is processed before the cutover, and after it only intents recorded since the
   -- watermark (§17 step 8), also when an expired lease is reclaimed.
   select c.cutover_watermark into v_watermark from bitrix_sync.cutover c;
-  if v_watermark is null then
+  -- Nor while processing is paused (sql/pause.sql): the App's journal keeps the intents.
+  if v_watermark is null or bitrix_sync.sync_paused() then
     return;
   end if;
   -- The App's recorded intents first (han_app.sync_queue_journal). A fold running elsewhere is
@@ -4029,7 +4073,7 @@ end $$;
 -- Name: FUNCTION claim_sync_tasks(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) IS 'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) IS 'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover() and while paused (pause_sync()).';
 
 --
 -- Name: claim_webhooks(text, integer, interval, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4047,8 +4091,9 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   -- The oldest due events, locked (SKIP LOCKED: another claimer's are left to it); of each entity
@@ -4101,7 +4146,7 @@ end $$;
 -- Name: FUNCTION claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text) IS 'Leases due inbox events, at most one per entity (enforced by a partial unique index; the entities whose oldest due event is oldest first, among the 4 x p_limit oldest due events not locked by another claimer), and coalesces the entity''s other received events into the claimed one. Takes entities in (receiver, entity_id) order, so two claimers that picked one entity never deadlock (the second waits for the first and skips it). Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
+COMMENT ON FUNCTION bitrix_sync.claim_webhooks(p_worker text, p_limit integer, p_lease interval, p_receiver text) IS 'Leases due inbox events, at most one per entity (enforced by a partial unique index; the entities whose oldest due event is oldest first, among the 4 x p_limit oldest due events not locked by another claimer), and coalesces the entity''s other received events into the claimed one. Takes entities in (receiver, entity_id) order, so two claimers that picked one entity never deadlock (the second waits for the first and skips it). Returns nothing before perform_cutover() and while paused (pause_sync()): the receivers keep recording, the events wait.';
 
 --
 -- Name: claim_workflows(text, integer, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4116,8 +4161,9 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   return query
@@ -4145,7 +4191,7 @@ end $$;
 -- Name: FUNCTION claim_workflows(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, p_lease interval) IS 'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.claim_workflows(p_worker text, p_limit integer, p_lease interval) IS 'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover() and while paused (pause_sync()).';
 
 --
 -- Name: clear_unkeyed_hashes(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4511,6 +4557,23 @@ $$;
 COMMENT ON FUNCTION bitrix_sync.crm_contract_status(p_portal_host text) IS 'Whether a write probe has passed against this portal with the forms the active settings use (confirmed, confirmed_at), the last pass against it with any forms (last_pass_at), and the forms in use. For the status document and an operator.';
 
 --
+-- Name: crm_last_answered_at(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.crm_last_answered_at(p_bucket text) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select b.last_answered_at from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket
+$$;
+
+--
+-- Name: FUNCTION crm_last_answered_at(p_bucket text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.crm_last_answered_at(p_bucket text) IS 'When the portal (bucket p_bucket, its host) last answered a request of any replica with HTTP 2xx; null before the first, or when no request went yet. Readiness and the status document read it.';
+
+--
 -- Name: crm_limiter_state(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -4801,6 +4864,7 @@ CREATE FUNCTION bitrix_sync.drift_metrics() RETURNS TABLE(family text, labels js
      ('bitrix_sync_audit_running', case when s.last_run_status = 'running' then 1 else 0 end::float8),
      ('bitrix_sync_audit_enabled',
       case when (bitrix_sync._active_setting('audit.enabled') #>> '{}')::boolean and bitrix_sync.cutover_performed()
+                and not bitrix_sync.sync_paused()
            then 1 else 0 end::float8),
      ('bitrix_sync_audit_interval_seconds', (bitrix_sync._active_setting('audit.interval_sec') #>> '{}')::float8),
      ('bitrix_sync_audit_links', coalesce(s.last_links, 0)::float8),
@@ -4815,7 +4879,7 @@ $$;
 -- Name: FUNCTION drift_metrics(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.drift_metrics() IS 'The convergence audit''s samples for GET /metrics (part of metrics_snapshot): open findings by kind (every kind, 0 included), the last success (the install time before the first), whether a run is running, whether the audit is enabled (setting and cutover), its interval, and from the last run the active links, those overdue and the share in time.';
+COMMENT ON FUNCTION bitrix_sync.drift_metrics() IS 'The convergence audit''s samples for GET /metrics (part of metrics_snapshot): open findings by kind (every kind, 0 included), the last success (the install time before the first), whether a run is running, whether the audit is enabled (setting, cutover, not paused), its interval, and from the last run the active links, those overdue and the share in time.';
 
 --
 -- Name: due_commands(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4834,14 +4898,14 @@ CREATE FUNCTION bitrix_sync.due_commands() RETURNS TABLE(due integer, adds integ
     from bitrix_sync.crm_commands c
    where ((c.status in ('pending', 'retry_wait') and c.next_attempt_at <= now())
           or (c.status in ('leased', 'in_flight') and c.locked_until < now()))
-     and bitrix_sync.cutover_performed()
+     and bitrix_sync.cutover_performed() and not bitrix_sync.sync_paused()
 $$;
 
 --
 -- Name: FUNCTION due_commands(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.due_commands() IS 'The pump''s backlog: commands claim_commands() would take now (due, and expired leases it recovers), how many of them are creates, and how long the oldest has waited (ms; null when none). Nothing before perform_cutover().';
+COMMENT ON FUNCTION bitrix_sync.due_commands() IS 'The pump''s backlog: commands claim_commands() would take now (due, and expired leases it recovers), how many of them are creates, and how long the oldest has waited (ms; null when none). Nothing before perform_cutover() and while paused.';
 
 --
 -- Name: explain_user(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4971,7 +5035,8 @@ begin
     select coalesce(s.last_applied_at, s.updated_at), 'snapshot', 'state',
            jsonb_build_object('contact_id', s.contact_id, 'registered', s.registered, 'crm_updated_at', s.crm_updated_at,
                               'last_applied_source', s.last_applied_source,
-                              'last_webhook_received_at', s.last_webhook_received_at, 'stale', s.stale,
+                              'last_webhook_received_at', s.last_webhook_received_at,
+                              'last_webhook_source_at', s.last_webhook_source_at, 'stale', s.stale,
                               'stale_reason', s.stale_reason, 'citizenship_enum_id', s.citizenship_enum_id,
                               'name_hash', left(s.name_hash, 12), 'email_hash', left(s.email_hash, 12),
                               'phone_hash', left(s.phone_hash, 12)), 11
@@ -6053,14 +6118,17 @@ begin
          coalesce((select sum(e.n) from events e where e.machine = 'alert' and e.to_state = 'remote_missing'), 0)::float8
   union all
   -- The convergence audit (sql/convergence_audit.sql): drift by kind, its last success and progress.
-  select d.family, d.labels, d.value from bitrix_sync.drift_metrics() d;
+  select d.family, d.labels, d.value from bitrix_sync.drift_metrics() d
+  union all
+  -- The last recovered-without-webhook spike (sql/reconciliation/spikes.sql).
+  select r.family, r.labels, r.value from bitrix_sync.reconciliation_spike_metrics() r;
 end $$;
 
 --
 -- Name: FUNCTION metrics_snapshot(p_bucket text, p_check_mappings boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) IS 'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts and their mirror (behind, its age, whether it is on, items deleted in the CRM), the convergence audit (drift by kind, last success, progress), links held after a phone-only link, reconciliation cursor lag, failed runs and intervals, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
+COMMENT ON FUNCTION bitrix_sync.metrics_snapshot(p_bucket text, p_check_mappings boolean) IS 'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts and their mirror (behind, its age, whether it is on, items deleted in the CRM), the convergence audit (drift by kind, last success, progress), links held after a phone-only link, reconciliation cursor lag, failed runs and intervals, the last recovered-without-webhook spike, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
 
 --
 -- Name: note_crm_answered(text, double precision, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -6249,6 +6317,192 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) IS 'Creates the active link of a user to a Contact. Refuses a second active link for either side (BS006).';
 
 --
+-- Name: crm_inflight_slots; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.crm_inflight_slots (
+    slot_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    bucket text NOT NULL,
+    holder text NOT NULL,
+    acquired_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT crm_inflight_slots_expiry CHECK ((expires_at > acquired_at)),
+    CONSTRAINT crm_inflight_slots_holder_check CHECK (((length(holder) >= 1) AND (length(holder) <= 200)))
+);
+
+--
+-- Name: TABLE crm_inflight_slots; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.crm_inflight_slots IS 'HTTP requests to the portal in flight, all replicas together (§8 max in-flight). A slot past expires_at counts as free.';
+
+--
+-- Name: COLUMN crm_inflight_slots.holder; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_inflight_slots.holder IS 'Replica that holds the slot (host:pid), for diagnosis only.';
+
+--
+-- Name: COLUMN crm_inflight_slots.expires_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_inflight_slots.expires_at IS 'The slot frees itself here if its holder crashed; longer than the HTTP timeout.';
+
+--
+-- Name: sync_pauses; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.sync_pauses (
+    id bigint NOT NULL,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_by character varying(128) NOT NULL,
+    paused_db_user character varying(128) DEFAULT SESSION_USER,
+    pause_reason text NOT NULL,
+    resumed_at timestamp with time zone,
+    resumed_by character varying(128),
+    resumed_db_user character varying(128),
+    resume_reason text,
+    CONSTRAINT sync_pauses_pause_reason_check CHECK (((length(btrim(pause_reason)) >= 3) AND (length(btrim(pause_reason)) <= 500))),
+    CONSTRAINT sync_pauses_paused_by_check CHECK ((length(btrim((paused_by)::text)) > 0)),
+    CONSTRAINT sync_pauses_resume_reason_check CHECK (((resume_reason IS NULL) OR ((length(btrim(resume_reason)) >= 3) AND (length(btrim(resume_reason)) <= 500)))),
+    CONSTRAINT sync_pauses_resumed CHECK ((((resumed_at IS NULL) = (resumed_by IS NULL)) AND ((resumed_at IS NULL) = (resume_reason IS NULL)) AND ((resumed_at IS NULL) OR (resumed_at >= paused_at)))),
+    CONSTRAINT sync_pauses_resumed_by_check CHECK (((resumed_by IS NULL) OR (length(btrim((resumed_by)::text)) > 0)))
+);
+
+--
+-- Name: TABLE sync_pauses; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.sync_pauses IS 'Pauses of processing (§17 rollback), one row each: while a row is open (resumed_at null) no claim function returns work, and the retry horizon does not count the time. Written by pause_sync() and resume_sync(); never deleted.';
+
+--
+-- Name: COLUMN sync_pauses.id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.id IS 'The pause; resume_sync() names it to confirm which pause it ends.';
+
+--
+-- Name: COLUMN sync_pauses.paused_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.paused_at IS 'When processing was paused.';
+
+--
+-- Name: COLUMN sync_pauses.paused_by; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.paused_by IS 'Who paused, as the operator declared it (e.g. ops:ivanov).';
+
+--
+-- Name: COLUMN sync_pauses.paused_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.paused_db_user IS 'The database login that paused (session_user).';
+
+--
+-- Name: COLUMN sync_pauses.pause_reason; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.pause_reason IS 'Why, in the operator''s words (no personal data).';
+
+--
+-- Name: COLUMN sync_pauses.resumed_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.resumed_at IS 'When processing resumed; null while the pause holds.';
+
+--
+-- Name: COLUMN sync_pauses.resumed_by; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.resumed_by IS 'Who resumed, as the operator declared it.';
+
+--
+-- Name: COLUMN sync_pauses.resumed_db_user; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.resumed_db_user IS 'The database login that resumed (session_user).';
+
+--
+-- Name: COLUMN sync_pauses.resume_reason; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.sync_pauses.resume_reason IS 'Why processing may go on, in the operator''s words.';
+
+--
+-- Name: status_pause; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_pause AS
+ SELECT p.id AS pause_id,
+    p.paused_at,
+    (p.paused_by)::text AS paused_by,
+    (p.paused_db_user)::text AS paused_db_user,
+    p.pause_reason,
+    (EXTRACT(epoch FROM (now() - p.paused_at)))::bigint AS paused_for_sec,
+    h.intents_leased,
+    h.workflows_running,
+    h.commands_in_hand,
+    h.webhooks_processing,
+    h.requests_out,
+    (((((h.intents_leased + h.workflows_running) + h.commands_in_hand) + h.webhooks_processing) + h.requests_out) = 0) AS drained
+   FROM (bitrix_sync.sync_pauses p
+     CROSS JOIN LATERAL ( SELECT ( SELECT count(*) AS count
+                   FROM han_app.sync_queue q
+                  WHERE (((q.status)::text = 'leased'::text) AND (q.locked_until > now()))) AS intents_leased,
+            ( SELECT count(*) AS count
+                   FROM bitrix_sync.workflow_instances w
+                  WHERE (((w.state)::text = ANY ((ARRAY['created'::character varying, 'running'::character varying, 'waiting_retry'::character varying])::text[])) AND ((w.state)::text = 'running'::text) AND (w.locked_until > now()))) AS workflows_running,
+            ( SELECT count(*) AS count
+                   FROM bitrix_sync.crm_commands c
+                  WHERE (((c.status)::text = ANY ((ARRAY['leased'::character varying, 'in_flight'::character varying])::text[])) AND (c.locked_until > now()))) AS commands_in_hand,
+            ( SELECT count(*) AS count
+                   FROM bitrix_sync.webhook_inbox w
+                  WHERE (((w.status)::text = ANY ((ARRAY['received'::character varying, 'retry_wait'::character varying, 'processing'::character varying])::text[])) AND ((w.status)::text = 'processing'::text) AND (w.locked_until > now()))) AS webhooks_processing,
+            ( SELECT count(*) AS count
+                   FROM bitrix_sync.crm_inflight_slots s
+                  WHERE (s.expires_at > now())) AS requests_out
+         OFFSET 0) h)
+  WHERE (p.resumed_at IS NULL);
+
+--
+-- Name: VIEW status_pause; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_pause IS 'The open pause (no row when processing runs): since when, by whom (declared and login), why, for how long, and the work claimed before it that is still finishing: leased intents, running workflows, commands leased or in flight, webhooks processing, HTTP requests out. drained once all are 0. Read by /internal/sync/v1/status.';
+
+--
+-- Name: pause_sync(text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.pause_sync(p_operator text, p_reason text) RETURNS SETOF bitrix_sync.status_pause
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_open bitrix_sync.sync_pauses;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator);
+  -- One pause or resume at a time; the claims' reads (ACCESS SHARE) are not held up.
+  lock table bitrix_sync.sync_pauses in share row exclusive mode;
+  select * into v_open from bitrix_sync.sync_pauses p where p.resumed_at is null;
+  if found then
+    raise exception 'processing is already paused (pause %, since %)', v_open.id, v_open.paused_at
+      using errcode = 'BS070',
+            hint = 'See select * from bitrix_sync.status_pause; to go on, look at select * from bitrix_sync.resume_preview(); then resume_sync(''ops:<you>'', <pause_id>, ''<why>'').';
+  end if;
+  insert into bitrix_sync.sync_pauses (paused_by, pause_reason) values (btrim(p_operator), btrim(p_reason));
+  perform bitrix_sync._record_admin_action('pause_sync', null, null, null, null, p_reason, p_operator);
+  return query select * from bitrix_sync.status_pause;
+end $$;
+
+--
+-- Name: FUNCTION pause_sync(p_operator text, p_reason text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.pause_sync(p_operator text, p_reason text) IS 'Admin (§17): opens a pause. From its commit no claim function returns work (every replica stops taking work within one poll interval, without a restart); work already claimed finishes (status_pause.drained says when); receivers and the App''s journal keep recording; paused time does not count against the retry horizon. Audited (admin_actions). Returns the pause. BS004 missing operator or reason, BS070 already paused.';
+
+--
 -- Name: perform_cutover(text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -6381,6 +6635,26 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text, p_selected_contact_id text, p_candidate_contact_ids jsonb, p_details jsonb, p_correlation_id uuid) IS 'Opens a business alert or, if one is open for (type, fingerprint), counts another occurrence on it. A new case after a closed one links previous_alert_id. details must already be masked.';
+
+--
+-- Name: reconciliation_spike_metrics(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.reconciliation_spike_metrics() RETURNS TABLE(family text, labels jsonb, value double precision)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  -- Always present (0 before the first spike), so a rule on it needs no earlier sample.
+  select 'bitrix_sync_reconciliation_recovered_spike_timestamp_seconds'::text, '{}'::jsonb,
+         coalesce(extract(epoch from max(s.recorded_at)), 0)::double precision
+    from bitrix_sync.reconciliation_spikes s where s.job_type = 'contacts';
+$$;
+
+--
+-- Name: FUNCTION reconciliation_spike_metrics(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.reconciliation_spike_metrics() IS 'The spike sample of metrics_snapshot: when the last Contact reconciliation run with a recovered-without-webhook spike recorded it (Unix time, 0 before the first).';
 
 --
 -- Name: record_alert_item(bigint, bigint, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -6583,6 +6857,159 @@ end $_$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text) IS 'Records a passed write probe (npm run preflight -- --write): the portal host, the forms it proved and its run id; the time and the login are the row''s. BS004 when an argument is malformed.';
+
+--
+-- Name: reconciliation_spikes; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.reconciliation_spikes (
+    id bigint NOT NULL,
+    job_type character varying(32) NOT NULL,
+    run_started_at timestamp with time zone NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    recovered integer NOT NULL,
+    mapped integer NOT NULL,
+    baseline double precision,
+    CONSTRAINT reconciliation_spikes_baseline_check CHECK ((baseline >= (0)::double precision)),
+    CONSTRAINT reconciliation_spikes_check CHECK ((mapped >= recovered)),
+    CONSTRAINT reconciliation_spikes_recovered_check CHECK ((recovered > 0))
+);
+
+--
+-- Name: TABLE reconciliation_spikes; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.reconciliation_spikes IS 'Reconciliation runs whose Contacts recovered without a webhook were a spike (§10.2; the decision is isRecoveredSpike in src/inbound/reconcile.ts), recorded by the run under its lease; the last 1 000.';
+
+--
+-- Name: COLUMN reconciliation_spikes.id; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.id IS 'Identity, in recording order.';
+
+--
+-- Name: COLUMN reconciliation_spikes.job_type; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.job_type IS 'The reconciliation job (contacts).';
+
+--
+-- Name: COLUMN reconciliation_spikes.run_started_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.run_started_at IS 'When the run started (its claim).';
+
+--
+-- Name: COLUMN reconciliation_spikes.recorded_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.recorded_at IS 'When the run found the spike: what bitrix_sync_reconciliation_recovered_spike_timestamp_seconds exports.';
+
+--
+-- Name: COLUMN reconciliation_spikes.recovered; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.recovered IS 'Contacts the run recovered without a webhook.';
+
+--
+-- Name: COLUMN reconciliation_spikes.mapped; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.mapped IS 'Changed linked Contacts the run read.';
+
+--
+-- Name: COLUMN reconciliation_spikes.baseline; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.reconciliation_spikes.baseline IS 'The smoothed usual recovered count it was compared with (reconciliation_cursors.recovered_baseline before the run); null before the first successful run.';
+
+--
+-- Name: record_recovered_spike(text, uuid, integer, integer, double precision); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision) RETURNS bitrix_sync.reconciliation_spikes
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_started timestamptz;
+  v_row bitrix_sync.reconciliation_spikes;
+begin
+  if p_recovered is null or p_recovered < 1 or p_mapped is null or p_mapped < p_recovered
+     or p_baseline < 0 or p_baseline = 'NaN'::double precision then
+    raise exception 'a spike has recovered >= 1 Contacts of mapped >= recovered, and a baseline >= 0 or null'
+      using errcode = 'BS004', hint = 'Pass the run''s counts as src/inbound/reconcile.ts reports them.';
+  end if;
+  -- Only the run that holds the cursor records its spike (a run whose lease was taken over is stale).
+  select r.last_run_started_at into v_started from bitrix_sync.reconciliation_cursors r
+   where r.job_type = p_job_type and r.last_run_status = 'running' and r.lease_token = p_lease_token;
+  if not found then
+    perform bitrix_sync._refuse_stale('reconciliation run', p_job_type);
+  end if;
+  insert into bitrix_sync.reconciliation_spikes (job_type, run_started_at, recovered, mapped, baseline)
+  values (p_job_type, v_started, p_recovered, p_mapped, p_baseline)
+  returning * into v_row;
+  delete from bitrix_sync.reconciliation_spikes s
+   where s.id in (select k.id from bitrix_sync.reconciliation_spikes k order by k.id desc offset 1000);
+  return v_row;
+end $$;
+
+--
+-- Name: FUNCTION record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision) IS 'Records that the running reconciliation run of p_job_type (fenced by its lease token, BS001 otherwise) recovered a spike of Contacts without a webhook: how many, of how many changed linked Contacts, against which baseline. Keeps the last 1 000.';
+
+--
+-- Name: record_refused_sources(inet[], text[], integer[], timestamp with time zone[], timestamp with time zone[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_n integer := coalesce(cardinality(p_sources), 0);
+  v_rows integer;
+begin
+  if coalesce(cardinality(p_receivers), 0) <> v_n or coalesce(cardinality(p_counts), 0) <> v_n
+     or coalesce(cardinality(p_first_seen), 0) <> v_n or coalesce(cardinality(p_last_seen), 0) <> v_n then
+    raise exception 'the refused sources come as five arrays of one length'
+      using errcode = 'BS004', hint = 'Pass one address, receiver, count, first and last time per entry (src/inbound/edge.ts).';
+  end if;
+  if v_n > 10000 then
+    raise exception 'at most 10 000 refused sources a call, not %', v_n
+      using errcode = 'BS004', hint = 'Record them in smaller groups.';
+  end if;
+  if exists (select 1 from unnest(p_sources, p_receivers, p_counts, p_first_seen, p_last_seen) u(s, r, c, f, l)
+              where s is null or masklen(s) <> case family(s) when 4 then 32 else 128 end
+                 or r is null or r not in ('contact', 'alert', 'none')
+                 or c is null or c < 1 or f is null or l is null or f > l) then
+    raise exception 'a refused source is not one address, receiver contact, alert or none, a positive count and first <= last'
+      using errcode = 'BS004', hint = 'A bug in the caller: it passes what nginx reported, checked.';
+  end if;
+  insert into bitrix_sync.refused_sources as e (source_ip, receiver, refusals, first_seen_at, last_seen_at)
+  select u.s, u.r, sum(u.c), min(u.f), max(u.l)
+    from unnest(p_sources, p_receivers, p_counts, p_first_seen, p_last_seen) u(s, r, c, f, l)
+   group by u.s, u.r
+  on conflict (source_ip, receiver) do update
+    set refusals = e.refusals + excluded.refusals,
+        first_seen_at = least(e.first_seen_at, excluded.first_seen_at),
+        last_seen_at = greatest(e.last_seen_at, excluded.last_seen_at);
+  get diagnostics v_rows = row_count;
+  -- Bounded retention (§10.1).
+  delete from bitrix_sync.refused_sources e where e.last_seen_at < pg_catalog.now() - interval '30 days';
+  delete from bitrix_sync.refused_sources e
+   where (e.source_ip, e.receiver) in (select k.source_ip, k.receiver from bitrix_sync.refused_sources k
+                                         order by k.last_seen_at desc, k.source_ip, k.receiver offset 10000);
+  return v_rows;
+end $$;
+
+--
+-- Name: FUNCTION record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]) IS 'Adds what the service gathered of the proxy''s source_ip refusals (per address and receiver: count, first and last seen) to refused_sources, then trims the journal to 30 days and 10 000 rows. Returns the rows written. Addresses only: no query, body, header or token reaches it.';
 
 --
 -- Name: record_registered_contacts(uuid, timestamp with time zone, bigint, bigint, bigint[], jsonb); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -7005,6 +7432,37 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) IS 'Frees an in-flight slot when its request has a reply or failed. false when the slot had already expired.';
+
+--
+-- Name: release_crm_request(uuid, text, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_released boolean;
+  v_now timestamptz := clock_timestamp();
+begin
+  delete from bitrix_sync.crm_inflight_slots s where s.slot_id = p_slot_id;
+  v_released := found;
+  if coalesce(p_answered, false) then
+    perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+    -- A row written within the last second is left alone, and then not even locked.
+    update bitrix_sync.crm_rate_buckets b
+       set last_answered_at = v_now
+     where b.bucket = p_bucket
+       and (b.last_answered_at is null or b.last_answered_at < v_now - interval '1 second');
+  end if;
+  return v_released;
+end $$;
+
+--
+-- Name: FUNCTION release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean) IS 'Frees an in-flight slot when its request has a reply or failed, as release_crm_request(uuid); p_answered true (the portal answered HTTP 2xx) also records the time on the bucket p_bucket (last_answered_at, at most once a second), where every replica''s readiness reads it. false when the slot had already expired.';
 
 --
 -- Name: release_spare_crm_request(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -7505,6 +7963,126 @@ end $_$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text) IS 'Admin (docs/admin.md): waiting_manual -> running (manual_resume) for a new pass of the workflow, with a decision: retry (the data was fixed), link_contact (with p_contact_id: link this Contact) or create_contact (too_many_candidates and refused manual links). Audited. BS004 for a missing audit field or a decision that does not apply, BS005 unknown workflow, BS002 not parked, BS006 the Contact is linked to another active user.';
+
+--
+-- Name: resume_preview(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.resume_preview() RETURNS TABLE(section text, item text, count bigint, oldest_age_sec bigint, note text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  with pause as (
+    select * from bitrix_sync.status_pause
+  ), unsure as (
+    select c.command_type::text as command_type, c.status::text as status, c.count, c.oldest_age_sec
+      from bitrix_sync.status_commands c
+     where c.status in ('uncertain', 'reconcile')
+  ), rows_ as (
+    select 1 as ord, 'pause'::text as section,
+           coalesce('pause ' || p.pause_id, 'not paused') as item,
+           count(p.pause_id) as count, max(p.paused_for_sec) as oldest_age_sec,
+           coalesce(max('by ' || p.paused_by || ': ' || p.pause_reason
+                        || '. Paused time does not count against retry.horizon_sec. To resume: resume_sync(''ops:<you>'', '
+                        || p.pause_id || ', ''<why>'')'),
+                    'Processing runs; nothing to resume.') as note,
+           0 as sub
+      from (select 1) one left join pause p on true
+     group by p.pause_id
+    union all
+    -- Writes sent with no answer: they may have landed. Their workflows look before they write
+    -- again (a create is searched for, a non-idempotent change read again), but a portal that was
+    -- down or changed by hand is worth a look first.
+    select 2, 'uncertain_commands', u.command_type || ' ' || u.status, u.count, u.oldest_age_sec,
+           case when row_number() over (order by u.command_type, u.status) = 1 then
+             'Look at these first: writes sent without an answer, which may have landed. On resume their workflows search or read the Contact before writing again (docs/runbook.md, "Resuming after a pause").'
+           end, row_number() over (order by u.command_type, u.status)
+      from unsure u
+    union all
+    select 2, 'uncertain_commands', 'none', 0, null, 'No write is waiting for an answer.', 0
+     where not exists (select 1 from unsure)
+    union all
+    select 3, 'in_hand', 'claimed before the pause, still finishing',
+           coalesce(max(p.intents_leased + p.workflows_running + p.commands_in_hand + p.webhooks_processing
+                        + p.requests_out), 0), null,
+           case when coalesce(bool_and(p.drained), true) then 'Drained.' else 'Not drained yet: wait for status_pause.drained.' end,
+           0
+      from pause p
+    union all
+    select 4, 'workflows', w.state::text, sum(w.count)::bigint, max(w.oldest_age_sec), null, 0
+      from bitrix_sync.status_workflows w
+     group by w.state
+    union all
+    select 5, 'commands', c.status::text, sum(c.count)::bigint, max(c.oldest_age_sec), null, 0
+      from bitrix_sync.status_commands c
+     where c.status not in ('uncertain', 'reconcile', 'dead_letter')
+     group by c.status
+    union all
+    select 6, 'queue', q.status::text, q.count, q.oldest_age_sec,
+           case when q.status = 'pending' then 'oldest_age_sec: the oldest intent waiting' end, 0
+      from bitrix_sync.status_queue q
+     where q.status <> 'dead_letter'
+    union all
+    select 7, 'webhooks', w.receiver::text || ' ' || w.status::text, w.count, w.oldest_age_sec, null, 0
+      from bitrix_sync.status_webhooks w
+    union all
+    select 8, 'dead_letters', 'open', coalesce(sum(d.count), 0)::bigint, max(d.oldest_age_sec),
+           'Open technical dead letters (list_dead_letters()); a pause adds none.', 0
+      from bitrix_sync.status_dead_letters d
+  )
+  select r.section, r.item, r.count, r.oldest_age_sec, r.note from rows_ r order by r.ord, r.sub, r.item
+$$;
+
+--
+-- Name: FUNCTION resume_preview(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.resume_preview() IS 'Admin, read-only (§17): what resuming releases, in the order to look at it: the pause, the writes sent without an answer (uncertain, reconcile) first, the work still finishing, open workflows by state, the command backlog, the queue with its oldest intent, the webhook inbox, open dead letters. resume_sync() returns the same rows.';
+
+--
+-- Name: resume_sync(text, bigint, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text) RETURNS TABLE(section text, item text, count bigint, oldest_age_sec bigint, note text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_open bitrix_sync.sync_pauses;
+begin
+  perform bitrix_sync._check_admin_audit(p_reason, p_operator);
+  lock table bitrix_sync.sync_pauses in share row exclusive mode;
+  select * into v_open from bitrix_sync.sync_pauses p where p.resumed_at is null;
+  if not found then
+    raise exception 'processing is not paused'
+      using errcode = 'BS071',
+            hint = 'Nothing to resume: select * from bitrix_sync.sync_pauses order by id desc limit 1; shows the last pause.';
+  end if;
+  if p_confirm_pause_id is distinct from v_open.id then
+    raise exception 'pause % is not the open pause (the open one is %, since %)', p_confirm_pause_id, v_open.id, v_open.paused_at
+      using errcode = 'BS072',
+            hint = 'Look at select * from bitrix_sync.resume_preview(); first, then confirm the open pause''s id.';
+  end if;
+  -- What waits, as it stands before anything moves.
+  return query select * from bitrix_sync.resume_preview();
+  update bitrix_sync.sync_pauses p
+     set resumed_at = now(), resumed_by = btrim(p_operator), resumed_db_user = session_user,
+         resume_reason = btrim(p_reason)
+   where p.id = v_open.id;
+  perform bitrix_sync._record_admin_action('resume_sync', null, null, null, null, p_reason, p_operator);
+  -- The lanes wake at the commit instead of at their next poll. The backlog goes out at the pace of
+  -- the shared limiter (limiter.*), as any backlog does: no burst.
+  perform pg_notify('bitrix_sync_queue', '');
+  perform pg_notify('bitrix_sync_workflows', '');
+  perform pg_notify('bitrix_sync_commands', '');
+  perform pg_notify('bitrix_sync_webhooks', '');
+end $$;
+
+--
+-- Name: FUNCTION resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text) IS 'Admin (§17): ends the open pause, confirmed by its id (from status_pause or resume_preview()). Returns resume_preview() as it stood, then from the commit the claim functions return work again and the lanes are woken; the backlog goes out under the shared limiter. Audited (admin_actions). BS004 missing operator or reason, BS071 not paused, BS072 the id is not the open pause''s.';
 
 --
 -- Name: retention_preview(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -8019,6 +8597,23 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.step_context(p_id uuid) IS 'What a workflow step starts from, in one call inside the step''s transaction: locks the workflow row (FOR UPDATE) and returns its revision, intent and trace context, then, read after the lock, its last command (null fields when none) and whether one of its writes is unresolved (uncertain or reconcile). One row; revision is null when the workflow does not exist.';
+
+--
+-- Name: sync_paused(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.sync_paused() RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select exists (select 1 from bitrix_sync.sync_pauses p where p.resumed_at is null)
+$$;
+
+--
+-- Name: FUNCTION sync_paused(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.sync_paused() IS 'The pause gate (§17): true while a pause is open (pause_sync() until resume_sync()). Every claim function returns nothing while it is true, as before the cutover; readiness reports paused.';
 
 --
 -- Name: take_sync_tasks(uuid[], uuid[], uuid[], text[], text[], text[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -9155,38 +9750,6 @@ ALTER TABLE bitrix_sync.crm_contract_probes ALTER COLUMN id ADD GENERATED ALWAYS
 );
 
 --
--- Name: crm_inflight_slots; Type: TABLE; Schema: bitrix_sync; Owner: -
---
-
-CREATE TABLE bitrix_sync.crm_inflight_slots (
-    slot_id uuid DEFAULT gen_random_uuid() NOT NULL,
-    bucket text NOT NULL,
-    holder text NOT NULL,
-    acquired_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    expires_at timestamp with time zone NOT NULL,
-    CONSTRAINT crm_inflight_slots_expiry CHECK ((expires_at > acquired_at)),
-    CONSTRAINT crm_inflight_slots_holder_check CHECK (((length(holder) >= 1) AND (length(holder) <= 200)))
-);
-
---
--- Name: TABLE crm_inflight_slots; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON TABLE bitrix_sync.crm_inflight_slots IS 'HTTP requests to the portal in flight, all replicas together (§8 max in-flight). A slot past expires_at counts as free.';
-
---
--- Name: COLUMN crm_inflight_slots.holder; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.crm_inflight_slots.holder IS 'Replica that holds the slot (host:pid), for diagnosis only.';
-
---
--- Name: COLUMN crm_inflight_slots.expires_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON COLUMN bitrix_sync.crm_inflight_slots.expires_at IS 'The slot frees itself here if its holder crashed; longer than the HTTP timeout.';
-
---
 -- Name: crm_method_blocks; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
@@ -9245,6 +9808,7 @@ CREATE TABLE bitrix_sync.crm_rate_buckets (
     throttled_until timestamp with time zone,
     rate_limited_count bigint DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_answered_at timestamp with time zone,
     CONSTRAINT crm_rate_buckets_bucket_check CHECK (((length(bucket) >= 1) AND (length(bucket) <= 200))),
     CONSTRAINT crm_rate_buckets_rate_factor_check CHECK (((rate_factor > (0)::double precision) AND (rate_factor <= (1)::double precision))),
     CONSTRAINT crm_rate_buckets_rate_limited_count_check CHECK ((rate_limited_count >= 0)),
@@ -9298,6 +9862,12 @@ COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.throttled_until IS 'No request be
 --
 
 COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.rate_limited_count IS 'Limit refusals that cut the rate, since the bucket was created.';
+
+--
+-- Name: COLUMN crm_rate_buckets.last_answered_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_rate_buckets.last_answered_at IS 'When the portal last answered a request of any replica with HTTP 2xx (to the second: written at most once a second, by release_crm_request(uuid, true)). Readiness''s crm_stale judges the deployment by it.';
 
 --
 -- Name: cutover; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -9766,6 +10336,75 @@ CREATE VIEW bitrix_sync.rebind_request_status AS
 --
 
 COMMENT ON VIEW bitrix_sync.rebind_request_status IS 'Rebind requests as an admin watches them: status, failure code, what the CRM holds (outcome), who asked and who cancelled (the declared operator and the database login, session_user), and where the workflow is (state, step, error code, an App change held until it ends). No user or Contact IDs and no reason text.';
+
+--
+-- Name: reconciliation_spikes_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.reconciliation_spikes ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.reconciliation_spikes_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: refused_sources; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.refused_sources (
+    source_ip inet NOT NULL,
+    receiver character varying(16) NOT NULL,
+    refusals bigint NOT NULL,
+    first_seen_at timestamp with time zone NOT NULL,
+    last_seen_at timestamp with time zone NOT NULL,
+    CONSTRAINT refused_sources_receiver_check CHECK (((receiver)::text = ANY ((ARRAY['contact'::character varying, 'alert'::character varying, 'none'::character varying])::text[]))),
+    CONSTRAINT refused_sources_refusals_check CHECK ((refusals > 0)),
+    CONSTRAINT refused_sources_seen_order CHECK ((first_seen_at <= last_seen_at)),
+    CONSTRAINT refused_sources_source_ip_check CHECK ((masklen(source_ip) =
+CASE family(source_ip)
+    WHEN 4 THEN 32
+    ELSE 128
+END))
+);
+
+--
+-- Name: TABLE refused_sources; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.refused_sources IS 'Source addresses the public proxy refused for not being in BITRIX_WEBHOOK_ALLOWED_CIDRS (§10.1): per address and receiver route, how many refusals and when first and last. No query, body, header or token. Kept 30 days after the last refusal, at most 10 000 rows (record_refused_sources). For diagnosis and a reviewed allow-list change only; never read to admit anyone.';
+
+--
+-- Name: COLUMN refused_sources.source_ip; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.refused_sources.source_ip IS 'The TCP peer nginx refused (its $remote_addr), one address.';
+
+--
+-- Name: COLUMN refused_sources.receiver; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.refused_sources.receiver IS 'contact or alert (the robot routes), none for any other path.';
+
+--
+-- Name: COLUMN refused_sources.refusals; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.refused_sources.refusals IS 'Refusals of this address on this route since first_seen_at.';
+
+--
+-- Name: COLUMN refused_sources.first_seen_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.refused_sources.first_seen_at IS 'The first refusal (as the service received it from nginx).';
+
+--
+-- Name: COLUMN refused_sources.last_seen_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.refused_sources.last_seen_at IS 'The last refusal.';
 
 --
 -- Name: retention_sweeps; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -10474,6 +11113,47 @@ CREATE VIEW bitrix_sync.status_reconciliation AS
 COMMENT ON VIEW bitrix_sync.status_reconciliation IS 'The reconciliation runs'' cursors (§10.2, §10.3) as an admin reads them: watermark, last run and its counts, last success, runs failed in a row and when a failed one runs again; no lease.';
 
 --
+-- Name: status_recovered_spikes; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_recovered_spikes AS
+ SELECT s.job_type,
+    s.run_started_at,
+    s.recorded_at,
+    s.recovered,
+    s.mapped,
+    s.baseline
+   FROM bitrix_sync.reconciliation_spikes s
+  ORDER BY s.id DESC;
+
+--
+-- Name: VIEW status_recovered_spikes; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_recovered_spikes IS 'Reconciliation runs that recovered a spike of Contacts without a webhook (§10.2), newest first: when the run started, when it found the spike, how many it recovered of how many changed linked Contacts, and the usual value it was compared with (docs/runbook.md, BitrixSyncWebhooksPossiblyLost).';
+
+--
+-- Name: status_refused_sources; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_refused_sources AS
+ SELECT e.source_ip,
+    e.receiver,
+    e.refusals,
+    e.first_seen_at,
+    e.last_seen_at,
+    (e.first_seen_at > (now() - '1 day'::interval)) AS new
+   FROM bitrix_sync.refused_sources e
+  WHERE (e.last_seen_at >= (now() - '30 days'::interval))
+  ORDER BY e.first_seen_at DESC, e.source_ip, e.receiver;
+
+--
+-- Name: VIEW status_refused_sources; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_refused_sources IS 'The journal of source addresses the public proxy refused (reason source_ip), newest first, for the runbook (docs/runbook.md, BitrixSyncWebhookSourcesRefused): per address and receiver route (contact, alert, none: any other path), how many refusals, first and last seen, and whether it is new (first seen within a day). Never a query, body or token.';
+
+--
 -- Name: status_webhooks; Type: VIEW; Schema: bitrix_sync; Owner: -
 --
 
@@ -10539,6 +11219,19 @@ CREATE VIEW bitrix_sync.stuck_commands AS
 --
 
 COMMENT ON VIEW bitrix_sync.stuck_commands IS 'Admin (docs/runbook.md, BitrixSyncCommandsUncertain): CRM commands that are uncertain, being reconciled, waiting for a retry or in flight, with their workflow''s state and step; safe codes only.';
+
+--
+-- Name: sync_pauses_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE bitrix_sync.sync_pauses ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME bitrix_sync.sync_pauses_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
 
 --
 -- Name: technical_dead_letters_id_seq; Type: SEQUENCE; Schema: bitrix_sync; Owner: -
@@ -10868,6 +11561,20 @@ ALTER TABLE ONLY bitrix_sync.reconciliation_cursors
     ADD CONSTRAINT reconciliation_cursors_pkey PRIMARY KEY (job_type);
 
 --
+-- Name: reconciliation_spikes reconciliation_spikes_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.reconciliation_spikes
+    ADD CONSTRAINT reconciliation_spikes_pkey PRIMARY KEY (id);
+
+--
+-- Name: refused_sources refused_sources_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.refused_sources
+    ADD CONSTRAINT refused_sources_pkey PRIMARY KEY (source_ip, receiver);
+
+--
 -- Name: retention_sweeps retention_sweeps_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
 --
 
@@ -10887,6 +11594,13 @@ ALTER TABLE ONLY bitrix_sync.settings
 
 ALTER TABLE ONLY bitrix_sync.settings_versions
     ADD CONSTRAINT settings_versions_pkey PRIMARY KEY (version);
+
+--
+-- Name: sync_pauses sync_pauses_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.sync_pauses
+    ADD CONSTRAINT sync_pauses_pkey PRIMARY KEY (id);
 
 --
 -- Name: technical_dead_letters technical_dead_letters_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
@@ -11279,10 +11993,28 @@ CREATE INDEX rebind_requests_workflow_idx ON bitrix_sync.rebind_requests USING b
 COMMENT ON INDEX bitrix_sync.rebind_requests_workflow_idx IS 'Retention keeps the workflows of rebind requests (their audit, and the foreign key).';
 
 --
+-- Name: refused_sources_last_seen_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX refused_sources_last_seen_idx ON bitrix_sync.refused_sources USING btree (last_seen_at);
+
+--
 -- Name: settings_versions_one_active_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
 --
 
 CREATE UNIQUE INDEX settings_versions_one_active_uq ON bitrix_sync.settings_versions USING btree ((true)) WHERE ((status)::text = 'active'::text);
+
+--
+-- Name: sync_pauses_one_open_uq; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE UNIQUE INDEX sync_pauses_one_open_uq ON bitrix_sync.sync_pauses USING btree ((true)) WHERE (resumed_at IS NULL);
+
+--
+-- Name: INDEX sync_pauses_one_open_uq; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.sync_pauses_one_open_uq IS 'At most one open pause; also the index the claim gate (sync_paused()) reads.';
 
 --
 -- Name: technical_dead_letters_open_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
@@ -11657,6 +12389,30 @@ CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.settings_versions FOR
 COMMENT ON TRIGGER _120_immutable ON bitrix_sync.settings_versions IS 'Values and audit are history once a version leaves draft (§12.3).';
 
 --
+-- Name: sync_pauses _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.sync_pauses FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('id', 'paused_at', 'paused_by', 'paused_db_user', 'pause_reason');
+
+--
+-- Name: TRIGGER _120_immutable ON sync_pauses; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _120_immutable ON bitrix_sync.sync_pauses IS 'Who paused, when and why never change: the paused interval is what the retry horizon leaves out.';
+
+--
+-- Name: sync_pauses _121_resumed_once; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _121_resumed_once BEFORE UPDATE ON bitrix_sync.sync_pauses FOR EACH ROW WHEN ((old.resumed_at IS NOT NULL)) EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('resumed_at', 'resumed_by', 'resumed_db_user', 'resume_reason');
+
+--
+-- Name: TRIGGER _121_resumed_once ON sync_pauses; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _121_resumed_once ON bitrix_sync.sync_pauses IS 'A pause ends once: who resumed, when and why never change afterwards.';
+
+--
 -- Name: admin_actions _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
@@ -11727,6 +12483,18 @@ CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.settings_versions
 --
 
 COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.settings_versions IS 'Settings audit is never deleted.';
+
+--
+-- Name: sync_pauses _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.sync_pauses FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__forbid_delete();
+
+--
+-- Name: TRIGGER _200_forbid_delete ON sync_pauses; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.sync_pauses IS 'Pauses are kept: deleting one would give its rows back the paused time against their retry horizon.';
 
 --
 -- Name: workflow_instances _300_close_rebind_request; Type: TRIGGER; Schema: bitrix_sync; Owner: -
@@ -12869,6 +13637,13 @@ REVOKE ALL ON FUNCTION bitrix_sync._parked_decisions(p_reason text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync._parked_decisions(p_reason text) TO bitrix_sync_admin;
 
 --
+-- Name: FUNCTION _paused_since(p_from timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._paused_since(p_from timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._paused_since(p_from timestamp with time zone) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION _planner_count(p_rel regclass); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13233,6 +14008,12 @@ GRANT INSERT(last_applied_at),UPDATE(last_applied_at) ON TABLE bitrix_sync.conta
 GRANT INSERT(last_webhook_received_at),UPDATE(last_webhook_received_at) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
 
 --
+-- Name: COLUMN contact_snapshots.last_webhook_source_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(last_webhook_source_at),UPDATE(last_webhook_source_at) ON TABLE bitrix_sync.contact_snapshots TO bitrix_sync_user;
+
+--
 -- Name: COLUMN contact_snapshots.stale; Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13520,6 +14301,13 @@ GRANT ALL ON FUNCTION bitrix_sync.crm_contract_problem(p_portal_host text) TO bi
 REVOKE ALL ON FUNCTION bitrix_sync.crm_contract_status(p_portal_host text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.crm_contract_status(p_portal_host text) TO bitrix_sync_user;
 GRANT ALL ON FUNCTION bitrix_sync.crm_contract_status(p_portal_host text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION crm_last_answered_at(p_bucket text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.crm_last_answered_at(p_bucket text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.crm_last_answered_at(p_bucket text) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION crm_limiter_state(p_bucket text); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -13900,6 +14688,33 @@ REVOKE ALL ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id tex
 GRANT ALL ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) TO bitrix_sync_user;
 
 --
+-- Name: TABLE crm_inflight_slots; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE ON TABLE bitrix_sync.crm_inflight_slots TO bitrix_sync_user;
+
+--
+-- Name: TABLE sync_pauses; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.sync_pauses TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.sync_pauses TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_pause; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_pause TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_pause TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION pause_sync(p_operator text, p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.pause_sync(p_operator text, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.pause_sync(p_operator text, p_reason text) TO bitrix_sync_admin;
+
+--
 -- Name: FUNCTION perform_cutover(p_actor text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -13919,6 +14734,12 @@ GRANT ALL ON FUNCTION bitrix_sync.propose_settings(p_changes jsonb, p_actor text
 
 REVOKE ALL ON FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text, p_selected_contact_id text, p_candidate_contact_ids jsonb, p_details jsonb, p_correlation_id uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.raise_business_alert(p_alert_type text, p_severity text, p_fingerprint text, p_user_id uuid, p_current_contact_id text, p_selected_contact_id text, p_candidate_contact_ids jsonb, p_details jsonb, p_correlation_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION reconciliation_spike_metrics(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.reconciliation_spike_metrics() FROM PUBLIC;
 
 --
 -- Name: FUNCTION record_alert_item(p_alert_id bigint, p_item_id bigint, p_stage_id text); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -13954,6 +14775,20 @@ GRANT ALL ON FUNCTION bitrix_sync.record_contact_phone(p_contact_id text, p_user
 
 REVOKE ALL ON FUNCTION bitrix_sync.record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.record_crm_contract_probe(p_portal_host text, p_forms jsonb, p_run_id text) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.record_recovered_spike(p_job_type text, p_lease_token uuid, p_recovered integer, p_mapped integer, p_baseline double precision) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.record_refused_sources(p_sources inet[], p_receivers text[], p_counts integer[], p_first_seen timestamp with time zone[], p_last_seen timestamp with time zone[]) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION record_registered_contacts(p_lease_token uuid, p_read_at timestamp with time zone, p_from_id bigint, p_to_id bigint, p_checked_ids bigint[], p_rows jsonb); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14009,6 +14844,13 @@ GRANT ALL ON FUNCTION bitrix_sync.release_command(p_id bigint, p_lease_token uui
 
 REVOKE ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION release_spare_crm_request(p_slot_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14080,6 +14922,20 @@ GRANT ALL ON FUNCTION bitrix_sync.resolve_command_reconcile(p_id bigint, p_workf
 
 REVOKE ALL ON FUNCTION bitrix_sync.resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.resume_parked_workflow(p_workflow_id uuid, p_decision text, p_reason text, p_operator_id text, p_contact_id text) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION resume_preview(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.resume_preview() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.resume_preview() TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.resume_sync(p_operator text, p_confirm_pause_id bigint, p_reason text) TO bitrix_sync_admin;
 
 --
 -- Name: FUNCTION retention_preview(); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14165,6 +15021,14 @@ GRANT ALL ON FUNCTION bitrix_sync.start_rebind_request(p_workflow_id uuid, p_lea
 
 REVOKE ALL ON FUNCTION bitrix_sync.step_context(p_id uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.step_context(p_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION sync_paused(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.sync_paused() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.sync_paused() TO bitrix_sync_user;
+GRANT ALL ON FUNCTION bitrix_sync.sync_paused() TO bitrix_sync_admin;
 
 --
 -- Name: FUNCTION take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14409,12 +15273,6 @@ GRANT USAGE ON SEQUENCE bitrix_sync.business_alert_number_seq TO bitrix_sync_use
 --
 
 GRANT SELECT ON TABLE bitrix_sync.crm_contract_probes TO bitrix_sync_admin;
-
---
--- Name: TABLE crm_inflight_slots; Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-GRANT SELECT,INSERT,DELETE ON TABLE bitrix_sync.crm_inflight_slots TO bitrix_sync_user;
 
 --
 -- Name: TABLE crm_method_blocks; Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14665,6 +15523,18 @@ GRANT SELECT ON TABLE bitrix_sync.status_queue TO bitrix_sync_admin;
 --
 
 GRANT SELECT ON TABLE bitrix_sync.status_reconciliation TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_recovered_spikes; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_recovered_spikes TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_refused_sources; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_refused_sources TO bitrix_sync_admin;
 
 --
 -- Name: TABLE status_webhooks; Type: ACL; Schema: bitrix_sync; Owner: -

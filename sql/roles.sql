@@ -1,4 +1,4 @@
--- Roles (§13, DESIGN.md): created NOLOGIN if absent; deployment grants LOGIN and passwords.
+-- Roles (§13; docs/security.md, "Database roles"): created NOLOGIN if absent; deployment grants LOGIN and passwords.
 -- Roles are cluster-wide, so this is safe to run in every database of the cluster.
 do $$
 begin

@@ -78,7 +78,7 @@ export function hasValidPhone(u: AppUser): boolean {
 
 /**
  * The keyed hash (src/hash.ts) of the App-master content an intent wants in the CRM. Equal hashes
- * mean semantically equal intents (DESIGN.md, adopted guarantees). Only App-master fields count:
+ * mean semantically equal intents (docs/workflows.md, "Guarantees": equal intents are skipped). Only App-master fields count:
  * phone and status. A workflow that holds an older form (v2, or none: migration 000029 cleared the
  * unkeyed ones) never equals a new hash: the user's next intent runs one pass more, which reads the
  * Contact and finds nothing to write (the update steps compare the phone by value, whatever the

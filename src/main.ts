@@ -12,6 +12,7 @@ import { redactUrl } from "./db/url.js";
 import { createApp } from "./http/app.js";
 import { createHttpServer } from "./http/server.js";
 import { receiverConfig } from "./inbound/config.js";
+import { RefusedSourceJournal } from "./inbound/edge.js";
 import { dataDir, embeddedDir } from "./local/data-dir.js";
 import { sandboxHashKey } from "./local/sandbox-hash-key.js";
 import { sandboxFirstIds } from "./local/sandbox-ids.js";
@@ -25,7 +26,7 @@ import { checkDatabase, migrationStartupError } from "./startup/database.js";
 import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./startup/errors.js";
 import { assertPortFree, listen, type PortHolder } from "./startup/listen.js";
 import { prepareSandboxDatabase, refuseSandboxDatabase } from "./startup/sandbox-database.js";
-import { SERVICE_VERSION } from "./version.js";
+import { SERVICE_REVISION, SERVICE_VERSION } from "./version.js";
 import { startRunner } from "./worker/runner.js";
 
 /**
@@ -203,11 +204,15 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   registerRuntime(runtime);
   stops.unshift(named("runtime", () => runtime.close()));
 
+  // The proxy's source_ip refusals, gathered and journaled on the status pool (not the robots').
+  const refusedSources = new RefusedSourceJournal(pools.status, log);
+  stops.unshift(named("refused_sources", () => refusedSources.close()));
   const app = createApp({
     pool: pools.status,
     receiverPool: pools.receiver,
     log,
     receiver: receiverConfig(config),
+    refusedSources,
     status: {
       config,
       health: runtime.health,
@@ -232,7 +237,7 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   } else {
     log.warn(
       { event: "sync.paused" },
-      "BITRIX_SYNC_ENABLED=false: workers claim nothing; pending rows are kept",
+      "BITRIX_SYNC_ENABLED=false: workers claim nothing; pending rows are kept (read at start: a change needs a restart)",
     );
   }
   // On SIGTERM the listener closes first, then claiming stops (docs/operations.md).
@@ -299,6 +304,7 @@ async function main(): Promise<void> {
     tracing = await startTracing({
       endpoint: config.env.OTEL_EXPORTER_OTLP_ENDPOINT,
       serviceVersion: SERVICE_VERSION,
+      serviceRevision: SERVICE_REVISION,
       environment: config.env.SERVICE_ENVIRONMENT,
       log,
     });

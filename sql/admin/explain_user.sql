@@ -125,7 +125,8 @@ begin
     select coalesce(s.last_applied_at, s.updated_at), 'snapshot', 'state',
            jsonb_build_object('contact_id', s.contact_id, 'registered', s.registered, 'crm_updated_at', s.crm_updated_at,
                               'last_applied_source', s.last_applied_source,
-                              'last_webhook_received_at', s.last_webhook_received_at, 'stale', s.stale,
+                              'last_webhook_received_at', s.last_webhook_received_at,
+                              'last_webhook_source_at', s.last_webhook_source_at, 'stale', s.stale,
                               'stale_reason', s.stale_reason, 'citizenship_enum_id', s.citizenship_enum_id,
                               'name_hash', left(s.name_hash, 12), 'email_hash', left(s.email_hash, 12),
                               'phone_hash', left(s.phone_hash, 12)), 11

@@ -15,8 +15,9 @@ declare
   v_due bigint;
   v_mode text := case when coalesce(p_all, false) then 'all' else 'sample' end;
 begin
-  -- The processing gate (§17): nothing is judged before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17): nothing is judged before the cutover, nor while processing is
+  -- paused (sql/pause.sql): a paused sync would show as drift.
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   select * into v_row from bitrix_sync.audit_state s where s.singleton for update skip locked;
@@ -61,7 +62,7 @@ begin
                    order by 1 limit 2500) x);
 end $$;
 comment on function bitrix_sync.claim_audit_run(boolean, boolean) is
-  'Starts a convergence audit run when none is running (one still marked running after audit.lease_sec is taken over) and, for a sampled run, when audit.enabled and audit.interval_sec has passed (or p_force). p_all: every active link and the whole registered scan. Returns the lease, how many links to sample (their share of audit.period_days plus those about to be overdue; null: all), where the registered scan goes on, how many pages this run reads (null: to the end), and the Contacts of open registered findings to read again. No row when nothing is to run, and none before perform_cutover().';
+  'Starts a convergence audit run when none is running (one still marked running after audit.lease_sec is taken over) and, for a sampled run, when audit.enabled and audit.interval_sec has passed (or p_force). p_all: every active link and the whole registered scan. Returns the lease, how many links to sample (their share of audit.period_days plus those about to be overdue; null: all), where the registered scan goes on, how many pages this run reads (null: to the end), and the Contacts of open registered findings to read again. No row when nothing is to run, and none before perform_cutover() or while paused (pause_sync()).';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.claim_audit_run(boolean,boolean)', array['EXECUTE'], array[]::text[], array[]::text[], 'Convergence audit (gated by the cutover).')
 on conflict (object_type, object_name) do update

@@ -51,6 +51,7 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
      ('bitrix_sync_audit_running', case when s.last_run_status = 'running' then 1 else 0 end::float8),
      ('bitrix_sync_audit_enabled',
       case when (bitrix_sync._active_setting('audit.enabled') #>> '{}')::boolean and bitrix_sync.cutover_performed()
+                and not bitrix_sync.sync_paused()
            then 1 else 0 end::float8),
      ('bitrix_sync_audit_interval_seconds', (bitrix_sync._active_setting('audit.interval_sec') #>> '{}')::float8),
      ('bitrix_sync_audit_links', coalesce(s.last_links, 0)::float8),
@@ -61,7 +62,7 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
    where s.singleton
 $$;
 comment on function bitrix_sync.drift_metrics() is
-  'The convergence audit''s samples for GET /metrics (part of metrics_snapshot): open findings by kind (every kind, 0 included), the last success (the install time before the first), whether a run is running, whether the audit is enabled (setting and cutover), its interval, and from the last run the active links, those overdue and the share in time.';
+  'The convergence audit''s samples for GET /metrics (part of metrics_snapshot): open findings by kind (every kind, 0 included), the last success (the install time before the first), whether a run is running, whether the audit is enabled (setting, cutover, not paused), its interval, and from the last run the active links, those overdue and the share in time.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.drift_metrics()', array[]::text[], array[]::text[], array[]::text[],
    'Called by metrics_snapshot (security definer); not on its own.')

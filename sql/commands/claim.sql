@@ -19,8 +19,9 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the batch.size and lease.ttl_sec settings.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
 
@@ -75,7 +76,7 @@ begin
   returning c.*;
 end $$;
 comment on function bitrix_sync.claim_commands(text, integer, interval) is
-  'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover().';
+  'Leases up to p_limit due commands (FIFO by next_attempt_at, id; retries do not block new work) with SKIP LOCKED and new tokens. First recovers holders that died: expired in_flight writes -> uncertain, reads -> retry_wait. Returns nothing before perform_cutover() and while paused (pause_sync()).';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.claim_commands(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (gated by the cutover).')
 on conflict (object_type, object_name) do update
@@ -93,10 +94,10 @@ language sql stable set search_path = pg_catalog, pg_temp as $$
     from bitrix_sync.crm_commands c
    where ((c.status in ('pending', 'retry_wait') and c.next_attempt_at <= now())
           or (c.status in ('leased', 'in_flight') and c.locked_until < now()))
-     and bitrix_sync.cutover_performed()
+     and bitrix_sync.cutover_performed() and not bitrix_sync.sync_paused()
 $$;
 comment on function bitrix_sync.due_commands() is
-  'The pump''s backlog: commands claim_commands() would take now (due, and expired leases it recovers), how many of them are creates, and how long the oldest has waited (ms; null when none). Nothing before perform_cutover().';
+  'The pump''s backlog: commands claim_commands() would take now (due, and expired leases it recovers), how many of them are creates, and how long the oldest has waited (ms; null when none). Nothing before perform_cutover() and while paused.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.due_commands()', array['EXECUTE'], array[]::text[], array[]::text[], 'The pump''s backlog before it takes a limiter permit (gated by the cutover).')
 on conflict (object_type, object_name) do update

@@ -112,3 +112,32 @@ insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, 
   ('function', 'bitrix_sync.release_crm_request(uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Limiter.')
 on conflict (object_type, object_name) do update
   set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
+
+-- The release that also records that the portal answered: the deployment's view of the portal
+-- (sql/limiter/health.sql).
+create or replace function bitrix_sync.release_crm_request(p_slot_id uuid, p_bucket text, p_answered boolean)
+returns boolean
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+declare
+  v_released boolean;
+  v_now timestamptz := clock_timestamp();
+begin
+  delete from bitrix_sync.crm_inflight_slots s where s.slot_id = p_slot_id;
+  v_released := found;
+  if coalesce(p_answered, false) then
+    perform bitrix_sync._check_limiter_name('bucket', p_bucket);
+    -- A row written within the last second is left alone, and then not even locked.
+    update bitrix_sync.crm_rate_buckets b
+       set last_answered_at = v_now
+     where b.bucket = p_bucket
+       and (b.last_answered_at is null or b.last_answered_at < v_now - interval '1 second');
+  end if;
+  return v_released;
+end $$;
+comment on function bitrix_sync.release_crm_request(uuid, text, boolean) is
+  'Frees an in-flight slot when its request has a reply or failed, as release_crm_request(uuid); p_answered true (the portal answered HTTP 2xx) also records the time on the bucket p_bucket (last_answered_at, at most once a second), where every replica''s readiness reads it. false when the slot had already expired.';
+insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
+  ('function', 'bitrix_sync.release_crm_request(uuid,text,boolean)', array['EXECUTE'], array[]::text[], array[]::text[],
+   'Limiter: the release that also records that the portal answered.')
+on conflict (object_type, object_name) do update
+  set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

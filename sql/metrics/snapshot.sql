@@ -188,10 +188,13 @@ begin
          coalesce((select sum(e.n) from events e where e.machine = 'alert' and e.to_state = 'remote_missing'), 0)::float8
   union all
   -- The convergence audit (sql/convergence_audit.sql): drift by kind, its last success and progress.
-  select d.family, d.labels, d.value from bitrix_sync.drift_metrics() d;
+  select d.family, d.labels, d.value from bitrix_sync.drift_metrics() d
+  union all
+  -- The last recovered-without-webhook spike (sql/reconciliation/spikes.sql).
+  select r.family, r.labels, r.value from bitrix_sync.reconciliation_spike_metrics() r;
 end $$;
 comment on function bitrix_sync.metrics_snapshot(text, boolean) is
-  'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts and their mirror (behind, its age, whether it is on, items deleted in the CRM), the convergence audit (drift by kind, last success, progress), links held after a phone-only link, reconciliation cursor lag, failed runs and intervals, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
+  'Every database-derived Prometheus sample for GET /metrics in one call: queue, workflow, command and inbox depths and oldest ages (live states), open dead letters, business alerts and their mirror (behind, its age, whether it is on, items deleted in the CRM), the convergence audit (drift by kind, last success, progress), links held after a phone-only link, reconciliation cursor lag, failed runs and intervals, the last recovered-without-webhook spike, the limiter bucket p_bucket, and the transition counters (folded from metric_events first). p_check_mappings adds the mapping invariant count (a pass over the active mappings). Rows: (family, labels, value); labels are low-cardinality only.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.metrics_snapshot(text,boolean)', array['EXECUTE'], array['EXECUTE'], array[]::text[],
    'GET /metrics (security definer): counts, ages and counters with low-cardinality labels; the admin may run it in psql.')

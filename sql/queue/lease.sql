@@ -15,7 +15,8 @@ begin
   -- Nothing is processed before the cutover, and after it only intents recorded since the
   -- watermark (§17 step 8), also when an expired lease is reclaimed.
   select c.cutover_watermark into v_watermark from bitrix_sync.cutover c;
-  if v_watermark is null then
+  -- Nor while processing is paused (sql/pause.sql): the App's journal keeps the intents.
+  if v_watermark is null or bitrix_sync.sync_paused() then
     return;
   end if;
   -- The App's recorded intents first (han_app.sync_queue_journal). A fold running elsewhere is
@@ -51,7 +52,7 @@ begin
   returning q.*;
 end $$;
 comment on function bitrix_sync.claim_sync_tasks(text, integer, interval) is
-  'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover().';
+  'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover() and while paused (pause_sync()).';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).')
 on conflict (object_type, object_name) do update

@@ -17,8 +17,9 @@ begin
     raise exception 'a reconciliation claim needs a non-negative interval (and overlap)'
       using errcode = 'BS004', hint = 'Check reconcile.contacts_interval_sec, alerts.reconcile_interval_sec and reconcile.overlap_sec.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   insert into bitrix_sync.reconciliation_cursors (job_type) values (p_job_type) on conflict do nothing;
@@ -44,7 +45,7 @@ begin
   return next v_row;
 end $$;
 comment on function bitrix_sync.claim_reconciliation_cursor(text, interval, boolean, interval) is
-  'Starts a run of job p_job_type when it is due (last start at least p_interval ago, a failed run''s retry_at reached, or p_force) and no live run holds the cursor (a running run older than reconcile.lease_sec is taken over). Returns the cursor with a new lease_token and last_run_started_at = now(), the next watermark, and failed_runs as it stands (the failures before this run); no row when nothing is to be run, and none before perform_cutover().';
+  'Starts a run of job p_job_type when it is due (last start at least p_interval ago, a failed run''s retry_at reached, or p_force) and no live run holds the cursor (a running run older than reconcile.lease_sec is taken over). Returns the cursor with a new lease_token and last_run_started_at = now(), the next watermark, and failed_runs as it stands (the failures before this run); no row when nothing is to be run, and none before perform_cutover() or while paused (pause_sync()).';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.claim_reconciliation_cursor(text,interval,boolean,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Reconciliation (gated by the cutover).')
 on conflict (object_type, object_name) do update

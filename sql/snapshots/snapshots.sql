@@ -99,9 +99,10 @@ begin
   insert into bitrix_sync.contact_snapshots
     (contact_id, user_id, name_hash, email_hash, citizenship_enum_id, citizenship_dictionary_loaded_at,
      registered, crm_created_at, crm_updated_at, last_applied_source, last_applied_at,
-     last_webhook_received_at, stale, stale_reason)
+     last_webhook_received_at, last_webhook_source_at, stale, stale_reason)
   values (p_contact_id, p_user_id, p_name_hash, p_email_hash, p_citizenship_enum_id, p_dictionary_loaded_at,
-          p_registered, p_crm_created_at, p_crm_updated_at, p_source, now(), p_webhook_received_at, false, null)
+          p_registered, p_crm_created_at, p_crm_updated_at, p_source, now(), p_webhook_received_at,
+          case when p_source = 'webhook' then p_crm_updated_at end, false, null)
   on conflict (contact_id) do update
     set user_id = excluded.user_id, name_hash = excluded.name_hash, email_hash = excluded.email_hash,
         citizenship_enum_id = excluded.citizenship_enum_id,
@@ -112,12 +113,15 @@ begin
         last_applied_at = now(),
         last_webhook_received_at = coalesce(excluded.last_webhook_received_at,
                                             bitrix_sync.contact_snapshots.last_webhook_received_at),
+        -- The CRM time of the state the last processed robot webhook read (§6.4).
+        last_webhook_source_at = case when p_source = 'webhook' then p_crm_updated_at
+                                      else bitrix_sync.contact_snapshots.last_webhook_source_at end,
         stale = false, stale_reason = null
   returning * into v_row;
   return v_row;
 end $$;
 comment on function bitrix_sync.apply_crm_master_fields(uuid, text, text, text, text, text, text, text, timestamptz, boolean, timestamptz, timestamptz, text, timestamptz) is
-  'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
+  'Writes a Contact''s CRM-master fields (NAME, citizenship display value, picked email; null clears) into the App profile with han.sync_suppress set for the transaction, and records the snapshot (hashes, enum ID, CRM timestamps, source; for a webhook also when it was received and the CRM time its read found). A read older than the snapshot (p_crm_updated_at before its crm_updated_at) changes nothing and returns the snapshot as it is; the caller checks that first too.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.apply_crm_master_fields(uuid,text,text,text,text,text,text,text,timestamp with time zone,boolean,timestamp with time zone,timestamp with time zone,text,timestamp with time zone)',
    array['EXECUTE'], array[]::text[], array[]::text[], 'Snapshots and the CRM-master profile write.')

@@ -46,8 +46,9 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   -- The oldest due events, locked (SKIP LOCKED: another claimer's are left to it); of each entity
@@ -96,7 +97,7 @@ begin
   end loop;
 end $$;
 comment on function bitrix_sync.claim_webhooks(text, integer, interval, text) is
-  'Leases due inbox events, at most one per entity (enforced by a partial unique index; the entities whose oldest due event is oldest first, among the 4 x p_limit oldest due events not locked by another claimer), and coalesces the entity''s other received events into the claimed one. Takes entities in (receiver, entity_id) order, so two claimers that picked one entity never deadlock (the second waits for the first and skips it). Returns nothing before perform_cutover(): the receivers keep recording, the events wait.';
+  'Leases due inbox events, at most one per entity (enforced by a partial unique index; the entities whose oldest due event is oldest first, among the 4 x p_limit oldest due events not locked by another claimer), and coalesces the entity''s other received events into the claimed one. Takes entities in (receiver, entity_id) order, so two claimers that picked one entity never deadlock (the second waits for the first and skips it). Returns nothing before perform_cutover() and while paused (pause_sync()): the receivers keep recording, the events wait.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.claim_webhooks(text,integer,interval,text)', array['EXECUTE'], array[]::text[], array[]::text[], 'Inbox (gated by the cutover).')
 on conflict (object_type, object_name) do update

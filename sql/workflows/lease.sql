@@ -17,8 +17,9 @@ begin
     raise exception 'claim needs 1..1000 rows and a positive lease'
       using errcode = 'BS004', hint = 'Check the claim.size and lease.ttl_sec settings.';
   end if;
-  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover.
-  if not bitrix_sync.cutover_performed() then
+  -- The processing gate (§17, sql/cutover.sql): nothing is claimed before the cutover, nor while
+  -- processing is paused (sql/pause.sql).
+  if not bitrix_sync.cutover_performed() or bitrix_sync.sync_paused() then
     return;
   end if;
   return query
@@ -42,7 +43,7 @@ begin
   returning w.*;
 end $$;
 comment on function bitrix_sync.claim_workflows(text, integer, interval) is
-  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover().';
+  'Leases runnable workflows (created, running, due waiting_retry; expired leases reclaimed) with SKIP LOCKED and a new token; created -> running (start), waiting_retry -> running (retry_due). Returns nothing before perform_cutover() and while paused (pause_sync()).';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.claim_workflows(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Workflow function (gated by the cutover).')
 on conflict (object_type, object_name) do update

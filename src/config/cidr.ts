@@ -120,12 +120,17 @@ export function parseCidrList(
       problems.push(item.trim() === "" ? "an empty entry (stray comma)" : c);
       continue;
     }
-    const key = `${c.family}:${addressBits(c.address, c.family)?.slice(0, c.prefix).join("")}/${c.prefix}`;
+    const key = cidrKey(c);
     if (seen.has(key)) problems.push(`${JSON.stringify(c.text)} is listed twice`);
     seen.add(key);
     cidrs.push(c);
   }
   return problems.length > 0 ? { ok: false, problems } : { ok: true, cidrs };
+}
+
+/** The network itself, however it was written (`2001:DB8::/32` and `2001:db8:0::/32` are one). */
+export function cidrKey(c: Cidr): string {
+  return `${c.family}:${addressBits(c.address, c.family)?.slice(0, c.prefix).join("")}/${c.prefix}`;
 }
 
 /** A matcher for addresses in any of the CIDRs. IPv4-mapped IPv6 addresses match their IPv4 form. */

@@ -31,6 +31,7 @@ const cidrList = (rules: CidrRules = {}) =>
  * must read the same configuration as the service: the nginx renderer and the examples' test.
  */
 export const EnvSchema = z.object({
+  // Read at start only (Config.processing): a change needs a restart. The hot pause is pause_sync().
   BITRIX_SYNC_ENABLED: boolish.optional(),
   // Unset: sandbox mode only with neither a CRM webhook nor a database configured (the embedded one).
   // true: sandbox mode, also on a configured database that the sandbox created itself.
@@ -88,7 +89,11 @@ export interface Config {
    * src/startup/sandbox-database.ts). Never on any other database.
    */
   sandbox: boolean;
-  /** Whether workers claim work. false keeps every pending row (§17 rollback). */
+  /**
+   * Whether workers claim work. false keeps every pending row (§17 rollback). Read once at start
+   * (BITRIX_SYNC_ENABLED): changing it needs a restart of every replica. To stop and resume the
+   * deployment without one, an admin pauses (bitrix_sync.pause_sync, sql/status/pause.sql).
+   */
   processing: boolean;
   fields: Fields;
 }
@@ -247,6 +252,7 @@ export function loadConfig(rawEnv: NodeJS.ProcessEnv = process.env): Config {
       citizenship: toRestFieldName(citizenship),
     },
   };
+  // The deployment's master switch, decided here once: a change takes effect at the next start only.
   const processing = sandbox ? env.BITRIX_SYNC_ENABLED !== false : env.BITRIX_SYNC_ENABLED === true;
   return { env, secrets, sandbox, processing, fields };
 }

@@ -5,6 +5,12 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
 import { DEFAULT_MAX_BODY_BYTES } from "../inbound/config.js";
+import {
+  EDGE_REASON_HEADER,
+  EDGE_RECEIVER_HEADER,
+  EDGE_REFUSAL_PATH,
+  EDGE_REFUSALS,
+} from "../inbound/edge-contract.js";
 import type { Cidr } from "./cidr.js";
 import { ConfigError, type Env, parseEnv } from "./env.js";
 import { loadSecrets, SecretError } from "./secrets.js";
@@ -14,6 +20,7 @@ const HOST_NAME =
 const PORT = "(?:[1-9]\\d{0,4})";
 const LISTEN = new RegExp(`^(?:${PORT}|\\d{1,3}(?:\\.\\d{1,3}){3}:${PORT}|\\[[0-9a-f:.]+\\]:${PORT})$`, "i");
 const UPSTREAM = new RegExp(`^(?:[a-z0-9.-]+|\\[[0-9a-f:.]+\\]):${PORT}$`, "i");
+const HEALTH_LISTEN = new RegExp(`^(?:127(?:\\.\\d{1,3}){3}|\\[::1\\]):${PORT}$`);
 // Nothing nginx would read as syntax or a variable: no space, quote, `;`, `{`, `}`, `$` or `#`.
 const PATH = /^\/[A-Za-z0-9._/@+-]*$/;
 
@@ -46,6 +53,15 @@ export const NginxEnvSchema = z.object({
   BITRIX_SYNC_NGINX_TOKENLESS_BURST: count(0, 100_000).default(10),
   // Strict-Transport-Security's max-age; 0 turns the header off (two years by default).
   BITRIX_SYNC_NGINX_HSTS_MAX_AGE_SEC: count(0, 63_072_000).default(63_072_000),
+  // nginx's own health endpoint (GET /nginx-health, plain HTTP) for the container's healthcheck: on
+  // loopback only, never on the public addresses.
+  BITRIX_SYNC_NGINX_HEALTH_LISTEN: z
+    .string()
+    .default("127.0.0.1:8081")
+    .refine(
+      (l) => HEALTH_LISTEN.test(l),
+      "must be a loopback address and port: 127.x.x.x:port or [::1]:port",
+    ),
 });
 
 export interface NginxSettings {
@@ -64,6 +80,8 @@ export interface NginxSettings {
   tokenlessBurst: number;
   /** Strict-Transport-Security max-age in seconds; 0: no header. */
   hstsMaxAgeSec: number;
+  /** nginx's own health listener (loopback address:port), for the container's healthcheck. */
+  healthListen: string;
   /** The robots' source addresses; empty means every request is refused with 403. */
   allowed: readonly Cidr[];
 }
@@ -164,6 +182,7 @@ export function renderNginxFromEnv(raw: NodeJS.ProcessEnv): NginxRender {
     tokenlessRatePerMin: n.BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN,
     tokenlessBurst: n.BITRIX_SYNC_NGINX_TOKENLESS_BURST,
     hstsMaxAgeSec: n.BITRIX_SYNC_NGINX_HSTS_MAX_AGE_SEC,
+    healthListen: n.BITRIX_SYNC_NGINX_HEALTH_LISTEN,
     allowed,
   };
   return { text: renderNginx(settings), settings, receiversEnabledBy: enabledBy };
@@ -180,6 +199,23 @@ const ERROR_PAGES: Array<[string, number, string]> = [
   ["too_many_requests", 429, "too_many_requests"],
   ["unavailable", 503, "unavailable"],
 ];
+
+/**
+ * The refusals nginx hands to the service to be counted (src/inbound/edge.ts, EDGE_REFUSALS): the
+ * status, the reason (a constant, or for 403 the variable that tells an address from a method) and
+ * the generic page the client gets whatever the service answers.
+ */
+const FORWARDED: Array<{ status: number; reason: string; page: string }> = [
+  { status: 403, reason: "$bitrix_sync_refusal_403", page: EDGE_REFUSALS.source_ip.error },
+  { status: 404, reason: "not_found", page: EDGE_REFUSALS.not_found.error },
+  { status: 413, reason: "body_too_large", page: EDGE_REFUSALS.body_too_large.error },
+  { status: 429, reason: "rate_limited", page: EDGE_REFUSALS.rate_limited.error },
+];
+/** nginx's header names for the two (case does not matter in HTTP). */
+const header = (h: string) => h.replace(/(^|-)([a-z])/g, (_, d: string, c: string) => d + c.toUpperCase());
+
+/** Statuses the refusal route may answer, each replaced by nginx's own page (never shown as is). */
+const INTERCEPTED = "400 403 404 413 429 500 502 503 504";
 
 /** The server block for the http {} context. Pure: the same settings give the same text. */
 export function renderNginx(s: NginxSettings): string {
@@ -203,25 +239,30 @@ map $uri $bitrix_sync_receiver {
 ${ROUTES.map((r) => `  ${r} ${receiverOf(r)};`).join("\n")}
 }
 
-# The allow-list again, as a variable, so the log can say why a request was refused. Keyed on
-# $remote_addr, the TCP peer (no realip module is used), exactly like the allow/deny rules below.
+# The allow-list again, as a variable, so a refusal can say why. Keyed on $remote_addr, the TCP
+# peer (no realip module is used), exactly like the allow/deny rules below.
 geo $bitrix_sync_peer_allowed {
   default 0;
 ${geoLines}}
 
-# Why nginx itself refused a request; empty when the service answered (its own log and metrics say
-# why). A log pipeline counts "reason":"source_ip" by "receiver" as
-# webhook_rejected_total{receiver,reason="source_ip"} (§10.1): the service never sees those requests.
-map "$bitrix_sync_peer_allowed:$status:$upstream_status" $bitrix_sync_reason {
+# nginx's 403 is either a source outside the allow-list or, for an allowed one, a method other
+# than POST on a receiver (limit_except).
+map $bitrix_sync_peer_allowed $bitrix_sync_refusal_403 {
+  0 source_ip;
+  default method_not_allowed;
+}
+
+# Why the request was refused by nginx itself: the refusal locations below set
+# $bitrix_sync_refusal (and hand it to the service, which counts it in
+# bitrix_sync_webhook_rejected_total); the rest (400 and 414 before any location, the service
+# unreachable behind a receiver) only by their status. Empty when the service answered the robot
+# request (its own log and metrics say why).
+map "$bitrix_sync_refusal:$status:$upstream_status" $bitrix_sync_reason {
   default "";
-  "~^0:403:" source_ip;
-  "~^1:403:-?$" method_not_allowed;
-  "~^[01]:400:-?$" bad_request;
-  "~^[01]:404:-?$" not_found;
-  "~^[01]:413:-?$" body_too_large;
-  "~^[01]:414:-?$" uri_too_long;
-  "~^[01]:429:-?$" rate_limited;
-  "~^[01]:50[24]:" upstream_unavailable;
+  "~^(?<bitrix_sync_refused>[a-z_]+):" $bitrix_sync_refused;
+  "~^:400:-?$" bad_request;
+  "~^:414:-?$" uri_too_long;
+  "~^:50[24]:" upstream_unavailable;
 }
 
 # The receiver token travels in the query string: no field may be $request_uri, $request, $args or
@@ -255,6 +296,15 @@ upstream bitrix_sync_receivers {
   keepalive_timeout 5s;
 }
 
+# The same service, for nginx's own refusals only (the refusal locations below): a few connections
+# at most, so a flood of refused requests costs the service little; past them a refusal is still
+# answered, only not counted (its line in the access log keeps it).
+upstream bitrix_sync_refusals {
+  server ${s.upstream} max_conns=8;
+  keepalive 4;
+  keepalive_timeout 5s;
+}
+
 # The default server of the same addresses: a request for any other host name (a scanner that
 # found the address, a stale DNS name) is dropped without an answer (444), and a TLS handshake
 # naming another host, or none, is refused before any certificate is shown.
@@ -265,6 +315,23 @@ ${s.listen.map((l) => `  listen ${l} ssl default_server;`).join("\n")}
   access_log ${s.accessLog} bitrix_sync_public;
   error_log ${s.errorLog} crit;
   return 444;
+}
+
+# nginx's own health, for the container's healthcheck (deploy/compose.yaml): plain HTTP on loopback
+# only, answered by nginx itself (no upstream, no log). It says nginx runs with this configuration
+# loaded; the public path is the synthetic probe's (deploy/prometheus/blackbox.yml).
+server {
+  listen ${s.healthListen};
+  server_name _;
+  access_log off;
+  error_log ${s.errorLog} crit;
+  location = /nginx-health {
+    default_type text/plain;
+    return 200 "ok\\n";
+  }
+  location / {
+    return 404;
+  }
 }
 
 server {
@@ -330,15 +397,49 @@ ${ROUTES.map(
   }`,
 ).join("\n")}
 
-  # Everything else (health, status, metrics, any probe) does not exist here.
+  # Everything else (health, status, metrics, any probe) does not exist here. A source outside the
+  # allow-list is refused by its address on every path (\`return\` comes before allow/deny), so the
+  # synthetic probe from outside sees the same refusal a stranger robot would.
   location / {
+    if ($bitrix_sync_peer_allowed = 0) {
+      return 403;
+    }
     return 404;
   }
 
-  # nginx's own refusals get the same generic JSON bodies as the service's. (Not 414 and 400: they
-  # happen while the request line is parsed, before a location exists, and keep nginx's plain page,
-  # which quotes nothing from the request.)
-${ERROR_PAGES.map(([name, code]) => `  error_page ${code === 503 ? "500 502 503 504" : code} @${name};`).join("\n")}
+  # nginx's own refusals are counted by the service: each goes to a refusal location that hands
+  # the service the reason, the receiver route and the peer's address (no request line, query,
+  # header or body: proxy_pass_request_headers and _body off), and the client gets nginx's own page
+  # with the refusal's status whatever the service answers or if it does not (proxy_intercept_errors;
+  # recursive_error_pages lets those pages follow the first redirect). 405, 414 and 400 are not
+  # counted: the first never happens on these locations, the other two before a location exists.
+  recursive_error_pages on;
+${FORWARDED.map((f) => `  error_page ${f.status} @refused_${f.status};`).join("\n")}
+  error_page 405 @method_not_allowed;
+  error_page 500 502 503 504 @unavailable;
+${FORWARDED.map(
+  (f) => `
+  location @refused_${f.status} {
+    allow all;
+    set $bitrix_sync_refusal ${f.reason};
+    set $bitrix_sync_refusal_path ${EDGE_REFUSAL_PATH};
+    proxy_pass http://bitrix_sync_refusals$bitrix_sync_refusal_path;
+    proxy_method POST;
+    proxy_pass_request_headers off;
+    proxy_pass_request_body off;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    proxy_set_header Content-Length "";
+    proxy_set_header ${header(EDGE_REASON_HEADER)} $bitrix_sync_refusal;
+    proxy_set_header ${header(EDGE_RECEIVER_HEADER)} $bitrix_sync_receiver;
+    proxy_set_header X-Real-IP $remote_addr;
+    proxy_connect_timeout 1s;
+    proxy_send_timeout 2s;
+    proxy_read_timeout 2s;
+    proxy_intercept_errors on;
+    error_page ${INTERCEPTED} =${f.status} @${f.page};
+  }`,
+).join("")}
 ${ERROR_PAGES.map(
   ([name, code, body]) => `
   location @${name} {

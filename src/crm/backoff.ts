@@ -1,7 +1,7 @@
 // Retry timing (§9): exponential backoff with full jitter, a portal-given delay (operating_reset_at,
 // a limit refusal) taking precedence. This is only the delay: whether a retry still fits the
 // horizon of 24 h from the first attempt is decided in SQL by the retry function each lane calls
-// (retry_sync_task, schedule_workflow_retry, retry_command, retry_webhook; sql/retry.sql), which
+// (retry_sync_task, schedule_workflow_retry, retry_command, retry_webhook; sql/retry/deadline.sql), which
 // dead-letters the row itself and returns what it did.
 
 export interface RetrySettings {

@@ -36,7 +36,7 @@ import {
   type FailureCode,
   isPortalWide,
 } from "./classify.js";
-import type { CrmClient, HttpResult } from "./client.js";
+import { type CrmClient, type HttpResult, isAnswered } from "./client.js";
 import type { CrmLimiter, LimiterPermit, OperatingSample } from "./limiter.js";
 import { type ParamObject, type ParamValue, parsePhpQuery, toPhpQuery } from "./php-query.js";
 
@@ -407,7 +407,7 @@ async function sendAsBatch(
     for (const p of toSend) outcomes[p.index] = notSent(p.key, p.cmd, "SEND_WINDOW_PASSED", now());
     return report;
   }
-  let http: HttpResult;
+  let http: HttpResult | undefined;
   try {
     http = await deps.client.call(
       "batch",
@@ -415,7 +415,8 @@ async function sendAsBatch(
       opts.signal ? { signal: opts.signal } : {},
     );
   } finally {
-    await permit.release();
+    // An answer is news for every replica's readiness (sql/limiter/health.sql), in the same call.
+    await permit.release(isAnswered(http));
   }
 
   const maps = batchMaps(http);
@@ -528,7 +529,7 @@ async function sendDirect(
     outcomes[p.index] = notSent(p.key, p.cmd, "SEND_WINDOW_PASSED", now());
     return report;
   }
-  let http: HttpResult;
+  let http: HttpResult | undefined;
   try {
     // The same values the batch would have delivered (what the portal's parse_str makes of the
     // sub-request: strings, 1/0 for booleans, "" for null), as the JSON body of the method's call.
@@ -538,7 +539,7 @@ async function sendDirect(
       opts.signal ? { signal: opts.signal } : {},
     );
   } finally {
-    await permit.release();
+    await permit.release(isAnswered(http));
   }
 
   const body =

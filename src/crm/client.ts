@@ -15,6 +15,11 @@ export type HttpResult =
   /** No reply. `sent`: the whole request had been written to the socket. */
   | { type: "network"; sent: boolean; code: string; elapsedMs: number };
 
+/** The portal answered (HTTP 2xx, JSON): what readiness counts as a success (§14). */
+export function isAnswered(r: HttpResult | undefined): boolean {
+  return r?.type === "reply" && r.status >= 200 && r.status < 300;
+}
+
 export interface CrmClientOptions {
   /** BITRIX_SYNC_CRM_REST_WEBHOOK_URL: `https://<portal>/rest/<user>/<secret>/`. A secret. */
   webhookUrl: string;

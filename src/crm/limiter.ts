@@ -42,10 +42,12 @@ export interface LimiterPermit {
   /** The rate was cut (after a limit refusal) when the token was granted. */
   readonly reduced?: boolean;
   /**
-   * Gives the slot back. Never rejects: a release the limiter's database does not take (it is away)
-   * is tried again for a while, and the slot frees itself after its TTL anyway.
+   * Gives the slot back. `answered`: the portal answered the request with HTTP 2xx; the shared
+   * limiter then records the time for every replica's readiness (sql/limiter/health.sql), in the same
+   * call. Never rejects: a release the limiter's database does not take (it is away) is tried again
+   * for a while, and the slot frees itself after its TTL anyway.
    */
-  release(): Promise<void>;
+  release(answered?: boolean): Promise<void>;
 }
 
 /** One method's operating time as a reply reported it. */
@@ -88,6 +90,11 @@ export interface CrmLimiter {
   /** Methods blocked right now, with the end of each block (epoch ms). */
   blockedMethods(): Promise<Map<string, number>>;
   state(): Promise<LimiterState>;
+  /**
+   * When the portal last answered any replica (HTTP 2xx), by the shared state; null when unknown or
+   * when the limiter is this process's alone.
+   */
+  lastAnswered?(): Promise<number | null>;
 }
 
 /** Fixed settings, or a function read on every call (a new settings version applies at once). */
@@ -175,15 +182,19 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         return {
           grantedAt: r.decided_at.getTime(),
           reduced: r.rate < s.refillPerSec * 0.999,
-          async release() {
+          async release(answered) {
             if (released) return;
             released = true;
             // A slot frees itself slotTtlMs after it was taken: while the database is away the
             // release is tried again until then, and one that never lands costs only that wait.
             // It never throws, so a reply already in hand is never lost to it (issue 36).
-            await whileDatabaseAway(() => pool.query("select bitrix_sync.release_crm_request($1)", [slot]), {
-              until: expires,
-            }).catch(() => undefined);
+            await whileDatabaseAway(
+              () =>
+                answered
+                  ? pool.query("select bitrix_sync.release_crm_request($1, $2, true)", [slot, bucket])
+                  : pool.query("select bitrix_sync.release_crm_request($1)", [slot]),
+              { until: expires },
+            ).catch(() => undefined);
           },
         };
       }
@@ -245,6 +256,13 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         [bucket],
       );
       return new Map(rows.map((r) => [r.method, r.blocked_until.getTime()]));
+    },
+    async lastAnswered() {
+      const { rows } = await pool.query<{ at: Date | null }>(
+        "select bitrix_sync.crm_last_answered_at($1) as at",
+        [bucket],
+      );
+      return rows[0]?.at?.getTime() ?? null;
     },
     async state() {
       const s = read(opts.settings);

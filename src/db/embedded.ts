@@ -1,5 +1,5 @@
-// Embedded PostgreSQL for local runs and tests when no database is configured (DESIGN.md,
-// "Local and test defaults"). Not used in production: there BITRIX_SYNC_DATABASE_URL is required.
+// Embedded PostgreSQL for local runs and tests when no database is configured (docs/operations.md,
+// "Sandbox mode"). Not used in production: there BITRIX_SYNC_DATABASE_URL is required.
 import { randomBytes } from "node:crypto";
 import {
   existsSync,

@@ -1,4 +1,4 @@
-// Sandbox mode (DESIGN.md "Local and test defaults"): with no CRM webhook configured, `npm start`
+// Sandbox mode (docs/operations.md, "Sandbox mode"): with no CRM webhook configured, `npm start`
 // talks to the emulator on loopback instead of a portal. With a webhook configured this only checks
 // the URL against the portal host (§12.2, §16) so a bad value stops the service at startup. The
 // service imports this file only in sandbox mode (src/startup/crm-endpoint.ts).

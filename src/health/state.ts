@@ -1,10 +1,11 @@
-// What the process knows about its own health (§14): the last CRM success, a rejected credential,
+// What the process knows about its own health (§14): the last CRM success (its own, and the
+// deployment's as readiness last read it from the database), a rejected credential,
 // methods the portal refuses for rights, and the sync loop's heartbeat. Fed by the CRM client
 // wrapper, the batch and the loop; read by /health/ready and the status endpoint. Holds codes,
 // REST method names and times only.
 import type { CommandObservation } from "../crm/batch.js";
 import type { FailureCode } from "../crm/classify.js";
-import type { CrmClient, HttpResult } from "../crm/client.js";
+import { type CrmClient, type HttpResult, isAnswered } from "../crm/client.js";
 import type { CitizenshipDictionaryState, CitizenshipDictionaryStatus } from "../crm/contact-fields.js";
 
 /** Sub-command failures that mean the webhook's user lacks a right or a scope (§9: permission). */
@@ -15,7 +16,13 @@ const PERMISSION_CODES: ReadonlySet<FailureCode> = new Set([
 ]);
 
 export class HealthState {
+  /** This process's last CRM success. */
   lastCrmSuccessAt: number | null = null;
+  /**
+   * The last success of any replica (sql/limiter/health.sql), as readiness last read it from the
+   * database; readiness judges crm_stale by the later of the two.
+   */
+  deploymentCrmSuccessAt: number | null = null;
   lastCrmFailure: { code: string; at: number } | null = null;
   /** A 401/403 from the portal: the webhook credential or its rights are gone (not-ready). */
   credentialProblem: { code: string; at: number } | null = null;
@@ -36,6 +43,11 @@ export class HealthState {
     at: Date.now(),
   };
 
+  noteDeploymentCrmSuccess(at: number): void {
+    if (this.deploymentCrmSuccessAt === null || at > this.deploymentCrmSuccessAt)
+      this.deploymentCrmSuccessAt = at;
+  }
+
   beat(): void {
     this.loopBeatAt = Date.now();
   }
@@ -55,7 +67,7 @@ export class HealthState {
 
   noteCrm(r: HttpResult): void {
     const now = Date.now();
-    if (r.type === "reply" && r.status >= 200 && r.status < 300) {
+    if (isAnswered(r)) {
       this.lastCrmSuccessAt = now;
       this.credentialProblem = null;
       return;

@@ -1,4 +1,4 @@
-// The HTTP API as data (DESIGN.md: one listener): every endpoint's path, request and answers, with
+// The HTTP API as data (one listener, docs/operations.md "Health, status and metrics"): every endpoint's path, request and answers, with
 // the zod schemas the handlers validate with or are typed by. src/http/app.ts mounts its routes from
 // API_PATHS, the receivers answer what src/inbound/refusals.ts lists, and `npm run docs:openapi`
 // (src/http/openapi.ts) generates docs/openapi.json from this file, so the document cannot drift.
@@ -46,6 +46,7 @@ export const READINESS_PROBLEMS = [
   "inbox_write_failed",
   "inbox_write_timeout",
   "migrations_pending",
+  "paused",
   "portal_identity_missing",
   "queue_grants_missing",
   "receiver_tokens_missing",
@@ -58,16 +59,33 @@ export const ReadinessBody = z.object({
   problems: z.array(z.enum(READINESS_PROBLEMS)),
 });
 
+/** The build the answering process runs (src/version.ts). */
+export const BuildInfo = z.object({
+  version: z.string().meta({ description: "BITRIX_SYNC_VERSION of the image, else package.json's version." }),
+  revision: z.string().meta({
+    description:
+      "The commit the build came from: BITRIX_SYNC_REVISION of the image, else the checkout's HEAD, else unknown.",
+  }),
+});
+
+/** What GET /health/ready answers: the readiness and the build that decided it. */
+export const ReadinessAnswerBody = ReadinessBody.extend({ build: BuildInfo });
+
 const safeCode = z.string().meta({ description: "A safe error code, never a message." });
 
 const ProcessStatus = z.object({
+  build: BuildInfo,
   mode: EnvSchema.shape.BITRIX_SYNC_MODE.unwrap(),
   sandbox: z.boolean(),
   processing: z.boolean(),
   settings_version: z.number().int().nullable(),
   settings_refused_version: z.number().int().nullable(),
   crm: z.object({
-    last_success_at: nullableTime,
+    last_success_at: nullableTime.meta({ description: "This process's last CRM success." }),
+    deployment_last_success_at: nullableTime.meta({
+      description:
+        "When the portal last answered any replica (HTTP 2xx), as readiness last read it; crm_stale goes by the later of the two.",
+    }),
     last_failure: z.object({ code: safeCode, at: nullableTime }).nullable(),
     credential_problem: z.object({ code: safeCode, at: nullableTime }).nullable(),
     permission_problems: z.array(z.object({ method: z.string(), code: safeCode, at: nullableTime })),
@@ -140,6 +158,25 @@ export const StatusBody = ProcessStatus.extend({
     }),
   ),
   limiter: LimiterStatus,
+  /** The open pause (pause_sync, §17), null while processing runs. */
+  pause: z
+    .object({
+      pause_id: z.number().int(),
+      since: time,
+      by: z.string().meta({ description: "Who paused, as the operator declared it." }),
+      db_user: z.string().nullable().meta({ description: "The database login that paused." }),
+      reason: z.string().meta({ description: "Why, in the operator's words." }),
+      paused_for_sec: count,
+      in_hand: z.object({
+        intents_leased: count,
+        workflows_running: count,
+        commands_in_hand: count,
+        webhooks_processing: count,
+        requests_out: count,
+      }),
+      drained: z.boolean().meta({ description: "Nothing claimed before the pause is still finishing." }),
+    })
+    .nullable(),
 });
 
 /** The status document when its database part failed or missed its deadline (answered 503). */
@@ -231,13 +268,13 @@ export const API_OPERATIONS: ApiOperation[] = [
     responses: {
       200: {
         description: "ready, or degraded (e.g. a short CRM outage).",
-        schema: ReadinessBody,
-        name: "ReadinessBody",
+        schema: ReadinessAnswerBody,
+        name: "ReadinessAnswerBody",
       },
       503: {
         description: "not_ready: a problem that stops the service.",
-        schema: ReadinessBody,
-        name: "ReadinessBody",
+        schema: ReadinessAnswerBody,
+        name: "ReadinessAnswerBody",
       },
     },
   },

@@ -1,13 +1,16 @@
-// The one HTTP listener (DESIGN.md): health, the receivers, internal status and metrics. Thin:
+// The one HTTP listener (docs/operations.md, "Health, status and metrics"): health, the receivers,
+// the proxy's refusal route, internal status and metrics. Thin:
 // handlers call src/ and SQL; errors are generic JSON with no ids or stack. Every handler that asks
 // the database answers within a deadline (docs/operations.md, "Bounded waits").
 import { Hono } from "hono";
 import type pg from "pg";
 import type { ReceiverConfig } from "../inbound/config.js";
+import { edgeRoutes, type RefusedSourceJournal } from "../inbound/edge.js";
 import { InboxWriter } from "../inbound/inbox.js";
 import { RECEIVER_BASE_PATH, receiverRoutes } from "../inbound/routes.js";
 import type { Logger } from "../observability/logger.js";
 import { registry } from "../observability/metrics.js";
+import { BUILD } from "../version.js";
 import { API_PATHS, LiveBody } from "./api.js";
 import { bearerAuth } from "./bearer.js";
 import { collectScrape } from "./scrape.js";
@@ -25,6 +28,8 @@ export interface AppDeps {
   status?: StatusSource;
   /** Sampling of the receivers' refusal log lines (default: 10 per receiver and reason a minute). */
   receiverLogSampling?: { perWindow?: number; windowMs?: number };
+  /** Where the proxy's source_ip refusals are journaled (src/inbound/edge.ts); absent: counted only. */
+  refusedSources?: RefusedSourceJournal;
 }
 
 export function createApp(deps: AppDeps): Hono {
@@ -45,7 +50,8 @@ export function createApp(deps: AppDeps): Hono {
   // Served from a one-second cache (READINESS_CACHE_MS).
   app.get(API_PATHS.ready, async (c) => {
     const r = await ready();
-    return c.json(r, r.status === "not_ready" ? 503 : 200);
+    // The build that decided (src/version.ts): a probe of a rolling upgrade tells replicas apart.
+    return c.json({ ...r, build: BUILD }, r.status === "not_ready" ? 503 : 200);
   });
 
   // Internal only: the public nginx exposes the receivers and nothing else (deploy/nginx).
@@ -65,6 +71,10 @@ export function createApp(deps: AppDeps): Hono {
     RECEIVER_BASE_PATH,
     receiverRoutes({ inbox, log: deps.log, config: deps.receiver, logSampling: deps.receiverLogSampling }),
   );
+
+  // The public nginx's own refusals, counted (docs/deployment.md, "The proxy's refusals"); only the
+  // trusted proxy and loopback may call it, to anyone else it is an unknown path.
+  app.route("/", edgeRoutes({ trustedProxies: deps.receiver?.trustedProxies, journal: deps.refusedSources }));
 
   app.notFound((c) => c.json({ error: "not_found" }, 404));
   app.onError((err, c) => {

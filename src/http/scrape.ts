@@ -169,6 +169,12 @@ const DATABASE_FAMILIES: readonly Family[] = [
     "The configured interval between reconciliation runs, by job type (reconcile.contacts_interval_sec, alerts.reconcile_interval_sec).",
     ["job_type"],
   ),
+  f(
+    "bitrix_sync_reconciliation_recovered_spike_timestamp_seconds",
+    "gauge",
+    "When the last Contact reconciliation run found a spike of Contacts recovered without a webhook (reconcile.recovered_spike_threshold and _ratio; Unix time, 0 before the first): webhooks may be lost.",
+    [],
+  ),
   f("bitrix_sync_limiter_tokens", "gauge", "Tokens in the shared CRM token bucket now.", []),
   f(
     "bitrix_sync_limiter_rate_factor",

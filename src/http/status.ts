@@ -12,6 +12,7 @@ import { migrationsCurrent } from "../db/migrate.js";
 import type { HealthState } from "../health/state.js";
 import { InboxProbeRefused } from "../inbound/inbox.js";
 import type { SettingsCache } from "../settings-cache.js";
+import { BUILD } from "../version.js";
 import type {
   LimiterStatus,
   READINESS_PROBLEMS,
@@ -75,12 +76,18 @@ export type ReadinessProblem = (typeof READINESS_PROBLEMS)[number];
 /** The write path of the receivers, exercised without keeping anything (InboxWriter.probe). */
 export type InboxProbe = () => Promise<void>;
 
-async function databaseChecks(
-  pool: pg.Pool,
-  src?: StatusSource,
-): Promise<{ fatal: ReadinessProblem[]; degraded: ReadinessProblem[] }> {
+/** What the database says about the deployment, beside the problems it shows. */
+interface DatabaseChecks {
+  fatal: ReadinessProblem[];
+  degraded: ReadinessProblem[];
+  /** When the portal last answered any replica (epoch ms; sql/limiter/health.sql); null: unknown. */
+  crmAnsweredAt: number | null;
+}
+
+async function databaseChecks(pool: pg.Pool, src?: StatusSource): Promise<DatabaseChecks> {
   const fatal: ReadinessProblem[] = [];
   const degraded: ReadinessProblem[] = [];
+  let crmAnsweredAt: number | null = null;
   const current = await migrationsCurrent(pool);
   if (!current) fatal.push("migrations_pending");
   const { rows } = await pool.query<{ ok: boolean }>(
@@ -91,16 +98,21 @@ async function databaseChecks(
   if (!rows[0]?.ok) fatal.push("queue_grants_missing");
   // Both are SQL's to decide (sql/cutover.sql, sql/settings.sql); an older schema has neither.
   if (current) {
-    // alert_config_problem() answers alert_config_invalid or null (sql/settings.sql);
-    // crm_contract_problem() crm_contract_unconfirmed or null (sql/crm_contract.sql).
+    // alert_config_problem() answers alert_config_invalid or null (sql/settings/validate.sql);
+    // crm_contract_problem() crm_contract_unconfirmed or null (sql/contract/probes.sql); the pause
+    // (sql/pause/gate.sql) and the portal's last answer to any replica (sql/limiter/health.sql) are the
+    // deployment's, read in the same round trip.
     const { rows: s } = await pool.query<{
       cutover: boolean;
       alerts: "alert_config_invalid" | null;
       contract: "crm_contract_unconfirmed" | null;
+      paused: boolean;
+      answered: Date | null;
     }>(
       `select bitrix_sync.cutover_performed() as cutover, bitrix_sync.alert_config_problem() as alerts,
-              case when $1::text is null then null else bitrix_sync.crm_contract_problem($1) end as contract`,
-      [contractHost(src)],
+              case when $1::text is null then null else bitrix_sync.crm_contract_problem($1) end as contract,
+              bitrix_sync.sync_paused() as paused, bitrix_sync.crm_last_answered_at($2) as answered`,
+      [contractHost(src), src?.limiter.bucket ?? null],
     );
     // The claim functions return nothing until the cutover: the receivers record, nothing moves.
     // Degraded, not not-ready: a load balancer that took the instance out would make the public
@@ -112,8 +124,12 @@ async function databaseChecks(
     // The forms the reference leaves open are unconfirmed on this portal until a write probe has
     // passed with the active ones (docs/decisions.md): it works, but nobody has shown it does.
     if (s[0]?.contract) degraded.push(s[0].contract);
+    // An operator paused processing (pause_sync): nothing is claimed, the receivers record. Degraded
+    // for the same reason as the cutover: the receivers must stay reachable.
+    if (src?.config.processing && s[0]?.paused) degraded.push("paused");
+    crmAnsweredAt = s[0]?.answered?.getTime() ?? null;
   }
-  return { fatal, degraded };
+  return { fatal, degraded, crmAnsweredAt };
 }
 
 /** The portal whose contract readiness asks about: the configured one; none in sandbox mode. */
@@ -166,10 +182,9 @@ async function loopRunsElsewhere(pool: pg.Pool): Promise<boolean> {
 
 export async function readiness(pool: pg.Pool, src?: StatusSource, probe?: InboxProbe): Promise<Readiness> {
   const [db, write] = await Promise.all([
-    withDeadline(databaseChecks(pool, src), READINESS_DEADLINE_MS).catch((e) => ({
-      fatal: [databaseProblem(e)],
-      degraded: [] as ReadinessProblem[],
-    })),
+    withDeadline(databaseChecks(pool, src), READINESS_DEADLINE_MS).catch(
+      (e): DatabaseChecks => ({ fatal: [databaseProblem(e)], degraded: [], crmAnsweredAt: null }),
+    ),
     probe
       ? withDeadline(probe(), READINESS_DEADLINE_MS).then(
           () => [],
@@ -205,7 +220,10 @@ export async function readiness(pool: pg.Pool, src?: StatusSource, probe?: Inbox
     // §3.3: nothing to map citizenship with; creates go without it, reads cannot name it.
     if (h.citizenship.state === "field_missing") degraded.push("citizenship_field_missing");
     if (h.citizenship.state === "list_empty") degraded.push("citizenship_list_empty");
-    const lastOk = h.lastCrmSuccessAt ?? h.startedAt;
+    // The deployment's view (§14): the last answer the portal gave any replica, so a replica that
+    // sat idle through an outage is ready as soon as another one reaches the portal again.
+    if (db.crmAnsweredAt !== null) h.noteDeploymentCrmSuccess(db.crmAnsweredAt);
+    const lastOk = Math.max(h.lastCrmSuccessAt ?? h.startedAt, h.deploymentCrmSuccessAt ?? 0);
     const staleMs = src.settings.get().health.crmStaleSec * 1000;
     if (h.lastCrmFailure && h.lastCrmFailure.at > lastOk && now - lastOk > staleMs)
       degraded.push("crm_stale");
@@ -225,6 +243,7 @@ const iso = (ms: number | null | undefined) =>
 function processStatus(src: StatusSource) {
   const h = src.health;
   return {
+    build: BUILD,
     mode: src.config.env.BITRIX_SYNC_MODE,
     sandbox: src.config.sandbox,
     processing: src.config.processing,
@@ -232,6 +251,7 @@ function processStatus(src: StatusSource) {
     settings_refused_version: src.settings.problem()?.version ?? null,
     crm: {
       last_success_at: iso(h.lastCrmSuccessAt),
+      deployment_last_success_at: iso(h.deploymentCrmSuccessAt),
       last_failure: h.lastCrmFailure ? { code: h.lastCrmFailure.code, at: iso(h.lastCrmFailure.at) } : null,
       credential_problem: h.credentialProblem
         ? { code: h.credentialProblem.code, at: iso(h.credentialProblem.at) }
@@ -260,7 +280,7 @@ async function limiterStatus(src: StatusSource): Promise<z.input<typeof LimiterS
   }
 }
 
-/** bitrix_sync.crm_contract_status() (sql/crm_contract.sql): times as JSON prints timestamptz. */
+/** bitrix_sync.crm_contract_status() (sql/contract/probes.sql): times as JSON prints timestamptz. */
 interface ContractStatusRow {
   confirmed: boolean;
   confirmed_at: string | null;
@@ -268,8 +288,24 @@ interface ContractStatusRow {
   forms: { registered_write: string; registered_filter: string; date_filter: string; opened_filter: string };
 }
 
+/** A row of bitrix_sync.status_pause, counts cast to int. */
+interface PauseRow {
+  pause_id: number;
+  paused_at: Date;
+  paused_by: string;
+  paused_db_user: string | null;
+  pause_reason: string;
+  paused_for_sec: number;
+  intents_leased: number;
+  workflows_running: number;
+  commands_in_hand: number;
+  webhooks_processing: number;
+  requests_out: number;
+  drained: boolean;
+}
+
 async function databaseStatus(pool: pg.Pool, portalHost: string | null) {
-  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, held, cursors, contract] =
+  const [queue, workflows, commands, webhooks, dlq, alerts, mirror, held, cursors, contract, pause] =
     await Promise.all([
       pool.query(
         "select status, count::int, oldest_age_sec::int from bitrix_sync.status_queue order by status",
@@ -303,8 +339,16 @@ async function databaseStatus(pool: pg.Pool, portalHost: string | null) {
         : pool.query<{ s: ContractStatusRow }>("select bitrix_sync.crm_contract_status($1) as s", [
             portalHost,
           ]),
+      // The open pause (sql/status/pause.sql), none while processing runs.
+      pool.query<PauseRow>(
+        `select pause_id::int, paused_at, paused_by, paused_db_user, pause_reason, paused_for_sec::int,
+              intents_leased::int, workflows_running::int, commands_in_hand::int, webhooks_processing::int,
+              requests_out::int, drained
+         from bitrix_sync.status_pause`,
+      ),
     ]);
   const c = contract.rows[0]?.s;
+  const p = pause.rows[0];
   return {
     queue: queue.rows,
     workflows: workflows.rows,
@@ -323,6 +367,24 @@ async function databaseStatus(pool: pg.Pool, portalHost: string | null) {
         }
       : null,
     reconciliation: cursors.rows,
+    pause: p
+      ? {
+          pause_id: p.pause_id,
+          since: p.paused_at.toISOString(),
+          by: p.paused_by,
+          db_user: p.paused_db_user,
+          reason: p.pause_reason,
+          paused_for_sec: Math.max(0, p.paused_for_sec),
+          in_hand: {
+            intents_leased: p.intents_leased,
+            workflows_running: p.workflows_running,
+            commands_in_hand: p.commands_in_hand,
+            webhooks_processing: p.webhooks_processing,
+            requests_out: p.requests_out,
+          },
+          drained: p.drained,
+        }
+      : null,
   };
 }
 

@@ -22,7 +22,6 @@ import {
   reconciliationRecovered,
   reconciliationRuns,
   reconciliationScanned,
-  reconciliationSpikes,
   reconciliationUpdated,
 } from "../observability/metrics.js";
 import { inSpan, markFailed } from "../observability/tracing.js";
@@ -419,7 +418,14 @@ async function runClaimed(
     reconciliationUpdated.inc(report.updated);
     reconciliationRecovered.inc(report.recovered);
     if (report.spike) {
-      reconciliationSpikes.inc();
+      // In the database at once, under the run's lease, whatever happens to the run or the process
+      // next: /metrics on every replica shows it at the next scrape (sql/reconciliation/spikes.sql).
+      await deps.pool.query("select bitrix_sync.record_recovered_spike('contacts', $1, $2, $3, $4)", [
+        claim.lease_token,
+        report.recovered,
+        report.mapped,
+        baseline,
+      ]);
       deps.log.error(
         {
           event: "reconciliation.recovered_spike",
@@ -427,7 +433,7 @@ async function runClaimed(
           mapped: report.mapped,
           baseline,
         },
-        "reconciliation recovered many Contacts without a webhook: webhooks may be lost (check the nginx source-IP rejections, docs/runbook.md)",
+        "reconciliation recovered many Contacts without a webhook: webhooks may be lost (check the proxy's source_ip refusals and status_refused_sources, docs/runbook.md)",
       );
     }
     // A sub-request kept failing: what it would have found is unknown, so the window is read again.

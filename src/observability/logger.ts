@@ -1,10 +1,10 @@
-// JSON logs (§15): event name, service/version/environment, ids and safe codes only. A line written
+// JSON logs (§15): event name, service/version/revision/environment, ids and safe codes only. A line written
 // inside a span carries its trace_id and span_id. Anything that could carry a secret or PII is
 // redacted by key before it is written, as a second line of defence; the first is never passing such
 // values to the logger at all (docs/observability.md lists the fields).
 import pino from "pino";
 import pretty from "pino-pretty";
-import { SERVICE_VERSION } from "../version.js";
+import { SERVICE_REVISION, SERVICE_VERSION } from "../version.js";
 import { maskPii } from "./redact.js";
 import { traceLogFields } from "./tracing.js";
 
@@ -61,6 +61,8 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
       base: {
         service: "bitrix-sync",
         version: SERVICE_VERSION,
+        // The build (src/version.ts): every line says which commit wrote it.
+        revision: SERVICE_REVISION,
         env: opts.environment,
       },
       redact: { paths: REDACT_PATHS, censor },

@@ -6,6 +6,7 @@
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { RECEIVERS } from "../config/receivers.js";
+import { SERVICE_REVISION, SERVICE_VERSION } from "../version.js";
 
 export const registry = new Registry();
 
@@ -15,6 +16,15 @@ const SAFE_LABEL = /^[a-z][a-z0-9_.]{0,63}$/;
 export function safeLabel(value: unknown): string {
   return typeof value === "string" && SAFE_LABEL.test(value) ? value : "other";
 }
+
+/** The build this process runs (src/version.ts): join it onto any series with `on (instance)`. */
+export const buildInfo = new Gauge({
+  name: "bitrix_sync_build_info",
+  help: "Always 1; the labels name the build this process runs: version (BITRIX_SYNC_VERSION, else package.json's) and revision (the commit: BITRIX_SYNC_REVISION, else the checkout's HEAD, else unknown).",
+  labelNames: ["version", "revision"] as const,
+  registers: [registry],
+});
+buildInfo.set({ version: SERVICE_VERSION, revision: SERVICE_REVISION }, 1);
 
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 const LAG_BUCKETS = [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600];
@@ -122,10 +132,13 @@ for (const receiver of RECEIVERS) webhookAccepted.inc({ receiver }, 0);
 
 export const webhookRejected = new Counter({
   name: "bitrix_sync_webhook_rejected_total",
-  help: "Robot webhook requests refused, by receiver and safe reason (docs/receivers.md). The proxy's refusals (reason source_ip and others) come from the log pipeline under the same name.",
+  help: "Robot webhook requests refused, by receiver and safe reason (docs/receivers.md): the receivers' own refusals, and the public nginx's (source_ip, method_not_allowed, not_found, body_too_large, rate_limited; receiver none for a path that is not a receiver), which nginx hands to the service (src/inbound/edge.ts).",
   labelNames: ["receiver", "reason"] as const,
   registers: [registry],
 });
+// Present from the start (0 before the first), so a rule's increase() sees the first refusal by
+// address; "none" is any other path, where the synthetic probe is refused (docs/observability.md).
+for (const receiver of [...RECEIVERS, "none"]) webhookRejected.inc({ receiver, reason: "source_ip" }, 0);
 
 export const webhookOutcomes = new Counter({
   name: "bitrix_sync_webhook_processed_total",
@@ -172,12 +185,6 @@ export const retentionDeleted = new Counter({
   name: "bitrix_sync_retention_deleted_total",
   help: "Finished rows deleted by retention, by table (webhooks, commands, workflows, queue).",
   labelNames: ["table"] as const,
-  registers: [registry],
-});
-
-export const reconciliationSpikes = new Counter({
-  name: "bitrix_sync_reconciliation_recovered_spikes_total",
-  help: "Reconciliation runs whose recovered-without-webhook count was a spike (reconcile.recovered_spike_threshold and _ratio): webhooks may be lost.",
   registers: [registry],
 });
 

@@ -23,6 +23,8 @@ export interface TracingOptions {
   /** OTEL_EXPORTER_OTLP_ENDPOINT: the collector's base URL; /v1/traces is appended (OTLP/HTTP). */
   endpoint: string | undefined;
   serviceVersion: string;
+  /** The commit the build came from (src/version.ts), as the resource's vcs.ref.head.revision. */
+  serviceRevision?: string;
   environment: string | undefined;
   log: Logger;
   /** How long to wait between exports of a non-full batch. Default 1 000 ms. */
@@ -33,6 +35,12 @@ export interface Tracing {
   /** Flushes what is queued and stops exporting; resolves within `timeoutMs` whatever the collector does. */
   shutdown(timeoutMs: number): Promise<void>;
 }
+
+/**
+ * The resource attribute that names the build's commit: OpenTelemetry's semantic convention for the
+ * revision of a version-control reference (there is no service.* one for it).
+ */
+export const REVISION_ATTRIBUTE = "vcs.ref.head.revision";
 
 /** The OTLP/HTTP traces URL of a base endpoint, as the OpenTelemetry specification builds it. */
 export function tracesUrl(endpoint: string): string {
@@ -93,6 +101,7 @@ export async function startTracing(opts: TracingOptions): Promise<Tracing | null
     resource: resources.resourceFromAttributes({
       "service.name": "bitrix-sync",
       "service.version": opts.serviceVersion,
+      ...(opts.serviceRevision ? { [REVISION_ATTRIBUTE]: opts.serviceRevision } : {}),
       ...(opts.environment ? { "deployment.environment.name": opts.environment } : {}),
     }),
     spanProcessors: [processor],

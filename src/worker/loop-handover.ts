@@ -1,4 +1,4 @@
-// Which sync_loop job runs a loop (DESIGN.md, the sync loop): graphile-worker runs a new job even when
+// Which sync_loop job runs a loop (docs/workflows.md: the sync_loop task's budget and hand-over): graphile-worker runs a new job even when
 // a keyed job is already locked (#580), so the cron entry would start another loop every minute;
 // instead a job that finds a loop with time left returns at once. In the last seconds of a loop's
 // budget one successor starts right away, so there is no gap at the hand-over (two loops overlap

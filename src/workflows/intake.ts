@@ -1,4 +1,4 @@
-// The intake lane of the App->CRM flow (DESIGN.md): due sync_queue intents become workflows. One
+// The intake lane of the App->CRM flow (docs/workflows.md): due sync_queue intents become workflows. One
 // round claims a batch, starts or joins the user's workflow for each intent and completes the queue
 // row in the same transaction; src/sync-loop.ts repeats it on NOTIFY and on a fallback poll.
 //

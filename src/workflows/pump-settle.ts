@@ -147,7 +147,7 @@ export async function settle(
     const spent = attemptsSpent(row) + (f.spendsAttempt ? 1 : 0);
     switch (f.kind) {
       case "transient": {
-        // retry_command dead-letters instead when the retry would pass the horizon (sql/retry.sql),
+        // retry_command dead-letters instead when the retry would pass the horizon (sql/retry/deadline.sql),
         // and hands a reread_before_retry command back to its workflow (also dead_letter, own code).
         const r = await query<{ status: string; last_error_code: string | null }>(
           "select status, last_error_code from bitrix_sync.retry_command($1, $2, $3, make_interval(secs => $4), $5, $6, $7)",

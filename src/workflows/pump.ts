@@ -1,4 +1,4 @@
-// The pump lane (DESIGN.md flow): sends the commands of all workflows, and the alert commands of
+// The pump lane (docs/workflows.md; docs/decisions.md, 2): sends the commands of all workflows, and the alert commands of
 // src/alerts/mirror.ts, in Bitrix24 batches through the shared limiter, and settles each result
 // with exactly one SQL transition (successes that are only projected: one statement for the
 // batch). src/sync-loop.ts starts batches and keeps up to limiter.max_in_flight of them in flight.

@@ -1,4 +1,4 @@
-// The workflows lane of the App->CRM flow (DESIGN.md): claims runnable workflows and advances each
+// The workflows lane of the App->CRM flow (docs/workflows.md): claims runnable workflows and advances each
 // by one persisted step (src/workflows/step/). A step that throws is rescheduled with backoff; SQL
 // fails the workflow instead once the retry would pass the horizon. Each step is a span under the
 // context stored with the workflow (its intent's intake span), whichever process runs it.

@@ -22,6 +22,7 @@ interface Module {
   prober: string;
   timeout?: string;
   http?: Record<string, unknown>;
+  tcp?: Record<string, unknown>;
 }
 
 /** The module file of deploy/prometheus/blackbox.yml. */
@@ -88,11 +89,20 @@ export async function startBlackbox(config: string): Promise<RunningBlackbox> {
   };
 }
 
-/** The module file with `add` merged into the http options of `module` (e.g. a test CA). */
-export function blackboxConfigWith(module: string, add: Record<string, unknown>): string {
+/**
+ * The module file with `add` merged into the options of each module named in `modules` (its prober's
+ * section: http, or tcp), e.g. a test CA in `tls_config`.
+ */
+export function blackboxConfigWith(
+  modules: string | readonly string[],
+  add: Record<string, unknown>,
+): string {
   const file = blackboxModules();
-  const m = file.modules[module];
-  if (!m) throw new Error(`no module ${module} in ${BLACKBOX_FILE}`);
-  m.http = { ...(m.http ?? {}), ...add };
+  for (const module of typeof modules === "string" ? [modules] : modules) {
+    const m = file.modules[module];
+    if (!m) throw new Error(`no module ${module} in ${BLACKBOX_FILE}`);
+    const key = m.prober === "tcp" ? "tcp" : "http";
+    m[key] = { ...(m[key] ?? {}), ...add };
+  }
   return stringify(file);
 }

@@ -56,9 +56,9 @@ export function nginxSandbox(opts: { days?: number } = {}): NginxSandbox {
   };
 }
 
-/** Runs `npm run render:nginx`'s command with exactly `env` (plus PATH). */
-export function renderNginxCli(env: Record<string, string>, out: string) {
-  return spawnSync(process.execPath, ["--import", "tsx", "scripts/render-nginx.ts", "--out", out], {
+/** Runs `npm run render:nginx`'s command with exactly `env` (plus PATH), and `args` after `--out`. */
+export function renderNginxCli(env: Record<string, string>, out: string, args: readonly string[] = []) {
+  return spawnSync(process.execPath, ["--import", "tsx", "scripts/render-nginx.ts", "--out", out, ...args], {
     cwd: projectRoot,
     env: { PATH: process.env.PATH ?? "", ...env },
     encoding: "utf8",

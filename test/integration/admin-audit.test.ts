@@ -274,6 +274,7 @@ test.serial(
       rows.map((r) => `${r.table_name}.${r.column_name} ${r.column_default ?? "-"}`),
       [
         "admin_actions.db_user SESSION_USER",
+        "crm_contract_probes.recorded_db_user SESSION_USER",
         "cutover.performed_db_user SESSION_USER",
         "drift_repairs.db_user SESSION_USER",
         "rebind_requests.cancelled_db_user -",
@@ -281,6 +282,8 @@ test.serial(
         "settings_versions.activated_db_user -",
         "settings_versions.created_db_user SESSION_USER",
         "settings_versions.validated_db_user -",
+        "sync_pauses.paused_db_user SESSION_USER",
+        "sync_pauses.resumed_db_user -",
         "technical_dead_letters.resolved_db_user -",
       ],
     );

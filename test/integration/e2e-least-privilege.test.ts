@@ -103,7 +103,7 @@ test.serial("readiness can check migrations and grants under the runtime role", 
   await rig.db.pool.query("select * from bitrix_sync.perform_cutover('test')");
   const res = await app.request("/health/ready");
   const body = (await res.json()) as { status: string; problems: string[] };
-  t.deepEqual(body, { status: "ready", problems: [] });
+  t.like(body, { status: "ready", problems: [] });
   t.is(res.status, 200);
 });
 

@@ -147,6 +147,16 @@ test.serial("many Contacts recovered without a webhook raise the ops alert", asy
   t.is(r.recovered, 4);
   t.true(r.spike);
   t.true(rig.logs.slice(logged).some((l) => l.includes('"event":"reconciliation.recovered_spike"')));
+  // In the database at once (not one process's counter): what the runbook reads and /metrics exports.
+  const { rows } = await rig.db.pool.query(
+    "select recovered, mapped, recorded_at from bitrix_sync.status_recovered_spikes limit 1",
+  );
+  t.like(rows[0], { recovered: 4, mapped: r.mapped });
+  const { rows: m } = await rig.db.pool.query<{ value: number }>(
+    `select value from bitrix_sync.metrics_snapshot(null, false)
+      where family = 'bitrix_sync_reconciliation_recovered_spike_timestamp_seconds'`,
+  );
+  t.true(Math.abs((m[0]?.value ?? 0) - (rows[0].recorded_at as Date).getTime() / 1000) < 0.001);
 });
 
 test.serial("the interval is respected unless forced", async (t) => {

@@ -6,7 +6,14 @@ import test from "ava";
 import pg from "pg";
 import { runConvergenceAudit } from "../../src/audit/run.js";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import { finishedWorkflow, type Rig, startRig, TEST_HASH_KEY, testServiceEnv } from "../helpers/e2e.js";
+import {
+  finishedWorkflow,
+  type Rig,
+  startRig,
+  TEST_HASH_KEY,
+  testServiceEnv,
+  waitFor,
+} from "../helpers/e2e.js";
 import { makeUser } from "../helpers/factories.js";
 import { asRole, asRoleRolledBack } from "../helpers/roles.js";
 import { cleanEnv, runProcess } from "../helpers/run-process.js";
@@ -217,5 +224,47 @@ test.serial(
       (await plain.query<{ p: string }>("select current_setting('search_path') as p")).rows[0]?.p,
       "public, pg_catalog",
     );
+  },
+);
+
+test.serial(
+  "a robot webhook's read is recorded in the snapshot (received and CRM time) and explain_user shows both",
+  async (t) => {
+    const contact = rig.emulator.store.contacts.get(contactId);
+    if (!contact) return t.fail("no Contact");
+    contact.name = "Anastasia Webhook";
+    rig.emulator.store.touch(contact);
+    // The robot's call, recorded as the receiver does; the running sync loop processes it.
+    await rig.db.pool.query("select bitrix_sync.accept_webhook('contact', 3, $1, '203.0.113.9')", [
+      String(contactId),
+    ]);
+    const snapshot = await waitFor(
+      async () => {
+        const { rows } = await rig.db.pool.query<{
+          last_webhook_received_at: Date | null;
+          last_webhook_source_at: Date | null;
+          crm_updated_at: Date | null;
+        }>(
+          "select last_webhook_received_at, last_webhook_source_at, crm_updated_at from bitrix_sync.contact_snapshots where contact_id = $1",
+          [String(contactId)],
+        );
+        return rows[0]?.last_webhook_source_at ? rows[0] : null;
+      },
+      15_000,
+      "the webhook applied",
+    );
+    t.deepEqual(snapshot.last_webhook_source_at, snapshot.crm_updated_at, "the CRM time its read found");
+    t.is(snapshot.last_webhook_source_at?.getTime(), contact.updatedTime);
+    t.truthy(snapshot.last_webhook_received_at);
+    const rows = await asRole(rig.db.pool, "bitrix_sync_admin", async (c) => {
+      const { rows } = await c.query(
+        "select detail from bitrix_sync.explain_user($1) where source = 'snapshot' and event = 'state'",
+        [userId],
+      );
+      return rows as Array<{ detail: Record<string, unknown> }>;
+    });
+    const detail = rows.find((r) => r.detail.contact_id === String(contactId))?.detail;
+    t.is(new Date(detail?.last_webhook_source_at as string).getTime(), contact.updatedTime);
+    t.truthy(detail?.last_webhook_received_at);
   },
 );

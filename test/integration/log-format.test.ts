@@ -1,7 +1,8 @@
 // How the service's log reads where it is written (docs/observability.md): `npm start` at a terminal
-// prints one readable line per entry (pino-pretty), piped or in a container it prints JSON lines; and
-// the `version` in every line is package.json's, also when the image runs `node` directly, where npm
-// sets no npm_package_version (or a wrapper's npm sets another package's). The real service, in
+// prints one readable line per entry (pino-pretty), piped or in a container it prints JSON lines; the
+// `version` in every line is package.json's, also when the image runs `node` directly, where npm
+// sets no npm_package_version (or a wrapper's npm sets another package's); and the `revision` in
+// every line is the commit of the checkout, or what the image's build argument says. The real service, in
 // sandbox mode on a database it creates (BITRIX_SYNC_SANDBOX=true: the only configured database
 // sandbox mode accepts); the terminal is a pseudo-terminal from `script`.
 import { type ChildProcess, spawn } from "node:child_process";
@@ -14,6 +15,7 @@ import pg from "pg";
 import { projectRoot } from "../../src/db/migrate.js";
 import { withDatabase } from "../../src/db/url.js";
 import { processAlive, readServiceFile } from "../../src/local/service-file.js";
+import { gitRevision } from "../../src/version.js";
 import { waitFor } from "../helpers/e2e.js";
 import { serverUrl } from "../helpers/testdb.js";
 
@@ -133,25 +135,37 @@ test("npm start piped prints JSON lines, one object each", async (t) => {
     .filter((l) => l.startsWith("{"));
   t.true(lines.length > 3, run.output());
   const parsed = lines.map(
-    (l) => JSON.parse(l) as { level: string; msg: string; version: string; event: string },
+    (l) => JSON.parse(l) as { level: string; msg: string; version: string; revision: string; event: string },
   );
   const listening = parsed.find((p) => p.event === "http.listening");
   t.is(listening?.level, "info");
   t.is(listening?.msg, "HTTP listener ready");
-  for (const p of parsed) t.is(p.version, PACKAGE_VERSION);
+  // Run from this checkout with no BITRIX_SYNC_REVISION: its HEAD, read once at start.
+  const head = gitRevision() ?? "unknown";
+  t.regex(head, /^([0-9a-f]{40}|unknown)$/);
+  for (const p of parsed) {
+    t.is(p.version, PACKAGE_VERSION);
+    t.is(p.revision, head);
+  }
 });
 
-test("run by node directly, as the image does, every line's version is package.json's, whatever npm_package_version says", async (t) => {
-  // A wrapper's npm script (a process manager's package) sets its own package's version.
+test("run by node directly, as the image does, every line's version is package.json's, whatever npm_package_version says, and its revision the image's", async (t) => {
+  // A wrapper's npm script (a process manager's package) sets its own package's version; the image
+  // carries its commit as BITRIX_SYNC_REVISION (Dockerfile, a build argument).
+  const revision = "0123456789abcdef0123456789abcdef01234567";
   const run = await startService(t, process.execPath, ["--import", "tsx", "src/main.ts"], {
     npm_package_version: "0.0.0-another-package",
+    BITRIX_SYNC_REVISION: revision,
   });
   await run.stop();
   const parsed = run
     .output()
     .split("\n")
     .filter((l) => l.startsWith("{"))
-    .map((l) => JSON.parse(l) as { version: string; event: string });
+    .map((l) => JSON.parse(l) as { version: string; revision: string; event: string });
   t.true(parsed.some((p) => p.event === "http.listening"));
-  for (const p of parsed) t.is(p.version, PACKAGE_VERSION);
+  for (const p of parsed) {
+    t.is(p.version, PACKAGE_VERSION);
+    t.is(p.revision, revision);
+  }
 });

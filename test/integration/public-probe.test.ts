@@ -1,22 +1,27 @@
-// The synthetic probe of the public path (§14), all real and on loopback: the service's receivers, the
-// public nginx rendered by `npm run render:nginx` with a test certificate (openssl), Debian's
-// prometheus-blackbox-exporter with the module of deploy/prometheus/blackbox.yml (only a CA for the
-// test certificate added), and a Prometheus scraping it with the job of deploy/prometheus/prometheus.yml
-// and the file's probe rules (their `for:` shortened). The probe passes through nginx on the
-// service's own 403; it fails when nginx is stopped and when the allow-list leaves the prober out
-// (nginx's own 403), and BitrixSyncPublicProbeFailing fires, then resolves when nginx is right again.
-// The test certificate lives one day: BitrixSyncPublicCertificateExpiring fires on the real
-// probe_ssl_earliest_cert_expiry.
+// The synthetic probe of the public host (§14) and the proxy's refusals, all real and on loopback: the
+// service (receivers, refusal route, /metrics), the public nginx rendered by `npm run render:nginx`
+// with a test certificate (openssl) and an allow-list of 127.0.0.2/32, Debian's
+// prometheus-blackbox-exporter with the modules of deploy/prometheus/blackbox.yml (only a CA for the
+// test certificate added), probing from 127.0.0.1, outside the allow-list, and a Prometheus scraping
+// the exporter with the jobs of deploy/prometheus/prometheus.yml and the service as job bitrix-sync,
+// with the file's edge rules (their `for:` shortened). The probe passes on nginx's own refusal, which
+// the service counts; it fails when nginx is stopped and when the allow-list admits the prober, and
+// BitrixSyncPublicProbeFailing fires, then resolves when nginx is right again. Robot calls from an
+// address outside the allow-list fire BitrixSyncWebhookSourcesRefused from the service's real
+// metrics. The test certificate lives one day: BitrixSyncPublicCertificateExpiring fires on the TLS
+// module's real probe_ssl_earliest_cert_expiry.
 import type { ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { type ServerType, serve } from "@hono/node-server";
 import test from "ava";
+import { Agent, fetch as undiciFetch } from "undici";
 import { parse } from "yaml";
 import { loadConfig } from "../../src/config/env.js";
 import { createApp } from "../../src/http/app.js";
 import { receiverConfig } from "../../src/inbound/config.js";
+import { webhookRejected } from "../../src/observability/metrics.js";
 import {
   blackboxConfigWith,
   hasBlackbox,
@@ -41,7 +46,15 @@ import {
   rulesNamed,
   startPrometheus,
 } from "../helpers/prometheus.js";
-import { captureLogger, inboxCount, MEMBER_ID, PORTAL_HOST, TOKENS } from "../helpers/receiver.js";
+import {
+  captureLogger,
+  encodeForm,
+  inboxCount,
+  MEMBER_ID,
+  PORTAL_HOST,
+  robotFields,
+  TOKENS,
+} from "../helpers/receiver.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 const missing = [
@@ -57,8 +70,16 @@ if (missing.length > 0) {
   );
 }
 
-const MODULE = "bitrix_sync_receiver";
-const PROBE_RULES = ["BitrixSyncPublicProbeFailing", "BitrixSyncPublicCertificateExpiring"];
+const MODULE = "bitrix_sync_outsider";
+const TLS_MODULE = "bitrix_sync_tls";
+const PROBE_RULES = [
+  "BitrixSyncPublicProbeFailing",
+  "BitrixSyncPublicCertificateExpiring",
+  "BitrixSyncProxyRefusalsNotCounted",
+  "BitrixSyncWebhookSourcesRefused",
+];
+const ALLOWED = "127.0.0.2/32";
+const STRANGER = "127.0.0.3";
 
 let box: NginxSandbox | undefined;
 let db: TestDb | undefined;
@@ -94,7 +115,7 @@ function environment(b: NginxSandbox, extra: Record<string, string>): Record<str
     BITRIX_SYNC_ALERT_RECEIVER_TOKEN: TOKENS.alert,
     BITRIX_SYNC_PORTAL_HOST: PORTAL_HOST,
     BITRIX_SYNC_PORTAL_MEMBER_ID: MEMBER_ID,
-    BITRIX_WEBHOOK_ALLOWED_CIDRS: "127.0.0.1/32",
+    BITRIX_WEBHOOK_ALLOWED_CIDRS: ALLOWED,
     BITRIX_SYNC_TRUSTED_PROXY_CIDRS: "127.0.0.1/32",
     BITRIX_SYNC_NGINX_SERVER_NAME: "localhost",
     BITRIX_SYNC_NGINX_TLS_CERTIFICATE: b.cert,
@@ -113,6 +134,7 @@ async function deploy(b: NginxSandbox, port: number, appPort: number, allowed: s
       BITRIX_SYNC_NGINX_UPSTREAM: `127.0.0.1:${appPort}`,
       BITRIX_SYNC_NGINX_ACCESS_LOG: join(b.dir, `${name}.access.log`),
       BITRIX_SYNC_NGINX_ERROR_LOG: join(b.dir, `${name}.error.log`),
+      BITRIX_SYNC_NGINX_HEALTH_LISTEN: `127.0.0.1:${await freePort()}`,
     }),
     site,
   );
@@ -124,13 +146,38 @@ interface Alert {
   labels: Record<string, string>;
   state: string;
 }
+async function rejected(receiver: string, reason: string): Promise<number> {
+  const m = await webhookRejected.get();
+  return m.values.find((v) => v.labels.receiver === receiver && v.labels.reason === reason)?.value ?? 0;
+}
+
 const firing = async (p: RunningPrometheus, name: string) =>
   (await p.api<{ alerts: Alert[] }>("alerts")).alerts.filter(
     (a) => a.labels.alertname === name && a.state === "firing",
   );
 
+/** A robot's call with its token from `local`, through nginx on `port`. */
+async function robotCall(port: number, local: string, id: string) {
+  const agent = new Agent({ localAddress: local, connect: { rejectUnauthorized: false } });
+  try {
+    const res = await undiciFetch(
+      `https://localhost:${port}/bitrix/sync/webhook/contact?token=${TOKENS.contact}&ID=${id}`,
+      {
+        method: "POST",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: encodeForm(robotFields("contact", id)),
+        dispatcher: agent,
+      },
+    );
+    await res.arrayBuffer();
+    return res.status;
+  } finally {
+    await agent.close();
+  }
+}
+
 run(
-  "the probe passes through nginx on the service's 403, and fails when nginx is down or refuses the prober",
+  "the probe from outside the allow-list passes on nginx's counted refusal, and fails when nginx is down or admits the prober",
   async (t) => {
     const b = nginxSandbox({ days: 1 });
     box = b;
@@ -146,52 +193,69 @@ run(
     });
     const appPort = ((app as ServerType).address() as AddressInfo).port;
     const port = await freePort();
-    await deploy(b, port, appPort, "127.0.0.1/32", "public");
-    const target = `https://localhost:${port}/bitrix/sync/webhook/contact`;
+    await deploy(b, port, appPort, ALLOWED, "public");
+    const target = `https://localhost:${port}/`;
+    const tlsTarget = `localhost:${port}`;
 
-    // The module as deployed, trusting the test certificate.
-    const bb = await startBlackbox(blackboxConfigWith(MODULE, { tls_config: { ca_file: b.cert } }));
+    // The modules as deployed, trusting the test certificate. The exporter connects from 127.0.0.1,
+    // which the allow-list does not admit.
+    const bb = await startBlackbox(
+      blackboxConfigWith([MODULE, TLS_MODULE], { tls_config: { ca_file: b.cert } }),
+    );
     blackbox = bb;
+    const counted = await rejected("none", "source_ip");
     const ok = await bb.probe(MODULE, target);
     t.is(ok.get("probe_success"), 1, JSON.stringify(Object.fromEntries(ok)));
     t.is(ok.get("probe_http_status_code"), 403);
     t.is(ok.get("probe_http_ssl"), 1);
-    const expiry = ok.get("probe_ssl_earliest_cert_expiry") ?? 0;
+    t.is(await rejected("none", "source_ip"), counted + 1, "the service counted the probe's refusal");
+    t.regex(
+      readFileSync(join(b.dir, "public.access.log"), "utf8"),
+      /"peer":"127\.0\.0\.1".*"reason":"source_ip"/,
+    );
+    t.is(await inboxCount(d.pool), 0);
+    const tls = await bb.probe(TLS_MODULE, tlsTarget);
+    t.is(tls.get("probe_success"), 1, JSON.stringify(Object.fromEntries(tls)));
+    const expiry = tls.get("probe_ssl_earliest_cert_expiry") ?? 0;
     t.true(
       expiry > Date.now() / 1000 && expiry < Date.now() / 1000 + 2 * 86_400,
       "the one-day test certificate",
     );
-    // The 403 was the service's: a refusal for a missing token, and nothing recorded.
-    t.regex(captured.text(), /"reason":"token_missing"/, "the service refused it");
-    t.is(await inboxCount(d.pool), 0);
 
-    // Prometheus with the probe job of deploy/prometheus/prometheus.yml (target and exporter address
-    // this test's) and the probe rules.
+    // Prometheus with the probe jobs of deploy/prometheus/prometheus.yml (targets and exporter
+    // address this test's), the service as job bitrix-sync, and the edge rules.
     const config = parse(readFileSync(PROMETHEUS_FILE, "utf8")) as {
       scrape_configs: Array<
         { job_name: string; relabel_configs: Array<{ replacement?: string }> } & Record<string, unknown>
       >;
     };
-    const job = config.scrape_configs.find((j) => j.job_name === "bitrix-sync-probe");
-    if (!job) return t.fail("prometheus.yml has no bitrix-sync-probe job");
-    const last = job.relabel_configs.at(-1);
-    if (last) last.replacement = bb.address;
-    Object.assign(job, {
-      static_configs: [{ targets: [target] }],
-      scrape_interval: "1s",
-      scrape_timeout: "900ms",
+    const jobs = [
+      ["bitrix-sync-probe", target],
+      ["bitrix-sync-tls", tlsTarget],
+    ].map(([name, to]) => {
+      const job = config.scrape_configs.find((j) => j.job_name === name);
+      if (!job) throw new Error(`prometheus.yml has no ${name} job`);
+      const last = job.relabel_configs.at(-1);
+      if (last) last.replacement = bb.address;
+      return Object.assign(job, {
+        static_configs: [{ targets: [to] }],
+        scrape_interval: "1s",
+        scrape_timeout: "900ms",
+      });
     });
-    const p = await startPrometheus(null, rulesNamed(PROBE_RULES, "1s"), [job]);
+    const p = await startPrometheus(`127.0.0.1:${appPort}`, rulesNamed(PROBE_RULES, "1s"), jobs);
     prometheus = p;
     await waitFor(
       async () => {
         const data = await p.api<{
           activeTargets: Array<{ health: string; labels: Record<string, string> }>;
         }>("targets");
-        return data.activeTargets[0]?.health === "up" && data.activeTargets[0]?.labels.instance === target;
+        return data.activeTargets.length === 3 && data.activeTargets.every((x) => x.health === "up")
+          ? true
+          : null;
       },
       30_000,
-      "Prometheus scraping the probe",
+      "Prometheus scraping the service and both probes",
     );
     const cert = await waitFor(
       async () => {
@@ -201,8 +265,30 @@ run(
       30_000,
       "BitrixSyncPublicCertificateExpiring firing",
     );
-    t.like(cert[0]?.labels, { job: "bitrix-sync-probe", instance: target, severity: "warning" });
-    t.deepEqual(await firing(p, "BitrixSyncPublicProbeFailing"), [], "a healthy path fires nothing");
+    t.like(cert[0]?.labels, { job: "bitrix-sync-tls", instance: tlsTarget, severity: "warning" });
+    // A few seconds of counted probe refusals: neither the probe nor the counting is in trouble, and
+    // the probe's refusals (receiver none) do not look like a robot's.
+    await new Promise((r) => setTimeout(r, 3_000));
+    for (const name of [
+      "BitrixSyncPublicProbeFailing",
+      "BitrixSyncProxyRefusalsNotCounted",
+      "BitrixSyncWebhookSourcesRefused",
+    ]) {
+      t.deepEqual(await firing(p, name), [], `${name}: a healthy edge fires nothing`);
+    }
+
+    // Bitrix24 calls from an address the allow-list does not hold: refused, counted, and the rule on
+    // the service's own metrics fires.
+    for (const id of ["5101", "5102", "5103"]) t.is(await robotCall(port, STRANGER, id), 403);
+    const sources = await waitFor(
+      async () => {
+        const a = await firing(p, "BitrixSyncWebhookSourcesRefused");
+        return a.length > 0 ? a : null;
+      },
+      30_000,
+      "BitrixSyncWebhookSourcesRefused firing",
+    );
+    t.like(sources[0]?.labels, { job: "bitrix-sync", receiver: "contact", severity: "warning" });
 
     // nginx stopped: nothing answers.
     await stopNginx();
@@ -210,7 +296,9 @@ run(
     t.is(down.get("probe_success"), 0);
     const alert = await waitFor(
       async () => {
-        const a = await firing(p, "BitrixSyncPublicProbeFailing");
+        const a = (await firing(p, "BitrixSyncPublicProbeFailing")).filter(
+          (x) => x.labels.job === "bitrix-sync-probe",
+        );
         return a.length > 0 ? a : null;
       },
       30_000,
@@ -218,18 +306,17 @@ run(
     );
     t.like(alert[0]?.labels, { job: "bitrix-sync-probe", instance: target, severity: "critical" });
 
-    // nginx back, but its allow-list no longer admits the prober: nginx's own 403, not the service's.
-    await deploy(b, port, appPort, "127.0.0.2/32", "narrow");
-    const refused = await bb.probe(MODULE, target);
-    t.is(refused.get("probe_success"), 0);
-    t.is(refused.get("probe_http_status_code"), 403, "the same status as the service's refusal");
-    const access = readFileSync(join(b.dir, "narrow.access.log"), "utf8");
-    t.regex(access, /"reason":"source_ip"/, "nginx refused it by source address");
+    // nginx back, but its allow-list admits the prober (as a gateway address standing for every
+    // source would): the prober is no longer refused, and the probe says so.
+    await deploy(b, port, appPort, `${ALLOWED},127.0.0.1/32`, "open");
+    const admitted = await bb.probe(MODULE, target);
+    t.is(admitted.get("probe_success"), 0);
+    t.is(admitted.get("probe_http_status_code"), 404, "admitted: the root is an unknown path");
     t.true((await firing(p, "BitrixSyncPublicProbeFailing")).length > 0, "still firing");
 
     // The allow-list right again: the probe passes and the alert resolves.
     await stopNginx();
-    await deploy(b, port, appPort, "127.0.0.1/32", "fixed");
+    await deploy(b, port, appPort, ALLOWED, "fixed");
     t.is((await bb.probe(MODULE, target)).get("probe_success"), 1);
     await waitFor(
       async () => ((await firing(p, "BitrixSyncPublicProbeFailing")).length === 0 ? true : null),

@@ -27,6 +27,7 @@ interface Snapshot {
   crm_updated_at: Date | null;
   last_applied_source: string | null;
   last_webhook_received_at: Date | null;
+  last_webhook_source_at: Date | null;
   stale: boolean;
   stale_reason: string | null;
 }
@@ -160,6 +161,11 @@ test("apply_crm_master_fields writes the profile and the snapshot, and no App in
     });
     t.deepEqual(s.crm_updated_at, new Date("2026-02-01T07:00:00Z"));
     t.deepEqual(s.last_webhook_received_at, new Date("2026-02-01T07:00:05Z"));
+    t.deepEqual(
+      s.last_webhook_source_at,
+      new Date("2026-02-01T07:00:00Z"),
+      "the CRM time the webhook's read found",
+    );
     // Suppressed for the rest of this transaction: even an App-master change records nothing here.
     await c.query("update han_app.user_identity set phone_number = $2 where id = $1", [u.id, randomPhone()]);
   });

@@ -54,6 +54,8 @@ test.before(async () => {
   await q(
     `insert into bitrix_sync.technical_dead_letters (source, source_id, operation, error_code) values ('webhook', '1', 'webhook.contact', 'crm_rejected')`,
   );
+  // An open pause, so its view counts the work in hand (sql/status/pause.sql).
+  await q("select * from bitrix_sync.pause_sync('ops:test', 'the plans of status_pause')");
   await q("analyze");
 });
 test.after.always(async () => {
@@ -108,6 +110,7 @@ const QUERIES = [
   "select * from bitrix_sync.status_dead_letters",
   "select * from bitrix_sync.status_alerts",
   "select * from bitrix_sync.status_alert_mirror",
+  "select * from bitrix_sync.status_pause",
   // the age of the alerts the smart process is behind on (metrics_snapshot's mirror rows)
   `select a.crm_sync_status, count(*), min(case when a.item_id is null then a.created_at else a.updated_at end)
      from bitrix_sync.business_alerts a where a.crm_sync_status <> 'synced' group by a.crm_sync_status`,

@@ -1,14 +1,18 @@
 // §14: readiness matrix, the internal status document and /metrics, through the real app.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { Writable } from "node:stream";
 import test from "ava";
 import { loadConfig } from "../../src/config/env.js";
 import { classify } from "../../src/crm/classify.js";
+import { projectRoot } from "../../src/db/migrate.js";
 import { createPool } from "../../src/db/pools.js";
 import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { HealthState } from "../../src/health/state.js";
 import { createApp } from "../../src/http/app.js";
 import { type StatusSource, WORKER_STALL_MS } from "../../src/http/status.js";
 import { createLogger } from "../../src/observability/logger.js";
+import { gitRevision, SERVICE_REVISION, SERVICE_VERSION } from "../../src/version.js";
 import { loadConfigWithSecretFiles } from "../helpers/config.js";
 import { makeUser } from "../helpers/factories.js";
 import { createMemoryLimiter } from "../helpers/memory-limiter.js";
@@ -56,10 +60,16 @@ const PROD = {
   BITRIX_SYNC_CONTACT_CITIZENSHIP_FIELD: "UF_CRM_3",
 };
 
+/** GET /health/ready: the code and the readiness (the build it carries is checked on its own). */
 async function ready(src?: StatusSource) {
   const app = createApp({ pool: db.pool, log, ...(src ? { status: src } : {}) });
   const res = await app.request("/health/ready");
-  return { code: res.status, body: (await res.json()) as { status: string; problems: string[] } };
+  const { build: _build, ...body } = (await res.json()) as {
+    status: string;
+    problems: string[];
+    build: unknown;
+  };
+  return { code: res.status, body };
 }
 
 async function statusBody(src: StatusSource) {
@@ -148,6 +158,56 @@ test.serial(
     );
     await db.pool.query("select * from bitrix_sync.perform_cutover('test')");
     t.deepEqual((await ready(source(PROD))).body, { status: "ready", problems: [] });
+  },
+);
+
+test.serial(
+  "readiness and the status document name the build: package.json's version and the checkout's commit",
+  async (t) => {
+    const pkg = JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as { version: string };
+    // Neither BITRIX_SYNC_VERSION nor BITRIX_SYNC_REVISION is set here: the checkout decides.
+    t.is(SERVICE_VERSION, pkg.version);
+    t.is(SERVICE_REVISION, gitRevision() ?? "unknown");
+    const app = createApp({ pool: db.pool, log, status: source(PROD) });
+    const ready = (await (await app.request("/health/ready")).json()) as { build: unknown };
+    t.deepEqual(ready.build, { version: pkg.version, revision: SERVICE_REVISION });
+    const doc = (await (
+      await app.request("/internal/sync/v1/status", { headers: { authorization: `Bearer ${TOKEN}` } })
+    ).json()) as { build: unknown; pause: unknown };
+    t.deepEqual(doc.build, ready.build);
+    t.is(doc.pause, null, "nothing paused");
+  },
+);
+
+test.serial(
+  "a pause is degraded (paused), with who and why in the status document; a resume clears it",
+  async (t) => {
+    const src = source(PROD);
+    const app = createApp({ pool: db.pool, log, status: src });
+    await db.pool.query("select * from bitrix_sync.pause_sync('ops:status', 'checking the rollback')");
+    try {
+      const r = await ready(src);
+      t.is(r.code, 200);
+      t.deepEqual(r.body, { status: "degraded", problems: ["paused"] });
+      // A replica that claims nothing anyway (BITRIX_SYNC_ENABLED=false) has nothing to report.
+      t.deepEqual((await ready(source({ ...PROD, BITRIX_SYNC_ENABLED: "false" }))).body.problems, []);
+      const doc = (await (
+        await app.request("/internal/sync/v1/status", { headers: { authorization: `Bearer ${TOKEN}` } })
+      ).json()) as { pause: Record<string, unknown> };
+      t.like(doc.pause, {
+        by: "ops:status",
+        db_user: "postgres",
+        reason: "checking the rollback",
+        drained: true,
+      });
+      t.true(Number(doc.pause.paused_for_sec) >= 0);
+    } finally {
+      const { rows } = await db.pool.query("select pause_id from bitrix_sync.status_pause");
+      await db.pool.query("select * from bitrix_sync.resume_sync('ops:status', $1, 'done checking')", [
+        rows[0]?.pause_id,
+      ]);
+    }
+    t.deepEqual((await ready(src)).body, { status: "ready", problems: [] });
   },
 );
 
@@ -367,7 +427,12 @@ test.serial(
 
       const ready = await app.request("/health/ready");
       t.is(ready.status, 503);
-      t.deepEqual(await ready.json(), { status: "not_ready", problems: ["database_unreachable"] });
+      t.deepEqual(await ready.json(), {
+        status: "not_ready",
+        problems: ["database_unreachable"],
+        build: { version: SERVICE_VERSION, revision: SERVICE_REVISION },
+      });
+      t.deepEqual(body.build, { version: SERVICE_VERSION, revision: SERVICE_REVISION });
 
       const metrics = await app.request("/metrics");
       t.is(metrics.status, 200);

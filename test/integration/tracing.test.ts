@@ -22,6 +22,9 @@ const SERVICE_VERSION_IN_PACKAGE_JSON = (
   JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as { version: string }
 ).version;
 
+/** A commit as the image's build argument would carry it. */
+const IMAGE_REVISION = "89abcdef0123456789abcdef0123456789abcdef";
+
 let db: TestDb;
 let emulator: Emulator;
 test.before(async () => {
@@ -201,6 +204,8 @@ test.serial(
         LOG_LEVEL: "debug",
         // The image runs node directly; a wrapper's npm would set its own package's version here.
         npm_package_version: "0.0.0-another-package",
+        // The image's build argument (Dockerfile): the commit it was built from.
+        BITRIX_SYNC_REVISION: IMAGE_REVISION,
       }),
     );
     try {
@@ -244,6 +249,8 @@ test.serial(
       const spans = otlp.spans;
       t.is(spans[0]?.resource["service.name"], "bitrix-sync");
       t.is(spans[0]?.resource["service.version"], SERVICE_VERSION_IN_PACKAGE_JSON);
+      // Every span's resource names the build, so a trace ties to the commit that made it.
+      t.deepEqual([...new Set(spans.map((s) => s.resource["vcs.ref.head.revision"]))], [IMAGE_REVISION]);
 
       // App -> CRM: intake (root) -> steps -> command sends <- batch -> HTTP.
       const wfCtx = parseTraceparent(wf.trace_context);

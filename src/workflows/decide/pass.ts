@@ -1,4 +1,4 @@
-// The rules every workflow's step follows (§7.1, DESIGN.md "converge to the newest intent"), as
+// The rules every workflow's step follows (§7.1; docs/workflows.md, "Guarantees": one workflow per user, restarted for the newest intent), as
 // pure functions so they are unit-tested without a database: when a newer intent restarts the pass,
 // and which failed commands are business problems for a person rather than technical failures (the
 // codes are src/crm/classify.ts's).

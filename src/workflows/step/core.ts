@@ -340,7 +340,7 @@ export class Step {
       this.wf.intent_type = read.fresh.intent_type;
       this.wf.trace_context = read.fresh.trace_context;
     }
-    // Converge to the newest intent (DESIGN.md): between read steps, never while a write is unresolved.
+    // Converge to the newest intent (docs/workflows.md, "Guarantees"): between read steps, never while a write is unresolved.
     if (
       restartsBeforeStep({
         step: this.wf.current_step,

@@ -272,9 +272,10 @@ test("every limiter table, column and function is commented", async (t) => {
       where p.pronamespace = 'bitrix_sync'::regnamespace
         and p.proname in ('acquire_crm_request', 'release_crm_request', 'note_rate_limited', 'note_method_blocked',
                           'note_crm_operating', 'blocked_crm_methods', 'crm_limiter_state', '_check_limiter_name',
-                          'note_crm_answered')`,
+                          'note_crm_answered', 'crm_last_answered_at')`,
   );
-  t.is(fns.length, 9);
+  // release_crm_request has two overloads: the slot alone, and the slot with the answer (sql/limiter/health.sql).
+  t.is(fns.length, 11);
   for (const r of fns) t.truthy(r.c, r.name);
   const { rows: cols } = await db.pool.query<{ name: string }>(
     `select a.attrelid::regclass || '.' || a.attname as name from pg_attribute a
@@ -282,4 +283,30 @@ test("every limiter table, column and function is commented", async (t) => {
         and a.attname <> 'updated_at' and col_description(a.attrelid, a.attnum) is null`,
   );
   t.deepEqual(cols, []);
+});
+
+test("a release after an answer records it on the shared bucket for every replica, at most once a second", async (t) => {
+  const settings = { refillPerSec: 50, burst: 10, maxInFlight: 10 };
+  const a = limiterOn(db.pool, "shared-answer", settings, { holder: "replica-a" });
+  const b = limiterOn(other, "shared-answer", settings, { holder: "replica-b" });
+  t.is(await b.lastAnswered?.(), null, "no answer yet");
+  // A request that got no answer (or a failure) records nothing.
+  await (await a.acquire()).release(false);
+  await (await a.acquire()).release();
+  t.is(await b.lastAnswered?.(), null);
+  const before = Date.now();
+  const p = await a.acquire();
+  await p.release(true);
+  const first = await b.lastAnswered?.();
+  t.true(typeof first === "number" && first >= before - 1000, "replica b sees replica a's answer");
+  const { rows } = await db.pool.query<{ n: string }>(
+    "select count(*) as n from bitrix_sync.crm_inflight_slots where bucket = 'shared-answer'",
+  );
+  t.is(rows[0]?.n, "0", "the slot is freed as by the plain release");
+  // Within the second the row is not written again; after it, it is.
+  await (await b.acquire()).release(true);
+  t.is(await a.lastAnswered?.(), first);
+  await sleep(1100);
+  await (await b.acquire()).release(true);
+  t.true(((await a.lastAnswered?.()) ?? 0) > (first ?? 0));
 });

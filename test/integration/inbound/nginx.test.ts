@@ -2,8 +2,11 @@
 // front of the service's receivers, all real and on loopback: nginx from the Debian package, the
 // service's app built by loadConfig from the same environment, a test database. The allow-list holds
 // 127.0.0.2/32; clients bind to 127.0.0.2 or 127.0.0.3 as their source address. nginx reaches the
-// service from 127.0.0.1, the only trusted proxy. Without nginx or openssl these tests are skipped,
-// loudly (apt-get install -y nginx openssl; .ci/run installs both).
+// service from 127.0.0.1, the only trusted proxy. nginx's own refusals reach the service's refusal
+// route (src/inbound/edge.ts), which counts them and journals refused addresses in the database;
+// every request to that route is recorded here to show what nginx passes (and what it does not).
+// Without nginx or openssl these tests are skipped, loudly (apt-get install -y nginx openssl;
+// .ci/run installs both).
 import type { ChildProcess } from "node:child_process";
 import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
@@ -18,6 +21,9 @@ import { freePort } from "../../../src/db/embedded.js";
 import { projectRoot } from "../../../src/db/migrate.js";
 import { createApp } from "../../../src/http/app.js";
 import { receiverConfig } from "../../../src/inbound/config.js";
+import { RefusedSourceJournal } from "../../../src/inbound/edge.js";
+import { EDGE_REFUSAL_PATH } from "../../../src/inbound/edge-contract.js";
+import { webhookRejected } from "../../../src/observability/metrics.js";
 import {
   hasNginx,
   hasOpenssl,
@@ -56,6 +62,17 @@ let appPort: number;
 let port: number;
 let tightPort: number;
 let siteFile: string;
+let journal: RefusedSourceJournal;
+const healthPorts = new Map<string, number>();
+
+/** What reached the service's refusal route, exactly as it arrived. */
+interface EdgeRequest {
+  method: string;
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+}
+const edgeRequests: EdgeRequest[] = [];
 const nginxes: ChildProcess[] = [];
 const captured = captureLogger();
 const agents: Agent[] = [];
@@ -87,16 +104,28 @@ function environment(box: NginxSandbox, extra: Record<string, string>): Record<s
 }
 
 /** Renders a site with the CLI, wraps it in a main config and starts nginx on `port`. */
-async function deploy(name: string, port: number, extra: Record<string, string> = {}): Promise<string> {
-  const env = environment(box, {
+function deployEnv(name: string, port: number, healthPort: number, extra: Record<string, string> = {}) {
+  return environment(box, {
     BITRIX_SYNC_NGINX_LISTEN: `127.0.0.1:${port}`,
     BITRIX_SYNC_NGINX_UPSTREAM: `127.0.0.1:${appPort}`,
     BITRIX_SYNC_NGINX_ACCESS_LOG: join(box.dir, `${name}.access.log`),
     BITRIX_SYNC_NGINX_ERROR_LOG: join(box.dir, `${name}.error.log`),
+    BITRIX_SYNC_NGINX_HEALTH_LISTEN: `127.0.0.1:${healthPort}`,
     ...extra,
   });
+}
+
+async function deploy(
+  name: string,
+  port: number,
+  extra: Record<string, string> = {},
+  args: readonly string[] = [],
+): Promise<string> {
+  const healthPort = await freePort();
+  healthPorts.set(name, healthPort);
+  const env = deployEnv(name, port, healthPort, extra);
   const site = join(box.dir, `${name}.site.conf`);
-  const r = renderNginxCli(env, site);
+  const r = renderNginxCli(env, site, args);
   if (r.status !== 0) throw new Error(`render:nginx failed: ${r.stderr}`);
   nginxes.push(await startNginx(box, mainConfig(box, name, site), port));
   return site;
@@ -108,9 +137,26 @@ test.before(async () => {
   db = await createTestDb();
   // The receivers exactly as main.ts builds them, from the environment nginx is rendered from.
   const config = loadConfig(environment(box, {}));
-  const service = createApp({ pool: db.pool, log: captured.log, receiver: receiverConfig(config) });
+  journal = new RefusedSourceJournal(db.pool, captured.log, { flushMs: 60_000 });
+  const service = createApp({
+    pool: db.pool,
+    log: captured.log,
+    receiver: receiverConfig(config),
+    refusedSources: journal,
+  });
+  const fetch = async (req: Request, env: unknown) => {
+    if (new URL(req.url).pathname === EDGE_REFUSAL_PATH) {
+      edgeRequests.push({
+        method: req.method,
+        url: req.url,
+        headers: Object.fromEntries(req.headers.entries()),
+        body: await req.clone().text(),
+      });
+    }
+    return service.fetch(req, env as never);
+  };
   await new Promise<void>((resolve) => {
-    app = serve({ fetch: service.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve());
+    app = serve({ fetch, port: 0, hostname: "127.0.0.1" }, () => resolve());
   });
   appPort = ((app as ServerType).address() as AddressInfo).port;
   port = await freePort();
@@ -144,6 +190,23 @@ function post(agent: Agent, url: string, body: string, headers: Record<string, s
     dispatcher: agent,
     redirect: "manual",
   });
+}
+
+/** How many refusals the service has counted for `receiver` and `reason`. */
+async function rejected(receiver: string, reason: string): Promise<number> {
+  const m = await webhookRejected.get();
+  return m.values.find((v) => v.labels.receiver === receiver && v.labels.reason === reason)?.value ?? 0;
+}
+
+/** The journal of refused sources as the runbook reads it (after writing what was gathered). */
+async function refusedSources(): Promise<
+  Array<{ ip: string; receiver: string; refusals: number; new: boolean }>
+> {
+  await journal.flush();
+  const { rows } = await db.pool.query(
+    "select host(source_ip) as ip, receiver, refusals::int, new from bitrix_sync.status_refused_sources",
+  );
+  return rows;
 }
 
 async function sourceIpsOf(entityId: string): Promise<string[]> {
@@ -212,22 +275,192 @@ run(
   },
 );
 
-run("an address outside the allow-list gets 403 and no row; the log counts it as source_ip", async (t) => {
-  const before = await inboxCount(db.pool);
-  const res = await post(fromStranger, viaNginx(contactPath("4243")), robot("4243"), {
-    "x-real-ip": ALLOWED,
-    "x-forwarded-for": ALLOWED,
-  });
+run(
+  "a robot call from outside the allow-list: 403 and no row; counted as source_ip, its address journaled, nothing of it passed on",
+  async (t) => {
+    const before = await inboxCount(db.pool);
+    const counted = await rejected("contact", "source_ip");
+    const seen = edgeRequests.length;
+    const res = await post(fromStranger, viaNginx(contactPath("4243")), robot("4243"), {
+      "x-real-ip": ALLOWED,
+      "x-forwarded-for": ALLOWED,
+      cookie: "session=4243",
+      "x-bitrix-sync-refusal": "not_found",
+      "x-bitrix-sync-receiver": "alert",
+    });
+    t.is(res.status, 403);
+    t.deepEqual(await res.json(), { error: "forbidden" });
+    t.is(res.headers.get("cache-control"), null, "nginx's own refusal, not the service's answer");
+    t.is(await inboxCount(db.pool), before);
+    t.deepEqual(await sourceIpsOf("4243"), []);
+    const refused = accessLines("public").filter((l) => l.reason === "source_ip");
+    t.deepEqual(
+      refused.map((l) => [l.peer, l.receiver, l.route, l.status]),
+      [[STRANGER, "contact", "/bitrix/sync/webhook/contact", 403]],
+    );
+    // Counted by the service under the reason nginx gave, not the one the client claimed.
+    t.is(await rejected("contact", "source_ip"), counted + 1);
+    // What nginx passed: the reason, the route and the peer, nothing of the request.
+    const edge = edgeRequests.slice(seen);
+    t.is(edge.length, 1);
+    const e = edge[0] as EdgeRequest;
+    t.is(e.method, "POST");
+    t.is(new URL(e.url).pathname, EDGE_REFUSAL_PATH);
+    t.is(new URL(e.url).search, "");
+    t.is(e.body, "");
+    const passed = new Set([
+      "connection",
+      "host",
+      "x-bitrix-sync-receiver",
+      "x-bitrix-sync-refusal",
+      "x-real-ip",
+    ]);
+    t.deepEqual(
+      Object.keys(e.headers).filter((h) => !passed.has(h)),
+      [],
+      "no header of the client's (cookie, content type, forwarded addresses)",
+    );
+    t.like(e.headers, {
+      "x-bitrix-sync-refusal": "source_ip",
+      "x-bitrix-sync-receiver": "contact",
+      "x-real-ip": STRANGER,
+    });
+    t.false(JSON.stringify(e).includes(TOKENS.contact), "no token");
+    t.false(JSON.stringify(e).includes("session=4243"), "no header of the client's");
+    t.false(JSON.stringify(e).includes("4243"), "no query, no body");
+    // The journal says which address, on which route, and that it is new.
+    const journaled = (await refusedSources()).find((r) => r.ip === STRANGER && r.receiver === "contact");
+    t.like(journaled, { ip: STRANGER, receiver: "contact", new: true });
+    t.true((journaled?.refusals ?? 0) >= 1);
+  },
+);
+
+run("nginx's other refusals are counted by reason; the client still gets nginx's own page", async (t) => {
+  const cases: Array<[string, () => Promise<Response>, number, string, string]> = [
+    [
+      "method",
+      () => undiciFetch(viaNginx(contactPath("4250")), { dispatcher: fromAllowed }),
+      403,
+      "contact",
+      "method_not_allowed",
+    ],
+    [
+      "unknown path",
+      () => post(fromAllowed, viaNginx("/bitrix/sync/webhook/deal"), ""),
+      404,
+      "none",
+      "not_found",
+    ],
+    [
+      "body",
+      () => post(fromAllowed, viaNginx(contactPath("4251")), `a=${"x".repeat(9000)}`),
+      413,
+      "contact",
+      "body_too_large",
+    ],
+    [
+      "outsider, any path",
+      () => undiciFetch(viaNginx("/"), { dispatcher: fromStranger }),
+      403,
+      "none",
+      "source_ip",
+    ],
+  ];
+  for (const [what, send, status, receiver, reason] of cases) {
+    const before = await rejected(receiver, reason);
+    const res = await send();
+    t.is(res.status, status, what);
+    t.is(res.headers.get("cache-control"), null, what);
+    await res.arrayBuffer();
+    t.is(await rejected(receiver, reason), before + 1, what);
+  }
+});
+
+run("the refusal route counts only the reasons and routes it knows", async (t) => {
+  const before = await rejected("contact", "source_ip");
+  // Loopback is trusted (nginx on the same host); an untrusted peer gets 404 (test/unit/inbound/edge.test.ts).
+  for (const headers of [
+    { "x-bitrix-sync-refusal": "nonsense", "x-bitrix-sync-receiver": "contact" },
+    { "x-bitrix-sync-refusal": "source_ip", "x-bitrix-sync-receiver": "deal" },
+    { "x-bitrix-sync-receiver": "contact" },
+  ]) {
+    const res = await undiciFetch(`http://127.0.0.1:${appPort}${EDGE_REFUSAL_PATH}`, {
+      method: "POST",
+      headers,
+      dispatcher: fromAllowed,
+    });
+    t.is(res.status, 400, JSON.stringify(headers));
+    await res.arrayBuffer();
+  }
+  t.is(await rejected("contact", "source_ip"), before);
+});
+
+run("when the service cannot be reached, a refused client still gets nginx's own 403", async (t) => {
+  const downPort = await freePort();
+  const closed = await freePort();
+  await deploy("down", downPort, { BITRIX_SYNC_NGINX_UPSTREAM: `127.0.0.1:${closed}` });
+  const res = await post(fromStranger, viaNginx(contactPath("4260"), downPort), robot("4260"));
   t.is(res.status, 403);
   t.deepEqual(await res.json(), { error: "forbidden" });
-  t.is(await inboxCount(db.pool), before);
-  t.deepEqual(await sourceIpsOf("4243"), []);
-  const refused = accessLines("public").filter((l) => l.reason === "source_ip");
-  t.deepEqual(
-    refused.map((l) => [l.peer, l.receiver, l.route, l.status]),
-    [[STRANGER, "contact", "/bitrix/sync/webhook/contact", 403]],
-  );
+  const line = accessLines("down").at(-1);
+  t.like(line, { status: 403, reason: "source_ip", upstream_status: "502" });
 });
+
+run("nginx answers its own health on its loopback listener, and nothing else there", async (t) => {
+  const port = healthPorts.get("public") as number;
+  const ok = await undiciFetch(`http://127.0.0.1:${port}/nginx-health`);
+  t.is(ok.status, 200);
+  t.is(await ok.text(), "ok\n");
+  const other = await undiciFetch(`http://127.0.0.1:${port}/bitrix/sync/webhook/contact`);
+  t.is(other.status, 404);
+  await other.arrayBuffer();
+  t.false(readFileSync(siteFile, "utf8").includes(`listen 0.0.0.0:${port}`));
+});
+
+run(
+  "render:nginx shows what Bitrix24's published list changes; --check writes nothing; the list rendered admits the new address",
+  async (t) => {
+    const list = join(box.dir, "bitrix24-outbound.txt");
+    writeFileSync(list, `# Bitrix24 outbound addresses, as downloaded\n${ALLOWED}\n${STRANGER} # new\n`);
+    const before = readFileSync(siteFile, "utf8");
+    const check = renderNginxCli(deployEnv("public", port, healthPorts.get("public") as number), siteFile, [
+      "--published",
+      list,
+      "--check",
+    ]);
+    t.is(check.status, 1, check.stderr);
+    t.regex(check.stdout, /allow-list: BITRIX_WEBHOOK_ALLOWED_CIDRS -> .*bitrix24-outbound\.txt/);
+    t.regex(check.stdout, new RegExp(`\\n {2}\\+ ${STRANGER.replaceAll(".", "\\.")}/32\\n`));
+    t.regex(check.stdout, /1 added, 0 removed, 1 unchanged/);
+    t.regex(check.stdout, new RegExp(`BITRIX_WEBHOOK_ALLOWED_CIDRS=${ALLOWED}/32,${STRANGER}/32`));
+    t.regex(check.stdout, /nothing written/);
+    t.is(readFileSync(siteFile, "utf8"), before, "--check leaves the file as it was");
+    t.false(check.stdout.includes(TOKENS.contact));
+
+    // Written with the published list: the same robot call from the new address now goes through.
+    const widePort = await freePort();
+    await deploy("published", widePort, {}, ["--published", list]);
+    const res = await post(fromStranger, viaNginx(contactPath("4270"), widePort), robot("4270"));
+    t.is(res.status, 200);
+    t.deepEqual(await sourceIpsOf("4270"), [STRANGER]);
+    // The same list again: no difference.
+    const again = renderNginxCli(
+      deployEnv("published", widePort, healthPorts.get("published") as number),
+      join(box.dir, "published.site.conf"),
+      ["--published", list, "--check"],
+    );
+    t.regex(again.stdout, /1 added/, "against the reviewed configuration, still one to add");
+    const same = renderNginxCli(
+      deployEnv("published", widePort, healthPorts.get("published") as number, {
+        BITRIX_WEBHOOK_ALLOWED_CIDRS: `${ALLOWED}/32,${STRANGER}/32`,
+      }),
+      join(box.dir, "published.site.conf"),
+      ["--check"],
+    );
+    t.is(same.status, 0, same.stdout + same.stderr);
+    t.regex(same.stdout, /no difference \(2 network\(s\)\)/);
+  },
+);
 
 run("straight to the service, an untrusted peer cannot choose its source_ip", async (t) => {
   const res = await post(fromStranger, `http://127.0.0.1:${appPort}${contactPath("4244")}`, robot("4244"), {
@@ -268,6 +501,7 @@ run("nginx bounds the body and the request line with generic replies", async (t)
 
 run("nginx limits the request rate per peer with a generic 429", async (t) => {
   const statuses: number[] = [];
+  const counted = await rejected("contact", "rate_limited");
   for (let i = 0; i < 4; i++) {
     const res = await post(fromAllowed, viaNginx(contactPath(`50${i}`), tightPort), robot(`50${i}`));
     statuses.push(res.status);
@@ -276,6 +510,7 @@ run("nginx limits the request rate per peer with a generic 429", async (t) => {
   }
   t.is(statuses[0], 200);
   t.true(statuses.slice(1).includes(429), String(statuses));
+  t.is(await rejected("contact", "rate_limited"), counted + statuses.filter((x) => x === 429).length);
   t.true(accessLines("tight").some((l) => l.reason === "rate_limited"));
 });
 

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import test from "ava";
 import { ConfigError } from "../../../src/config/env.js";
 import { renderNginxFromEnv } from "../../../src/config/nginx.js";
+import { EDGE_REFUSAL_PATH } from "../../../src/inbound/edge-contract.js";
 
 // Secrets from an empty environment unless a test adds them: the receivers are off.
 const base = {
@@ -57,7 +58,72 @@ test("nothing that could carry the query string is logged or forwarded by a dire
   ]);
   t.notRegex(code, /\$request_uri|\$args|\$arg_|\$query_string|\$request\b|\$is_args/);
   t.notRegex(code, /\brewrite\b|return 30\d|\bredirect\b/);
-  t.notRegex(code, /\/health|\/metrics|\/internal/);
+  // The only paths named: the receivers, nginx's own loopback health, and the service's internal
+  // refusal route, which nginx's refusal locations alone reach (never a client's request).
+  t.deepEqual(
+    [...new Set(code.match(/\/health\S*|\/metrics\S*|\/internal\S*|\/nginx-health\S*/g))],
+    ["/nginx-health", `${EDGE_REFUSAL_PATH};`],
+  );
+});
+
+test("nginx's refusals go to the service's refusal route with the reason, the receiver and the peer only", (t) => {
+  const { text } = renderNginxFromEnv(base);
+  for (const [status, reason, page] of [
+    [403, "$bitrix_sync_refusal_403", "forbidden"],
+    [404, "not_found", "not_found"],
+    [413, "body_too_large", "payload_too_large"],
+    [429, "rate_limited", "too_many_requests"],
+  ] as const) {
+    t.true(text.includes(`  error_page ${status} @refused_${status};\n`), String(status));
+    const from = text.indexOf(`location @refused_${status} {`);
+    const loc = text.slice(from, text.indexOf("\n  }", from));
+    t.true(loc.includes(`set $bitrix_sync_refusal ${reason};`), loc);
+    // Nothing of the request travels: no header, no body, no URI (the path is a constant).
+    t.regex(loc, /proxy_pass_request_headers off;/);
+    t.regex(loc, /proxy_pass_request_body off;/);
+    t.regex(loc, /proxy_set_header Content-Length "";/);
+    t.regex(loc, /proxy_pass http:\/\/bitrix_sync_refusals\$bitrix_sync_refusal_path;/);
+    t.deepEqual(loc.match(/proxy_set_header X-\S+ \S+;/g), [
+      "proxy_set_header X-Bitrix-Sync-Refusal $bitrix_sync_refusal;",
+      "proxy_set_header X-Bitrix-Sync-Receiver $bitrix_sync_receiver;",
+      "proxy_set_header X-Real-IP $remote_addr;",
+    ]);
+    // The client gets nginx's own page with the refusal's status, whatever the service answers.
+    t.regex(loc, /proxy_intercept_errors on;/);
+    t.true(loc.includes(`error_page 400 403 404 413 429 500 502 503 504 =${status} @${page};`), loc);
+  }
+  t.regex(
+    text,
+    /map \$bitrix_sync_peer_allowed \$bitrix_sync_refusal_403 \{\n {2}0 source_ip;\n {2}default method_not_allowed;\n\}/,
+  );
+  t.regex(text, /recursive_error_pages on;/);
+  t.regex(text, /upstream bitrix_sync_refusals \{\n {2}server bitrix-sync:8080 max_conns=8;/);
+  // Outside the allow-list every path is refused by address, inside it an unknown path is 404.
+  t.regex(
+    text,
+    /location \/ \{\n {4}if \(\$bitrix_sync_peer_allowed = 0\) \{\n {6}return 403;\n {4}\}\n {4}return 404;\n {2}\}/,
+  );
+});
+
+test("nginx answers its own health on a loopback listener only", (t) => {
+  const { text, settings } = renderNginxFromEnv(base);
+  t.is(settings.healthListen, "127.0.0.1:8081");
+  const from = text.indexOf("listen 127.0.0.1:8081;");
+  const server = text.slice(from, text.indexOf("\n}\n", from));
+  t.regex(server, /location = \/nginx-health \{\n {4}default_type text\/plain;\n {4}return 200 "ok\\n";/);
+  t.regex(server, /access_log off;/);
+  t.notRegex(server, /proxy_pass|ssl/);
+  t.is(
+    renderNginxFromEnv({ ...base, BITRIX_SYNC_NGINX_HEALTH_LISTEN: "[::1]:9000" }).settings.healthListen,
+    "[::1]:9000",
+  );
+  for (const bad of ["0.0.0.0:8081", "8081", "10.0.0.1:8081", "127.0.0.1:8081; include x"]) {
+    t.regex(
+      problems({ ...base, BITRIX_SYNC_NGINX_HEALTH_LISTEN: bad }),
+      /BITRIX_SYNC_NGINX_HEALTH_LISTEN: must be a loopback/,
+      bad,
+    );
+  }
 });
 
 test("an empty allow-list is refused while the receivers are enabled, by sync or by a token", (t) => {
@@ -159,8 +225,8 @@ test("on a host without the service's secrets folder the receivers count as enab
 test("a default server drops other host names; the named one sends HSTS", (t) => {
   const { text } = renderNginxFromEnv(base);
   const servers = text.split(/^server \{$/m).slice(1);
-  t.is(servers.length, 2);
-  const [fallback, named] = servers as [string, string];
+  t.is(servers.length, 3);
+  const [fallback, , named] = servers as [string, string, string];
   t.regex(fallback, /listen 443 ssl default_server;\n {2}listen \[::\]:443 ssl default_server;/);
   t.regex(fallback, /server_name _;/);
   t.regex(fallback, /ssl_reject_handshake on;/);

@@ -31,6 +31,7 @@ interface Service {
   secrets?: Array<string | { source: string; target: string }>;
   networks?: string[] | Record<string, { ipv4_address?: string; aliases?: string[] } | null>;
   depends_on?: Record<string, { condition: string }>;
+  healthcheck?: { test?: string[]; disable?: boolean };
 }
 interface Limits {
   mem_limit?: string;
@@ -194,6 +195,30 @@ test("nginx runs the rendered server block with the repository's main configurat
   t.true(volumes.includes("./tls:/etc/nginx/tls:ro"));
   t.true(envExample.BITRIX_SYNC_NGINX_TLS_CERTIFICATE?.startsWith("/etc/nginx/tls/"));
   t.is(nginx.depends_on?.["bitrix-sync"]?.condition, "service_healthy");
+});
+
+test("nginx is healthy when it answers its own loopback health endpoint, the one the rendered file listens on", (t) => {
+  const check = svc("nginx").healthcheck?.test ?? [];
+  t.is(check[0], "CMD");
+  t.is(check[1], "curl");
+  t.true(check.includes("--fail"));
+  const url = new URL(check.at(-1) as string);
+  t.is(url.pathname, "/nginx-health");
+  t.is(url.protocol, "http:");
+  t.is(url.host, envExample.BITRIX_SYNC_NGINX_HEALTH_LISTEN as string);
+  t.regex(url.hostname, /^127\./, "loopback only");
+});
+
+test("the prober has a fixed address on the edge network, and neither it nor the gateway is allowed", (t) => {
+  const edge = parseCidrList(compose.networks.edge?.ipam?.config[0]?.subnet);
+  const nets = svc("blackbox-exporter").networks as Record<string, { ipv4_address?: string }>;
+  const prober = nets.edge?.ipv4_address as string;
+  t.true(edge.ok && cidrMatcher(edge.cidrs)(prober), "the prober's address is on the edge subnet");
+  const allowed = parseCidrList(envExample.BITRIX_WEBHOOK_ALLOWED_CIDRS, { limitWidth: true });
+  if (!allowed.ok || !edge.ok) return t.fail();
+  const admits = cidrMatcher(allowed.cidrs);
+  const gateway = (edge.cidrs[0]?.address ?? "").replace(/\.0$/, ".1");
+  for (const a of [prober, gateway]) t.false(admits(a), `${a} must stay outside the allow-list`);
 });
 
 test("the migrations run as the dedicated owner made by bootstrap.sql, not the cluster's superuser", (t) => {

@@ -1,7 +1,7 @@
 // The synthetic probe's configuration (deploy/prometheus/blackbox.yml, prometheus.yml, compose.yaml):
-// the files are what promtool and the exporter accept, the scrape job uses the module and the job
-// name the rules expect, the module holds no secret, and the difference it relies on holds: the
-// service's refusal carries Cache-Control: no-store, nginx's own refusal pages do not.
+// the files are what promtool and the exporter accept, the scrape jobs use the modules and the job
+// names the rules expect, the modules hold no secret, and the difference the outsider module relies
+// on holds: the service's refusal carries Cache-Control: no-store, nginx's own refusal pages do not.
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -21,7 +21,8 @@ import {
 import { alertRules, hasPromtool } from "../../helpers/prometheus.js";
 import { captureLogger, receiverConfigFor } from "../../helpers/receiver.js";
 
-const MODULE = "bitrix_sync_receiver";
+const MODULE = "bitrix_sync_outsider";
+const TLS_MODULE = "bitrix_sync_tls";
 
 interface Job {
   job_name: string;
@@ -52,31 +53,57 @@ const prometheus = parse(readFileSync(PROMETHEUS_FILE, "utf8")) as {
   t.is(r.status, 0, r.stdout + r.stderr);
 });
 
-test("the scrape jobs are the ones the rules name; the probe job asks for the module that exists", (t) => {
+test("the scrape jobs are the ones the rules name; each probe job asks for a module that exists", (t) => {
   const names = prometheus.scrape_configs.map((j) => j.job_name).sort();
-  t.deepEqual(names, ["bitrix-sync", "bitrix-sync-probe"]);
-  const probe = prometheus.scrape_configs.find((j) => j.job_name === "bitrix-sync-probe") as Job;
-  t.is(probe.metrics_path, "/probe");
-  t.deepEqual(probe.params?.module, [MODULE]);
-  t.truthy(blackboxModules().modules[MODULE]);
+  t.deepEqual(names, ["bitrix-sync", "bitrix-sync-probe", "bitrix-sync-tls"]);
+  for (const [job, module] of [
+    ["bitrix-sync-probe", MODULE],
+    ["bitrix-sync-tls", TLS_MODULE],
+  ] as const) {
+    const probe = prometheus.scrape_configs.find((j) => j.job_name === job) as Job;
+    t.is(probe.metrics_path, "/probe", job);
+    t.deepEqual(probe.params?.module, [module], job);
+    t.truthy(blackboxModules().modules[module], module);
+  }
   const exprs = alertRules().map((r) => r.expr);
+  t.true(exprs.some((e) => e.includes('probe_success{job=~"bitrix-sync-probe|bitrix-sync-tls"}')));
   t.true(exprs.some((e) => e.includes('probe_success{job="bitrix-sync-probe"}')));
-  t.true(exprs.some((e) => e.includes('probe_ssl_earliest_cert_expiry{job="bitrix-sync-probe"}')));
+  t.true(exprs.some((e) => e.includes('probe_ssl_earliest_cert_expiry{job="bitrix-sync-tls"}')));
   t.deepEqual(prometheus.rule_files, ["bitrix-sync.rules.yml"]);
 });
 
-test("the module POSTs without a token over verified HTTPS and passes only on the service's 403", (t) => {
+test("the outsider module expects nginx's own refusal over verified HTTPS, never the service's answer", (t) => {
   const m = blackboxModules().modules[MODULE];
   const http = m?.http as Record<string, unknown>;
   t.is(m?.prober, "http");
-  t.is(http.method, "POST");
+  t.is(http.method, "GET");
   t.deepEqual(http.valid_status_codes, [403]);
   t.is(http.fail_if_not_ssl, true);
   t.is(http.follow_redirects, false);
   t.is((http.tls_config as { insecure_skip_verify?: boolean } | undefined)?.insecure_skip_verify, undefined);
-  t.deepEqual(http.fail_if_header_not_matches, [{ header: "Cache-Control", regexp: "^no-store$" }]);
+  t.deepEqual(http.fail_if_body_not_matches_regexp, ['^\\{"error":"forbidden"\\}$']);
+  t.deepEqual(http.fail_if_header_matches, [
+    { header: "Cache-Control", regexp: "no-store", allow_missing: true },
+  ]);
   const text = readFileSync(BLACKBOX_FILE, "utf8");
   t.notRegex(text, /token=|bearer_token|basic_auth|password/i, "no credential in the prober");
+  // The target is the public host's root: a path that is no receiver, so the probe's refusals count
+  // as receiver none and never look like a robot's (BitrixSyncWebhookSourcesRefused).
+  const probe = prometheus.scrape_configs.find((j) => j.job_name === "bitrix-sync-probe") as Job & {
+    static_configs: Array<{ targets: string[] }>;
+  };
+  for (const target of probe.static_configs.flatMap((c) => c.targets)) t.is(new URL(target).pathname, "/");
+});
+
+test("the TLS module completes a verified handshake and nothing else", (t) => {
+  const m = blackboxModules().modules[TLS_MODULE] as { prober: string; tcp?: Record<string, unknown> };
+  t.is(m.prober, "tcp");
+  t.is(m.tcp?.tls, true);
+  t.is(
+    (m.tcp?.tls_config as { insecure_skip_verify?: boolean } | undefined)?.insecure_skip_verify,
+    undefined,
+  );
+  t.is(m.tcp?.query_response, undefined);
 });
 
 test("the service's 403 carries Cache-Control: no-store; nginx's own refusal pages do not", async (t) => {
@@ -108,6 +135,7 @@ test("the service's 403 carries Cache-Control: no-store; nginx's own refusal pag
     tokenlessRatePerMin: 30,
     tokenlessBurst: 10,
     hstsMaxAgeSec: 63072000,
+    healthListen: "127.0.0.1:8081",
     allowed: [],
   });
   const from = site.indexOf("location @forbidden {");
