@@ -119,6 +119,7 @@ async function restartWithCreatesInFlight(t: ExecutionContext, sc: Scenario): Pr
     ),
   );
   const addsBefore = sentAdds();
+  emulator.setLatency(LATENCY_MS);
   try {
     await waitFor(async () => svc.output.join("").includes('"http.listening"'), 60_000, "the service");
     const users: string[] = [];
@@ -145,6 +146,8 @@ async function restartWithCreatesInFlight(t: ExecutionContext, sc: Scenario): Pr
     );
     await pool.end();
     await server.stop();
+    // The requests already out keep their delay; the ones after the return are answered at once.
+    emulator.setLatency(50);
     await new Promise((r) => setTimeout(r, sc.downMs));
     server = await startEmbedded({ dir: join(dir, "pg"), persistent: true });
     const back = Date.now();
@@ -213,9 +216,9 @@ test.serial(
     // The answers cannot be kept past the commands' 5 s lease: once the database is back, the
     // creates become uncertain (lease_expired_in_flight) and each is searched for by its user id
     // once a late execution could no longer land: 3 × (2 s window + 2 s HTTP timeout) = 12 s after
-    // its send, about 2 s after the return, then three portal round trips of 1.5 s. Counted from the
-    // lease expiry instead, as before, the search came 3 × 10 s after the send: about 20 s after the
-    // return, and the user was linked about 26 s after it.
+    // its send, about 2 s after the return. Counted from the lease expiry instead, as before, the
+    // search came 3 × 10 s after the send: about 20 s after the return, and the user was linked
+    // about 30 s after it.
     await setSettings({ pool }, { "lease.ttl_sec": 5 });
     try {
       const tookMs = await restartWithCreatesInFlight(t, {
