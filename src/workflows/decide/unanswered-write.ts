@@ -19,9 +19,10 @@
 // command became uncertain, or at the reply deadline recorded with its send marker
 // (crm_commands.reply_deadline_at: the sender's send window plus its HTTP timeout,
 // src/workflows/pump.ts) when that comes first: no request is still out after it, however late the
-// holder's lease expired. So a create whose reply a database restart lost is searched for
-// 3 × (2 s + BITRIX_SYNC_HTTP_TIMEOUT_SEC) after it was sent at the latest, not three lease lengths
-// later (issue 36: 173–177 s with the default minute).
+// holder's lease expired. So a create whose reply a database restart lost is searched for as soon
+// as the claim after its lease's end makes it uncertain (and never sooner than
+// 3 × (2 s + BITRIX_SYNC_HTTP_TIMEOUT_SEC) after its send), not twice the lease later (issue 36:
+// 173–177 s with the default minute).
 //
 // When the portal is what did not answer, the wait also lasts the command's backoff for the attempts
 // it spent (src/crm/backoff.ts, as every retry), whichever ends later: a plain 503 on a
