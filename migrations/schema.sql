@@ -101,6 +101,7 @@ CREATE TABLE bitrix_sync.crm_commands (
     completed_at timestamp with time zone,
     first_sent_at timestamp with time zone,
     trace_context text,
+    reply_deadline_at timestamp with time zone,
     CONSTRAINT crm_commands_attempt_count_check CHECK ((attempt_count >= 0)),
     CONSTRAINT crm_commands_limit_hits_check CHECK ((limit_hits >= 0)),
     CONSTRAINT crm_commands_owner CHECK (((workflow_id IS NOT NULL) OR (alert_id IS NOT NULL)))
@@ -183,6 +184,12 @@ COMMENT ON COLUMN bitrix_sync.crm_commands.first_sent_at IS 'When the command wa
 --
 
 COMMENT ON COLUMN bitrix_sync.crm_commands.trace_context IS 'W3C traceparent of the workflow step span that issued the command; each send is traced as its child, whichever process sends it. Null when tracing was off and for alert commands.';
+
+--
+-- Name: COLUMN crm_commands.reply_deadline_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.crm_commands.reply_deadline_at IS 'Stamped by send_commands with each send marker: the moment by which the request is out and given up by the sender at the latest (its send window plus its HTTP timeout). An unanswered write''s late-write wait counts from here. Null when the sender did not say.';
 
 --
 -- Name: step_context_t; Type: TYPE; Schema: bitrix_sync; Owner: -
@@ -3756,10 +3763,11 @@ COMMENT ON FUNCTION bitrix_sync.blocked_crm_methods(p_bucket text) IS 'REST meth
 CREATE FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer DEFAULT NULL::integer) RETURNS integer
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+    AS $_$
 declare
   v_n integer;
   v_w integer := 0;
+  v_l integer := 0;
 begin
   if p_limit is not null and p_limit < 1 then
     raise exception 'bring_forward_commands needs a positive limit or none'
@@ -3783,7 +3791,10 @@ begin
   -- When the portal answers again (no limit; a probe is one command): workflows that wait in
   -- waiting_retry for the same reason (a command past its own retries handed back to its workflow
   -- with a portal-wide code) are due now too. Their step reads before it writes, and what it issues
-  -- goes through the limiter. Waits for other reasons (a late write that may still land) keep theirs.
+  -- goes through the limiter. A wait for a late write that may still land (awaiting_late_write)
+  -- keeps the moment its late execution settles (step_data.late_write_settles_at, written by the
+  -- step: src/workflows/step/core.ts) and loses only the backoff beyond it, which the portal's
+  -- failures had grown; a wait that does not say when it settles keeps its time.
   if p_limit is null then
     with picked as (
       select w.id from bitrix_sync.workflow_instances w
@@ -3793,18 +3804,30 @@ begin
     update bitrix_sync.workflow_instances w set next_attempt_at = now()
       from picked where w.id = picked.id;
     get diagnostics v_w = row_count;
-    if v_w > 0 then
+    with picked as (
+      select w.id,
+             case when (w.step_data ->> 'late_write_settles_at') ~ '^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$'
+                  then greatest(now(), (w.step_data ->> 'late_write_settles_at')::timestamptz) end as settles
+        from bitrix_sync.workflow_instances w
+       where w.state = 'waiting_retry' and w.next_attempt_at > now()
+         and w.last_error_code = 'awaiting_late_write'
+       for update skip locked
+    )
+    update bitrix_sync.workflow_instances w set next_attempt_at = picked.settles
+      from picked where w.id = picked.id and w.next_attempt_at > picked.settles;
+    get diagnostics v_l = row_count;
+    if v_w + v_l > 0 then
       perform pg_notify('bitrix_sync_workflows', '');
     end if;
   end if;
-  return v_n + v_w;
-end $$;
+  return v_n + v_w + v_l;
+end $_$;
 
 --
 -- Name: FUNCTION bring_forward_commands(p_codes text[], p_limit integer); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer) IS 'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). With no limit, also makes waiting_retry workflows whose last error is one of p_codes due now (a command handed back to its workflow). The pump calls it with one command as a probe while the portal fails, and with no limit when the portal answers again. Returns how many commands and workflows.';
+COMMENT ON FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer) IS 'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). With no limit, also makes waiting_retry workflows whose last error is one of p_codes due now (a command handed back to its workflow), and cuts the wait of awaiting_late_write workflows to the moment their late write settles (step_data.late_write_settles_at), never below. The pump calls it with one command as a probe while the portal fails, and with no limit when the portal answers again. Returns how many commands and workflows.';
 
 --
 -- Name: cancel_parked_workflow(uuid, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -7727,11 +7750,15 @@ begin
   v_released := found;
   if coalesce(p_answered, false) then
     perform bitrix_sync._check_limiter_name('bucket', p_bucket);
-    -- A row written within the last second is left alone, and then not even locked.
+    -- A row written within the last second is left alone, and then not even locked; nor is a row
+    -- another session holds (an acquire under way): a release never waits for the bucket, and the
+    -- next answer stamps it.
     update bitrix_sync.crm_rate_buckets b
        set last_answered_at = v_now
-     where b.bucket = p_bucket
-       and (b.last_answered_at is null or b.last_answered_at < v_now - interval '1 second');
+     where b.bucket = (select k.bucket from bitrix_sync.crm_rate_buckets k
+                        where k.bucket = p_bucket
+                          and (k.last_answered_at is null or k.last_answered_at < v_now - interval '1 second')
+                        for update skip locked);
   end if;
   return v_released;
 end $$;
@@ -8696,10 +8723,10 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) IS 'A step failed: running -> waiting_retry (schedule_retry) due after p_delay; when that falls past the horizon (created_at, or the last requeue, + retry.horizon_sec) -> failed with retry_horizon_exceeded and a technical DLQ row instead. The returned state says which. Fenced by the lease token (BS001).';
 
 --
--- Name: send_commands(bigint[], uuid[], uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+-- Name: send_commands(bigint[], uuid[], uuid, interval); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
-CREATE FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) RETURNS SETOF bigint
+CREATE FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval DEFAULT NULL::interval) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -8708,21 +8735,26 @@ begin
     raise exception 'send_commands needs one lease token per command id'
       using errcode = 'BS004', hint = 'Pass the ids and tokens returned by claim_commands(), in the same order.';
   end if;
+  if p_reply_within is not null and p_reply_within <= interval '0' then
+    raise exception 'send_commands needs a positive reply deadline or none'
+      using errcode = 'BS004', hint = 'Pass the send window plus the HTTP timeout (BITRIX_SYNC_HTTP_TIMEOUT_SEC), or null.';
+  end if;
   return query
   update bitrix_sync.crm_commands c
      set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
          first_sent_at = coalesce(c.first_sent_at, now()),
-         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now()))
+         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now())),
+         reply_deadline_at = now() + p_reply_within
     from unnest(p_ids, p_lease_tokens) as t(id, token)
    where c.id = t.id and c.status is not distinct from 'leased' and c.lease_token = t.token
   returning c.id;
 end $$;
 
 --
--- Name: FUNCTION send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
+-- Name: FUNCTION send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) IS 'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The first send stamps first_sent_at, where the retry horizon starts.';
+COMMENT ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval) IS 'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The first send stamps first_sent_at, where the retry horizon starts. p_reply_within (the sender''s send window plus its HTTP timeout) stamps reply_deadline_at, the moment by which the request is out and given up at the latest (null: unknown).';
 
 --
 -- Name: start_or_join_workflow(uuid, text, uuid, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -13365,6 +13397,12 @@ GRANT UPDATE(first_sent_at) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_use
 GRANT INSERT(trace_context) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
 
 --
+-- Name: COLUMN crm_commands.reply_deadline_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(reply_deadline_at) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION _abandon_workflow_commands(p_workflow_id uuid, p_code text); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -15354,11 +15392,11 @@ REVOKE ALL ON FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_to
 GRANT ALL ON FUNCTION bitrix_sync.schedule_workflow_retry(p_id uuid, p_lease_token uuid, p_error_code text, p_delay interval) TO bitrix_sync_user;
 
 --
--- Name: FUNCTION send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
+-- Name: FUNCTION send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
-REVOKE ALL ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) FROM PUBLIC;
-GRANT ALL ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid) TO bitrix_sync_user;
+REVOKE ALL ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION start_or_join_workflow(p_user_id uuid, p_intent_type text, p_source_task_id uuid, p_content_hash text, p_trace_context text); Type: ACL; Schema: bitrix_sync; Owner: -

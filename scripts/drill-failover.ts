@@ -50,8 +50,10 @@ const READINESS_GRACE_MS = 5_000;
 const LEASE_SEC = 5;
 /**
  * A write in the air at the fence is given up when its lease runs out on the promoted server; its
- * lookup then waits twice as long again as it went unanswered (lateWriteSettledAt, the late write's
- * window). The drain bound: three times the read-only window and a lease, plus a minute.
+ * lookup then waits at most twice as long again as it went unanswered (lateWriteSettledAt, the late
+ * write's window, which ends at the reply deadline recorded with the send). The drain bound, wide
+ * enough for a sender of a release that recorded no deadline: three times the read-only window and
+ * a lease, plus a minute.
  */
 const settleBoundMs = (readOnlyMs: number) => 3 * (readOnlyMs + LEASE_SEC * 1000) + 60_000;
 

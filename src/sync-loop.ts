@@ -91,30 +91,22 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
   // At the end of the budget, lanes waiting for work stop at once (the successor is taking over).
   const budgetEnd = setTimeout(onAbort, opts.budgetMs);
 
-  const listener = new pg.Client({
-    // The service's search path, like the pools' connections (src/db/search-path.ts).
-    connectionString: withSearchPath(opts.connectionString),
-    application_name: "bitrix-sync-listen",
-    // Bounded like the pools' connections (src/db/pools.ts); without LISTEN the lanes poll.
-    connectionTimeoutMillis: 10_000,
-    keepAlive: true,
-  });
-  let listening = false;
-  try {
-    await listener.connect();
-    listener.on("notification", (n) => {
-      const lane = CHANNELS[n.channel as keyof typeof CHANNELS];
+  const listener = new Listener(
+    opts.connectionString,
+    (channel) => {
+      const lane = CHANNELS[channel as keyof typeof CHANNELS];
       if (lane) waker.wake(lane);
       // A finished command or a new workflow also means work for the next stage.
       if (lane === "intake") waker.wake("workflows");
-    });
-    listener.on("error", () => undefined); // the fallback poll keeps things moving
-    for (const ch of Object.keys(CHANNELS)) await listener.query(`listen ${ch}`);
-    listening = true;
-  } catch (e) {
+    },
+    // Whatever was notified while it was away is lost: every lane looks now.
+    () => waker.wakeAll(),
+  );
+  const listenError = await listener.start();
+  if (listenError) {
     deps.log.warn(
-      { event: "loop.listen_failed", errorName: (e as Error).name },
-      "LISTEN unavailable; polling only",
+      { event: "loop.listen_failed", errorName: listenError.name },
+      "LISTEN unavailable; polling until it connects",
     );
   }
 
@@ -190,7 +182,7 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
   // LISTEN, the watch connection lost) the fallback poll covers the wait.
   const watch = new IntakeWatch(opts.connectionString);
   const intakeSleep: Sleep = async (ms) => {
-    const watching = listening && (await watch.take());
+    const watching = listener.listening && (await watch.take());
     try {
       // Intents committed before the watch was taken sent no NOTIFY: look once more.
       if (watching && active() && (await intakeRound().catch(() => 0)) > 0) return;
@@ -226,7 +218,90 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
     clearTimeout(budgetEnd);
     opts.signal?.removeEventListener("abort", onAbort);
     await watch.close();
-    await listener.end().catch(() => undefined);
+    await listener.close();
+  }
+}
+
+/** How often a lost LISTEN connection tries to connect again. */
+const LISTEN_RETRY_MS = 1_000;
+
+/**
+ * The loop's LISTEN connection. A database restart (or a terminated backend) ends it: it connects
+ * again every LISTEN_RETRY_MS while the loop runs, and once it listens again `onBack` wakes every
+ * lane, since what was notified meanwhile is lost. Until then the lanes poll (worker.poll_interval_ms),
+ * so after a restart each hop of a workflow (step, command, settle, step) no longer waits for a poll.
+ */
+class Listener {
+  private client: pg.Client | undefined;
+  private retry: NodeJS.Timeout | undefined;
+  private closed = false;
+  constructor(
+    private readonly connectionString: string,
+    private readonly onNotify: (channel: string) => void,
+    private readonly onBack: () => void,
+  ) {}
+
+  get listening(): boolean {
+    return this.client !== undefined;
+  }
+
+  /** Connects and listens; on failure returns the error and keeps trying in the background. */
+  async start(): Promise<Error | null> {
+    return await this.connect();
+  }
+
+  private async connect(): Promise<Error | null> {
+    const c = new pg.Client({
+      // The service's search path, like the pools' connections (src/db/search-path.ts).
+      connectionString: withSearchPath(this.connectionString),
+      application_name: "bitrix-sync-listen",
+      // Bounded like the pools' connections (src/db/pools.ts); without LISTEN the lanes poll.
+      connectionTimeoutMillis: 10_000,
+      keepAlive: true,
+    });
+    c.on("notification", (n) => this.onNotify(n.channel));
+    c.on("error", () => this.lost(c));
+    c.on("end", () => this.lost(c));
+    try {
+      await c.connect();
+      for (const ch of Object.keys(CHANNELS)) await c.query(`listen ${ch}`);
+    } catch (e) {
+      await c.end().catch(() => undefined);
+      this.again();
+      return e instanceof Error ? e : new Error(String(e));
+    }
+    if (this.closed) {
+      await c.end().catch(() => undefined);
+      return null;
+    }
+    this.client = c;
+    return null;
+  }
+
+  private lost(c: pg.Client): void {
+    if (this.client !== c) return;
+    this.client = undefined;
+    c.end().catch(() => undefined);
+    this.again();
+  }
+
+  private again(): void {
+    if (this.closed || this.retry) return;
+    this.retry = setTimeout(() => {
+      this.retry = undefined;
+      if (this.closed) return;
+      void this.connect().then((e) => {
+        if (e === null && this.listening) this.onBack();
+      });
+    }, LISTEN_RETRY_MS);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.retry);
+    const c = this.client;
+    this.client = undefined;
+    await c?.end().catch(() => undefined);
   }
 }
 

@@ -3,6 +3,7 @@
 // minute if the process that ran it died.
 import type { Task } from "graphile-worker";
 import { z } from "zod";
+import { whileDatabaseAway } from "../src/db/while-away.js";
 import { runtime } from "../src/runtime.js";
 import { runSyncLoop } from "../src/sync-loop.js";
 import { LoopHandover } from "../src/worker/loop-handover.js";
@@ -13,6 +14,8 @@ const Payload = z.object({ budget_ms: z.number().int().min(1000).max(600_000).op
 /** Stop starting new rounds after this long; the cron entry and the re-enqueue keep one running. */
 const DEFAULT_BUDGET_MS = 55_000;
 const HANDOVER_MS = 3_000;
+/** How long the successor's queueing is tried again while the database is away (the crontab after). */
+const SUCCESSOR_RETRY_MS = 30_000;
 
 /** Which job runs a loop, this process's loop and its successor (src/worker/loop-handover.ts). */
 const loops = new LoopHandover(HANDOVER_MS);
@@ -48,9 +51,12 @@ const task: Task = safeTask("sync_loop", async (payload, helpers) => {
   } finally {
     clearTimeout(handover);
     if (loops.end(mine) && !signal.aborted) {
-      await helpers
-        .addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" })
-        .catch(() => undefined);
+      // With the database away at this moment (a restart) the successor is queued once it is back,
+      // rather than by the crontab up to a minute later.
+      await whileDatabaseAway(
+        () => helpers.addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" }),
+        { until: Date.now() + SUCCESSOR_RETRY_MS, signal },
+      ).catch(() => undefined);
     }
   }
 });

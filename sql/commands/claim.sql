@@ -103,26 +103,32 @@ insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, 
 on conflict (object_type, object_name) do update
   set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
-create or replace function bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid)
-returns setof bigint
+create or replace function bitrix_sync.send_commands(
+  p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval default null
+) returns setof bigint
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   if coalesce(array_length(p_ids, 1), 0) <> coalesce(array_length(p_lease_tokens, 1), 0) then
     raise exception 'send_commands needs one lease token per command id'
       using errcode = 'BS004', hint = 'Pass the ids and tokens returned by claim_commands(), in the same order.';
   end if;
+  if p_reply_within is not null and p_reply_within <= interval '0' then
+    raise exception 'send_commands needs a positive reply deadline or none'
+      using errcode = 'BS004', hint = 'Pass the send window plus the HTTP timeout (BITRIX_SYNC_HTTP_TIMEOUT_SEC), or null.';
+  end if;
   return query
   update bitrix_sync.crm_commands c
      set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
          first_sent_at = coalesce(c.first_sent_at, now()),
-         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now()))
+         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now())),
+         reply_deadline_at = now() + p_reply_within
     from unnest(p_ids, p_lease_tokens) as t(id, token)
    where c.id = t.id and c.status is not distinct from 'leased' and c.lease_token = t.token
   returning c.id;
 end $$;
-comment on function bitrix_sync.send_commands(bigint[], uuid[], uuid) is
-  'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The first send stamps first_sent_at, where the retry horizon starts.';
+comment on function bitrix_sync.send_commands(bigint[], uuid[], uuid, interval) is
+  'leased -> in_flight for the commands still held under their tokens; returns the ids marked. Commit this before the HTTP batch leaves: it is the durable send-started marker. The first send stamps first_sent_at, where the retry horizon starts. p_reply_within (the sender''s send window plus its HTTP timeout) stamps reply_deadline_at, the moment by which the request is out and given up at the latest (null: unknown).';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
-  ('function', 'bitrix_sync.send_commands(bigint[],uuid[],uuid)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.')
+  ('function', 'bitrix_sync.send_commands(bigint[],uuid[],uuid,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function.')
 on conflict (object_type, object_name) do update
   set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;

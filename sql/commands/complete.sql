@@ -71,6 +71,7 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   v_n integer;
   v_w integer := 0;
+  v_l integer := 0;
 begin
   if p_limit is not null and p_limit < 1 then
     raise exception 'bring_forward_commands needs a positive limit or none'
@@ -94,7 +95,10 @@ begin
   -- When the portal answers again (no limit; a probe is one command): workflows that wait in
   -- waiting_retry for the same reason (a command past its own retries handed back to its workflow
   -- with a portal-wide code) are due now too. Their step reads before it writes, and what it issues
-  -- goes through the limiter. Waits for other reasons (a late write that may still land) keep theirs.
+  -- goes through the limiter. A wait for a late write that may still land (awaiting_late_write)
+  -- keeps the moment its late execution settles (step_data.late_write_settles_at, written by the
+  -- step: src/workflows/step/core.ts) and loses only the backoff beyond it, which the portal's
+  -- failures had grown; a wait that does not say when it settles keeps its time.
   if p_limit is null then
     with picked as (
       select w.id from bitrix_sync.workflow_instances w
@@ -104,14 +108,26 @@ begin
     update bitrix_sync.workflow_instances w set next_attempt_at = now()
       from picked where w.id = picked.id;
     get diagnostics v_w = row_count;
-    if v_w > 0 then
+    with picked as (
+      select w.id,
+             case when (w.step_data ->> 'late_write_settles_at') ~ '^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$'
+                  then greatest(now(), (w.step_data ->> 'late_write_settles_at')::timestamptz) end as settles
+        from bitrix_sync.workflow_instances w
+       where w.state = 'waiting_retry' and w.next_attempt_at > now()
+         and w.last_error_code = 'awaiting_late_write'
+       for update skip locked
+    )
+    update bitrix_sync.workflow_instances w set next_attempt_at = picked.settles
+      from picked where w.id = picked.id and w.next_attempt_at > picked.settles;
+    get diagnostics v_l = row_count;
+    if v_w + v_l > 0 then
       perform pg_notify('bitrix_sync_workflows', '');
     end if;
   end if;
-  return v_n + v_w;
+  return v_n + v_w + v_l;
 end $$;
 comment on function bitrix_sync.bring_forward_commands(text[], integer) is
-  'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). With no limit, also makes waiting_retry workflows whose last error is one of p_codes due now (a command handed back to its workflow). The pump calls it with one command as a probe while the portal fails, and with no limit when the portal answers again. Returns how many commands and workflows.';
+  'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). With no limit, also makes waiting_retry workflows whose last error is one of p_codes due now (a command handed back to its workflow), and cuts the wait of awaiting_late_write workflows to the moment their late write settles (step_data.late_write_settles_at), never below. The pump calls it with one command as a probe while the portal fails, and with no limit when the portal answers again. Returns how many commands and workflows.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.bring_forward_commands(text[],integer)', array['EXECUTE'], array[]::text[], array[]::text[], 'Command function (the pump after a portal-wide failure).')
 on conflict (object_type, object_name) do update

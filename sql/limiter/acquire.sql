@@ -126,11 +126,15 @@ begin
   v_released := found;
   if coalesce(p_answered, false) then
     perform bitrix_sync._check_limiter_name('bucket', p_bucket);
-    -- A row written within the last second is left alone, and then not even locked.
+    -- A row written within the last second is left alone, and then not even locked; nor is a row
+    -- another session holds (an acquire under way): a release never waits for the bucket, and the
+    -- next answer stamps it.
     update bitrix_sync.crm_rate_buckets b
        set last_answered_at = v_now
-     where b.bucket = p_bucket
-       and (b.last_answered_at is null or b.last_answered_at < v_now - interval '1 second');
+     where b.bucket = (select k.bucket from bitrix_sync.crm_rate_buckets k
+                        where k.bucket = p_bucket
+                          and (k.last_answered_at is null or k.last_answered_at < v_now - interval '1 second')
+                        for update skip locked);
   end if;
   return v_released;
 end $$;

@@ -71,6 +71,11 @@ export interface CrmDeps {
   client: CrmClient;
   limiter: CrmLimiter;
   catalogue: CatalogueContext;
+  /**
+   * The client's deadline of one call (BITRIX_SYNC_HTTP_TIMEOUT_SEC in ms), when known: with the
+   * pump's send window it bounds how long a write's request can be out (src/workflows/pump.ts).
+   */
+  timeoutMs?: number;
   log?: CrmLog;
   now?: () => number;
   /**
@@ -169,6 +174,14 @@ export interface BatchOptions {
   links?: Link[];
   /** The pump's batch id (crm_commands.batch_id), for the span. */
   batchId?: string;
+  /**
+   * Epoch ms (deps.now's clock): a request that has not left by then does not leave at all, and its
+   * commands come back not sent. The pump sets it a short window after its send marker, so that a
+   * write's request is out, and given up by the client, by a moment it recorded with the marker
+   * (crm_commands.reply_deadline_at), whatever held it up before it left: a wait for the limiter, a
+   * database that answers slowly.
+   */
+  leaveBy?: number;
 }
 
 /**
@@ -217,7 +230,8 @@ async function sendBatch(
   const keys = new Set<string>();
   const toSend: Prepared[] = [];
   const direct: Prepared[] = [];
-  let blocked: Map<string, number> | null = null;
+  // The methods blocked now, read once; null when the limiter could not say.
+  let blocked: Map<string, number> | null | undefined;
 
   for (const [index, cmd] of commands.entries()) {
     const key = cmd.key ?? `c${index}`;
@@ -237,7 +251,13 @@ async function sendBatch(
       };
       continue;
     }
-    blocked ??= await deps.limiter.blockedMethods();
+    // Without the limiter's word (its database away) nothing leaves: a request sent now could not
+    // be recorded either.
+    if (blocked === undefined) blocked = await deps.limiter.blockedMethods().catch(() => null);
+    if (blocked === null) {
+      outcomes[index] = notSent(key, cmd, "LIMITER_UNAVAILABLE", now());
+      continue;
+    }
     const until = blocked.get(req.method);
     if (until !== undefined && until > now()) {
       // OPERATION_TIME_LIMIT holds back only this method (§9); the rest of the batch goes.
@@ -302,14 +322,14 @@ async function sendBatch(
       if ((samples.get(s.method)?.operating ?? -1) < s.operating) samples.set(s.method, s);
     }
   }
-  if (samples.size > 0) await deps.limiter.noteOperating([...samples.values()]);
+  if (samples.size > 0) await learn(deps, deps.limiter.noteOperating([...samples.values()]), undefined);
   const blocks = new Map<string, number>();
   for (const r of reports) {
     for (const [method, until] of r.blocks) blocks.set(method, Math.max(blocks.get(method) ?? 0, until));
   }
   const sent = [...toSend, ...direct];
   for (const [method, until] of blocks) {
-    const end = await deps.limiter.noteMethodBlocked(method, until);
+    const end = await learn(deps, deps.limiter.noteMethodBlocked(method, until), until);
     for (const p of sent) {
       const o = outcomes[p.index];
       if (p.method === method && o && !o.ok && o.failure.code === "operation_time_limit") {
@@ -318,12 +338,44 @@ async function sendBatch(
       }
     }
   }
-  if (reports.some((r) => r.lowerRate)) await deps.limiter.noteRateLimited();
+  if (reports.some((r) => r.lowerRate)) await learn(deps, deps.limiter.noteRateLimited(), undefined);
   else {
-    for (const r of reports) if (r.answered?.reduced) await deps.limiter.noteAnswered?.(r.answered);
+    for (const r of reports) {
+      if (r.answered?.reduced) await learn(deps, deps.limiter.noteAnswered?.(r.answered), undefined);
+    }
   }
   countOutcomes(outcomes);
   return { outcomes, direct: direct.length };
+}
+
+/**
+ * What the limiter learns from a reply (operating times, a blocked method, a rate to cut or to raise)
+ * is kept in its database. When that is away the lesson is lost, never the replies: the caller still
+ * has the commands' outcomes to record.
+ */
+async function learn<T>(deps: CrmDeps, lesson: Promise<T> | undefined, fallback: T): Promise<T> {
+  try {
+    return (await lesson) ?? fallback;
+  } catch {
+    deps.log?.warn({ event: "crm.limiter_note_failed" }, "the limiter did not record what a reply said");
+    return fallback;
+  }
+}
+
+/** A command held back before its request left: it is retried like a connection that failed. */
+function notSent(key: string, cmd: CrmCommand, why: string, now: number): CommandOutcome {
+  return {
+    key,
+    type: cmd.type,
+    ok: false,
+    sent: false,
+    failure: classify({ type: "network", sent: false, code: why }, { write: isWrite(cmd.type), now }),
+  };
+}
+
+/** True once the request may no longer leave (opts.leaveBy passed). */
+function pastLeaveBy(deps: CrmDeps, opts: BatchOptions): boolean {
+  return opts.leaveBy !== undefined && (deps.now ?? Date.now)() > opts.leaveBy;
 }
 
 /** What one HTTP request (the batch, or one command sent direct) told the limiter and readiness. */
@@ -349,6 +401,12 @@ async function sendAsBatch(
   outcomes: CommandOutcome[],
 ): Promise<Report> {
   const now = deps.now ?? Date.now;
+  const report: Report = { observed: [], samples: [], blocks: new Map(), lowerRate: false, answered: null };
+  if (pastLeaveBy(deps, opts)) {
+    await permit.release();
+    for (const p of toSend) outcomes[p.index] = notSent(p.key, p.cmd, "SEND_WINDOW_PASSED", now());
+    return report;
+  }
   let http: HttpResult | undefined;
   try {
     http = await deps.client.call(
@@ -364,7 +422,6 @@ async function sendAsBatch(
   const maps = batchMaps(http);
   batchSize.observe(toSend.length);
   batchDuration.observe({ outcome: maps ? "batch" : transportOutcome(http) }, http.elapsedMs / 1000);
-  const report: Report = { observed: [], samples: [], blocks: new Map(), lowerRate: false, answered: null };
   if (!maps) {
     // The batch failed as a whole: the same transport outcome, judged per command.
     const outcome = transportFailure(http);
@@ -450,17 +507,26 @@ async function sendDirect(
   const write = isWrite(p.cmd.type);
   const report: Report = { observed: [], samples: [], blocks: new Map(), lowerRate: false, answered: null };
   let permit: LimiterPermit;
+  // The wait for a permit ends with the caller's signal, and at opts.leaveBy.
+  const window =
+    opts.leaveBy === undefined ? undefined : AbortSignal.timeout(Math.max(0, opts.leaveBy - now()));
+  const signals = [opts.signal, window].filter((x): x is AbortSignal => x !== undefined);
+  const signal = signals.length > 0 ? AbortSignal.any(signals) : undefined;
   try {
-    permit = held ?? (await deps.limiter.acquire(opts.signal ? { signal: opts.signal } : {}));
+    permit = held ?? (await deps.limiter.acquire(signal ? { signal } : {}));
   } catch (e) {
-    if (!opts.signal?.aborted) throw e;
-    outcomes[p.index] = {
-      key: p.key,
-      type: p.cmd.type,
-      ok: false,
-      sent: false,
-      failure: classify({ type: "network", sent: false, code: "CLIENT_ABORTED" }, { write, now: now() }),
-    };
+    if (!signal?.aborted) throw e;
+    outcomes[p.index] = notSent(
+      p.key,
+      p.cmd,
+      opts.signal?.aborted ? "CLIENT_ABORTED" : "SEND_WINDOW_PASSED",
+      now(),
+    );
+    return report;
+  }
+  if (pastLeaveBy(deps, opts)) {
+    await permit.release();
+    outcomes[p.index] = notSent(p.key, p.cmd, "SEND_WINDOW_PASSED", now());
     return report;
   }
   let http: HttpResult | undefined;

@@ -71,6 +71,7 @@ export function createCrm(opts: CrmOptions): Crm {
   const deps: CrmDeps = {
     client,
     limiter: opts.limiter,
+    timeoutMs: opts.timeoutMs,
     catalogue: {
       fields: opts.fields,
       // Read at every build: the settings are hot.

@@ -6,6 +6,7 @@
 // go while a token and a slot are free. After QUERY_LIMIT_EXCEEDED the rate is cut and then climbs
 // back linearly; OPERATION_TIME_LIMIT blocks only its method until the portal's reset time.
 import type pg from "pg";
+import { whileDatabaseAway } from "../db/while-away.js";
 import { limiterWait } from "../observability/metrics.js";
 import type { Settings } from "../settings-schema.js";
 
@@ -46,7 +47,8 @@ export interface LimiterPermit {
   /**
    * Gives the slot back. `answered`: the portal answered the request with HTTP 2xx; the shared
    * limiter then records the time for every replica's readiness (sql/limiter/health.sql), in the same
-   * call.
+   * call. Never rejects: a release the limiter's database does not take (it is away) is tried again
+   * for a while, and the slot frees itself after its TTL anyway.
    */
   release(answered?: boolean): Promise<void>;
 }
@@ -178,6 +180,9 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
       const r = rows[0];
       if (r?.granted && r.slot_id) {
         const slot = r.slot_id;
+        // The database gives a spare slot 120 s (SPARE_SLOT_TTL, sql/limiter/spare.sql): past that it
+        // is gone anyway, so a release is not tried beyond it.
+        const expires = Date.now() + SPARE_SLOT_TTL_MS;
         let released = false;
         return {
           grantedAt: r.decided_at.getTime(),
@@ -185,11 +190,16 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
           async release(answered) {
             if (released) return;
             released = true;
-            if (answered) {
-              await pool.query("select bitrix_sync.release_crm_request($1, $2, true)", [slot, bucket]);
-            } else {
-              await pool.query("select bitrix_sync.release_crm_request($1)", [slot]);
-            }
+            // A slot frees itself slotTtlMs after it was taken: while the database is away the
+            // release is tried again until then, and one that never lands costs only that wait.
+            // It never throws, so a reply already in hand is never lost to it (issue 36).
+            await whileDatabaseAway(
+              () =>
+                answered
+                  ? pool.query("select bitrix_sync.release_crm_request($1, $2, true)", [slot, bucket])
+                  : pool.query("select bitrix_sync.release_crm_request($1)", [slot]),
+              { until: expires },
+            ).catch(() => undefined);
           },
         };
       }
@@ -284,6 +294,9 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
   };
 }
 
+/** How long the database keeps a spare slot (SPARE_SLOT_TTL in sql/limiter/spare.sql). */
+const SPARE_SLOT_TTL_MS = 120_000;
+
 export interface SpareLimiterOptions {
   pool: pg.Pool;
   /** The sync path's limiter: its bucket is shared, and limit signals are reported to it. */
@@ -315,13 +328,20 @@ export function createSpareLimiter(opts: SpareLimiterOptions): CrmLimiter {
       const r = rows[0];
       if (r?.granted && r.slot_id) {
         const slot = r.slot_id;
+        // The database gives a spare slot 120 s (SPARE_SLOT_TTL, sql/limiter/spare.sql): past that it
+        // is gone anyway, so a release is not tried beyond it.
+        const expires = Date.now() + SPARE_SLOT_TTL_MS;
         let released = false;
         return {
           grantedAt: Date.now(),
           async release() {
             if (released) return;
             released = true;
-            await pool.query("select bitrix_sync.release_spare_crm_request($1)", [slot]);
+            // As the main limiter's: tried again while the database is away, never throws.
+            await whileDatabaseAway(
+              () => pool.query("select bitrix_sync.release_spare_crm_request($1)", [slot]),
+              { until: expires },
+            ).catch(() => undefined);
           },
         };
       }

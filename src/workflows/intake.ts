@@ -10,6 +10,7 @@ import type { ServiceContext } from "../context.js";
 import { attemptsSpent, backoffDelayMs, LANE_LEAD } from "../crm/backoff.js";
 import { failureCode, safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
+import { isDatabaseAway, whileDatabaseAway } from "../db/while-away.js";
 import { countRetry, timedClaim } from "../observability/metrics.js";
 import {
   markFailed,
@@ -43,6 +44,9 @@ function repairOf(row: QueueRow): string | undefined {
 /** Claims due intents and starts or joins the user's workflow for each. Returns rows handled. */
 export async function runIntake(deps: ServiceContext): Promise<number> {
   const s = deps.settings();
+  // The leases end no earlier than this: until then an intent that failed because the database was
+  // away is handed back once it returns (takeIntent), rather than waiting out its lease.
+  const leaseEnd = Date.now() + s.lease.ttlSec * 1000;
   const { rows } = await timedClaim("intake", () =>
     deps.pool.query<QueueRow>(
       `select id, task_type, entity_id, lease_token, attempt_count, payload_json ->> 'reason' as reason,
@@ -79,7 +83,7 @@ export async function runIntake(deps: ServiceContext): Promise<number> {
       for (let list = users[next++]; list; list = users[next++]) {
         for (const row of list) {
           const span = spans.get(row);
-          if (span) await withSpan(span, () => takeIntent(deps, row, span));
+          if (span) await withSpan(span, () => takeIntent(deps, row, span, leaseEnd));
         }
       }
     };
@@ -168,7 +172,7 @@ async function takeBatch(
   }
 }
 
-async function takeIntent(deps: ServiceContext, row: QueueRow, span: Span): Promise<void> {
+async function takeIntent(deps: ServiceContext, row: QueueRow, span: Span, leaseEnd: number): Promise<void> {
   const s = deps.settings();
   try {
     const joined = await inTransaction(deps.pool, async (c) => {
@@ -199,13 +203,20 @@ async function takeIntent(deps: ServiceContext, row: QueueRow, span: Span): Prom
       { event: "intake.failed", intentId: row.id, code, ...safeError(e) },
       "intent not taken; will retry",
     );
-    // SQL dead-letters the intent instead when the retry would pass the horizon.
-    const r = await deps.pool
-      .query<{ status: string }>(
-        "select status from bitrix_sync.retry_sync_task($1, $2, $3, make_interval(secs => $4))",
-        [row.id, row.lease_token, code, backoffDelayMs(attemptsSpent(row) + LANE_LEAD, s.retry) / 1000],
-      )
-      .catch(() => null);
+    // SQL dead-letters the intent instead when the retry would pass the horizon. A failure because
+    // the database was away is handed back as soon as it returns (until the lease's end), due within
+    // retry.base_ms: the intent did nothing wrong.
+    const delayMs = isDatabaseAway(e)
+      ? backoffDelayMs(1, s.retry)
+      : backoffDelayMs(attemptsSpent(row) + LANE_LEAD, s.retry);
+    const r = await whileDatabaseAway(
+      () =>
+        deps.pool.query<{ status: string }>(
+          "select status from bitrix_sync.retry_sync_task($1, $2, $3, make_interval(secs => $4))",
+          [row.id, row.lease_token, code, delayMs / 1000],
+        ),
+      { until: leaseEnd },
+    ).catch(() => null);
     span.setAttribute("bitrix_sync.intake.action", r?.rows[0]?.status ?? "retry_failed");
     if (r?.rows[0]?.status === "retry_wait") countRetry("intake", code);
     if (r?.rows[0]?.status === "dead_letter") {

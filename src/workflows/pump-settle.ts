@@ -1,6 +1,14 @@
 // Settling the pump's commands (§9): each result becomes exactly one SQL transition by its
 // classification kind (complete, retry with backoff, uncertain, dead letter, business rejection);
 // successes that are only projected complete together in one statement.
+//
+// The portal's answer is in memory here, and only here. A transition that fails because the database
+// is away (a restart, a failover) is tried again until `settleBy` (src/db/while-away.ts): every one of
+// them is fenced by the command's lease token, which stays valid until another holder recovers the
+// row after the lease's end, so a late try either records the answer or is refused (BS001) and drops
+// it. Without that, a create the portal answered became uncertain when the database merely blinked,
+// and its workflow waited out the lease and a late-write window before it searched (issue 36).
+import type { QueryResultRow } from "pg";
 import { alertCommandFailed } from "../alerts/mirror.js";
 import type { ServiceContext } from "../context.js";
 import { attemptsSpent, backoffDelayMs } from "../crm/backoff.js";
@@ -8,21 +16,28 @@ import type { CommandOutcome } from "../crm/batch.js";
 import { type CommandType, isWrite } from "../crm/catalogue.js";
 import { safeError, sqlstate } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
+import { whileDatabaseAway } from "../db/while-away.js";
 import { countRetry } from "../observability/metrics.js";
 import { markFailed, type Span, safeErrorCode, withSpan } from "../observability/tracing.js";
 import { BusinessFailure, type Hydrated, projectResult } from "./command-payloads.js";
 import type { CommandRow } from "./types.js";
 
+/** Successes that are only projected, completed in one statement; tried again until `settleBy`. */
 export async function completeTogether(
   deps: ServiceContext,
   list: Array<{ row: CommandRow; projection: Record<string, unknown>; span: Span }>,
+  settleBy: number,
 ): Promise<void> {
   try {
-    await deps.pool.query("select bitrix_sync.complete_commands($1::bigint[], $2::uuid[], $3::jsonb[])", [
-      list.map((c) => c.row.id),
-      list.map((c) => c.row.lease_token),
-      list.map((c) => JSON.stringify(c.projection)),
-    ]);
+    await whileDatabaseAway(
+      () =>
+        deps.pool.query("select bitrix_sync.complete_commands($1::bigint[], $2::uuid[], $3::jsonb[])", [
+          list.map((c) => c.row.id),
+          list.map((c) => c.row.lease_token),
+          list.map((c) => JSON.stringify(c.projection)),
+        ]),
+      { until: settleBy },
+    );
     for (const c of list) {
       // Under the command's own span, as a command settled on its own: the line carries its ids.
       withSpan(c.span, () =>
@@ -75,40 +90,52 @@ export async function settleQuietly(
   row: CommandRow,
   how: "reject" | "dead_letter",
   code: string,
+  settleBy: number,
 ) {
   const fn = how === "reject" ? "reject_command($1, $2, $3)" : "dead_letter_command($1, $2, $3)";
-  await deps.pool.query(`select bitrix_sync.${fn}`, [row.id, row.lease_token, code]).catch((e) => {
+  await whileDatabaseAway(
+    () => deps.pool.query(`select bitrix_sync.${fn}`, [row.id, row.lease_token, code]),
+    {
+      until: settleBy,
+    },
+  ).catch((e) => {
     if (sqlstate(e) !== "BS001") throw e;
   });
 }
 
-/** Settles one command from its outcome: exactly one SQL transition per classification kind (§9). */
+/**
+ * Settles one command from its outcome: exactly one SQL transition per classification kind (§9),
+ * tried again while the database is away, until `settleBy` (epoch ms).
+ */
 export async function settle(
   deps: ServiceContext,
   row: CommandRow,
   h: Hydrated,
   o: CommandOutcome,
+  settleBy: number,
 ): Promise<void> {
   const s = deps.settings();
   const write = isWrite(row.command_type as CommandType);
+  const query = <R extends QueryResultRow = QueryResultRow>(text: string, values: unknown[]) =>
+    whileDatabaseAway(() => deps.pool.query<R>(text, values), { until: settleBy });
   try {
     if (o.ok) {
       try {
-        await inTransaction(deps.pool, async (c) => {
-          const projection = await projectResult(c, row, o.result, h, { dictionary: deps.dictionary });
-          await c.query("select bitrix_sync.complete_command($1, $2, $3)", [
-            row.id,
-            row.lease_token,
-            JSON.stringify(projection),
-          ]);
-        });
+        await whileDatabaseAway(
+          () =>
+            inTransaction(deps.pool, async (c) => {
+              const projection = await projectResult(c, row, o.result, h, { dictionary: deps.dictionary });
+              await c.query("select bitrix_sync.complete_command($1, $2, $3)", [
+                row.id,
+                row.lease_token,
+                JSON.stringify(projection),
+              ]);
+            }),
+          { until: settleBy },
+        );
       } catch (e) {
         if (e instanceof BusinessFailure) {
-          await deps.pool.query("select bitrix_sync.reject_command($1, $2, $3)", [
-            row.id,
-            row.lease_token,
-            e.code,
-          ]);
+          await query("select bitrix_sync.reject_command($1, $2, $3)", [row.id, row.lease_token, e.code]);
           return;
         }
         throw e;
@@ -122,7 +149,7 @@ export async function settle(
       case "transient": {
         // retry_command dead-letters instead when the retry would pass the horizon (sql/retry/deadline.sql),
         // and hands a reread_before_retry command back to its workflow (also dead_letter, own code).
-        const r = await deps.pool.query<{ status: string; last_error_code: string | null }>(
+        const r = await query<{ status: string; last_error_code: string | null }>(
           "select status, last_error_code from bitrix_sync.retry_command($1, $2, $3, make_interval(secs => $4), $5, $6, $7)",
           [
             row.id,
@@ -151,14 +178,14 @@ export async function settle(
       }
       case "uncertain":
         // A workflow's step recovers its own write; an alert's is recovered by src/alerts/recover.ts.
-        await deps.pool.query("select bitrix_sync.mark_command_uncertain($1, $2, $3)", [
+        await query("select bitrix_sync.mark_command_uncertain($1, $2, $3)", [
           row.id,
           row.lease_token,
           f.code,
         ]);
         return;
       case "permanent":
-        await deps.pool.query("select bitrix_sync.dead_letter_command($1, $2, $3, $4, $5)", [
+        await query("select bitrix_sync.dead_letter_command($1, $2, $3, $4, $5)", [
           row.id,
           row.lease_token,
           f.code,
@@ -168,11 +195,7 @@ export async function settle(
         await alertCommandFailed(deps.pool, row, f.code);
         return;
       case "business":
-        await deps.pool.query("select bitrix_sync.reject_command($1, $2, $3)", [
-          row.id,
-          row.lease_token,
-          f.code,
-        ]);
+        await query("select bitrix_sync.reject_command($1, $2, $3)", [row.id, row.lease_token, f.code]);
         await alertCommandFailed(deps.pool, row, f.code);
         return;
     }
@@ -182,6 +205,7 @@ export async function settle(
       { event: "pump.settle_failed", ...commandIds(row), write, ...safeError(e) },
       "command result not recorded",
     );
-    // Leave it in_flight: lease expiry turns a write into uncertain and a read into a retry.
+    // Leave it in_flight (the database stayed away past settleBy): lease expiry turns a write into
+    // uncertain and a read into a retry.
   }
 }

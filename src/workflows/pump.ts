@@ -11,7 +11,8 @@ import { type AppUser, loadAppUsers } from "../app-data.js";
 import type { ServiceContext } from "../context.js";
 import { type CommandOutcome, type CrmDeps, executeBatch } from "../crm/batch.js";
 import type { LimiterPermit } from "../crm/limiter.js";
-import { safeError } from "../db/errors.js";
+import { safeError, sqlstate } from "../db/errors.js";
+import { whileDatabaseAway } from "../db/while-away.js";
 import { timedClaim } from "../observability/metrics.js";
 import {
   linksTo,
@@ -38,6 +39,16 @@ async function backlog(pool: pg.Pool): Promise<{ due: number; oldestMs: number; 
 
 /** How often a batch holding its token looks whether it is full before its max wait ends. */
 const FILL_POLL_MS = 50;
+
+/**
+ * A marked command's request leaves within this long of its send marker, or not at all (executeBatch's
+ * leaveBy). With the client's deadline it makes the reply deadline recorded with the marker
+ * (crm_commands.reply_deadline_at): by then the request is out and given up by the client, whatever
+ * becomes of its holder, and the late-write wait of an unanswered write counts from there
+ * (src/workflows/decide/unanswered-write.ts). A batch leaves milliseconds after its marker; the
+ * window covers a slow database read on the way and a direct call's wait for its permit.
+ */
+export const SEND_WINDOW_MS = 2_000;
 
 export type PumpResult = { sent: number; waitMs: number };
 
@@ -93,7 +104,11 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
       throw e;
     }
   }
-  // Claimed together with each command's user (the workflow's), for hydration and the result.
+  // Claimed together with each command's user (the workflow's), for hydration and the result. The
+  // lease ends no earlier than claimedAt + lease.ttl_sec: until then (settleBy) a transition that
+  // fails because the database is away is tried again (src/db/while-away.ts).
+  const claimedAt = Date.now();
+  const settleBy = claimedAt + s.lease.ttlSec * 1000;
   let rows: Array<CommandRow & { owner_user_id: string | null }>;
   let users: Map<string, AppUser | null>;
   try {
@@ -125,8 +140,9 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
     try {
       const r = await hydrate(deps.pool, row, row.owner_user_id, deps.dictionary, users);
       if (r.ok) ready.push({ row, h: r.value });
-      else if (r.failure.kind === "business") await settleQuietly(deps, row, "reject", r.failure.code);
-      else await settleQuietly(deps, row, "dead_letter", r.failure.code);
+      else if (r.failure.kind === "business")
+        await settleQuietly(deps, row, "reject", r.failure.code, settleBy);
+      else await settleQuietly(deps, row, "dead_letter", r.failure.code, settleBy);
     } catch (e) {
       if (!(e instanceof NotReady)) {
         deps.log.warn(
@@ -134,9 +150,7 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
           "command not prepared",
         );
       }
-      await deps.pool
-        .query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token])
-        .catch(() => undefined);
+      await release(deps, row, settleBy);
     }
   }
   if (ready.length === 0) {
@@ -147,25 +161,31 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
     // SIGTERM after the claim: nothing has left, so the commands go back unsent (release_command,
     // no attempt spent) for another replica, rather than waiting out their lease.
     await permit.release();
-    for (const { row } of ready) {
-      await deps.pool
-        .query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token])
-        .catch(() => undefined);
-    }
+    for (const { row } of ready) await release(deps, row, settleBy);
     return { sent: 0, waitMs: 0 };
   }
 
-  // The durable "send started" marker, committed before any byte leaves (§7.2, adopted guarantees).
+  // The durable "send started" marker, committed before any byte leaves (§7.2, adopted guarantees),
+  // with the moment the reply is given up at the latest: the send window and the client's deadline
+  // (null when the client's deadline is not known here: the unanswered time then counts to the
+  // moment the command became uncertain). The window is counted from before the marker's statement,
+  // so it ends no later than the marker's own time plus SEND_WINDOW_MS, whatever the clocks say.
   const batchId = randomUUID();
+  const markedAt = Date.now();
+  const replyWithinSec =
+    deps.crm.timeoutMs === undefined ? null : (SEND_WINDOW_MS + deps.crm.timeoutMs) / 1000;
   let marked: Set<string>;
   try {
     const res = await deps.pool.query<{ send_commands: string }>(
-      "select bitrix_sync.send_commands($1::bigint[], $2::uuid[], $3)",
-      [ready.map((r) => r.row.id), ready.map((r) => r.row.lease_token), batchId],
+      "select bitrix_sync.send_commands($1::bigint[], $2::uuid[], $3, make_interval(secs => $4))",
+      [ready.map((r) => r.row.id), ready.map((r) => r.row.lease_token), batchId, replyWithinSec],
     );
     marked = new Set(res.rows.map((r) => String(r.send_commands)));
   } catch (e) {
     await permit.release();
+    // Nothing has left: the commands go back unsent once the database takes it, rather than
+    // waiting out their lease (and, marked by a commit whose answer was lost, a late-write wait).
+    for (const { row } of ready) await unsent(deps, row, settleBy);
     throw e;
   }
   // A create recorded before this process started and never sent, as the database says: after a
@@ -183,11 +203,15 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
   );
   for (const { row } of unproven) {
     marked.delete(String(row.id));
-    await deps.pool.query("select bitrix_sync.mark_command_uncertain($1, $2, $3)", [
-      row.id,
-      row.lease_token,
-      "issued_before_start",
-    ]);
+    await whileDatabaseAway(
+      () =>
+        deps.pool.query("select bitrix_sync.mark_command_uncertain($1, $2, $3)", [
+          row.id,
+          row.lease_token,
+          "issued_before_start",
+        ]),
+      { until: settleBy },
+    );
     deps.log.info(
       { event: "pump.create_unproven", ...commandIds(row) },
       "a create recorded before this process started is looked up before it is sent",
@@ -198,7 +222,40 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
     await permit.release();
     return { sent: 0, waitMs: 0 };
   }
-  return { sent: sending.length, waitMs: 0, flight: fly(deps, sending, permit, batchId) };
+  const bounds = { leaveBy: markedAt + SEND_WINDOW_MS, settleBy };
+  return { sent: sending.length, waitMs: 0, flight: fly(deps, sending, permit, batchId, bounds) };
+}
+
+/** leased -> pending, unsent (no attempt spent); tried again while the database is away. */
+async function release(deps: ServiceContext, row: CommandRow, settleBy: number): Promise<void> {
+  await whileDatabaseAway(
+    () => deps.pool.query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token]),
+    { until: settleBy },
+  ).catch(() => undefined);
+}
+
+/**
+ * A claimed command whose send marker failed: it never left. Released when the marker did not land;
+ * when it did (its commit's answer lost with the connection) the command is in_flight under this
+ * token, and goes back to retry_wait at once without spending the attempt the marker counted.
+ */
+async function unsent(deps: ServiceContext, row: CommandRow, settleBy: number): Promise<void> {
+  try {
+    await whileDatabaseAway(
+      () => deps.pool.query("select bitrix_sync.release_command($1, $2)", [row.id, row.lease_token]),
+      { until: settleBy },
+    );
+  } catch (e) {
+    if (sqlstate(e) !== "BS001") return;
+    await whileDatabaseAway(
+      () =>
+        deps.pool.query(
+          "select bitrix_sync.retry_command($1, $2, 'send_marker_unconfirmed', interval '0', false)",
+          [row.id, row.lease_token],
+        ),
+      { until: settleBy },
+    ).catch(() => undefined);
+  }
 }
 
 /** One batch start to end, awaited: what a caller without a dispatcher of its own uses. */
@@ -208,12 +265,17 @@ export async function runPump(deps: ServiceContext, signal?: AbortSignal): Promi
   return { sent: r.sent, waitMs: r.waitMs };
 }
 
-/** Sends a marked batch under its permit and settles every command. */
+/**
+ * Sends a marked batch under its permit and settles every command. The request leaves by
+ * `bounds.leaveBy` or not at all; outcomes are recorded, while the database is away, until
+ * `bounds.settleBy` (the commands' lease end).
+ */
 async function fly(
   deps: ServiceContext,
   sending: Array<{ row: CommandRow; h: Hydrated }>,
   permit: LimiterPermit,
   batchId: string,
+  bounds: { leaveBy: number; settleBy: number },
 ): Promise<void> {
   // Each send is a span under the step that issued the command (its stored context, whichever
   // process stored it); the batch, shared by many intents, links to all of them.
@@ -225,7 +287,7 @@ async function fly(
       sending.map((r) => r.h.cmd),
       // No abort signal: on SIGTERM a request already out finishes within the HTTP timeout and its
       // result is recorded (R8, docs/reliability.md), instead of being cut off and left uncertain.
-      { permit, batchId, links: linksTo(spans) },
+      { permit, batchId, links: linksTo(spans), leaveBy: bounds.leaveBy },
     );
   } catch (e) {
     for (const span of spans) {
@@ -254,12 +316,12 @@ async function fly(
       continue;
     }
     await withSpan(span, async () => {
-      await settle(deps, row, h, o);
+      await settle(deps, row, h, o, bounds.settleBy);
       logSettled(deps, row, o);
     });
     span.end();
   }
-  if (together.length > 0) await completeTogether(deps, together);
+  if (together.length > 0) await completeTogether(deps, together, bounds.settleBy);
 }
 
 /** The span of one send of a command, a child of the step that issued it. */

@@ -8,6 +8,7 @@ import { attemptsSpent, backoffDelayMs, LANE_LEAD } from "../crm/backoff.js";
 import { failureCode, safeError, sqlstate } from "../db/errors.js";
 import { StatementBatcher } from "../db/statement-batcher.js";
 import { inTransaction } from "../db/tx.js";
+import { isDatabaseAway, whileDatabaseAway } from "../db/while-away.js";
 import { countRetry, stepGroups, timedClaim } from "../observability/metrics.js";
 import { inSpan, markFailed, type Span, storedParent } from "../observability/tracing.js";
 import type { StepResult } from "./step/core.js";
@@ -17,6 +18,9 @@ import type { WorkflowRow } from "./types.js";
 /** Claims runnable workflows and runs one step of each. Returns workflows stepped. */
 export async function runWorkflows(deps: ServiceContext): Promise<number> {
   const s = deps.settings();
+  // The leases end no earlier than this: until then a step that failed because the database was
+  // away is handed back once it returns (stepFailed), rather than waiting out its lease.
+  const leaseEnd = Date.now() + s.lease.ttlSec * 1000;
   const { rows } = await timedClaim("workflows", () =>
     deps.pool.query<WorkflowRow>(
       "select * from bitrix_sync.claim_workflows($1, $2, make_interval(secs => $3))",
@@ -32,7 +36,7 @@ export async function runWorkflows(deps: ServiceContext): Promise<number> {
   // A group locks its workflow rows in this order (step_context, one grouped call): by user, as
   // intake's batches do (take_sync_tasks), so the two never wait for each other in a cycle.
   for (const part of parts) part.sort((a, b) => (a.user_id < b.user_id ? -1 : a.user_id > b.user_id ? 1 : 0));
-  await Promise.all(parts.map((part) => stepGroup(deps, part)));
+  await Promise.all(parts.map((part) => stepGroup(deps, part, leaseEnd)));
   return rows.length;
 }
 
@@ -64,10 +68,10 @@ function stepSpan(w: WorkflowRow, fn: (span: Span) => Promise<void>): Promise<vo
  * in a transaction of its own, exactly as a single step does: a step that failed there fails again
  * on its own, and the others are not held back by it.
  */
-async function stepGroup(deps: ServiceContext, rows: WorkflowRow[]): Promise<void> {
+async function stepGroup(deps: ServiceContext, rows: WorkflowRow[], leaseEnd: number): Promise<void> {
   if (rows.length === 1) {
     const wf = rows[0] as WorkflowRow;
-    return await stepSpan(wf, (span) => step(deps, wf, span));
+    return await stepSpan(wf, (span) => step(deps, wf, span, leaseEnd));
   }
   // The steps change their rows as they go; a step run again alone starts from the claimed row.
   const claimed = rows.map((wf) => structuredClone(wf));
@@ -78,7 +82,7 @@ async function stepGroup(deps: ServiceContext, rows: WorkflowRow[]): Promise<voi
   // Run again alone one after the other, so a failed group takes one connection, not one per step.
   let alone: Promise<void> = Promise.resolve();
   const runAlone = (i: number, span: Span): Promise<void> => {
-    const run = alone.then(() => step(deps, claimed[i] as WorkflowRow, span));
+    const run = alone.then(() => step(deps, claimed[i] as WorkflowRow, span, leaseEnd));
     alone = run.catch(() => undefined);
     return run;
   };
@@ -148,12 +152,12 @@ export function stepConcurrency(deps: Pick<ServiceContext, "pool">): number {
   return Math.max(1, Math.min(8, Math.floor(max / 2)));
 }
 
-async function step(deps: ServiceContext, wf: WorkflowRow, span: Span): Promise<void> {
+async function step(deps: ServiceContext, wf: WorkflowRow, span: Span, leaseEnd: number): Promise<void> {
   try {
     const r = await inTransaction(deps.pool, (c) => runStep(c, wf, deps.settings().retry));
     report(deps, wf, span, r);
   } catch (e) {
-    await stepFailed(deps, wf, span, e);
+    await stepFailed(deps, wf, span, e, leaseEnd);
   }
 }
 
@@ -179,7 +183,19 @@ function report(deps: ServiceContext, wf: WorkflowRow, span: Span, r: StepResult
   );
 }
 
-async function stepFailed(deps: ServiceContext, wf: WorkflowRow, span: Span, e: unknown): Promise<void> {
+/**
+ * A step that threw is rescheduled with backoff. One that failed because the database was away (a
+ * restart, a failover) says nothing about the step: it is handed back as soon as the database takes
+ * it again (tried until the lease's end) and comes back within retry.base_ms, without the backoff of
+ * the workflow's attempts (a claim per step, so a long workflow's backoff runs into minutes).
+ */
+async function stepFailed(
+  deps: ServiceContext,
+  wf: WorkflowRow,
+  span: Span,
+  e: unknown,
+  leaseEnd: number,
+): Promise<void> {
   const s = deps.settings();
   if (sqlstate(e) === "BS001") {
     span.setAttribute("bitrix_sync.workflow.event", "lease_lost"); // the new holder carries on
@@ -201,12 +217,16 @@ async function stepFailed(deps: ServiceContext, wf: WorkflowRow, span: Span, e: 
     },
     "workflow step failed; scheduled for retry",
   );
-  const r = await deps.pool
-    .query<{ state: string }>(
-      "select state from bitrix_sync.schedule_workflow_retry($1, $2, $3, make_interval(secs => $4))",
-      [wf.id, wf.lease_token, code, backoffDelayMs(attemptsSpent(wf) + LANE_LEAD, s.retry) / 1000],
-    )
-    .catch(() => null);
+  const away = isDatabaseAway(e);
+  const delayMs = away ? backoffDelayMs(1, s.retry) : backoffDelayMs(attemptsSpent(wf) + LANE_LEAD, s.retry);
+  const r = await whileDatabaseAway(
+    () =>
+      deps.pool.query<{ state: string }>(
+        "select state from bitrix_sync.schedule_workflow_retry($1, $2, $3, make_interval(secs => $4))",
+        [wf.id, wf.lease_token, code, delayMs / 1000],
+      ),
+    { until: leaseEnd },
+  ).catch(() => null);
   span.setAttribute("bitrix_sync.workflow.event", r?.rows[0]?.state === "failed" ? "fail" : "retry");
   if (r?.rows[0]?.state === "waiting_retry") countRetry("workflows", code);
   if (r?.rows[0]?.state === "failed") {

@@ -40,6 +40,11 @@ export interface StepData {
   contact?: number;
   /** The inactive user whose link is taken over. */
   previous_user?: string | null;
+  /**
+   * While waiting for an unanswered write (awaiting_late_write): when its late execution can no
+   * longer land (ISO 8601). The portal-wide recovery brings the wait forward to it, never below.
+   */
+  late_write_settles_at?: string;
   [k: string]: unknown;
 }
 
@@ -62,6 +67,11 @@ export interface CommandRow {
   trace_context: string | null;
   /** The send marker (send_commands); null before the first send. */
   sent_at: Date | null;
+  /**
+   * Stamped with the send marker: the request is out and given up by the sender by then at the
+   * latest (its send window plus its HTTP timeout); null when the sender did not say.
+   */
+  reply_deadline_at?: Date | null;
   created_at: Date;
   updated_at: Date;
 }

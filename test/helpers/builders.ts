@@ -51,6 +51,7 @@ export interface CommandRow {
   batch_id: string | null;
   correlation_id: string | null;
   sent_at: Date | null;
+  reply_deadline_at: Date | null;
   response: Record<string, unknown> | null;
   last_error_code: string | null;
   last_http_status: number | null;

@@ -148,12 +148,12 @@ test.serial("with the inbox locked, readiness, status and metrics answer in boun
       }),
     ]);
     t.is(ready.value.status, 503);
-    t.deepEqual(ready.value.body, { status: "not_ready", problems: ["inbox_write_timeout"] });
+    t.like(ready.value.body, { status: "not_ready", problems: ["inbox_write_timeout"] });
     t.true(ready.ms < STATUS_BOUND_MS, `readiness in ${ready.ms} ms`);
 
     t.is(status.value.status, 503);
     t.is(status.value.body.error, "database_timeout");
-    t.deepEqual(status.value.body.readiness, { status: "not_ready", problems: ["inbox_write_timeout"] });
+    t.like(status.value.body.readiness as object, { status: "not_ready", problems: ["inbox_write_timeout"] });
     t.is(status.value.body.mode, "full", "what the process knows is still there");
     t.true(status.ms < STATUS_BOUND_MS, `status in ${status.ms} ms`);
 

@@ -1,7 +1,8 @@
 // Recovery after a total portal outage (issue 14): retries that wait only because the whole portal
 // failed are brought forward as soon as it answers again (a probe while it is down, or the first
-// success), and go out batch by batch through the limiter. Nothing here is timed: the retries are
-// pushed an hour away, so only the bringing forward can finish the workflows.
+// success), and go out batch by batch through the limiter; a workflow waiting for an unanswered
+// write keeps the wait for its late execution but not the backoff beyond it (issue 36). Nothing here
+// is timed: the waits are pushed an hour away, so only the bringing forward can finish the workflows.
 import test from "ava";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
@@ -20,6 +21,7 @@ test.before(async () => {
       "retry.max_ms": 600000,
     },
   });
+  await rig.startWorker();
 });
 test.after.always(async () => {
   await rig?.close();
@@ -29,7 +31,6 @@ test.serial(
   "after an outage the retries waiting for the portal are brought forward through the limiter",
   async (t) => {
     rig.emulator.failNext("INTERNAL_SERVER_ERROR", { times: Number.MAX_SAFE_INTEGER });
-    await rig.startWorker();
     const users = [];
     for (let i = 0; i < 3; i++) users.push(await makeUser(rig.db.pool, { phone: randomPhone() }));
     const ids = users.map((u) => u.id);
@@ -67,5 +68,59 @@ test.serial(
       [ids],
     );
     t.is(rows[0]?.n, 0, "every command of these users succeeded; none was lost or left waiting");
+  },
+);
+
+test.serial(
+  "after an outage a wait for an unanswered create keeps its late-write settling but loses its backoff",
+  async (t) => {
+    // Every create is answered 503 (it may hide a commit: uncertain), so the workflow waits in
+    // awaiting_late_write before it searches; after many attempts that wait is the backoff's, minutes.
+    rig.emulator.failNext("INTERNAL_SERVER_ERROR", {
+      method: "crm.contact.add",
+      times: Number.MAX_SAFE_INTEGER,
+    });
+    const user = await makeUser(rig.db.pool, { phone: randomPhone() });
+    const waitingWorkflow = async () => {
+      const { rows } = await rig.db.pool.query<{ id: string; settles: string | null }>(
+        `select id, step_data ->> 'late_write_settles_at' as settles from bitrix_sync.workflow_instances
+          where user_id = $1 and state = 'waiting_retry' and last_error_code = 'awaiting_late_write'`,
+        [user.id],
+      );
+      return rows[0];
+    };
+    const wf = await waitFor(waitingWorkflow, 30_000, "the create's late-write wait");
+    t.truthy(wf.settles, "the step keeps when the late execution settles");
+    t.true(new Date(wf.settles as string).getTime() <= Date.now() + 5_000, "seconds, not minutes");
+    // As after minutes of outage: the backoff holds it an hour.
+    await rig.db.pool.query(
+      "update bitrix_sync.workflow_instances set next_attempt_at = now() + interval '1 hour' where id = $1",
+      [wf.id],
+    );
+    // The portal fails as a whole for a moment (another user's search), then answers again.
+    rig.emulator.clearFaults();
+    rig.emulator.setOutage("INTERNAL_SERVER_ERROR");
+    const other = await makeUser(rig.db.pool, { phone: randomPhone() });
+    await waitFor(
+      async () =>
+        (
+          await rig.db.pool.query(
+            `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+              where w.user_id = $1 and c.status = 'retry_wait'`,
+            [other.id],
+          )
+        ).rows.length > 0,
+      30_000,
+      "a batch failed as a whole",
+    );
+    rig.emulator.setOutage(null);
+
+    // Only the recovery can finish it within the hour: searched by user id, not found, created once.
+    t.is((await finishedWorkflow(rig, user.id, 30_000)).state, "succeeded");
+    t.is((await finishedWorkflow(rig, other.id, 30_000)).state, "succeeded");
+    const contacts = [...rig.emulator.store.contacts.values()].filter((c) =>
+      Object.values(c.uf).includes(user.id),
+    );
+    t.is(contacts.length, 1, "one Contact: the create refused with 503 was not executed, and sent once more");
   },
 );

@@ -391,6 +391,31 @@ test("send_commands marks in_flight only the commands still held under their tok
   // Already in flight: a second send of the same ids marks nothing.
   t.deepEqual(await send([a.cmd.id], [a.token]), []);
   await rejectsWith(t, send([a.cmd.id, b.cmd.id], [a.token]), "BS004");
+  t.is((await get(a.cmd.id)).reply_deadline_at, null, "a sender that does not say records no reply deadline");
+});
+
+test("send_commands records the reply deadline the sender gives: its send window plus its HTTP timeout", async (t) => {
+  const a = await leasedCommand(db.pool);
+  const marked = await db.pool.query(
+    "select bitrix_sync.send_commands($1::bigint[], $2::uuid[], $3, interval '12 seconds')",
+    [[a.cmd.id], [a.token], randomUUID()],
+  );
+  t.is(marked.rows.length, 1);
+  const r = await get(a.cmd.id);
+  t.is((r.reply_deadline_at as Date).getTime() - (r.sent_at as Date).getTime(), 12_000);
+  const b = await leasedCommand(db.pool);
+  for (const within of ["0 seconds", "-1 seconds"]) {
+    await rejectsWith(
+      t,
+      db.pool.query(`select bitrix_sync.send_commands($1::bigint[], $2::uuid[], $3, interval '${within}')`, [
+        [b.cmd.id],
+        [b.token],
+        randomUUID(),
+      ]),
+      "BS004",
+    );
+  }
+  t.like(await get(b.cmd.id), { status: "leased", reply_deadline_at: null });
 });
 
 test("complete_command stores the reply and wakes the workflow waiting_crm -> running", async (t) => {
@@ -857,6 +882,65 @@ test("complete_commands completes a batch in one call, wakes each workflow, and 
       ["{}"],
     ]),
     "BS004",
+  );
+});
+
+// Serial: it runs before the concurrent tests, so the counts of the test above see none of its rows.
+test.serial("bring_forward_commands cuts a late-write wait to its settling, never below", async (t) => {
+  const code = `portal_down_${randomUUID().slice(0, 8)}`;
+  const lateWrite = async (settles: Date | string | null) => {
+    const { wf } = await inFlightCommand(db.pool, { type: "contact.find_by_phone" });
+    await forceRow(db.pool, "bitrix_sync.workflow_instances", wf.id, {
+      state: "waiting_retry",
+      lease_token: null,
+      locked_by: null,
+      locked_until: null,
+      last_error_code: "awaiting_late_write",
+      next_attempt_at: new Date(Date.now() + 30 * 60_000),
+      step_data: JSON.stringify({
+        pass: 1,
+        ...(settles === null
+          ? {}
+          : { late_write_settles_at: settles instanceof Date ? settles.toISOString() : settles }),
+      }),
+    });
+    return wf.id;
+  };
+  const soon = new Date(Date.now() + 20_000);
+  const future = await lateWrite(soon);
+  const past = await lateWrite(new Date(Date.now() - 60_000));
+  const beyond = await lateWrite(new Date(Date.now() + 60 * 60_000));
+  const unknown = await lateWrite(null);
+  const garbled = await lateWrite("tomorrow");
+  const at = async (id: string) =>
+    (
+      await one<{ at: Date }>(
+        db.pool,
+        "select next_attempt_at as at from bitrix_sync.workflow_instances where id = $1",
+        [id],
+      )
+    ).at.getTime();
+  const probe = await one<{ n: number }>(db.pool, "select bitrix_sync.bring_forward_commands($1, 1) as n", [
+    [code],
+  ]);
+  t.is(probe.n, 0, "a probe moves no workflow");
+  const before = Date.now();
+  const all = await one<{ n: number }>(db.pool, "select bitrix_sync.bring_forward_commands($1, null) as n", [
+    [code],
+  ]);
+  t.is(all.n, 2);
+  t.is(await at(future), soon.getTime(), "due when its late write settles, not before");
+  t.true((await at(past)) <= Date.now() && (await at(past)) >= before - 1000, "settled already: due now");
+  t.true((await at(beyond)) > Date.now() + 25 * 60_000, "a wait shorter than the settling keeps its time");
+  t.true(
+    (await at(unknown)) > Date.now() + 25 * 60_000,
+    "a wait that does not say when it settles keeps its time",
+  );
+  t.true((await at(garbled)) > Date.now() + 25 * 60_000, "and so does one whose moment is not a timestamp");
+  t.is(
+    (await one<{ n: number }>(db.pool, "select bitrix_sync.bring_forward_commands($1, null) as n", [[code]]))
+      .n,
+    0,
   );
 });
 

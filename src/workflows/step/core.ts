@@ -404,7 +404,8 @@ export class Step {
   /**
    * A write of this step got no answer (uncertain): ../decide/unanswered-write.ts decides whether it
    * is resent, superseded by a fresh read or searched for, and when; this applies the decision. The
-   * wait is waiting_retry with awaiting_late_write, the portal-wide recovery leaves it alone.
+   * wait is waiting_retry with awaiting_late_write; the portal-wide recovery shortens it to the late
+   * execution's settling (step_data.late_write_settles_at), never below.
    */
   async unanswered(last: CommandRow): Promise<void> {
     const step = this.wf.current_step;
@@ -415,6 +416,8 @@ export class Step {
         params: last.params,
         sentAt: last.sent_at,
         givenUpAt: last.updated_at,
+        replyDeadlineAt: last.reply_deadline_at ?? null,
+        code: last.last_error_code,
       },
       backoffDelayMs(attemptsSpent(last), this.retry),
     );
@@ -445,6 +448,9 @@ export class Step {
         );
         break;
     }
+    // When the portal answers again after failing as a whole, the wait is cut to this moment, never
+    // below it (bring_forward_commands): the backoff was the portal's, the late execution's is not.
+    this.sd.late_write_settles_at = d.settledAt.toISOString();
     return await this.retryLater("awaiting_late_write", d.at.toISOString(), d.resumeStep);
   }
 
