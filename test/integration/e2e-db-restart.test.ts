@@ -237,7 +237,6 @@ test.serial(
       // way no create went twice (checked above), and the bound holds.
       const recovered = rows[0]?.n ?? 0;
       t.log(`${recovered} of ${USERS} creates found by the recovery search, the rest recorded by their sender`);
-      t.true(recovered <= USERS);
     } finally {
       await setSettings({ pool }, { "lease.ttl_sec": 60 });
     }
