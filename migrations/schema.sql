@@ -4265,9 +4265,17 @@ begin
   perform bitrix_sync.fold_intent_journal(10000, true);
   return query
   with due as (
+    -- Not a user one of whose intents another intake holds (a live lease): a user's intents are
+    -- taken one intake at a time, so they are applied in the order recorded and the next one sees
+    -- the workflow the earlier one started. The fold's lock above serializes the claims, so the
+    -- leases committed by the claim before this one are seen here (found by drill:rollback: two
+    -- replicas took a user's deactivation and reactivation at once, and the user ended deactivated).
     select q.id, q.next_attempt_at as sort_at from han_app.sync_queue q
      where q.status in ('pending', 'retry_wait') and q.next_attempt_at <= now()
        and q.created_at >= v_watermark
+       and not exists (select 1 from han_app.sync_queue l
+                        where l.entity_type = q.entity_type and l.entity_id = q.entity_id
+                          and l.status = 'leased' and l.locked_until > now())
      order by q.next_attempt_at, q.created_at
      limit p_limit
      for update skip locked
@@ -4278,25 +4286,30 @@ begin
      limit p_limit
      for update skip locked
   ), picked as (
-    select id from (select * from due union all select * from expired) c order by sort_at limit p_limit
+    select id, sort_at from (select * from due union all select * from expired) c order by sort_at limit p_limit
+  ), leased as (
+    update han_app.sync_queue q
+       set status = 'leased',
+           locked_by = left(p_worker, 128),
+           locked_until = now() + p_lease,
+           lease_token = gen_random_uuid(),
+           attempt_count = q.attempt_count + 1,
+           updated_at = now()
+      from picked
+     where q.id = picked.id
+    returning q as r, picked.sort_at
   )
-  update han_app.sync_queue q
-     set status = 'leased',
-         locked_by = left(p_worker, 128),
-         locked_until = now() + p_lease,
-         lease_token = gen_random_uuid(),
-         attempt_count = q.attempt_count + 1,
-         updated_at = now()
-    from picked
-   where q.id = picked.id
-  returning q.*;
+  -- In queue order: the intake starts or joins a user's workflow intent by intent in this order
+  -- (take_sync_tasks), so the user's newest intent is applied last (fold_intent_journal places each
+  -- row at its newest intent).
+  select (l.r).* from leased l order by l.sort_at, (l.r).created_at, (l.r).id;
 end $$;
 
 --
 -- Name: FUNCTION claim_sync_tasks(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) IS 'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover() and while paused (pause_sync()).';
+COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) IS 'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED, returned in queue order (next_attempt_at, or an expired lease''s end), and none of a user another intake holds an intent of (a live lease); each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover() and while paused (pause_sync()).';
 
 --
 -- Name: claim_webhooks(text, integer, interval, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -5784,10 +5797,12 @@ begin
      where j.ctid = any (array(select s.ctid from han_app.sync_queue_journal s limit p_limit))
     returning j.task_type, j.user_id, j.reason, j.source_updated_at, j.recorded_at
   ), latest as (
-    -- One intent per (task, user): the newest says why; the oldest says since when.
+    -- One intent per (task, user): the newest says why and where it stands in the queue; the oldest
+    -- says since when.
     select distinct on (t.task_type, t.user_id)
            t.task_type, t.user_id, t.reason, t.source_updated_at,
-           min(t.recorded_at) over (partition by t.task_type, t.user_id) as first_recorded_at
+           min(t.recorded_at) over (partition by t.task_type, t.user_id) as first_recorded_at,
+           max(t.recorded_at) over (partition by t.task_type, t.user_id) as last_recorded_at
       from taken t
      order by t.task_type, t.user_id, t.recorded_at desc
   ), folded as (
@@ -5800,23 +5815,28 @@ begin
              'user_id', l.user_id,
              'reason', l.reason,
              'source_updated_at', to_char(l.source_updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
-           'pending', l.first_recorded_at, l.first_recorded_at, now()
+           'pending', l.last_recorded_at, l.first_recorded_at, now()
       from latest l
      order by l.user_id, l.task_type
     -- A newer intent coalesces into the user's active one of the same task. If a worker holds it,
     -- the row goes back to pending, which fences the holder: its completion is refused and the row
     -- is processed again with the newest state. A retry_wait row becomes due now. A pending row is
-    -- due already and no worker holds it, so it is left as it is (no new row version): it keeps the
-    -- reason of the intent that made it pending (workers read the App's rows, not the payload).
+    -- due already and no worker holds it: it keeps the reason of the intent that made it pending
+    -- (workers read the App's rows, not the payload; a drift repair stays one).
+    -- Every row's place in the queue (next_attempt_at, which claims order by and hand the intake
+    -- in) is its newest intent's: a user's intents of different tasks are taken in the order the App
+    -- recorded them last. A user deactivated and reactivated while nothing was claimed (a pause, a
+    -- backlog) ends with the reactivation, not with the deactivation its older row stood behind
+    -- (found by drill:rollback).
     on conflict (dedup_key) where status in ('pending', 'leased', 'retry_wait')
-    do update set payload_json = excluded.payload_json,
+    do update set payload_json = case when q.status = 'pending' then q.payload_json else excluded.payload_json end,
                   status = 'pending',
-                  next_attempt_at = least(q.next_attempt_at, now()),
+                  next_attempt_at = greatest(least(q.next_attempt_at, now()), excluded.next_attempt_at),
                   locked_by = null,
                   locked_until = null,
                   lease_token = null,
                   updated_at = now()
-             where q.status <> 'pending'
+             where q.status <> 'pending' or q.next_attempt_at < excluded.next_attempt_at
     returning 1
   )
   select count(*) into v_taken from taken;
@@ -5827,7 +5847,7 @@ end $$;
 -- Name: FUNCTION fold_intent_journal(p_limit integer, p_wait boolean); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait boolean) IS 'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one is left as it is). One folder at a time (SHARE UPDATE EXCLUSIVE on bitrix_sync.lock_intake_fold, which no other role can take): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
+COMMENT ON FUNCTION bitrix_sync.fold_intent_journal(p_limit integer, p_wait boolean) IS 'Moves up to p_limit intents from han_app.sync_queue_journal into han_app.sync_queue in one statement: one row per (task, user) with the newest reason, created at the oldest intent''s time and placed in the queue (next_attempt_at) at the newest one''s, coalesced into the active intent of the same task (a leased one goes back to pending: its holder is fenced; a retry_wait one becomes due; a pending one keeps its reason and moves to the newest intent''s place). One folder at a time (SHARE UPDATE EXCLUSIVE on bitrix_sync.lock_intake_fold, which no other role can take): without p_wait it returns 0 at once while another transaction folds. Returns the number of journal rows taken. claim_sync_tasks() and perform_cutover() call it first; an admin may call it to see recorded intents in the queue now.';
 
 --
 -- Name: held_link_read(uuid, timestamp with time zone, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -11059,6 +11079,51 @@ UNION ALL
 COMMENT ON VIEW bitrix_sync.role_privilege_drift IS 'Differences between the database''s ACLs and bitrix_sync.role_privileges: missing and extra privileges of the four roles and PUBLIC (column privileges by column), extra privileges of any other role on the project''s objects (the owner aside; the App''s schema, identity and profile tables are the App''s), objects of the project without a decision for a role (undecided), catalogue rows naming no object (unknown_object), and role memberships outside the catalogue''s rule (object_type role, object_name the role held, role the member): a project role that is a member of a role (bitrix_sync_app_writer included) or held WITH ADMIN OPTION (extra_membership), a role outside the project holding more than one project role, directly or through groups (conflicting_membership). Empty when they agree.';
 
 --
+-- Name: schema_contract_steps; Type: TABLE; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TABLE bitrix_sync.schema_contract_steps (
+    migration text NOT NULL,
+    oldest_release_schema text NOT NULL,
+    what text NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schema_contract_steps_floor_not_after CHECK ((oldest_release_schema <= migration)),
+    CONSTRAINT schema_contract_steps_migration_check CHECK ((migration ~ '^[0-9]{6}$'::text)),
+    CONSTRAINT schema_contract_steps_oldest_release_schema_check CHECK ((oldest_release_schema ~ '^[0-9]{6}$'::text)),
+    CONSTRAINT schema_contract_steps_what_check CHECK (((length(btrim(what)) >= 3) AND (length(btrim(what)) <= 500)))
+);
+
+--
+-- Name: TABLE schema_contract_steps; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TABLE bitrix_sync.schema_contract_steps IS 'Contract steps (§17): one row per migration that dropped or narrowed what earlier releases use, written by that migration. The highest oldest_release_schema is the contract floor: a release whose newest migration is below it cannot run on this schema. Never updated or deleted.';
+
+--
+-- Name: COLUMN schema_contract_steps.migration; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.schema_contract_steps.migration IS 'The contract migration''s number (000045).';
+
+--
+-- Name: COLUMN schema_contract_steps.oldest_release_schema; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.schema_contract_steps.oldest_release_schema IS 'The oldest release schema (a release''s newest migration number) that still runs on what this migration leaves: the first release that no longer used what it drops.';
+
+--
+-- Name: COLUMN schema_contract_steps.what; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.schema_contract_steps.what IS 'What the migration dropped or narrowed, in a sentence (no personal data).';
+
+--
+-- Name: COLUMN schema_contract_steps.recorded_at; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON COLUMN bitrix_sync.schema_contract_steps.recorded_at IS 'When the migration was applied.';
+
+--
 -- Name: settings; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
@@ -11460,6 +11525,36 @@ CREATE VIEW bitrix_sync.status_refused_sources AS
 --
 
 COMMENT ON VIEW bitrix_sync.status_refused_sources IS 'The journal of source addresses the public proxy refused (reason source_ip), newest first, for the runbook (docs/runbook.md, BitrixSyncWebhookSourcesRefused): per address and receiver route (contact, alert, none: any other path), how many refusals, first and last seen, and whether it is new (first seen within a day). Never a query, body or token.';
+
+--
+-- Name: status_schema; Type: VIEW; Schema: bitrix_sync; Owner: -
+--
+
+CREATE VIEW bitrix_sync.status_schema AS
+ SELECT split_part(m.filename, '.'::text, 1) AS newest_migration,
+    m.date AS migrated_at,
+    ( SELECT count(*) AS count
+           FROM graphile_migrate.migrations) AS migrations_applied,
+    s.oldest_release_schema AS contract_floor,
+    s.migration AS contract_step,
+    s.what AS contract_what
+   FROM (( SELECT g.filename,
+            g.date
+           FROM graphile_migrate.migrations g
+          ORDER BY g.filename DESC
+         LIMIT 1) m
+     LEFT JOIN LATERAL ( SELECT c.migration,
+            c.oldest_release_schema,
+            c.what
+           FROM bitrix_sync.schema_contract_steps c
+          ORDER BY c.oldest_release_schema DESC, c.migration DESC
+         LIMIT 1) s ON (true));
+
+--
+-- Name: VIEW status_schema; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON VIEW bitrix_sync.status_schema IS 'The schema this database holds (one row): its newest applied migration (graphile-migrate records the number), when it was applied, how many are applied, and the contract floor: the oldest release schema (a release''s newest migration) that may still run here, with the contract step that set it (null: no migration has contracted, every release from its own schema on runs). Read by readiness, the status document, the schema metric and preflight.';
 
 --
 -- Name: status_webhooks; Type: VIEW; Schema: bitrix_sync; Owner: -
@@ -11943,6 +12038,13 @@ ALTER TABLE ONLY bitrix_sync.refused_sources
 
 ALTER TABLE ONLY bitrix_sync.retention_sweeps
     ADD CONSTRAINT retention_sweeps_pkey PRIMARY KEY (table_name);
+
+--
+-- Name: schema_contract_steps schema_contract_steps_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
+--
+
+ALTER TABLE ONLY bitrix_sync.schema_contract_steps
+    ADD CONSTRAINT schema_contract_steps_pkey PRIMARY KEY (migration);
 
 --
 -- Name: settings settings_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
@@ -12747,6 +12849,18 @@ CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.rebind_requests FOR E
 COMMENT ON TRIGGER _120_immutable ON bitrix_sync.rebind_requests IS 'The request, its reason, its operator and the login that asked are audit (§5.4): only its progress changes.';
 
 --
+-- Name: schema_contract_steps _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _120_immutable BEFORE UPDATE ON bitrix_sync.schema_contract_steps FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__refuse_immutable_change('migration', 'oldest_release_schema', 'what', 'recorded_at');
+
+--
+-- Name: TRIGGER _120_immutable ON schema_contract_steps; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _120_immutable ON bitrix_sync.schema_contract_steps IS 'A contract step is history: the migration, its floor and what it contracted never change.';
+
+--
 -- Name: settings_versions _120_immutable; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
@@ -12841,6 +12955,18 @@ CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.rebind_requests F
 --
 
 COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.rebind_requests IS 'Rebind audit is never deleted.';
+
+--
+-- Name: schema_contract_steps _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _200_forbid_delete BEFORE DELETE ON bitrix_sync.schema_contract_steps FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__forbid_delete();
+
+--
+-- Name: TRIGGER _200_forbid_delete ON schema_contract_steps; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _200_forbid_delete ON bitrix_sync.schema_contract_steps IS 'Contract steps are kept: deleting one would let a release the step excludes start on a schema it cannot use.';
 
 --
 -- Name: settings_versions _200_forbid_delete; Type: TRIGGER; Schema: bitrix_sync; Owner: -
@@ -15745,6 +15871,12 @@ GRANT SELECT ON TABLE bitrix_sync.role_privileges TO bitrix_sync_admin;
 GRANT SELECT ON TABLE bitrix_sync.role_privilege_drift TO bitrix_sync_admin;
 
 --
+-- Name: TABLE schema_contract_steps; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.schema_contract_steps TO bitrix_sync_admin;
+
+--
 -- Name: TABLE settings; Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -15842,6 +15974,13 @@ GRANT SELECT ON TABLE bitrix_sync.status_recovered_spikes TO bitrix_sync_admin;
 --
 
 GRANT SELECT ON TABLE bitrix_sync.status_refused_sources TO bitrix_sync_admin;
+
+--
+-- Name: TABLE status_schema; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT SELECT ON TABLE bitrix_sync.status_schema TO bitrix_sync_user;
+GRANT SELECT ON TABLE bitrix_sync.status_schema TO bitrix_sync_admin;
 
 --
 -- Name: TABLE status_webhooks; Type: ACL; Schema: bitrix_sync; Owner: -

@@ -7,7 +7,7 @@
 // schema it answered about. The checker prints every invariant it verified: the released migrations
 // unchanged, no duplicate Contact at any moment, every intent synced once, nothing lost, no error that
 // loses or duplicates work, readiness honest. Exit 1 on a violation, 2 when the drill itself failed.
-import { execFile, spawn } from "node:child_process";
+import { execFile } from "node:child_process";
 import { randomBytes, randomInt } from "node:crypto";
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -38,7 +38,8 @@ import {
   sleep,
   waitUntil,
 } from "./drill/common.js";
-import { frozenMigrations, newestHash, releaseCheckout, resolveRef } from "./drill/release.js";
+import { errorEvents } from "./drill/process.js";
+import { frozenMigrations, migrateWith, newestHash, releaseCheckout, resolveRef } from "./drill/release.js";
 
 /** The commit that released migration 000027. */
 export const DEFAULT_FROM = "6156766";
@@ -81,41 +82,6 @@ interface Sample {
   ownApplied: boolean;
   /** The schema had migrations the release does not know. */
   schemaAhead: boolean;
-}
-
-/** Runs a release's `npm run db:migrate` (its scripts/migrate.ts) against `url`. */
-async function migrateWith(
-  dir: string,
-  url: string,
-): Promise<{ code: number | null; out: string; ms: number }> {
-  const t0 = Date.now();
-  const child = spawn(process.execPath, ["--import", "tsx", "scripts/migrate.ts"], {
-    cwd: dir,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", MIGRATION_DATABASE_URL: url },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let out = "";
-  child.stdout.on("data", (d: Buffer) => {
-    out += d.toString("utf8");
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    out += d.toString("utf8");
-  });
-  const code = await new Promise<number | null>((resolve) => child.on("exit", (c) => resolve(c)));
-  return { code, out, ms: Date.now() - t0 };
-}
-
-/** The error lines of a replica's output, by event (JSON logs: level 50 and above). */
-function errorEvents(text: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const line of text.split("\n")) {
-    if (!/"level":(5\d|6\d|"error"|"fatal")/.test(line)) continue;
-    const event = /"event":"([^"]+)"/.exec(line)?.[1] ?? "no event";
-    const code = /"(?:code|errorCode|error_code)":"([^"]+)"/.exec(line)?.[1];
-    const key = code ? `${event} (${code})` : event;
-    out.set(key, (out.get(key) ?? 0) + 1);
-  }
-  return out;
 }
 
 async function main(): Promise<number> {

@@ -8,6 +8,7 @@ import { startEmbedded } from "./db/embedded.js";
 import { crashFields, isJobBookkeepingLoss } from "./db/errors.js";
 import { migrateDatabase } from "./db/migrate.js";
 import { createServicePools } from "./db/pools.js";
+import { releaseSchema, windowText } from "./db/schema-window.js";
 import { redactUrl } from "./db/url.js";
 import { createApp } from "./http/app.js";
 import { createHttpServer } from "./http/server.js";
@@ -26,6 +27,7 @@ import { checkDatabase, migrationStartupError } from "./startup/database.js";
 import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./startup/errors.js";
 import { assertPortFree, listen, type PortHolder } from "./startup/listen.js";
 import { prepareSandboxDatabase, refuseSandboxDatabase } from "./startup/sandbox-database.js";
+import { checkSchemaWindow } from "./startup/schema-window.js";
 import { SERVICE_REVISION, SERVICE_VERSION } from "./version.js";
 import { startRunner } from "./worker/runner.js";
 
@@ -160,6 +162,17 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
       throw migrationStartupError(databaseUrl, e) ?? e;
     }
   }
+  // The compatibility window: a schema this release cannot run on stops the start here (exit 76).
+  const schema = await checkSchemaWindow(databaseUrl);
+  log.info(
+    {
+      event: "db.schema",
+      schema: schema.database,
+      releaseSchema: releaseSchema().number,
+      contractFloor: schema.floor,
+    },
+    `schema ${schema.database} is inside this release's window: ${windowText()}`,
+  );
 
   // One pool per use, each with its own deadlines (src/db/pools.ts).
   const pools = createServicePools(databaseUrl, { workMax: config.env.BITRIX_SYNC_DB_POOL_SIZE });

@@ -1,6 +1,6 @@
 // graphile-worker task: runs the App->CRM sync loop (intake, workflow steps, CRM pump, alert
-// mirroring) for a run budget, then re-enqueues itself. The crontab entry restarts it within a
-// minute if the process that ran it died.
+// mirroring) for a run budget, then re-enqueues itself, also when its process stops. The crontab
+// entry restarts it within a minute if the process that ran it died.
 import type { Task } from "graphile-worker";
 import { z } from "zod";
 import { whileDatabaseAway } from "../src/db/while-away.js";
@@ -50,12 +50,19 @@ const task: Task = safeTask("sync_loop", async (payload, helpers) => {
     await done;
   } finally {
     clearTimeout(handover);
-    if (loops.end(mine) && !signal.aborted) {
-      // With the database away at this moment (a restart) the successor is queued once it is back,
-      // rather than by the crontab up to a minute later.
-      await whileDatabaseAway(
-        () => helpers.addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" }),
-        { until: Date.now() + SUCCESSOR_RETRY_MS, signal },
+    // Also when this process is stopping (SIGTERM: a rolling upgrade or a rollback replacing this
+    // replica, docs/runbook.md): another replica takes the successor at once instead of the deployment
+    // processing nothing until the cron minute (found by drill:rollback). This process's runner is
+    // already shutting down when the loop ends (src/main.ts aborts, then stops the runner), so it
+    // does not take the job back; with no other replica the job waits for the next start. With the
+    // database away at this moment (a restart) a loop that is not stopping queues its successor once
+    // the database is back, rather than leaving it to the crontab up to a minute later; a stopping
+    // one tries once and does not hold up the shutdown.
+    if (loops.end(mine)) {
+      const queue = () => helpers.addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" });
+      await (signal.aborted
+        ? queue()
+        : whileDatabaseAway(queue, { until: Date.now() + SUCCESSOR_RETRY_MS, signal })
       ).catch(() => undefined);
     }
   }

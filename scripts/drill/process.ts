@@ -131,3 +131,16 @@ export async function restartUntilUp(r: {
     }
   }
 }
+
+/** The error lines of a replica's output, by event (JSON logs: level 50 and above). */
+export function errorEvents(text: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    if (!/"level":(5\d|6\d|"error"|"fatal")/.test(line)) continue;
+    const event = /"event":"([^"]+)"/.exec(line)?.[1] ?? "no event";
+    const code = /"(?:code|errorCode|error_code)":"([^"]+)"/.exec(line)?.[1];
+    const key = code ? `${event} (${code})` : event;
+    out.set(key, (out.get(key) ?? 0) + 1);
+  }
+  return out;
+}

@@ -1,7 +1,7 @@
 // An earlier release of the project as a runnable checkout: `git archive <sha>` unpacked under
 // .drill-cache/<sha> (gitignored) with its own `npm ci`, kept for the next run. And the check of the
 // frozen migrations: every migration the earlier release committed is in this one byte for byte.
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -94,4 +94,64 @@ export function newestHash(dir: string): string {
   const m = /^--! Hash: (\S+)$/m.exec(readFileSync(join(folder, last), "utf8"));
   if (!m?.[1]) throw new Error(`${last} has no hash header`);
   return m[1];
+}
+
+/** Runs a release's `npm run db:migrate` (its scripts/migrate.ts) against `url`. */
+export async function migrateWith(
+  dir: string,
+  url: string,
+): Promise<{ code: number | null; out: string; ms: number }> {
+  const t0 = Date.now();
+  const child = spawn(process.execPath, ["--import", "tsx", "scripts/migrate.ts"], {
+    cwd: dir,
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", MIGRATION_DATABASE_URL: url },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  child.stdout.on("data", (d: Buffer) => {
+    out += d.toString("utf8");
+  });
+  child.stderr.on("data", (d: Buffer) => {
+    out += d.toString("utf8");
+  });
+  const code = await new Promise<number | null>((resolve) => child.on("exit", (c) => resolve(c)));
+  return { code, out, ms: Date.now() - t0 };
+}
+
+/**
+ * The previous release: the newest commit whose migrations/committed/ holds exactly the released
+ * migrations of migrations/released.sha256, byte for byte (this checkout's files of those names are
+ * the released bytes: `npm run db:check` holds them to their SHA-256). Today 7ba6d95, the release
+ * of 000035.
+ */
+export async function previousRelease(): Promise<string> {
+  const names = readFileSync(join(projectRoot, "migrations", "released.sha256"), "utf8")
+    .split("\n")
+    .map((l) => l.trim().split(/\s+/)[1])
+    .filter((p): p is string => p !== undefined && p !== "");
+  const { stdout: blobs } = await run("git", ["hash-object", ...names], { cwd: projectRoot });
+  const want = names
+    .map((n, i) => `${blobs.split("\n")[i]} ${n}`)
+    .sort()
+    .join("\n");
+  const { stdout: commits } = await run("git", ["rev-list", "HEAD", "--", "migrations/committed/"], {
+    cwd: projectRoot,
+    maxBuffer: 1 << 24,
+  });
+  for (const sha of commits.split("\n").filter((l) => l !== "")) {
+    const { stdout } = await run("git", ["ls-tree", "-r", sha, "migrations/committed/"], {
+      cwd: projectRoot,
+    });
+    const have = stdout
+      .split("\n")
+      .filter((l) => l !== "")
+      .map((l) => {
+        const [meta, path] = l.split("\t");
+        return `${meta?.split(" ")[2]} ${path}`;
+      })
+      .sort()
+      .join("\n");
+    if (have === want) return sha;
+  }
+  throw new Error("no commit holds exactly the released migrations of migrations/released.sha256");
 }

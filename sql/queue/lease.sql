@@ -27,9 +27,17 @@ begin
   perform bitrix_sync.fold_intent_journal(10000, true);
   return query
   with due as (
+    -- Not a user one of whose intents another intake holds (a live lease): a user's intents are
+    -- taken one intake at a time, so they are applied in the order recorded and the next one sees
+    -- the workflow the earlier one started. The fold's lock above serializes the claims, so the
+    -- leases committed by the claim before this one are seen here (found by drill:rollback: two
+    -- replicas took a user's deactivation and reactivation at once, and the user ended deactivated).
     select q.id, q.next_attempt_at as sort_at from han_app.sync_queue q
      where q.status in ('pending', 'retry_wait') and q.next_attempt_at <= now()
        and q.created_at >= v_watermark
+       and not exists (select 1 from han_app.sync_queue l
+                        where l.entity_type = q.entity_type and l.entity_id = q.entity_id
+                          and l.status = 'leased' and l.locked_until > now())
      order by q.next_attempt_at, q.created_at
      limit p_limit
      for update skip locked
@@ -40,21 +48,26 @@ begin
      limit p_limit
      for update skip locked
   ), picked as (
-    select id from (select * from due union all select * from expired) c order by sort_at limit p_limit
+    select id, sort_at from (select * from due union all select * from expired) c order by sort_at limit p_limit
+  ), leased as (
+    update han_app.sync_queue q
+       set status = 'leased',
+           locked_by = left(p_worker, 128),
+           locked_until = now() + p_lease,
+           lease_token = gen_random_uuid(),
+           attempt_count = q.attempt_count + 1,
+           updated_at = now()
+      from picked
+     where q.id = picked.id
+    returning q as r, picked.sort_at
   )
-  update han_app.sync_queue q
-     set status = 'leased',
-         locked_by = left(p_worker, 128),
-         locked_until = now() + p_lease,
-         lease_token = gen_random_uuid(),
-         attempt_count = q.attempt_count + 1,
-         updated_at = now()
-    from picked
-   where q.id = picked.id
-  returning q.*;
+  -- In queue order: the intake starts or joins a user's workflow intent by intent in this order
+  -- (take_sync_tasks), so the user's newest intent is applied last (fold_intent_journal places each
+  -- row at its newest intent).
+  select (l.r).* from leased l order by l.sort_at, (l.r).created_at, (l.r).id;
 end $$;
 comment on function bitrix_sync.claim_sync_tasks(text, integer, interval) is
-  'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED; each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover() and while paused (pause_sync()).';
+  'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED, returned in queue order (next_attempt_at, or an expired lease''s end), and none of a user another intake holds an intent of (a live lease); each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover() and while paused (pause_sync()).';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.claim_sync_tasks(text,integer,interval)', array['EXECUTE'], array[]::text[], array[]::text[], 'Queue lease function (gated by the cutover).')
 on conflict (object_type, object_name) do update

@@ -7,6 +7,7 @@ import type { CommandObservation } from "../crm/batch.js";
 import type { FailureCode } from "../crm/classify.js";
 import { type CrmClient, type HttpResult, isAnswered } from "../crm/client.js";
 import type { CitizenshipDictionaryState, CitizenshipDictionaryStatus } from "../crm/contact-fields.js";
+import type { SchemaState } from "../db/schema-window.js";
 
 /** Sub-command failures that mean the webhook's user lacks a right or a scope (§9: permission). */
 const PERMISSION_CODES: ReadonlySet<FailureCode> = new Set([
@@ -42,6 +43,16 @@ export class HealthState {
     items: 0,
     at: Date.now(),
   };
+
+  /**
+   * The database's schema as readiness last read it (src/db/schema-window.ts): its newest migration
+   * and contract floor; null until the first readiness round.
+   */
+  schema: SchemaState | null = null;
+
+  noteSchema(s: SchemaState): void {
+    this.schema = s;
+  }
 
   noteDeploymentCrmSuccess(at: number): void {
     if (this.deploymentCrmSuccessAt === null || at > this.deploymentCrmSuccessAt)

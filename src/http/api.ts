@@ -51,6 +51,7 @@ export const READINESS_PROBLEMS = [
   "portal_identity_missing",
   "queue_grants_missing",
   "receiver_tokens_missing",
+  "schema_outside_window",
   "settings_unparsable",
   "worker_stalled",
 ] as const;
@@ -69,13 +70,36 @@ export const BuildInfo = z.object({
   }),
 });
 
-/** What GET /health/ready answers: the readiness and the build that decided it. */
-export const ReadinessAnswerBody = ReadinessBody.extend({ build: BuildInfo });
+/**
+ * The schema this release runs on and the one the database holds (src/db/schema-window.ts;
+ * docs/operations.md, "The compatibility window"). Schemas are migration numbers (000042).
+ */
+export const SchemaInfo = z.object({
+  release: z.string().meta({
+    description:
+      "This release's schema: its newest migration. It runs on that schema and on every later one whose contract floor is at most it.",
+  }),
+  database: z.string().nullable().meta({
+    description:
+      "The database's schema: its newest applied migration, as readiness last read it; null: not read yet.",
+  }),
+  contract_floor: z.string().nullable().meta({
+    description:
+      "The oldest release schema a contract migration still lets run on the database; null: no migration has contracted.",
+  }),
+  in_window: z.boolean().nullable().meta({
+    description: "The database's schema is inside this release's window; null: not read yet.",
+  }),
+});
+
+/** What GET /health/ready answers: the readiness, the build that decided it and the schemas. */
+export const ReadinessAnswerBody = ReadinessBody.extend({ build: BuildInfo, schema: SchemaInfo });
 
 const safeCode = z.string().meta({ description: "A safe error code, never a message." });
 
 const ProcessStatus = z.object({
   build: BuildInfo,
+  schema: SchemaInfo,
   mode: EnvSchema.shape.BITRIX_SYNC_MODE.unwrap(),
   sandbox: z.boolean(),
   processing: z.boolean(),

@@ -4,6 +4,7 @@
 // the database answers within a deadline (docs/operations.md, "Bounded waits").
 import { Hono } from "hono";
 import type pg from "pg";
+import { schemaInfo } from "../db/schema-window.js";
 import type { ReceiverConfig } from "../inbound/config.js";
 import { edgeRoutes, type RefusedSourceJournal } from "../inbound/edge.js";
 import { InboxWriter } from "../inbound/inbox.js";
@@ -51,7 +52,9 @@ export function createApp(deps: AppDeps): Hono {
   app.get(API_PATHS.ready, async (c) => {
     const r = await ready();
     // The build that decided (src/version.ts): a probe of a rolling upgrade tells replicas apart.
-    return c.json({ ...r, build: BUILD }, r.status === "not_ready" ? 503 : 200);
+    // And the schemas (src/db/schema-window.ts): this release's and the database's, as this round read it.
+    const schema = schemaInfo(deps.status?.health.schema ?? null);
+    return c.json({ ...r, build: BUILD, schema }, r.status === "not_ready" ? 503 : 200);
   });
 
   // Internal only: the public nginx exposes the receivers and nothing else (deploy/nginx).

@@ -7,6 +7,7 @@ import type pg from "pg";
 import { Counter, Gauge } from "prom-client";
 import { CITIZENSHIP_DICTIONARY_STATES } from "../crm/contact-fields.js";
 import { withDeadline } from "../db/deadline.js";
+import { releaseSchema } from "../db/schema-window.js";
 import { registry, safeLabel } from "../observability/metrics.js";
 import { READINESS_PROBLEMS, READINESS_STATUSES } from "./api.js";
 import { type InboxProbe, type Readiness, readiness, type StatusSource } from "./status.js";
@@ -281,6 +282,15 @@ const crmLastSuccess = new Gauge({
   registers: [registry],
 });
 
+/** A schema number as a label: six digits, else `unknown` (labels carry nothing else). */
+const schemaLabel = (v: string | null | undefined) => (v && /^\d{6}$/.test(v) ? v : "unknown");
+const schemaGauge = new Gauge({
+  name: "bitrix_sync_schema_info",
+  help: "Always 1; the labels name the database's schema (its newest applied migration, as readiness last read it; unknown before the first read) and release_schema, this release's own newest migration (docs/operations.md, \"The compatibility window\").",
+  labelNames: ["schema", "release_schema"] as const,
+  registers: [registry],
+});
+
 const dictionaryState = new Gauge({
   name: "bitrix_sync_citizenship_dictionary_state",
   help: "The citizenship dictionary after its last read: 1 for the current state (unknown, ready, list_empty, field_missing, unavailable), 0 for the others.",
@@ -389,6 +399,14 @@ function setProcess(status: StatusSource | undefined): void {
   clear(crmLastSuccess, true);
   clear(dictionaryState, false);
   clear(dictionaryItems, true);
+  schemaGauge.reset();
+  schemaGauge.set(
+    {
+      schema: schemaLabel(status?.health.schema?.database),
+      release_schema: schemaLabel(releaseSchema().number),
+    },
+    1,
+  );
   if (!status) return;
   const h = status.health;
   for (const s of CITIZENSHIP_DICTIONARY_STATES)

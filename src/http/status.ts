@@ -9,7 +9,7 @@ import { appTableHooks, unknownHooks } from "../app-tables.js";
 import type { Config } from "../config/env.js";
 import type { CrmLimiter } from "../crm/limiter.js";
 import { databaseProblem, isTimeout, withDeadline } from "../db/deadline.js";
-import { migrationsCurrent } from "../db/migrate.js";
+import { readSchemaHead, type SchemaState, schemaInfo, windowVerdict } from "../db/schema-window.js";
 import type { HealthState } from "../health/state.js";
 import { InboxProbeRefused } from "../inbound/inbox.js";
 import type { SettingsCache } from "../settings-cache.js";
@@ -137,8 +137,12 @@ async function databaseChecks(pool: pg.Pool, src?: StatusSource): Promise<Databa
   const fatal: ReadinessProblem[] = [];
   const degraded: ReadinessProblem[] = [];
   let crmAnsweredAt: number | null = null;
-  const current = await migrationsCurrent(pool);
+  // The compatibility window (src/db/schema-window.ts): this release's own newest migration applied
+  // (else migrations_pending), and no contract step past its schema (schema_outside_window, below).
+  const head = await readSchemaHead(pool);
+  const current = head.ownApplied;
   if (!current) fatal.push("migrations_pending");
+  let schema: SchemaState = { ...head, floor: null, floorStep: null };
   // The profile's CRM-master columns are written by _write_app_crm_master as the App writer: the
   // runtime needs EXECUTE on it, the writer its UPDATE (migration 000040; before it, the runtime's own).
   const { rows } = await pool.query<{ ok: boolean }>(
@@ -163,12 +167,20 @@ async function databaseChecks(pool: pg.Pool, src?: StatusSource): Promise<Databa
       contract: "crm_contract_unconfirmed" | null;
       paused: boolean;
       answered: Date | null;
+      floor: string | null;
+      floor_step: string | null;
     }>(
       `select bitrix_sync.cutover_performed() as cutover, bitrix_sync.alert_config_problem() as alerts,
               case when $1::text is null then null else bitrix_sync.crm_contract_problem($1) end as contract,
-              bitrix_sync.sync_paused() as paused, bitrix_sync.crm_last_answered_at($2) as answered`,
+              bitrix_sync.sync_paused() as paused, bitrix_sync.crm_last_answered_at($2) as answered,
+              w.contract_floor as floor, w.contract_step as floor_step
+         from (select 1) one left join bitrix_sync.status_schema w on true`,
       [contractHost(src), src?.limiter.bucket ?? null],
     );
+    // A contract step past this release's schema (a newer release's migration dropped or narrowed
+    // what this one uses): it must leave the rotation; its start would be refused (exit 76).
+    schema = { ...schema, floor: s[0]?.floor ?? null, floorStep: s[0]?.floor_step ?? null };
+    if (windowVerdict(schema) === "contracted") fatal.push("schema_outside_window");
     // The claim functions return nothing until the cutover: the receivers record, nothing moves.
     // Degraded, not not-ready: a load balancer that took the instance out would make the public
     // receivers unreachable, and the robot does not retry (§10.1). (Sandbox mode performs the
@@ -191,6 +203,7 @@ async function databaseChecks(pool: pg.Pool, src?: StatusSource): Promise<Databa
     )
       degraded.push("app_tables_changed");
   }
+  src?.health.noteSchema(schema);
   return { fatal, degraded, crmAnsweredAt };
 }
 
@@ -306,6 +319,7 @@ function processStatus(src: StatusSource) {
   const h = src.health;
   return {
     build: BUILD,
+    schema: schemaInfo(h.schema),
     mode: src.config.env.BITRIX_SYNC_MODE,
     sandbox: src.config.sandbox,
     processing: src.config.processing,

@@ -9,7 +9,8 @@ import { appTableHooks, describeHook, unknownHooks } from "../app-tables.js";
 import type { Config } from "../config/env.js";
 import { isLoopbackHost } from "../crm/client.js";
 import { sqlstate } from "../db/errors.js";
-import { migrationsCurrent, migrationsFolder } from "../db/migrate.js";
+import { migrationsFolder } from "../db/migrate.js";
+import { outsideWindow, readSchemaState, windowText } from "../db/schema-window.js";
 import { withSearchPath } from "../db/search-path.js";
 import { databaseAddress } from "../db/url.js";
 import { parseSettings, type Settings } from "../settings-schema.js";
@@ -132,15 +133,26 @@ export async function checkDatabase(config: Config, ownerUrl: string | undefined
         (await c.query<{ n: string }>("select count(*) as n from graphile_migrate.migrations")).rows[0]?.n ??
           0,
       );
-      migrated = await migrationsCurrent(c as unknown as pg.PoolClient);
+      // The compatibility window (src/db/schema-window.ts): this release's migrations applied, and no
+      // contract step past its schema. The same verdict as the start (exit 76) and readiness.
+      const schema = await readSchemaState(c);
+      const outside = outsideWindow(schema, where);
+      migrated = outside === null;
+      const floor = schema.floor === null ? "no contract step" : `contract floor ${schema.floor}`;
       results.push(
         migrated
-          ? check("database.migrations", "ok", `current: ${applied} of ${committed} migrations applied`)
+          ? check(
+              "database.migrations",
+              "ok",
+              `current: schema ${schema.database} (${applied} migrations applied, ${committed} committed here; ${floor}), inside this release's window: ${windowText()}`,
+            )
           : check(
               "database.migrations",
               "fail",
-              `behind: ${applied} of ${committed} migrations applied, the newest is not`,
-              "run `npm run db:migrate` with the owner's MIGRATION_DATABASE_URL",
+              `${schema.ownApplied ? "contracted" : "behind"}: ${outside}`,
+              schema.ownApplied
+                ? 'deploy a release whose schema is at or above the contract floor, or restore (docs/runbook.md, "Rolling back")'
+                : "run `npm run db:migrate` with the owner's MIGRATION_DATABASE_URL",
             ),
       );
     }

@@ -18,6 +18,11 @@ export const EXIT = {
   unavailable: 69,
   /** EX_TEMPFAIL: the HTTP port is taken; free it or choose another. */
   portInUse: 75,
+  /**
+   * EX_PROTOCOL: the database's schema is outside this release's compatibility window (older than
+   * its own migrations, or contracted past it); the release and the schema do not speak together.
+   */
+  schemaOutsideWindow: 76,
   /** EX_NOPERM: the process may not listen on the HTTP port. */
   noPermission: 77,
   /** EX_CONFIG: a variable or secret has an invalid value, or the database refused it. */
@@ -34,7 +39,8 @@ export type StartupCause =
   | "database_refused"
   | "embedded_postgres_failed"
   | "settings_invalid"
-  | "sandbox_database_refused";
+  | "sandbox_database_refused"
+  | "schema_outside_window";
 
 /** A startup failure with its cause, its exit code and the lines to print. */
 export class StartupError extends Error {

@@ -236,7 +236,9 @@ test.serial(
       // lease (the fence is the token, not the clock): then there was nothing to search for. Either
       // way no create went twice (checked above), and the bound holds.
       const recovered = rows[0]?.n ?? 0;
-      t.log(`${recovered} of ${USERS} creates found by the recovery search, the rest recorded by their sender`);
+      t.log(
+        `${recovered} of ${USERS} creates found by the recovery search, the rest recorded by their sender`,
+      );
     } finally {
       await setSettings({ pool }, { "lease.ttl_sec": 60 });
     }

@@ -69,33 +69,39 @@ test.serial("the trigger appends to the journal and leaves the queue alone until
   );
 });
 
-test.serial("a fold coalesces per task and user; the row is as old as the first intent", async (t) => {
-  const u = await makeUser(db.pool, { fold: false });
-  await phone(u.id, "+79990000001");
-  await phone(u.id, "+79990000002");
-  await db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [u.id]);
-  const recorded = await journal(u.id);
-  t.is(recorded.length, 5);
-  await foldJournal(db.pool);
-  const rows = await queued(u.id);
-  t.deepEqual(rows.map((r) => [r.task_type, r.reason]).sort(), [
-    ["contact.deactivate", "identity_deactivated"],
-    ["contact.map_or_create", "profile_created"],
-    ["contact.update", "identity_phone_changed"],
-  ]);
-  const update = rows.find((r) => r.task_type === "contact.update");
-  const firstPhone = recorded.find((r) => r.task_type === "contact.update");
-  t.is(
-    update?.created_at.getTime(),
-    firstPhone?.recorded_at.getTime(),
-    "created_at: the first intent's time",
-  );
-  t.is(update?.next_attempt_at.getTime(), firstPhone?.recorded_at.getTime(), "due since then");
-  // A later fold coalesces into the active row instead of adding one.
-  await phone(u.id, "+79990000003");
-  await foldJournal(db.pool);
-  t.is((await queued(u.id)).filter((r) => r.task_type === "contact.update").length, 1);
-});
+test.serial(
+  "a fold coalesces per task and user; the row is as old as the first intent, queued at the last",
+  async (t) => {
+    const u = await makeUser(db.pool, { fold: false });
+    await phone(u.id, "+79990000001");
+    await phone(u.id, "+79990000002");
+    await db.pool.query("update han_app.user_identity set record_status = 'inactive' where id = $1", [u.id]);
+    const recorded = await journal(u.id);
+    t.is(recorded.length, 5);
+    await foldJournal(db.pool);
+    const rows = await queued(u.id);
+    t.deepEqual(rows.map((r) => [r.task_type, r.reason]).sort(), [
+      ["contact.deactivate", "identity_deactivated"],
+      ["contact.map_or_create", "profile_created"],
+      ["contact.update", "identity_phone_changed"],
+    ]);
+    const update = rows.find((r) => r.task_type === "contact.update");
+    const firstPhone = recorded.find((r) => r.task_type === "contact.update");
+    const lastPhone = recorded.filter((r) => r.task_type === "contact.update").at(-1);
+    t.is(
+      update?.created_at.getTime(),
+      firstPhone?.recorded_at.getTime(),
+      "created_at: the first intent's time",
+    );
+    // Its place in the queue is its newest intent's (a user's intents are taken in the order the App
+    // recorded them last: e2e-pause-intake-order.test.ts).
+    t.is(update?.next_attempt_at.getTime(), lastPhone?.recorded_at.getTime(), "queued at the last intent");
+    // A later fold coalesces into the active row instead of adding one.
+    await phone(u.id, "+79990000003");
+    await foldJournal(db.pool);
+    t.is((await queued(u.id)).filter((r) => r.task_type === "contact.update").length, 1);
+  },
+);
 
 test.serial("a rolled-back App write leaves nothing in the journal", async (t) => {
   const u = await makeUser(db.pool);

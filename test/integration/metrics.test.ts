@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
 import { projectRoot } from "../../src/db/migrate.js";
+import { releaseSchema } from "../../src/db/schema-window.js";
 import { reconcileContacts } from "../../src/inbound/reconcile.js";
 import { gitRevision } from "../../src/version.js";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
@@ -25,6 +26,7 @@ const secrets: string[] = [];
 
 /** The one family whose labels are the build's version and commit, not safe codes. */
 const BUILD_INFO = "bitrix_sync_build_info";
+const SCHEMA_INFO = "bitrix_sync_schema_info";
 const PACKAGE_VERSION = (
   JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as { version: string }
 ).version;
@@ -233,10 +235,10 @@ test("the families one sync, one webhook, one refusal, an alert and a reconcilia
 
 test("no label value carries a user or Contact ID, a phone, an e-mail, a name or a token", (t) => {
   const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i;
-  // The build's version and commit are not codes (a commit starts with a digit as often as not);
-  // their own test below checks them.
+  // The build's version and commit are not codes (a commit starts with a digit as often as not),
+  // nor are schemas (migration numbers); their own tests below check them.
   const values = ours()
-    .filter((f) => f.name !== BUILD_INFO)
+    .filter((f) => f.name !== BUILD_INFO && f.name !== SCHEMA_INFO)
     .flatMap((f) => f.samples.flatMap((s) => Object.entries(s.labels).filter(([k]) => k !== "le")));
   t.true(values.length > 100, "there are label values to look at");
   for (const [key, value] of values) {
@@ -247,6 +249,18 @@ test("no label value carries a user or Contact ID, a phone, an e-mail, a name or
     t.notRegex(value, /@/, `label ${key} looks like an e-mail`);
     t.regex(value, /^[a-z][a-z0-9_.]*$/, `label ${key}=${value} is a safe code`);
   }
+});
+
+test("bitrix_sync_schema_info names the database's schema and this release's: migration numbers", (t) => {
+  const samples = families.get(SCHEMA_INFO)?.samples ?? [];
+  t.is(samples.length, 1);
+  t.is(samples[0]?.value, 1);
+  const own = releaseSchema().number;
+  t.deepEqual(
+    samples[0]?.labels,
+    { schema: own, release_schema: own },
+    "the rig's database is at this release",
+  );
 });
 
 test("bitrix_sync_build_info names the build: package.json's version and the checkout's commit", (t) => {

@@ -29,10 +29,15 @@ function counted(pool: pg.Pool): { readonly n: number } {
 async function ready(app: ReturnType<typeof createApp>) {
   const res = await app.request("/health/ready");
   // The build it carries (src/version.ts) is status.test.ts's to check.
-  const { build: _build, ...body } = (await res.json()) as {
+  const {
+    build: _build,
+    schema: _schema,
+    ...body
+  } = (await res.json()) as {
     status: string;
     problems: string[];
     build: unknown;
+    schema: unknown;
   };
   return { code: res.status, body };
 }

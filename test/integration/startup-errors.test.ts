@@ -10,12 +10,13 @@ import { join } from "node:path";
 import test from "ava";
 import pg from "pg";
 import { freePort } from "../../src/db/embedded.js";
+import { releaseSchema } from "../../src/db/schema-window.js";
 import { withDatabase } from "../../src/db/url.js";
 import { EXIT, LINE_PREFIX } from "../../src/startup/errors.js";
 import { prepareSandboxDatabase } from "../../src/startup/sandbox-database.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 import { cleanEnv, type ProcessResult, runService } from "../helpers/run-process.js";
-import { createTestDb, serverUrl } from "../helpers/testdb.js";
+import { createEmptyDb, createTestDb, serverUrl } from "../helpers/testdb.js";
 
 const DB_PASSWORD = "pw-Qx7vLm2Rk9";
 const DB_USER = "svc_user_m4k2";
@@ -148,6 +149,54 @@ test.serial(
     } finally {
       await db.pool.query(`alter database ${name} reset default_transaction_read_only`);
       await db.drop();
+    }
+  },
+);
+
+test.serial(
+  "a schema outside the compatibility window stops the start with the window named, exit 76",
+  async (t) => {
+    const own = releaseSchema().number;
+    // A newer release's contract step: releases whose schema is before 999998 cannot run here.
+    const contracted = await createTestDb({ cutover: false });
+    await contracted.pool.query(
+      `insert into bitrix_sync.schema_contract_steps (migration, oldest_release_schema, what)
+       values ('999999', '999998', 'drops what releases before 999998 read (a test)')`,
+    );
+    // A database nobody migrated, and the service not asked to migrate it.
+    const empty = await createEmptyDb();
+    try {
+      const at = new URL(contracted.url).host.replace(/\./g, "\\.");
+      for (const [url, line] of [
+        [
+          contracted.url,
+          new RegExp(
+            `the database at ${at} has schema ${own}, outside the window: this release runs on schema ${own} \\(${own}-[a-z-]+\\) and every later schema whose contract floor is at most ${own}, and contract step 999999 needs a release whose schema is 999998 or later: run a newer release, or restore a backup taken before 999999`,
+          ),
+        ],
+        [
+          empty.url,
+          new RegExp(
+            `the database at ${at} has no migration applied, and this release runs on schema ${own} .*npm run db:migrate`,
+          ),
+        ],
+      ] as const) {
+        const dir = secretsDir("none");
+        writeFileSync(join(dir, "BITRIX_SYNC_DATABASE_URL"), `${url}\n`);
+        const r = await runService(
+          cleanEnv({
+            ...PRODUCTION,
+            BITRIX_SYNC_SECRETS_DIR: dir,
+            BITRIX_SYNC_DATA_DIR: tempDir(),
+            BITRIX_SYNC_MIGRATE_ON_START: "false",
+          }),
+        );
+        assertFailure(t, r, EXIT.schemaOutsideWindow, line);
+        t.regex(r.stdout, /"cause":"schema_outside_window"/);
+      }
+    } finally {
+      await contracted.drop();
+      await empty.drop();
     }
   },
 );

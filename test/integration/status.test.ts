@@ -7,6 +7,7 @@ import { loadConfig } from "../../src/config/env.js";
 import { classify } from "../../src/crm/classify.js";
 import { projectRoot } from "../../src/db/migrate.js";
 import { createPool } from "../../src/db/pools.js";
+import { releaseSchema } from "../../src/db/schema-window.js";
 import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { HealthState } from "../../src/health/state.js";
 import { createApp } from "../../src/http/app.js";
@@ -64,10 +65,15 @@ const PROD = {
 async function ready(src?: StatusSource) {
   const app = createApp({ pool: db.pool, log, ...(src ? { status: src } : {}) });
   const res = await app.request("/health/ready");
-  const { build: _build, ...body } = (await res.json()) as {
+  const {
+    build: _build,
+    schema: _schema,
+    ...body
+  } = (await res.json()) as {
     status: string;
     problems: string[];
     build: unknown;
+    schema: unknown;
   };
   return { code: res.status, body };
 }
@@ -176,6 +182,59 @@ test.serial(
     ).json()) as { build: unknown; pause: unknown };
     t.deepEqual(doc.build, ready.build);
     t.is(doc.pause, null, "nothing paused");
+  },
+);
+
+test.serial(
+  "readiness, the status document and the metric name this release's schema and the database's (the compatibility window)",
+  async (t) => {
+    const own = releaseSchema().number;
+    const src = source(PROD);
+    const app = createApp({ pool: db.pool, log, status: src });
+    const ready = (await (await app.request("/health/ready")).json()) as { schema: unknown };
+    t.deepEqual(ready.schema, { release: own, database: own, contract_floor: null, in_window: true });
+    const doc = (await (
+      await app.request("/internal/sync/v1/status", { headers: { authorization: `Bearer ${TOKEN}` } })
+    ).json()) as { schema: unknown };
+    t.deepEqual(doc.schema, ready.schema);
+    const metrics = await (await app.request("/metrics")).text();
+    t.regex(
+      metrics,
+      new RegExp(`^bitrix_sync_schema_info\\{schema="${own}",release_schema="${own}"\\} 1$`, "m"),
+    );
+  },
+);
+
+test.serial(
+  "a contract step past this release's schema: not ready (schema_outside_window), out of the window everywhere",
+  async (t) => {
+    // Its own database: a contract step is never deleted (sql/compatibility/window.sql).
+    const other = await createTestDb();
+    t.teardown(() => other.drop());
+    const own = releaseSchema().number;
+    const src = source(PROD);
+    const app = createApp({ pool: other.pool, log, status: src });
+    const before = await app.request("/health/ready");
+    t.is(before.status, 200);
+    // A newer release's migration dropped what releases before 999998 use.
+    await other.pool.query(
+      `insert into bitrix_sync.schema_contract_steps (migration, oldest_release_schema, what)
+       values ('999999', '999998', 'drops what releases before 999998 read (a test)')`,
+    );
+    await new Promise((r) => setTimeout(r, 1_100)); // readiness serves its last answer for 1 s
+    const res = await app.request("/health/ready");
+    const body = (await res.json()) as { status: string; problems: string[]; schema: unknown };
+    t.is(res.status, 503);
+    t.is(body.status, "not_ready");
+    t.true(body.problems.includes("schema_outside_window"), body.problems.join(", "));
+    t.deepEqual(body.schema, { release: own, database: own, contract_floor: "999998", in_window: false });
+    const metrics = await (await app.request("/metrics")).text();
+    t.regex(metrics, /^bitrix_sync_readiness_problem\{problem="schema_outside_window"\} 1$/m);
+    await t.throwsAsync(
+      other.pool.query("delete from bitrix_sync.schema_contract_steps"),
+      { message: /are history and are never deleted/ },
+      "a contract step is kept",
+    );
   },
 );
 
@@ -431,6 +490,8 @@ test.serial(
         status: "not_ready",
         problems: ["database_unreachable"],
         build: { version: SERVICE_VERSION, revision: SERVICE_REVISION },
+        // Nothing read yet: this release's schema, the database's unknown.
+        schema: { release: releaseSchema().number, database: null, contract_floor: null, in_window: null },
       });
       t.deepEqual(body.build, { version: SERVICE_VERSION, revision: SERVICE_REVISION });
 

@@ -7,6 +7,7 @@ import { chmodSync } from "node:fs";
 import { join } from "node:path";
 import test, { type ExecutionContext } from "ava";
 import { SANDBOX_FIELDS } from "../../../src/config/env.js";
+import { releaseSchema } from "../../../src/db/schema-window.js";
 import {
   type CheckResult,
   formatReport,
@@ -228,6 +229,28 @@ test("a database that is not migrated fails on the migrations", async (t) => {
   t.is(c.status, "fail");
   t.regex(c.detail, /not migrated/);
   t.is(byId(r, "database.worker_schema").status, "fail");
+});
+
+test("the schema inside this release's window passes; a contract step past it fails and names the window", async (t) => {
+  const own = releaseSchema().number;
+  const ok = byId(await preflight(t, await deploy({})), "database.migrations");
+  t.is(ok.status, "ok");
+  t.regex(
+    ok.detail,
+    new RegExp(`^current: schema ${own} .*no contract step\\), inside this release's window: schema ${own}`),
+  );
+  const contracted = await createTestDb();
+  t.teardown(() => contracted.drop());
+  await contracted.pool.query(
+    `insert into bitrix_sync.schema_contract_steps (migration, oldest_release_schema, what)
+     values ('999999', '999998', 'drops what releases before 999998 read (a test)')`,
+  );
+  const r = await preflight(t, await deploy({ databaseUrl: contracted.url }));
+  const c = byId(r, "database.migrations");
+  t.is(c.status, "fail");
+  t.regex(c.detail, /^contracted: .*contract step 999999 needs a release whose schema is 999998 or later/);
+  t.regex(c.hint ?? "", /Rolling back/);
+  t.not(r.exitCode, 0);
 });
 
 test("drifted grants fail and name the difference", async (t) => {
