@@ -6615,10 +6615,31 @@ CREATE FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_wo
     AS $$
 declare
   v_row bitrix_sync.entity_external_mapping;
+  v_since timestamptz;
 begin
   insert into bitrix_sync.entity_external_mapping (entity_id, external_id, workflow_id)
   values (p_user_id, p_contact_id, p_workflow_id)
   returning * into v_row;
+  -- A robot's call about this Contact that came while the link was being made was (or will be)
+  -- answered "not ours" from a read of the mappings taken before this row commits: a manager's edit
+  -- right after the create, or the portal's own workflow on create. One more read of the Contact
+  -- after the link covers it: an event queued now, processed once this transaction commits (a
+  -- pending event of the Contact coalesces with it). Matched: the Contact's events not yet processed
+  -- (a claim may have read the mappings already), and those processed as unknown_mapping since the
+  -- workflow began (before it, the workflow's own read of the Contact saw the edit). No lock: a
+  -- processor that claims after this commit sees the link; one that claimed before is matched here.
+  select coalesce(min(w.created_at), now() - interval '1 hour') into v_since
+    from bitrix_sync.workflow_instances w where w.id = p_workflow_id;
+  if exists (select 1 from bitrix_sync.webhook_inbox i
+              where i.receiver = 'contact' and i.entity_id = p_contact_id
+                and i.status in ('received', 'retry_wait', 'processing'))
+     or exists (select 1 from bitrix_sync.webhook_inbox i
+                 where i.outcome = 'unknown_mapping' and i.entity_id = p_contact_id
+                   and i.receiver = 'contact' and i.received_at >= v_since) then
+    insert into bitrix_sync.webhook_inbox (receiver, event_type, entity_type_id, entity_id)
+    values ('contact', 'linked', 3, p_contact_id);
+    perform pg_notify('bitrix_sync_webhooks', 'contact');
+  end if;
   return v_row;
 exception
   when unique_violation then
@@ -6631,7 +6652,7 @@ end $$;
 -- Name: FUNCTION open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) IS 'Creates the active link of a user to a Contact. Refuses a second active link for either side (BS006).';
+COMMENT ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) IS 'Creates the active link of a user to a Contact. Refuses a second active link for either side (BS006). Queues one more read of the Contact (webhook event linked) when a robot call about it is unprocessed or was answered unknown_mapping since the workflow began, so an edit made while the link was being made is not lost.';
 
 --
 -- Name: crm_inflight_slots; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -12559,6 +12580,18 @@ CREATE INDEX webhook_inbox_processed_idx ON bitrix_sync.webhook_inbox USING btre
 --
 
 COMMENT ON INDEX bitrix_sync.webhook_inbox_processed_idx IS 'Retention: processed events by age.';
+
+--
+-- Name: webhook_inbox_unknown_mapping_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX webhook_inbox_unknown_mapping_idx ON bitrix_sync.webhook_inbox USING btree (entity_id, received_at) WHERE ((outcome)::text = 'unknown_mapping'::text);
+
+--
+-- Name: INDEX webhook_inbox_unknown_mapping_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.webhook_inbox_unknown_mapping_idx IS 'open_mapping: the Contact''s robot calls answered unknown_mapping while its link was being made.';
 
 --
 -- Name: workflow_instances_finished_idx; Type: INDEX; Schema: bitrix_sync; Owner: -

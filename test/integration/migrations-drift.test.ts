@@ -14,7 +14,24 @@ import { withDatabase } from "../../src/db/url.js";
 import { catalogPicture } from "../helpers/catalog.js";
 import { createEmptyDb, createTestDb, serverUrl } from "../helpers/testdb.js";
 
-const run = promisify(execFile);
+const exec = promisify(execFile);
+/**
+ * Runs a command; graphile-migrate's CLI once more (up to three tries) when a migration gave up on a
+ * lock (55P03) or a deadlock (40P01): the suite migrates other databases of this cluster at the same
+ * time, whose grants to the cluster-wide roles take the same locks, and an operator who meets it runs
+ * the command again (docs/migrations.md); the service's own migrator does that itself.
+ */
+async function run(cmd: string, args: string[], opts: { cwd: string; env: NodeJS.ProcessEnv }) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await exec(cmd, args, opts);
+    } catch (e) {
+      const stderr = String((e as { stderr?: unknown }).stderr ?? "");
+      if (attempt >= 3 || !/code: '(55P03|40P01)'/.test(stderr)) throw e;
+      await new Promise((r) => setTimeout(r, 1000 * attempt));
+    }
+  }
+}
 
 function samePicture(
   t: import("ava").ExecutionContext,

@@ -6,6 +6,7 @@ import { randomInt, randomUUID } from "node:crypto";
 import test from "ava";
 import type pg from "pg";
 import { claimWebhooks } from "../helpers/claims.js";
+import { makeUser } from "../helpers/factories.js";
 import { one, type Queryable, rejectsWith, session } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
@@ -474,3 +475,56 @@ test("a hand-written UPDATE that skips a webhook edge is refused (BS002)", async
   }
   t.is((await get(id)).status, "received");
 });
+
+test.serial(
+  "a robot call answered unknown_mapping while the link was being made is read again once the link stands",
+  async (t) => {
+    const openLink = async (entityId: string) => {
+      const u = await makeUser(db.pool);
+      await db.pool.query("select bitrix_sync.open_mapping($1, $2, null)", [u.id, entityId]);
+    };
+    const linked = async (entityId: string) =>
+      (await ofEntity(entityId)).filter((w) => w.status === "received").length;
+
+    // Processed as not ours before the link committed: one more read is queued by the link.
+    const early = newEntity();
+    const id = await record(early);
+    const [row] = (await claim(db.pool, "w-link")).filter((w) => w.entity_id === early);
+    t.truthy(row);
+    await complete(id as string, row?.lease_token ?? null, "unknown_mapping");
+    await openLink(early);
+    t.is(await linked(early), 1);
+    t.is(
+      (
+        await one<{ event_type: string }>(
+          db.pool,
+          "select event_type from bitrix_sync.webhook_inbox where entity_id = $1 and status = 'received'",
+          [early],
+        )
+      ).event_type,
+      "linked",
+    );
+
+    // Claimed (its read of the mappings may predate the link) and not yet completed: queued too.
+    const inFlight = newEntity();
+    await record(inFlight);
+    t.is((await claim(db.pool, "w-link")).filter((w) => w.entity_id === inFlight).length, 1);
+    await openLink(inFlight);
+    t.is(await linked(inFlight), 1);
+
+    // No call about the Contact, or one answered before the workflow began: nothing more to read.
+    const quiet = newEntity();
+    await openLink(quiet);
+    t.deepEqual(await ofEntity(quiet), []);
+    const old = newEntity();
+    const oldId = await record(old);
+    const [oldRow] = (await claim(db.pool, "w-link")).filter((w) => w.entity_id === old);
+    await complete(oldId as string, oldRow?.lease_token ?? null, "unknown_mapping");
+    await db.pool.query(
+      "update bitrix_sync.webhook_inbox set received_at = now() - interval '2 hours' where id = $1",
+      [oldId],
+    );
+    await openLink(old);
+    t.is(await linked(old), 0);
+  },
+);

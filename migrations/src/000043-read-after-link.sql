@@ -1,0 +1,20 @@
+-- A robot's call that came while a link was being made is read again once the link stands (found by
+-- drill:rollback: a manager edited a Contact 60 ms after the service created it; the robot's call was
+-- processed before the link committed, answered unknown_mapping, and the edit waited for the next
+-- reconciliation). open_mapping (sql/mapping/links.sql) now queues one more read of the Contact (a
+-- webhook event `linked`) when one of its events is unprocessed or was answered unknown_mapping
+-- since the workflow that links it began. The previous release calls open_mapping the same way and
+-- gets the same repair.
+--
+-- Expand only: one function body replaced (signature and result unchanged), one partial index.
+set local lock_timeout = '10s';
+set local search_path = pg_catalog, pg_temp;
+
+-- squawk-ignore require-concurrent-index-creation
+create index if not exists webhook_inbox_unknown_mapping_idx on bitrix_sync.webhook_inbox (entity_id, received_at)
+  where outcome = 'unknown_mapping';
+comment on index bitrix_sync.webhook_inbox_unknown_mapping_idx is
+  'open_mapping: the Contact''s robot calls answered unknown_mapping while its link was being made.';
+
+-- #include sql/mapping/links.sql
+select bitrix_sync.apply_privileges();
