@@ -44,11 +44,12 @@ interface Run {
  * service has written its service file and logged that it listens, and returns its output so far.
  */
 async function startService(
-  t: { teardown(fn: () => void | Promise<void>): void },
+  t: { teardown(fn: () => void | Promise<void>): void; timeout(ms: number): void },
   command: string,
   args: string[],
   extra: Record<string, string> = {},
 ): Promise<Run> {
+  t.timeout(240_000);
   const data = mkdtempSync(join(tmpdir(), "bitrix-sync-logfmt-"));
   chmodSync(data, 0o755);
   // A database that does not exist yet: the service creates, marks and migrates it.
@@ -96,7 +97,8 @@ async function startService(
   t.teardown(stop);
   await waitFor(
     async () => readServiceFile(data) !== null && /HTTP listener ready/.test(out),
-    60_000,
+    // npm start compiles with tsx on first use: on a loaded 2-core machine that alone takes a minute.
+    150_000,
     "the service's start",
   );
   return { output: () => out, stop };
