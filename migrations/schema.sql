@@ -13846,6 +13846,12 @@ GRANT SELECT ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
 GRANT INSERT(receiver) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
 
 --
+-- Name: COLUMN webhook_inbox.event_type; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT INSERT(event_type) ON TABLE bitrix_sync.webhook_inbox TO bitrix_sync_user;
+
+--
 -- Name: COLUMN webhook_inbox.entity_type_id; Type: ACL; Schema: bitrix_sync; Owner: -
 --
 

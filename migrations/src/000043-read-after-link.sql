@@ -6,7 +6,10 @@
 -- since the workflow that links it began. The previous release calls open_mapping the same way and
 -- gets the same repair.
 --
--- Expand only: one function body replaced (signature and result unchanged), one partial index.
+-- The runtime may now name the event type of a row it inserts (linked), as the receivers do.
+--
+-- Expand only: one function body replaced (signature and result unchanged), one partial index, one
+-- column privilege more for the runtime.
 set local lock_timeout = '10s';
 set local search_path = pg_catalog, pg_temp;
 
@@ -17,4 +20,5 @@ comment on index bitrix_sync.webhook_inbox_unknown_mapping_idx is
   'open_mapping: the Contact''s robot calls answered unknown_mapping while its link was being made.';
 
 -- #include sql/mapping/links.sql
+-- #include sql/webhooks/tables.sql
 select bitrix_sync.apply_privileges();
