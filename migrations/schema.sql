@@ -6052,86 +6052,6 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) IS 'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm (await_crm) at step p_step, storing p_step_data (the step state, a JSON object) in the same write when given. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it. Refuses a stale lease or a workflow not running (BS001).';
 
 --
--- Name: issue_commands(uuid[], uuid[], text[], jsonb[], text[], text[], jsonb[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
---
-
-CREATE FUNCTION bitrix_sync.issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[] DEFAULT NULL::text[], p_step_data jsonb[] DEFAULT NULL::jsonb[]) RETURNS TABLE(ord bigint, command bitrix_sync.crm_commands)
-    LANGUAGE plpgsql
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-declare
-  v_n integer := coalesce(cardinality(p_workflow_ids), 0);
-  v_ids uuid[];
-  v_revisions integer[];
-  v_correlations uuid[];
-  v_stale uuid;
-begin
-  if v_n > 1000 or coalesce(cardinality(p_lease_tokens), 0) <> v_n
-     or coalesce(cardinality(p_command_types), 0) <> v_n or coalesce(cardinality(p_params), 0) <> v_n
-     or coalesce(cardinality(p_steps), 0) <> v_n
-     or (p_trace_contexts is not null and cardinality(p_trace_contexts) <> v_n)
-     or (p_step_data is not null and cardinality(p_step_data) <> v_n) then
-    raise exception 'issue_commands needs arrays of one length, at most 1000'
-      using errcode = 'BS004', hint = 'Pass one workflow, lease token, command type, params and step (and trace context and step data, or null) per command.';
-  end if;
-  if exists (select 1 from unnest(p_step_data) d where d is not null and jsonb_typeof(d) <> 'object') then
-    raise exception 'step data must be a JSON object'
-      using errcode = 'BS004', hint = 'Pass the workflow''s safe step state (IDs, flags, counts), e.g. ''{"pass": 1}''.';
-  end if;
-  -- One statement moves every workflow running -> waiting_crm (await_crm) under its caller's lease,
-  -- as issue_command does one; a workflow not moved (a stale lease, not running, named twice)
-  -- refuses the whole call (BS001) before anything is inserted.
-  with t as (
-    select u.* from unnest(p_workflow_ids, p_lease_tokens, p_steps, coalesce(p_step_data, array_fill(null::jsonb, array[v_n])))
-      as u(workflow_id, lease_token, step, step_data)
-  ), moved as (
-    update bitrix_sync.workflow_instances w
-       set state = 'waiting_crm', current_step = coalesce(t.step, w.current_step),
-           step_data = coalesce(t.step_data, w.step_data), next_attempt_at = now(),
-           lease_token = null, locked_by = null, locked_until = null
-      from t
-     where w.id = t.workflow_id and w.state is not distinct from 'running' and w.lease_token = t.lease_token
-    returning w.id, w.revision, w.correlation_id
-  )
-  select array_agg(m.id), array_agg(m.revision), array_agg(m.correlation_id)
-    into v_ids, v_revisions, v_correlations
-    from moved m;
-  if coalesce(cardinality(v_ids), 0) <> v_n then
-    select u.id into v_stale
-      from unnest(p_workflow_ids) with ordinality as u(id, ord)
-     order by (u.id = any (coalesce(v_ids, '{}'))), u.ord
-     limit 1;
-    perform bitrix_sync._refuse_stale('workflow', v_stale::text);
-  end if;
-  if v_n = 0 then
-    return;
-  end if;
-  return query
-  with t as (
-    select u.* from unnest(p_workflow_ids, p_command_types, p_params,
-                           coalesce(p_trace_contexts, array_fill(null::text, array[v_n])))
-                    with ordinality as u(workflow_id, command_type, params, trace_context, ord)
-  ), ins as (
-    insert into bitrix_sync.crm_commands (workflow_id, command_type, params, revision, correlation_id, trace_context)
-    select t.workflow_id, t.command_type, coalesce(t.params, '{}'::jsonb), m.revision, m.correlation_id,
-           bitrix_sync._trace_context(t.trace_context)
-      from t join unnest(v_ids, v_revisions, v_correlations) as m(id, revision, correlation_id) on m.id = t.workflow_id
-     order by t.ord
-    returning *
-  )
-  select t.ord, row(ins.*)::bitrix_sync.crm_commands
-    from ins join t on t.workflow_id = ins.workflow_id
-   order by t.ord;
-  perform pg_notify('bitrix_sync_commands', '');
-end $$;
-
---
--- Name: FUNCTION issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
---
-
-COMMENT ON FUNCTION bitrix_sync.issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]) IS 'issue_command for many workflows in one call (the step lane''s group of steps, issue 36): one UPDATE moves every workflow running -> waiting_crm (await_crm) with its step and step data, one INSERT issues every command. Returns each command with its position in the arrays (ord, from 1). A workflow whose lease is stale, that is not running, or that is named twice refuses the whole call (BS001) before any command is inserted; arrays of different lengths, over 1000 elements, or step data that is not an object BS004.';
-
---
 -- Name: keep_phone_link_hold(uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -9398,9 +9318,7 @@ CREATE FUNCTION bitrix_sync.tg_workflow_instances__count_transition() RETURNS tr
     AS $$
 begin
   insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
-  select 'workflow', n.workflow_type, o.state, n.state
-    from bitrix_sync_new_rows n join bitrix_sync_old_rows o on o.id = n.id
-   where o.state is distinct from n.state;
+  values ('workflow', new.workflow_type, old.state, new.state);
   return null;
 end $$;
 
@@ -9408,7 +9326,7 @@ end $$;
 -- Name: FUNCTION tg_workflow_instances__count_transition(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__count_transition() IS 'AFTER UPDATE statement trigger (transition tables bitrix_sync_old_rows, bitrix_sync_new_rows): appends one row per workflow transition of the statement (type, from, to) to metric_events for bitrix_sync_workflow_transitions_total, in one insert. Security definer: whoever moves the workflow, nobody needs rights on the table.';
+COMMENT ON FUNCTION bitrix_sync.tg_workflow_instances__count_transition() IS 'AFTER UPDATE OF state trigger: appends one workflow transition (type, from, to) to metric_events for bitrix_sync_workflow_transitions_total. Security definer: whoever moves the workflow, nobody needs rights on the table.';
 
 --
 -- Name: tg_workflow_instances__guard_state(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -13185,13 +13103,13 @@ COMMENT ON TRIGGER _900_count_transition ON bitrix_sync.crm_commands IS 'Counts 
 -- Name: workflow_instances _900_count_transition; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _900_count_transition AFTER UPDATE ON bitrix_sync.workflow_instances REFERENCING OLD TABLE AS bitrix_sync_old_rows NEW TABLE AS bitrix_sync_new_rows FOR EACH STATEMENT EXECUTE FUNCTION bitrix_sync.tg_workflow_instances__count_transition();
+CREATE TRIGGER _900_count_transition AFTER UPDATE OF state ON bitrix_sync.workflow_instances FOR EACH ROW WHEN (((old.state)::text IS DISTINCT FROM (new.state)::text)) EXECUTE FUNCTION bitrix_sync.tg_workflow_instances__count_transition();
 
 --
 -- Name: TRIGGER _900_count_transition ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _900_count_transition ON bitrix_sync.workflow_instances IS 'Counts the committed workflow transitions of each UPDATE statement for /metrics (bitrix_sync.metric_events).';
+COMMENT ON TRIGGER _900_count_transition ON bitrix_sync.workflow_instances IS 'Counts each committed workflow transition for /metrics (bitrix_sync.metric_events).';
 
 --
 -- Name: audit_state _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
@@ -15241,13 +15159,6 @@ GRANT ALL ON FUNCTION bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params
 
 REVOKE ALL ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) TO bitrix_sync_user;
-
---
--- Name: FUNCTION issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]); Type: ACL; Schema: bitrix_sync; Owner: -
---
-
-REVOKE ALL ON FUNCTION bitrix_sync.issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION bitrix_sync.issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION keep_phone_link_hold(p_user_id uuid, p_contact_id text); Type: ACL; Schema: bitrix_sync; Owner: -

@@ -7,34 +7,34 @@
 -- bitrix_sync.metric_event_totals, so the counters survive restarts and every replica reports the
 -- same totals.
 
--- The two busy machines count per statement (issue 36): one trigger call and one insert for every
--- row a statement moved (a claim, a send marker or a completion of a batch moves 50), where a
--- row-level trigger ran once per row. A trigger with transition tables cannot name its columns, so
--- it fires for every UPDATE of the table and pairs the old and new rows by primary key; one that
--- moved no state inserts nothing.
 create or replace function bitrix_sync.tg_workflow_instances__count_transition() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
   insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
-  select 'workflow', n.workflow_type, o.state, n.state
-    from bitrix_sync_new_rows n join bitrix_sync_old_rows o on o.id = n.id
-   where o.state is distinct from n.state;
+  values ('workflow', new.workflow_type, old.state, new.state);
   return null;
 end $$;
 comment on function bitrix_sync.tg_workflow_instances__count_transition() is
-  'AFTER UPDATE statement trigger (transition tables bitrix_sync_old_rows, bitrix_sync_new_rows): appends one row per workflow transition of the statement (type, from, to) to metric_events for bitrix_sync_workflow_transitions_total, in one insert. Security definer: whoever moves the workflow, nobody needs rights on the table.';
+  'AFTER UPDATE OF state trigger: appends one workflow transition (type, from, to) to metric_events for bitrix_sync_workflow_transitions_total. Security definer: whoever moves the workflow, nobody needs rights on the table.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.tg_workflow_instances__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).')
 on conflict (object_type, object_name) do update
   set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _900_count_transition on bitrix_sync.workflow_instances;
-create trigger _900_count_transition after update on bitrix_sync.workflow_instances
-  referencing old table as bitrix_sync_old_rows new table as bitrix_sync_new_rows
-  for each statement execute function bitrix_sync.tg_workflow_instances__count_transition();
+create trigger _900_count_transition after update of state on bitrix_sync.workflow_instances
+  for each row when (old.state is distinct from new.state)
+  execute function bitrix_sync.tg_workflow_instances__count_transition();
 comment on trigger _900_count_transition on bitrix_sync.workflow_instances is
-  'Counts the committed workflow transitions of each UPDATE statement for /metrics (bitrix_sync.metric_events).';
+  'Counts each committed workflow transition for /metrics (bitrix_sync.metric_events).';
 
+-- Commands count per statement (issue 36): every command transition of the engine's hot path is
+-- one statement for a whole batch (claim_commands, send_commands, complete_commands move 50 rows),
+-- so one trigger call and one insert stand where a row-level trigger ran once per row. A trigger
+-- with transition tables cannot name its columns, so it fires for every UPDATE of the table and
+-- pairs the old and new rows by primary key; one that moved no status inserts nothing. Workflows
+-- keep a row-level trigger: most of their transitions are single-row statements (a step's own
+-- transition), where a transition-table trigger costs several times a row-level one.
 create or replace function bitrix_sync.tg_crm_commands__count_transition() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin

@@ -62,23 +62,6 @@ export function groupedText(text: string, types: readonly string[]): string {
   );
 }
 
-/**
- * Statements with a set-based form: one call that does for many parameter sets what the statement
- * does for one, in order, failing as a whole where one of them would fail (issue 36: a group's
- * issue_command calls become one issue_commands, one UPDATE and one INSERT). The set-based text
- * takes each parameter of the original as an array, `$n` for `$n`, and returns `__ord` (the
- * parameter set's position, from 1) with the original's columns.
- */
-const setBased = new Map<string, { text: string; name: string }>();
-
-/** Registers `setText` as the set-based form of `text` (see above); call once, at module load. */
-export function registerSetBased(text: string, setText: string): void {
-  setBased.set(text, {
-    text: setText,
-    name: `bitrix_sync_s_${createHash("sha1").update(setText).digest("hex").slice(0, 24)}`,
-  });
-}
-
 /** The grouped text of a statement and the name it is prepared under, computed once per text. */
 const groupedCache = new Map<string, { text: string; name: string }>();
 
@@ -220,14 +203,6 @@ export class StatementBatcher {
 
   async #send(group: Pending[]): Promise<void> {
     const first = group[0] as Pending;
-    const set = setBased.get(first.text);
-    if (
-      set &&
-      group.length > 1 &&
-      group.every((p) => p.values.length === first.values.length && p.values.every((v) => !Array.isArray(v)))
-    ) {
-      return await this.#sendGrouped(group, set);
-    }
     let types: string[] | null = null;
     if (
       group.length > 1 &&
@@ -263,13 +238,8 @@ export class StatementBatcher {
       }
       return;
     }
-    await this.#sendGrouped(group, groupedStatement(first.text, types));
-  }
-
-  /** Sends `group` as one statement taking one array per parameter and answering with `__ord`. */
-  async #sendGrouped(group: Pending[], { text, name }: { text: string; name: string }): Promise<void> {
-    const width = (group[0] as Pending).values.length;
-    const columns = Array.from({ length: width }, (_, i) => group.map((p) => p.values[i] ?? null));
+    const { text, name } = groupedStatement(first.text, types);
+    const columns = types.map((_, i) => group.map((p) => p.values[i] ?? null));
     let r: pg.QueryResult;
     try {
       this.stats.statements++;

@@ -99,63 +99,6 @@ test("issue_command refuses a stale workflow token or a workflow that is not run
   t.is(rows.length, 1);
 });
 
-const issueMany = (wfs: Array<{ id: string; token: string | null }>, stepData: unknown[] | null = null) =>
-  db.pool.query<{ ord: string; id: string; workflow_id: string; status: string; params: unknown }>(
-    `select c.ord, (c.command).id, (c.command).workflow_id, (c.command).status, (c.command).params
-       from bitrix_sync.issue_commands($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::jsonb[]) c
-      order by c.ord`,
-    [
-      wfs.map((w) => w.id),
-      wfs.map((w) => w.token),
-      wfs.map((_, i) => (i % 2 === 0 ? "contact.read" : "contact.find_by_phone")),
-      wfs.map((_, i) => JSON.stringify({ n: i })),
-      wfs.map(() => "read_contact"),
-      wfs.map(() => null),
-      stepData === null ? null : stepData.map((d) => JSON.stringify(d)),
-    ],
-  );
-
-test("issue_commands issues a group's commands in one call, in order, each workflow waiting at its step", async (t) => {
-  const wfs = [
-    await runningWorkflow(db.pool),
-    await runningWorkflow(db.pool),
-    await runningWorkflow(db.pool),
-  ];
-  const { rows } = await issueMany(wfs, [{ pass: 1 }, { pass: 2 }, { pass: 3 }]);
-  t.deepEqual(
-    rows.map((r) => [Number(r.ord), r.workflow_id, r.status, r.params]),
-    wfs.map((w, i) => [i + 1, w.id, "pending", { n: i }]),
-  );
-  for (const [i, w] of wfs.entries()) {
-    const row = await workflow(w.id);
-    t.like(row, { state: "waiting_crm", current_step: "read_contact", lease_token: null });
-    t.deepEqual(row.step_data, { pass: i + 1 });
-    const cmd = await get(rows[i]?.id as string);
-    t.like(cmd, {
-      revision: row.revision,
-      correlation_id: row.correlation_id,
-      command_type: i % 2 === 0 ? "contact.read" : "contact.find_by_phone",
-    });
-  }
-});
-
-test("issue_commands refuses the whole call when one workflow is not held (BS001) and writes nothing", async (t) => {
-  const held = await runningWorkflow(db.pool);
-  const stale = await runningWorkflow(db.pool);
-  await rejectsWith(t, issueMany([held, { id: stale.id, token: randomUUID() }]), "BS001");
-  // Named twice: the second would find it waiting_crm, as issue_command called twice does.
-  await rejectsWith(t, issueMany([held, held]), "BS001");
-  await rejectsWith(t, issueMany([held], [[1]]), "BS004");
-  for (const w of [held, stale]) {
-    t.is((await workflow(w.id)).state, "running");
-    const { rows } = await db.pool.query("select 1 from bitrix_sync.crm_commands where workflow_id = $1", [
-      w.id,
-    ]);
-    t.is(rows.length, 0);
-  }
-  t.is((await issueMany([])).rows.length, 0);
-});
-
 test("a command type outside the closed catalogue is refused by the CHECK", async (t) => {
   const wf = await runningWorkflow(db.pool);
   const err = await rejectsWith(t, pendingCommand(db.pool, wf, { type: "crm.contact.delete" }), "23514");

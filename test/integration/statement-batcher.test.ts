@@ -3,12 +3,7 @@
 // gets exactly its own rows, side effects happen in the callers' order, statements that cannot be
 // grouped go alone, and the first failure fails the whole group.
 import test from "ava";
-import {
-  groupedText,
-  registerSetBased,
-  StatementBatcher,
-  ungroupable,
-} from "../../src/db/statement-batcher.js";
+import { groupedText, StatementBatcher, ungroupable } from "../../src/db/statement-batcher.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -174,25 +169,4 @@ test("a statement PostgreSQL refuses is sent alone and fails the group with its 
     return results.map((r) => (r.status === "rejected" ? (r.reason as { code?: string }).code : "ok"));
   });
   t.deepEqual(out, ["42703", "42703"]);
-});
-
-test("a statement with a set-based form goes as one call of that form, each caller getting its rows", async (t) => {
-  const text = "select log_call($1) as n, $1 as who";
-  registerSetBased(
-    text,
-    "select u.ord as __ord, log_call(u.who) as n, u.who from unnest($1::text[]) with ordinality as u(who, ord) order by u.ord",
-  );
-  const { out, stats } = await withBatcher(async (b) =>
-    Promise.all(
-      ["set-a", "set-b", "set-c"].map(
-        async (who) => (await b.client().query<{ who: string }>(text, [who])).rows,
-      ),
-    ),
-  );
-  t.deepEqual(
-    out.map((rows) => rows.map((r) => r.who)),
-    [["set-a"], ["set-b"], ["set-c"]],
-  );
-  t.is(stats.statements, 1);
-  t.is(stats.grouped, 3);
 });

@@ -10,7 +10,6 @@ import type pg from "pg";
 import { type AlertInput, raiseAlert } from "../../alerts/raise.js";
 import { type AppUser, loadAppUser, markSnapshotStale } from "../../app-data.js";
 import { attemptsSpent, backoffDelayMs, type RetrySettings } from "../../crm/backoff.js";
-import { registerSetBased } from "../../db/statement-batcher.js";
 import { activeTraceparent } from "../../observability/tracing.js";
 import type { Candidate, Holdings } from "../decide/candidates.js";
 import {
@@ -22,17 +21,6 @@ import {
 } from "../decide/pass.js";
 import { decideUnansweredWrite } from "../decide/unanswered-write.js";
 import type { CommandRow, StepData, WorkflowRow, WorkflowType } from "../types.js";
-
-/** How a step issues its next command (Step.issue). */
-const ISSUE = "select bitrix_sync.issue_command($1, $2, $3, $4, $5, $6, $7)";
-// The steps of a group that issue at once do it in one issue_commands call: one UPDATE of their
-// workflows and one INSERT of their commands (src/db/statement-batcher.ts, issue 36).
-registerSetBased(
-  ISSUE,
-  `select c.ord as __ord, c.command as issue_command
-     from bitrix_sync.issue_commands($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::jsonb[]) c
-    order by c.ord`,
-);
 
 /** What a workflow does with the outcome of its last command at one step. */
 export type AfterStep = (s: Step, last: CommandRow) => Promise<void>;
@@ -85,7 +73,7 @@ export class Step {
   async issue(type: string, params: Record<string, unknown>, step: string): Promise<void> {
     // One call persists the step state, the command and the wait. The step's own span context goes
     // with the command: its sends are traced under this step.
-    await this.tx.query(ISSUE, [
+    await this.tx.query("select bitrix_sync.issue_command($1, $2, $3, $4, $5, $6, $7)", [
       this.wf.id,
       this.wf.lease_token,
       type,
