@@ -9168,7 +9168,9 @@ CREATE FUNCTION bitrix_sync.tg_crm_commands__count_transition() RETURNS trigger
     AS $$
 begin
   insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
-  values ('command', new.command_type, old.status, new.status);
+  select 'command', n.command_type, o.status, n.status
+    from bitrix_sync_new_rows n join bitrix_sync_old_rows o on o.id = n.id
+   where o.status is distinct from n.status;
   return null;
 end $$;
 
@@ -9176,7 +9178,7 @@ end $$;
 -- Name: FUNCTION tg_crm_commands__count_transition(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.tg_crm_commands__count_transition() IS 'AFTER UPDATE OF status trigger: appends one command transition (type, from, to) to metric_events for bitrix_sync_command_transitions_total.';
+COMMENT ON FUNCTION bitrix_sync.tg_crm_commands__count_transition() IS 'AFTER UPDATE statement trigger (transition tables bitrix_sync_old_rows, bitrix_sync_new_rows): appends one row per command transition of the statement (type, from, to) to metric_events for bitrix_sync_command_transitions_total, in one insert.';
 
 --
 -- Name: tg_entity_external_mapping__audit_mark(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -12681,85 +12683,85 @@ CREATE INDEX sync_queue_lease_idx ON han_app.sync_queue USING btree (locked_unti
 -- Name: workflow_instances _100_guard_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _100_guard_state BEFORE UPDATE OF state ON bitrix_sync.workflow_instances FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg_workflow_instances__guard_state('workflow', 'state');
+CREATE TRIGGER _100_guard_state BEFORE UPDATE OF state ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((((old.state)::text IS DISTINCT FROM (new.state)::text) AND (((((old.state)::text || '>'::text) || (new.state)::text) = ANY ('{created>cancelled,created>running,failed>waiting_retry,running>cancelled,running>failed,running>succeeded,running>waiting_crm,running>waiting_manual,running>waiting_retry,waiting_crm>cancelled,waiting_crm>failed,waiting_crm>running,waiting_manual>cancelled,waiting_manual>failed,waiting_manual>running,waiting_retry>cancelled,waiting_retry>failed,waiting_retry>running}'::text[])) IS NOT TRUE))) EXECUTE FUNCTION bitrix_sync.tg_workflow_instances__guard_state('workflow', 'state');
 
 --
 -- Name: TRIGGER _100_guard_state ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _100_guard_state ON bitrix_sync.workflow_instances IS 'Refuses illegal workflow state changes (§7.1).';
+COMMENT ON TRIGGER _100_guard_state ON bitrix_sync.workflow_instances IS 'Refuses illegal workflow state changes (§7.1). The legal edges are compiled into WHEN: the function runs only for a change not on them.';
 
 --
 -- Name: business_alerts _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.business_alerts FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('alert', 'status');
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.business_alerts FOR EACH ROW WHEN ((((old.status)::text IS DISTINCT FROM (new.status)::text) AND (((((old.status)::text || '>'::text) || (new.status)::text) = ANY ('{open>closed,open>remote_missing,open>resolved}'::text[])) IS NOT TRUE))) EXECUTE FUNCTION bitrix_sync.tg__guard_transition('alert', 'status');
 
 --
 -- Name: TRIGGER _100_guard_status ON business_alerts; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.business_alerts IS 'Only open alerts change status.';
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.business_alerts IS 'Only open alerts change status. The legal edges are compiled into WHEN: the function runs only for a change not on them.';
 
 --
 -- Name: crm_commands _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.crm_commands FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('command', 'status');
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.crm_commands FOR EACH ROW WHEN ((((old.status)::text IS DISTINCT FROM (new.status)::text) AND (((((old.status)::text || '>'::text) || (new.status)::text) = ANY ('{in_flight>dead_letter,in_flight>retry_wait,in_flight>succeeded,in_flight>uncertain,leased>dead_letter,leased>in_flight,leased>pending,leased>retry_wait,pending>dead_letter,pending>leased,reconcile>dead_letter,reconcile>retry_wait,reconcile>succeeded,retry_wait>dead_letter,retry_wait>pending,uncertain>reconcile}'::text[])) IS NOT TRUE))) EXECUTE FUNCTION bitrix_sync.tg__guard_transition('command', 'status');
 
 --
 -- Name: TRIGGER _100_guard_status ON crm_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.crm_commands IS 'Refuses illegal command status changes (§7.2).';
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.crm_commands IS 'Refuses illegal command status changes (§7.2). The legal edges are compiled into WHEN: the function runs only for a change not on them.';
 
 --
 -- Name: entity_external_mapping _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.entity_external_mapping FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('mapping', 'status');
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.entity_external_mapping FOR EACH ROW WHEN ((((old.status)::text IS DISTINCT FROM (new.status)::text) AND (((((old.status)::text || '>'::text) || (new.status)::text) = ANY ('{active>broken,active>closed}'::text[])) IS NOT TRUE))) EXECUTE FUNCTION bitrix_sync.tg__guard_transition('mapping', 'status');
 
 --
 -- Name: TRIGGER _100_guard_status ON entity_external_mapping; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.entity_external_mapping IS 'closed and broken mappings are final.';
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.entity_external_mapping IS 'closed and broken mappings are final. The legal edges are compiled into WHEN: the function runs only for a change not on them.';
 
 --
 -- Name: rebind_requests _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.rebind_requests FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('rebind', 'status');
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.rebind_requests FOR EACH ROW WHEN ((((old.status)::text IS DISTINCT FROM (new.status)::text) AND (((((old.status)::text || '>'::text) || (new.status)::text) = ANY ('{in_progress>cancelled,in_progress>failed,in_progress>succeeded,requested>cancelled,requested>failed,requested>in_progress}'::text[])) IS NOT TRUE))) EXECUTE FUNCTION bitrix_sync.tg__guard_transition('rebind', 'status');
 
 --
 -- Name: TRIGGER _100_guard_status ON rebind_requests; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.rebind_requests IS 'Refuses illegal rebind request status changes (§5.4).';
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.rebind_requests IS 'Refuses illegal rebind request status changes (§5.4). The legal edges are compiled into WHEN: the function runs only for a change not on them.';
 
 --
 -- Name: settings_versions _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.settings_versions FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('settings', 'status');
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.settings_versions FOR EACH ROW WHEN ((((old.status)::text IS DISTINCT FROM (new.status)::text) AND (((((old.status)::text || '>'::text) || (new.status)::text) = ANY ('{active>superseded,draft>rejected,draft>validated,validated>active}'::text[])) IS NOT TRUE))) EXECUTE FUNCTION bitrix_sync.tg__guard_transition('settings', 'status');
 
 --
 -- Name: TRIGGER _100_guard_status ON settings_versions; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.settings_versions IS 'Only validated versions become active (§12.3).';
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.settings_versions IS 'Only validated versions become active (§12.3). The legal edges are compiled into WHEN: the function runs only for a change not on them.';
 
 --
 -- Name: webhook_inbox _100_guard_status; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.webhook_inbox FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('webhook', 'status');
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON bitrix_sync.webhook_inbox FOR EACH ROW WHEN ((((old.status)::text IS DISTINCT FROM (new.status)::text) AND (((((old.status)::text || '>'::text) || (new.status)::text) = ANY ('{coalesced>processed,processing>dead_letter,processing>processed,processing>retry_wait,received>coalesced,received>processing,retry_wait>processing}'::text[])) IS NOT TRUE))) EXECUTE FUNCTION bitrix_sync.tg__guard_transition('webhook', 'status');
 
 --
 -- Name: TRIGGER _100_guard_status ON webhook_inbox; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.webhook_inbox IS 'Refuses illegal webhook status changes (§7.3).';
+COMMENT ON TRIGGER _100_guard_status ON bitrix_sync.webhook_inbox IS 'Refuses illegal webhook status changes (§7.3). The legal edges are compiled into WHEN: the function runs only for a change not on them.';
 
 --
 -- Name: business_alerts _110_initial_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
@@ -13089,13 +13091,13 @@ COMMENT ON TRIGGER _900_count_remote_missing ON bitrix_sync.business_alerts IS '
 -- Name: crm_commands _900_count_transition; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _900_count_transition AFTER UPDATE OF status ON bitrix_sync.crm_commands FOR EACH ROW WHEN (((old.status)::text IS DISTINCT FROM (new.status)::text)) EXECUTE FUNCTION bitrix_sync.tg_crm_commands__count_transition();
+CREATE TRIGGER _900_count_transition AFTER UPDATE ON bitrix_sync.crm_commands REFERENCING OLD TABLE AS bitrix_sync_old_rows NEW TABLE AS bitrix_sync_new_rows FOR EACH STATEMENT EXECUTE FUNCTION bitrix_sync.tg_crm_commands__count_transition();
 
 --
 -- Name: TRIGGER _900_count_transition ON crm_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _900_count_transition ON bitrix_sync.crm_commands IS 'Counts each committed command transition for /metrics (bitrix_sync.metric_events).';
+COMMENT ON TRIGGER _900_count_transition ON bitrix_sync.crm_commands IS 'Counts the committed command transitions of each UPDATE statement for /metrics (bitrix_sync.metric_events).';
 
 --
 -- Name: workflow_instances _900_count_transition; Type: TRIGGER; Schema: bitrix_sync; Owner: -
@@ -13221,13 +13223,13 @@ COMMENT ON TRIGGER _950_audit_mark ON bitrix_sync.entity_external_mapping IS 'Ke
 -- Name: sync_queue _100_guard_status; Type: TRIGGER; Schema: han_app; Owner: -
 --
 
-CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON han_app.sync_queue FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__guard_transition('sync_queue', 'status');
+CREATE TRIGGER _100_guard_status BEFORE UPDATE OF status ON han_app.sync_queue FOR EACH ROW WHEN ((((old.status)::text IS DISTINCT FROM (new.status)::text) AND (((((old.status)::text || '>'::text) || (new.status)::text) = ANY ('{leased>cancelled,leased>dead_letter,leased>pending,leased>processed,leased>retry_wait,pending>cancelled,pending>leased,retry_wait>cancelled,retry_wait>leased,retry_wait>pending}'::text[])) IS NOT TRUE))) EXECUTE FUNCTION bitrix_sync.tg__guard_transition('sync_queue', 'status');
 
 --
 -- Name: TRIGGER _100_guard_status ON sync_queue; Type: COMMENT; Schema: han_app; Owner: -
 --
 
-COMMENT ON TRIGGER _100_guard_status ON han_app.sync_queue IS 'Refuses illegal queue status changes (bitrix_sync.state_edges).';
+COMMENT ON TRIGGER _100_guard_status ON han_app.sync_queue IS 'Refuses illegal queue status changes (bitrix_sync.state_edges). The legal edges are compiled into WHEN: the function runs only for a change not on them.';
 
 --
 -- Name: sync_queue _110_initial_state; Type: TRIGGER; Schema: han_app; Owner: -

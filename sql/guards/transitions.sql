@@ -56,43 +56,44 @@ insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, 
 on conflict (object_type, object_name) do update
   set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
--- Guards and updated_at stamps, one per table. drop/create keeps this file re-runnable.
-drop trigger if exists _100_guard_status on han_app.sync_queue;
-create trigger _100_guard_status before update of status on han_app.sync_queue
-  for each row execute function bitrix_sync.tg__guard_transition('sync_queue', 'status');
-comment on trigger _100_guard_status on han_app.sync_queue is 'Refuses illegal queue status changes (bitrix_sync.state_edges).';
-
-drop trigger if exists _100_guard_state on bitrix_sync.workflow_instances;
-create trigger _100_guard_state before update of state on bitrix_sync.workflow_instances
-  for each row execute function bitrix_sync.tg_workflow_instances__guard_state('workflow', 'state');
-comment on trigger _100_guard_state on bitrix_sync.workflow_instances is 'Refuses illegal workflow state changes (§7.1).';
-
-drop trigger if exists _100_guard_status on bitrix_sync.crm_commands;
-create trigger _100_guard_status before update of status on bitrix_sync.crm_commands
-  for each row execute function bitrix_sync.tg__guard_transition('command', 'status');
-comment on trigger _100_guard_status on bitrix_sync.crm_commands is 'Refuses illegal command status changes (§7.2).';
-
-drop trigger if exists _100_guard_status on bitrix_sync.webhook_inbox;
-create trigger _100_guard_status before update of status on bitrix_sync.webhook_inbox
-  for each row execute function bitrix_sync.tg__guard_transition('webhook', 'status');
-comment on trigger _100_guard_status on bitrix_sync.webhook_inbox is 'Refuses illegal webhook status changes (§7.3).';
-
-drop trigger if exists _100_guard_status on bitrix_sync.entity_external_mapping;
-create trigger _100_guard_status before update of status on bitrix_sync.entity_external_mapping
-  for each row execute function bitrix_sync.tg__guard_transition('mapping', 'status');
-comment on trigger _100_guard_status on bitrix_sync.entity_external_mapping is 'closed and broken mappings are final.';
-
-drop trigger if exists _100_guard_status on bitrix_sync.business_alerts;
-create trigger _100_guard_status before update of status on bitrix_sync.business_alerts
-  for each row execute function bitrix_sync.tg__guard_transition('alert', 'status');
-comment on trigger _100_guard_status on bitrix_sync.business_alerts is 'Only open alerts change status.';
-
-drop trigger if exists _100_guard_status on bitrix_sync.rebind_requests;
-create trigger _100_guard_status before update of status on bitrix_sync.rebind_requests
-  for each row execute function bitrix_sync.tg__guard_transition('rebind', 'status');
-comment on trigger _100_guard_status on bitrix_sync.rebind_requests is 'Refuses illegal rebind request status changes (§5.4).';
-
-drop trigger if exists _100_guard_status on bitrix_sync.settings_versions;
-create trigger _100_guard_status before update of status on bitrix_sync.settings_versions
-  for each row execute function bitrix_sync.tg__guard_transition('settings', 'status');
-comment on trigger _100_guard_status on bitrix_sync.settings_versions is 'Only validated versions become active (§12.3).';
+-- One guard per table. The legal edges of each machine are compiled into the trigger's WHEN clause
+-- (issue 36): PostgreSQL evaluates it without calling the function, so a legal transition or an
+-- UPDATE that leaves the state alone costs no PL/pgSQL call and no lookup in state_edges; only a
+-- change not on the compiled list reaches the function, which refuses it unless state_edges (the
+-- authority) has the edge. state_edges is a view of constants (sql/guards/state_edges.sql): a
+-- migration that changes it includes this file too, and npm run db:check fails when it does not
+-- (the WHEN clauses compiled here would differ). Written compactly (one text array, no IN list):
+-- PostgreSQL reads a trigger's WHEN from its stored form for every UPDATE statement on the table.
+-- drop/create keeps this file re-runnable.
+do $$
+declare
+  g record;
+  v_edges text[];
+begin
+  for g in
+    select * from (values
+      ('han_app', 'sync_queue', '_100_guard_status', 'status', 'sync_queue', 'tg__guard_transition', 'Refuses illegal queue status changes (bitrix_sync.state_edges).'),
+      ('bitrix_sync', 'workflow_instances', '_100_guard_state', 'state', 'workflow', 'tg_workflow_instances__guard_state', 'Refuses illegal workflow state changes (§7.1).'),
+      ('bitrix_sync', 'crm_commands', '_100_guard_status', 'status', 'command', 'tg__guard_transition', 'Refuses illegal command status changes (§7.2).'),
+      ('bitrix_sync', 'webhook_inbox', '_100_guard_status', 'status', 'webhook', 'tg__guard_transition', 'Refuses illegal webhook status changes (§7.3).'),
+      ('bitrix_sync', 'entity_external_mapping', '_100_guard_status', 'status', 'mapping', 'tg__guard_transition', 'closed and broken mappings are final.'),
+      ('bitrix_sync', 'business_alerts', '_100_guard_status', 'status', 'alert', 'tg__guard_transition', 'Only open alerts change status.'),
+      ('bitrix_sync', 'rebind_requests', '_100_guard_status', 'status', 'rebind', 'tg__guard_transition', 'Refuses illegal rebind request status changes (§5.4).'),
+      ('bitrix_sync', 'settings_versions', '_100_guard_status', 'status', 'settings', 'tg__guard_transition', 'Only validated versions become active (§12.3).')
+    ) as t(schema_name, table_name, trigger_name, column_name, machine, function_name, note)
+  loop
+    select coalesce(array_agg(e.edge order by e.edge), '{}') into v_edges
+      from (select distinct from_state || '>' || to_state as edge from bitrix_sync.state_edges
+             where machine = g.machine) e;
+    execute format('drop trigger if exists %I on %I.%I', g.trigger_name, g.schema_name, g.table_name);
+    -- WHEN: the column changes, and not along a compiled edge (null-safe: IS NOT TRUE).
+    execute format('create trigger %I before update of %I on %I.%I for each row '
+                   'when (old.%I is distinct from new.%I and ((old.%I)::text || ''>'' || (new.%I)::text = any (%L::text[])) is not true) '
+                   'execute function bitrix_sync.%I(%L, %L)',
+                   g.trigger_name, g.column_name, g.schema_name, g.table_name,
+                   g.column_name, g.column_name, g.column_name, g.column_name, v_edges::text,
+                   g.function_name, g.machine, g.column_name);
+    execute format('comment on trigger %I on %I.%I is %L', g.trigger_name, g.schema_name, g.table_name,
+                   g.note || ' The legal edges are compiled into WHEN: the function runs only for a change not on them.');
+  end loop;
+end $$;

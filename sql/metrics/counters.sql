@@ -28,26 +28,35 @@ create trigger _900_count_transition after update of state on bitrix_sync.workfl
 comment on trigger _900_count_transition on bitrix_sync.workflow_instances is
   'Counts each committed workflow transition for /metrics (bitrix_sync.metric_events).';
 
+-- Commands count per statement (issue 36): every command transition of the engine's hot path is
+-- one statement for a whole batch (claim_commands, send_commands, complete_commands move 50 rows),
+-- so one trigger call and one insert stand where a row-level trigger ran once per row. A trigger
+-- with transition tables cannot name its columns, so it fires for every UPDATE of the table and
+-- pairs the old and new rows by primary key; one that moved no status inserts nothing. Workflows
+-- keep a row-level trigger: most of their transitions are single-row statements (a step's own
+-- transition), where a transition-table trigger costs several times a row-level one.
 create or replace function bitrix_sync.tg_crm_commands__count_transition() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
   insert into bitrix_sync.metric_events (machine, kind, from_state, to_state)
-  values ('command', new.command_type, old.status, new.status);
+  select 'command', n.command_type, o.status, n.status
+    from bitrix_sync_new_rows n join bitrix_sync_old_rows o on o.id = n.id
+   where o.status is distinct from n.status;
   return null;
 end $$;
 comment on function bitrix_sync.tg_crm_commands__count_transition() is
-  'AFTER UPDATE OF status trigger: appends one command transition (type, from, to) to metric_events for bitrix_sync_command_transitions_total.';
+  'AFTER UPDATE statement trigger (transition tables bitrix_sync_old_rows, bitrix_sync_new_rows): appends one row per command transition of the statement (type, from, to) to metric_events for bitrix_sync_command_transitions_total, in one insert.';
 insert into bitrix_sync.privilege_decisions (object_type, object_name, runtime, admin, app, note) values
   ('function', 'bitrix_sync.tg_crm_commands__count_transition()', array[]::text[], array[]::text[], array[]::text[], 'Trigger function (metrics).')
 on conflict (object_type, object_name) do update
   set runtime = excluded.runtime, admin = excluded.admin, app = excluded.app, note = excluded.note;
 
 drop trigger if exists _900_count_transition on bitrix_sync.crm_commands;
-create trigger _900_count_transition after update of status on bitrix_sync.crm_commands
-  for each row when (old.status is distinct from new.status)
-  execute function bitrix_sync.tg_crm_commands__count_transition();
+create trigger _900_count_transition after update on bitrix_sync.crm_commands
+  referencing old table as bitrix_sync_old_rows new table as bitrix_sync_new_rows
+  for each statement execute function bitrix_sync.tg_crm_commands__count_transition();
 comment on trigger _900_count_transition on bitrix_sync.crm_commands is
-  'Counts each committed command transition for /metrics (bitrix_sync.metric_events).';
+  'Counts the committed command transitions of each UPDATE statement for /metrics (bitrix_sync.metric_events).';
 
 create or replace function bitrix_sync.tg_webhook_inbox__count_coalesced() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$

@@ -123,6 +123,29 @@ test("the state drawn as where rows start is the one each table's insert guard a
   }
 });
 
+test("each guard's WHEN lists exactly its machine's edges, and a change off them still reaches the guard", async (t) => {
+  // The legal edges are compiled into the guard's WHEN (sql/guards/transitions.sql): a legal change
+  // runs no PL/pgSQL. A WHEN that lost an edge would send a legal change to the function (which
+  // admits it: slower only); one that kept a removed edge would let it through unchecked.
+  const { rows } = await db.pool.query<{ guard: string; edges: string[] }>(`
+    select pg_get_triggerdef(g.oid) as guard,
+           (select coalesce(array_agg(distinct e.from_state || '>' || e.to_state), '{}')
+              from bitrix_sync.state_edges e where e.machine = g.tgargs_machine) as edges
+      from (select t.oid, split_part(encode(t.tgargs, 'escape'), '\\000', 1) as tgargs_machine
+              from pg_trigger t where t.tgname like '\\_100\\_guard\\_%') g`);
+  t.is(rows.length, 8);
+  for (const r of rows) {
+    const listed = /ANY \('\{([^}]*)\}'::text\[\]\)/.exec(r.guard)?.[1];
+    t.truthy(listed, r.guard);
+    t.deepEqual((listed ?? "").split(",").sort(), [...r.edges].sort(), r.guard);
+  }
+  // An edge the view does not have is refused by the function the WHEN lets through.
+  await t.throwsAsync(
+    db.pool.query("update bitrix_sync.settings_versions set status = 'draft' where status = 'active'"),
+    { code: "BS002" },
+  );
+});
+
 test("the doc parser rejects a diagram without a machine and an edge without an event", (t) => {
   t.throws(() => parseDoc("```mermaid\nstateDiagram-v2\n  a --> b : go\n```\n"), {
     message: /no "%% machine/,
