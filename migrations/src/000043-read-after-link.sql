@@ -13,12 +13,15 @@
 set local lock_timeout = '10s';
 set local search_path = pg_catalog, pg_temp;
 
+-- #include sql/mapping/links.sql
+-- #include sql/webhooks/tables.sql
+select bitrix_sync.apply_privileges();
+
+-- Last, so that the receivers' inserts wait only for the index build (milliseconds on a table that
+-- retention keeps small), not for the whole migration: a lock taken earlier is held until the
+-- commit, and apply_privileges takes seconds (drill:rollback saw receivers refused 503 for it).
 -- squawk-ignore require-concurrent-index-creation
 create index if not exists webhook_inbox_unknown_mapping_idx on bitrix_sync.webhook_inbox (entity_id, received_at)
   where outcome = 'unknown_mapping';
 comment on index bitrix_sync.webhook_inbox_unknown_mapping_idx is
   'open_mapping: the Contact''s robot calls answered unknown_mapping while its link was being made.';
-
--- #include sql/mapping/links.sql
--- #include sql/webhooks/tables.sql
-select bitrix_sync.apply_privileges();

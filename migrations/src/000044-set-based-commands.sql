@@ -9,7 +9,9 @@
 set local lock_timeout = '10s';
 set local search_path = pg_catalog, pg_temp;
 
+-- No apply_privileges() here: no object is new and no privilege decision changes (db:check's drift
+-- check says so), and it takes seconds while the triggers' table locks would be held until the
+-- commit; the receivers' and the App's writes to these tables would wait that long (drill:rollback
+-- saw the receivers refused 503). Each trigger is replaced in a moment; the commit follows at once.
 -- #include sql/guards/transitions.sql
 -- #include sql/metrics/counters.sql
-
-select bitrix_sync.apply_privileges();
