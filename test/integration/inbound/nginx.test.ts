@@ -648,25 +648,22 @@ run(
   },
 );
 
-run(
-  "a robot route's limit counts each request once, and a body too large does not escape it",
-  async (t) => {
-    // The tight deployment: one a second on the robot routes, no burst.
-    await new Promise((r) => setTimeout(r, 1100));
-    // A stranger's robot call passes the limit in the receiver's location, then is refused by its
-    // address: the refusal location does not count it a second time (403, not 429).
-    const before = await rejected("contact", "rate_limited");
-    const stranger = await post(fromStranger, viaNginx(contactPath("4896"), tightPort), robot("4896"));
-    t.is(stranger.status, 403);
-    await stranger.arrayBuffer();
-    // A body too large is refused before any location's limit_req; its refusal location meets the
-    // robot route's limit instead: the allowed address's next call within the second is over it.
-    const big = await post(fromAllowed, viaNginx(contactPath("4897"), tightPort), `a=${"x".repeat(9000)}`);
-    t.is(big.status, 413);
-    await big.arrayBuffer();
-    const next = await post(fromAllowed, viaNginx(contactPath("4898"), tightPort), robot("4898"));
-    t.is(next.status, 429);
-    t.deepEqual(await next.json(), { error: "too_many_requests" });
-    t.is(await rejected("contact", "rate_limited"), before + 1);
-  },
-);
+run("a robot route's limit counts each request once, and a body too large does not escape it", async (t) => {
+  // The tight deployment: one a second on the robot routes, no burst.
+  await new Promise((r) => setTimeout(r, 1100));
+  // A stranger's robot call passes the limit in the receiver's location, then is refused by its
+  // address: the refusal location does not count it a second time (403, not 429).
+  const before = await rejected("contact", "rate_limited");
+  const stranger = await post(fromStranger, viaNginx(contactPath("4896"), tightPort), robot("4896"));
+  t.is(stranger.status, 403);
+  await stranger.arrayBuffer();
+  // A body too large is refused before any location's limit_req; its refusal location meets the
+  // robot route's limit instead: the allowed address's next call within the second is over it.
+  const big = await post(fromAllowed, viaNginx(contactPath("4897"), tightPort), `a=${"x".repeat(9000)}`);
+  t.is(big.status, 413);
+  await big.arrayBuffer();
+  const next = await post(fromAllowed, viaNginx(contactPath("4898"), tightPort), robot("4898"));
+  t.is(next.status, 429);
+  t.deepEqual(await next.json(), { error: "too_many_requests" });
+  t.is(await rejected("contact", "rate_limited"), before + 1);
+});
