@@ -46,11 +46,13 @@ export const NginxEnvSchema = z.object({
   BITRIX_SYNC_NGINX_ERROR_LOG: path("error log").default("/var/log/nginx/bitrix-sync-public.error.log"),
   // The service refuses bodies above DEFAULT_MAX_BODY_BYTES anyway; nginx may only be stricter.
   BITRIX_SYNC_NGINX_MAX_BODY_BYTES: count(512, DEFAULT_MAX_BODY_BYTES).default(DEFAULT_MAX_BODY_BYTES),
+  // The robot routes' limit per source address, sized for Bitrix24's robots (docs/deployment.md).
   BITRIX_SYNC_NGINX_RATE_PER_SEC: count(1, 10_000).default(100),
   BITRIX_SYNC_NGINX_BURST: count(0, 100_000).default(500),
-  // Requests without a token: never a robot's, so a much tighter limit per peer (per minute).
-  BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN: count(1, 600_000).default(30),
-  BITRIX_SYNC_NGINX_TOKENLESS_BURST: count(0, 100_000).default(10),
+  // Every other route of the public server (no robot's request goes there): a much tighter limit
+  // per source address (per minute).
+  BITRIX_SYNC_NGINX_OTHER_ROUTE_RATE_PER_MIN: count(1, 600_000).default(30),
+  BITRIX_SYNC_NGINX_OTHER_ROUTE_BURST: count(0, 100_000).default(10),
   // Strict-Transport-Security's max-age; 0 turns the header off (two years by default).
   BITRIX_SYNC_NGINX_HSTS_MAX_AGE_SEC: count(0, 63_072_000).default(63_072_000),
   // nginx's own health endpoint (GET /nginx-health, plain HTTP) for the container's healthcheck: on
@@ -73,11 +75,12 @@ export interface NginxSettings {
   accessLog: string;
   errorLog: string;
   maxBodyBytes: number;
+  /** The robot routes' limit per source address (per second), and its burst. */
   ratePerSec: number;
   burst: number;
-  /** The per-peer limit of requests that carry no token (per minute), and its burst. */
-  tokenlessRatePerMin: number;
-  tokenlessBurst: number;
+  /** Every other route's limit per source address (per minute), and its burst. */
+  otherRouteRatePerMin: number;
+  otherRouteBurst: number;
   /** Strict-Transport-Security max-age in seconds; 0: no header. */
   hstsMaxAgeSec: number;
   /** nginx's own health listener (loopback address:port), for the container's healthcheck. */
@@ -113,6 +116,16 @@ function receiversEnabledBy(env: Env, raw: NodeJS.ProcessEnv): string | null {
   }
   return null;
 }
+
+/**
+ * Settings of an earlier release whose meaning is gone: the tight limit was keyed on the absence of
+ * a token, which any value of `token` escaped. Refused by name, so a reviewed environment that still
+ * sets one is looked at again rather than silently rendered with the default.
+ */
+const RENAMED: ReadonlyArray<[string, string]> = [
+  ["BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN", "BITRIX_SYNC_NGINX_OTHER_ROUTE_RATE_PER_MIN"],
+  ["BITRIX_SYNC_NGINX_TOKENLESS_BURST", "BITRIX_SYNC_NGINX_OTHER_ROUTE_BURST"],
+];
 
 /** The renderer's problems as one ConfigError; each text starts with the variable's name. */
 function configError(problems: string[]): ConfigError {
@@ -153,10 +166,17 @@ export function renderNginxFromEnv(raw: NodeJS.ProcessEnv): NginxRender {
   } else if (publicHost && publicHost.hostname !== serverName.toLowerCase()) {
     problems.push("BITRIX_SYNC_NGINX_SERVER_NAME: differs from the host of BITRIX_SYNC_PUBLIC_BASE_URL");
   }
-  if (n.BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN > n.BITRIX_SYNC_NGINX_RATE_PER_SEC * 60) {
+  if (n.BITRIX_SYNC_NGINX_OTHER_ROUTE_RATE_PER_MIN > n.BITRIX_SYNC_NGINX_RATE_PER_SEC * 60) {
     problems.push(
-      "BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN: must not be looser than BITRIX_SYNC_NGINX_RATE_PER_SEC (per minute): requests without a token are never a robot's",
+      "BITRIX_SYNC_NGINX_OTHER_ROUTE_RATE_PER_MIN: must not be looser than BITRIX_SYNC_NGINX_RATE_PER_SEC (per minute): no robot's request goes to another route",
     );
+  }
+  for (const [old, now] of RENAMED) {
+    if (raw[old] !== undefined) {
+      problems.push(
+        `${old}: no longer read; the limit is chosen by the route, not by the token: set ${now} (every route but the two robot routes) instead`,
+      );
+    }
   }
   const allowed = env.BITRIX_WEBHOOK_ALLOWED_CIDRS;
   const enabledBy = receiversEnabledBy(env, raw);
@@ -179,8 +199,8 @@ export function renderNginxFromEnv(raw: NodeJS.ProcessEnv): NginxRender {
     maxBodyBytes: n.BITRIX_SYNC_NGINX_MAX_BODY_BYTES,
     ratePerSec: n.BITRIX_SYNC_NGINX_RATE_PER_SEC,
     burst: n.BITRIX_SYNC_NGINX_BURST,
-    tokenlessRatePerMin: n.BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN,
-    tokenlessBurst: n.BITRIX_SYNC_NGINX_TOKENLESS_BURST,
+    otherRouteRatePerMin: n.BITRIX_SYNC_NGINX_OTHER_ROUTE_RATE_PER_MIN,
+    otherRouteBurst: n.BITRIX_SYNC_NGINX_OTHER_ROUTE_BURST,
     hstsMaxAgeSec: n.BITRIX_SYNC_NGINX_HSTS_MAX_AGE_SEC,
     healthListen: n.BITRIX_SYNC_NGINX_HEALTH_LISTEN,
     allowed,
@@ -214,7 +234,11 @@ const FORWARDED: Array<{ status: number; reason: string; page: string }> = [
 /** nginx's header names for the two (case does not matter in HTTP). */
 const header = (h: string) => h.replace(/(^|-)([a-z])/g, (_, d: string, c: string) => d + c.toUpperCase());
 
-/** Statuses the refusal route may answer, each replaced by nginx's own page (never shown as is). */
+/**
+ * Statuses the refusal route may answer, each replaced by nginx's own page (never shown as is). In
+ * the refusal locations that hold the route limits, 429 is the limit's own and goes to @refused_429
+ * (the route answers 429 only for rate_limited, which is never handed to those).
+ */
 const INTERCEPTED = "400 403 404 413 429 500 502 503 504";
 
 /** The server block for the http {} context. Pure: the same settings give the same text. */
@@ -223,6 +247,8 @@ export function renderNginx(s: NginxSettings): string {
   const allowLines = s.allowed.map((c) => `  allow ${c.text};\n`).join("");
   const geoLines = s.allowed.map((c) => `  ${c.text} 1;\n`).join("");
   const receiverOf = (route: string) => route.slice(route.lastIndexOf("/") + 1);
+  const robotLimit = `limit_req zone=bitrix_sync_webhooks${s.burst > 0 ? ` burst=${s.burst} nodelay` : ""};`;
+  const otherLimit = `limit_req zone=bitrix_sync_other_routes${s.otherRouteBurst > 0 ? ` burst=${s.otherRouteBurst} nodelay` : ""};`;
   return `# Public nginx in front of bitrix-sync (spec §10.1, §16; docs/deployment.md, docs/receivers.md).
 # RENDERED by \`npm run render:nginx\` from the service's environment (src/config/nginx.ts). Do not
 # edit: change BITRIX_WEBHOOK_ALLOWED_CIDRS or a BITRIX_SYNC_NGINX_* setting, review, render again.
@@ -273,20 +299,27 @@ log_format bitrix_sync_public escape=json
   '"reason":"$bitrix_sync_reason","bytes":$body_bytes_sent,"request_time":$request_time,'
   '"upstream_status":"$upstream_status"}';
 
-# Per-peer request rate. Bitrix24 sends from a few addresses and may burst after a mass edit; a
+# Request rate per source address, chosen by the route alone: nothing the request carries (a token,
+# valid or not, or none) changes which limit it meets, and nginx never reads the token. Each key is
+# the peer's address on its own routes and empty (not counted) elsewhere.
+#
+# The two robot routes: Bitrix24 sends from a few addresses and may burst after a mass edit; a
 # request refused here is lost (the robot does not retry) until reconciliation repairs it, so the
-# limit guards the service and the allow-list keeps strangers out.
-limit_req_zone $binary_remote_addr zone=bitrix_sync_webhooks:1m rate=${s.ratePerSec}r/s;
+# limit is sized for the robots and guards the service, and the allow-list keeps strangers out. A
+# request with a wrong token, or none, meets the same limit: nginx cannot tell it from a robot's.
+map $bitrix_sync_receiver $bitrix_sync_robot_route_peer {
+  none "";
+  default $binary_remote_addr;
+}
+limit_req_zone $bitrix_sync_robot_route_peer zone=bitrix_sync_webhooks:1m rate=${s.ratePerSec}r/s;
 
-# A request without a token is never a robot's (the service answers it 403): it gets a much tighter
-# limit of its own, so probing from an allowed network costs the service little. The key is empty,
-# hence not counted, when a token is present. The token itself is only tested for being there, never
-# logged or compared here.
-map $arg_token $bitrix_sync_tokenless_peer {
-  "" $binary_remote_addr;
+# Every other route of this server (no robot's request goes there; the answer is 403 or 404): a much
+# tighter limit, so a flood from one address, with a token or without, is soon refused with 429.
+map $bitrix_sync_receiver $bitrix_sync_other_route_peer {
+  none $binary_remote_addr;
   default "";
 }
-limit_req_zone $bitrix_sync_tokenless_peer zone=bitrix_sync_tokenless:1m rate=${s.tokenlessRatePerMin}r/m;
+limit_req_zone $bitrix_sync_other_route_peer zone=bitrix_sync_other_routes:1m rate=${s.otherRouteRatePerMin}r/m;
 
 upstream bitrix_sync_receivers {
   server ${s.upstream};
@@ -369,6 +402,9 @@ ${
   # An X-Forwarded-For from the client is never trusted; a proxy in front of this nginx needs its
   # own deployment review (§10.1). Changed only through review, never automatically.
 ${allowLines}  deny all;
+
+  # A request over its route's limit is answered 429 (never nginx's default 503), and counted.
+  limit_req_status 429;
 ${ROUTES.map(
   (r) => `
   # Exact route: no trailing-slash variant, no prefix match, hence no redirect.
@@ -376,9 +412,7 @@ ${ROUTES.map(
     limit_except POST {
       deny all;
     }
-    limit_req zone=bitrix_sync_webhooks${s.burst > 0 ? ` burst=${s.burst} nodelay` : ""};
-    limit_req zone=bitrix_sync_tokenless${s.tokenlessBurst > 0 ? ` burst=${s.tokenlessBurst} nodelay` : ""};
-    limit_req_status 429;
+    ${robotLimit}
 
     # No URI part: the request URI, with its query, is passed through unchanged.
     proxy_pass http://bitrix_sync_receivers;
@@ -399,7 +433,8 @@ ${ROUTES.map(
 
   # Everything else (health, status, metrics, any probe) does not exist here. A source outside the
   # allow-list is refused by its address on every path (\`return\` comes before allow/deny), so the
-  # synthetic probe from outside sees the same refusal a stranger robot would.
+  # synthetic probe from outside sees the same refusal a stranger robot would. \`return\` also comes
+  # before any limit_req: this route meets its limit in the refusal location it is handed to.
   location / {
     if ($bitrix_sync_peer_allowed = 0) {
       return 403;
@@ -413,6 +448,11 @@ ${ROUTES.map(
   # with the refusal's status whatever the service answers or if it does not (proxy_intercept_errors;
   # recursive_error_pages lets those pages follow the first redirect). 405, 414 and 400 are not
   # counted: the first never happens on these locations, the other two before a location exists.
+  # The refusal locations hold the route limits too: nginx counts a request against limit_req once,
+  # in the first location that has one, so a robot route's request limited in its own location is
+  # not counted twice, while a request that got no further (\`return\` on another route, a body too
+  # large on any) meets its route's limit here, before the service is called. Over it: 429,
+  # counted as rate_limited.
   recursive_error_pages on;
 ${FORWARDED.map((f) => `  error_page ${f.status} @refused_${f.status};`).join("\n")}
   error_page 405 @method_not_allowed;
@@ -422,7 +462,13 @@ ${FORWARDED.map(
   location @refused_${f.status} {
     allow all;
     set $bitrix_sync_refusal ${f.reason};
-    set $bitrix_sync_refusal_path ${EDGE_REFUSAL_PATH};
+    set $bitrix_sync_refusal_path ${EDGE_REFUSAL_PATH};${
+      f.status === 429
+        ? ""
+        : `
+    ${robotLimit}
+    ${otherLimit}`
+    }
     proxy_pass http://bitrix_sync_refusals$bitrix_sync_refusal_path;
     proxy_method POST;
     proxy_pass_request_headers off;
@@ -436,8 +482,14 @@ ${FORWARDED.map(
     proxy_connect_timeout 1s;
     proxy_send_timeout 2s;
     proxy_read_timeout 2s;
-    proxy_intercept_errors on;
-    error_page ${INTERCEPTED} =${f.status} @${f.page};
+    proxy_intercept_errors on;${
+      f.status === 429
+        ? `
+    error_page ${INTERCEPTED} =${f.status} @${f.page};`
+        : `
+    error_page 429 @refused_429;
+    error_page ${INTERCEPTED.replace(" 429", "")} =${f.status} @${f.page};`
+    }
   }`,
 ).join("")}
 ${ERROR_PAGES.map(

@@ -597,27 +597,73 @@ run("every answer carries Strict-Transport-Security, nginx's own refusals too", 
 });
 
 run(
-  "requests without a token run into their own, tighter limit; a robot's with a token do not",
+  "the route chooses the limit: junk tokens on another route are limited like no token, and a robot's call still passes",
   async (t) => {
-    // 30 a minute with a burst of 10 (the defaults): the twelfth in a row cannot pass.
-    const statuses: number[] = [];
-    for (let i = 0; i < 14; i++) {
-      const res = await post(
-        fromAllowed,
-        viaNginx(`/bitrix/sync/webhook/contact?ID=47${i}`),
-        robot(`47${i}`),
-      );
-      statuses.push(res.status);
+    // A fresh nginx with the default limits: 30 a minute with a burst of 10 on every route but the
+    // robots', 100 a second with a burst of 500 on theirs. One allowed address floods a path that
+    // is no receiver, every other request with a made-up token, the rest with none.
+    const routesPort = await freePort();
+    await deploy("routes", routesPort);
+    const junk = [`token=${"f".repeat(32)}`, "token=", `token=${TOKENS.contact}`, "token=x&token=y"];
+    const counted = await rejected("none", "rate_limited");
+    const sent: Array<{ token: boolean; status: number }> = [];
+    for (let i = 0; i < 16; i++) {
+      const query = i % 2 === 0 ? `?${junk[(i / 2) % junk.length]}&ID=48${i}` : `?ID=48${i}`;
+      const res = await post(fromAllowed, viaNginx(`/bitrix/sync/webhook/deal${query}`, routesPort), "");
+      sent.push({ token: i % 2 === 0, status: res.status });
       if (res.status === 429) t.deepEqual(await res.json(), { error: "too_many_requests" });
       else await res.arrayBuffer();
     }
-    t.is(statuses[0], 403, "the service refuses a request without a token");
-    t.true(statuses.includes(429), String(statuses));
-    t.true(statuses.indexOf(429) >= 10, String(statuses));
-    // The same peer with a token meanwhile: the robots' own, much larger limit only.
-    const robotAnswer = await post(fromAllowed, viaNginx(contactPath("4790")), robot("4790"));
-    t.is(robotAnswer.status, 200);
-    await robotAnswer.arrayBuffer();
-    t.true(accessLines("public").some((l) => l.reason === "rate_limited" && l.receiver === "contact"));
+    const statuses = sent.map((s) => s.status);
+    // One budget for the address, whatever the query carries: the burst passes (404), then 429 for
+    // both kinds alike.
+    t.deepEqual(statuses.slice(0, 11), Array(11).fill(404), String(statuses));
+    t.deepEqual(statuses.slice(11), Array(5).fill(429), String(statuses));
+    t.true(sent.some((s) => s.token && s.status === 429));
+    t.true(sent.some((s) => !s.token && s.status === 429));
+    // Counted by the service as rate_limited on no receiver, and logged so, the query nowhere.
+    t.is(await rejected("none", "rate_limited"), counted + 5);
+    const limited = accessLines("routes").filter((l) => l.reason === "rate_limited");
+    t.deepEqual(
+      limited.map((l) => [l.peer, l.route, l.receiver, l.status]),
+      Array(5).fill([ALLOWED, "other", "none", 429]),
+    );
+
+    // The same address's robot call meanwhile: the robot route's own limit only.
+    const ok = await post(fromAllowed, viaNginx(contactPath("4890"), routesPort), robot("4890"));
+    t.is(ok.status, 200);
+    t.deepEqual(await ok.json(), { status: "accepted" });
+    // And on the robot route a request without a token, or with a junk one, meets that same limit:
+    // well within it, each is the service's own 403 (token_invalid), never the tight limit's 429.
+    for (const query of ["?ID=4891", `?${junk[0]}&ID=4892`, "?ID=4893", `?${junk[3]}&ID=4894`]) {
+      const res = await post(fromAllowed, viaNginx(`/bitrix/sync/webhook/contact${query}`, routesPort), "");
+      t.is(res.status, 403, query);
+      t.is(res.headers.get("cache-control"), "no-store", "the service's answer");
+      await res.arrayBuffer();
+    }
+    const again = await post(fromAllowed, viaNginx(contactPath("4895"), routesPort), robot("4895"));
+    t.is(again.status, 200);
+    await again.arrayBuffer();
+    t.false(box.logs().some((l) => l.text.includes(TOKENS.contact) || l.text.includes("f".repeat(32))));
   },
 );
+
+run("a robot route's limit counts each request once, and a body too large does not escape it", async (t) => {
+  // The tight deployment: one a second on the robot routes, no burst.
+  await new Promise((r) => setTimeout(r, 1100));
+  // A stranger's robot call passes the limit in the receiver's location, then is refused by its
+  // address: the refusal location does not count it a second time (403, not 429).
+  const before = await rejected("contact", "rate_limited");
+  const stranger = await post(fromStranger, viaNginx(contactPath("4896"), tightPort), robot("4896"));
+  t.is(stranger.status, 403);
+  await stranger.arrayBuffer();
+  // A body too large is refused before any location's limit_req; its refusal location meets the
+  // robot route's limit instead: the allowed address's next call within the second is over it.
+  const big = await post(fromAllowed, viaNginx(contactPath("4897"), tightPort), `a=${"x".repeat(9000)}`);
+  t.is(big.status, 413);
+  await big.arrayBuffer();
+  const next = await post(fromAllowed, viaNginx(contactPath("4898"), tightPort), robot("4898"));
+  t.is(next.status, 429);
+  t.deepEqual(await next.json(), { error: "too_many_requests" });
+  t.is(await rejected("contact", "rate_limited"), before + 1);
+});

@@ -46,16 +46,8 @@ test("each allowed network becomes an allow rule and a geo entry; everything els
 });
 
 test("nothing that could carry the query string is logged or forwarded by a directive", (t) => {
-  const all = renderNginxFromEnv(base).text.replace(/#.*$/gm, "");
-  // The token's one use: whether there is one, in a map whose values are the peer or nothing, and
-  // that map's variable only as the token-less limit's key.
-  const presence =
-    /map \$arg_token \$bitrix_sync_tokenless_peer \{\n {2}"" \$binary_remote_addr;\n {2}default "";\n\}\n/;
-  t.regex(all, presence);
-  const code = all.replace(presence, "");
-  t.deepEqual(code.match(/\$bitrix_sync_tokenless_peer\b.*/g), [
-    "$bitrix_sync_tokenless_peer zone=bitrix_sync_tokenless:1m rate=30r/m;",
-  ]);
+  const code = renderNginxFromEnv(base).text.replace(/#.*$/gm, "");
+  // Not even the token's presence: no argument of the query is read anywhere.
   t.notRegex(code, /\$request_uri|\$args|\$arg_|\$query_string|\$request\b|\$is_args/);
   t.notRegex(code, /\brewrite\b|return 30\d|\bredirect\b/);
   // The only paths named: the receivers, nginx's own loopback health, and the service's internal
@@ -90,7 +82,16 @@ test("nginx's refusals go to the service's refusal route with the reason, the re
     ]);
     // The client gets nginx's own page with the refusal's status, whatever the service answers.
     t.regex(loc, /proxy_intercept_errors on;/);
-    t.true(loc.includes(`error_page 400 403 404 413 429 500 502 503 504 =${status} @${page};`), loc);
+    if (status === 429) {
+      t.true(loc.includes(`error_page 400 403 404 413 429 500 502 503 504 =429 @${page};`), loc);
+      t.notRegex(loc, /limit_req/, "already limited: nginx counts a request once");
+    } else {
+      // The route's limit before the service is called; over it, the refusal is the limit's.
+      t.true(loc.includes(`error_page 429 @refused_429;\n`), loc);
+      t.true(loc.includes(`error_page 400 403 404 413 500 502 503 504 =${status} @${page};`), loc);
+      t.regex(loc, /limit_req zone=bitrix_sync_webhooks burst=500 nodelay;/);
+      t.regex(loc, /limit_req zone=bitrix_sync_other_routes burst=10 nodelay;/);
+    }
   }
   t.regex(
     text,
@@ -202,10 +203,10 @@ test("a burst of 0 renders no burst clause (nginx refuses burst=0)", (t) => {
   const { text } = renderNginxFromEnv({
     ...base,
     BITRIX_SYNC_NGINX_BURST: "0",
-    BITRIX_SYNC_NGINX_TOKENLESS_BURST: "0",
+    BITRIX_SYNC_NGINX_OTHER_ROUTE_BURST: "0",
   });
   t.regex(text, /limit_req zone=bitrix_sync_webhooks;/);
-  t.regex(text, /limit_req zone=bitrix_sync_tokenless;/);
+  t.regex(text, /limit_req zone=bitrix_sync_other_routes;/);
   t.notRegex(text, /burst=/);
 });
 
@@ -240,25 +241,51 @@ test("a default server drops other host names; the named one sends HSTS", (t) =>
   );
 });
 
-test("requests without a token have a tighter limit of their own, never looser than the robots'", (t) => {
+test("the route chooses the limit: the robot routes their own, every other route a tighter one", (t) => {
   const { text } = renderNginxFromEnv(base);
-  t.true(text.includes("zone=bitrix_sync_tokenless:1m rate=30r/m;"));
+  // Each zone is keyed on the peer for its own routes only, by the receiver map (none: not a robot's).
+  t.regex(
+    text,
+    /map \$bitrix_sync_receiver \$bitrix_sync_robot_route_peer \{\n {2}none "";\n {2}default \$binary_remote_addr;\n\}\nlimit_req_zone \$bitrix_sync_robot_route_peer zone=bitrix_sync_webhooks:1m rate=100r\/s;\n/,
+  );
+  t.regex(
+    text,
+    /map \$bitrix_sync_receiver \$bitrix_sync_other_route_peer \{\n {2}none \$binary_remote_addr;\n {2}default "";\n\}\nlimit_req_zone \$bitrix_sync_other_route_peer zone=bitrix_sync_other_routes:1m rate=30r\/m;\n/,
+  );
+  t.deepEqual(text.match(/limit_req_zone .*/g)?.length, 2);
   for (const receiver of ["contact", "alert"]) {
-    const location = text.slice(text.indexOf(`location = /bitrix/sync/webhook/${receiver} {`));
-    t.regex(location, /limit_req zone=bitrix_sync_tokenless burst=10 nodelay;/, receiver);
+    const from = text.indexOf(`location = /bitrix/sync/webhook/${receiver} {`);
+    const location = text.slice(from, text.indexOf("\n  }", from));
+    t.deepEqual(location.match(/limit_req\b.*/g), ["limit_req zone=bitrix_sync_webhooks burst=500 nodelay;"]);
   }
+  // One status for every limit, at the server's level: 429, handed on as rate_limited.
+  t.deepEqual(text.match(/limit_req_status.*/g), ["limit_req_status 429;"]);
+  t.regex(text, /\n {2}limit_req_status 429;\n/);
   t.regex(
     problems({
       ...base,
       BITRIX_SYNC_NGINX_RATE_PER_SEC: "1",
-      BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN: "61",
+      BITRIX_SYNC_NGINX_OTHER_ROUTE_RATE_PER_MIN: "61",
     }),
-    /BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN: must not be looser than BITRIX_SYNC_NGINX_RATE_PER_SEC/,
+    /BITRIX_SYNC_NGINX_OTHER_ROUTE_RATE_PER_MIN: must not be looser than BITRIX_SYNC_NGINX_RATE_PER_SEC/,
   );
   t.regex(
-    renderNginxFromEnv({ ...base, BITRIX_SYNC_NGINX_TOKENLESS_BURST: "0" }).text,
-    /limit_req zone=bitrix_sync_tokenless;/,
+    renderNginxFromEnv({ ...base, BITRIX_SYNC_NGINX_OTHER_ROUTE_RATE_PER_MIN: "12" }).text,
+    /zone=bitrix_sync_other_routes:1m rate=12r\/m;/,
   );
+});
+
+test("the earlier token-keyed settings are refused by name, pointing to the route's", (t) => {
+  const m = problems({
+    ...base,
+    BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN: "30",
+    BITRIX_SYNC_NGINX_TOKENLESS_BURST: "10",
+  });
+  t.regex(
+    m,
+    /BITRIX_SYNC_NGINX_TOKENLESS_RATE_PER_MIN: no longer read; .* set BITRIX_SYNC_NGINX_OTHER_ROUTE_RATE_PER_MIN/,
+  );
+  t.regex(m, /BITRIX_SYNC_NGINX_TOKENLESS_BURST: no longer read; .* set BITRIX_SYNC_NGINX_OTHER_ROUTE_BURST/);
 });
 
 test("an allow-list entry wider than /8 or /32 is refused with the variable's name", (t) => {
