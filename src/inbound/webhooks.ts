@@ -13,8 +13,8 @@
 // and the App's copy of the Contact bitrix_sync.contact_snapshots; a held link records its read in
 // bitrix_sync.entity_external_mapping (sql/mapping/held.sql), a Contact that is gone closes its
 // mapping there and marks the snapshot stale; a refusal (unknown citizenship, a Contact not found)
-// raises a row of bitrix_sync.business_alerts; the inbox row (bitrix_sync.webhook_inbox) ends completed, retried or
-// dead-lettered (bitrix_sync.technical_dead_letters).
+// raises a row of bitrix_sync.business_alerts; the inbox row (bitrix_sync.webhook_inbox) ends
+// completed, retried or dead-lettered (bitrix_sync.technical_dead_letters).
 //
 // Each claimed event is a span (bitrix_sync.inbox.process) under the context its receiver request
 // stored with it; the one CRM read that serves a round's events links to all of them.
