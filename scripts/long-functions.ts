@@ -3,7 +3,7 @@
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import ts from "typescript";
-import { projectRoot } from "../src/db/migrate.js";
+import { projectRoot } from "../src/local/project-root.js";
 
 const limit = Number(process.argv[2] ?? 80);
 const root = join(projectRoot, process.argv[3] ?? "src");
@@ -16,7 +16,8 @@ function sources(dir: string): string[] {
 }
 
 function nameOf(node: ts.Node): string {
-  if ((ts.isFunctionDeclaration(node) || ts.isMethodDeclaration(node)) && node.name) return node.name.getText();
+  if ((ts.isFunctionDeclaration(node) || ts.isMethodDeclaration(node)) && node.name)
+    return node.name.getText();
   const parent = node.parent;
   if (parent && ts.isVariableDeclaration(parent)) return parent.name.getText();
   if (parent && ts.isPropertyAssignment(parent)) return parent.name.getText();
@@ -32,12 +33,17 @@ for (const file of sources(root)) {
       const start = sf.getLineAndCharacterOfPosition(node.getStart(sf)).line + 1;
       const end = sf.getLineAndCharacterOfPosition(node.getEnd()).line + 1;
       if (end - start + 1 > limit) {
-        long.push({ where: `${relative(projectRoot, file)}:${start}`, name: nameOf(node), lines: end - start + 1 });
+        long.push({
+          where: `${relative(projectRoot, file)}:${start}`,
+          name: nameOf(node),
+          lines: end - start + 1,
+        });
       }
     }
     ts.forEachChild(node, visit);
   };
   visit(sf);
 }
-for (const f of long.sort((a, b) => b.lines - a.lines)) console.log(`${String(f.lines).padStart(4)}  ${f.name}  ${f.where}`);
+for (const f of long.sort((a, b) => b.lines - a.lines))
+  console.log(`${String(f.lines).padStart(4)}  ${f.name}  ${f.where}`);
 console.log(`${long.length} function(s) over ${limit} lines`);

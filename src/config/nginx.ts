@@ -4,15 +4,15 @@
 // renderer reads. `npm run render:nginx` (scripts/render-nginx.ts) writes the result.
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { DEFAULT_MAX_BODY_BYTES } from "../inbound/config.js";
+import type { Cidr } from "./cidr.js";
 import {
   EDGE_REASON_HEADER,
   EDGE_RECEIVER_HEADER,
   EDGE_REFUSAL_PATH,
   EDGE_REFUSALS,
-} from "../inbound/edge-contract.js";
-import type { Cidr } from "./cidr.js";
+} from "./edge-contract.js";
 import { ConfigError, type Env, parseEnv } from "./env.js";
+import { DEFAULT_MAX_BODY_BYTES } from "./receivers.js";
 import { loadSecrets, SecretError } from "./secrets.js";
 
 const HOST_NAME =

@@ -4,7 +4,7 @@
 import { spawn } from "node:child_process";
 import { closeSync, mkdirSync, openSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { projectRoot } from "../db/migrate.js";
+import { projectRoot } from "../local/project-root.js";
 import { readServiceFile, runningService, type ServiceFile } from "../local/service-file.js";
 import { LINE_PREFIX } from "../startup/errors.js";
 import { DemoError, within } from "./wait.js";

@@ -15,7 +15,7 @@ import { backoffDelayMs, type RetrySettings } from "../crm/backoff.js";
 import type { CommandOutcome } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
-import { readBatches } from "../crm/read-batches.js";
+import { RUN_REQUEST_ATTEMPTS, readBatches } from "../crm/read-batches.js";
 import { failureCode } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
 import { CLEARED_HASH, matchesPiiHash } from "../hash.js";
@@ -31,8 +31,6 @@ import { activeMappings, applyContact, type ContactOutcome, type MappedContact }
 
 /** Contacts applied per transaction. */
 const APPLY_CHUNK = 200;
-/** Sends of one sub-request within a run, the first included. */
-export const REQUEST_ATTEMPTS = 3;
 /** A sub-request whose next send would wait longer is left to the run's own retry. */
 const MAX_REQUEST_DELAY_MS = 30_000;
 
@@ -173,7 +171,7 @@ async function send(
   counter: Counter,
 ): Promise<CommandOutcome[]> {
   return await readBatches(deps.crm, commands, {
-    attempts: REQUEST_ATTEMPTS,
+    attempts: RUN_REQUEST_ATTEMPTS,
     retry: counter.retry,
     maxDelayMs: MAX_REQUEST_DELAY_MS,
     signal: counter.signal,

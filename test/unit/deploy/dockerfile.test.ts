@@ -5,7 +5,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
 import { OPTIONAL_SECRET_NAMES, SECRET_NAMES } from "../../../src/config/secrets.js";
-import { projectRoot } from "../../../src/db/migrate.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 import { imageNodeVersion, readDockerfile, type Stage } from "../../helpers/dockerfile.js";
 
 const { globalArgs, stages } = readDockerfile();

@@ -9,7 +9,7 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import test from "ava";
-import { projectRoot } from "../../../src/db/migrate.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 
 const pkg = JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as {
   dependencies: Record<string, string>;
