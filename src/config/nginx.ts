@@ -217,10 +217,9 @@ const header = (h: string) => h.replace(/(^|-)([a-z])/g, (_, d: string, c: strin
 /** Statuses the refusal route may answer, each replaced by nginx's own page (never shown as is). */
 const INTERCEPTED = "400 403 404 413 429 500 502 503 504";
 
-/** The server block for the http {} context. Pure: the same settings give the same text. */
-export function renderNginx(s: NginxSettings): string {
-  // Each entry's own line, newline included, so an empty list leaves no blank line.
-  const allowLines = s.allowed.map((c) => `  allow ${c.text};\n`).join("");
+/** The file's header and what the rest refers to: the route and receiver maps, the allow-list as a
+ * variable, the refusal reasons and the log format. */
+function vocabulary(s: NginxSettings): string {
   const geoLines = s.allowed.map((c) => `  ${c.text} 1;\n`).join("");
   const receiverOf = (route: string) => route.slice(route.lastIndexOf("/") + 1);
   return `# Public nginx in front of bitrix-sync (spec §10.1, §16; docs/deployment.md, docs/receivers.md).
@@ -273,7 +272,12 @@ log_format bitrix_sync_public escape=json
   '"reason":"$bitrix_sync_reason","bytes":$body_bytes_sent,"request_time":$request_time,'
   '"upstream_status":"$upstream_status"}';
 
-# Per-peer request rate. Bitrix24 sends from a few addresses and may burst after a mass edit; a
+`;
+}
+
+/** The request rate limits (per peer, and tighter without a token) and the two upstreams. */
+function limits(s: NginxSettings): string {
+  return `# Per-peer request rate. Bitrix24 sends from a few addresses and may burst after a mass edit; a
 # request refused here is lost (the robot does not retry) until reconciliation repairs it, so the
 # limit guards the service and the allow-list keeps strangers out.
 limit_req_zone $binary_remote_addr zone=bitrix_sync_webhooks:1m rate=${s.ratePerSec}r/s;
@@ -305,7 +309,12 @@ upstream bitrix_sync_refusals {
   keepalive_timeout 5s;
 }
 
-# The default server of the same addresses: a request for any other host name (a scanner that
+`;
+}
+
+/** The default server (any other host name is dropped) and nginx's own health on loopback. */
+function sideServers(s: NginxSettings): string {
+  return `# The default server of the same addresses: a request for any other host name (a scanner that
 # found the address, a stale DNS name) is dropped without an answer (444), and a TLS handshake
 # naming another host, or none, is refused before any certificate is shown.
 server {
@@ -334,7 +343,14 @@ server {
   }
 }
 
-server {
+`;
+}
+
+/** The public server's head: TLS, logs, request bounds and the allow-list. */
+function publicServer(s: NginxSettings): string {
+  // Each entry's own line, newline included, so an empty list leaves no blank line.
+  const allowLines = s.allowed.map((c) => `  allow ${c.text};\n`).join("");
+  return `server {
   # HTTPS only. There is deliberately no plain-HTTP server: a redirect would send the token twice.
 ${s.listen.map((l) => `  listen ${l} ssl;`).join("\n")}
   server_name ${s.serverName};
@@ -369,8 +385,13 @@ ${
   # An X-Forwarded-For from the client is never trusted; a proxy in front of this nginx needs its
   # own deployment review (§10.1). Changed only through review, never automatically.
 ${allowLines}  deny all;
-${ROUTES.map(
-  (r) => `
+`;
+}
+
+/** One exact location per robot receiver, proxied to the service. */
+function receiverLocations(s: NginxSettings): string {
+  return `${ROUTES.map(
+    (r) => `
   # Exact route: no trailing-slash variant, no prefix match, hence no redirect.
   location = ${r} {
     limit_except POST {
@@ -395,8 +416,13 @@ ${ROUTES.map(
     proxy_read_timeout 10s;
     proxy_buffering on;
   }`,
-).join("\n")}
+  ).join("\n")}
+`;
+}
 
+/** Everything else, and nginx's own refusals handed to the service; the server's end. */
+function refusalLocations(): string {
+  return `
   # Everything else (health, status, metrics, any probe) does not exist here. A source outside the
   # allow-list is refused by its address on every path (\`return\` comes before allow/deny), so the
   # synthetic probe from outside sees the same refusal a stranger robot would.
@@ -450,4 +476,11 @@ ${ERROR_PAGES.map(
 ).join("")}
 }
 `;
+}
+
+/** The server block for the http {} context. Pure: the same settings give the same text. */
+export function renderNginx(s: NginxSettings): string {
+  return [vocabulary, limits, sideServers, publicServer, receiverLocations, refusalLocations]
+    .map((section) => section(s))
+    .join("");
 }
