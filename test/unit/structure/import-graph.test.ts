@@ -9,6 +9,8 @@ import { dirname, join, relative, resolve } from "node:path";
 import test from "ava";
 
 const SRC = resolve(import.meta.dirname, "../../../src");
+/** The sandbox portal and the demo, beside src/: in the graph as `../tools/...`. */
+const TOOLS_DIR = resolve(import.meta.dirname, "../../../tools");
 
 function sources(dir: string): string[] {
   return readdirSync(dir).flatMap((f) => {
@@ -22,10 +24,13 @@ function lazyImports(text: string): string[] {
   return [...text.matchAll(/\bimport\(\s*"(\.{1,2}\/[^"]+)"\s*\)/g)].map((m) => m[1] as string);
 }
 
-/** Module (relative to src/) -> the modules of src/ it imports, re-exports from or loads lazily. */
+/**
+ * Module (relative to src/; tools/ as `../tools/`) -> the modules it imports, re-exports from or
+ * loads lazily.
+ */
 function importGraph(): Map<string, string[]> {
   const graph = new Map<string, string[]>();
-  for (const file of sources(SRC)) {
+  for (const file of [...sources(SRC), ...sources(TOOLS_DIR)]) {
     const text = readFileSync(file, "utf8");
     const specs = [
       ...[...text.matchAll(/^(?:import|export)\s[^;]*?\sfrom\s+"(\.{1,2}\/[^"]+)"/gms)].map(
@@ -121,12 +126,11 @@ const LAYERS: readonly (readonly string[])[] = [
 ];
 
 /**
- * Tools beside the service: the sandbox portal, the demo, preflight (`npm run preflight`, its write
- * probe included) and the migration building (`npm run db:build`, the compatibility check).
+ * Tools beside the service: tools/ (the sandbox portal, the demo), preflight (`npm run preflight`,
+ * its write probe included) and the migration building (`npm run db:build`, the compatibility check).
  */
 const TOOLS = [
-  "emulator/",
-  "demo/",
+  "../tools/",
   "preflight/",
   "db/compatibility.ts",
   "db/migration-chain.ts",
@@ -137,7 +141,7 @@ const TOOLS = [
 ];
 
 /** The service's one arrow into the tools: sandbox mode's lazy import of the sandbox portal. */
-const SERVICE_INTO_TOOLS = ["startup/crm-endpoint.ts -> emulator/sandbox.ts"];
+const SERVICE_INTO_TOOLS = ["startup/crm-endpoint.ts -> ../tools/emulator/sandbox.ts"];
 
 const isTool = (mod: string): boolean =>
   TOOLS.some((p) => mod === p || (p.endsWith("/") && mod.startsWith(p)));
@@ -170,5 +174,9 @@ test("the service imports nothing from the tools beside it but the sandbox porta
   }
   t.deepEqual(into, SERVICE_INTO_TOOLS);
   const crmEndpoint = readFileSync(join(SRC, "startup/crm-endpoint.ts"), "utf8");
-  t.deepEqual(lazyImports(crmEndpoint), ["../emulator/sandbox.js"], "the sandbox portal is loaded lazily");
+  t.deepEqual(
+    lazyImports(crmEndpoint),
+    ["../../tools/emulator/sandbox.js"],
+    "the sandbox portal is loaded lazily",
+  );
 });

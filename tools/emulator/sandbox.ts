@@ -2,7 +2,7 @@
 // talks to the emulator on loopback instead of a portal. The service imports this file only in
 // sandbox mode (src/startup/crm-endpoint.ts, which also checks a configured webhook URL).
 import { randomBytes } from "node:crypto";
-import type { Config } from "../config/env.js";
+import type { Config } from "../../src/config/env.js";
 import { type Emulator, startEmulator } from "./server.js";
 
 interface Log {
