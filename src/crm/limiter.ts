@@ -255,6 +255,26 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         throw e;
       }
     },
+    ...bucketFeedback(pool, bucket, adaptive),
+    blockedMethods: () => blockedMethods(pool, bucket),
+    async lastAnswered() {
+      const { rows } = await pool.query<{ at: Date | null }>(
+        "select bitrix_sync.crm_last_answered_at($1) as at",
+        [bucket],
+      );
+      return rows[0]?.at?.getTime() ?? null;
+    },
+    state: () => bucketState(pool, bucket, read(opts.settings)),
+  };
+}
+
+/** What the portal's replies teach the shared bucket: a cut rate, its recovery, blocked methods. */
+function bucketFeedback(
+  pool: pg.Pool,
+  bucket: string,
+  adaptive: AdaptiveSettings,
+): Pick<CrmLimiter, "noteRateLimited" | "noteAnswered" | "noteMethodBlocked" | "noteOperating"> {
+  return {
     async noteRateLimited() {
       await pool.query("select bitrix_sync.note_rate_limited($1, $2, $3, $4, $5)", [
         bucket,
@@ -288,42 +308,38 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         samples.map((s) => (s.resetAt === null ? null : new Date(s.resetAt))),
       ]);
     },
-    async blockedMethods() {
-      const { rows } = await pool.query<{ method: string; blocked_until: Date }>(
-        "select method, blocked_until from bitrix_sync.blocked_crm_methods($1)",
-        [bucket],
-      );
-      return new Map(rows.map((r) => [r.method, r.blocked_until.getTime()]));
-    },
-    async lastAnswered() {
-      const { rows } = await pool.query<{ at: Date | null }>(
-        "select bitrix_sync.crm_last_answered_at($1) as at",
-        [bucket],
-      );
-      return rows[0]?.at?.getTime() ?? null;
-    },
-    async state() {
-      const s = read(opts.settings);
-      const { rows } = await pool.query<{
-        tokens: number;
-        rate_factor: number;
-        in_flight: number;
-        throttled_until: Date | null;
-      }>("select tokens, rate_factor, in_flight, throttled_until from bitrix_sync.crm_limiter_state($1)", [
-        bucket,
-      ]);
-      const r = rows[0];
-      const blocked = await this.blockedMethods();
-      const factor = r?.rate_factor ?? 1;
-      return {
-        tokens: r?.tokens ?? s.burst,
-        rate: s.refillPerSec * factor,
-        rateFactor: factor,
-        inFlight: r?.in_flight ?? 0,
-        throttledUntil: r?.throttled_until?.getTime() ?? null,
-        blockedMethods: [...blocked].map(([method, until]) => ({ method, until })),
-      };
-    },
+  };
+}
+
+/** Methods of the bucket blocked right now (OPERATION_TIME_LIMIT), with the end of each block. */
+async function blockedMethods(pool: pg.Pool, bucket: string): Promise<Map<string, number>> {
+  const { rows } = await pool.query<{ method: string; blocked_until: Date }>(
+    "select method, blocked_until from bitrix_sync.blocked_crm_methods($1)",
+    [bucket],
+  );
+  return new Map(rows.map((r) => [r.method, r.blocked_until.getTime()]));
+}
+
+/** The shared bucket as /internal/sync/v1/status shows it. */
+async function bucketState(pool: pg.Pool, bucket: string, s: LimiterSettings): Promise<LimiterState> {
+  const { rows } = await pool.query<{
+    tokens: number;
+    rate_factor: number;
+    in_flight: number;
+    throttled_until: Date | null;
+  }>("select tokens, rate_factor, in_flight, throttled_until from bitrix_sync.crm_limiter_state($1)", [
+    bucket,
+  ]);
+  const r = rows[0];
+  const blocked = await blockedMethods(pool, bucket);
+  const factor = r?.rate_factor ?? 1;
+  return {
+    tokens: r?.tokens ?? s.burst,
+    rate: s.refillPerSec * factor,
+    rateFactor: factor,
+    inFlight: r?.in_flight ?? 0,
+    throttledUntil: r?.throttled_until?.getTime() ?? null,
+    blockedMethods: [...blocked].map(([method, until]) => ({ method, until })),
   };
 }
 
