@@ -172,22 +172,7 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   registerRuntime(runtime);
   stops.unshift(named("runtime", () => runtime.close()));
 
-  // The proxy's source_ip refusals, gathered and journaled on the status pool (not the robots').
-  const refusedSources = new RefusedSourceJournal(pools.status, log);
-  stops.unshift(named("refused_sources", () => refusedSources.close()));
-  const app = createApp({
-    pool: pools.status,
-    receiverPool: pools.receiver,
-    log,
-    receiver: receiverConfig(config),
-    refusedSources,
-    status: {
-      config,
-      health: runtime.health,
-      limiter: runtime.crm.limiter,
-      settings: runtime.settings,
-    },
-  });
+  const app = serviceApp(config, pools, runtime, log, stops);
   // Bound before the runner starts, so a port taken since the check above claims no work.
   const server = createHttpServer(app, { hostname: host });
   const boundPort = await listen(server, host, port, holder);
@@ -213,6 +198,32 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
     });
   }
   log.info({ event: "http.listening", port: boundPort }, "HTTP listener ready");
+}
+
+/** The HTTP app: the receivers, health, status and metrics. */
+function serviceApp(
+  config: Config,
+  pools: ReturnType<typeof createServicePools>,
+  runtime: Awaited<ReturnType<typeof buildRuntime>>,
+  log: Logger,
+  stops: Stop[],
+): ReturnType<typeof createApp> {
+  // The proxy's source_ip refusals, gathered and journaled on the status pool (not the robots').
+  const refusedSources = new RefusedSourceJournal(pools.status, log);
+  stops.unshift(named("refused_sources", () => refusedSources.close()));
+  return createApp({
+    pool: pools.status,
+    receiverPool: pools.receiver,
+    log,
+    receiver: receiverConfig(config),
+    refusedSources,
+    status: {
+      config,
+      health: runtime.health,
+      limiter: runtime.crm.limiter,
+      settings: runtime.settings,
+    },
+  });
 }
 
 /**
@@ -425,7 +436,11 @@ async function main(): Promise<void> {
   process.on("SIGINT", () => void shutdown("SIGINT"));
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
   if (deferredSignal) void shutdown(deferredSignal);
-  // A bug must not leave the embedded server or leases behind: stop cleanly, then exit non-zero.
+  stopOnCrash(log, shutdown);
+}
+
+/** A bug must not leave the embedded server or leases behind: stop cleanly, then exit non-zero. */
+function stopOnCrash(log: Logger, shutdown: (signal: string, exitCode?: number) => Promise<void>): void {
   const crash = (kind: string) => (e: unknown) => {
     log.fatal({ event: "process.crash", kind, ...crashFields(e) }, "unexpected error; stopping");
     void shutdown(kind, 1);
