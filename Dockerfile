@@ -43,7 +43,8 @@ WORKDIR /app
 # Owned by root and not writable by the service's user.
 COPY --from=deps /app/node_modules ./node_modules
 COPY package.json package-lock.json tsconfig.json graphile.config.mjs crontab ./
-# src/ without the emulator and the demo (.dockerignore): sandbox mode is not part of the image.
+# src/ only: the emulator and the demo are in tools/, outside the context (.dockerignore), so
+# sandbox mode is not part of the image.
 COPY src ./src
 COPY tasks ./tasks
 COPY migrations/committed ./migrations/committed

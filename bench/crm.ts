@@ -21,7 +21,7 @@ import { createPgLimiter } from "../src/crm/limiter.js";
 import { startEmbedded } from "../src/db/embedded.js";
 import { migrateDatabase } from "../src/db/migrate.js";
 import { withDatabase } from "../src/db/url.js";
-import { startEmulator } from "../src/emulator/server.js";
+import { startEmulator } from "../tools/emulator/server.js";
 
 const COMMANDS = Number(process.env.BENCH_COMMANDS ?? 2000);
 const RATE = 2;

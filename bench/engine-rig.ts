@@ -8,9 +8,9 @@ import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import { startEmbedded } from "../src/db/embedded.js";
-import type { EmulatorOptions } from "../src/emulator/server.js";
 import { type Rig, startRig } from "../test/helpers/e2e.js";
 import { randomPhone } from "../test/helpers/factories.js";
+import type { EmulatorOptions } from "../tools/emulator/server.js";
 
 export interface BenchRig extends Rig {
   /** True when pg_stat_statements answers on this server. */

@@ -22,13 +22,13 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import autocannon from "autocannon";
 import pg from "pg";
+import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUERY_BYTES } from "../src/config/receivers.js";
 import { startEmbedded } from "../src/db/embedded.js";
 import { migrateDatabase } from "../src/db/migrate.js";
 import { createPool } from "../src/db/pools.js";
 import { withDatabase } from "../src/db/url.js";
 import { createApp } from "../src/http/app.js";
 import { createHttpServer } from "../src/http/server.js";
-import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUERY_BYTES } from "../src/inbound/config.js";
 import { createLogger } from "../src/observability/logger.js";
 import { startTracing } from "../src/observability/tracing-sdk.js";
 

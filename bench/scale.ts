@@ -41,10 +41,10 @@ import { SANDBOX_FIELDS } from "../src/config/env.js";
 import type { CitizenshipDictionary, ContactRecord } from "../src/crm/contact-fields.js";
 import { migrateDatabase } from "../src/db/migrate.js";
 import { withDatabase } from "../src/db/url.js";
-import { startEmulator } from "../src/emulator/server.js";
 import { configureHashKey } from "../src/hash.js";
 import { activeMappings, applyContact } from "../src/inbound/apply-contact.js";
 import { serviceEnv, startService } from "../test/helpers/service-process.js";
+import { startEmulator } from "../tools/emulator/server.js";
 import { planCapture, printPlans, type StatementPlan } from "./scale-plans.js";
 import { seedInstallation } from "./scale-seed.js";
 

@@ -10,7 +10,7 @@ import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { projectRoot } from "../src/db/migrate.js";
+import { projectRoot } from "../src/local/project-root.js";
 import { type Finding, lockedPackages, npmAuditFindings, osvFindings, verdict } from "./audit/check.js";
 
 let args: { db?: string; offline?: boolean };

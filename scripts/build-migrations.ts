@@ -18,12 +18,12 @@
 // Both exit 1 with one line per problem, naming the file and what to do.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { projectRoot } from "../src/db/migrate.js";
 import { applyChain, firstDifference } from "../src/db/migration-chain.js";
 import { planMigrations, serialize } from "../src/db/migration-source.js";
 import { extractSummary } from "../src/db/migration-summary.js";
 import { SCHEMA_DUMP_FILE } from "../src/db/schema-dump.js";
 import { startScratchServer } from "../src/db/scratch.js";
+import { projectRoot } from "../src/local/project-root.js";
 
 const check = process.argv.includes("--check");
 const rootArg = process.argv.indexOf("--root");

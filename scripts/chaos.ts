@@ -16,8 +16,8 @@ import pg from "pg";
 import { SANDBOX_FIELDS } from "../src/config/env.js";
 import { type EmbeddedServer, startEmbedded } from "../src/db/embedded.js";
 import { migrateDatabase } from "../src/db/migrate.js";
-import { startEmulator } from "../src/emulator/server.js";
-import { DEFAULT_ALERT_SETTINGS } from "../src/emulator/store.js";
+import { startEmulator } from "../tools/emulator/server.js";
+import { DEFAULT_ALERT_SETTINGS } from "../tools/emulator/store.js";
 import {
   ALERT_NUMBER_FIELD,
   ALERT_PROCESS,
@@ -128,7 +128,7 @@ async function main(): Promise<number> {
       "reconcile.lease_sec": 60,
       "reconcile.contacts_interval_sec": 60,
       "reconcile.overlap_sec": 10,
-      // Business alerts are mirrored into the emulator's smart process (src/emulator/store.ts).
+      // Business alerts are mirrored into the emulator's smart process (tools/emulator/store.ts).
       "alerts.entity_type_id": ALERT_PROCESS.entityTypeId,
       "alerts.category_id": 7,
       "alerts.stage_new": ALERT_PROCESS.stages.open[0],

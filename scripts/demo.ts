@@ -11,22 +11,22 @@ import pg from "pg";
 import { type Config, loadConfig } from "../src/config/env.js";
 import { embeddedUrl } from "../src/db/embedded.js";
 import { databaseTarget } from "../src/db/target.js";
-import { createAppUser, type DemoUser } from "../src/demo/app-users.js";
+import { receiverConfig } from "../src/inbound/config.js";
+import { dataDir } from "../src/local/data-dir.js";
+import { classifyStartupError } from "../src/startup/errors.js";
+import { createAppUser, type DemoUser } from "../tools/demo/app-users.js";
 import {
   finishedWorkflow,
   mappedContact,
   openAlerts,
   profileOf,
   webhookProcessed,
-} from "../src/demo/observe.js";
-import { SandboxPortal } from "../src/demo/portal.js";
-import { fireContactRobot } from "../src/demo/robot.js";
-import { ensureService, ready } from "../src/demo/service.js";
-import { statusLine } from "../src/demo/status.js";
-import { DemoError } from "../src/demo/wait.js";
-import { receiverConfig } from "../src/inbound/config.js";
-import { dataDir } from "../src/local/data-dir.js";
-import { classifyStartupError } from "../src/startup/errors.js";
+} from "../tools/demo/observe.js";
+import { SandboxPortal } from "../tools/demo/portal.js";
+import { fireContactRobot } from "../tools/demo/robot.js";
+import { ensureService, ready } from "../tools/demo/service.js";
+import { statusLine } from "../tools/demo/status.js";
+import { DemoError } from "../tools/demo/wait.js";
 
 const START_TIMEOUT_MS = 90_000;
 const STEP_TIMEOUT_MS = 30_000;

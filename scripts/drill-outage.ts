@@ -16,7 +16,7 @@ import pg from "pg";
 import { SANDBOX_FIELDS } from "../src/config/env.js";
 import { startEmbedded } from "../src/db/embedded.js";
 import { migrateDatabase } from "../src/db/migrate.js";
-import { type Fault, startEmulator } from "../src/emulator/server.js";
+import { type Fault, startEmulator } from "../tools/emulator/server.js";
 import { checkInvariants, checkRate, openWork } from "./chaos/checks.js";
 import { Replica } from "./chaos/replicas.js";
 import {

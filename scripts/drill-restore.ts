@@ -15,8 +15,8 @@ import { promisify } from "node:util";
 import pg from "pg";
 import { SANDBOX_FIELDS } from "../src/config/env.js";
 import { migrateDatabase } from "../src/db/migrate.js";
-import { startEmulator } from "../src/emulator/server.js";
-import { DEFAULT_ALERT_SETTINGS } from "../src/emulator/store.js";
+import { startEmulator } from "../tools/emulator/server.js";
+import { DEFAULT_ALERT_SETTINGS } from "../tools/emulator/store.js";
 import {
   ALERT_NUMBER_FIELD,
   ALERT_PROCESS,

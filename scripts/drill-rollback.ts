@@ -29,10 +29,10 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import { SANDBOX_FIELDS } from "../src/config/env.js";
-import { projectRoot } from "../src/db/migrate.js";
 import { readReleaseSchema } from "../src/db/schema-window.js";
-import { type Emulator, startEmulator } from "../src/emulator/server.js";
-import { DEFAULT_ALERT_SETTINGS } from "../src/emulator/store.js";
+import { projectRoot } from "../src/local/project-root.js";
+import { type Emulator, startEmulator } from "../tools/emulator/server.js";
+import { DEFAULT_ALERT_SETTINGS } from "../tools/emulator/store.js";
 import {
   ALERT_NUMBER_FIELD,
   ALERT_PROCESS,

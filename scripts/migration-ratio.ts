@@ -9,9 +9,9 @@
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { projectRoot } from "../src/db/migrate.js";
 import { changedStatementLines, sqlFiles } from "../src/db/migration-layout.js";
 import { lastReleased, RELEASED_FILE } from "../src/db/migration-source.js";
+import { projectRoot } from "../src/local/project-root.js";
 
 const AIM = 3;
 

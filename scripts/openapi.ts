@@ -1,8 +1,8 @@
 // `npm run docs:openapi`: writes docs/openapi.json from the routes' schemas (src/http/openapi.ts).
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { projectRoot } from "../src/db/migrate.js";
 import { openApiText } from "../src/http/openapi.js";
+import { projectRoot } from "../src/local/project-root.js";
 
 const version = (JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as { version: string })
   .version;

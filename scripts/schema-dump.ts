@@ -4,11 +4,11 @@
 // server, else an embedded PostgreSQL. `--root DIR` works on another tree.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { projectRoot } from "../src/db/migrate.js";
 import { applyChain, firstDifference } from "../src/db/migration-chain.js";
 import { planMigrations } from "../src/db/migration-source.js";
 import { SCHEMA_DUMP_FILE } from "../src/db/schema-dump.js";
 import { startScratchServer } from "../src/db/scratch.js";
+import { projectRoot } from "../src/local/project-root.js";
 
 const check = process.argv.includes("--check");
 const rootArg = process.argv.indexOf("--root");

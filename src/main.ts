@@ -134,45 +134,8 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   // Before the database: a second `npm start` must fail here, not after migrating and claiming work.
   await assertPortFree(host, port, holder);
 
-  let databaseUrl = config.secrets.BITRIX_SYNC_DATABASE_URL;
-  if (databaseUrl === undefined) {
-    const dir = embeddedDir(config.env);
-    log.info(
-      { event: "db.embedded.starting" },
-      "no BITRIX_SYNC_DATABASE_URL: starting embedded PostgreSQL in the local data folder",
-    );
-    const srv = await startEmbedded({ dir, persistent: true });
-    databaseUrl = srv.url;
-    stops.unshift(named("embedded_db", () => srv.stop()));
-  } else if (config.sandbox) {
-    // BITRIX_SYNC_SANDBOX=true: only on a database the sandbox created (it creates it when absent).
-    const { created } = await prepareSandboxDatabase(databaseUrl);
-    if (created)
-      log.warn({ event: "sandbox.database_created" }, "SANDBOX MODE: created the sandbox database");
-  } else {
-    await checkDatabase(databaseUrl);
-    await refuseSandboxDatabase(databaseUrl);
-  }
-  log.info({ event: "db.target", database: redactUrl(databaseUrl) }, "database selected");
-
-  if (config.env.BITRIX_SYNC_MIGRATE_ON_START) {
-    try {
-      await migrateDatabase(databaseUrl, log);
-    } catch (e) {
-      throw migrationStartupError(databaseUrl, e) ?? e;
-    }
-  }
-  // The compatibility window: a schema this release cannot run on stops the start here (exit 76).
-  const schema = await checkSchemaWindow(databaseUrl);
-  log.info(
-    {
-      event: "db.schema",
-      schema: schema.database,
-      releaseSchema: releaseSchema().number,
-      contractFloor: schema.floor,
-    },
-    `schema ${schema.database} is inside this release's window: ${windowText()}`,
-  );
+  const databaseUrl = await selectDatabase(config, log, stops);
+  await prepareSchema(config, databaseUrl, log);
 
   // One pool per use, each with its own deadlines (src/db/pools.ts).
   const pools = createServicePools(databaseUrl, { workMax: config.env.BITRIX_SYNC_DB_POOL_SIZE });
@@ -196,16 +159,8 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   });
   stops.push(named("crm_endpoint", () => crmEndpoint.close()));
 
-  if (config.sandbox && config.secrets.BITRIX_SYNC_HASH_KEY === undefined) {
-    const k = sandboxHashKey(local);
-    config.secrets.BITRIX_SYNC_HASH_KEY = k.key;
-    log.warn(
-      { event: "sandbox.hash_key", created: k.created, kept: k.kept },
-      k.kept
-        ? `SANDBOX MODE: no BITRIX_SYNC_HASH_KEY configured; hashes of personal data use the sandbox key ${k.created ? "generated now and kept" : "kept"} in the local data folder`
-        : "SANDBOX MODE: no BITRIX_SYNC_HASH_KEY configured and the local data folder cannot keep one; hashes of personal data use a key generated for this run only",
-    );
-  }
+  if (config.sandbox && config.secrets.BITRIX_SYNC_HASH_KEY === undefined)
+    useSandboxHashKey(config, local, log);
   const runtime = await buildRuntime({
     config,
     log,
@@ -217,42 +172,12 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   registerRuntime(runtime);
   stops.unshift(named("runtime", () => runtime.close()));
 
-  // The proxy's source_ip refusals, gathered and journaled on the status pool (not the robots').
-  const refusedSources = new RefusedSourceJournal(pools.status, log);
-  stops.unshift(named("refused_sources", () => refusedSources.close()));
-  const app = createApp({
-    pool: pools.status,
-    receiverPool: pools.receiver,
-    log,
-    receiver: receiverConfig(config),
-    refusedSources,
-    status: {
-      config,
-      health: runtime.health,
-      limiter: runtime.crm.limiter,
-      settings: runtime.settings,
-    },
-  });
+  const app = serviceApp(config, pools, runtime, log, stops);
   // Bound before the runner starts, so a port taken since the check above claims no work.
   const server = createHttpServer(app, { hostname: host });
   const boundPort = await listen(server, host, port, holder);
 
-  if (config.processing) {
-    const runner = await startRunner({ pool, log });
-    stops.unshift(
-      named("runner", async () => {
-        stopping.abort();
-        await runner.stop();
-      }),
-    );
-    // Start the sync loop now rather than at the next cron minute.
-    await runner.addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" });
-  } else {
-    log.warn(
-      { event: "sync.paused" },
-      "BITRIX_SYNC_ENABLED=false: workers claim nothing; pending rows are kept (read at start: a change needs a restart)",
-    );
-  }
+  await startProcessing(config, pool, log, stops, stopping);
   // On SIGTERM the listener closes first, then claiming stops (docs/operations.md).
   stops.unshift(
     named(
@@ -265,24 +190,188 @@ async function start({ config, generated, log, stops, stopping }: StartInput): P
   );
 
   if (config.sandbox) {
-    // Where `npm run demo` and `npm run stop` find this service (src/local/service-file.ts). A local
-    // convenience: the service runs on without it.
-    try {
-      writeServiceFile(local, {
-        pid: process.pid,
-        startedAt: new Date().toISOString(),
-        http: { host: connectHost(host), port: boundPort },
-        sandbox: { crmWebhookUrl: crmEndpoint.webhookUrl, ...generated },
-      });
-      stops.unshift(named("service_file", async () => removeOwnServiceFile(local)));
-    } catch (e) {
-      log.warn(
-        { event: "sandbox.service_file_failed", code: (e as NodeJS.ErrnoException).code },
-        "could not write the service file in the local data folder; npm run demo and npm run stop will not find this service",
-      );
-    }
+    writeSandboxServiceFile(local, log, stops, {
+      pid: process.pid,
+      startedAt: new Date().toISOString(),
+      http: { host: connectHost(host), port: boundPort },
+      sandbox: { crmWebhookUrl: crmEndpoint.webhookUrl, ...generated },
+    });
   }
   log.info({ event: "http.listening", port: boundPort }, "HTTP listener ready");
+}
+
+/** The HTTP app: the receivers, health, status and metrics. */
+function serviceApp(
+  config: Config,
+  pools: ReturnType<typeof createServicePools>,
+  runtime: Awaited<ReturnType<typeof buildRuntime>>,
+  log: Logger,
+  stops: Stop[],
+): ReturnType<typeof createApp> {
+  // The proxy's source_ip refusals, gathered and journaled on the status pool (not the robots').
+  const refusedSources = new RefusedSourceJournal(pools.status, log);
+  stops.unshift(named("refused_sources", () => refusedSources.close()));
+  return createApp({
+    pool: pools.status,
+    receiverPool: pools.receiver,
+    log,
+    receiver: receiverConfig(config),
+    refusedSources,
+    status: {
+      config,
+      health: runtime.health,
+      limiter: runtime.crm.limiter,
+      settings: runtime.settings,
+    },
+  });
+}
+
+/**
+ * The database: the configured one (checked; a sandbox's own only in sandbox mode), or with none
+ * configured the embedded PostgreSQL in the local data folder, started now.
+ */
+async function selectDatabase(config: Config, log: Logger, stops: Stop[]): Promise<string> {
+  let databaseUrl = config.secrets.BITRIX_SYNC_DATABASE_URL;
+  if (databaseUrl === undefined) {
+    const dir = embeddedDir(config.env);
+    log.info(
+      { event: "db.embedded.starting" },
+      "no BITRIX_SYNC_DATABASE_URL: starting embedded PostgreSQL in the local data folder",
+    );
+    const srv = await startEmbedded({ dir, persistent: true });
+    databaseUrl = srv.url;
+    stops.unshift(named("embedded_db", () => srv.stop()));
+  } else if (config.sandbox) {
+    // BITRIX_SYNC_SANDBOX=true: only on a database the sandbox created (it creates it when absent).
+    const { created } = await prepareSandboxDatabase(databaseUrl);
+    if (created)
+      log.warn({ event: "sandbox.database_created" }, "SANDBOX MODE: created the sandbox database");
+  } else {
+    await checkDatabase(databaseUrl);
+    await refuseSandboxDatabase(databaseUrl);
+  }
+  log.info({ event: "db.target", database: redactUrl(databaseUrl) }, "database selected");
+  return databaseUrl;
+}
+
+/** Migrates when asked to; a schema outside this release's window stops the start (exit 76). */
+async function prepareSchema(config: Config, databaseUrl: string, log: Logger): Promise<void> {
+  if (config.env.BITRIX_SYNC_MIGRATE_ON_START) {
+    try {
+      await migrateDatabase(databaseUrl, log);
+    } catch (e) {
+      throw migrationStartupError(databaseUrl, e) ?? e;
+    }
+  }
+  const schema = await checkSchemaWindow(databaseUrl);
+  log.info(
+    {
+      event: "db.schema",
+      schema: schema.database,
+      releaseSchema: releaseSchema().number,
+      contractFloor: schema.floor,
+    },
+    `schema ${schema.database} is inside this release's window: ${windowText()}`,
+  );
+}
+
+/** Sandbox mode without BITRIX_SYNC_HASH_KEY: the sandbox key kept in the local data folder. */
+function useSandboxHashKey(config: Config, local: string, log: Logger): void {
+  const k = sandboxHashKey(local);
+  config.secrets.BITRIX_SYNC_HASH_KEY = k.key;
+  log.warn(
+    { event: "sandbox.hash_key", created: k.created, kept: k.kept },
+    k.kept
+      ? `SANDBOX MODE: no BITRIX_SYNC_HASH_KEY configured; hashes of personal data use the sandbox key ${k.created ? "generated now and kept" : "kept"} in the local data folder`
+      : "SANDBOX MODE: no BITRIX_SYNC_HASH_KEY configured and the local data folder cannot keep one; hashes of personal data use a key generated for this run only",
+  );
+}
+
+/** The worker runner and the sync loop, now; or, with processing off, a warning and nothing claimed. */
+async function startProcessing(
+  config: Config,
+  pool: pg.Pool,
+  log: Logger,
+  stops: Stop[],
+  stopping: AbortController,
+): Promise<void> {
+  if (!config.processing) {
+    log.warn(
+      { event: "sync.paused" },
+      "BITRIX_SYNC_ENABLED=false: workers claim nothing; pending rows are kept (read at start: a change needs a restart)",
+    );
+    return;
+  }
+  const runner = await startRunner({ pool, log });
+  stops.unshift(
+    named("runner", async () => {
+      stopping.abort();
+      await runner.stop();
+    }),
+  );
+  // Start the sync loop now rather than at the next cron minute.
+  await runner.addJob("sync_loop", {}, { jobKey: "sync_loop", jobKeyMode: "replace" });
+}
+
+/**
+ * Where `npm run demo` and `npm run stop` find this service (src/local/service-file.ts). A local
+ * convenience: the service runs on without it.
+ */
+function writeSandboxServiceFile(
+  local: string,
+  log: Logger,
+  stops: Stop[],
+  file: Parameters<typeof writeServiceFile>[1],
+): void {
+  try {
+    writeServiceFile(local, file);
+    stops.unshift(named("service_file", async () => removeOwnServiceFile(local)));
+  } catch (e) {
+    log.warn(
+      { event: "sandbox.service_file_failed", code: (e as NodeJS.ErrnoException).code },
+      "could not write the service file in the local data folder; npm run demo and npm run stop will not find this service",
+    );
+  }
+}
+
+/** The trace exporter; null when it cannot start (tracing is an aid: the service runs without it). */
+async function startTracingOrNot(config: Config, log: Logger): Promise<Tracing | null> {
+  try {
+    return await startTracing({
+      endpoint: config.env.OTEL_EXPORTER_OTLP_ENDPOINT,
+      serviceVersion: SERVICE_VERSION,
+      serviceRevision: SERVICE_REVISION,
+      environment: config.env.SERVICE_ENVIRONMENT,
+      log,
+    });
+  } catch (e) {
+    log.error(
+      { event: "tracing.start_failed", errorName: e instanceof Error ? e.name : typeof e },
+      "could not start the trace exporter; running without tracing",
+    );
+    return null;
+  }
+}
+
+/** Logs and prints why the start failed; returns the known cause (its exit code), or null for a crash. */
+function reportStartupFailure(e: unknown, log: Logger): StartupError | null {
+  const known = classifyStartupError(e);
+  if (known) {
+    log.fatal({ event: "startup.failed", cause: known.reason, exitCode: known.exitCode }, known.message);
+    report(known);
+    return known;
+  }
+  // The name and a code only: a message or a stack can quote secrets or values.
+  const errorName = e instanceof Error ? e.name : typeof e;
+  const code = (e as { code?: unknown }).code;
+  log.fatal(
+    { event: "startup.crash", errorName, code: typeof code === "string" ? code : undefined },
+    "unexpected error during startup; stopping",
+  );
+  console.error(
+    `${LINE_PREFIX} unexpected ${errorName}${typeof code === "string" ? ` (${code})` : ""} during startup; this is a bug or a case nobody has explained yet: please report it with the log above.`,
+  );
+  return null;
 }
 
 async function main(): Promise<void> {
@@ -312,41 +401,11 @@ async function main(): Promise<void> {
   process.on("SIGTERM", deferTerm);
   process.on("SIGINT", deferInt);
   // Before anything else starts, so every span is exported; last to stop, so the final ones are too.
-  let tracing: Tracing | null = null;
-  try {
-    tracing = await startTracing({
-      endpoint: config.env.OTEL_EXPORTER_OTLP_ENDPOINT,
-      serviceVersion: SERVICE_VERSION,
-      serviceRevision: SERVICE_REVISION,
-      environment: config.env.SERVICE_ENVIRONMENT,
-      log,
-    });
-  } catch (e) {
-    // Tracing is an aid: a service that cannot start it runs without it.
-    log.error(
-      { event: "tracing.start_failed", errorName: e instanceof Error ? e.name : typeof e },
-      "could not start the trace exporter; running without tracing",
-    );
-  }
+  const tracing = await startTracingOrNot(config, log);
   try {
     await start({ config, generated, log, stops, stopping: new AbortController() });
   } catch (e) {
-    const known = classifyStartupError(e);
-    if (known) {
-      log.fatal({ event: "startup.failed", cause: known.reason, exitCode: known.exitCode }, known.message);
-      report(known);
-    } else {
-      // The name and a code only: a message or a stack can quote secrets or values.
-      const errorName = e instanceof Error ? e.name : typeof e;
-      const code = (e as { code?: unknown }).code;
-      log.fatal(
-        { event: "startup.crash", errorName, code: typeof code === "string" ? code : undefined },
-        "unexpected error during startup; stopping",
-      );
-      console.error(
-        `${LINE_PREFIX} unexpected ${errorName}${typeof code === "string" ? ` (${code})` : ""} during startup; this is a bug or a case nobody has explained yet: please report it with the log above.`,
-      );
-    }
+    const known = reportStartupFailure(e, log);
     await runStops(stops, log);
     await tracing?.shutdown(TRACING_FLUSH_MS);
     process.exit(known?.exitCode ?? EXIT.unexpected);
@@ -377,7 +436,11 @@ async function main(): Promise<void> {
   process.on("SIGINT", () => void shutdown("SIGINT"));
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
   if (deferredSignal) void shutdown(deferredSignal);
-  // A bug must not leave the embedded server or leases behind: stop cleanly, then exit non-zero.
+  stopOnCrash(log, shutdown);
+}
+
+/** A bug must not leave the embedded server or leases behind: stop cleanly, then exit non-zero. */
+function stopOnCrash(log: Logger, shutdown: (signal: string, exitCode?: number) => Promise<void>): void {
   const crash = (kind: string) => (e: unknown) => {
     log.fatal({ event: "process.crash", kind, ...crashFields(e) }, "unexpected error; stopping");
     void shutdown(kind, 1);

@@ -85,14 +85,65 @@ export async function runSyncLoop(deps: ServiceContext, opts: LoopOptions): Prom
 async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
   const deadline = Date.now() + opts.budgetMs;
   const waker = new Waker();
-  const active = () => Date.now() < deadline && !opts.signal?.aborted;
+  const loop: LoopState = { deps, waker, active: () => Date.now() < deadline && !opts.signal?.aborted };
   const onAbort = () => waker.wakeAll();
   opts.signal?.addEventListener("abort", onAbort, { once: true });
   // At the end of the budget, lanes waiting for work stop at once (the successor is taking over).
   const budgetEnd = setTimeout(onAbort, opts.budgetMs);
+  const listener = await listen(deps, opts.connectionString, waker);
 
+  const flights = new Set<Promise<void>>();
+  const intakeRound = async () => {
+    const n = await runIntake(deps);
+    if (n > 0) waker.wake("workflows");
+    return n;
+  };
+  const watch = new IntakeWatch(opts.connectionString);
+  const lanes = [
+    runLane(loop, "intake", intakeRound, intakeSleep(loop, listener, watch, intakeRound)),
+    // Woken by the receivers' NOTIFY, one per call however many requests it grouped
+    // (sql/receiver.sql); the fallback poll covers a lost one.
+    runLane(loop, "webhooks", async () => {
+      const n = await processContactWebhooks(deps);
+      const a = await processAlertWebhooks(deps, deps.settings().alerts);
+      return n + a;
+    }),
+    runLane(loop, "workflows", async () => {
+      const n = await runWorkflows(deps);
+      const r = await runAlertRecovery(deps.pool, deps.settings(), deps.log);
+      const a = await runAlertSync(deps.pool, deps.settings().alerts);
+      if (n + r + a > 0) waker.wake("pump");
+      return n + r;
+    }),
+    runLane(loop, "pump", pumpRound(loop, flights, opts.signal)),
+  ];
+  try {
+    await Promise.all(lanes);
+    // The batches still in flight settle before the loop returns (their send markers are committed).
+    await Promise.allSettled([...flights]);
+  } finally {
+    clearTimeout(budgetEnd);
+    opts.signal?.removeEventListener("abort", onAbort);
+    await watch.close();
+    await listener.close();
+  }
+}
+
+/** What the lanes of one loop share. */
+interface LoopState {
+  deps: ServiceContext;
+  waker: Waker;
+  /** Within the budget and not aborted. */
+  active: () => boolean;
+}
+
+/** The lane's sleep: until woken or `ms` have passed. */
+type Sleep = (ms: number) => Promise<void>;
+
+/** The loop's LISTEN connection: a NOTIFY wakes its lane; after a gap every lane looks. */
+async function listen(deps: ServiceContext, connectionString: string, waker: Waker): Promise<Listener> {
   const listener = new Listener(
-    opts.connectionString,
+    connectionString,
     (channel) => {
       const lane = CHANNELS[channel as keyof typeof CHANNELS];
       if (lane) waker.wake(lane);
@@ -109,117 +160,108 @@ async function runLoop(deps: ServiceContext, opts: LoopOptions): Promise<void> {
       "LISTEN unavailable; polling until it connects",
     );
   }
+  return listener;
+}
 
-  /** The lane's sleep: until woken or `ms` have passed. */
-  type Sleep = (ms: number) => Promise<void>;
-  const lane = async (name: Lane, round: () => Promise<number>, sleep?: Sleep) => {
-    while (active()) {
-      deps.health?.beat();
-      let waitMs = deps.settings().worker.pollIntervalMs;
-      try {
-        const n = await round();
-        if (n > 0) continue;
-        if (n < 0) waitMs = Math.min(waitMs, -n);
-      } catch (e) {
-        deps.log.warn(
-          {
-            event: "loop.round_failed",
-            lane: name,
-            errorName: (e as Error).name,
-            sqlstate: (e as { code?: string }).code,
-          },
-          "sync round failed; backing off",
-        );
-        waitMs = Math.min(waitMs, 1000);
-      }
-      if (!active()) break;
-      await (sleep ? sleep(waitMs) : waker.wait(name, waitMs));
+/**
+ * One lane: rounds while the loop is active. A round returns how much it did (more: go on at once),
+ * 0 (sleep the poll interval) or a negative wait in ms; a failed round backs off a second at most.
+ */
+async function runLane(
+  loop: LoopState,
+  name: Lane,
+  round: () => Promise<number>,
+  sleep?: Sleep,
+): Promise<void> {
+  const { deps, waker, active } = loop;
+  while (active()) {
+    deps.health?.beat();
+    let waitMs = deps.settings().worker.pollIntervalMs;
+    try {
+      const n = await round();
+      if (n > 0) continue;
+      if (n < 0) waitMs = Math.min(waitMs, -n);
+    } catch (e) {
+      deps.log.warn(
+        {
+          event: "loop.round_failed",
+          lane: name,
+          errorName: (e as Error).name,
+          sqlstate: (e as { code?: string }).code,
+        },
+        "sync round failed; backing off",
+      );
+      waitMs = Math.min(waitMs, 1000);
     }
-  };
+    if (!active()) break;
+    await (sleep ? sleep(waitMs) : waker.wait(name, waitMs));
+  }
+}
 
-  // One pump lane per process: it starts a batch (one limiter permit, a claim, the send marker) and
-  // lets it fly while it starts the next, up to limiter.max_in_flight batches in flight at once.
-  const flights = new Set<Promise<void>>();
-  const pumpLane = () =>
-    lane("pump", async () => {
-      if (flights.size >= Math.max(1, deps.settings().limiter.maxInFlight)) {
-        await Promise.race(flights);
-        return 1;
-      }
-      const r = await startPump(deps, opts.signal);
-      if (r.flight) {
-        const f: Promise<void> = r.flight
-          .catch((e) => {
-            deps.log.warn(
-              {
-                event: "loop.round_failed",
-                lane: "pump",
-                errorName: (e as Error).name,
-                sqlstate: (e as { code?: string }).code,
-              },
-              "CRM batch failed",
-            );
-          })
-          .finally(() => {
-            flights.delete(f);
-            waker.wake("workflows");
-            waker.wake("pump");
-          });
-        flights.add(f);
-        return r.sent;
-      }
-      // Negative: "nothing now, look again in this many ms" (a batch filling up).
-      return Number.isFinite(r.waitMs) ? -Math.max(1, r.waitMs) : 0;
-    });
-
-  const intakeRound = async () => {
-    const n = await runIntake(deps);
-    if (n > 0) waker.wake("workflows");
-    return n;
+/**
+ * The pump lane's round. One pump lane per process: it starts a batch (one limiter permit, a claim,
+ * the send marker) and lets it fly while it starts the next, up to limiter.max_in_flight batches in
+ * flight at once (`flights`).
+ */
+function pumpRound(
+  loop: LoopState,
+  flights: Set<Promise<void>>,
+  signal?: AbortSignal,
+): () => Promise<number> {
+  const { deps, waker } = loop;
+  return async () => {
+    if (flights.size >= Math.max(1, deps.settings().limiter.maxInFlight)) {
+      await Promise.race(flights);
+      return 1;
+    }
+    const r = await startPump(deps, signal);
+    if (r.flight) {
+      const f: Promise<void> = r.flight
+        .catch((e) => {
+          deps.log.warn(
+            {
+              event: "loop.round_failed",
+              lane: "pump",
+              errorName: (e as Error).name,
+              sqlstate: (e as { code?: string }).code,
+            },
+            "CRM batch failed",
+          );
+        })
+        .finally(() => {
+          flights.delete(f);
+          waker.wake("workflows");
+          waker.wake("pump");
+        });
+      flights.add(f);
+      return r.sent;
+    }
+    // Negative: "nothing now, look again in this many ms" (a batch filling up).
+    return Number.isFinite(r.waitMs) ? -Math.max(1, r.waitMs) : 0;
   };
-  // Intake sleeps on the intake watch (bitrix_sync.watch_intake()) when LISTEN works: only then do
-  // the App's intents NOTIFY. Without the watch (another loop holds it, a long App transaction, no
-  // LISTEN, the watch connection lost) the fallback poll covers the wait.
-  const watch = new IntakeWatch(opts.connectionString);
-  const intakeSleep: Sleep = async (ms) => {
+}
+
+/**
+ * Intake sleeps on the intake watch (bitrix_sync.watch_intake()) when LISTEN works: only then do the
+ * App's intents NOTIFY. Without the watch (another loop holds it, a long App transaction, no LISTEN,
+ * the watch connection lost) the fallback poll covers the wait.
+ */
+function intakeSleep(
+  loop: LoopState,
+  listener: Listener,
+  watch: IntakeWatch,
+  intakeRound: () => Promise<number>,
+): Sleep {
+  return async (ms) => {
     const watching = listener.listening && (await watch.take());
     try {
       // Intents committed before the watch was taken sent no NOTIFY: look once more.
-      if (watching && active() && (await intakeRound().catch(() => 0)) > 0) return;
-      await waker.wait("intake", ms);
+      if (watching && loop.active() && (await intakeRound().catch(() => 0)) > 0) return;
+      await loop.waker.wait("intake", ms);
     } finally {
       if (watching) await watch.release();
     }
   };
-
-  const lanes = [
-    lane("intake", intakeRound, intakeSleep),
-    // Woken by the receivers' NOTIFY, one per call however many requests it grouped
-    // (sql/receiver.sql); the fallback poll covers a lost one.
-    lane("webhooks", async () => {
-      const n = await processContactWebhooks(deps);
-      const a = await processAlertWebhooks(deps, deps.settings().alerts);
-      return n + a;
-    }),
-    lane("workflows", async () => {
-      const n = await runWorkflows(deps);
-      const r = await runAlertRecovery(deps.pool, deps.settings(), deps.log);
-      const a = await runAlertSync(deps.pool, deps.settings().alerts);
-      if (n + r + a > 0) waker.wake("pump");
-      return n + r;
-    }),
-  ];
-  lanes.push(pumpLane());
-  try {
-    await Promise.all(lanes);
-    // The batches still in flight settle before the loop returns (their send markers are committed).
-    await Promise.allSettled([...flights]);
-  } finally {
-    clearTimeout(budgetEnd);
-    opts.signal?.removeEventListener("abort", onAbort);
-    await watch.close();
-    await listener.close();
-  }
 }
 
 /** How often a lost LISTEN connection tries to connect again. */

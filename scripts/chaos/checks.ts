@@ -3,13 +3,13 @@
 // only (user and Contact IDs, no personal data).
 import type pg from "pg";
 import { pickEmail } from "../../src/crm/contact-fields.js";
-import type { Emulator, RequestLogEntry } from "../../src/emulator/server.js";
+import type { Emulator, RequestLogEntry } from "../../tools/emulator/server.js";
 import {
   DEFAULT_CITIZENSHIP,
   DEFAULT_SMART_PROCESS,
   phoneKey,
   type StoredContact,
-} from "../../src/emulator/store.js";
+} from "../../tools/emulator/store.js";
 import type { Window } from "./faults.js";
 import type { Personal } from "./traffic.js";
 

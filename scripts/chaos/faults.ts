@@ -2,7 +2,7 @@
 // faults. Replica faults restart the replica after a moment; portal faults end by themselves.
 import { randomInt } from "node:crypto";
 import type pg from "pg";
-import type { Emulator } from "../../src/emulator/server.js";
+import type { Emulator } from "../../tools/emulator/server.js";
 import type { Replica, ReplicaExit } from "./replicas.js";
 
 /**

@@ -2,7 +2,7 @@
 // `npm start` runs) on one database and one portal, each with its own HTTP port, killed and started
 // again by the fault injector. Every byte they print is kept for the personal-data check.
 import { type ChildProcess, spawn } from "node:child_process";
-import { projectRoot } from "../../src/db/migrate.js";
+import { projectRoot } from "../../src/local/project-root.js";
 
 /** How long a replica may take from spawn to its HTTP listener before the run counts it as broken. */
 const START_BOUND_MS = 60_000;

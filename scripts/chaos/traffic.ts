@@ -4,9 +4,9 @@
 // alert receiver), with robot webhooks lost, duplicated and delivered out of order.
 import { randomBytes, randomInt, randomUUID } from "node:crypto";
 import type pg from "pg";
-import type { Emulator } from "../../src/emulator/server.js";
-import { DEFAULT_CITIZENSHIP } from "../../src/emulator/store.js";
 import { DOCUMENT_TYPES } from "../../src/inbound/contract.js";
+import type { Emulator } from "../../tools/emulator/server.js";
+import { DEFAULT_CITIZENSHIP } from "../../tools/emulator/store.js";
 import type { Replica } from "./replicas.js";
 
 const ignore = (): void => undefined;

@@ -10,8 +10,8 @@ import { join } from "node:path";
 import pg from "pg";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { withDatabase } from "../../src/db/url.js";
-import type { Emulator } from "../../src/emulator/server.js";
-import { phoneKey } from "../../src/emulator/store.js";
+import type { Emulator } from "../../tools/emulator/server.js";
+import { phoneKey } from "../../tools/emulator/store.js";
 import { openWork } from "../chaos/checks.js";
 
 /** The server the drills create their databases on (trust or a password in the URL). */

@@ -5,7 +5,7 @@ import { execFile, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { projectRoot } from "../../src/db/migrate.js";
+import { projectRoot } from "../../src/local/project-root.js";
 
 const run = promisify(execFile);
 

@@ -5,7 +5,7 @@
 // backoff, not after a whole interval.
 import type { ServiceContext } from "../context.js";
 import { retryDelayMs } from "../crm/backoff.js";
-import { REQUEST_ATTEMPTS } from "../inbound/reconcile.js";
+import { RUN_REQUEST_ATTEMPTS } from "../crm/read-batches.js";
 import { inSpan, markFailed } from "../observability/tracing.js";
 import { refreshAlertItems } from "./items.js";
 import type { AlertSettings } from "./mirror.js";
@@ -88,7 +88,10 @@ async function runClaimed(
       }
       const chunk = ids.slice(i, i + ALERT_ITEMS_PER_REQUEST);
       try {
-        changed += await refreshAlertItems(deps, s, chunk, undefined, { attempts: REQUEST_ATTEMPTS, signal });
+        changed += await refreshAlertItems(deps, s, chunk, undefined, {
+          attempts: RUN_REQUEST_ATTEMPTS,
+          signal,
+        });
       } catch (e) {
         const err = e as { code?: unknown; kind?: unknown; changed?: unknown };
         // A read that failed after its sends: the other chunks go on, the run fails at the end.

@@ -4,15 +4,15 @@
 // renderer reads. `npm run render:nginx` (scripts/render-nginx.ts) writes the result.
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { DEFAULT_MAX_BODY_BYTES } from "../inbound/config.js";
+import type { Cidr } from "./cidr.js";
 import {
   EDGE_REASON_HEADER,
   EDGE_RECEIVER_HEADER,
   EDGE_REFUSAL_PATH,
   EDGE_REFUSALS,
-} from "../inbound/edge-contract.js";
-import type { Cidr } from "./cidr.js";
+} from "./edge-contract.js";
 import { ConfigError, type Env, parseEnv } from "./env.js";
+import { DEFAULT_MAX_BODY_BYTES } from "./receivers.js";
 import { loadSecrets, SecretError } from "./secrets.js";
 
 const HOST_NAME =
@@ -241,14 +241,19 @@ const header = (h: string) => h.replace(/(^|-)([a-z])/g, (_, d: string, c: strin
  */
 const INTERCEPTED = "400 403 404 413 429 500 502 503 504";
 
-/** The server block for the http {} context. Pure: the same settings give the same text. */
-export function renderNginx(s: NginxSettings): string {
-  // Each entry's own line, newline included, so an empty list leaves no blank line.
-  const allowLines = s.allowed.map((c) => `  allow ${c.text};\n`).join("");
+/** The robot routes' limit directive (per peer, sized for Bitrix24's bursts). */
+const robotLimit = (s: NginxSettings) =>
+  `limit_req zone=bitrix_sync_webhooks${s.burst > 0 ? ` burst=${s.burst} nodelay` : ""};`;
+
+/** Every other route's limit directive (per peer, much tighter). */
+const otherLimit = (s: NginxSettings) =>
+  `limit_req zone=bitrix_sync_other_routes${s.otherRouteBurst > 0 ? ` burst=${s.otherRouteBurst} nodelay` : ""};`;
+
+/** The file's header and what the rest refers to: the route and receiver maps, the allow-list as a
+ * variable, the refusal reasons and the log format. */
+function vocabulary(s: NginxSettings): string {
   const geoLines = s.allowed.map((c) => `  ${c.text} 1;\n`).join("");
   const receiverOf = (route: string) => route.slice(route.lastIndexOf("/") + 1);
-  const robotLimit = `limit_req zone=bitrix_sync_webhooks${s.burst > 0 ? ` burst=${s.burst} nodelay` : ""};`;
-  const otherLimit = `limit_req zone=bitrix_sync_other_routes${s.otherRouteBurst > 0 ? ` burst=${s.otherRouteBurst} nodelay` : ""};`;
   return `# Public nginx in front of bitrix-sync (spec §10.1, §16; docs/deployment.md, docs/receivers.md).
 # RENDERED by \`npm run render:nginx\` from the service's environment (src/config/nginx.ts). Do not
 # edit: change BITRIX_WEBHOOK_ALLOWED_CIDRS or a BITRIX_SYNC_NGINX_* setting, review, render again.
@@ -299,7 +304,12 @@ log_format bitrix_sync_public escape=json
   '"reason":"$bitrix_sync_reason","bytes":$body_bytes_sent,"request_time":$request_time,'
   '"upstream_status":"$upstream_status"}';
 
-# Request rate per source address, chosen by the route alone: nothing the request carries (a token,
+`;
+}
+
+/** The request rate limits, chosen by the route alone, and the two upstreams. */
+function limits(s: NginxSettings): string {
+  return `# Request rate per source address, chosen by the route alone: nothing the request carries (a token,
 # valid or not, or none) changes which limit it meets, and nginx never reads the token. Each key is
 # the peer's address on its own routes and empty (not counted) elsewhere.
 #
@@ -338,7 +348,12 @@ upstream bitrix_sync_refusals {
   keepalive_timeout 5s;
 }
 
-# The default server of the same addresses: a request for any other host name (a scanner that
+`;
+}
+
+/** The default server (any other host name is dropped) and nginx's own health on loopback. */
+function sideServers(s: NginxSettings): string {
+  return `# The default server of the same addresses: a request for any other host name (a scanner that
 # found the address, a stale DNS name) is dropped without an answer (444), and a TLS handshake
 # naming another host, or none, is refused before any certificate is shown.
 server {
@@ -367,7 +382,14 @@ server {
   }
 }
 
-server {
+`;
+}
+
+/** The public server's head: TLS, logs, request bounds and the allow-list. */
+function publicServer(s: NginxSettings): string {
+  // Each entry's own line, newline included, so an empty list leaves no blank line.
+  const allowLines = s.allowed.map((c) => `  allow ${c.text};\n`).join("");
+  return `server {
   # HTTPS only. There is deliberately no plain-HTTP server: a redirect would send the token twice.
 ${s.listen.map((l) => `  listen ${l} ssl;`).join("\n")}
   server_name ${s.serverName};
@@ -405,14 +427,19 @@ ${allowLines}  deny all;
 
   # A request over its route's limit is answered 429 (never nginx's default 503), and counted.
   limit_req_status 429;
-${ROUTES.map(
-  (r) => `
+`;
+}
+
+/** One exact location per robot receiver, proxied to the service. */
+function receiverLocations(s: NginxSettings): string {
+  return `${ROUTES.map(
+    (r) => `
   # Exact route: no trailing-slash variant, no prefix match, hence no redirect.
   location = ${r} {
     limit_except POST {
       deny all;
     }
-    ${robotLimit}
+    ${robotLimit(s)}
 
     # No URI part: the request URI, with its query, is passed through unchanged.
     proxy_pass http://bitrix_sync_receivers;
@@ -429,8 +456,13 @@ ${ROUTES.map(
     proxy_read_timeout 10s;
     proxy_buffering on;
   }`,
-).join("\n")}
+  ).join("\n")}
+`;
+}
 
+/** Everything else, and nginx's own refusals handed to the service; the server's end. */
+function refusalLocations(s: NginxSettings): string {
+  return `
   # Everything else (health, status, metrics, any probe) does not exist here. A source outside the
   # allow-list is refused by its address on every path (\`return\` comes before allow/deny), so the
   # synthetic probe from outside sees the same refusal a stranger robot would. \`return\` also comes
@@ -466,8 +498,8 @@ ${FORWARDED.map(
       f.status === 429
         ? ""
         : `
-    ${robotLimit}
-    ${otherLimit}`
+    ${robotLimit(s)}
+    ${otherLimit(s)}`
     }
     proxy_pass http://bitrix_sync_refusals$bitrix_sync_refusal_path;
     proxy_method POST;
@@ -502,4 +534,11 @@ ${ERROR_PAGES.map(
 ).join("")}
 }
 `;
+}
+
+/** The server block for the http {} context. Pure: the same settings give the same text. */
+export function renderNginx(s: NginxSettings): string {
+  return [vocabulary, limits, sideServers, publicServer, receiverLocations, refusalLocations]
+    .map((section) => section(s))
+    .join("");
 }

@@ -133,6 +133,58 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** What the bucket answers a request for a slot (acquire_crm_request, acquire_spare_crm_request). */
+interface SlotGrant {
+  granted: boolean;
+  slot_id: string | null;
+  /** How long to wait before asking again, when not granted. */
+  wait_ms: number;
+}
+
+/**
+ * The poll loop of both limiters: asks the bucket (`ask`) until it grants a slot, waiting between
+ * asks what the bucket says, between `minWaitMs` and `maxPollMs`, plus a jitter of up to `minWaitMs`
+ * so replicas polling the same bucket do not stay in lockstep. Rejects only if `signal` aborts.
+ */
+async function pollForSlot<G extends SlotGrant>(
+  ask: () => Promise<G | undefined>,
+  o: { maxPollMs: number; minWaitMs: number; signal?: AbortSignal | undefined },
+): Promise<G & { slot_id: string }> {
+  for (;;) {
+    checkAbort(o.signal);
+    const r = await ask();
+    if (r?.granted && r.slot_id) return r as G & { slot_id: string };
+    const wait =
+      Math.min(Math.max(r?.wait_ms ?? o.maxPollMs, o.minWaitMs), o.maxPollMs) +
+      Math.floor(Math.random() * o.minWaitMs);
+    await sleep(wait, o.signal);
+  }
+}
+
+/**
+ * The permit for a granted slot. Its release is given once: while the database is away it is tried
+ * again until `releaseWithinMs` after the grant, and it never throws, so a reply already in hand is
+ * never lost to it (issue 36).
+ */
+function slotPermit(p: {
+  grantedAt: number;
+  reduced?: boolean;
+  releaseWithinMs: number;
+  release: (answered: boolean) => Promise<unknown>;
+}): LimiterPermit {
+  const expires = Date.now() + p.releaseWithinMs;
+  let released = false;
+  return {
+    grantedAt: p.grantedAt,
+    ...(p.reduced === undefined ? {} : { reduced: p.reduced }),
+    async release(answered) {
+      if (released) return;
+      released = true;
+      await whileDatabaseAway(() => p.release(answered === true), { until: expires }).catch(() => undefined);
+    },
+  };
+}
+
 export interface PgLimiterOptions {
   pool: pg.Pool;
   /** Bucket name: one per portal and credential, e.g. the portal host. */
@@ -155,58 +207,39 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
 
   /** Polls the bucket until a token and a slot are granted; rejects only if `signal` aborts. */
   async function acquireOnce(signal?: AbortSignal): Promise<LimiterPermit> {
-    for (;;) {
-      checkAbort(signal);
-      const s = read(opts.settings);
-      const { rows } = await pool.query<{
-        granted: boolean;
-        slot_id: string | null;
-        wait_ms: number;
-        decided_at: Date;
-        rate: number;
-      }>(
-        `select granted, slot_id, wait_ms, decided_at, rate
-           from bitrix_sync.acquire_crm_request($1, $2, $3, $4, $5, $6, $7)`,
-        [
-          bucket,
-          opts.holder,
-          s.refillPerSec,
-          s.burst,
-          s.maxInFlight,
-          opts.slotTtlMs,
-          adaptive.recoveryPerSec,
-        ],
-      );
-      const r = rows[0];
-      if (r?.granted && r.slot_id) {
-        const slot = r.slot_id;
-        // The database gives a spare slot 120 s (SPARE_SLOT_TTL, sql/limiter/spare.sql): past that it
-        // is gone anyway, so a release is not tried beyond it.
-        const expires = Date.now() + SPARE_SLOT_TTL_MS;
-        let released = false;
-        return {
-          grantedAt: r.decided_at.getTime(),
-          reduced: r.rate < s.refillPerSec * 0.999,
-          async release(answered) {
-            if (released) return;
-            released = true;
-            // A slot frees itself slotTtlMs after it was taken: while the database is away the
-            // release is tried again until then, and one that never lands costs only that wait.
-            // It never throws, so a reply already in hand is never lost to it (issue 36).
-            await whileDatabaseAway(
-              () =>
-                answered
-                  ? pool.query("select bitrix_sync.release_crm_request($1, $2, true)", [slot, bucket])
-                  : pool.query("select bitrix_sync.release_crm_request($1)", [slot]),
-              { until: expires },
-            ).catch(() => undefined);
-          },
-        };
-      }
-      // A little jitter so replicas polling the same bucket do not stay in lockstep.
-      const wait = Math.min(Math.max(r?.wait_ms ?? maxPoll, 5), maxPoll) + Math.floor(Math.random() * 5);
-      await sleep(wait, signal);
-    }
+    let s = read(opts.settings);
+    const r = await pollForSlot(
+      async () => {
+        s = read(opts.settings);
+        const { rows } = await pool.query<SlotGrant & { decided_at: Date; rate: number }>(
+          `select granted, slot_id, wait_ms, decided_at, rate
+             from bitrix_sync.acquire_crm_request($1, $2, $3, $4, $5, $6, $7)`,
+          [
+            bucket,
+            opts.holder,
+            s.refillPerSec,
+            s.burst,
+            s.maxInFlight,
+            opts.slotTtlMs,
+            adaptive.recoveryPerSec,
+          ],
+        );
+        return rows[0];
+      },
+      { maxPollMs: maxPoll, minWaitMs: 5, signal },
+    );
+    const slot = r.slot_id;
+    return slotPermit({
+      grantedAt: r.decided_at.getTime(),
+      reduced: r.rate < s.refillPerSec * 0.999,
+      // The slot frees itself slotTtlMs after it was taken; the release is tried for as long as a
+      // spare slot lives (SPARE_SLOT_TTL_MS), which is longer: one that never lands costs only that.
+      releaseWithinMs: SPARE_SLOT_TTL_MS,
+      release: (answered) =>
+        answered
+          ? pool.query("select bitrix_sync.release_crm_request($1, $2, true)", [slot, bucket])
+          : pool.query("select bitrix_sync.release_crm_request($1)", [slot]),
+    });
   }
 
   return {
@@ -222,6 +255,26 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         throw e;
       }
     },
+    ...bucketFeedback(pool, bucket, adaptive),
+    blockedMethods: () => blockedMethods(pool, bucket),
+    async lastAnswered() {
+      const { rows } = await pool.query<{ at: Date | null }>(
+        "select bitrix_sync.crm_last_answered_at($1) as at",
+        [bucket],
+      );
+      return rows[0]?.at?.getTime() ?? null;
+    },
+    state: () => bucketState(pool, bucket, read(opts.settings)),
+  };
+}
+
+/** What the portal's replies teach the shared bucket: a cut rate, its recovery, blocked methods. */
+function bucketFeedback(
+  pool: pg.Pool,
+  bucket: string,
+  adaptive: AdaptiveSettings,
+): Pick<CrmLimiter, "noteRateLimited" | "noteAnswered" | "noteMethodBlocked" | "noteOperating"> {
+  return {
     async noteRateLimited() {
       await pool.query("select bitrix_sync.note_rate_limited($1, $2, $3, $4, $5)", [
         bucket,
@@ -255,42 +308,38 @@ export function createPgLimiter(opts: PgLimiterOptions): CrmLimiter {
         samples.map((s) => (s.resetAt === null ? null : new Date(s.resetAt))),
       ]);
     },
-    async blockedMethods() {
-      const { rows } = await pool.query<{ method: string; blocked_until: Date }>(
-        "select method, blocked_until from bitrix_sync.blocked_crm_methods($1)",
-        [bucket],
-      );
-      return new Map(rows.map((r) => [r.method, r.blocked_until.getTime()]));
-    },
-    async lastAnswered() {
-      const { rows } = await pool.query<{ at: Date | null }>(
-        "select bitrix_sync.crm_last_answered_at($1) as at",
-        [bucket],
-      );
-      return rows[0]?.at?.getTime() ?? null;
-    },
-    async state() {
-      const s = read(opts.settings);
-      const { rows } = await pool.query<{
-        tokens: number;
-        rate_factor: number;
-        in_flight: number;
-        throttled_until: Date | null;
-      }>("select tokens, rate_factor, in_flight, throttled_until from bitrix_sync.crm_limiter_state($1)", [
-        bucket,
-      ]);
-      const r = rows[0];
-      const blocked = await this.blockedMethods();
-      const factor = r?.rate_factor ?? 1;
-      return {
-        tokens: r?.tokens ?? s.burst,
-        rate: s.refillPerSec * factor,
-        rateFactor: factor,
-        inFlight: r?.in_flight ?? 0,
-        throttledUntil: r?.throttled_until?.getTime() ?? null,
-        blockedMethods: [...blocked].map(([method, until]) => ({ method, until })),
-      };
-    },
+  };
+}
+
+/** Methods of the bucket blocked right now (OPERATION_TIME_LIMIT), with the end of each block. */
+async function blockedMethods(pool: pg.Pool, bucket: string): Promise<Map<string, number>> {
+  const { rows } = await pool.query<{ method: string; blocked_until: Date }>(
+    "select method, blocked_until from bitrix_sync.blocked_crm_methods($1)",
+    [bucket],
+  );
+  return new Map(rows.map((r) => [r.method, r.blocked_until.getTime()]));
+}
+
+/** The shared bucket as /internal/sync/v1/status shows it. */
+async function bucketState(pool: pg.Pool, bucket: string, s: LimiterSettings): Promise<LimiterState> {
+  const { rows } = await pool.query<{
+    tokens: number;
+    rate_factor: number;
+    in_flight: number;
+    throttled_until: Date | null;
+  }>("select tokens, rate_factor, in_flight, throttled_until from bitrix_sync.crm_limiter_state($1)", [
+    bucket,
+  ]);
+  const r = rows[0];
+  const blocked = await blockedMethods(pool, bucket);
+  const factor = r?.rate_factor ?? 1;
+  return {
+    tokens: r?.tokens ?? s.burst,
+    rate: s.refillPerSec * factor,
+    rateFactor: factor,
+    inFlight: r?.in_flight ?? 0,
+    throttledUntil: r?.throttled_until?.getTime() ?? null,
+    blockedMethods: [...blocked].map(([method, until]) => ({ method, until })),
   };
 }
 
@@ -319,35 +368,23 @@ export function createSpareLimiter(opts: SpareLimiterOptions): CrmLimiter {
   const maxPoll = opts.maxPollMs ?? 5000;
   const { pool, main } = opts;
   async function acquireOnce(signal?: AbortSignal): Promise<LimiterPermit> {
-    for (;;) {
-      checkAbort(signal);
-      const { rows } = await pool.query<{ granted: boolean; slot_id: string | null; wait_ms: number }>(
-        "select granted, slot_id, wait_ms from bitrix_sync.acquire_spare_crm_request($1, $2)",
-        [main.bucket, opts.holder],
-      );
-      const r = rows[0];
-      if (r?.granted && r.slot_id) {
-        const slot = r.slot_id;
-        // The database gives a spare slot 120 s (SPARE_SLOT_TTL, sql/limiter/spare.sql): past that it
-        // is gone anyway, so a release is not tried beyond it.
-        const expires = Date.now() + SPARE_SLOT_TTL_MS;
-        let released = false;
-        return {
-          grantedAt: Date.now(),
-          async release() {
-            if (released) return;
-            released = true;
-            // As the main limiter's: tried again while the database is away, never throws.
-            await whileDatabaseAway(
-              () => pool.query("select bitrix_sync.release_spare_crm_request($1)", [slot]),
-              { until: expires },
-            ).catch(() => undefined);
-          },
-        };
-      }
-      const wait = Math.min(Math.max(r?.wait_ms ?? maxPoll, 10), maxPoll) + Math.floor(Math.random() * 10);
-      await sleep(wait, signal);
-    }
+    const r = await pollForSlot(
+      async () => {
+        const { rows } = await pool.query<SlotGrant>(
+          "select granted, slot_id, wait_ms from bitrix_sync.acquire_spare_crm_request($1, $2)",
+          [main.bucket, opts.holder],
+        );
+        return rows[0];
+      },
+      { maxPollMs: maxPoll, minWaitMs: 10, signal },
+    );
+    const slot = r.slot_id;
+    return slotPermit({
+      grantedAt: Date.now(),
+      // The database gives a spare slot SPARE_SLOT_TTL: past that it is gone anyway.
+      releaseWithinMs: SPARE_SLOT_TTL_MS,
+      release: () => pool.query("select bitrix_sync.release_spare_crm_request($1)", [slot]),
+    });
   }
   return {
     bucket: main.bucket,

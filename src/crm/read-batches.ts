@@ -9,6 +9,9 @@ import { backoffDelayMs, type RetrySettings } from "./backoff.js";
 import { type CommandOutcome, type CrmDeps, executeBatch, MAX_BATCH_SIZE } from "./batch.js";
 import { type CrmCommand, isWrite } from "./catalogue.js";
 
+/** Sends of one sub-request within a reconciliation run (Contacts or alert items), the first included. */
+export const RUN_REQUEST_ATTEMPTS = 3;
+
 export interface ReadOptions {
   /** Sends of one sub-request at most, the first included (>= 1). */
   attempts: number;

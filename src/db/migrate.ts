@@ -1,15 +1,14 @@
 // Applies the project's committed graphile-migrate migrations and graphile-worker's own schema.
 import { readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { Logger as GraphileLogger } from "@graphile/logger";
 import { migrate as gmMigrate } from "graphile-migrate";
 import { makeWorkerUtils } from "graphile-worker";
 import pg from "pg";
+import { projectRoot } from "../local/project-root.js";
 import { SEARCH_PATH_SETTING, withSearchPath } from "./search-path.js";
 
-export const projectRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const migrationsFolder = join(projectRoot, "migrations");
 
 interface Logger {

@@ -6,7 +6,7 @@
 // and npm run db:check hold the tree to the rules below.
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, sep } from "node:path";
-import { projectRoot } from "./migrate.js";
+import { projectRoot } from "../local/project-root.js";
 
 /** The list of sql/ files in the order they are applied, lowest layer first. */
 export const MANIFEST_FILE = "sql/manifest.txt";

@@ -13,7 +13,7 @@ import { createHash } from "node:crypto";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
-import { projectRoot } from "./migrate.js";
+import { projectRoot } from "../local/project-root.js";
 import { layoutProblems, type Problem } from "./migration-layout.js";
 import { extractSummary, stripSummary } from "./migration-summary.js";
 

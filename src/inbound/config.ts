@@ -3,7 +3,7 @@
 // must present, and the request bounds.
 import type { Cidr } from "../config/cidr.js";
 import { type Config, SANDBOX_MEMBER_ID, SANDBOX_PORTAL_HOST } from "../config/env.js";
-import type { ReceiverName } from "../config/receivers.js";
+import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUERY_BYTES, type ReceiverName } from "../config/receivers.js";
 import type { InboxWriterOptions } from "./inbox.js";
 
 export interface ReceiverTokens {
@@ -28,11 +28,6 @@ export interface ReceiverConfig {
   /** Grouping and bounds of inbox writes (defaults: 200 events per call, 2 calls in flight, 1 000 waiting, 1.5 s wait). */
   inbox?: InboxWriterOptions;
 }
-
-/** A robot body is about 300 bytes; 8 KiB leaves room for long portal host names. */
-export const DEFAULT_MAX_BODY_BYTES = 8 * 1024;
-/** `token` (a 64-character hex secret, or a longer one) plus `ID`. */
-export const DEFAULT_MAX_QUERY_BYTES = 1024;
 
 /**
  * Derives the receiver configuration from the validated service configuration. In sandbox mode a

@@ -15,10 +15,6 @@ import { Hono } from "hono";
 import type pg from "pg";
 import type { Cidr } from "../config/cidr.js";
 import { cidrMatcher } from "../config/cidr.js";
-import { sqlstate } from "../db/errors.js";
-import type { Logger } from "../observability/logger.js";
-import { webhookRejected } from "../observability/metrics.js";
-import { clientAddress, FORWARDED_ADDRESS_HEADER } from "./client-address.js";
 import {
   EDGE_REASON_HEADER,
   EDGE_RECEIVER_HEADER,
@@ -27,7 +23,11 @@ import {
   EDGE_REFUSALS,
   type EdgeReason,
   type EdgeReceiver,
-} from "./edge-contract.js";
+} from "../config/edge-contract.js";
+import { sqlstate } from "../db/errors.js";
+import type { Logger } from "../observability/logger.js";
+import { webhookRejected } from "../observability/metrics.js";
+import { clientAddress, FORWARDED_ADDRESS_HEADER } from "./client-address.js";
 import { peerAddress } from "./routes.js";
 
 const isReason = (v: string | undefined): v is EdgeReason =>

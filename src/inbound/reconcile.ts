@@ -15,7 +15,7 @@ import { backoffDelayMs, type RetrySettings } from "../crm/backoff.js";
 import type { CommandOutcome } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
-import { readBatches } from "../crm/read-batches.js";
+import { RUN_REQUEST_ATTEMPTS, readBatches } from "../crm/read-batches.js";
 import { failureCode } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
 import { CLEARED_HASH, matchesPiiHash } from "../hash.js";
@@ -31,8 +31,6 @@ import { activeMappings, applyContact, type ContactOutcome, type MappedContact }
 
 /** Contacts applied per transaction. */
 const APPLY_CHUNK = 200;
-/** Sends of one sub-request within a run, the first included. */
-export const REQUEST_ATTEMPTS = 3;
 /** A sub-request whose next send would wait longer is left to the run's own retry. */
 const MAX_REQUEST_DELAY_MS = 30_000;
 
@@ -173,7 +171,7 @@ async function send(
   counter: Counter,
 ): Promise<CommandOutcome[]> {
   return await readBatches(deps.crm, commands, {
-    attempts: REQUEST_ATTEMPTS,
+    attempts: RUN_REQUEST_ATTEMPTS,
     retry: counter.retry,
     maxDelayMs: MAX_REQUEST_DELAY_MS,
     signal: counter.signal,
@@ -322,176 +320,244 @@ async function runClaimed(
     const mappings = await activeMappings(deps.pool, ids);
     const mapped = ids.filter((id) => mappings.has(id));
     report.mapped = mapped.length;
-    const chunks: number[][] = [];
-    for (let i = 0; i < mapped.length; i += PAGE_SIZE) chunks.push(mapped.slice(i, i + PAGE_SIZE));
-    const contacts = new Map<number, ContactRecord>();
-    // The Contacts whose read answered: one missing from the answer was deleted; one whose read
-    // failed is simply not known in this run.
-    const read = new Set<number>();
-    const answers = await send(
-      deps,
-      chunks.map((ids) => ({ type: "contact.read", params: { ids } })),
-      counter,
+    const { contacts, read } = await readContacts(deps, mapped, counter);
+    const before = await snapshotsOf(deps, mapped);
+    const todo = mapped.filter(
+      (id) => read.has(id) && mappings.has(id) && !isStaleRead(contacts.get(id), before.get(id), report),
     );
-    answers.forEach((o, i) => {
-      if (!o.ok) {
-        failedRequest(deps, counter, o);
-        return;
-      }
-      for (const id of chunks[i] ?? []) read.add(id);
-      for (const c of (o as { result: { contacts: ContactRecord[] } }).result.contacts) contacts.set(c.id, c);
-    });
-    // What the App held before: the CRM timestamp, the hashes of the CRM-master values, and where
-    // they came from and when (source attribution, §10.2).
-    const snapshotOf = async (ids: number[]) => {
-      const { rows } = await deps.pool.query<SnapshotHashes & SnapshotSource & { contact_id: string }>(
-        `select contact_id, crm_updated_at, name_hash, email_hash, citizenship_enum_id, stale,
-                last_applied_at, last_applied_source, last_webhook_received_at
-           from bitrix_sync.contact_snapshots where contact_id = any($1)`,
-        [ids.map(String)],
-      );
-      return new Map(rows.map((r) => [Number(r.contact_id), r]));
-    };
-    const before = await snapshotOf(mapped);
-    const applied: number[] = [];
-    // Applied in chunks, one transaction each: a commit per Contact would dominate a large run.
-    const todo = mapped.filter((id) => {
-      if (!read.has(id)) return false;
-      const contact = contacts.get(id);
-      const was = before.get(id)?.crm_updated_at ?? null;
-      const crmAt = contact?.updatedAt ? new Date(contact.updatedAt) : null;
-      // Strictly older only: the portal's timestamps have one-second resolution.
-      const stale =
-        contact !== undefined && was !== null && crmAt !== null && crmAt.getTime() < was.getTime();
-      if (stale) report.outcomes.stale = (report.outcomes.stale ?? 0) + 1;
-      return !stale && mappings.has(id);
-    });
-    for (let i = 0; i < todo.length; i += APPLY_CHUNK) {
-      const chunk = todo.slice(i, i + APPLY_CHUNK);
-      const outcomes = await inTransaction(deps.pool, async (c) => {
-        const out: Array<[number, ContactOutcome]> = [];
-        for (const id of chunk) {
-          out.push([
-            id,
-            await applyContact(
-              c,
-              deps,
-              mappings.get(id) as MappedContact,
-              contacts.get(id),
-              "reconciliation",
-            ),
-          ]);
-        }
-        return out;
-      });
-      for (const [id, outcome] of outcomes) {
-        report.outcomes[outcome] = (report.outcomes[outcome] ?? 0) + 1;
-        if (outcome === "applied") applied.push(id);
-      }
-    }
-    // Updated = the App's CRM-master values changed. Recovered = updated, and no webhook had
-    // brought or announced the change (recoveredWithoutWebhook).
-    const after = await snapshotOf(applied);
-    const pending = await pendingWebhooks(deps, applied);
-    for (const id of applied) {
-      if (!sameValues(before.get(id), after.get(id), contacts.get(id))) {
-        report.updated++;
-        const crmAt = contacts.get(id)?.updatedAt;
-        if (
-          recoveredWithoutWebhook(
-            before.get(id),
-            after.get(id),
-            crmAt ? new Date(crmAt) : null,
-            pending.get(id) ?? null,
-          )
-        )
-          report.recovered++;
-      } else {
-        report.outcomes.unchanged = (report.outcomes.unchanged ?? 0) + 1;
-        report.outcomes.applied = (report.outcomes.applied ?? 1) - 1;
-      }
-    }
+    const applied = await applyInChunks(deps, todo, mappings, contacts, report);
+    await countChanges(deps, applied, before, contacts, report);
     report.requests = counter.requests;
     report.failedRequests = counter.failed.length;
-    const baseline = claim.baseline;
-    report.spike = isRecoveredSpike(report.recovered, report.mapped, baseline, s);
+    report.spike = isRecoveredSpike(report.recovered, report.mapped, claim.baseline, s);
     reconciliationScanned.inc(report.scanned);
     reconciliationUpdated.inc(report.updated);
     reconciliationRecovered.inc(report.recovered);
-    if (report.spike) {
-      // In the database at once, under the run's lease, whatever happens to the run or the process
-      // next: /metrics on every replica shows it at the next scrape (sql/reconciliation/spikes.sql).
-      await deps.pool.query("select bitrix_sync.record_recovered_spike('contacts', $1, $2, $3, $4)", [
-        claim.lease_token,
-        report.recovered,
-        report.mapped,
-        baseline,
-      ]);
-      deps.log.error(
-        {
-          event: "reconciliation.recovered_spike",
-          recovered: report.recovered,
-          mapped: report.mapped,
-          baseline,
-        },
-        "reconciliation recovered many Contacts without a webhook: webhooks may be lost (check the proxy's source_ip refusals and status_refused_sources, docs/runbook.md)",
-      );
-    }
+    if (report.spike) await recordSpike(deps, claim, report);
     // A sub-request kept failing: what it would have found is unknown, so the window is read again.
     if (counter.failed.length > 0) throw new RunFailed(counter.failed[0] as string);
-    await deps.pool.query("select bitrix_sync.finish_reconciliation_run('contacts', $1, $2, $3, $4)", [
-      claim.lease_token,
-      report.scanned,
-      report.updated,
-      report.recovered,
-    ]);
-    report.status = "succeeded";
-    reconciliationRuns.inc({ status: "succeeded" });
-    deps.log.info(
-      {
-        event: "reconciliation.contacts",
-        scanned: report.scanned,
-        mapped: report.mapped,
-        updated: report.updated,
-        recovered: report.recovered,
-        requests: report.requests,
-      },
-      "Contact reconciliation run finished",
-    );
+    await finishRun(deps, claim, report);
   } catch (e) {
-    report.status = "failed";
-    reconciliationRuns.inc({ status: "failed" });
-    report.requests = counter.requests;
-    report.failedRequests = counter.failed.length;
-    const leaseLost = (e as { code?: unknown }).code === "BS001";
-    report.errorCode =
-      e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : failureCode(e, "run_failed");
-    // The watermark stays: the next run reads the same window again, after the backoff. A run whose
-    // lease was taken over leaves the cursor to the run that holds it now.
-    if (!leaseLost) {
-      const delayMs = backoffDelayMs(claim.failed_runs + 1, retry); // this run failed too
-      const { rows } = await deps.pool
-        .query<{ retry_at: Date | null }>(
-          "select retry_at from bitrix_sync.fail_reconciliation_run('contacts', $1, $2, make_interval(secs => $3))",
-          [claim.lease_token, report.errorCode, delayMs / 1000],
-        )
-        .catch((err) => {
-          if ((err as { code?: unknown }).code !== "BS001") throw err;
-          return { rows: [] };
-        });
-      if (rows[0]?.retry_at) report.retryAt = rows[0].retry_at;
-    }
-    deps.log.warn(
-      {
-        event: "reconciliation.failed",
-        code: report.errorCode,
-        failedRequests: report.failedRequests,
-        updated: report.updated,
-        retryAt: report.retryAt?.toISOString(),
-      },
-      "Contact reconciliation run failed; watermark kept, the run is retried after its backoff",
-    );
+    await failRun(deps, claim, report, counter, e);
   }
+}
+
+/**
+ * Reads the mapped Contacts by ID, a page a sub-request. `read`: the Contacts whose read answered
+ * (one missing from the answer was deleted; one whose read failed is simply not known in this run).
+ */
+async function readContacts(
+  deps: ServiceContext,
+  mapped: number[],
+  counter: Counter,
+): Promise<{ contacts: Map<number, ContactRecord>; read: Set<number> }> {
+  const chunks: number[][] = [];
+  for (let i = 0; i < mapped.length; i += PAGE_SIZE) chunks.push(mapped.slice(i, i + PAGE_SIZE));
+  const contacts = new Map<number, ContactRecord>();
+  const read = new Set<number>();
+  const answers = await send(
+    deps,
+    chunks.map((ids) => ({ type: "contact.read", params: { ids } })),
+    counter,
+  );
+  answers.forEach((o, i) => {
+    if (!o.ok) {
+      failedRequest(deps, counter, o);
+      return;
+    }
+    for (const id of chunks[i] ?? []) read.add(id);
+    for (const c of (o as { result: { contacts: ContactRecord[] } }).result.contacts) contacts.set(c.id, c);
+  });
+  return { contacts, read };
+}
+
+/**
+ * What the App held: the CRM timestamp, the hashes of the CRM-master values, and where they came
+ * from and when (source attribution, §10.2).
+ */
+async function snapshotsOf(
+  deps: ServiceContext,
+  ids: number[],
+): Promise<Map<number, SnapshotHashes & SnapshotSource & { contact_id: string }>> {
+  const { rows } = await deps.pool.query<SnapshotHashes & SnapshotSource & { contact_id: string }>(
+    `select contact_id, crm_updated_at, name_hash, email_hash, citizenship_enum_id, stale,
+            last_applied_at, last_applied_source, last_webhook_received_at
+       from bitrix_sync.contact_snapshots where contact_id = any($1)`,
+    [ids.map(String)],
+  );
+  return new Map(rows.map((r) => [Number(r.contact_id), r]));
+}
+
+/**
+ * A read strictly older than what the App holds, counted as stale: the portal's timestamps have
+ * one-second resolution, so an equal one is not older.
+ */
+function isStaleRead(
+  contact: ContactRecord | undefined,
+  was: SnapshotSource | undefined,
+  report: ReconcileReport,
+): boolean {
+  const wasAt = was?.crm_updated_at ?? null;
+  const crmAt = contact?.updatedAt ? new Date(contact.updatedAt) : null;
+  const stale =
+    contact !== undefined && wasAt !== null && crmAt !== null && crmAt.getTime() < wasAt.getTime();
+  if (stale) report.outcomes.stale = (report.outcomes.stale ?? 0) + 1;
+  return stale;
+}
+
+/**
+ * Applies the Contacts in chunks, one transaction each (a commit per Contact would dominate a large
+ * run), counting each outcome; returns those applied.
+ */
+async function applyInChunks(
+  deps: ServiceContext,
+  todo: number[],
+  mappings: Map<number, MappedContact>,
+  contacts: Map<number, ContactRecord>,
+  report: ReconcileReport,
+): Promise<number[]> {
+  const applied: number[] = [];
+  for (let i = 0; i < todo.length; i += APPLY_CHUNK) {
+    const chunk = todo.slice(i, i + APPLY_CHUNK);
+    const outcomes = await inTransaction(deps.pool, async (c) => {
+      const out: Array<[number, ContactOutcome]> = [];
+      for (const id of chunk) {
+        out.push([
+          id,
+          await applyContact(c, deps, mappings.get(id) as MappedContact, contacts.get(id), "reconciliation"),
+        ]);
+      }
+      return out;
+    });
+    for (const [id, outcome] of outcomes) {
+      report.outcomes[outcome] = (report.outcomes[outcome] ?? 0) + 1;
+      if (outcome === "applied") applied.push(id);
+    }
+  }
+  return applied;
+}
+
+/**
+ * Updated = the App's CRM-master values changed. Recovered = updated, and no webhook had brought or
+ * announced the change (recoveredWithoutWebhook). An applied Contact whose values stayed is unchanged.
+ */
+async function countChanges(
+  deps: ServiceContext,
+  applied: number[],
+  before: Map<number, SnapshotHashes & SnapshotSource>,
+  contacts: Map<number, ContactRecord>,
+  report: ReconcileReport,
+): Promise<void> {
+  const after = await snapshotsOf(deps, applied);
+  const pending = await pendingWebhooks(deps, applied);
+  for (const id of applied) {
+    if (!sameValues(before.get(id), after.get(id), contacts.get(id))) {
+      report.updated++;
+      const crmAt = contacts.get(id)?.updatedAt;
+      if (
+        recoveredWithoutWebhook(
+          before.get(id),
+          after.get(id),
+          crmAt ? new Date(crmAt) : null,
+          pending.get(id) ?? null,
+        )
+      )
+        report.recovered++;
+    } else {
+      report.outcomes.unchanged = (report.outcomes.unchanged ?? 0) + 1;
+      report.outcomes.applied = (report.outcomes.applied ?? 1) - 1;
+    }
+  }
+}
+
+/**
+ * A spike of recovered Contacts: in the database at once, under the run's lease, whatever happens to
+ * the run or the process next (/metrics on every replica shows it at the next scrape,
+ * sql/reconciliation/spikes.sql), and an error line.
+ */
+async function recordSpike(deps: ServiceContext, claim: Claim, report: ReconcileReport): Promise<void> {
+  const baseline = claim.baseline;
+  await deps.pool.query("select bitrix_sync.record_recovered_spike('contacts', $1, $2, $3, $4)", [
+    claim.lease_token,
+    report.recovered,
+    report.mapped,
+    baseline,
+  ]);
+  deps.log.error(
+    {
+      event: "reconciliation.recovered_spike",
+      recovered: report.recovered,
+      mapped: report.mapped,
+      baseline,
+    },
+    "reconciliation recovered many Contacts without a webhook: webhooks may be lost (check the proxy's source_ip refusals and status_refused_sources, docs/runbook.md)",
+  );
+}
+
+/** A run that succeeded: the watermark moves on. */
+async function finishRun(deps: ServiceContext, claim: Claim, report: ReconcileReport): Promise<void> {
+  await deps.pool.query("select bitrix_sync.finish_reconciliation_run('contacts', $1, $2, $3, $4)", [
+    claim.lease_token,
+    report.scanned,
+    report.updated,
+    report.recovered,
+  ]);
+  report.status = "succeeded";
+  reconciliationRuns.inc({ status: "succeeded" });
+  deps.log.info(
+    {
+      event: "reconciliation.contacts",
+      scanned: report.scanned,
+      mapped: report.mapped,
+      updated: report.updated,
+      recovered: report.recovered,
+      requests: report.requests,
+    },
+    "Contact reconciliation run finished",
+  );
+}
+
+/**
+ * A run that failed: the watermark stays, so the next run reads the same window again after the
+ * backoff. A run whose lease was taken over leaves the cursor to the run that holds it now.
+ */
+async function failRun(
+  deps: ServiceContext,
+  claim: Claim,
+  report: ReconcileReport,
+  counter: Counter,
+  e: unknown,
+): Promise<void> {
+  report.status = "failed";
+  reconciliationRuns.inc({ status: "failed" });
+  report.requests = counter.requests;
+  report.failedRequests = counter.failed.length;
+  const leaseLost = (e as { code?: unknown }).code === "BS001";
+  report.errorCode =
+    e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : failureCode(e, "run_failed");
+  if (!leaseLost) {
+    const delayMs = backoffDelayMs(claim.failed_runs + 1, counter.retry); // this run failed too
+    const { rows } = await deps.pool
+      .query<{ retry_at: Date | null }>(
+        "select retry_at from bitrix_sync.fail_reconciliation_run('contacts', $1, $2, make_interval(secs => $3))",
+        [claim.lease_token, report.errorCode, delayMs / 1000],
+      )
+      .catch((err) => {
+        if ((err as { code?: unknown }).code !== "BS001") throw err;
+        return { rows: [] };
+      });
+    if (rows[0]?.retry_at) report.retryAt = rows[0].retry_at;
+  }
+  deps.log.warn(
+    {
+      event: "reconciliation.failed",
+      code: report.errorCode,
+      failedRequests: report.failedRequests,
+      updated: report.updated,
+      retryAt: report.retryAt?.toISOString(),
+    },
+    "Contact reconciliation run failed; watermark kept, the run is retried after its backoff",
+  );
 }
 
 /** When a robot call still waiting in the inbox was received, per Contact (the newest). */

@@ -7,6 +7,15 @@
 // once).
 // An alert event refreshes the smart-process item's alert (src/alerts/items.ts).
 //
+// Where the path ends (a manager edits a Contact, its robot calls the webhook): the App's profile
+// han_app.client_profile (full_name, citizenship, email, source_updated_at, written by
+// bitrix_sync.apply_crm_master_fields as the App writer, so the App's trigger records no intent back)
+// and the App's copy of the Contact bitrix_sync.contact_snapshots; a held link records its read in
+// bitrix_sync.entity_external_mapping (sql/mapping/held.sql), a Contact that is gone closes its
+// mapping there and marks the snapshot stale; a refusal (unknown citizenship, a Contact not found)
+// raises a row of bitrix_sync.business_alerts; the inbox row (bitrix_sync.webhook_inbox) ends
+// completed, retried or dead-lettered (bitrix_sync.technical_dead_letters).
+//
 // Each claimed event is a span (bitrix_sync.inbox.process) under the context its receiver request
 // stored with it; the one CRM read that serves a round's events links to all of them.
 import { refreshAlertItems } from "../alerts/items.js";

@@ -2,7 +2,7 @@
 // which a running sandbox service tells `npm run demo`, `npm run psql` and `npm run stop` where it is.
 // BITRIX_SYNC_DATA_DIR moves all of it (tests use a folder of their own so a developer's is untouched).
 import { join, resolve } from "node:path";
-import { projectRoot } from "../db/migrate.js";
+import { projectRoot } from "../local/project-root.js";
 
 /** The local state folder: BITRIX_SYNC_DATA_DIR (relative to the project) or `.data`. */
 export function dataDir(env: { BITRIX_SYNC_DATA_DIR?: string | undefined }): string {

@@ -1,17 +1,17 @@
 // Where CRM calls go: the configured portal, or in sandbox mode the built-in emulator on loopback.
 // The emulator is imported only in sandbox mode, so the production path (and the production image,
-// which leaves src/emulator/ out: Dockerfile, .dockerignore) never loads it.
+// which leaves tools/emulator/ out: Dockerfile, .dockerignore) never loads it. This lazy import is the
+// service's one arrow into the sandbox portal (test/unit/structure/import-graph.test.ts).
 import type { Config } from "../config/env.js";
 import { parseWebhookUrl } from "../crm/client.js";
-import type { Emulator } from "../emulator/server.js";
 
 /** Where CRM calls go. `webhookUrl` is a secret: never log it. */
 export interface CrmEndpoint {
   webhookUrl: string;
   portalHost: string;
   sandbox: boolean;
-  /** The emulator, in sandbox mode. */
-  emulator: Emulator | null;
+  /** The emulator (tools/emulator/server.ts), in sandbox mode. */
+  emulator: { readonly host: string; readonly url: string } | null;
   close(): Promise<void>;
 }
 
@@ -41,6 +41,6 @@ export async function startCrmEndpoint(opts: {
   firstIds?: { contact?: number; item?: number };
 }): Promise<CrmEndpoint> {
   if (!opts.config.sandbox) return configuredCrmEndpoint(opts.config);
-  const { startSandboxEndpoint } = await import("../emulator/sandbox.js");
+  const { startSandboxEndpoint } = await import("../../tools/emulator/sandbox.js");
   return await startSandboxEndpoint(opts);
 }

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { Logger as GraphileLogger } from "@graphile/logger";
 import { type Runner, run } from "graphile-worker";
 import type pg from "pg";
-import { projectRoot } from "../db/migrate.js";
+import { projectRoot } from "../local/project-root.js";
 import type { Logger } from "../observability/logger.js";
 
 export interface RunnerOptions {

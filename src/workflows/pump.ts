@@ -88,71 +88,29 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
     return { sent: 0, waitMs: 100 };
   }
   if (b.due < s.batch.size && b.oldestMs < s.batch.maxWaitMs) {
-    // The token came before the batch's flush time (size or max wait, §8): fill until then.
-    const fillBy = Date.now() + (s.batch.maxWaitMs - b.oldestMs);
     try {
-      b = await backlog(deps.pool);
-      while (b.due < s.batch.size && Date.now() < fillBy && !signal?.aborted) {
-        // A shutdown ends the wait early; the caller sees the signal and releases the batch.
-        await delay(Math.max(1, Math.min(FILL_POLL_MS, fillBy - Date.now())), undefined, { signal }).catch(
-          () => undefined,
-        );
-        b = await backlog(deps.pool);
-      }
+      await waitToFill(deps, s, b.oldestMs, signal);
     } catch (e) {
       await permit.release();
       throw e;
     }
   }
-  // Claimed together with each command's user (the workflow's), for hydration and the result. The
-  // lease ends no earlier than claimedAt + lease.ttl_sec: until then (settleBy) a transition that
-  // fails because the database is away is tried again (src/db/while-away.ts).
+  // The lease ends no earlier than claimedAt + lease.ttl_sec: until then (settleBy) a transition
+  // that fails because the database is away is tried again (src/db/while-away.ts).
   const claimedAt = Date.now();
   const settleBy = claimedAt + s.lease.ttlSec * 1000;
-  let rows: Array<CommandRow & { owner_user_id: string | null }>;
-  let users: Map<string, AppUser | null>;
+  let claimed: Awaited<ReturnType<typeof claimBatch>>;
   try {
-    ({ rows } = await timedClaim("pump", () =>
-      deps.pool.query<CommandRow & { owner_user_id: string | null }>(
-        // The owner by primary key, per claimed row: a join let the planner, which takes a
-        // function's result for 1000 rows, hash the whole workflow table on every claim.
-        `select c.*, (select w.user_id from bitrix_sync.workflow_instances w where w.id = c.workflow_id) as owner_user_id
-           from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3)) c`,
-        [deps.workerId, s.batch.size, s.lease.ttlSec],
-      ),
-    ));
-    // The App's data of every user of the batch, read once.
-    users = await loadAppUsers(
-      deps.pool,
-      rows.flatMap((r) => (r.owner_user_id ? [r.owner_user_id] : [])),
-    );
+    claimed = await claimBatch(deps, s);
   } catch (e) {
     await permit.release();
     throw e;
   }
-  if (rows.length === 0) {
+  if (claimed.rows.length === 0) {
     await permit.release();
     return { sent: 0, waitMs: 50 };
   }
-
-  const ready: Array<{ row: CommandRow; h: Hydrated }> = [];
-  for (const row of rows) {
-    try {
-      const r = await hydrate(deps.pool, row, row.owner_user_id, deps.dictionary, users);
-      if (r.ok) ready.push({ row, h: r.value });
-      else if (r.failure.kind === "business")
-        await settleQuietly(deps, row, "reject", r.failure.code, settleBy);
-      else await settleQuietly(deps, row, "dead_letter", r.failure.code, settleBy);
-    } catch (e) {
-      if (!(e instanceof NotReady)) {
-        deps.log.warn(
-          { event: "pump.hydrate_failed", ...commandIds(row), ...safeError(e) },
-          "command not prepared",
-        );
-      }
-      await release(deps, row, settleBy);
-    }
-  }
+  const ready = await hydrateAll(deps, claimed.rows, claimed.users, settleBy);
   if (ready.length === 0) {
     await permit.release();
     return { sent: 0, waitMs: 0 };
@@ -188,11 +146,109 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
     for (const { row } of ready) await unsent(deps, row, settleBy);
     throw e;
   }
-  // A create recorded before this process started and never sent, as the database says: after a
-  // restore from backup the service on the lost database may have sent it (the restore drill found
-  // the second Contact), so it goes the way of a create whose reply was lost: uncertain, and the
-  // workflow searches by the user id before anything is sent again. After an ordinary restart that
-  // costs one search.
+  await holdUnproven(deps, ready, marked, settleBy);
+  const sending = ready.filter((r) => marked.has(String(r.row.id)));
+  if (sending.length === 0) {
+    await permit.release();
+    return { sent: 0, waitMs: 0 };
+  }
+  const bounds = { leaveBy: markedAt + SEND_WINDOW_MS, settleBy };
+  return { sent: sending.length, waitMs: 0, flight: fly(deps, sending, permit, batchId, bounds) };
+}
+
+/**
+ * The token came before the batch's flush time (size or max wait, §8): fill until then, from the
+ * oldest due command's age. A shutdown ends the wait early; the caller sees the signal and releases
+ * the batch.
+ */
+async function waitToFill(
+  deps: ServiceContext,
+  s: ReturnType<ServiceContext["settings"]>,
+  oldestMs: number,
+  signal?: AbortSignal,
+): Promise<void> {
+  const fillBy = Date.now() + (s.batch.maxWaitMs - oldestMs);
+  let b = await backlog(deps.pool);
+  while (b.due < s.batch.size && Date.now() < fillBy && !signal?.aborted) {
+    await delay(Math.max(1, Math.min(FILL_POLL_MS, fillBy - Date.now())), undefined, { signal }).catch(
+      () => undefined,
+    );
+    b = await backlog(deps.pool);
+  }
+}
+
+/**
+ * Claims up to batch.size commands, each with its user (the workflow's), and the App's data of every
+ * user of the batch, read once, for hydration and the result.
+ */
+async function claimBatch(
+  deps: ServiceContext,
+  s: ReturnType<ServiceContext["settings"]>,
+): Promise<{
+  rows: Array<CommandRow & { owner_user_id: string | null }>;
+  users: Map<string, AppUser | null>;
+}> {
+  const { rows } = await timedClaim("pump", () =>
+    deps.pool.query<CommandRow & { owner_user_id: string | null }>(
+      // The owner by primary key, per claimed row: a join let the planner, which takes a
+      // function's result for 1000 rows, hash the whole workflow table on every claim.
+      `select c.*, (select w.user_id from bitrix_sync.workflow_instances w where w.id = c.workflow_id) as owner_user_id
+         from bitrix_sync.claim_commands($1, $2, make_interval(secs => $3)) c`,
+      [deps.workerId, s.batch.size, s.lease.ttlSec],
+    ),
+  );
+  const users = await loadAppUsers(
+    deps.pool,
+    rows.flatMap((r) => (r.owner_user_id ? [r.owner_user_id] : [])),
+  );
+  return { rows, users };
+}
+
+/**
+ * Hydrates the claimed commands; returns those ready to send. A command that cannot be built is
+ * rejected (a business failure) or dead-lettered; one not ready yet, or whose hydration failed, goes
+ * back unsent.
+ */
+async function hydrateAll(
+  deps: ServiceContext,
+  rows: Array<CommandRow & { owner_user_id: string | null }>,
+  users: Map<string, AppUser | null>,
+  settleBy: number,
+): Promise<Array<{ row: CommandRow; h: Hydrated }>> {
+  const ready: Array<{ row: CommandRow; h: Hydrated }> = [];
+  for (const row of rows) {
+    try {
+      const r = await hydrate(deps.pool, row, row.owner_user_id, deps.dictionary, users);
+      if (r.ok) ready.push({ row, h: r.value });
+      else if (r.failure.kind === "business")
+        await settleQuietly(deps, row, "reject", r.failure.code, settleBy);
+      else await settleQuietly(deps, row, "dead_letter", r.failure.code, settleBy);
+    } catch (e) {
+      if (!(e instanceof NotReady)) {
+        deps.log.warn(
+          { event: "pump.hydrate_failed", ...commandIds(row), ...safeError(e) },
+          "command not prepared",
+        );
+      }
+      await release(deps, row, settleBy);
+    }
+  }
+  return ready;
+}
+
+/**
+ * A create recorded before this process started and never sent, as the database says: after a
+ * restore from backup the service on the lost database may have sent it (the restore drill found the
+ * second Contact), so it goes the way of a create whose reply was lost: uncertain, and the workflow
+ * searches by the user id before anything is sent again. After an ordinary restart that costs one
+ * search. Such commands leave `marked`.
+ */
+async function holdUnproven(
+  deps: ServiceContext,
+  ready: Array<{ row: CommandRow; h: Hydrated }>,
+  marked: Set<string>,
+  settleBy: number,
+): Promise<void> {
   const unproven = ready.filter(
     (r) =>
       marked.has(String(r.row.id)) &&
@@ -217,13 +273,6 @@ export async function startPump(deps: ServiceContext, signal?: AbortSignal): Pro
       "a create recorded before this process started is looked up before it is sent",
     );
   }
-  const sending = ready.filter((r) => marked.has(String(r.row.id)));
-  if (sending.length === 0) {
-    await permit.release();
-    return { sent: 0, waitMs: 0 };
-  }
-  const bounds = { leaveBy: markedAt + SEND_WINDOW_MS, settleBy };
-  return { sent: sending.length, waitMs: 0, flight: fly(deps, sending, permit, batchId, bounds) };
 }
 
 /** leased -> pending, unsent (no attempt spent); tried again while the database is away. */

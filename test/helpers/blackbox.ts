@@ -6,7 +6,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parse, stringify } from "yaml";
-import { projectRoot } from "../../src/db/migrate.js";
+import { projectRoot } from "../../src/local/project-root.js";
 import { freePort } from "./prometheus.js";
 
 export const BLACKBOX_FILE = join(projectRoot, "deploy", "prometheus", "blackbox.yml");

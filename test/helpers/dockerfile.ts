@@ -3,7 +3,7 @@
 // ARG defaults declared before the first FROM substituted into FROM lines.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { projectRoot } from "../../src/db/migrate.js";
+import { projectRoot } from "../../src/local/project-root.js";
 
 export interface Instruction {
   op: string;

@@ -9,10 +9,10 @@ import { makeWorkerUtils } from "graphile-worker";
 import pg from "pg";
 import { loadConfig, SANDBOX_FIELDS } from "../../src/config/env.js";
 import { withSearchPath } from "../../src/db/search-path.js";
-import { type Emulator, type EmulatorOptions, startEmulator } from "../../src/emulator/server.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { buildRuntime, type Runtime, registerRuntime } from "../../src/runtime.js";
 import { startRunner } from "../../src/worker/runner.js";
+import { type Emulator, type EmulatorOptions, startEmulator } from "../../tools/emulator/server.js";
 import { setSettings } from "./settings.js";
 import { createTestDb, type TestDb } from "./testdb.js";
 

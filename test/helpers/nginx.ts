@@ -6,7 +6,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "n
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { projectRoot } from "../../src/db/migrate.js";
+import { projectRoot } from "../../src/local/project-root.js";
 
 export const hasNginx = spawnSync("nginx", ["-v"]).status === 0;
 export const hasOpenssl = spawnSync("openssl", ["version"]).status === 0;

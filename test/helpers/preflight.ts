@@ -6,10 +6,10 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import { type Emulator, type EmulatorOptions, startEmulator } from "../../src/emulator/server.js";
-import { contactWorkflowTemplate, DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
+import { type Emulator, type EmulatorOptions, startEmulator } from "../../tools/emulator/server.js";
+import { contactWorkflowTemplate, DEFAULT_ALERT_SETTINGS } from "../../tools/emulator/store.js";
 
-/** The alert settings matching the emulator's default smart process (src/emulator/store.ts). */
+/** The alert settings matching the emulator's default smart process (tools/emulator/store.ts). */
 export const ALERT_SETTINGS = DEFAULT_ALERT_SETTINGS;
 
 export const MEMBER_ID = randomBytes(16).toString("hex");

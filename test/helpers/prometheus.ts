@@ -7,7 +7,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parse, stringify } from "yaml";
-import { projectRoot } from "../../src/db/migrate.js";
+import { projectRoot } from "../../src/local/project-root.js";
 
 export const RULES_FILE = join(projectRoot, "deploy", "prometheus", "bitrix-sync.rules.yml");
 export const RULES_TEST_FILE = join(projectRoot, "deploy", "prometheus", "bitrix-sync.rules.test.yml");

@@ -5,15 +5,12 @@ import { Writable } from "node:stream";
 import type pg from "pg";
 import { parseCidrList } from "../../src/config/cidr.js";
 import type { ReceiverName } from "../../src/config/receivers.js";
-import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
+import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUERY_BYTES } from "../../src/config/receivers.js";
 import { createApp } from "../../src/http/app.js";
-import {
-  DEFAULT_MAX_BODY_BYTES,
-  DEFAULT_MAX_QUERY_BYTES,
-  type ReceiverConfig,
-} from "../../src/inbound/config.js";
+import type { ReceiverConfig } from "../../src/inbound/config.js";
 import { DOCUMENT_TYPES } from "../../src/inbound/contract.js";
 import { createLogger, type Logger } from "../../src/observability/logger.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../tools/emulator/store.js";
 import { setSettings } from "./settings.js";
 
 export const TOKENS = {

@@ -2,7 +2,7 @@
 // exactly the environment given, and collects its exit code and output. A deadline stops it (SIGTERM,
 // then SIGKILL), so a hanging child fails the test instead of the run.
 import { spawn } from "node:child_process";
-import { projectRoot } from "../../src/db/migrate.js";
+import { projectRoot } from "../../src/local/project-root.js";
 
 export interface ProcessResult {
   code: number | null;

@@ -1,7 +1,7 @@
 // Runs the real service (src/main.ts) as a child process against a test database and the emulator,
 // so tests can SIGKILL or SIGTERM it like an orchestrator would.
 import { type ChildProcess, spawn } from "node:child_process";
-import { projectRoot } from "../../src/db/migrate.js";
+import { projectRoot } from "../../src/local/project-root.js";
 import { testServiceEnv } from "./e2e.js";
 
 export interface ServiceProcess {

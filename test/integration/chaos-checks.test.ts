@@ -5,8 +5,8 @@
 import test from "ava";
 import { ALERT_NUMBER_FIELD, ALERT_PROCESS, checkInvariants } from "../../scripts/chaos/checks.js";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import { type Emulator, startEmulator } from "../../src/emulator/server.js";
-import type { StoredItem } from "../../src/emulator/store.js";
+import { type Emulator, startEmulator } from "../../tools/emulator/server.js";
+import type { StoredItem } from "../../tools/emulator/store.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;

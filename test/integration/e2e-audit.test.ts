@@ -8,8 +8,8 @@
 import { randomUUID } from "node:crypto";
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import type { StoredContact } from "../../src/emulator/store.js";
 import { reconcileContacts } from "../../src/inbound/reconcile.js";
+import type { StoredContact } from "../../tools/emulator/store.js";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { parseExposition } from "../helpers/exposition.js";
 import { makeUser } from "../helpers/factories.js";

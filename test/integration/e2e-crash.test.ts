@@ -3,7 +3,7 @@
 // lost intent, every workflow finishes.
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import { type Emulator, startEmulator } from "../../src/emulator/server.js";
+import { type Emulator, startEmulator } from "../../tools/emulator/server.js";
 import { waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 import { type Held, hold } from "../helpers/locks.js";

@@ -19,7 +19,7 @@ import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { type EmbeddedServer, startEmbedded } from "../../src/db/embedded.js";
 import { migrateDatabase } from "../../src/db/migrate.js";
 import { withDatabase } from "../../src/db/url.js";
-import { type Emulator, startEmulator } from "../../src/emulator/server.js";
+import { type Emulator, startEmulator } from "../../tools/emulator/server.js";
 import { waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 import { type ServiceProcess, serviceEnv, startService } from "../helpers/service-process.js";

@@ -6,10 +6,10 @@
 // the user's id) are never held.
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import type { StoredContact } from "../../src/emulator/store.js";
 import { createApp } from "../../src/http/app.js";
 import { receiverConfig } from "../../src/inbound/config.js";
 import { reconcileContacts } from "../../src/inbound/reconcile.js";
+import type { StoredContact } from "../../tools/emulator/store.js";
 import {
   finishedWorkflow,
   type Rig,

@@ -5,7 +5,7 @@
 // active link (the target), and the CRM holds the user on the target only.
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import { type Emulator, startEmulator } from "../../src/emulator/server.js";
+import { type Emulator, startEmulator } from "../../tools/emulator/server.js";
 import { waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 import { type Held, hold } from "../helpers/locks.js";

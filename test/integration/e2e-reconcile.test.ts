@@ -5,7 +5,8 @@
 // Contact whose webhook is on its way is updated but not recovered, no echo.
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import { REQUEST_ATTEMPTS, reconcileContacts } from "../../src/inbound/reconcile.js";
+import { RUN_REQUEST_ATTEMPTS } from "../../src/crm/read-batches.js";
+import { reconcileContacts } from "../../src/inbound/reconcile.js";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 import { setSettings } from "../helpers/settings.js";
@@ -111,13 +112,13 @@ test.serial(
     rig.emulator.failNext("INTERNAL_SERVER_ERROR", {
       method: "crm.item.list",
       skip: 1,
-      times: REQUEST_ATTEMPTS,
+      times: RUN_REQUEST_ATTEMPTS,
     });
     const failed = await reconcileContacts(rig.runtime.services, settings(), { force: true });
     t.is(failed.status, "failed");
     t.is(failed.failedRequests, 2);
-    // Page 1, the other two pages sent REQUEST_ATTEMPTS times, then the read of page 1's Contacts.
-    t.is(failed.requests, 1 + REQUEST_ATTEMPTS + 1);
+    // Page 1, the other two pages sent RUN_REQUEST_ATTEMPTS times, then the read of page 1's Contacts.
+    t.is(failed.requests, 1 + RUN_REQUEST_ATTEMPTS + 1);
     const after = await cursor();
     t.deepEqual(after.watermark, start.watermark, "watermark unchanged");
     t.is(after.last_run_status, "failed");

@@ -2,9 +2,9 @@
 // lane of the sync loop, the emulator over HTTP. No echo, no harm from duplicates or late events.
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
-import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { createApp } from "../../src/http/app.js";
 import { receiverConfig } from "../../src/inbound/config.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../tools/emulator/store.js";
 import {
   finishedWorkflow,
   type Rig,

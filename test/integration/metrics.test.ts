@@ -6,9 +6,9 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
-import { projectRoot } from "../../src/db/migrate.js";
 import { releaseSchema } from "../../src/db/schema-window.js";
 import { reconcileContacts } from "../../src/inbound/reconcile.js";
+import { projectRoot } from "../../src/local/project-root.js";
 import { gitRevision } from "../../src/version.js";
 import { finishedWorkflow, type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { type MetricFamily, parseExposition, sampleNames } from "../helpers/exposition.js";

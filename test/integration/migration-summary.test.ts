@@ -18,9 +18,10 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
 import pg from "pg";
-import { migrateDatabase, projectRoot } from "../../src/db/migrate.js";
+import { migrateDatabase } from "../../src/db/migrate.js";
 import { planMigrations, serialize, sqlApplyOrder } from "../../src/db/migration-source.js";
 import { extractSummary } from "../../src/db/migration-summary.js";
+import { projectRoot } from "../../src/local/project-root.js";
 import { createEmptyDb, serverUrl } from "../helpers/testdb.js";
 
 const run = promisify(execFile);

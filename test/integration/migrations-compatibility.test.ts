@@ -18,8 +18,9 @@ import {
   RETIREMENTS,
   readCompatCatalogue,
 } from "../../src/db/compatibility.js";
-import { migrateDatabase, migrationsFolder, projectRoot } from "../../src/db/migrate.js";
+import { migrateDatabase, migrationsFolder } from "../../src/db/migrate.js";
 import { releaseSchema } from "../../src/db/schema-window.js";
+import { projectRoot } from "../../src/local/project-root.js";
 import { createEmptyDb } from "../helpers/testdb.js";
 
 const released = readFileSync(join(migrationsFolder, "released.sha256"), "utf8")

@@ -8,9 +8,10 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
 import pg from "pg";
-import { migrateDatabase, projectRoot } from "../../src/db/migrate.js";
+import { migrateDatabase } from "../../src/db/migrate.js";
 import { sqlApplyOrder } from "../../src/db/migration-source.js";
 import { withDatabase } from "../../src/db/url.js";
+import { projectRoot } from "../../src/local/project-root.js";
 import { catalogPicture } from "../helpers/catalog.js";
 import { createEmptyDb, createTestDb, serverUrl } from "../helpers/testdb.js";
 

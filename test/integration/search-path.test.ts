@@ -22,9 +22,10 @@ import { promisify } from "node:util";
 import test from "ava";
 import { makeWorkerUtils } from "graphile-worker";
 import pg from "pg";
-import { migrateDatabase, projectRoot } from "../../src/db/migrate.js";
+import { migrateDatabase } from "../../src/db/migrate.js";
 import { createServicePools } from "../../src/db/pools.js";
 import { SEARCH_PATH_SETTING, withSearchPath } from "../../src/db/search-path.js";
+import { projectRoot } from "../../src/local/project-root.js";
 import { createEmptyDb, createTestDb } from "../helpers/testdb.js";
 
 const run = promisify(execFile);

@@ -3,8 +3,8 @@
 // schema change, or the other way round, fails here.
 import test from "ava";
 import { z } from "zod";
-import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
 import { parseSettings, SettingsSchema, settingKey } from "../../src/settings-schema.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../tools/emulator/store.js";
 import { CATALOGUE_DEFAULTS } from "../helpers/settings.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 

@@ -5,7 +5,7 @@ import test from "ava";
 import pg from "pg";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
 import { freePort } from "../../src/db/embedded.js";
-import { type Emulator, startEmulator } from "../../src/emulator/server.js";
+import { type Emulator, startEmulator } from "../../tools/emulator/server.js";
 import { waitFor } from "../helpers/e2e.js";
 import { makeUser, randomPhone } from "../helpers/factories.js";
 import { serviceEnv, startService } from "../helpers/service-process.js";

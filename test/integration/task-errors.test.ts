@@ -8,8 +8,8 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
 import { makeWorkerUtils } from "graphile-worker";
-import { projectRoot } from "../../src/db/migrate.js";
-import { DEFAULT_ALERT_SETTINGS } from "../../src/emulator/store.js";
+import { projectRoot } from "../../src/local/project-root.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../tools/emulator/store.js";
 import { type Rig, startRig, waitFor } from "../helpers/e2e.js";
 import { setSettings } from "../helpers/settings.js";
 

@@ -13,7 +13,7 @@ import {
   osvFindings,
   verdict,
 } from "../../scripts/audit/check.js";
-import { projectRoot } from "../../src/db/migrate.js";
+import { projectRoot } from "../../src/local/project-root.js";
 import { cleanEnv, runProcess } from "../helpers/run-process.js";
 
 const lock = JSON.parse(readFileSync(join(projectRoot, "package-lock.json"), "utf8"));

@@ -31,8 +31,15 @@
 // have answered, and the outage was the service's: no backoff is added. The wait keeps the moment the
 // late execution settles (settledAt, step_data.late_write_settles_at): when the portal answers again
 // after failing as a whole, the backoff part is dropped and the workflow comes back then
-// (bring_forward_commands, docs/workflows.md "Recovery after a portal outage"). The horizon
-// (retry.horizon_sec from the first send) ends it with retry_horizon_exceeded (docs/decisions.md).
+// (bring_forward_commands, docs/workflows.md "Recovery after a portal outage").
+//
+// Two deadlines end it, each with retry_horizon_exceeded (docs/decisions.md), both retry.horizon_sec
+// plus any paused time (sql/retry/deadline.sql):
+// - the command's, crm_commands.deadline_at, counted from its first send (first_sent_at): a resend
+//   past it is dead-lettered by resolve_command_reconcile (sql/commands/reconcile.sql), and the step fails;
+// - the workflow's, workflow_instances.deadline_at, counted from its creation or last requeue: a wait
+//   (awaiting_late_write) that would end past it fails the workflow and dead-letters it instead
+//   (schedule_workflow_retry, sql/workflows/retry.sql).
 
 /** What the workflow does with a write that got no answer. */
 export type UnansweredAction = "resend" | "reread" | "search";

@@ -11,9 +11,9 @@ import type { CrmCommand } from "../../../src/crm/catalogue.js";
 import { createCrmClient } from "../../../src/crm/client.js";
 import type { CrmLimiter } from "../../../src/crm/limiter.js";
 import { toPhpQuery } from "../../../src/crm/php-query.js";
-import { startEmulator } from "../../../src/emulator/server.js";
 import { createLogger } from "../../../src/observability/logger.js";
 import { directCommands } from "../../../src/observability/metrics.js";
+import { startEmulator } from "../../../tools/emulator/server.js";
 import { createMemoryLimiter } from "../../helpers/memory-limiter.js";
 
 const F = SANDBOX_FIELDS;

@@ -10,8 +10,8 @@ import type { CrmCommand } from "../../../src/crm/catalogue.js";
 import { createCrmClient } from "../../../src/crm/client.js";
 import { phoneChange, planPhoneUpdate } from "../../../src/crm/contact-fields.js";
 import { createCrm } from "../../../src/crm/index.js";
-import { startEmulator } from "../../../src/emulator/server.js";
 import { createLogger } from "../../../src/observability/logger.js";
+import { startEmulator } from "../../../tools/emulator/server.js";
 import { createMemoryLimiter } from "../../helpers/memory-limiter.js";
 import { testSettings } from "../../helpers/settings.js";
 

@@ -8,7 +8,7 @@ import type { CrmDeps } from "../../../src/crm/batch.js";
 import type { CrmCommand } from "../../../src/crm/catalogue.js";
 import { createCrmClient } from "../../../src/crm/client.js";
 import { readBatches } from "../../../src/crm/read-batches.js";
-import { type Emulator, startEmulator } from "../../../src/emulator/server.js";
+import { type Emulator, startEmulator } from "../../../tools/emulator/server.js";
 import { createMemoryLimiter } from "../../helpers/memory-limiter.js";
 
 const F = SANDBOX_FIELDS;

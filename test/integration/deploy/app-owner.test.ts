@@ -23,11 +23,12 @@ import pg from "pg";
 import { runConvergenceAudit } from "../../../src/audit/run.js";
 import { loadConfig } from "../../../src/config/env.js";
 import { type EmbeddedServer, startEmbedded } from "../../../src/db/embedded.js";
-import { migrateDatabase, projectRoot } from "../../../src/db/migrate.js";
+import { migrateDatabase } from "../../../src/db/migrate.js";
 import { withDatabase } from "../../../src/db/url.js";
 import { createApp } from "../../../src/http/app.js";
 import { readiness } from "../../../src/http/status.js";
 import { receiverConfig } from "../../../src/inbound/config.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 import { checkDatabase } from "../../../src/preflight/database.js";
 import {
   finishedWorkflow,

@@ -31,9 +31,9 @@ import test from "ava";
 import pg from "pg";
 import { SANDBOX_FIELDS } from "../../../src/config/env.js";
 import { freePort } from "../../../src/db/embedded.js";
-import { projectRoot } from "../../../src/db/migrate.js";
 import { withDatabase } from "../../../src/db/url.js";
-import { type Emulator, startEmulator } from "../../../src/emulator/server.js";
+import { projectRoot } from "../../../src/local/project-root.js";
+import { type Emulator, startEmulator } from "../../../tools/emulator/server.js";
 import { imageNodeVersion, readDockerfile, type Stage } from "../../helpers/dockerfile.js";
 import { testServiceEnv } from "../../helpers/e2e.js";
 import { serverUrl } from "../../helpers/testdb.js";
@@ -201,8 +201,7 @@ test("the image's processes run on the image's Node when this machine has it", (
 });
 
 test("the copy holds neither the emulator nor the demo", (t) => {
-  t.false(existsSync(join(app, "src", "emulator")));
-  t.false(existsSync(join(app, "src", "demo")));
+  t.false(existsSync(join(app, "tools")));
   t.true(existsSync(join(app, "src", "main.ts")));
 });
 

@@ -12,8 +12,9 @@ import test from "ava";
 import pg from "pg";
 import { loadConfig } from "../../../src/config/env.js";
 import { type EmbeddedServer, startEmbedded } from "../../../src/db/embedded.js";
-import { migrateDatabase, projectRoot } from "../../../src/db/migrate.js";
+import { migrateDatabase } from "../../../src/db/migrate.js";
 import { withDatabase } from "../../../src/db/url.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 import { checkDatabase } from "../../../src/preflight/database.js";
 import { cleanEnv, runProcess } from "../../helpers/run-process.js";
 

@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { AjaxError, type AjaxResult, ApiVersion, B24Hook } from "@bitrix24/b24jssdk";
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../../src/config/env.js";
-import { type Emulator, startEmulator } from "../../../src/emulator/server.js";
+import { type Emulator, startEmulator } from "../../../tools/emulator/server.js";
 
 const F = SANDBOX_FIELDS;
 let emu: Emulator;

@@ -3,8 +3,8 @@
 // a portal would send them.
 import test from "ava";
 import { SANDBOX_FIELDS } from "../../../src/config/env.js";
-import { type Emulator, type EmulatorOptions, startEmulator } from "../../../src/emulator/server.js";
-import { contactWorkflowTemplate } from "../../../src/emulator/store.js";
+import { type Emulator, type EmulatorOptions, startEmulator } from "../../../tools/emulator/server.js";
+import { contactWorkflowTemplate } from "../../../tools/emulator/store.js";
 
 const F = SANDBOX_FIELDS;
 const REG = "ufCrm_1778692456";

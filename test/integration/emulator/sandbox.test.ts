@@ -5,7 +5,7 @@ import { loadConfig } from "../../../src/config/env.js";
 import { executeBatch } from "../../../src/crm/batch.js";
 import { createCrmClient } from "../../../src/crm/client.js";
 import { CrmConfigError } from "../../../src/crm/redact.js";
-import { startCrmEndpoint } from "../../../src/emulator/sandbox.js";
+import { startCrmEndpoint } from "../../../src/startup/crm-endpoint.js";
 import { createMemoryLimiter } from "../../helpers/memory-limiter.js";
 
 function capture() {

@@ -16,13 +16,13 @@ import tls from "node:tls";
 import { type ServerType, serve } from "@hono/node-server";
 import test from "ava";
 import { Agent, fetch as undiciFetch } from "undici";
+import { EDGE_REFUSAL_PATH } from "../../../src/config/edge-contract.js";
 import { loadConfig } from "../../../src/config/env.js";
 import { freePort } from "../../../src/db/embedded.js";
-import { projectRoot } from "../../../src/db/migrate.js";
 import { createApp } from "../../../src/http/app.js";
 import { receiverConfig } from "../../../src/inbound/config.js";
 import { RefusedSourceJournal } from "../../../src/inbound/edge.js";
-import { EDGE_REFUSAL_PATH } from "../../../src/inbound/edge-contract.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 import { webhookRejected } from "../../../src/observability/metrics.js";
 import {
   hasNginx,

@@ -1,12 +1,10 @@
 // `npm run preflight -- --write` against the emulator over loopback, as the portal the reference
-// documents and as each variant of the forms it leaves open (src/emulator/store.ts, PortalContract):
+// documents and as each variant of the forms it leaves open (tools/emulator/store.ts, PortalContract):
 // the probe fails naming the field or filter and the setting to change wherever the service's own
 // form would not work, passes where it would, and leaves no Contact or item behind in every case.
 // Plain preflight writes nothing. Also the Contact workflow check (portal.contact_workflow).
 import { spawn } from "node:child_process";
 import test, { type ExecutionContext } from "ava";
-import type { Emulator } from "../../../src/emulator/server.js";
-import { contactWorkflowTemplate } from "../../../src/emulator/store.js";
 import {
   type CheckResult,
   formatReport,
@@ -14,6 +12,8 @@ import {
   type PreflightReport,
   runPreflight,
 } from "../../../src/preflight/index.js";
+import type { Emulator } from "../../../tools/emulator/server.js";
+import { contactWorkflowTemplate } from "../../../tools/emulator/store.js";
 import {
   ALERT_SETTINGS,
   type Deployment,

@@ -4,8 +4,8 @@
 import test from "ava";
 import { alertItemFields, alertTitle } from "../../../src/alerts/mirror.js";
 import { lookupMatch } from "../../../src/alerts/recover.js";
-import { DEFAULT_ALERT_SETTINGS } from "../../../src/emulator/store.js";
 import { ALERT_FIELD_NAMES } from "../../../src/settings-schema.js";
+import { DEFAULT_ALERT_SETTINGS } from "../../../tools/emulator/store.js";
 import { testSettings } from "../../helpers/settings.js";
 
 const row = {

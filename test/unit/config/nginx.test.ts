@@ -5,9 +5,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
+import { EDGE_REFUSAL_PATH } from "../../../src/config/edge-contract.js";
 import { ConfigError } from "../../../src/config/env.js";
 import { renderNginxFromEnv } from "../../../src/config/nginx.js";
-import { EDGE_REFUSAL_PATH } from "../../../src/inbound/edge-contract.js";
 
 // Secrets from an empty environment unless a test adds them: the receivers are off.
 const base = {

@@ -9,7 +9,7 @@ import { parse } from "yaml";
 import { cidrMatcher, parseCidrList } from "../../../src/config/cidr.js";
 import { EnvSchema } from "../../../src/config/env.js";
 import { SECRET_NAMES } from "../../../src/config/secrets.js";
-import { projectRoot } from "../../../src/db/migrate.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 
 interface Service {
   image?: string;

@@ -10,8 +10,8 @@ import { EnvSchema, loadConfig } from "../../../src/config/env.js";
 import { NginxEnvSchema, renderNginxFromEnv } from "../../../src/config/nginx.js";
 import { OPTIONAL_SECRET_NAMES, SECRET_NAMES } from "../../../src/config/secrets.js";
 import { parseWebhookUrl } from "../../../src/crm/client.js";
-import { projectRoot } from "../../../src/db/migrate.js";
 import { receiverConfig } from "../../../src/inbound/config.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 
 const envExample = parseEnv(readFileSync(join(projectRoot, ".env.example"), "utf8")) as Record<
   string,

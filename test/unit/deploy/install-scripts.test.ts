@@ -6,7 +6,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
-import { projectRoot } from "../../../src/db/migrate.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 
 const read = (f: string) => readFileSync(join(projectRoot, f), "utf8");
 const pkg = JSON.parse(read("package.json")) as { allowScripts: Record<string, boolean> };

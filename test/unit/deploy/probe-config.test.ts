@@ -9,8 +9,8 @@ import test from "ava";
 import type pg from "pg";
 import { parse } from "yaml";
 import { renderNginx } from "../../../src/config/nginx.js";
-import { projectRoot } from "../../../src/db/migrate.js";
 import { createApp } from "../../../src/http/app.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 import {
   BLACKBOX_BIN,
   BLACKBOX_FILE,

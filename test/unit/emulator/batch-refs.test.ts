@@ -1,4 +1,4 @@
-// The portal core's batch references (src/emulator/batch-refs.ts), as a table of what the core does
+// The portal core's batch references (tools/emulator/batch-refs.ts), as a table of what the core does
 // with a value or a key given the replies of the commands before it.
 import test from "ava";
 import {
@@ -9,7 +9,7 @@ import {
   recordReply,
   resolveElement,
   resolveParams,
-} from "../../../src/emulator/batch-refs.js";
+} from "../../../tools/emulator/batch-refs.js";
 
 const TIME_C0 = { start: 1723727109.430573, finish: 1723727109.5, duration: 0.069427 };
 

@@ -3,10 +3,10 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import test from "ava";
-import { projectRoot } from "../../../src/db/migrate.js";
 import { API_OPERATIONS, API_PATHS } from "../../../src/http/api.js";
 import { buildOpenApi, openApiText } from "../../../src/http/openapi.js";
 import { RECEIVER_BASE_PATH } from "../../../src/inbound/routes.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 
 const version = (JSON.parse(readFileSync(join(projectRoot, "package.json"), "utf8")) as { version: string })
   .version;

@@ -5,8 +5,8 @@
 import test from "ava";
 import type pg from "pg";
 import { parseCidrList } from "../../../src/config/cidr.js";
+import { EDGE_REFUSAL_PATH, EDGE_REFUSALS } from "../../../src/config/edge-contract.js";
 import { edgeRoutes, RefusedSourceJournal } from "../../../src/inbound/edge.js";
-import { EDGE_REFUSAL_PATH, EDGE_REFUSALS } from "../../../src/inbound/edge-contract.js";
 import { webhookRejected } from "../../../src/observability/metrics.js";
 import { captureLogger } from "../../helpers/receiver.js";
 

@@ -16,8 +16,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
-import { projectRoot } from "../../../src/db/migrate.js";
 import { lastReleased, planMigrations, serialize } from "../../../src/db/migration-source.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 
 const run = promisify(execFile);
 

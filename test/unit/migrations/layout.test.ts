@@ -6,7 +6,6 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } f
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import test from "ava";
-import { projectRoot } from "../../../src/db/migrate.js";
 import {
   changedStatementLines,
   crossFileCalls,
@@ -18,6 +17,7 @@ import {
   splitStatements,
   sqlFiles,
 } from "../../../src/db/migration-layout.js";
+import { projectRoot } from "../../../src/local/project-root.js";
 
 /** A tree with only sql/ (and its manifest) written from `files`; removed after the test. */
 function tree(t: { teardown(fn: () => void): void }, files: Record<string, string>): string {

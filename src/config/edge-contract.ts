@@ -1,7 +1,7 @@
 // What the public nginx and the service agree on for nginx's own refusals (§10.1, §15): the internal
 // route nginx hands a refusal to, its two headers, the reasons with the status and page the client
-// gets, and the receiver labels. A leaf module: the renderer (src/config/nginx.ts) writes it into
-// the configuration, the route (./edge.ts) reads it, so the two cannot drift.
+// gets, and the receiver labels. A leaf module: the renderer (./nginx.ts) writes it into
+// the configuration, the route (src/inbound/edge.ts) reads it, so the two cannot drift.
 
 /** Where nginx hands its refusals; internal, not in docs/openapi.json (only the proxy calls it). */
 export const EDGE_REFUSAL_PATH = "/internal/edge/v1/refusal";

@@ -1,7 +1,7 @@
 // The Contact robot of the sandbox portal: after a manager's edit it calls the service's receiver
 // exactly as Bitrix24's robot does (§10.1): POST with the token and ID in the query and the document
 // and portal identity as a form body.
-import type { ServiceFile } from "../local/service-file.js";
+import type { ServiceFile } from "../../src/local/service-file.js";
 import { serviceBase } from "./service.js";
 
 export interface RobotIdentity {

@@ -1,6 +1,6 @@
 // The service's status view (GET /internal/sync/v1/status, §14) in one line: readiness and the
 // backlog counts. The document holds counts and codes only, so the line does too.
-import type { ServiceFile } from "../local/service-file.js";
+import type { ServiceFile } from "../../src/local/service-file.js";
 import { serviceBase } from "./service.js";
 import { DemoError } from "./wait.js";
 

@@ -2,7 +2,7 @@
 // record), smart-process items with stages, and the Contact user fields including one enumeration.
 // Shapes and quirks follow ../shared/reference/bitrix24-rest.md; where the reference marks something
 // UNCONFIRMED the choice made here is commented.
-import { ALERT_FIELD_NAMES } from "../settings-schema.js";
+import { ALERT_FIELD_NAMES } from "../../src/settings-schema.js";
 
 /** One multifield entry (PHONE or EMAIL) with the portal's own entry ID. */
 export interface StoredMulti {

@@ -4,9 +4,9 @@
 import { spawn } from "node:child_process";
 import { closeSync, mkdirSync, openSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { projectRoot } from "../db/migrate.js";
-import { readServiceFile, runningService, type ServiceFile } from "../local/service-file.js";
-import { LINE_PREFIX } from "../startup/errors.js";
+import { projectRoot } from "../../src/local/project-root.js";
+import { readServiceFile, runningService, type ServiceFile } from "../../src/local/service-file.js";
+import { LINE_PREFIX } from "../../src/startup/errors.js";
 import { DemoError, within } from "./wait.js";
 
 /** Base URL of the service's HTTP listener. */

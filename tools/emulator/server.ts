@@ -13,7 +13,7 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
-import { parsePhpQuery } from "../crm/php-query.js";
+import { parsePhpQuery } from "../../src/crm/php-query.js";
 import { newBatchResults, recordReply, resolveParams } from "./batch-refs.js";
 import { LeakyBucket, OperatingMeter, type OperatingOptions } from "./limits.js";
 import { formatPortalTime, METHODS, type MethodReply, scopeRefusal } from "./methods.js";

@@ -1,10 +1,8 @@
 // Sandbox mode (docs/operations.md, "Sandbox mode"): with no CRM webhook configured, `npm start`
-// talks to the emulator on loopback instead of a portal. With a webhook configured this only checks
-// the URL against the portal host (§12.2, §16) so a bad value stops the service at startup. The
-// service imports this file only in sandbox mode (src/startup/crm-endpoint.ts).
+// talks to the emulator on loopback instead of a portal. The service imports this file only in
+// sandbox mode (src/startup/crm-endpoint.ts, which also checks a configured webhook URL).
 import { randomBytes } from "node:crypto";
-import type { Config } from "../config/env.js";
-import { type CrmEndpoint, configuredCrmEndpoint } from "../startup/crm-endpoint.js";
+import type { Config } from "../../src/config/env.js";
 import { type Emulator, startEmulator } from "./server.js";
 
 interface Log {
@@ -12,27 +10,24 @@ interface Log {
   warn(obj: object, msg?: string): void;
 }
 
-export type { CrmEndpoint };
-
-/**
- * Starts the emulator in sandbox mode, or validates the configured webhook URL. `firstIds`: where the
- * sandbox portal's record IDs start (above those the database already refers to).
- */
-export async function startCrmEndpoint(opts: {
-  config: Config;
-  log: Log;
-  firstIds?: { contact?: number; item?: number };
-}): Promise<CrmEndpoint> {
-  if (!opts.config.sandbox) return configuredCrmEndpoint(opts.config);
-  return await startSandboxEndpoint(opts);
+/** The sandbox portal as the service's CRM endpoint (a CrmEndpoint of src/startup/crm-endpoint.ts). */
+export interface SandboxEndpoint {
+  webhookUrl: string;
+  portalHost: string;
+  sandbox: true;
+  emulator: Emulator;
+  close(): Promise<void>;
 }
 
-/** The emulator as the sandbox portal, announced in the log. */
+/**
+ * The emulator as the sandbox portal, announced in the log. `firstIds`: where the sandbox portal's
+ * record IDs start (above those the database already refers to).
+ */
 export async function startSandboxEndpoint(opts: {
   config: Config;
   log: Log;
   firstIds?: { contact?: number; item?: number };
-}): Promise<CrmEndpoint> {
+}): Promise<SandboxEndpoint> {
   const { config, log } = opts;
   const emulator = await startSandbox({ fields: config.fields, firstIds: opts.firstIds });
   log.warn(
