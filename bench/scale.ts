@@ -21,7 +21,10 @@
 // (reconciliation pages, 10), --rounds N and --seconds N (pgbench rounds per variant, 3, and their
 // length, 10 s), --clients N (pgbench clients, 8), --no-trigger (skip the pgbench part),
 // --memory-seconds N (how long one service replica runs on each database while its resident set is
-// sampled, 60; 0 skips it).
+// sampled, 60; 0 skips it), --server URL (the server, a database on it to connect to first; else
+// BENCH_SERVER_URL, else postgres://postgres@127.0.0.1:5432/postgres). The bench prints the server's
+// settings it measured on (docs/deployment.md, "PostgreSQL settings", recommends them) and the hot
+// tables' storage parameters.
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import {
@@ -33,7 +36,7 @@ import {
   statfsSync,
   writeFileSync,
 } from "node:fs";
-import { availableParallelism, loadavg, tmpdir } from "node:os";
+import { availableParallelism, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import pino from "pino";
@@ -62,7 +65,7 @@ const SECONDS = Number(arg("seconds") ?? 10);
 const CLIENTS = Number(arg("clients") ?? 8);
 const TRIGGER = !process.argv.includes("--no-trigger");
 const MEMORY_SECONDS = Number(arg("memory-seconds") ?? 60);
-const SERVER = process.env.BENCH_SERVER_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+const SERVER = arg("server") ?? process.env.BENCH_SERVER_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const GOAL_RATIO = 2;
 
 /** One figure of one size: a time (ms, lower is better) or a ratio (higher is better). */
@@ -689,6 +692,7 @@ async function runSize(admin: pg.Client, users: number, work: string): Promise<S
          from pg_class c join pg_namespace s on s.oid = c.relnamespace
         where s.nspname in ('han_app', 'bitrix_sync') and c.relkind = 'r' and c.reltuples > 1000 order by pg_total_relation_size(c.oid) desc`,
     );
+    await printStorage(c);
     console.log(`  tables: ${sizes.rows.map((r) => `${r.t} ${r.rows} rows ${r.mb} MB`).join("; ")}`);
     const figures: Figures = new Map();
     const plans: Plans = [];
@@ -717,6 +721,47 @@ async function runSize(admin: pg.Client, users: number, work: string): Promise<S
   }
 }
 
+/** The settings docs/deployment.md ("PostgreSQL settings") speaks of, as the server has them. */
+const CONFIGURATION = [
+  "server_version",
+  "shared_buffers",
+  "effective_cache_size",
+  "work_mem",
+  "maintenance_work_mem",
+  "random_page_cost",
+  "effective_io_concurrency",
+  "jit",
+  "max_wal_size",
+  "autovacuum",
+  "autovacuum_naptime",
+  "autovacuum_vacuum_cost_limit",
+  "autovacuum_max_workers",
+  "synchronous_commit",
+  "fsync",
+];
+
+async function printConfiguration(admin: pg.Client): Promise<void> {
+  const { rows } = await admin.query<{ name: string; setting: string }>(
+    "select name, current_setting(name) as setting from unnest($1::text[]) name",
+    [CONFIGURATION],
+  );
+  const ram = (totalmem() / 2 ** 30).toFixed(1);
+  console.log(
+    `  configuration measured on (the machine: ${availableParallelism()} cores, ${ram} GiB RAM): ${rows.map((r) => `${r.name}=${r.setting}`).join(", ")}`,
+  );
+}
+
+/** The hot tables' storage parameters (migration 000044 sets the autovacuum ones). */
+async function printStorage(c: pg.Client): Promise<void> {
+  const { rows } = await c.query<{ t: string; o: string | null }>(
+    `select c.oid::regclass::text as t, array_to_string(c.reloptions, ', ') as o
+       from pg_class c join pg_namespace s on s.oid = c.relnamespace
+      where s.nspname in ('han_app', 'bitrix_sync') and c.relkind = 'r' and c.reloptions is not null
+      order by 1`,
+  );
+  console.log(`  storage parameters: ${rows.map((r) => `${r.t} (${r.o})`).join("; ") || "none set"}`);
+}
+
 function freeBytes(path: string): number | null {
   try {
     const s = statfsSync(path);
@@ -742,6 +787,7 @@ async function main(): Promise<number> {
         `data directory ${dataDir}: ${free === null ? "free space unknown" : `${(free / 2 ** 30).toFixed(1)} GiB free`}; ` +
         `/work ${((freeBytes("/work") ?? 0) / 2 ** 30).toFixed(1)} GiB free`,
     );
+    await printConfiguration(admin);
     const small = await runSize(admin, SMALL, work);
     const perUser = small.bytes / SMALL;
     const secPerUser = small.seedSeconds / SMALL;
