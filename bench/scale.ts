@@ -21,7 +21,15 @@
 // (reconciliation pages, 10), --rounds N and --seconds N (pgbench rounds per variant, 3, and their
 // length, 10 s), --clients N (pgbench clients, 8), --no-trigger (skip the pgbench part),
 // --memory-seconds N (how long one service replica runs on each database while its resident set is
-// sampled, 60; 0 skips it).
+// sampled, 60; 0 skips it), --server URL (the server, a database on it to connect to first; else
+// BENCH_SERVER_URL, else postgres://postgres@127.0.0.1:5432/postgres). The bench prints the server's
+// settings it measured on (docs/deployment.md, "PostgreSQL settings", recommends them) and the hot
+// tables' storage parameters. --large-db NAME measures a database an earlier --keep run left (the
+// large size, on the same server) instead of seeding one: it is migrated to this release first and
+// kept. --prewarm loads the hot path's indexes into the buffer pool (pg_prewarm) before measuring, at
+// both sizes, as a running server holds them: right after a seed they are on disk, and the first
+// statements measure the cold start. --no-sweep skips the workflow sweep's whole round (minutes at
+// 10 M; not on the hot path).
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import {
@@ -33,7 +41,7 @@ import {
   statfsSync,
   writeFileSync,
 } from "node:fs";
-import { availableParallelism, loadavg, tmpdir } from "node:os";
+import { availableParallelism, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import pino from "pino";
@@ -62,7 +70,10 @@ const SECONDS = Number(arg("seconds") ?? 10);
 const CLIENTS = Number(arg("clients") ?? 8);
 const TRIGGER = !process.argv.includes("--no-trigger");
 const MEMORY_SECONDS = Number(arg("memory-seconds") ?? 60);
-const SERVER = process.env.BENCH_SERVER_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+const LARGE_DB = arg("large-db");
+const PREWARM = process.argv.includes("--prewarm");
+const SWEEP = !process.argv.includes("--no-sweep");
+const SERVER = arg("server") ?? process.env.BENCH_SERVER_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const GOAL_RATIO = 2;
 
 /** One figure of one size: a time (ms, lower is better) or a ratio (higher is better). */
@@ -440,6 +451,10 @@ async function retention(c: pg.Client, f: Figures, plans: Plans, cap: PlanCaptur
   console.log(`  retention: rows deleted by the first batch: ${deleted.join(", ")}`);
   // The workflow sweep's whole round (every finished workflow past retention, a window a step), as
   // one run walks it when nothing stops it; each step is bounded, the round grows with the history.
+  if (!SWEEP) {
+    console.log("  retention: the workflow sweep's whole round not measured (--no-sweep)");
+    return retentionPlans(c, plans, cap);
+  }
   await c.query(
     "update bitrix_sync.retention_sweeps set after_finished_at = null, after_id = null where table_name = 'workflows'",
   );
@@ -462,6 +477,11 @@ async function retention(c: pg.Client, f: Figures, plans: Plans, cap: PlanCaptur
   console.log(
     `  retention: a workflow sweep round: ${steps} steps, ${swept} deleted, ${roundMs.toFixed(0)} ms`,
   );
+  await retentionPlans(c, plans, cap);
+}
+
+async function retentionPlans(_c: pg.Client, plans: Plans, cap: PlanCaptureT): Promise<void> {
+  const tables = ["webhooks", "commands", "workflows", "queue"];
   plans.push({
     label: "retention: a second batch of each table",
     plans: await cap.capture(async (db) => {
@@ -660,35 +680,47 @@ interface SizeResult {
   seedSeconds: number;
 }
 
-async function runSize(admin: pg.Client, users: number, work: string): Promise<SizeResult> {
-  const name = `bs_scale_${users}_${randomBytes(3).toString("hex")}`;
-  await admin.query(`create database ${name}`);
+async function runSize(
+  admin: pg.Client,
+  users: number,
+  work: string,
+  existing?: string,
+): Promise<SizeResult> {
+  const name = existing ?? `bs_scale_${users}_${randomBytes(3).toString("hex")}`;
+  if (!existing) await admin.query(`create database ${name}`);
   const url = withDatabase(SERVER, name);
   console.log(
-    `\n== ${users.toLocaleString("en")} users: database ${name}; load ${load()}, ${availableParallelism()} cores`,
+    `\n== ${users.toLocaleString("en")} users: database ${name}${existing ? " (kept by an earlier run, not seeded again)" : ""}; load ${load()}, ${availableParallelism()} cores`,
   );
-  let keepIt = KEEP;
+  let keepIt = KEEP || existing !== undefined;
   const c = new pg.Client({ connectionString: url });
   try {
     await migrateDatabase(url);
     await c.connect();
-    await c.query("select * from bitrix_sync.perform_cutover('bench')");
-    const seedClient = new pg.Client({ connectionString: url });
-    await seedClient.connect();
-    const [times, seedMs] = await timed(() => seedInstallation(seedClient, users)).finally(() =>
-      seedClient.end(),
-    );
+    let seedMs = 0;
+    if (!existing) {
+      await c.query("select * from bitrix_sync.perform_cutover('bench')");
+      const seedClient = new pg.Client({ connectionString: url });
+      await seedClient.connect();
+      const [times, ms] = await timed(() => seedInstallation(seedClient, users)).finally(() =>
+        seedClient.end(),
+      );
+      seedMs = ms;
+      console.log(
+        `  seeded in ${(seedMs / 1000).toFixed(1)} s (load ${times.load.toFixed(1)} s, keys and indexes ${times.indexes.toFixed(1)} s, vacuum analyze ${times.analyze.toFixed(1)} s); load ${load()}`,
+      );
+    }
     const bytes = Number(
       (await c.query<{ b: string }>("select pg_database_size(current_database())::text as b")).rows[0]?.b,
     );
-    console.log(
-      `  seeded in ${(seedMs / 1000).toFixed(1)} s (load ${times.load.toFixed(1)} s, keys and indexes ${times.indexes.toFixed(1)} s, vacuum analyze ${times.analyze.toFixed(1)} s); database ${(bytes / 2 ** 30).toFixed(2)} GiB; load ${load()}`,
-    );
+    console.log(`  database ${(bytes / 2 ** 30).toFixed(2)} GiB`);
+    if (PREWARM) await prewarm(c);
     const sizes = await c.query<{ t: string; rows: string; mb: string }>(
       `select c.relname as t, c.reltuples::bigint::text as rows, (pg_total_relation_size(c.oid) / 1048576)::text as mb
          from pg_class c join pg_namespace s on s.oid = c.relnamespace
         where s.nspname in ('han_app', 'bitrix_sync') and c.relkind = 'r' and c.reltuples > 1000 order by pg_total_relation_size(c.oid) desc`,
     );
+    await printStorage(c);
     console.log(`  tables: ${sizes.rows.map((r) => `${r.t} ${r.rows} rows ${r.mb} MB`).join("; ")}`);
     const figures: Figures = new Map();
     const plans: Plans = [];
@@ -712,9 +744,70 @@ async function runSize(admin: pg.Client, users: number, work: string): Promise<S
     throw e;
   } finally {
     await c.end().catch(() => undefined);
-    if (keepIt) console.log(`  kept: ${url}`);
+    if (keepIt) console.log(`  kept: ${url.replace(/\/\/[^@]*@/, "//")}`);
     else await admin.query(`drop database if exists ${name} with (force)`);
   }
+}
+
+/**
+ * The hot path's indexes into the buffer pool, largest last (pg_prewarm, shipped with PostgreSQL), as a
+ * running server holds them; prints what it loaded and the pool's size.
+ */
+async function prewarm(c: pg.Client): Promise<void> {
+  await c.query("create extension if not exists pg_prewarm");
+  const [{ rows }, ms] = await timed(() =>
+    c.query<{ n: string; mb: string }>(
+      `select count(*)::text as n, (sum(pg_prewarm(i.indexrelid::regclass)) * 8 / 1024)::text as mb
+         from pg_index i join pg_class t on t.oid = i.indrelid join pg_namespace s on s.oid = t.relnamespace
+        where (s.nspname, t.relname) in (('han_app', 'user_identity'), ('han_app', 'client_profile'), ('han_app', 'sync_queue'),
+                                         ('bitrix_sync', 'workflow_instances'), ('bitrix_sync', 'entity_external_mapping'),
+                                         ('bitrix_sync', 'contact_snapshots'), ('bitrix_sync', 'crm_commands'))`,
+    ),
+  );
+  console.log(
+    `  prewarmed ${rows[0]?.n} indexes of the hot path, ${rows[0]?.mb} MiB, in ${(ms / 1000).toFixed(1)} s (shared_buffers ${(await c.query<{ s: string }>("select current_setting('shared_buffers') as s")).rows[0]?.s})`,
+  );
+}
+
+/** The settings docs/deployment.md ("PostgreSQL settings") speaks of, as the server has them. */
+const CONFIGURATION = [
+  "server_version",
+  "shared_buffers",
+  "effective_cache_size",
+  "work_mem",
+  "maintenance_work_mem",
+  "random_page_cost",
+  "effective_io_concurrency",
+  "jit",
+  "max_wal_size",
+  "autovacuum",
+  "autovacuum_naptime",
+  "autovacuum_vacuum_cost_limit",
+  "autovacuum_max_workers",
+  "synchronous_commit",
+  "fsync",
+];
+
+async function printConfiguration(admin: pg.Client): Promise<void> {
+  const { rows } = await admin.query<{ name: string; setting: string }>(
+    "select name, current_setting(name) as setting from unnest($1::text[]) name",
+    [CONFIGURATION],
+  );
+  const ram = (totalmem() / 2 ** 30).toFixed(1);
+  console.log(
+    `  configuration measured on (the machine: ${availableParallelism()} cores, ${ram} GiB RAM): ${rows.map((r) => `${r.name}=${r.setting}`).join(", ")}`,
+  );
+}
+
+/** The hot tables' storage parameters (migration 000045 sets the autovacuum ones). */
+async function printStorage(c: pg.Client): Promise<void> {
+  const { rows } = await c.query<{ t: string; o: string | null }>(
+    `select c.oid::regclass::text as t, array_to_string(c.reloptions, ', ') as o
+       from pg_class c join pg_namespace s on s.oid = c.relnamespace
+      where s.nspname in ('han_app', 'bitrix_sync') and c.relkind = 'r' and c.reloptions is not null
+      order by 1`,
+  );
+  console.log(`  storage parameters: ${rows.map((r) => `${r.t} (${r.o})`).join("; ") || "none set"}`);
 }
 
 function freeBytes(path: string): number | null {
@@ -742,6 +835,7 @@ async function main(): Promise<number> {
         `data directory ${dataDir}: ${free === null ? "free space unknown" : `${(free / 2 ** 30).toFixed(1)} GiB free`}; ` +
         `/work ${((freeBytes("/work") ?? 0) / 2 ** 30).toFixed(1)} GiB free`,
     );
+    await printConfiguration(admin);
     const small = await runSize(admin, SMALL, work);
     const perUser = small.bytes / SMALL;
     const secPerUser = small.seedSeconds / SMALL;
@@ -749,13 +843,13 @@ async function main(): Promise<number> {
     console.log(
       `\nextrapolated from ${SMALL.toLocaleString("en")} users: ${USERS.toLocaleString("en")} users need about ${(projected / 2 ** 30).toFixed(1)} GiB and ${((secPerUser * USERS) / 60).toFixed(0)} min of seeding (linear; index builds grow a little faster)`,
     );
-    if (free !== null && projected > 0.8 * free) {
+    if (!LARGE_DB && free !== null && projected > 0.8 * free) {
       console.log(
         `  does not fit: ${(projected / 2 ** 30).toFixed(1)} GiB > 80 % of ${(free / 2 ** 30).toFixed(1)} GiB free. Run a smaller --users.`,
       );
       return 2;
     }
-    const large = await runSize(admin, USERS, work);
+    const large = await runSize(admin, USERS, work, LARGE_DB);
     console.log(
       `\n== ${SMALL.toLocaleString("en")} vs ${USERS.toLocaleString("en")} users (database ${(small.bytes / 2 ** 20).toFixed(0)} MiB vs ${(large.bytes / 2 ** 30).toFixed(2)} GiB, seeded in ${large.seedSeconds.toFixed(0)} s); goal: each figure within ${GOAL_RATIO} x`,
     );
@@ -783,6 +877,9 @@ async function main(): Promise<number> {
     );
     let flagged = 0;
     for (const p of large.plans) flagged += printPlans(p.label, p.plans);
+    // The same statements at the small size, to read what grew (buffers per call above and here).
+    console.log(`\n== plans at ${SMALL.toLocaleString("en")} users, for comparison`);
+    for (const p of small.plans) printPlans(p.label, p.plans);
     console.log(
       `\n  ${missed} figure(s) beyond ${GOAL_RATIO} x; ${flagged} statement(s) with a Seq Scan on a table of more than 100 000 rows; load ${load()}`,
     );

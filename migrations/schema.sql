@@ -105,7 +105,8 @@ CREATE TABLE bitrix_sync.crm_commands (
     CONSTRAINT crm_commands_attempt_count_check CHECK ((attempt_count >= 0)),
     CONSTRAINT crm_commands_limit_hits_check CHECK ((limit_hits >= 0)),
     CONSTRAINT crm_commands_owner CHECK (((workflow_id IS NOT NULL) OR (alert_id IS NOT NULL)))
-);
+)
+WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.02', autovacuum_vacuum_insert_threshold='1000', autovacuum_analyze_scale_factor='0.01', autovacuum_analyze_threshold='1000', autovacuum_vacuum_cost_delay='1');
 
 --
 -- Name: TABLE crm_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -1097,7 +1098,8 @@ CREATE TABLE han_app.sync_queue (
     CONSTRAINT sync_queue_lease_check CHECK ((((status)::text = 'leased'::text) = ((lease_token IS NOT NULL) AND (locked_until IS NOT NULL) AND (locked_by IS NOT NULL)))),
     CONSTRAINT sync_queue_status_check CHECK (((status)::text = ANY ('{pending,leased,processed,retry_wait,dead_letter,cancelled}'::text[]))),
     CONSTRAINT sync_queue_task_type_check CHECK ((((status)::text = ANY ('{processed,dead_letter,cancelled}'::text[])) OR ((task_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[]))))
-);
+)
+WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.02', autovacuum_vacuum_insert_threshold='1000', autovacuum_analyze_scale_factor='0.01', autovacuum_analyze_threshold='1000', autovacuum_vacuum_cost_delay='1');
 
 --
 -- Name: TABLE sync_queue; Type: COMMENT; Schema: han_app; Owner: -
@@ -1270,7 +1272,8 @@ CREATE TABLE bitrix_sync.webhook_inbox (
     CONSTRAINT webhook_inbox_entity_type_id_check CHECK ((entity_type_id > 0)),
     CONSTRAINT webhook_inbox_event_type_check CHECK (((event_type)::text ~ '^[a-z][a-z0-9_.]{1,31}$'::text)),
     CONSTRAINT webhook_inbox_lease CHECK ((((status)::text = 'processing'::text) = (lease_token IS NOT NULL)))
-);
+)
+WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.02', autovacuum_vacuum_insert_threshold='1000', autovacuum_analyze_scale_factor='0.01', autovacuum_analyze_threshold='1000', autovacuum_vacuum_cost_delay='1');
 
 --
 -- Name: TABLE webhook_inbox; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -1484,7 +1487,8 @@ CREATE TABLE bitrix_sync.workflow_instances (
     CONSTRAINT workflow_instances_lease CHECK (((lease_token IS NULL) = (locked_until IS NULL))),
     CONSTRAINT workflow_instances_processed_revision_check CHECK ((processed_revision >= 0)),
     CONSTRAINT workflow_instances_revision_check CHECK ((revision >= 1))
-);
+)
+WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.02', autovacuum_vacuum_insert_threshold='1000', autovacuum_analyze_scale_factor='0.01', autovacuum_analyze_threshold='1000', autovacuum_vacuum_cost_delay='1');
 
 --
 -- Name: TABLE workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -3057,7 +3061,8 @@ CREATE TABLE bitrix_sync.entity_external_mapping (
     CONSTRAINT entity_external_mapping_external_system_check CHECK (((external_system)::text = 'bitrix24'::text)),
     CONSTRAINT entity_external_mapping_held_values CHECK (((held_values_hash IS NULL) OR ((held_at IS NOT NULL) AND ((held_values_hash)::text ~ '^[A-Za-z0-9_-]{8}:v3:[A-Za-z0-9_-]{43}$'::text)))),
     CONSTRAINT entity_external_mapping_hold CHECK ((((hold_released_at IS NULL) = (hold_released_by IS NULL)) AND ((hold_released_at IS NULL) OR (held_at IS NOT NULL)) AND ((held_crm_updated_at IS NULL) OR (held_at IS NOT NULL)) AND ((hold_released_by IS NULL) OR ((hold_released_by)::text = ANY ('{robot_webhook,admin}'::text[])))))
-);
+)
+WITH (autovacuum_vacuum_scale_factor='0.05', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02');
 
 --
 -- Name: TABLE entity_external_mapping; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -3445,7 +3450,8 @@ CREATE TABLE bitrix_sync.contact_snapshots (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT contact_snapshots_contact_id_check CHECK (((contact_id)::text ~ '^[1-9][0-9]{0,17}$'::text)),
     CONSTRAINT contact_snapshots_last_applied_source_check CHECK (((last_applied_source)::text = ANY ((ARRAY['app_create'::character varying, 'webhook'::character varying, 'reconciliation'::character varying])::text[])))
-);
+)
+WITH (autovacuum_vacuum_scale_factor='0.05', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02');
 
 --
 -- Name: TABLE contact_snapshots; Type: COMMENT; Schema: bitrix_sync; Owner: -
@@ -9982,7 +9988,8 @@ CREATE TABLE bitrix_sync.audit_marks (
     mapping_id uuid NOT NULL,
     user_id uuid NOT NULL,
     audited_at timestamp with time zone NOT NULL
-);
+)
+WITH (autovacuum_vacuum_scale_factor='0.05', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02');
 
 --
 -- Name: TABLE audit_marks; Type: COMMENT; Schema: bitrix_sync; Owner: -
