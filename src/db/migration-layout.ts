@@ -79,21 +79,30 @@ export function splitStatements(text: string): Statement[] {
 }
 
 /**
- * How many lines of SQL changed between two sets of files (each a file's text): the lines of the
- * statements one side has and the other has not, as a multiset, wherever the file. A statement moved
- * to another file, or a file split, is no change; comments between statements do not count; a
- * function whose body changed counts both versions. What npm run db:ratio divides a migration by.
+ * The lines of `body` (a migration's statements) that change what the migrations before it
+ * (`previous`, their bodies in order) applied: a statement counts unless one of them applied it
+ * verbatim, and a changed definition counts both versions (its lines, and those of the newest earlier
+ * `create` statement that opened with the same first line, e.g. `create or replace function x(...)`). So a
+ * file re-included unchanged counts nothing, wherever it moved, and nothing depends on git history.
  */
-export function changedStatementLines(before: string[], after: string[]): number {
-  const count = new Map<string, number>();
-  const add = (texts: string[], by: number) => {
-    for (const t of texts)
-      for (const s of splitStatements(t)) count.set(s.text.trim(), (count.get(s.text.trim()) ?? 0) + by);
-  };
-  add(before, 1);
-  add(after, -1);
+export function migrationChangedLines(previous: string[], body: string): number {
+  const applied = new Set<string>();
+  const newestByHead = new Map<string, string>();
+  const head = (s: string) => (s.split("\n")[0] as string).trim();
+  for (const b of previous)
+    for (const st of splitStatements(b)) {
+      const text = st.text.trim();
+      applied.add(text);
+      newestByHead.set(head(text), text);
+    }
   let lines = 0;
-  for (const [s, n] of count) lines += Math.abs(n) * s.split("\n").length;
+  for (const st of splitStatements(body)) {
+    const text = st.text.trim();
+    if (applied.has(text)) continue;
+    lines += text.split("\n").length;
+    const before = /^create /i.test(head(text)) ? newestByHead.get(head(text)) : undefined;
+    if (before !== undefined) lines += before.split("\n").length;
+  }
   return lines;
 }
 

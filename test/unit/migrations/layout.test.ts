@@ -7,11 +7,11 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import test from "ava";
 import {
-  changedStatementLines,
   crossFileCalls,
   layerProblems,
   layoutProblems,
   MAX_FILE_LINES,
+  migrationChangedLines,
   readManifest,
   readSqlFiles,
   splitStatements,
@@ -178,22 +178,19 @@ test("the project's own tree copied without its manifest is refused with the fix
   );
 });
 
-test("db:ratio's measure: a statement moved or a comment changed is no change, a changed body counts both versions", (t) => {
+test("db:ratio's measure: what an earlier migration applied verbatim is no change, a changed body counts both versions", (t) => {
   const a = `-- file a\n${fn("one")}\n${fn("two")}`;
   const b = `-- file b\n${fn("three")}`;
-  t.is(changedStatementLines([a, b], [a, b]), 0);
-  // two() moves into b's file, with new comments around it: nothing changed.
-  const a2 = `-- file a, shorter\n${fn("one")}`;
-  const b2 = `-- file b\n${fn("three")}\n-- moved here\n${fn("two")}`;
-  t.is(changedStatementLines([a, b], [a2, b2]), 0);
-  // three()'s body changes: its create statement (3 lines) counts before and after.
-  // (A function as replacement: in a replacement string "$$" stands for one "$".)
-  const b3 = b2.replace(
-    "  select 1\n$$;\ncomment on function bitrix_sync.three",
-    () => "  select 2\n$$;\ncomment on function bitrix_sync.three",
-  );
-  t.not(b3, b2);
-  t.is(changedStatementLines([a2, b2], [a2, b3]), 6);
-  // A new function with its comment and decision: every line of it.
-  t.is(changedStatementLines([a2], [a2, fn("four")]), fn("four").trim().split("\n").length);
+  // Re-included unchanged, in another order and with other comments around it: nothing changed.
+  t.is(migrationChangedLines([a, b], `-- again\n${fn("three")}\n-- moved\n${fn("two")}`), 0);
+  // three()'s body changes: its create statement (3 lines) counts in both versions; its comment and
+  // decision, the same as before, do not.
+  const three2 = fn("three", "select 2");
+  t.is(migrationChangedLines([a, b], three2), 6);
+  // After that migration, the older body re-applied is a change again (against the newest one).
+  t.is(migrationChangedLines([a, b, three2], fn("three", "select 3")), 6);
+  // A new function with its comment and decision: every line of it, and nothing of an older one.
+  t.is(migrationChangedLines([a, b], fn("four")), fn("four").trim().split("\n").length);
+  // Nothing before it: everything.
+  t.is(migrationChangedLines([], a), fn("one").trim().split("\n").length * 2);
 });
