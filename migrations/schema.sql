@@ -448,6 +448,44 @@ $$;
 COMMENT ON FUNCTION bitrix_sync._app_user_eligible(p_user_id uuid) IS 'Internal (status_drift): true when the App user''s identity and profile are both active. Security definer with row_security off, so that a view''s reader never runs code a policy on the App''s tables calls.';
 
 --
+-- Name: _bucket_rate_factor(double precision, double precision, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._bucket_rate_factor(p_factor double precision, p_recovery_per_sec double precision, p_changed_at timestamp with time zone, p_now timestamp with time zone) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  -- The share of the configured rate in force: p_factor at p_changed_at, climbing back by
+  -- p_recovery_per_sec, at most the whole rate.
+  select least(1.0, p_factor + p_recovery_per_sec * greatest(0, extract(epoch from p_now - p_changed_at)::double precision))
+$$;
+
+--
+-- Name: FUNCTION _bucket_rate_factor(p_factor double precision, p_recovery_per_sec double precision, p_changed_at timestamp with time zone, p_now timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._bucket_rate_factor(p_factor double precision, p_recovery_per_sec double precision, p_changed_at timestamp with time zone, p_now timestamp with time zone) IS 'Internal: the share of the configured rate a bucket runs at by p_now, after a cut to p_factor at p_changed_at, recovering p_recovery_per_sec per second, at most 1.';
+
+--
+-- Name: _bucket_tokens(double precision, double precision, double precision, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._bucket_tokens(p_tokens double precision, p_rate double precision, p_cap double precision, p_refilled_at timestamp with time zone, p_now timestamp with time zone) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  -- What was left, plus the rate for the time since, never above the cap; a clock that went back
+  -- adds nothing.
+  select least(p_cap, p_tokens + p_rate * greatest(0, extract(epoch from p_now - p_refilled_at)::double precision))
+$$;
+
+--
+-- Name: FUNCTION _bucket_tokens(p_tokens double precision, p_rate double precision, p_cap double precision, p_refilled_at timestamp with time zone, p_now timestamp with time zone); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._bucket_tokens(p_tokens double precision, p_rate double precision, p_cap double precision, p_refilled_at timestamp with time zone, p_now timestamp with time zone) IS 'Internal: the tokens of a bucket at p_now: p_tokens left at p_refilled_at, refilled at p_rate per second, at most p_cap.';
+
+--
 -- Name: _check_admin_audit(text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -2745,11 +2783,9 @@ begin
   select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
   v_now := clock_timestamp();
 
-  v_factor := least(1.0, v_row.rate_factor
-                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  v_factor := bitrix_sync._bucket_rate_factor(v_row.rate_factor, p_recovery_per_sec, v_row.rate_changed_at, v_now);
   v_rate := p_refill_per_sec * v_factor;
-  v_tokens := least(p_burst::double precision,
-                    v_row.tokens + v_rate * greatest(0, extract(epoch from v_now - v_row.refilled_at)));
+  v_tokens := bitrix_sync._bucket_tokens(v_row.tokens, v_rate, p_burst, v_row.refilled_at, v_now);
 
   delete from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket and s.expires_at <= v_now;
   select count(*)::integer, min(s.expires_at) into v_in_flight, v_next_expiry
@@ -2844,16 +2880,14 @@ begin
       greatest(100, ceil(extract(epoch from v_main.throttled_until - v_now) * 1000))::integer;
     return;
   end if;
-  v_factor := least(1.0, v_main.rate_factor
-                        + SPARE_RECOVERY_PER_SEC * greatest(0, extract(epoch from v_now - v_main.rate_changed_at)));
+  v_factor := bitrix_sync._bucket_rate_factor(v_main.rate_factor, SPARE_RECOVERY_PER_SEC, v_main.rate_changed_at, v_now);
   if v_factor < 0.999 then
     -- The portal refused recently and the rate has not climbed back: nothing is spare.
     return query select false, null::uuid, 1000;
     return;
   end if;
   v_rate := v_refill * v_factor;
-  v_tokens := least(v_burst::double precision,
-                    v_main.tokens + v_rate * greatest(0, extract(epoch from v_now - v_main.refilled_at)));
+  v_tokens := bitrix_sync._bucket_tokens(v_main.tokens, v_rate, v_burst, v_main.refilled_at, v_now);
   select count(*)::integer into v_in_flight
     from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket and s.expires_at > v_now;
   if v_in_flight >= v_max_in_flight then
@@ -2876,7 +2910,7 @@ begin
     return;
   end if;
   v_share_rate := v_refill * v_share;
-  v_share_tokens := least(1.0, v_spare.tokens + v_share_rate * greatest(0, extract(epoch from v_now - v_spare.refilled_at)));
+  v_share_tokens := bitrix_sync._bucket_tokens(v_spare.tokens, v_share_rate, 1.0, v_spare.refilled_at, v_now);
   if v_share_tokens < 1 then
     return query select false, null::uuid,
       least(600000, greatest(10, ceil((1 - v_share_tokens) / v_share_rate * 1000)))::integer;
@@ -6476,8 +6510,7 @@ begin
     return 1.0;
   end if;
   v_now := clock_timestamp();
-  v_factor := least(1.0, v_row.rate_factor
-                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  v_factor := bitrix_sync._bucket_rate_factor(v_row.rate_factor, p_recovery_per_sec, v_row.rate_changed_at, v_now);
   -- A refusal inside its cool-down is fresher news than this reply: the cut stands.
   if v_factor >= 1.0 or (v_row.throttled_until is not null and v_row.throttled_until > v_now) then
     return v_factor;
@@ -6590,8 +6623,7 @@ begin
   on conflict (bucket) do nothing;
   select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
   v_now := clock_timestamp();
-  v_factor := least(1.0, v_row.rate_factor
-                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  v_factor := bitrix_sync._bucket_rate_factor(v_row.rate_factor, p_recovery_per_sec, v_row.rate_changed_at, v_now);
   -- Both in-flight requests often come back refused together: cut once per cool-down window.
   if v_row.throttled_until is not null and v_row.throttled_until > v_now then
     return v_row.rate_factor;
@@ -13609,6 +13641,20 @@ REVOKE ALL ON FUNCTION bitrix_sync._alert_settings_errors(p_values jsonb) FROM P
 
 REVOKE ALL ON FUNCTION bitrix_sync._app_user_eligible(p_user_id uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync._app_user_eligible(p_user_id uuid) TO bitrix_sync_admin;
+
+--
+-- Name: FUNCTION _bucket_rate_factor(p_factor double precision, p_recovery_per_sec double precision, p_changed_at timestamp with time zone, p_now timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._bucket_rate_factor(p_factor double precision, p_recovery_per_sec double precision, p_changed_at timestamp with time zone, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._bucket_rate_factor(p_factor double precision, p_recovery_per_sec double precision, p_changed_at timestamp with time zone, p_now timestamp with time zone) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION _bucket_tokens(p_tokens double precision, p_rate double precision, p_cap double precision, p_refilled_at timestamp with time zone, p_now timestamp with time zone); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._bucket_tokens(p_tokens double precision, p_rate double precision, p_cap double precision, p_refilled_at timestamp with time zone, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._bucket_tokens(p_tokens double precision, p_rate double precision, p_cap double precision, p_refilled_at timestamp with time zone, p_now timestamp with time zone) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION _check_admin_audit(p_reason text, p_operator_id text); Type: ACL; Schema: bitrix_sync; Owner: -

@@ -4,6 +4,16 @@
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { migrateDatabase } from "../src/db/migrate.js";
+
+/**
+ * Parameters a function keeps only because the previous release passes them (its form is kept for
+ * that release, inside the compatibility window: docs/operations.md); not using them is the point.
+ */
+const KEPT_FOR_PREVIOUS_RELEASE = new Map<string, string>([
+  // 000040: the form without the values' hash records the first read and releases no hold.
+  ["bitrix_sync.held_link_read(uuid,timestamp with time zone,boolean)", "p_robot_webhook"],
+]);
+
 import { withDatabase } from "../src/db/url.js";
 
 const server = process.env.TEST_DATABASE_URL;
@@ -29,21 +39,23 @@ try {
          and not exists (select 1 from pg_depend d where d.objid = p.oid and d.deptype = 'e')
        order by 2`);
     for (const fn of fns) {
-      const relids: Array<number | null> = [];
+      // A trigger function is checked against each table it is attached to, with the names of its
+      // transition tables there (a statement-level trigger reads them as relations).
+      const targets: Array<{ relid: number | null; oldtable: string | null; newtable: string | null }> = [];
       if (fn.is_trigger) {
-        const { rows } = await c.query<{ tgrelid: number }>(
-          "select distinct tgrelid from pg_trigger where tgfoid = $1",
+        const { rows } = await c.query<{ tgrelid: number; oldtable: string | null; newtable: string | null }>(
+          "select distinct tgrelid, tgoldtable::text as oldtable, tgnewtable::text as newtable from pg_trigger where tgfoid = $1",
           [fn.oid],
         );
         if (rows.length === 0) {
           console.log(`WARN ${fn.sig}: trigger function attached to no table`);
           failures++;
         }
-        for (const r of rows) relids.push(r.tgrelid);
+        for (const r of rows) targets.push({ relid: r.tgrelid, oldtable: r.oldtable, newtable: r.newtable });
       } else {
-        relids.push(null);
+        targets.push({ relid: null, oldtable: null, newtable: null });
       }
-      for (const relid of relids) {
+      for (const { relid, oldtable, newtable } of targets) {
         const { rows } = await c.query<{
           level: string;
           message: string;
@@ -52,10 +64,16 @@ try {
         }>(
           `select level, message, lineno, sqlstate
              from plpgsql_check_function_tb($1::regprocedure, coalesce($2::oid, 0)::regclass,
-                                            fatal_errors := false, extra_warnings := true)`,
-          [fn.oid, relid],
+                                            fatal_errors := false, extra_warnings := true,
+                                            oldtable := $3::name, newtable := $4::name)`,
+          [fn.oid, relid, oldtable, newtable],
         );
         for (const r of rows) {
+          const kept = KEPT_FOR_PREVIOUS_RELEASE.get(fn.sig);
+          if (kept && r.message === `unused parameter "${kept}"`) {
+            console.log(`NOTE ${fn.sig}: ${r.message}, kept for the previous release's calls`);
+            continue;
+          }
           console.log(
             `${r.level.toUpperCase()} ${fn.sig} line ${r.lineno ?? "?"}: ${r.message} (${r.sqlstate})`,
           );

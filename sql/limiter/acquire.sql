@@ -61,11 +61,9 @@ begin
   select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
   v_now := clock_timestamp();
 
-  v_factor := least(1.0, v_row.rate_factor
-                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  v_factor := bitrix_sync._bucket_rate_factor(v_row.rate_factor, p_recovery_per_sec, v_row.rate_changed_at, v_now);
   v_rate := p_refill_per_sec * v_factor;
-  v_tokens := least(p_burst::double precision,
-                    v_row.tokens + v_rate * greatest(0, extract(epoch from v_now - v_row.refilled_at)));
+  v_tokens := bitrix_sync._bucket_tokens(v_row.tokens, v_rate, p_burst, v_row.refilled_at, v_now);
 
   delete from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket and s.expires_at <= v_now;
   select count(*)::integer, min(s.expires_at) into v_in_flight, v_next_expiry

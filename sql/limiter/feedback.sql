@@ -28,8 +28,7 @@ begin
   on conflict (bucket) do nothing;
   select * into strict v_row from bitrix_sync.crm_rate_buckets b where b.bucket = p_bucket for update;
   v_now := clock_timestamp();
-  v_factor := least(1.0, v_row.rate_factor
-                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  v_factor := bitrix_sync._bucket_rate_factor(v_row.rate_factor, p_recovery_per_sec, v_row.rate_changed_at, v_now);
   -- Both in-flight requests often come back refused together: cut once per cool-down window.
   if v_row.throttled_until is not null and v_row.throttled_until > v_now then
     return v_row.rate_factor;
@@ -70,8 +69,7 @@ begin
     return 1.0;
   end if;
   v_now := clock_timestamp();
-  v_factor := least(1.0, v_row.rate_factor
-                        + p_recovery_per_sec * greatest(0, extract(epoch from v_now - v_row.rate_changed_at)));
+  v_factor := bitrix_sync._bucket_rate_factor(v_row.rate_factor, p_recovery_per_sec, v_row.rate_changed_at, v_now);
   -- A refusal inside its cool-down is fresher news than this reply: the cut stands.
   if v_factor >= 1.0 or (v_row.throttled_until is not null and v_row.throttled_until > v_now) then
     return v_factor;

@@ -74,16 +74,14 @@ begin
       greatest(100, ceil(extract(epoch from v_main.throttled_until - v_now) * 1000))::integer;
     return;
   end if;
-  v_factor := least(1.0, v_main.rate_factor
-                        + SPARE_RECOVERY_PER_SEC * greatest(0, extract(epoch from v_now - v_main.rate_changed_at)));
+  v_factor := bitrix_sync._bucket_rate_factor(v_main.rate_factor, SPARE_RECOVERY_PER_SEC, v_main.rate_changed_at, v_now);
   if v_factor < 0.999 then
     -- The portal refused recently and the rate has not climbed back: nothing is spare.
     return query select false, null::uuid, 1000;
     return;
   end if;
   v_rate := v_refill * v_factor;
-  v_tokens := least(v_burst::double precision,
-                    v_main.tokens + v_rate * greatest(0, extract(epoch from v_now - v_main.refilled_at)));
+  v_tokens := bitrix_sync._bucket_tokens(v_main.tokens, v_rate, v_burst, v_main.refilled_at, v_now);
   select count(*)::integer into v_in_flight
     from bitrix_sync.crm_inflight_slots s where s.bucket = p_bucket and s.expires_at > v_now;
   if v_in_flight >= v_max_in_flight then
@@ -106,7 +104,7 @@ begin
     return;
   end if;
   v_share_rate := v_refill * v_share;
-  v_share_tokens := least(1.0, v_spare.tokens + v_share_rate * greatest(0, extract(epoch from v_now - v_spare.refilled_at)));
+  v_share_tokens := bitrix_sync._bucket_tokens(v_spare.tokens, v_share_rate, 1.0, v_spare.refilled_at, v_now);
   if v_share_tokens < 1 then
     return query select false, null::uuid,
       least(600000, greatest(10, ceil((1 - v_share_tokens) / v_share_rate * 1000)))::integer;
