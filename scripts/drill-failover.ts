@@ -336,7 +336,17 @@ async function main(cleanup: Cleanup, check: Checker, created: Created): Promise
   await traffic;
 
   // 7. Watch the open work drain.
-  const idle = async () => Object.values(await openWork(pool)).every((n) => n === 0);
+  // Idle: no open work, and the reconciliation step 6 asked for has finished its run (a run holds
+  // its cursor's lease while it pages; the checks below count that lease).
+  const idle = async () =>
+    Object.values(await openWork(pool)).every((n) => n === 0) &&
+    Number(
+      (
+        await pool.query<{ n: string }>(
+          "select count(*) as n from bitrix_sync.reconciliation_cursors where last_run_status = 'running'",
+        )
+      ).rows[0]?.n ?? 1,
+    ) === 0;
   const settledStart = Date.now();
   const settleBound = settleBoundMs(switchedAt - fencedAt);
   const settled = await waitUntil(idle, settleBound);
