@@ -190,10 +190,14 @@ export async function startRig(
   return rig;
 }
 
-/** Polls `probe` until it returns a truthy value or `timeoutMs` passes. */
+/**
+ * Polls `probe` until it returns a truthy value or `timeoutMs` passes. The default leaves room for a
+ * loaded machine (AVA runs four files at a time on two cores): a wait ends as soon as its condition
+ * holds, so only a condition that never holds costs the whole of it.
+ */
 export async function waitFor<T>(
   probe: () => Promise<T | null | undefined | false>,
-  timeoutMs = 15_000,
+  timeoutMs = 30_000,
   what = "condition",
 ): Promise<T> {
   const end = Date.now() + timeoutMs;
@@ -206,7 +210,7 @@ export async function waitFor<T>(
 }
 
 /** Waits until the user's newest workflow has finished; returns it. */
-export async function finishedWorkflow(rig: Rig, userId: string, timeoutMs = 15_000) {
+export async function finishedWorkflow(rig: Rig, userId: string, timeoutMs = 30_000) {
   return await waitFor(
     async () => {
       const { rows } = await rig.db.pool.query(
