@@ -38,7 +38,9 @@ export function benchServer(): Promise<{ stop: () => Promise<void> }> {
       persistent: false,
       settings: {
         shared_preload_libraries: "pg_stat_statements",
-        "pg_stat_statements.track": "top",
+        // BENCH_NESTED=1 also records the statements run inside functions and triggers (printed
+        // apart by printNested); the per-command figures still count top-level statements only.
+        "pg_stat_statements.track": process.env.BENCH_NESTED === "1" ? "all" : "top",
         // Per-function time (pg_stat_user_functions): which function or trigger the time goes to.
         track_functions: "all",
       },
@@ -176,6 +178,7 @@ export async function readDb(
        from pg_stat_statements s
       where s.dbid = (select oid from pg_database where datname = current_database())
         and s.query not like '%pg_stat_statements%' and s.query not like '%/* bench */%'
+        and s.toplevel
       order by s.total_exec_time desc`,
   );
   const totalMs = rows.reduce((s, r) => s + r.total, 0);
@@ -206,6 +209,30 @@ export async function printTopFunctions(rig: BenchRig, topN = 10): Promise<void>
   for (const r of rows) {
     console.log(
       `  ${r.self.toFixed(0).padStart(10)} ${r.total.toFixed(0).padStart(10)} ${String(r.calls).padStart(9)} ${((r.self * 1000) / Math.max(1, Number(r.calls))).toFixed(1).padStart(13)}  ${r.name}`,
+    );
+  }
+}
+
+/**
+ * With BENCH_NESTED=1: the statements run inside functions and triggers, by their time (a nested
+ * statement's time is also in its caller's), each with its calls per command.
+ */
+export async function printNested(rig: BenchRig, commands: number, topN = 25, width = 110): Promise<void> {
+  if (!rig.statements || process.env.BENCH_NESTED !== "1") return;
+  const { rows } = await rig.db.pool.query<{ query: string; calls: string; total: number }>(
+    `select /* bench */ s.query, s.calls, s.total_exec_time as total
+       from pg_stat_statements s
+      where s.dbid = (select oid from pg_database where datname = current_database()) and not s.toplevel
+      order by s.total_exec_time desc limit $1`,
+    [topN],
+  );
+  console.log("  nested statements by database time (pg_stat_statements, track = all):");
+  console.log("      total ms  per cmd   mean µs  statement");
+  for (const r of rows) {
+    const q = r.query.replace(/\s+/g, " ").trim();
+    const calls = Number(r.calls);
+    console.log(
+      `  ${r.total.toFixed(0).padStart(10)} ${(calls / Math.max(1, commands)).toFixed(2).padStart(8)} ${((r.total * 1000) / Math.max(1, calls)).toFixed(1).padStart(9)}  ${q.length > width ? `${q.slice(0, width - 1)}…` : q}`,
     );
   }
 }
@@ -383,6 +410,7 @@ export async function backlogRun(
   }
   printTop(reading, Number(process.env.BENCH_TOP_WIDTH ?? 110));
   await printTopFunctions(rig);
+  await printNested(rig, commands);
   return {
     seconds,
     commands,

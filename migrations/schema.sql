@@ -2522,7 +2522,7 @@ CREATE FUNCTION bitrix_sync._wake_workflow(p_workflow_id uuid) RETURNS void
 begin
   -- A command reached an outcome the workflow must look at: waiting_crm -> running (crm_replied).
   update bitrix_sync.workflow_instances
-     set state = 'running', next_attempt_at = now()
+     set state = 'running', next_attempt_at = now(), updated_at = now()
    where id = p_workflow_id and state is not distinct from 'waiting_crm';
   if found then
     perform pg_notify('bitrix_sync_workflows', '');
@@ -4151,7 +4151,7 @@ begin
   )
   update bitrix_sync.crm_commands c
      set status = 'leased', lease_token = gen_random_uuid(), locked_by = left(p_worker, 128),
-         locked_until = now() + p_lease
+         locked_until = now() + p_lease, updated_at = now()
     from picked
    where c.id = picked.id
   returning c.*;
@@ -4457,7 +4457,8 @@ begin
          lease_token = gen_random_uuid(),
          locked_by = left(p_worker, 128),
          locked_until = now() + p_lease,
-         attempt_count = w.attempt_count + 1
+         attempt_count = w.attempt_count + 1,
+         updated_at = now()
     from picked
    where w.id = picked.id
   returning w.*;
@@ -4558,7 +4559,7 @@ declare
 begin
   update bitrix_sync.crm_commands
      set status = 'succeeded', response = p_response, completed_at = now(), last_error_code = null,
-         lease_token = null, locked_by = null, locked_until = null
+         lease_token = null, locked_by = null, locked_until = null, updated_at = now()
    where id = p_id and status is not distinct from 'in_flight' and lease_token = p_lease_token
   returning * into v_row;
   if not found then
@@ -4596,13 +4597,13 @@ begin
   with done as (
     update bitrix_sync.crm_commands c
        set status = 'succeeded', response = t.response, completed_at = now(), last_error_code = null,
-           lease_token = null, locked_by = null, locked_until = null
+           lease_token = null, locked_by = null, locked_until = null, updated_at = now()
       from unnest(p_ids, p_lease_tokens, p_responses) as t(id, token, response)
      where c.id = t.id and c.status is not distinct from 'in_flight' and c.lease_token = t.token
     returning c.id, c.workflow_id
   ), woken as (
     update bitrix_sync.workflow_instances w
-       set state = 'running', next_attempt_at = now()
+       set state = 'running', next_attempt_at = now(), updated_at = now()
      where w.id in (select d.workflow_id from done d where d.workflow_id is not null)
        and w.state is not distinct from 'waiting_crm'
     returning w.id
@@ -5788,7 +5789,8 @@ begin
          lease_token = case when v_to = 'running' then w.lease_token end,
          locked_by = case when v_to = 'running' then w.locked_by end,
          locked_until = case when v_to = 'running' then w.locked_until end,
-         finished_at = case when v_to in ('succeeded', 'failed', 'cancelled') then now() end
+         finished_at = case when v_to in ('succeeded', 'failed', 'cancelled') then now() end,
+         updated_at = now()
    where w.id = p_id
   returning * into v_row;
   if v_to in ('waiting_retry', 'running') then
@@ -6071,7 +6073,7 @@ begin
   update bitrix_sync.workflow_instances w
      set state = 'waiting_crm', current_step = coalesce(p_step, w.current_step),
          step_data = coalesce(p_step_data, w.step_data), next_attempt_at = now(),
-         lease_token = null, locked_by = null, locked_until = null
+         lease_token = null, locked_by = null, locked_until = null, updated_at = now()
    where w.id = p_workflow_id and w.state is not distinct from 'running' and w.lease_token = p_lease_token
   returning * into v_wf;
   if not found then
@@ -8809,6 +8811,10 @@ CREATE FUNCTION bitrix_sync.send_commands(p_ids bigint[], p_lease_tokens uuid[],
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+declare
+  -- A first send's retry horizon starts now: one reading of the setting for the whole batch, where
+  -- the column's formula read it once per row. A resend keeps the horizon of its first send.
+  v_first_deadline timestamptz := bitrix_sync._retry_deadline(now());
 begin
   if coalesce(array_length(p_ids, 1), 0) <> coalesce(array_length(p_lease_tokens, 1), 0) then
     raise exception 'send_commands needs one lease token per command id'
@@ -8822,8 +8828,9 @@ begin
   update bitrix_sync.crm_commands c
      set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
          first_sent_at = coalesce(c.first_sent_at, now()),
-         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now())),
-         reply_deadline_at = now() + p_reply_within
+         deadline_at = case when c.first_sent_at is null then v_first_deadline
+                            else bitrix_sync._retry_deadline(c.first_sent_at) end,
+         reply_deadline_at = now() + p_reply_within, updated_at = now()
     from unnest(p_ids, p_lease_tokens) as t(id, token)
    where c.id = t.id and c.status is not distinct from 'leased' and c.lease_token = t.token
   returning c.id;
@@ -9016,6 +9023,7 @@ CREATE FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[],
 declare
   v_n integer := coalesce(cardinality(p_ids), 0);
   v_out record;
+  v_done integer;
 begin
   if coalesce(cardinality(p_lease_tokens), 0) <> v_n or coalesce(cardinality(p_user_ids), 0) <> v_n
      or coalesce(cardinality(p_intent_types), 0) <> v_n or coalesce(cardinality(p_content_hashes), 0) <> v_n
@@ -9031,20 +9039,42 @@ begin
     select * into v_out
       from bitrix_sync.start_or_join_workflow(p_user_ids[i], p_intent_types[i], p_ids[i], p_content_hashes[i],
                                               p_trace_contexts[i]);
-    perform bitrix_sync.complete_sync_task(p_ids[i], p_lease_tokens[i]);
     task_id := p_ids[i];
     workflow_id := v_out.workflow_id;
     action := v_out.action;
     previous_trace_context := v_out.previous_trace_context;
     return next;
   end loop;
+  if v_n = 0 then
+    return;
+  end if;
+  -- Then every intent leased -> processed in one statement, as complete_sync_task() does one (its
+  -- check of the App's tables once for the batch): the rows returned above are sent only when the
+  -- call commits, and an intent no longer held under its token (a newer intent took it back, or
+  -- its lease was reclaimed) refuses the whole call (BS001) as it did.
+  perform bitrix_sync._check_queue_tables();
+  update han_app.sync_queue q
+     set status = 'processed', completed_at = now(), locked_by = null, locked_until = null,
+         lease_token = null, updated_at = now()
+    from unnest(p_ids, p_lease_tokens) as t(id, token)
+   where q.id = t.id and q.status = 'leased' and q.lease_token = t.token;
+  get diagnostics v_done = row_count;
+  if v_done <> v_n then
+    -- Name the first intent not completed here (a duplicate in the arrays: the first one).
+    perform bitrix_sync._refuse_stale('sync task', coalesce(
+      (select u.id from unnest(p_ids) with ordinality as u(id, ord)
+        where not exists (select 1 from han_app.sync_queue q where q.id = u.id and q.status = 'processed'
+                                                               and q.completed_at = now())
+        order by u.ord limit 1),
+      p_ids[1])::text);
+  end if;
 end $$;
 
 --
 -- Name: FUNCTION take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]) IS 'Intake of a claimed batch in one call: for each intent, in the order given, start_or_join_workflow() and complete_sync_task() under its lease token, as the caller would one intent per transaction. One row per intent (its workflow, the action, the previous trace context). A stale lease refuses the whole call (BS001); arrays of different lengths or over 1000 elements BS004.';
+COMMENT ON FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]) IS 'Intake of a claimed batch in one call: for each intent, in the order given, start_or_join_workflow(); then every intent leased -> processed under its lease token in one statement (what complete_sync_task() does for one), as the caller would one intent per transaction. One row per intent (its workflow, the action, the previous trace context). A stale lease refuses the whole call (BS001); arrays of different lengths or over 1000 elements BS004.';
 
 --
 -- Name: tg__forbid_delete(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -9174,7 +9204,7 @@ end $$;
 -- Name: FUNCTION tg__set_updated_at(); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.tg__set_updated_at() IS 'BEFORE UPDATE trigger: stamps updated_at with the transaction time.';
+COMMENT ON FUNCTION bitrix_sync.tg__set_updated_at() IS 'BEFORE UPDATE trigger: stamps updated_at with the transaction time. Its triggers fire only when the statement left updated_at as it was.';
 
 --
 -- Name: tg_business_alerts__count_remote_missing(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -13166,85 +13196,85 @@ COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.audit_state IS 'Stamps upd
 -- Name: business_alerts _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.business_alerts FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.business_alerts FOR EACH ROW WHEN ((NOT (new.updated_at IS DISTINCT FROM old.updated_at))) EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
 
 --
 -- Name: TRIGGER _900_set_updated_at ON business_alerts; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.business_alerts IS 'Stamps updated_at on every change.';
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.business_alerts IS 'Stamps updated_at on every change whose statement did not set it (WHEN: it kept its old value).';
 
 --
 -- Name: contact_snapshots _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.contact_snapshots FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.contact_snapshots FOR EACH ROW WHEN ((NOT (new.updated_at IS DISTINCT FROM old.updated_at))) EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
 
 --
 -- Name: TRIGGER _900_set_updated_at ON contact_snapshots; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.contact_snapshots IS 'Stamps updated_at on every change.';
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.contact_snapshots IS 'Stamps updated_at on every change whose statement did not set it (WHEN: it kept its old value).';
 
 --
 -- Name: crm_commands _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.crm_commands FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.crm_commands FOR EACH ROW WHEN ((NOT (new.updated_at IS DISTINCT FROM old.updated_at))) EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
 
 --
 -- Name: TRIGGER _900_set_updated_at ON crm_commands; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.crm_commands IS 'Stamps updated_at on every change.';
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.crm_commands IS 'Stamps updated_at on every change whose statement did not set it (WHEN: it kept its old value).';
 
 --
 -- Name: entity_external_mapping _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.entity_external_mapping FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.entity_external_mapping FOR EACH ROW WHEN ((NOT (new.updated_at IS DISTINCT FROM old.updated_at))) EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
 
 --
 -- Name: TRIGGER _900_set_updated_at ON entity_external_mapping; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.entity_external_mapping IS 'Stamps updated_at on every change.';
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.entity_external_mapping IS 'Stamps updated_at on every change whose statement did not set it (WHEN: it kept its old value).';
 
 --
 -- Name: rebind_requests _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.rebind_requests FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.rebind_requests FOR EACH ROW WHEN ((NOT (new.updated_at IS DISTINCT FROM old.updated_at))) EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
 
 --
 -- Name: TRIGGER _900_set_updated_at ON rebind_requests; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.rebind_requests IS 'Stamps updated_at on every change.';
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.rebind_requests IS 'Stamps updated_at on every change whose statement did not set it (WHEN: it kept its old value).';
 
 --
 -- Name: reconciliation_cursors _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.reconciliation_cursors FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.reconciliation_cursors FOR EACH ROW WHEN ((NOT (new.updated_at IS DISTINCT FROM old.updated_at))) EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
 
 --
 -- Name: TRIGGER _900_set_updated_at ON reconciliation_cursors; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.reconciliation_cursors IS 'Stamps updated_at on every change.';
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.reconciliation_cursors IS 'Stamps updated_at on every change whose statement did not set it (WHEN: it kept its old value).';
 
 --
 -- Name: workflow_instances _900_set_updated_at; Type: TRIGGER; Schema: bitrix_sync; Owner: -
 --
 
-CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.workflow_instances FOR EACH ROW EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
+CREATE TRIGGER _900_set_updated_at BEFORE UPDATE ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT (new.updated_at IS DISTINCT FROM old.updated_at))) EXECUTE FUNCTION bitrix_sync.tg__set_updated_at();
 
 --
 -- Name: TRIGGER _900_set_updated_at ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.workflow_instances IS 'Stamps updated_at on every change.';
+COMMENT ON TRIGGER _900_set_updated_at ON bitrix_sync.workflow_instances IS 'Stamps updated_at on every change whose statement did not set it (WHEN: it kept its old value).';
 
 --
 -- Name: entity_external_mapping _950_audit_mark; Type: TRIGGER; Schema: bitrix_sync; Owner: -
@@ -13577,6 +13607,12 @@ GRANT UPDATE(last_http_status) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_
 --
 
 GRANT UPDATE(last_bitrix_error) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
+
+--
+-- Name: COLUMN crm_commands.updated_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(updated_at) ON TABLE bitrix_sync.crm_commands TO bitrix_sync_user;
 
 --
 -- Name: COLUMN crm_commands.completed_at; Type: ACL; Schema: bitrix_sync; Owner: -
@@ -14141,6 +14177,12 @@ GRANT UPDATE(outcome) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_use
 --
 
 GRANT UPDATE(last_error_code) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
+
+--
+-- Name: COLUMN workflow_instances.updated_at; Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+GRANT UPDATE(updated_at) ON TABLE bitrix_sync.workflow_instances TO bitrix_sync_user;
 
 --
 -- Name: COLUMN workflow_instances.finished_at; Type: ACL; Schema: bitrix_sync; Owner: -

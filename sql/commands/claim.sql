@@ -70,7 +70,7 @@ begin
   )
   update bitrix_sync.crm_commands c
      set status = 'leased', lease_token = gen_random_uuid(), locked_by = left(p_worker, 128),
-         locked_until = now() + p_lease
+         locked_until = now() + p_lease, updated_at = now()
     from picked
    where c.id = picked.id
   returning c.*;
@@ -107,6 +107,10 @@ create or replace function bitrix_sync.send_commands(
   p_ids bigint[], p_lease_tokens uuid[], p_batch_id uuid, p_reply_within interval default null
 ) returns setof bigint
 language plpgsql set search_path = pg_catalog, pg_temp as $$
+declare
+  -- A first send's retry horizon starts now: one reading of the setting for the whole batch, where
+  -- the column's formula read it once per row. A resend keeps the horizon of its first send.
+  v_first_deadline timestamptz := bitrix_sync._retry_deadline(now());
 begin
   if coalesce(array_length(p_ids, 1), 0) <> coalesce(array_length(p_lease_tokens, 1), 0) then
     raise exception 'send_commands needs one lease token per command id'
@@ -120,8 +124,9 @@ begin
   update bitrix_sync.crm_commands c
      set status = 'in_flight', sent_at = now(), batch_id = p_batch_id, attempt_count = c.attempt_count + 1,
          first_sent_at = coalesce(c.first_sent_at, now()),
-         deadline_at = bitrix_sync._retry_deadline(coalesce(c.first_sent_at, now())),
-         reply_deadline_at = now() + p_reply_within
+         deadline_at = case when c.first_sent_at is null then v_first_deadline
+                            else bitrix_sync._retry_deadline(c.first_sent_at) end,
+         reply_deadline_at = now() + p_reply_within, updated_at = now()
     from unnest(p_ids, p_lease_tokens) as t(id, token)
    where c.id = t.id and c.status is not distinct from 'leased' and c.lease_token = t.token
   returning c.id;

@@ -9,7 +9,7 @@ declare
 begin
   update bitrix_sync.crm_commands
      set status = 'succeeded', response = p_response, completed_at = now(), last_error_code = null,
-         lease_token = null, locked_by = null, locked_until = null
+         lease_token = null, locked_by = null, locked_until = null, updated_at = now()
    where id = p_id and status is not distinct from 'in_flight' and lease_token = p_lease_token
   returning * into v_row;
   if not found then
@@ -42,13 +42,13 @@ begin
   with done as (
     update bitrix_sync.crm_commands c
        set status = 'succeeded', response = t.response, completed_at = now(), last_error_code = null,
-           lease_token = null, locked_by = null, locked_until = null
+           lease_token = null, locked_by = null, locked_until = null, updated_at = now()
       from unnest(p_ids, p_lease_tokens, p_responses) as t(id, token, response)
      where c.id = t.id and c.status is not distinct from 'in_flight' and c.lease_token = t.token
     returning c.id, c.workflow_id
   ), woken as (
     update bitrix_sync.workflow_instances w
-       set state = 'running', next_attempt_at = now()
+       set state = 'running', next_attempt_at = now(), updated_at = now()
      where w.id in (select d.workflow_id from done d where d.workflow_id is not null)
        and w.state is not distinct from 'waiting_crm'
     returning w.id

@@ -17,7 +17,7 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   -- A command reached an outcome the workflow must look at: waiting_crm -> running (crm_replied).
   update bitrix_sync.workflow_instances
-     set state = 'running', next_attempt_at = now()
+     set state = 'running', next_attempt_at = now(), updated_at = now()
    where id = p_workflow_id and state is not distinct from 'waiting_crm';
   if found then
     perform pg_notify('bitrix_sync_workflows', '');
@@ -48,7 +48,7 @@ begin
   update bitrix_sync.workflow_instances w
      set state = 'waiting_crm', current_step = coalesce(p_step, w.current_step),
          step_data = coalesce(p_step_data, w.step_data), next_attempt_at = now(),
-         lease_token = null, locked_by = null, locked_until = null
+         lease_token = null, locked_by = null, locked_until = null, updated_at = now()
    where w.id = p_workflow_id and w.state is not distinct from 'running' and w.lease_token = p_lease_token
   returning * into v_wf;
   if not found then

@@ -37,7 +37,8 @@ begin
          lease_token = gen_random_uuid(),
          locked_by = left(p_worker, 128),
          locked_until = now() + p_lease,
-         attempt_count = w.attempt_count + 1
+         attempt_count = w.attempt_count + 1,
+         updated_at = now()
     from picked
    where w.id = picked.id
   returning w.*;

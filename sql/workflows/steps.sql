@@ -52,7 +52,8 @@ begin
          lease_token = case when v_to = 'running' then w.lease_token end,
          locked_by = case when v_to = 'running' then w.locked_by end,
          locked_until = case when v_to = 'running' then w.locked_until end,
-         finished_at = case when v_to in ('succeeded', 'failed', 'cancelled') then now() end
+         finished_at = case when v_to in ('succeeded', 'failed', 'cancelled') then now() end,
+         updated_at = now()
    where w.id = p_id
   returning * into v_row;
   if v_to in ('waiting_retry', 'running') then
