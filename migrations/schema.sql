@@ -1520,11 +1520,7 @@ CREATE TABLE bitrix_sync.workflow_instances (
     held_source_task_id uuid,
     held_content_hash character varying(64),
     held_at timestamp with time zone,
-    requeued_at timestamp with time zone,
-    CONSTRAINT workflow_instances_attempt_count_check CHECK ((attempt_count >= 0)),
-    CONSTRAINT workflow_instances_lease CHECK (((lease_token IS NULL) = (locked_until IS NULL))),
-    CONSTRAINT workflow_instances_processed_revision_check CHECK ((processed_revision >= 0)),
-    CONSTRAINT workflow_instances_revision_check CHECK ((revision >= 1))
+    requeued_at timestamp with time zone
 )
 WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.02', autovacuum_vacuum_insert_threshold='1000', autovacuum_analyze_scale_factor='0.01', autovacuum_analyze_threshold='1000', autovacuum_vacuum_cost_delay='1');
 
@@ -9136,6 +9132,28 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.tg__guard_transition() IS 'BEFORE UPDATE guard: refuses a change of the state column (TG_ARGV[1], read directly when it is status) that is not an edge of machine TG_ARGV[0] in bitrix_sync.state_edges. SQLSTATE BS002.';
 
 --
+-- Name: tg__refuse_check(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.tg__refuse_check() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+-- TG_ARGV[0]: the check's name; TG_ARGV[1]: what it requires, in words. The WHEN clause decides.
+begin
+  raise exception 'new row for relation "%" violates check constraint "%"', tg_table_name, tg_argv[0]
+    using errcode = 'check_violation', constraint = tg_argv[0], schema = tg_table_schema, table = tg_table_name,
+          detail = tg_argv[1],
+          hint = 'Write rows through their bitrix_sync function. The check is the trigger _980_check_* on the table (sql/guards/checks.sql).';
+end $$;
+
+--
+-- Name: FUNCTION tg__refuse_check(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.tg__refuse_check() IS 'BEFORE INSERT OR UPDATE OF <columns> guard, fired by its WHEN clause when a row breaks the check named TG_ARGV[0] (a CHECK kept as a trigger so that UPDATEs of other columns do not read it). SQLSTATE 23514 with that constraint name; the row''s values are not in the message.';
+
+--
 -- Name: tg__refuse_immutable_change(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -12202,53 +12220,11 @@ ALTER TABLE bitrix_sync.webhook_inbox
     ADD CONSTRAINT webhook_inbox_trace_context_chk CHECK ((trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
 
 --
--- Name: workflow_instances workflow_instances_finished; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
---
-
-ALTER TABLE bitrix_sync.workflow_instances
-    ADD CONSTRAINT workflow_instances_finished CHECK ((((state)::text = ANY ('{succeeded,failed,cancelled}'::text[])) = (finished_at IS NOT NULL))) NOT VALID;
-
---
--- Name: workflow_instances workflow_instances_held_intent; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
---
-
-ALTER TABLE bitrix_sync.workflow_instances
-    ADD CONSTRAINT workflow_instances_held_intent CHECK (((held_intent_type IS NULL) OR ((held_intent_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate}'::text[])))) NOT VALID;
-
---
--- Name: workflow_instances workflow_instances_intent_type_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
---
-
-ALTER TABLE bitrix_sync.workflow_instances
-    ADD CONSTRAINT workflow_instances_intent_type_check CHECK (((intent_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[]))) NOT VALID;
-
---
 -- Name: workflow_instances workflow_instances_pkey; Type: CONSTRAINT; Schema: bitrix_sync; Owner: -
 --
 
 ALTER TABLE ONLY bitrix_sync.workflow_instances
     ADD CONSTRAINT workflow_instances_pkey PRIMARY KEY (id);
-
---
--- Name: workflow_instances workflow_instances_state_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
---
-
-ALTER TABLE bitrix_sync.workflow_instances
-    ADD CONSTRAINT workflow_instances_state_check CHECK (((state)::text = ANY ('{created,running,waiting_crm,waiting_retry,waiting_manual,succeeded,failed,cancelled}'::text[]))) NOT VALID;
-
---
--- Name: workflow_instances workflow_instances_trace_context_chk; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
---
-
-ALTER TABLE bitrix_sync.workflow_instances
-    ADD CONSTRAINT workflow_instances_trace_context_chk CHECK ((trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
-
---
--- Name: workflow_instances workflow_instances_workflow_type_check; Type: CHECK CONSTRAINT; Schema: bitrix_sync; Owner: -
---
-
-ALTER TABLE bitrix_sync.workflow_instances
-    ADD CONSTRAINT workflow_instances_workflow_type_check CHECK (((workflow_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[]))) NOT VALID;
 
 --
 -- Name: _private_job_queues job_queues_pkey1; Type: CONSTRAINT; Schema: graphile_worker; Owner: -
@@ -13287,6 +13263,146 @@ CREATE TRIGGER _950_audit_mark AFTER INSERT OR UPDATE OF status ON bitrix_sync.e
 --
 
 COMMENT ON TRIGGER _950_audit_mark ON bitrix_sync.entity_external_mapping IS 'Keeps one audit mark per active link (bitrix_sync.audit_marks).';
+
+--
+-- Name: workflow_instances _980_check_attempt_count; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _980_check_attempt_count BEFORE INSERT OR UPDATE OF attempt_count ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT (new.attempt_count >= 0))) EXECUTE FUNCTION bitrix_sync.tg__refuse_check('workflow_instances_attempt_count_check', 'attempt_count is 0 or more.');
+
+ALTER TABLE bitrix_sync.workflow_instances ENABLE ALWAYS TRIGGER _980_check_attempt_count;
+
+--
+-- Name: TRIGGER _980_check_attempt_count ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _980_check_attempt_count ON bitrix_sync.workflow_instances IS 'Check workflow_instances_attempt_count_check: attempts are counted up from 0.';
+
+--
+-- Name: workflow_instances _980_check_finished; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _980_check_finished BEFORE INSERT OR UPDATE OF state, finished_at ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT (((new.state)::text = ANY ('{succeeded,failed,cancelled}'::text[])) = (new.finished_at IS NOT NULL)))) EXECUTE FUNCTION bitrix_sync.tg__refuse_check('workflow_instances_finished', 'finished_at is set exactly when the state is succeeded, failed or cancelled.');
+
+ALTER TABLE bitrix_sync.workflow_instances ENABLE ALWAYS TRIGGER _980_check_finished;
+
+--
+-- Name: TRIGGER _980_check_finished ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _980_check_finished ON bitrix_sync.workflow_instances IS 'Check workflow_instances_finished: a workflow has finished_at exactly in a final state (retention sweeps by it).';
+
+--
+-- Name: workflow_instances _980_check_held_intent; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _980_check_held_intent BEFORE INSERT OR UPDATE OF held_intent_type ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT ((new.held_intent_type IS NULL) OR ((new.held_intent_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate}'::text[]))))) EXECUTE FUNCTION bitrix_sync.tg__refuse_check('workflow_instances_held_intent', 'held_intent_type is empty, contact.map_or_create, contact.update or contact.deactivate (a rebind is never held).');
+
+ALTER TABLE bitrix_sync.workflow_instances ENABLE ALWAYS TRIGGER _980_check_held_intent;
+
+--
+-- Name: TRIGGER _980_check_held_intent ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _980_check_held_intent ON bitrix_sync.workflow_instances IS 'Check workflow_instances_held_intent: the intent held behind a running workflow is one an intent can carry (§6.1).';
+
+--
+-- Name: workflow_instances _980_check_intent_type; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _980_check_intent_type BEFORE INSERT OR UPDATE OF intent_type ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT ((new.intent_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[])))) EXECUTE FUNCTION bitrix_sync.tg__refuse_check('workflow_instances_intent_type_check', 'intent_type is contact.map_or_create, contact.update, contact.deactivate or contact.rebind.');
+
+ALTER TABLE bitrix_sync.workflow_instances ENABLE ALWAYS TRIGGER _980_check_intent_type;
+
+--
+-- Name: TRIGGER _980_check_intent_type ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _980_check_intent_type ON bitrix_sync.workflow_instances IS 'Check workflow_instances_intent_type_check: the intent a workflow serves is one of the four kinds (§6.1).';
+
+--
+-- Name: workflow_instances _980_check_lease; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _980_check_lease BEFORE INSERT OR UPDATE OF lease_token, locked_until ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT ((new.lease_token IS NULL) = (new.locked_until IS NULL)))) EXECUTE FUNCTION bitrix_sync.tg__refuse_check('workflow_instances_lease', 'lease_token and locked_until are set together or cleared together.');
+
+ALTER TABLE bitrix_sync.workflow_instances ENABLE ALWAYS TRIGGER _980_check_lease;
+
+--
+-- Name: TRIGGER _980_check_lease ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _980_check_lease ON bitrix_sync.workflow_instances IS 'Check workflow_instances_lease: a lease has a token and an expiry, or neither (§7.1).';
+
+--
+-- Name: workflow_instances _980_check_processed_revision; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _980_check_processed_revision BEFORE INSERT OR UPDATE OF processed_revision ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT (new.processed_revision >= 0))) EXECUTE FUNCTION bitrix_sync.tg__refuse_check('workflow_instances_processed_revision_check', 'processed_revision is 0 or more.');
+
+ALTER TABLE bitrix_sync.workflow_instances ENABLE ALWAYS TRIGGER _980_check_processed_revision;
+
+--
+-- Name: TRIGGER _980_check_processed_revision ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _980_check_processed_revision ON bitrix_sync.workflow_instances IS 'Check workflow_instances_processed_revision_check: the revision a pass has served, 0 before the first.';
+
+--
+-- Name: workflow_instances _980_check_revision; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _980_check_revision BEFORE INSERT OR UPDATE OF revision ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT (new.revision >= 1))) EXECUTE FUNCTION bitrix_sync.tg__refuse_check('workflow_instances_revision_check', 'revision is 1 or more.');
+
+ALTER TABLE bitrix_sync.workflow_instances ENABLE ALWAYS TRIGGER _980_check_revision;
+
+--
+-- Name: TRIGGER _980_check_revision ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _980_check_revision ON bitrix_sync.workflow_instances IS 'Check workflow_instances_revision_check: a workflow starts at revision 1 and a joined intent raises it (§6.2).';
+
+--
+-- Name: workflow_instances _980_check_state; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _980_check_state BEFORE INSERT OR UPDATE OF state ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT ((new.state)::text = ANY ('{created,running,waiting_crm,waiting_retry,waiting_manual,succeeded,failed,cancelled}'::text[])))) EXECUTE FUNCTION bitrix_sync.tg__refuse_check('workflow_instances_state_check', 'state is one of the workflow machine''s eight states (docs/state-machines.md).');
+
+ALTER TABLE bitrix_sync.workflow_instances ENABLE ALWAYS TRIGGER _980_check_state;
+
+--
+-- Name: TRIGGER _980_check_state ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _980_check_state ON bitrix_sync.workflow_instances IS 'Check workflow_instances_state_check: the machine''s eight states (§7.1).';
+
+--
+-- Name: workflow_instances _980_check_trace_context; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _980_check_trace_context BEFORE INSERT OR UPDATE OF trace_context ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT (new.trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text))) EXECUTE FUNCTION bitrix_sync.tg__refuse_check('workflow_instances_trace_context_chk', 'trace_context is empty or a W3C traceparent of version 00.');
+
+ALTER TABLE bitrix_sync.workflow_instances ENABLE ALWAYS TRIGGER _980_check_trace_context;
+
+--
+-- Name: TRIGGER _980_check_trace_context ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _980_check_trace_context ON bitrix_sync.workflow_instances IS 'Check workflow_instances_trace_context_chk: only a well-formed traceparent is stored and handed on (§16).';
+
+--
+-- Name: workflow_instances _980_check_workflow_type; Type: TRIGGER; Schema: bitrix_sync; Owner: -
+--
+
+CREATE TRIGGER _980_check_workflow_type BEFORE INSERT OR UPDATE OF workflow_type ON bitrix_sync.workflow_instances FOR EACH ROW WHEN ((NOT ((new.workflow_type)::text = ANY ('{contact.map_or_create,contact.update,contact.deactivate,contact.rebind}'::text[])))) EXECUTE FUNCTION bitrix_sync.tg__refuse_check('workflow_instances_workflow_type_check', 'workflow_type is contact.map_or_create, contact.update, contact.deactivate or contact.rebind.');
+
+ALTER TABLE bitrix_sync.workflow_instances ENABLE ALWAYS TRIGGER _980_check_workflow_type;
+
+--
+-- Name: TRIGGER _980_check_workflow_type ON workflow_instances; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON TRIGGER _980_check_workflow_type ON bitrix_sync.workflow_instances IS 'Check workflow_instances_workflow_type_check: the four workflow kinds (§7.1).';
 
 --
 -- Name: sync_queue _100_guard_status; Type: TRIGGER; Schema: han_app; Owner: -
@@ -15707,6 +15823,12 @@ REVOKE ALL ON FUNCTION bitrix_sync.tg__forbid_delete() FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION bitrix_sync.tg__guard_transition() FROM PUBLIC;
+
+--
+-- Name: FUNCTION tg__refuse_check(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.tg__refuse_check() FROM PUBLIC;
 
 --
 -- Name: FUNCTION tg__refuse_immutable_change(); Type: ACL; Schema: bitrix_sync; Owner: -

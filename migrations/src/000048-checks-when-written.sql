@@ -1,0 +1,29 @@
+-- The CHECKs of workflow_instances become triggers that PostgreSQL reads only when a statement
+-- writes their columns (issue 36, third round; sql/guards/checks.sql). PostgreSQL 15 reads every
+-- CHECK of a table again from its stored text, simplifies and compiles it for every INSERT and
+-- UPDATE statement, whatever columns the statement sets; the engine moves workflows one row per
+-- statement (a step's transition, an issued command, a wake-up), and the ten CHECKs were about 40 %
+-- of such an UPDATE. Each is now a BEFORE INSERT OR UPDATE OF <its columns> trigger, ENABLE ALWAYS,
+-- whose WHEN clause is NOT (<the rule>): the same rule on the same row, the same SQLSTATE (23514)
+-- and constraint name when it refuses, for every writer (session_replication_role = replica too).
+--
+-- Expand only: the rules are the ones dropped, so a row an earlier release writes is admitted as
+-- before. Existing rows are not read again (several CHECKs were NOT VALID already).
+-- Locks and time: the triggers take SHARE ROW EXCLUSIVE on workflow_instances, the drops ACCESS
+-- EXCLUSIVE; catalogue changes only, no scan and no rewrite, held to the commit.
+set local lock_timeout = '10s';
+set local search_path = pg_catalog, pg_temp;
+
+-- #include sql/guards/checks.sql
+alter table bitrix_sync.workflow_instances
+  drop constraint workflow_instances_workflow_type_check,
+  drop constraint workflow_instances_intent_type_check,
+  drop constraint workflow_instances_state_check,
+  drop constraint workflow_instances_finished,
+  drop constraint workflow_instances_lease,
+  drop constraint workflow_instances_held_intent,
+  drop constraint workflow_instances_attempt_count_check,
+  drop constraint workflow_instances_revision_check,
+  drop constraint workflow_instances_processed_revision_check,
+  drop constraint workflow_instances_trace_context_chk;
+select bitrix_sync.apply_privileges();
