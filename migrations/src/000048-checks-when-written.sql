@@ -1,19 +1,29 @@
+-- Row checks that cost the engine less (issue 36, third round; sql/guards/checks.sql).
+--
 -- The CHECKs of workflow_instances become triggers that PostgreSQL reads only when a statement
--- writes their columns (issue 36, third round; sql/guards/checks.sql). PostgreSQL 15 reads every
--- CHECK of a table again from its stored text, simplifies and compiles it for every INSERT and
--- UPDATE statement, whatever columns the statement sets; the engine moves workflows one row per
--- statement (a step's transition, an issued command, a wake-up), and the ten CHECKs were about 40 %
--- of such an UPDATE. Each is now a BEFORE INSERT OR UPDATE OF <its columns> trigger, ENABLE ALWAYS,
--- whose WHEN clause is NOT (<the rule>): the same rule on the same row, the same SQLSTATE (23514)
--- and constraint name when it refuses, for every writer (session_replication_role = replica too).
+-- writes their columns. PostgreSQL 15 reads every CHECK of a table again from its stored text,
+-- simplifies and compiles it for every INSERT and UPDATE statement, whatever columns the statement
+-- sets; the engine moves workflows one row per statement (a step's transition, an issued command, a
+-- wake-up), and the ten CHECKs were 30-45 % of such an UPDATE. Each is now a BEFORE INSERT OR UPDATE
+-- OF <its columns> trigger, ENABLE ALWAYS, whose WHEN clause is NOT (<the rule>): the same rule on
+-- the same row, the same SQLSTATE (23514) and constraint name when it refuses, for every writer
+-- (session_replication_role = replica too).
+--
+-- The traceparent rule (workflow_instances, crm_commands, webhook_inbox: a trigger each now) and
+-- _trace_context() are written without counted repetition, and so is _check_code(): PostgreSQL's
+-- regular expressions pay for ^00-[0-9a-f]{32}-... on every value (about 6 µs against 1.5), and
+-- every command, workflow and inbox event is checked twice on insert. The same strings pass.
 --
 -- Expand only: the rules are the ones dropped, so a row an earlier release writes is admitted as
--- before. Existing rows are not read again (several CHECKs were NOT VALID already).
--- Locks and time: the triggers take SHARE ROW EXCLUSIVE on workflow_instances, the drops ACCESS
+-- before; function signatures and results unchanged. Existing rows are not read again (several
+-- CHECKs were NOT VALID already).
+-- Locks and time: the triggers take SHARE ROW EXCLUSIVE on the three tables, the drops ACCESS
 -- EXCLUSIVE; catalogue changes only, no scan and no rewrite, held to the commit.
 set local lock_timeout = '10s';
 set local search_path = pg_catalog, pg_temp;
 
+-- #include sql/common/codes.sql
+-- #include sql/common/tracing.sql
 -- #include sql/guards/checks.sql
 alter table bitrix_sync.workflow_instances
   drop constraint workflow_instances_workflow_type_check,
@@ -26,4 +36,6 @@ alter table bitrix_sync.workflow_instances
   drop constraint workflow_instances_revision_check,
   drop constraint workflow_instances_processed_revision_check,
   drop constraint workflow_instances_trace_context_chk;
+alter table bitrix_sync.crm_commands drop constraint crm_commands_trace_context_chk;
+alter table bitrix_sync.webhook_inbox drop constraint webhook_inbox_trace_context_chk;
 select bitrix_sync.apply_privileges();

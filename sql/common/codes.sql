@@ -4,7 +4,9 @@
 create or replace function bitrix_sync._check_code(p_code text) returns void
 language plpgsql immutable set search_path = pg_catalog, pg_temp as $$
 begin
-  if p_code is null or p_code !~ '^[a-z0-9][a-z0-9_.]{0,63}$' then
+  -- ^[a-z0-9][a-z0-9_.]{0,63}$ without the counted repetition, which PostgreSQL's regular
+  -- expressions pay for on every call (about 5 µs against 0.5; issue 36, migration 000048).
+  if p_code is null or length(p_code) > 64 or p_code !~ '^[a-z0-9][a-z0-9_.]*$' then
     raise exception 'error code must be a safe snake_case code of at most 64 characters'
       using errcode = 'BS004',
             hint = 'Pass a classifier code such as crm_timeout, never raw error text (§9, §16).';

@@ -1,6 +1,9 @@
 // The CHECKs of workflow_instances as triggers read only when their columns are written (migration
 // 000048, issue 36; sql/guards/checks.sql). The same rule admits and refuses the same rows, under the
-// same constraint name and SQLSTATE, for every writer, and a refusal does not print the row.
+// same constraint name and SQLSTATE, for every writer, and a refusal does not print the row. The
+// traceparent rule, written without counted repetition (the three tables' triggers, _trace_context),
+// passes exactly the strings the regular expression it replaced passes.
+import { randomInt } from "node:crypto";
 import test from "ava";
 import { forceInsert, rejectsWith } from "../helpers/sql-core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -212,4 +215,115 @@ test("a check is read when a statement writes its columns, not when it writes ot
     "23514",
   );
   t.is((err as { constraint?: string }).constraint, "workflow_instances_lease");
+});
+
+const TRACEPARENT = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$";
+
+/** Valid traceparents and near misses: every single-character change, deletion and insertion of a few kinds. */
+function traceCandidates(): string[] {
+  const valid = TRACE;
+  const out = new Set<string>([
+    valid,
+    "00-00000000000000000000000000000000-0000000000000000-00",
+    "00-0123456789abcdef0123456789abcdef-0123456789abcdef0-1",
+    "00-0123456789abcdef0123456789abcde-f0123456789abcdef-01",
+    "00-0123456789ABCDEF0123456789abcdef-0123456789abcdef-01",
+    `${valid}\n`,
+    `\n${valid}`,
+    `${valid}0`,
+    valid.slice(0, -1),
+    "00--0123456789abcdef0123456789abcdef0123456789abcdef-01",
+    "00-0123456789abcdef0123456789abcdef--123456789abcdef-01",
+    "",
+    "nonsense",
+  ]);
+  const alphabet = ["-", "0", "f", "g", "A", " ", "é"];
+  for (let i = 0; i < valid.length; i++) {
+    for (const ch of alphabet) {
+      out.add(valid.slice(0, i) + ch + valid.slice(i + 1));
+      out.add(valid.slice(0, i) + ch + valid.slice(i));
+    }
+    out.add(valid.slice(0, i) + valid.slice(i + 1));
+  }
+  // Random strings of the right length over the characters that matter.
+  for (let n = 0; n < 300; n++) out.add(Array.from({ length: 55 }, () => "0f-"[randomInt(0, 3)]).join(""));
+  return [...out];
+}
+
+test("the traceparent rule without counted repetition passes exactly what the regular expression passed", async (t) => {
+  const candidates = traceCandidates();
+  // _trace_context(): the old body, inline, against the function as migrated.
+  const fn = await db.pool.query<{ s: string; old: string | null; now: string | null }>(
+    `select s, case when s ~ $2 and substr(s, 4, 32) <> repeat('0', 32) and substr(s, 37, 16) <> repeat('0', 16)
+                    then s end as old,
+            bitrix_sync._trace_context(s) as now
+       from unnest($1::text[]) s`,
+    [candidates, TRACEPARENT],
+  );
+  t.deepEqual(
+    fn.rows.filter((r) => r.old !== r.now).map((r) => JSON.stringify(r.s)),
+    [],
+    "_trace_context differs",
+  );
+  t.true(fn.rows.filter((r) => r.now !== null).length >= 40, "too few candidates pass: the probe is off");
+
+  // The three tables' triggers, by an UPDATE of one row each (the row guards off; the checks are ENABLE ALWAYS).
+  const wf = String(
+    (
+      await forceInsert(db.pool, "bitrix_sync.workflow_instances", {
+        user_id: "0c0c0c0c-0000-4000-8000-0000000000fa",
+        workflow_type: "contact.update",
+        intent_type: "contact.update",
+      })
+    ).id,
+  );
+  const cmd = String(
+    (
+      await forceInsert(db.pool, "bitrix_sync.crm_commands", {
+        workflow_id: wf,
+        command_type: "contact.read",
+      })
+    ).id,
+  );
+  const inbox = String(
+    (
+      await forceInsert(db.pool, "bitrix_sync.webhook_inbox", {
+        receiver: "contact",
+        entity_type_id: 3,
+        entity_id: "4242",
+        source_ip: "203.0.113.7",
+      })
+    ).id,
+  );
+  const c = await db.pool.connect();
+  try {
+    await c.query("begin");
+    await c.query("set local session_replication_role = replica");
+    for (const [table, id] of [
+      ["workflow_instances", wf],
+      ["crm_commands", cmd],
+      ["webhook_inbox", inbox],
+    ] as const) {
+      const wrong: string[] = [];
+      for (const s of candidates) {
+        const expected = (await c.query<{ ok: boolean }>("select $1::text ~ $2 as ok", [s, TRACEPARENT]))
+          .rows[0]?.ok;
+        await c.query("savepoint probe");
+        let admitted = true;
+        try {
+          await c.query(`update bitrix_sync.${table} set trace_context = $2 where id = $1`, [id, s]);
+          await c.query("release savepoint probe");
+        } catch (e) {
+          await c.query("rollback to savepoint probe");
+          t.is((e as { constraint?: string }).constraint, `${table}_trace_context_chk`);
+          admitted = false;
+        }
+        if (admitted !== expected) wrong.push(JSON.stringify(s));
+      }
+      t.deepEqual(wrong, [], `${table}: the trigger and the regular expression disagree`);
+    }
+    await c.query("rollback");
+  } finally {
+    c.release();
+  }
 });
