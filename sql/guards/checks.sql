@@ -2,8 +2,8 @@
 -- A table's CHECK constraints are read again from their stored text, simplified and compiled for
 -- every INSERT and every UPDATE statement, whatever columns the statement sets. On
 -- workflow_instances, which the engine moves one row per statement (a step's transition, an issued
--- command, a wake-up), its ten CHECKs were about 40 % of such an UPDATE's cost: 65-85 µs a
--- statement with them, 36-50 µs with these triggers (docs/performance.md). Each former CHECK is a
+-- command, a wake-up), its ten CHECKs were 30-45 % of such an UPDATE's cost: 60-75 µs a
+-- statement with them, 33-45 µs with these triggers (docs/performance.md). Each former CHECK is a
 -- BEFORE INSERT OR UPDATE OF <its columns> trigger whose WHEN clause is NOT (<the check>): an
 -- UPDATE that sets none of its columns never reads it, one that does evaluates the same expression
 -- on the same row, and a row the CHECK admitted (true or null) is admitted.
@@ -18,10 +18,10 @@
 --   unlike PostgreSQL's own message, no "Failing row contains": a row's values stay out of the
 --   message and the server log.
 -- - Existing rows are not read again, as a NOT VALID CHECK (which several of these were).
--- The traceparent rule of workflow_instances, crm_commands and webhook_inbox is also written without
--- counted repetition: PostgreSQL's regular expressions pay for {32} on every row they match (about
--- 6 µs a value against 1.5), and every command and inbox event is checked on insert. The same strings
--- pass: a length of 55, hex runs between dashes, and the two inner dashes where {32} and {16} put them.
+--
+-- The other tables keep their CHECKs: an INSERT reads every check either way (a trigger costs a few
+-- µs more than a CHECK there), and the engine's UPDATEs of crm_commands, han_app.sync_queue and the
+-- inbox move up to 50 rows a statement, so their CHECKs are read once for many rows.
 -- TG_ARGV[0]: the check's name; TG_ARGV[1]: what it requires, in words.
 
 create or replace function bitrix_sync.tg__refuse_check() returns trigger
@@ -133,36 +133,9 @@ comment on trigger _980_check_processed_revision on bitrix_sync.workflow_instanc
 drop trigger if exists _980_check_trace_context on bitrix_sync.workflow_instances;
 create trigger _980_check_trace_context
   before insert or update of trace_context on bitrix_sync.workflow_instances for each row
-  when (not (pg_catalog.length(new.trace_context) = 55 and new.trace_context ~ '^00-[0-9a-f]+-[0-9a-f]+-[0-9a-f]+$'
-             and pg_catalog.substr(new.trace_context, 36, 1) = '-' and pg_catalog.substr(new.trace_context, 53, 1) = '-'))
+  when (not (new.trace_context ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'))
   execute function bitrix_sync.tg__refuse_check('workflow_instances_trace_context_chk',
-    'trace_context is empty or a W3C traceparent of version 00 (00-, 32 and 16 lowercase hex digits, -, 2 more).');
+    'trace_context is empty or a W3C traceparent of version 00.');
 alter table bitrix_sync.workflow_instances enable always trigger _980_check_trace_context;
 comment on trigger _980_check_trace_context on bitrix_sync.workflow_instances is
-  'Check workflow_instances_trace_context_chk: only a well-formed traceparent is stored and handed on (§16). The rule of the CHECK it replaced (^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$) written without counted repetition, which PostgreSQL''s regular expressions pay for on every row (about 6 µs against 1.5).';
-
--- crm_commands (§7.2): its other CHECKs stay CHECKs. Its UPDATEs move 50 commands a statement
--- (claim, send, completion), so reading them once per statement costs little, and an INSERT reads
--- every check either way. Migration 000048 dropped the CHECK of the same name.
-drop trigger if exists _980_check_trace_context on bitrix_sync.crm_commands;
-create trigger _980_check_trace_context
-  before insert or update of trace_context on bitrix_sync.crm_commands for each row
-  when (not (pg_catalog.length(new.trace_context) = 55 and new.trace_context ~ '^00-[0-9a-f]+-[0-9a-f]+-[0-9a-f]+$'
-             and pg_catalog.substr(new.trace_context, 36, 1) = '-' and pg_catalog.substr(new.trace_context, 53, 1) = '-'))
-  execute function bitrix_sync.tg__refuse_check('crm_commands_trace_context_chk',
-    'trace_context is empty or a W3C traceparent of version 00 (00-, 32 and 16 lowercase hex digits, -, 2 more).');
-alter table bitrix_sync.crm_commands enable always trigger _980_check_trace_context;
-comment on trigger _980_check_trace_context on bitrix_sync.crm_commands is
-  'Check crm_commands_trace_context_chk: only a well-formed traceparent is stored and handed on (§16). The rule of the CHECK it replaced (^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$) written without counted repetition, which PostgreSQL''s regular expressions pay for on every row (about 6 µs against 1.5).';
-
--- webhook_inbox (§7.3), the same; migration 000048 dropped the CHECK of the same name.
-drop trigger if exists _980_check_trace_context on bitrix_sync.webhook_inbox;
-create trigger _980_check_trace_context
-  before insert or update of trace_context on bitrix_sync.webhook_inbox for each row
-  when (not (pg_catalog.length(new.trace_context) = 55 and new.trace_context ~ '^00-[0-9a-f]+-[0-9a-f]+-[0-9a-f]+$'
-             and pg_catalog.substr(new.trace_context, 36, 1) = '-' and pg_catalog.substr(new.trace_context, 53, 1) = '-'))
-  execute function bitrix_sync.tg__refuse_check('webhook_inbox_trace_context_chk',
-    'trace_context is empty or a W3C traceparent of version 00 (00-, 32 and 16 lowercase hex digits, -, 2 more).');
-alter table bitrix_sync.webhook_inbox enable always trigger _980_check_trace_context;
-comment on trigger _980_check_trace_context on bitrix_sync.webhook_inbox is
-  'Check webhook_inbox_trace_context_chk: only a well-formed traceparent is stored and handed on (§16). The rule of the CHECK it replaced (^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$) written without counted repetition, which PostgreSQL''s regular expressions pay for on every row (about 6 µs against 1.5).';
+  'Check workflow_instances_trace_context_chk: only a well-formed traceparent is stored and handed on (§16).';
