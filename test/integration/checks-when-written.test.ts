@@ -305,3 +305,42 @@ test("_trace_context without counted repetition passes exactly what the regular 
     c.release();
   }
 });
+
+test("_check_code without counted repetition refuses exactly what the regular expression refused", async (t) => {
+  const OLD = "^[a-z0-9][a-z0-9_.]{0,63}$";
+  const candidates = [
+    "",
+    "a",
+    "crm_timeout",
+    "crm.timeout_2",
+    "0abc",
+    "_abc",
+    ".abc",
+    "Abc",
+    "a-b",
+    "a b",
+    "a\n",
+    "\na",
+    "é",
+    "a".repeat(63),
+    "a".repeat(64),
+    "a".repeat(65),
+    `${"a".repeat(64)}\n`,
+    `a${"_".repeat(63)}`,
+    `a${"_".repeat(64)}`,
+  ];
+  const wrong: string[] = [];
+  for (const s of candidates) {
+    const expected = (await db.pool.query<{ ok: boolean }>("select $1::text ~ $2 as ok", [s, OLD])).rows[0]
+      ?.ok;
+    let accepted = true;
+    try {
+      await db.pool.query("select bitrix_sync._check_code($1)", [s]);
+    } catch (e) {
+      t.is((e as { code?: string }).code, "BS004");
+      accepted = false;
+    }
+    if (accepted !== expected) wrong.push(JSON.stringify(s));
+  }
+  t.deepEqual(wrong, []);
+});
