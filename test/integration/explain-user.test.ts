@@ -233,6 +233,10 @@ function diagnoseEnv(): Record<string, string> {
 }
 
 test.serial("npm run diagnose shows App, snapshot and the live Contact side by side, masked", async (t) => {
+  // The rig's worker calls the portal on schedules of its own (the reconciliation poll, the
+  // limiter's probe): stopped while diagnose runs, so the request log holds diagnose's requests only.
+  await rig.stopWorker();
+  t.teardown(() => rig.startWorker());
   const before = rig.emulator.log.length;
   const r = await runProcess("npm", ["run", "-s", "diagnose", "--", userId], diagnoseEnv(), 60_000);
   t.is(r.code, 0, r.stderr);
