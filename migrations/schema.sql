@@ -10664,8 +10664,7 @@ CREATE TABLE bitrix_sync.metric_events (
     machine character varying(16) NOT NULL,
     kind character varying(64) NOT NULL,
     from_state character varying(32) NOT NULL,
-    to_state character varying(32) NOT NULL,
-    CONSTRAINT metric_events_machine_check CHECK (((machine)::text = ANY ((ARRAY['workflow'::character varying, 'command'::character varying, 'webhook'::character varying, 'dead_letter'::character varying, 'alert'::character varying])::text[])))
+    to_state character varying(32) NOT NULL
 );
 
 --

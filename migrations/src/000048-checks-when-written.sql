@@ -15,11 +15,19 @@
 -- read again per statement, where the longer rule costs more to compile than it saves on one row:
 -- those keep the regular expression.)
 --
+-- metric_events loses its CHECK on machine, written as an ARRAY[] of casts: it was compiled for every
+-- counted transition (2.7 per CRM command, each its own INSERT from a row trigger) and cost 8-10 µs
+-- of the 25 the workflow counter takes per transition. Only the five security definer counter
+-- triggers write the table (no role holds a privilege on it), each with its machine as a literal;
+-- test/integration/checks-when-written.test.ts checks those literals against the same rule, which
+-- metric_event_totals keeps where metrics_snapshot() folds the events.
+--
 -- Expand only: the rules are the ones dropped, so a row an earlier release writes is admitted as
 -- before; function signatures and results unchanged. Existing rows are not read again (several
 -- CHECKs were NOT VALID already).
 -- Locks and time: the triggers take SHARE ROW EXCLUSIVE on workflow_instances, the drops ACCESS
--- EXCLUSIVE; catalogue changes only, no scan and no rewrite, held to the commit.
+-- EXCLUSIVE on it and on metric_events; catalogue changes only, no scan and no rewrite, held to
+-- the commit.
 set local lock_timeout = '10s';
 set local search_path = pg_catalog, pg_temp;
 
@@ -37,4 +45,5 @@ alter table bitrix_sync.workflow_instances
   drop constraint workflow_instances_revision_check,
   drop constraint workflow_instances_processed_revision_check,
   drop constraint workflow_instances_trace_context_chk;
+alter table bitrix_sync.metric_events drop constraint metric_events_machine_check;
 select bitrix_sync.apply_privileges();

@@ -6,6 +6,9 @@
 -- metrics_snapshot() (sql/metrics/snapshot.sql) folds the appended rows into
 -- bitrix_sync.metric_event_totals, so the counters survive restarts and every replica reports the
 -- same totals.
+-- metric_events has no constraint (000048: its CHECK on machine was compiled for every counted
+-- transition): these triggers are its only writers, each with its machine as a literal, which
+-- test/integration/checks-when-written.test.ts checks against metric_event_totals' rule.
 
 create or replace function bitrix_sync.tg_workflow_instances__count_transition() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$

@@ -344,3 +344,53 @@ test("_check_code without counted repetition refuses exactly what the regular ex
   }
   t.deepEqual(wrong, []);
 });
+
+test("metric_events has no CHECK: its only writers are the counter triggers, each naming a machine the totals admit", async (t) => {
+  const checks = await db.pool.query(
+    "select conname from pg_constraint where conrelid = 'bitrix_sync.metric_events'::regclass",
+  );
+  t.deepEqual(checks.rows, []);
+  // No role may write it but the owner, whose security definer counter triggers append to it.
+  const grants = await db.pool.query(
+    `select grantee, privilege_type from information_schema.role_table_grants
+      where table_schema = 'bitrix_sync' and table_name = 'metric_events'
+        and grantee <> (select pg_get_userbyid(relowner) from pg_class where oid = 'bitrix_sync.metric_events'::regclass)`,
+  );
+  t.deepEqual(grants.rows, []);
+  const { rows } = await db.pool.query<{ fn: string; secdef: boolean; machine: string | null }>(
+    `select p.oid::regprocedure::text as fn, p.prosecdef as secdef,
+            substring(p.prosrc from
+              'insert into bitrix_sync\\.metric_events \\(machine, kind, from_state, to_state\\)\\s+(?:values \\(|select )''([a-z_]+)''') as machine
+       from pg_proc p
+      where p.pronamespace in ('bitrix_sync'::regnamespace, 'han_app'::regnamespace)
+        and p.prosrc ilike '%bitrix_sync.metric_events%'
+        and p.prosrc ~* 'insert\\s+into\\s+bitrix_sync\\.metric_events'
+      order by 1`,
+  );
+  t.deepEqual(
+    rows.map((r) => r.fn),
+    [
+      "bitrix_sync.tg_business_alerts__count_remote_missing()",
+      "bitrix_sync.tg_crm_commands__count_transition()",
+      "bitrix_sync.tg_technical_dead_letters__count()",
+      "bitrix_sync.tg_webhook_inbox__count_coalesced()",
+      "bitrix_sync.tg_workflow_instances__count_transition()",
+    ],
+    "a new writer of metric_events: give it a literal machine and add it here",
+  );
+  const admitted = await db.pool.query<{ machine: string; ok: boolean }>(
+    `select m as machine,
+            exists (select 1 from pg_constraint c
+                     where c.conrelid = 'bitrix_sync.metric_event_totals'::regclass and c.contype = 'c'
+                       and pg_get_constraintdef(c.oid) like '%''' || m || '''%') as ok
+       from unnest($1::text[]) m`,
+    [rows.map((r) => r.machine ?? "")],
+  );
+  for (const r of rows) t.true(r.secdef, `${r.fn} is security definer`);
+  t.deepEqual(
+    admitted.rows.filter((r) => !r.ok).map((r) => r.machine),
+    [],
+    "a writer names a machine metric_event_totals refuses (or no literal machine at all)",
+  );
+  t.deepEqual(rows.map((r) => r.machine).sort(), ["alert", "command", "dead_letter", "webhook", "workflow"]);
+});
