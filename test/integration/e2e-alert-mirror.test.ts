@@ -218,13 +218,27 @@ test.serial(
 test.serial(
   "a new occurrence of an alert whose add may have landed looks the item up before anything else",
   async (t) => {
+    t.timeout(240_000);
     rig.emulator.failNext({ kind: "timeout_after_commit", holdMs: 3_000 }, { method: "crm.item.add" });
     rig.emulator.failNext(
       { kind: "command_error", error: "ACCESS_DENIED", description: "Access denied", status: 400 },
       { method: "crm.item.list" },
     );
     const a = await raise();
-    await waitFor(async () => ((await alert(a.id)).crm_sync_status === "failed" ? true : null));
+    // As in the test above: the answer held 3 s, then the lookup waits for the late write to settle,
+    // which has taken past 30 s on a loaded machine (a CI run, and one run of this file alone in
+    // four, timed out at 30 s here).
+    await waitFor(async () => ((await alert(a.id)).crm_sync_status === "failed" ? true : null), 90_000).catch(
+      async (e: unknown) => {
+        // What the alert and its commands did instead, for the next reader of a failure.
+        t.log(
+          (await alert(a.id)).crm_sync_status,
+          (await commands(a.id)).map((c) => `${c.command_type} ${c.status} ${c.last_error_code}`),
+        );
+        t.log(rig.emulator.log.slice(-8).map((l) => `${l.commands.join(",")} ${l.status} ${l.fault ?? ""}`));
+        throw e;
+      },
+    );
     await rig.db.pool.query(
       "select bitrix_sync.raise_business_alert('duplicate_contacts', 'low', fingerprint, user_id, '501', null, '[\"501\", \"502\"]', '{}', null) from bitrix_sync.business_alerts where id = $1",
       [a.id],
