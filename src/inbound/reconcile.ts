@@ -16,7 +16,7 @@ import type { CommandOutcome } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { RUN_REQUEST_ATTEMPTS, readBatches } from "../crm/read-batches.js";
-import { failureCode } from "../db/errors.js";
+import { failureCode, whileDatabaseMoves } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
 import { CLEARED_HASH, matchesPiiHash } from "../hash.js";
 import {
@@ -537,15 +537,17 @@ async function failRun(
     e instanceof RunFailed ? e.code : leaseLost ? "lease_lost" : failureCode(e, "run_failed");
   if (!leaseLost) {
     const delayMs = backoffDelayMs(claim.failed_runs + 1, counter.retry); // this run failed too
-    const { rows } = await deps.pool
-      .query<{ retry_at: Date | null }>(
+    // Across a failover too (a run that failed on the fenced primary): a cursor not given back stays
+    // leased for reconcile.lease_sec, and no reconciliation runs meanwhile.
+    const { rows } = await whileDatabaseMoves(() =>
+      deps.pool.query<{ retry_at: Date | null }>(
         "select retry_at from bitrix_sync.fail_reconciliation_run('contacts', $1, $2, make_interval(secs => $3))",
         [claim.lease_token, report.errorCode, delayMs / 1000],
-      )
-      .catch((err) => {
-        if ((err as { code?: unknown }).code !== "BS001") throw err;
-        return { rows: [] };
-      });
+      ),
+    ).catch((err) => {
+      if ((err as { code?: unknown }).code !== "BS001") throw err;
+      return { rows: [] };
+    });
     if (rows[0]?.retry_at) report.retryAt = rows[0].retry_at;
   }
   deps.log.warn(
