@@ -6,6 +6,7 @@
 import type { ServiceContext } from "../context.js";
 import { retryDelayMs } from "../crm/backoff.js";
 import { RUN_REQUEST_ATTEMPTS } from "../crm/read-batches.js";
+import { whileDatabaseAway } from "../db/while-away.js";
 import { inSpan, markFailed } from "../observability/tracing.js";
 import { refreshAlertItems } from "./items.js";
 import type { AlertSettings } from "./mirror.js";
@@ -71,6 +72,7 @@ async function runClaimed(
   failedRuns: number,
   signal?: AbortSignal,
 ): Promise<AlertReconcileReport & { ran: true }> {
+  const leaseEnd = Date.now() + deps.settings().reconcile.leaseSec * 1000;
   const { rows } = await deps.pool.query<{ item_id: string }>(
     "select item_id from bitrix_sync.business_alerts where status = 'open' and item_id is not null order by item_id",
   );
@@ -120,9 +122,15 @@ async function runClaimed(
     failedCode = typeof err.kind === "string" && typeof err.code === "string" ? err.code : "run_failed";
   }
   const delayMs = retryDelayMs(failedRuns, deps.settings().retry);
-  const { rows: failed } = await deps.pool.query<{ retry_at: Date | null }>(
-    "select retry_at from bitrix_sync.fail_reconciliation_run('alerts', $1, $2, make_interval(secs => $3))",
-    [token, failedCode, delayMs / 1000],
+  // As the Contact reconciliation's: a failure across a failover still gives the cursor back, tried
+  // again while the database is away up to the run's lease end (src/db/while-away.ts).
+  const { rows: failed } = await whileDatabaseAway(
+    () =>
+      deps.pool.query<{ retry_at: Date | null }>(
+        "select retry_at from bitrix_sync.fail_reconciliation_run('alerts', $1, $2, make_interval(secs => $3))",
+        [token, failedCode, delayMs / 1000],
+      ),
+    { until: leaseEnd, signal },
   );
   deps.log.warn(
     { event: "reconciliation.failed", job: "alerts", code: failedCode },

@@ -120,21 +120,3 @@ export function isRowSecurityRefusal(e: unknown): boolean {
 export function failureCode(e: unknown, fallback: string): string {
   return isRowSecurityRefusal(e) ? "app_row_security" : fallback;
 }
-
-/**
- * Runs `op` again, up to `attempts` times `delayMs` apart, while the database refuses writes or the
- * connection is lost: what a failover does for a few seconds (the primary fenced read-only, then the
- * name moved to the promoted server, whose new connections the pool opens). For a statement that
- * gives a lease back: failing it leaves the lease held until it expires. Any other error, or the
- * last attempt's, is thrown.
- */
-export async function whileDatabaseMoves<T>(op: () => Promise<T>, attempts = 15, delayMs = 1000): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await op();
-    } catch (e) {
-      if (attempt >= attempts || !(isWriteRefused(e) || isConnectionLost(e))) throw e;
-      await new Promise((r) => setTimeout(r, delayMs));
-    }
-  }
-}

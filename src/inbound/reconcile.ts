@@ -16,8 +16,9 @@ import type { CommandOutcome } from "../crm/batch.js";
 import { type CrmCommand, PAGE_SIZE, toPortalTimestamp } from "../crm/catalogue.js";
 import type { ContactRecord } from "../crm/contact-fields.js";
 import { RUN_REQUEST_ATTEMPTS, readBatches } from "../crm/read-batches.js";
-import { failureCode, whileDatabaseMoves } from "../db/errors.js";
+import { failureCode } from "../db/errors.js";
 import { inTransaction } from "../db/tx.js";
+import { whileDatabaseAway } from "../db/while-away.js";
 import { CLEARED_HASH, matchesPiiHash } from "../hash.js";
 import {
   reconciliationRecovered,
@@ -538,12 +539,15 @@ async function failRun(
   if (!leaseLost) {
     const delayMs = backoffDelayMs(claim.failed_runs + 1, counter.retry); // this run failed too
     // Across a failover too (a run that failed on the fenced primary): a cursor not given back stays
-    // leased for reconcile.lease_sec, and no reconciliation runs meanwhile.
-    const { rows } = await whileDatabaseMoves(() =>
-      deps.pool.query<{ retry_at: Date | null }>(
-        "select retry_at from bitrix_sync.fail_reconciliation_run('contacts', $1, $2, make_interval(secs => $3))",
-        [claim.lease_token, report.errorCode, delayMs / 1000],
-      ),
+    // leased for reconcile.lease_sec, and no reconciliation runs meanwhile. Tried again while the
+    // database is away, up to the run's lease end (src/db/while-away.ts).
+    const { rows } = await whileDatabaseAway(
+      () =>
+        deps.pool.query<{ retry_at: Date | null }>(
+          "select retry_at from bitrix_sync.fail_reconciliation_run('contacts', $1, $2, make_interval(secs => $3))",
+          [claim.lease_token, report.errorCode, delayMs / 1000],
+        ),
+      { until: claim.started.getTime() + deps.settings().reconcile.leaseSec * 1000, signal: counter.signal },
     ).catch((err) => {
       if ((err as { code?: unknown }).code !== "BS001") throw err;
       return { rows: [] };
