@@ -811,11 +811,38 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync._check_queue_tables() IS 'Internal: BS097 unless han_app.sync_queue and han_app.sync_queue_journal are ordinary tables owned by the owner of schema bitrix_sync. Called first by every function that writes them, so that a table the owner of han_app put in their place never runs its code with the project''s rights.';
 
 --
+-- Name: time_ordered_uuid(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.time_ordered_uuid() RETURNS uuid
+    LANGUAGE sql PARALLEL SAFE
+    AS $$
+  select pg_catalog.encode(
+           pg_catalog.set_bit(pg_catalog.set_bit(
+             pg_catalog.overlay(
+               pg_catalog.uuid_send(pg_catalog.gen_random_uuid()),
+               pg_catalog.substring(
+                 pg_catalog.int8send(
+                   pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp())
+                                    operator(pg_catalog.*) 1000)::pg_catalog.int8),
+                 3),
+               1, 6),
+             52, 1), 53, 1),
+           'hex')::pg_catalog.uuid
+$$;
+
+--
+-- Name: FUNCTION time_ordered_uuid(); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.time_ordered_uuid() IS 'A version 7 UUID (RFC 9562): the current Unix time in milliseconds in its first 48 bits, then 74 random bits. The default of the hot tables'' UUID keys, so that rows made together share index leaves. Inlined into its callers: no pinned search_path, every operator and name schema-qualified.';
+
+--
 -- Name: rebind_requests; Type: TABLE; Schema: bitrix_sync; Owner: -
 --
 
 CREATE TABLE bitrix_sync.rebind_requests (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    id uuid DEFAULT bitrix_sync.time_ordered_uuid() NOT NULL,
     user_id uuid NOT NULL,
     previous_contact_id character varying(128),
     target_contact_id character varying(128) NOT NULL,
@@ -1116,7 +1143,7 @@ COMMENT ON FUNCTION bitrix_sync._dead_letter_command_row(p_row bitrix_sync.crm_c
 --
 
 CREATE TABLE han_app.sync_queue (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    id uuid DEFAULT bitrix_sync.time_ordered_uuid() NOT NULL,
     task_type character varying(64) NOT NULL,
     entity_type character varying(64) NOT NULL,
     entity_id uuid NOT NULL,
@@ -1493,7 +1520,7 @@ COMMENT ON FUNCTION bitrix_sync._drift_repair_intent(p_kinds text[], p_eligible 
 --
 
 CREATE TABLE bitrix_sync.workflow_instances (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    id uuid DEFAULT bitrix_sync.time_ordered_uuid() NOT NULL,
     workflow_type character varying(32) NOT NULL,
     intent_type character varying(32) NOT NULL,
     user_id uuid NOT NULL,
@@ -1845,6 +1872,72 @@ $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync._planner_count(p_rel regclass) IS 'Internal: the planner''s count of a table''s rows or an index''s entries when it is 100 000 or more; null below, or never counted, where the caller counts exactly. Sizes an audit run (_active_link_count, refresh_user_drift).';
+
+--
+-- Name: _read_again_after_link(text[], uuid[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync._read_again_after_link(p_contact_ids text[], p_workflow_ids uuid[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+declare
+  v_requeue text[];
+begin
+  -- A robot's call about a Contact that came while its link was being made was (or will be) answered
+  -- "not ours" from a read of the mappings taken before the link commits: a manager's edit right
+  -- after the create, or the portal's own workflow on create. Likewise a call answered while the
+  -- Contact's registration flag was still off, before the service's own write turned it on again
+  -- (a user deactivated and back: the link is made when the pass finds the Contact, the flag written
+  -- a step later). One more read of the Contact covers it: an event queued now, processed once this
+  -- transaction commits (a pending event of the Contact coalesces with it). Matched: the Contact's
+  -- events not yet processed (a claim may have read the mappings or the Contact already), and those
+  -- processed as unknown_mapping or registration_inactive since the workflow began (before it, the
+  -- workflow's own read of the Contact saw the edit) or since the Contact's last link closed,
+  -- whichever is earlier: an edit made while the Contact had no link (its user deactivated, say) is
+  -- the user's again once linked, and a pass that restarted for a newer intent may end without the
+  -- read that applies it (drill:rollback found such edits lost until the reconciliation, once for
+  -- each outcome). No lock: a processor that claims after the commit sees the link and the flag;
+  -- one that claimed before is matched here.
+  -- Scalar subqueries, one probe of the inbox's indexes per Contact and outcome (each outcome has its
+  -- partial index): an EXISTS may be planned as a hash of every unprocessed call, which a backlog of
+  -- robot calls makes large.
+  select array_agg(x.contact_id order by x.n) into v_requeue
+    from (select i.contact_id, min(i.n) as n
+            from unnest(p_contact_ids, p_workflow_ids) with ordinality as i(contact_id, workflow_id, n)
+            cross join lateral (
+              select least(
+                       (select coalesce(min(w.created_at), now() - interval '1 hour')
+                          from bitrix_sync.workflow_instances w where w.id = i.workflow_id),
+                       (select max(m.closed_at) from bitrix_sync.entity_external_mapping m
+                         where m.external_id = i.contact_id and m.closed_at is not null)) as since
+            ) s
+           where coalesce((select true from bitrix_sync.webhook_inbox b
+                            where b.receiver = 'contact' and b.entity_id = i.contact_id
+                              and b.status in ('received', 'retry_wait', 'processing')
+                            limit 1), false)
+              or coalesce((select true from bitrix_sync.webhook_inbox b
+                            where b.outcome = 'unknown_mapping' and b.entity_id = i.contact_id
+                              and b.receiver = 'contact' and b.received_at >= s.since
+                            limit 1), false)
+              or coalesce((select true from bitrix_sync.webhook_inbox b
+                            where b.outcome = 'registration_inactive' and b.entity_id = i.contact_id
+                              and b.receiver = 'contact' and b.received_at >= s.since
+                            limit 1), false)
+           group by i.contact_id) x;
+  if v_requeue is not null then
+    insert into bitrix_sync.webhook_inbox (receiver, event_type, entity_type_id, entity_id)
+    select 'contact', 'linked', 3, c from unnest(v_requeue) as c;
+    perform pg_notify('bitrix_sync_webhooks', 'contact');
+  end if;
+end $$;
+
+--
+-- Name: FUNCTION _read_again_after_link(p_contact_ids text[], p_workflow_ids uuid[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync._read_again_after_link(p_contact_ids text[], p_workflow_ids uuid[]) IS 'After p_contact_ids became their users'' (linked, or their registration flag written on; element k by workflow p_workflow_ids[k], null when none): queues one more read (webhook event linked) of each Contact whose robot call is unprocessed, or was answered unknown_mapping or registration_inactive since its workflow began or since the Contact''s last link closed, whichever is earlier. The rule open_mapping(), open_mappings(), complete_command() and complete_commands() share.';
 
 --
 -- Name: _rebind_crm_outcome(uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -3070,7 +3163,7 @@ COMMENT ON FUNCTION bitrix_sync.activate_settings_version(p_version integer, p_a
 --
 
 CREATE TABLE bitrix_sync.entity_external_mapping (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    id uuid DEFAULT bitrix_sync.time_ordered_uuid() NOT NULL,
     entity_type character varying(64) DEFAULT 'user'::character varying NOT NULL,
     entity_id uuid NOT NULL,
     external_system character varying(32) DEFAULT 'bitrix24'::character varying NOT NULL,
@@ -4569,6 +4662,11 @@ begin
   if v_row.workflow_id is not null then
     perform bitrix_sync._wake_workflow(v_row.workflow_id);
   end if;
+  -- A write that turned a Contact's registration flag on again: one more read of the Contact if a
+  -- robot call about it was answered while the flag was off (sql/workflows/read_again.sql).
+  if v_row.params ->> 'registered' = 'true' and v_row.params ->> 'contact_id' is not null then
+    perform bitrix_sync._read_again_after_link(array[v_row.params ->> 'contact_id'], array[v_row.workflow_id]);
+  end if;
   return v_row;
 end $$;
 
@@ -4576,7 +4674,7 @@ end $$;
 -- Name: FUNCTION complete_command(p_id bigint, p_lease_token uuid, p_response jsonb); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb) IS 'in_flight -> succeeded with a safe response projection, and wakes the workflow. Refuses stale tokens (BS001).';
+COMMENT ON FUNCTION bitrix_sync.complete_command(p_id bigint, p_lease_token uuid, p_response jsonb) IS 'in_flight -> succeeded with a safe response projection, and wakes the workflow. A write that turned a Contact''s registration flag on queues one more read of it when a robot call was answered while the flag was off (_read_again_after_link). Refuses stale tokens (BS001).';
 
 --
 -- Name: complete_commands(bigint[], uuid[], jsonb[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -4586,6 +4684,10 @@ CREATE FUNCTION bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uui
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+declare
+  v_done bigint[];
+  v_contacts text[];
+  v_workflows uuid[];
 begin
   if coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_lease_tokens), 0)
      or coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_responses), 0) then
@@ -4594,14 +4696,13 @@ begin
   end if;
   -- One statement for the whole batch: the commands still held under their tokens succeed, and the
   -- workflows waiting for them wake (waiting_crm -> running, crm_replied) as complete_command does.
-  return query
   with done as (
     update bitrix_sync.crm_commands c
        set status = 'succeeded', response = t.response, completed_at = now(), last_error_code = null,
            lease_token = null, locked_by = null, locked_until = null, updated_at = now()
       from unnest(p_ids, p_lease_tokens, p_responses) as t(id, token, response)
      where c.id = t.id and c.status is not distinct from 'in_flight' and c.lease_token = t.token
-    returning c.id, c.workflow_id
+    returning c.id, c.workflow_id, c.params
   ), woken as (
     update bitrix_sync.workflow_instances w
        set state = 'running', next_attempt_at = now(), updated_at = now()
@@ -4609,17 +4710,30 @@ begin
        and w.state is not distinct from 'waiting_crm'
     returning w.id
   )
-  select d.id from done d;
-  if found then
-    perform pg_notify('bitrix_sync_workflows', '');
+  select array_agg(d.id), array_agg(f.contact_id) filter (where f.contact_id is not null),
+         array_agg(d.workflow_id) filter (where f.contact_id is not null)
+    into v_done, v_contacts, v_workflows
+    from done d
+    -- The Contact of a write that turned its registration flag on; null for any other command.
+    cross join lateral (select case when d.params ->> 'registered' = 'true' then d.params ->> 'contact_id' end
+                          as contact_id) f;
+  if v_done is null then
+    return;
   end if;
+  perform pg_notify('bitrix_sync_workflows', '');
+  -- Writes that turned a Contact's registration flag on again: one more read of each Contact a robot
+  -- call was answered about while the flag was off (sql/workflows/read_again.sql).
+  if v_contacts is not null then
+    perform bitrix_sync._read_again_after_link(v_contacts, v_workflows);
+  end if;
+  return query select unnest(v_done);
 end $$;
 
 --
 -- Name: FUNCTION complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[]) IS 'in_flight -> succeeded for many commands in one call, each with its safe response projection, waking their workflows (waiting_crm -> running). Returns the ids completed; a command whose token is stale is left alone (its new holder settles it), where complete_command would refuse it with BS001.';
+COMMENT ON FUNCTION bitrix_sync.complete_commands(p_ids bigint[], p_lease_tokens uuid[], p_responses jsonb[]) IS 'in_flight -> succeeded for many commands in one call, each with its safe response projection, waking their workflows (waiting_crm -> running). A write that turned a Contact''s registration flag on queues one more read of it when a robot call was answered while the flag was off (_read_again_after_link). Returns the ids completed; a command whose token is stale is left alone (its new holder settles it), where complete_command would refuse it with BS001.';
 
 --
 -- Name: complete_rebind(uuid, uuid); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -5807,6 +5921,121 @@ end $$;
 COMMENT ON FUNCTION bitrix_sync.fire_workflow_event(p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb) IS 'Moves a workflow along the edge named p_event from its current state (bitrix_sync.state_edges), applying the allowed changes. The caller must present the current lease token (null when none is held); stale holders get BS001, illegal events BS002.';
 
 --
+-- Name: fire_workflow_events(uuid[], uuid[], text[], jsonb[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.fire_workflow_events(p_ids uuid[], p_lease_tokens uuid[], p_events text[], p_changes jsonb[]) RETURNS TABLE(ord integer, workflow bitrix_sync.workflow_instances)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+declare
+  v_n integer := coalesce(cardinality(p_ids), 0);
+  v_to text[] := array[]::text[];
+  v_bad text;
+  v_notify boolean := false;
+  r record;
+begin
+  if coalesce(cardinality(p_lease_tokens), 0) <> v_n or coalesce(cardinality(p_events), 0) <> v_n
+     or coalesce(cardinality(p_changes), 0) <> v_n then
+    raise exception 'fire_workflow_events needs one lease token, event and change set per workflow'
+      using errcode = 'BS004', hint = 'Pass four arrays of the same length, in the same order.';
+  end if;
+  if v_n = 0 then
+    return;
+  end if;
+  -- The rows are held from here to the caller's commit, taken in one order (by id).
+  perform 1 from bitrix_sync.workflow_instances w where w.id = any (p_ids) order by w.id for update;
+  -- Each element is checked as fire_workflow_event() checks its call, in the caller's order: the
+  -- first refusal is the one the same calls made one after the other would raise.
+  for r in
+    select i.n, i.id, i.token, i.event, coalesce(i.changes, '{}'::jsonb) as changes, w.id is not null as found,
+           w.state, w.lease_token, e.to_state,
+           exists (select 1 from unnest(p_ids) with ordinality j(id, n) where j.id = i.id and j.n < i.n) as repeated
+      from unnest(p_ids, p_lease_tokens, p_events, p_changes) with ordinality as i(id, token, event, changes, n)
+      left join bitrix_sync.workflow_instances w on w.id = i.id and w.id = any (p_ids)
+      left join bitrix_sync.state_edges e
+        on e.machine = 'workflow' and e.from_state = w.state and e.event = i.event
+     order by i.n
+  loop
+    if not r.found then
+      raise exception 'workflow % does not exist', r.id
+        using errcode = 'BS005', hint = 'Check the workflow id.';
+    end if;
+    if r.repeated then
+      raise exception 'workflow % is named twice in one call', r.id
+        using errcode = 'BS004', hint = 'Pass each workflow once: its second event would start from the state its first one left.';
+    end if;
+    if r.lease_token is distinct from r.token then
+      perform bitrix_sync._refuse_stale('workflow', r.id::text);
+    end if;
+    if r.to_state is null then
+      raise exception 'workflow event % is not allowed in state %', r.event, r.state
+        using errcode = 'BS002', hint = 'docs/state-machines.md lists the events of each state.';
+    end if;
+    select string_agg(k, ', ') into v_bad from jsonb_object_keys(r.changes) k
+     where k not in ('current_step', 'step_data', 'contact_id', 'outcome', 'last_error_code', 'next_attempt_at',
+                     'processed_revision');
+    if v_bad is not null then
+      raise exception 'workflow event cannot change %', v_bad
+        using errcode = 'BS004', hint = 'Allowed: current_step, step_data, contact_id, outcome, last_error_code, next_attempt_at, processed_revision.';
+    end if;
+    if r.changes ->> 'last_error_code' is not null then
+      perform bitrix_sync._check_code(r.changes ->> 'last_error_code');
+    end if;
+    if r.changes ->> 'outcome' is not null then
+      perform bitrix_sync._check_code(r.changes ->> 'outcome');
+    end if;
+    v_to := v_to || r.to_state;
+    v_notify := v_notify or r.to_state in ('waiting_retry', 'running');
+  end loop;
+
+  -- One UPDATE for the group, each row with its own event's changes, as fire_workflow_event()
+  -- writes them (element k's values are found by the row's place in the arrays).
+  return query
+  with moved as (
+    update bitrix_sync.workflow_instances w
+       set state = v_to[array_position(p_ids, w.id)],
+           current_step = coalesce(p_changes[array_position(p_ids, w.id)] ->> 'current_step', w.current_step),
+           step_data = case when p_changes[array_position(p_ids, w.id)] ? 'step_data'
+                            then p_changes[array_position(p_ids, w.id)] -> 'step_data' else w.step_data end,
+           contact_id = case when p_changes[array_position(p_ids, w.id)] ? 'contact_id'
+                             then p_changes[array_position(p_ids, w.id)] ->> 'contact_id' else w.contact_id end,
+           outcome = case when p_changes[array_position(p_ids, w.id)] ? 'outcome'
+                          then p_changes[array_position(p_ids, w.id)] ->> 'outcome' else w.outcome end,
+           last_error_code = case when p_changes[array_position(p_ids, w.id)] ? 'last_error_code'
+                                  then p_changes[array_position(p_ids, w.id)] ->> 'last_error_code'
+                                  else w.last_error_code end,
+           next_attempt_at = coalesce((p_changes[array_position(p_ids, w.id)] ->> 'next_attempt_at')::timestamptz,
+                                      case when v_to[array_position(p_ids, w.id)] = 'running' then w.next_attempt_at
+                                           else now() end),
+           processed_revision = coalesce((p_changes[array_position(p_ids, w.id)] ->> 'processed_revision')::integer,
+                                         w.processed_revision),
+           -- The lease belongs to a worker stepping a running workflow; any other state releases it.
+           lease_token = case when v_to[array_position(p_ids, w.id)] = 'running' then w.lease_token end,
+           locked_by = case when v_to[array_position(p_ids, w.id)] = 'running' then w.locked_by end,
+           locked_until = case when v_to[array_position(p_ids, w.id)] = 'running' then w.locked_until end,
+           finished_at = case when v_to[array_position(p_ids, w.id)] in ('succeeded', 'failed', 'cancelled')
+                              then now() end,
+           updated_at = now()
+     where w.id = any (p_ids)
+    returning w
+  )
+  select i.n::integer, m.w
+    from moved m join unnest(p_ids) with ordinality as i(id, n) on i.id = (m.w).id
+   order by i.n;
+  if v_notify then
+    perform pg_notify('bitrix_sync_workflows', '');
+  end if;
+end $$;
+
+--
+-- Name: FUNCTION fire_workflow_events(p_ids uuid[], p_lease_tokens uuid[], p_events text[], p_changes jsonb[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.fire_workflow_events(p_ids uuid[], p_lease_tokens uuid[], p_events text[], p_changes jsonb[]) IS 'fire_workflow_event() for a group of workflows in one call: element k of each array is the k-th call''s argument (null changes: none). Each workflow moves along the edge its event names, under its lease token, with the allowed changes; returns (ord, workflow) in the caller''s order. All or nothing, with the refusal the same calls made one after the other would raise first: BS005 unknown workflow, BS001 stale lease, BS002 illegal event, BS004 a change not allowed or a workflow named twice. The step lane''s grouped transition.';
+
+--
 -- Name: fold_intent_journal(integer, boolean); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -6093,6 +6322,89 @@ end $$;
 --
 
 COMMENT ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) IS 'One persisted step: inserts the workflow''s next command and moves the workflow running -> waiting_crm (await_crm) at step p_step, storing p_step_data (the step state, a JSON object) in the same write when given. The unique index allows one active command per workflow. p_trace_context is the issuing step''s W3C traceparent (malformed ones are ignored): every send of the command is traced under it. Refuses a stale lease or a workflow not running (BS001).';
+
+--
+-- Name: issue_commands(uuid[], uuid[], text[], jsonb[], text[], text[], jsonb[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]) RETURNS TABLE(ord integer, command bitrix_sync.crm_commands)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+declare
+  v_n integer := coalesce(cardinality(p_workflow_ids), 0);
+  v_moved uuid[];
+  v_revisions integer[];
+  v_correlations uuid[];
+  v_stale uuid;
+begin
+  if coalesce(cardinality(p_lease_tokens), 0) <> v_n or coalesce(cardinality(p_command_types), 0) <> v_n
+     or coalesce(cardinality(p_params), 0) <> v_n or coalesce(cardinality(p_steps), 0) <> v_n
+     or coalesce(cardinality(p_trace_contexts), 0) <> v_n or coalesce(cardinality(p_step_data), 0) <> v_n then
+    raise exception 'issue_commands needs one value of each argument per workflow'
+      using errcode = 'BS004', hint = 'Pass seven arrays of the same length, in the same order (null where issue_command() takes its default).';
+  end if;
+  if v_n = 0 then
+    return;
+  end if;
+  if exists (select 1 from unnest(p_step_data) d where d is not null and jsonb_typeof(d) <> 'object') then
+    raise exception 'step data must be a JSON object'
+      using errcode = 'BS004', hint = 'Pass the workflow''s safe step state (IDs, flags, counts), e.g. ''{"pass": 1}''.';
+  end if;
+  -- running -> waiting_crm (await_crm; the guard trigger checks each edge) under each caller's lease,
+  -- with the step and its state in the same row version, as issue_command() writes it. The rows are
+  -- found by their keys alone (id = any), each caller's values by the workflow's place in the arrays
+  -- (a join with unnest() was planned as a scan of the table once per element).
+  with moved as (
+    update bitrix_sync.workflow_instances w
+       set state = 'waiting_crm',
+           current_step = coalesce(p_steps[array_position(p_workflow_ids, w.id)], w.current_step),
+           step_data = coalesce(p_step_data[array_position(p_workflow_ids, w.id)], w.step_data),
+           next_attempt_at = now(), lease_token = null, locked_by = null, locked_until = null,
+           updated_at = now()
+     where w.id = any (p_workflow_ids) and w.state is not distinct from 'running'
+       and w.lease_token = p_lease_tokens[array_position(p_workflow_ids, w.id)]
+    returning w.id, w.revision, w.correlation_id
+  )
+  select array_agg(m.id), array_agg(m.revision), array_agg(m.correlation_id)
+    into v_moved, v_revisions, v_correlations
+    from moved m;
+  if coalesce(cardinality(v_moved), 0) < v_n then
+    -- The first workflow (in the caller's order) not held under its token, not running, or named a
+    -- second time (its second issue finds it waiting_crm, as a second issue_command() would): nothing
+    -- of the group is kept (the refusal rolls the statement back), as for issue_command().
+    select i.id into v_stale
+      from unnest(p_workflow_ids) with ordinality i(id, n)
+     where i.id is null or not (i.id = any (coalesce(v_moved, '{}'::uuid[])))
+        or exists (select 1 from unnest(p_workflow_ids) with ordinality j(id, n) where j.id = i.id and j.n < i.n)
+     order by i.n limit 1;
+    perform bitrix_sync._refuse_stale('workflow', coalesce(v_stale::text, 'null'));
+  end if;
+  -- The commands, in the caller's order (their ids rise with it).
+  return query
+  with ins as (
+    insert into bitrix_sync.crm_commands as c
+      (workflow_id, command_type, params, revision, correlation_id, trace_context)
+    select i.id, i.command_type, coalesce(i.params, '{}'::jsonb), m.revision, m.correlation_id,
+           bitrix_sync._trace_context(i.trace_context)
+      from unnest(p_workflow_ids, p_command_types, p_params, p_trace_contexts) with ordinality
+             as i(id, command_type, params, trace_context, n)
+      join unnest(v_moved, v_revisions, v_correlations) as m(id, revision, correlation_id) on m.id = i.id
+     order by i.n
+    returning c.workflow_id, c
+  )
+  select i.n::integer, ins.c
+    from ins join unnest(p_workflow_ids) with ordinality as i(id, n) on i.id = ins.workflow_id
+   order by i.n;
+  perform pg_notify('bitrix_sync_commands', '');
+end $$;
+
+--
+-- Name: FUNCTION issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]) IS 'issue_command() for a group of workflows in one call: element k of each array is the k-th call''s argument (null where issue_command() takes its default). Each workflow moves running -> waiting_crm (await_crm) under its lease token, with its step and step data, and gets its command; returns (ord, command) in the caller''s order. All or nothing: a stale lease, a workflow not running or named twice refuses the whole call (BS001, naming the first such workflow), as the same issue_command() calls in one transaction would. The step lane''s grouped issue.';
 
 --
 -- Name: keep_phone_link_hold(uuid, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -6656,31 +6968,12 @@ CREATE FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_wo
     AS $$
 declare
   v_row bitrix_sync.entity_external_mapping;
-  v_since timestamptz;
 begin
   insert into bitrix_sync.entity_external_mapping (entity_id, external_id, workflow_id)
   values (p_user_id, p_contact_id, p_workflow_id)
   returning * into v_row;
-  -- A robot's call about this Contact that came while the link was being made was (or will be)
-  -- answered "not ours" from a read of the mappings taken before this row commits: a manager's edit
-  -- right after the create, or the portal's own workflow on create. One more read of the Contact
-  -- after the link covers it: an event queued now, processed once this transaction commits (a
-  -- pending event of the Contact coalesces with it). Matched: the Contact's events not yet processed
-  -- (a claim may have read the mappings already), and those processed as unknown_mapping since the
-  -- workflow began (before it, the workflow's own read of the Contact saw the edit). No lock: a
-  -- processor that claims after this commit sees the link; one that claimed before is matched here.
-  select coalesce(min(w.created_at), now() - interval '1 hour') into v_since
-    from bitrix_sync.workflow_instances w where w.id = p_workflow_id;
-  if exists (select 1 from bitrix_sync.webhook_inbox i
-              where i.receiver = 'contact' and i.entity_id = p_contact_id
-                and i.status in ('received', 'retry_wait', 'processing'))
-     or exists (select 1 from bitrix_sync.webhook_inbox i
-                 where i.outcome = 'unknown_mapping' and i.entity_id = p_contact_id
-                   and i.receiver = 'contact' and i.received_at >= v_since) then
-    insert into bitrix_sync.webhook_inbox (receiver, event_type, entity_type_id, entity_id)
-    values ('contact', 'linked', 3, p_contact_id);
-    perform pg_notify('bitrix_sync_webhooks', 'contact');
-  end if;
+  -- One more read of the Contact if a robot's call about it may have been missed (the rule is there).
+  perform bitrix_sync._read_again_after_link(array[p_contact_id], array[p_workflow_id]);
   return v_row;
 exception
   when unique_violation then
@@ -6693,7 +6986,53 @@ end $$;
 -- Name: FUNCTION open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) IS 'Creates the active link of a user to a Contact. Refuses a second active link for either side (BS006). Queues one more read of the Contact (webhook event linked) when a robot call about it is unprocessed or was answered unknown_mapping since the workflow began, so an edit made while the link was being made is not lost.';
+COMMENT ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) IS 'Creates the active link of a user to a Contact. Refuses a second active link for either side (BS006). Queues one more read of the Contact (webhook event linked) when a robot call about it is unprocessed or was answered unknown_mapping or registration_inactive since the workflow began or since the Contact''s last link closed, so an edit made while the link was being made, or while the Contact had none, is not lost.';
+
+--
+-- Name: open_mappings(uuid[], text[], uuid[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.open_mappings(p_user_ids uuid[], p_contact_ids text[], p_workflow_ids uuid[]) RETURNS TABLE(ord integer, mapping bitrix_sync.entity_external_mapping)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_n integer := coalesce(cardinality(p_user_ids), 0);
+begin
+  if coalesce(cardinality(p_contact_ids), 0) <> v_n or coalesce(cardinality(p_workflow_ids), 0) <> v_n then
+    raise exception 'open_mappings needs one Contact and one workflow per user'
+      using errcode = 'BS004', hint = 'Pass three arrays of the same length, in the same order.';
+  end if;
+  if v_n = 0 then
+    return;
+  end if;
+  -- The links, in the caller's order. A second active link for a user or a Contact (in the table or
+  -- within the group) refuses the whole call, as the same open_mapping() calls would refuse one.
+  return query
+  with ins as (
+    insert into bitrix_sync.entity_external_mapping as m (entity_id, external_id, workflow_id)
+    select i.user_id, i.contact_id, i.workflow_id
+      from unnest(p_user_ids, p_contact_ids, p_workflow_ids) with ordinality as i(user_id, contact_id, workflow_id, n)
+     order by i.n
+    returning m.entity_id, m
+  )
+  select i.n::integer, ins.m
+    from ins join unnest(p_user_ids) with ordinality as i(user_id, n) on i.user_id = ins.entity_id
+   order by i.n;
+  -- One more read of each Contact a robot's call about may have been missed, as open_mapping() queues it.
+  perform bitrix_sync._read_again_after_link(p_contact_ids, p_workflow_ids);
+exception
+  when unique_violation then
+    raise exception 'cannot link a user to a Contact: the user or the Contact already has an active link'
+      using errcode = 'BS006',
+            hint = 'Close the existing active mapping first (close_mapping), or use request_bitrix_contact_rebind().';
+end $$;
+
+--
+-- Name: FUNCTION open_mappings(p_user_ids uuid[], p_contact_ids text[], p_workflow_ids uuid[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.open_mappings(p_user_ids uuid[], p_contact_ids text[], p_workflow_ids uuid[]) IS 'open_mapping() for a group of links in one call: element k of each array is the k-th call''s argument. Creates each active link of a user to a Contact and returns (ord, mapping) in the caller''s order; queues one more read of each Contact whose robot call may have been missed, by open_mapping()''s rule (_read_again_after_link). All or nothing: a second active link for a user or a Contact, in the table or within the group, refuses the whole call (BS006). The step lane''s grouped link.';
 
 --
 -- Name: crm_inflight_slots; Type: TABLE; Schema: bitrix_sync; Owner: -
@@ -9020,9 +9359,21 @@ COMMENT ON FUNCTION bitrix_sync.sync_paused() IS 'The pause gate (§17): true wh
 CREATE FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]) RETURNS TABLE(task_id uuid, workflow_id uuid, action text, previous_trace_context text)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 declare
   v_n integer := coalesce(cardinality(p_ids), 0);
+  v_workflow uuid[];
+  v_action text[];
+  v_previous text[];
+  v_set integer[];
+  v_same integer[];
+  v_run integer[] := '{}'::integer[];
+  v_single integer[];
+  v_started integer[];
+  v_started_ids uuid[];
+  v_i integer;
+  v_j integer;
   v_out record;
   v_done integer;
 begin
@@ -9033,26 +9384,103 @@ begin
       using errcode = 'BS004',
             hint = 'Pass intent ID, lease token, user ID, intent type, content hash and trace context per claimed intent, in claim order.';
   end if;
-  -- In the order given (claim order): a user's later intent joins the workflow its earlier one
-  -- started. Any refusal (a stale lease: BS001) fails the whole call, and the caller takes the
-  -- intents one by one instead.
-  for i in 1 .. v_n loop
-    select * into v_out
-      from bitrix_sync.start_or_join_workflow(p_user_ids[i], p_intent_types[i], p_ids[i], p_content_hashes[i],
-                                              p_trace_contexts[i]);
-    task_id := p_ids[i];
-    workflow_id := v_out.workflow_id;
-    action := v_out.action;
-    previous_trace_context := v_out.previous_trace_context;
-    return next;
-  end loop;
   if v_n = 0 then
     return;
   end if;
+  v_workflow := array_fill(null::uuid, array[v_n]);
+  v_action := array_fill(null::text, array[v_n]);
+  v_previous := array_fill(null::text, array[v_n]);
+
+  -- The set path's intents: those whose user the batch names once and who has no active workflow.
+  -- One equal to the user's last workflow, succeeded (same intent, same non-null content hash), is
+  -- unchanged, as start_or_join_workflow() says, and takes no lock.
+  with batch as (
+    select min(u.ord)::integer as ord
+      from unnest(p_user_ids) with ordinality as u(user_id, ord)
+     group by u.user_id
+    having count(*) = 1
+  )
+  select coalesce(array_agg(b.ord order by b.ord), '{}'),
+         coalesce(array_agg(b.ord order by b.ord) filter (
+           where p_content_hashes[b.ord] is not null and l.state = 'succeeded'
+             and l.intent_type = p_intent_types[b.ord] and l.content_hash = p_content_hashes[b.ord]), '{}')
+    into v_set, v_same
+    from batch b
+    left join lateral (
+      select w.state, w.intent_type, w.content_hash from bitrix_sync.workflow_instances w
+       where w.user_id = p_user_ids[b.ord] order by w.created_at desc limit 1
+    ) l on true
+    -- A probe of the one-active-per-user index per user, as a LATERAL with LIMIT so that it can only
+    -- be one. Written as NOT EXISTS, the planner may join it unparameterised: every user then read
+    -- the whole index of active workflows (bench:scale at 10 M users with 2 048 of them active:
+    -- 102 658 buffers and 42 ms a batch of 50, against 151 buffers and 1.3 ms so), and a backlog of
+    -- active workflows made every intake slower.
+    left join lateral (
+      select true as active from bitrix_sync.workflow_instances a
+       where a.user_id = p_user_ids[b.ord] and a.state not in ('succeeded', 'failed', 'cancelled')
+       limit 1
+    ) a on true
+   where a.active is null;
+  foreach v_i in array v_same loop
+    v_action[v_i] := 'unchanged';
+  end loop;
+
+  -- In claim order, which is by user (the caller sorts the batch): each run of set-path intents is
+  -- started by one INSERT, then the next intent goes through start_or_join_workflow(). The users'
+  -- workflows are so locked in the batch's order, as one call per intent locked them, and two
+  -- intakes whose batches share users never wait on each other in a cycle. A user whose workflow
+  -- another intake inserted meanwhile conflicts with the one-active-per-user index (the INSERT waits
+  -- for that transaction, as start_or_join_workflow()'s does) and is left to the single call, which
+  -- joins it.
+  for v_i in 1 .. v_n + 1 loop
+    continue when v_i <= v_n and v_action[v_i] is not null;
+    if v_i <= v_n and v_i = any (v_set) then
+      v_run := v_run || v_i;
+      continue;
+    end if;
+    v_single := '{}'::integer[];
+    if cardinality(v_run) > 0 then
+      with started as (
+        insert into bitrix_sync.workflow_instances (workflow_type, intent_type, user_id, source_task_id,
+                                                    content_hash, trace_context)
+        select p_intent_types[r.ord], p_intent_types[r.ord], p_user_ids[r.ord], p_ids[r.ord],
+               p_content_hashes[r.ord], bitrix_sync._trace_context(p_trace_contexts[r.ord])
+          from unnest(v_run) as r(ord)
+         order by r.ord
+        on conflict do nothing
+        returning id, user_id
+      )
+      select coalesce(array_agg(r.ord order by r.ord), '{}'), coalesce(array_agg(s.id order by r.ord), '{}')
+        into v_started, v_started_ids
+        from unnest(v_run) as r(ord) join started s on s.user_id = p_user_ids[r.ord];
+      for v_k in 1 .. coalesce(cardinality(v_started), 0) loop
+        v_workflow[v_started[v_k]] := v_started_ids[v_k];
+        v_action[v_started[v_k]] := 'started';
+      end loop;
+      if cardinality(v_started) > 0 then
+        perform pg_notify('bitrix_sync_workflows', '');
+      end if;
+      -- Those another intake started meanwhile go through the single call, in their place.
+      v_single := array(select r.ord from unnest(v_run) as r(ord) where v_action[r.ord] is null order by r.ord);
+      v_run := '{}'::integer[];
+    end if;
+    if v_i <= v_n then
+      v_single := v_single || v_i;
+    end if;
+    foreach v_j in array v_single loop
+      select * into v_out
+        from bitrix_sync.start_or_join_workflow(p_user_ids[v_j], p_intent_types[v_j], p_ids[v_j],
+                                                p_content_hashes[v_j], p_trace_contexts[v_j]);
+      v_workflow[v_j] := v_out.workflow_id;
+      v_action[v_j] := v_out.action;
+      v_previous[v_j] := v_out.previous_trace_context;
+    end loop;
+  end loop;
+
   -- Then every intent leased -> processed in one statement, as complete_sync_task() does one (its
-  -- check of the App's tables once for the batch): the rows returned above are sent only when the
-  -- call commits, and an intent no longer held under its token (a newer intent took it back, or
-  -- its lease was reclaimed) refuses the whole call (BS001) as it did.
+  -- check of the App's tables once for the batch): the rows returned are sent only when the call
+  -- commits, and an intent no longer held under its token (a newer intent took it back, or its
+  -- lease was reclaimed) refuses the whole call (BS001).
   perform bitrix_sync._check_queue_tables();
   update han_app.sync_queue q
      set status = 'processed', completed_at = now(), locked_by = null, locked_until = null,
@@ -9069,13 +9497,16 @@ begin
         order by u.ord limit 1),
       p_ids[1])::text);
   end if;
+  return query
+    select p_ids[o.ord], v_workflow[o.ord], v_action[o.ord], v_previous[o.ord]
+      from generate_series(1, v_n) as o(ord) order by o.ord;
 end $$;
 
 --
 -- Name: FUNCTION take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]) IS 'Intake of a claimed batch in one call: for each intent, in the order given, start_or_join_workflow(); then every intent leased -> processed under its lease token in one statement (what complete_sync_task() does for one), as the caller would one intent per transaction. One row per intent (its workflow, the action, the previous trace context). A stale lease refuses the whole call (BS001); arrays of different lengths or over 1000 elements BS004.';
+COMMENT ON FUNCTION bitrix_sync.take_sync_tasks(p_ids uuid[], p_lease_tokens uuid[], p_user_ids uuid[], p_intent_types text[], p_content_hashes text[], p_trace_contexts text[]) IS 'Intake of a claimed batch in one call, with the outcome of start_or_join_workflow() for each intent in the order given and then complete_sync_task() for all, as the caller would one intent per transaction. An intent whose user the batch names once and who has no active workflow is found unchanged against the user''s last succeeded workflow, or started by one INSERT per run of such intents in the order given; the others, and any whose user another intake started meanwhile, go through start_or_join_workflow() in their place, so workflows are locked in the order given. One row per intent (its workflow, the action, the previous trace context), in the order given. A stale lease refuses the whole call (BS001); arrays of different lengths or over 1000 elements BS004.';
 
 --
 -- Name: tg__forbid_delete(); Type: FUNCTION; Schema: bitrix_sync; Owner: -
@@ -12633,6 +13064,18 @@ CREATE INDEX webhook_inbox_processed_idx ON bitrix_sync.webhook_inbox USING btre
 COMMENT ON INDEX bitrix_sync.webhook_inbox_processed_idx IS 'Retention: processed events by age.';
 
 --
+-- Name: webhook_inbox_registration_inactive_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
+--
+
+CREATE INDEX webhook_inbox_registration_inactive_idx ON bitrix_sync.webhook_inbox USING btree (entity_id, received_at) WHERE ((outcome)::text = 'registration_inactive'::text);
+
+--
+-- Name: INDEX webhook_inbox_registration_inactive_idx; Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON INDEX bitrix_sync.webhook_inbox_registration_inactive_idx IS '_read_again_after_link: the Contact''s robot calls answered registration_inactive before the service turned its flag on again.';
+
+--
 -- Name: webhook_inbox_unknown_mapping_idx; Type: INDEX; Schema: bitrix_sync; Owner: -
 --
 
@@ -13853,6 +14296,13 @@ REVOKE ALL ON FUNCTION bitrix_sync._check_queue_tables() FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync._check_queue_tables() TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION time_ordered_uuid(); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.time_ordered_uuid() FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.time_ordered_uuid() TO bitrix_sync_user;
+
+--
 -- Name: TABLE rebind_requests; Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -14391,6 +14841,13 @@ GRANT ALL ON FUNCTION bitrix_sync._paused_since(p_from timestamp with time zone)
 --
 
 REVOKE ALL ON FUNCTION bitrix_sync._planner_count(p_rel regclass) FROM PUBLIC;
+
+--
+-- Name: FUNCTION _read_again_after_link(p_contact_ids text[], p_workflow_ids uuid[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync._read_again_after_link(p_contact_ids text[], p_workflow_ids uuid[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync._read_again_after_link(p_contact_ids text[], p_workflow_ids uuid[]) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION _rebind_crm_outcome(p_workflow_id uuid); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -15332,6 +15789,13 @@ REVOKE ALL ON FUNCTION bitrix_sync.fire_workflow_event(p_id uuid, p_lease_token 
 GRANT ALL ON FUNCTION bitrix_sync.fire_workflow_event(p_id uuid, p_lease_token uuid, p_event text, p_changes jsonb) TO bitrix_sync_user;
 
 --
+-- Name: FUNCTION fire_workflow_events(p_ids uuid[], p_lease_tokens uuid[], p_events text[], p_changes jsonb[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.fire_workflow_events(p_ids uuid[], p_lease_tokens uuid[], p_events text[], p_changes jsonb[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.fire_workflow_events(p_ids uuid[], p_lease_tokens uuid[], p_events text[], p_changes jsonb[]) TO bitrix_sync_user;
+
+--
 -- Name: FUNCTION fold_intent_journal(p_limit integer, p_wait boolean); Type: ACL; Schema: bitrix_sync; Owner: -
 --
 
@@ -15380,6 +15844,13 @@ GRANT ALL ON FUNCTION bitrix_sync.issue_alert_lookup(p_alert_id bigint, p_params
 
 REVOKE ALL ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.issue_command(p_workflow_id uuid, p_lease_token uuid, p_command_type text, p_params jsonb, p_step text, p_trace_context text, p_step_data jsonb) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.issue_commands(p_workflow_ids uuid[], p_lease_tokens uuid[], p_command_types text[], p_params jsonb[], p_steps text[], p_trace_contexts text[], p_step_data jsonb[]) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION keep_phone_link_hold(p_user_id uuid, p_contact_id text); Type: ACL; Schema: bitrix_sync; Owner: -
@@ -15465,6 +15936,13 @@ GRANT ALL ON FUNCTION bitrix_sync.note_rate_limited(p_bucket text, p_decrease do
 
 REVOKE ALL ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.open_mapping(p_user_id uuid, p_contact_id text, p_workflow_id uuid) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION open_mappings(p_user_ids uuid[], p_contact_ids text[], p_workflow_ids uuid[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.open_mappings(p_user_ids uuid[], p_contact_ids text[], p_workflow_ids uuid[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.open_mappings(p_user_ids uuid[], p_contact_ids text[], p_workflow_ids uuid[]) TO bitrix_sync_user;
 
 --
 -- Name: TABLE crm_inflight_slots; Type: ACL; Schema: bitrix_sync; Owner: -
