@@ -28,6 +28,7 @@ import { classifyStartupError, EXIT, LINE_PREFIX, type StartupError } from "./st
 import { assertPortFree, listen, type PortHolder } from "./startup/listen.js";
 import { prepareSandboxDatabase, refuseSandboxDatabase } from "./startup/sandbox-database.js";
 import { checkSchemaWindow } from "./startup/schema-window.js";
+import { holdStopSignals } from "./startup/stop-signals.js";
 import { SERVICE_REVISION, SERVICE_VERSION } from "./version.js";
 import { startRunner } from "./worker/runner.js";
 
@@ -387,19 +388,9 @@ async function main(): Promise<void> {
   const log = createLogger({ level: loaded.env.LOG_LEVEL, environment: loaded.env.SERVICE_ENVIRONMENT });
   const { config, generated } = withSandboxTokens(loaded);
   const stops: Stop[] = [];
-  // A stop asked for while the service is still starting (its listener, bound before the runner
-  // starts, may already have answered a healthcheck) is kept and carried out once the start is done:
-  // without a handler yet, Node's default action would end the process there, with no drain.
-  let deferredSignal: string | null = null;
-  const deferStop = (signal: string) => () => {
-    if (deferredSignal) return;
-    deferredSignal = signal;
-    log.info({ event: "shutdown.deferred", signal }, "asked to stop while starting; stopping once started");
-  };
-  const deferTerm = deferStop("SIGTERM");
-  const deferInt = deferStop("SIGINT");
-  process.on("SIGTERM", deferTerm);
-  process.on("SIGINT", deferInt);
+  const signals = holdStopSignals((signal) =>
+    log.info({ event: "shutdown.deferred", signal }, "asked to stop while starting; stopping once started"),
+  );
   // Before anything else starts, so every span is exported; last to stop, so the final ones are too.
   const tracing = await startTracingOrNot(config, log);
   try {
@@ -431,11 +422,7 @@ async function main(): Promise<void> {
     log.info({ event: "shutdown.done" }, "stopped");
     process.exit(exitCode);
   };
-  process.off("SIGTERM", deferTerm);
-  process.off("SIGINT", deferInt);
-  process.on("SIGINT", () => void shutdown("SIGINT"));
-  process.on("SIGTERM", () => void shutdown("SIGTERM"));
-  if (deferredSignal) void shutdown(deferredSignal);
+  signals.started((signal) => void shutdown(signal));
   stopOnCrash(log, shutdown);
 }
 

@@ -13,10 +13,14 @@
 //    order by __b.__ord
 //
 // Each call of a volatile function in it sees the writes of the calls before it, as separate
-// statements would. The statement is a server-side prepared statement named after a hash of its
-// text. The parameter types come from PostgreSQL itself (PREPARE of the original text under a
-// savepoint, once per text and process). A statement that cannot be grouped (not a SELECT, an array
-// parameter, a `$` inside a literal) goes alone, as it would without the batcher.
+// statements would. A statement with a registered set form (registerSetForm) goes instead as one
+// call of a set-based function over the same arrays: a group's issues move their workflows in one
+// UPDATE and add their commands in one INSERT, its transitions move their workflows in one UPDATE,
+// its new links are one INSERT, where the grouped form would run single-row statements per step. The statement is a
+// server-side prepared statement named after a hash of its text. The parameter types come from
+// PostgreSQL itself (PREPARE of the original text under a savepoint, once per text and process). A
+// statement that cannot be grouped (not a SELECT, an array parameter, a `$` inside a literal) goes
+// alone, as it would without the batcher.
 //
 // Everything runs in the caller's one transaction. The first failure (a statement's error, or a
 // step that throws) fails the whole batch: every later query is refused at once, and the caller
@@ -62,13 +66,38 @@ export function groupedText(text: string, types: readonly string[]): string {
   );
 }
 
+/**
+ * Set forms: for a statement whose group is better served by one set-based call than by running the
+ * original once per parameter set (a function that writes one row per call pays PostgreSQL's fixed
+ * cost of each of its statements per row), the text sent in place of the grouped form. It takes the
+ * same parameters as arrays ($1 the first parameters of every query, ...), all or nothing as the
+ * grouped form is, and returns `__ord` (the query's 1-based place in the group) and the original's
+ * columns. The module that owns the statement registers it (src/workflows/step/core.ts: the
+ * issue, the transition and the new link of a step).
+ */
+const setForms = new Map<string, string>();
+
+/** Registers `setText` as the set form of `original` (see setForms). */
+export function registerSetForm(original: string, setText: string): void {
+  const known = setForms.get(original);
+  if (known !== undefined && known !== setText) throw new Error(`a second set form for: ${original}`);
+  if (ungroupable(original) !== null)
+    throw new Error(`a set form for a statement never grouped: ${original}`);
+  setForms.set(original, setText);
+}
+
+/** The set form registered for `original`, if any: for the tests. */
+export function setFormOf(original: string): string | undefined {
+  return setForms.get(original);
+}
+
 /** The grouped text of a statement and the name it is prepared under, computed once per text. */
 const groupedCache = new Map<string, { text: string; name: string }>();
 
 function groupedStatement(original: string, types: readonly string[]): { text: string; name: string } {
   let g = groupedCache.get(original);
   if (!g) {
-    const text = groupedText(original, types);
+    const text = setForms.get(original) ?? groupedText(original, types);
     g = { text, name: `bitrix_sync_b_${createHash("sha1").update(text).digest("hex").slice(0, 24)}` };
     groupedCache.set(original, g);
   }
@@ -123,8 +152,8 @@ export class StatementBatcher {
   #queue: Pending[] = [];
   #draining = false;
   #failure: { error: unknown } | null = null;
-  /** Statements sent, and queries that travelled in a grouped one: for the tests. */
-  readonly stats = { statements: 0, grouped: 0 };
+  /** Statements sent, queries that travelled in a grouped one, grouped ones sent as a set form: for the tests. */
+  readonly stats = { statements: 0, grouped: 0, setForms: 0 };
 
   constructor(conn: pg.PoolClient) {
     this.#conn = conn;
@@ -254,6 +283,7 @@ export class StatementBatcher {
       return;
     }
     this.stats.grouped += group.length;
+    if (setForms.has(first.text)) this.stats.setForms++;
     const fields = r.fields.filter((f) => f.name !== "__ord");
     const byOrd: Array<Array<Record<string, unknown>>> = group.map(() => []);
     for (const row of r.rows as Array<Record<string, unknown>>) {

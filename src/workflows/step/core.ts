@@ -10,6 +10,7 @@ import type pg from "pg";
 import { type AlertInput, raiseAlert } from "../../alerts/raise.js";
 import { type AppUser, loadAppUser, markSnapshotStale } from "../../app-data.js";
 import { attemptsSpent, backoffDelayMs, type RetrySettings } from "../../crm/backoff.js";
+import { registerSetForm } from "../../db/statement-batcher.js";
 import { activeTraceparent } from "../../observability/tracing.js";
 import type { Candidate, Holdings } from "../decide/candidates.js";
 import {
@@ -21,6 +22,33 @@ import {
 } from "../decide/pass.js";
 import { decideUnansweredWrite } from "../decide/unanswered-write.js";
 import type { CommandRow, StepData, WorkflowRow, WorkflowType } from "../types.js";
+
+/**
+ * The issue of one step. A group of steps issues in one call of issue_commands() (its set form,
+ * src/db/statement-batcher.ts): one UPDATE moves the group's workflows and one INSERT adds their
+ * commands, where the grouped form would run issue_command() once per step (migration 000049).
+ */
+export const ISSUE_COMMAND = "select bitrix_sync.issue_command($1, $2, $3, $4, $5, $6, $7)";
+registerSetForm(
+  ISSUE_COMMAND,
+  "select ord as __ord, command as issue_command from bitrix_sync.issue_commands(" +
+    "$1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::jsonb[])",
+);
+
+/** A step's transition; a group's go in one call of fire_workflow_events() (its set form). */
+export const FIRE_WORKFLOW_EVENT = "select bitrix_sync.fire_workflow_event($1, $2, $3, $4)";
+registerSetForm(
+  FIRE_WORKFLOW_EVENT,
+  "select ord as __ord, workflow as fire_workflow_event from bitrix_sync.fire_workflow_events(" +
+    "$1::uuid[], $2::uuid[], $3::text[], $4::jsonb[])",
+);
+
+/** A step's new link; a group's go in one call of open_mappings() (its set form). */
+export const OPEN_MAPPING = "select bitrix_sync.open_mapping($1, $2, $3)";
+registerSetForm(
+  OPEN_MAPPING,
+  "select ord as __ord, mapping as open_mapping from bitrix_sync.open_mappings($1::uuid[], $2::text[], $3::uuid[])",
+);
 
 /** What a workflow does with the outcome of its last command at one step. */
 export type AfterStep = (s: Step, last: CommandRow) => Promise<void>;
@@ -73,7 +101,7 @@ export class Step {
   async issue(type: string, params: Record<string, unknown>, step: string): Promise<void> {
     // One call persists the step state, the command and the wait. The step's own span context goes
     // with the command: its sends are traced under this step.
-    await this.tx.query("select bitrix_sync.issue_command($1, $2, $3, $4, $5, $6, $7)", [
+    await this.tx.query(ISSUE_COMMAND, [
       this.wf.id,
       this.wf.lease_token,
       type,
@@ -87,7 +115,7 @@ export class Step {
   }
 
   async event(event: string, changes: Record<string, unknown> = {}): Promise<void> {
-    await this.tx.query("select bitrix_sync.fire_workflow_event($1, $2, $3, $4)", [
+    await this.tx.query(FIRE_WORKFLOW_EVENT, [
       this.wf.id,
       this.wf.lease_token,
       event,
@@ -255,11 +283,7 @@ export class Step {
     if (current) {
       await this.tx.query("select bitrix_sync.close_mapping($1, 'relinked', $2)", [current.id, this.wf.id]);
     }
-    await this.tx.query("select bitrix_sync.open_mapping($1, $2, $3)", [
-      this.wf.user_id,
-      String(contactId),
-      this.wf.id,
-    ]);
+    await this.tx.query(OPEN_MAPPING, [this.wf.user_id, String(contactId), this.wf.id]);
   }
 
   /**
