@@ -143,7 +143,7 @@ export interface HeldCommand {
 export async function heldCommand(
   pool: pg.Pool,
   status: "leased" | "in_flight",
-  opts: { type?: string } = {},
+  opts: { type?: string; params?: Record<string, unknown> } = {},
 ): Promise<HeldCommand> {
   const wf = await runningWorkflow(pool);
   const cmd = await pendingCommand(pool, wf, opts);
@@ -164,8 +164,10 @@ export const leasedCommand = (pool: pg.Pool, opts: { type?: string } = {}) =>
   heldCommand(pool, "leased", opts);
 
 /** A command whose send marker is committed: the request may have left. */
-export const inFlightCommand = (pool: pg.Pool, opts: { type?: string } = {}) =>
-  heldCommand(pool, "in_flight", opts);
+export const inFlightCommand = (
+  pool: pg.Pool,
+  opts: { type?: string; params?: Record<string, unknown> } = {},
+) => heldCommand(pool, "in_flight", opts);
 
 /**
  * A write that went out and got no reply (mark_command_uncertain), its workflow woken and claimed

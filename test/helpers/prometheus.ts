@@ -92,21 +92,31 @@ export interface RunningPrometheus {
 
 /**
  * Starts Debian's prometheus on loopback with its own temporary data folder, scraping `target`
- * (host:port; null for none) every second as job "bitrix-sync" and evaluating `rules` (YAML text)
- * every second.
+ * (host:port; null for none) every `scrapeSec` (a second unless told) as job "bitrix-sync" and
+ * evaluating `rules` (YAML text) every second.
  */
 export async function startPrometheus(
   target: string | null,
   rules: string,
   /** More scrape jobs (e.g. the blackbox probe's), each scraped every second too. */
   extraScrapeConfigs: object[] = [],
+  /**
+   * Seconds between scrapes, and each scrape's timeout. A scrape of the service queries the
+   * database; on a loaded machine it can outlast a second, and a scrape that times out leaves every
+   * series absent, so no rule fires.
+   */
+  scrapeSec = 1,
 ): Promise<RunningPrometheus> {
   const dir = mkdtempSync(join(tmpdir(), "bitrix-sync-prometheus-"));
   writeFileSync(join(dir, "rules.yml"), rules);
   writeFileSync(
     join(dir, "prometheus.yml"),
     stringify({
-      global: { scrape_interval: "1s", evaluation_interval: "1s", scrape_timeout: "900ms" },
+      global: {
+        scrape_interval: `${scrapeSec}s`,
+        evaluation_interval: "1s",
+        scrape_timeout: `${scrapeSec}s`,
+      },
       rule_files: [join(dir, "rules.yml")],
       scrape_configs: [
         ...(target === null ? [] : [{ job_name: "bitrix-sync", static_configs: [{ targets: [target] }] }]),

@@ -93,7 +93,12 @@ export async function runScript(
   const out = r.stdout + r.stderr;
   const prefix = `${opts.resultPrefix} `;
   const line = r.stdout.split("\n").find((l) => l.startsWith(prefix));
-  if (r.code !== 0 || !line) t.log(out.split("\n").slice(-60).join("\n"));
+  if (r.code !== 0 || !line) {
+    // The failed checks first (a drill prints them far above its last lines), then the tail.
+    const lines = out.split("\n");
+    const failed = lines.filter((l) => /^ {2}FAIL /.test(l) || /^ {9}- /.test(l)).slice(0, 40);
+    t.log([...failed, ...(failed.length > 0 ? ["  ..."] : []), ...lines.slice(-60)].join("\n"));
+  }
   return {
     ...r,
     out,

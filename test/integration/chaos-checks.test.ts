@@ -1,7 +1,8 @@
 // The chaos suite's invariant checks (scripts/chaos/checks.ts) on an empty installation and the
 // emulator: a phone number a manager added and the service later removed is reported, one still on
 // its Contact is not; a business alert must be mirrored by exactly one smart-process item, and its
-// status must agree with the item's stage. Serial: each test checks the whole installation.
+// status must agree with the item's stage; a reconciliation run holds a lease worth reporting only past
+// reconcile.lease_sec. Serial: each test checks the whole installation.
 import test from "ava";
 import { ALERT_NUMBER_FIELD, ALERT_PROCESS, checkInvariants } from "../../scripts/chaos/checks.js";
 import { SANDBOX_FIELDS } from "../../src/config/env.js";
@@ -131,4 +132,23 @@ test.serial("an alert's status must agree with its item's stage", async (t) => {
   t.deepEqual(await about(), [`alert ${second.n} is closed; its item ${second.item.id} is in ${resolved}`]);
   second.item.stageId = closed;
   t.deepEqual(await about(), []);
+});
+
+test.serial("a reconciliation run within its lease is live; one past it was left behind", async (t) => {
+  const leases = async () =>
+    (await checkInvariants(db.pool, emulator, SANDBOX_FIELDS)).violations.filter((v) =>
+      v.includes("reconciliation"),
+    );
+  await db.pool.query(
+    `insert into bitrix_sync.reconciliation_cursors (job_type, last_run_status, last_run_started_at, lease_token)
+     values ('contacts', 'running', now(), gen_random_uuid())`,
+  );
+  t.deepEqual(await leases(), [], "a run the crontab started a moment ago");
+  await db.pool.query(
+    `update bitrix_sync.reconciliation_cursors
+        set last_run_started_at = now() - make_interval(secs => 1 + (bitrix_sync._active_setting('reconcile.lease_sec') #>> '{}')::double precision)
+      where job_type = 'contacts'`,
+  );
+  t.deepEqual(await leases(), ["1 reconciliation rows still hold a lease"]);
+  await db.pool.query("delete from bitrix_sync.reconciliation_cursors where job_type = 'contacts'");
 });

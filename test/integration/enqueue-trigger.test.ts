@@ -174,6 +174,8 @@ test("a rolled-back business update leaves no queue row", async (t) => {
 test("SET LOCAL han.sync_suppress = 'true' records nothing, and does not leak into the next transaction", async (t) => {
   // One connection, reused like a pooled one.
   const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  pool.on("error", () => undefined);
+  pool.on("connect", (client) => client.on("error", () => undefined));
   try {
     const u = await makeUser(db.pool);
     await inTransaction(pool, async (c) => {
@@ -201,6 +203,8 @@ test("SET LOCAL han.sync_suppress = 'true' records nothing, and does not leak in
 test("an App session that sets han.sync_suppress still records its intents, also on a pooled connection after it", async (t) => {
   // One connection, reused like a pooled one, as the App's role.
   const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  pool.on("error", () => undefined);
+  pool.on("connect", (client) => client.on("error", () => undefined));
   try {
     const signup = (c: pg.PoolClient, id: string) =>
       c.query(

@@ -28,7 +28,23 @@ let userId: string;
 let contactId: number;
 
 test.before(async () => {
-  rig = await startRig({ settings: { "audit.enabled": false, "audit.grace_sec": 0 } });
+  rig = await startRig({
+    settings: {
+      "audit.enabled": false,
+      "audit.grace_sec": 0,
+      "reconcile.contacts_interval_sec": 86_400,
+      "alerts.reconcile_interval_sec": 86_400,
+    },
+  });
+  // Both reconciliations ran just now: their crontab entries find nothing due during these tests, so
+  // the manager's edits below stay in the CRM alone, as the tests expect (a CI run's reconciliation at
+  // the minute boundary brought the e-mail into the App).
+  await rig.db.pool.query(
+    `insert into bitrix_sync.reconciliation_cursors (job_type, last_run_started_at, last_success_at, last_run_status)
+     values ('contacts', now(), now(), 'succeeded'), ('alerts', now(), now(), 'succeeded')
+     on conflict (job_type) do update set last_run_started_at = now(), last_run_status = 'succeeded'`,
+  );
+  await rig.runtime.settings.refresh();
   await rig.startWorker();
   const u = await makeUser(rig.db.pool, { phone: PHONE, fullName: NAME });
   userId = u.id;

@@ -31,6 +31,9 @@ const UNPINNED: Record<string, string> = {
   "bitrix_sync._retry_deadline(timestamp with time zone)": "inlined into every workflow and command insert",
   // Once per event in accept_webhooks(), the receivers' statement.
   "bitrix_sync._trace_context(text)": "inlined into every inbox, workflow and command insert",
+  // The default of the hot tables' UUID keys (migration 000053): every queue row, workflow, mapping.
+  "bitrix_sync.time_ordered_uuid()":
+    "inlined into every insert of a queue row, workflow, mapping or rebind request",
 };
 
 const PIN = "search_path=pg_catalog, pg_temp";

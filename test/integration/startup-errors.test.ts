@@ -147,7 +147,11 @@ test.serial(
         new RegExp(`the database at ${at} takes no writes .*SQLSTATE 25006`),
       );
     } finally {
-      await db.pool.query(`alter database ${name} reset default_transaction_read_only`);
+      // A pool connection opened after the ALTER is read-only itself: the reset runs in a
+      // transaction that asks for writes (a CI run met such a connection under load).
+      await db.pool.query(
+        `begin read write; alter database ${name} reset default_transaction_read_only; commit`,
+      );
       await db.drop();
     }
   },
