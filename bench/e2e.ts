@@ -2,8 +2,11 @@
 // production default settings (2 requests/s, burst 5, batch 20, 200 ms max wait, 2 in flight).
 //   phase 1: 100 new users per minute for 3 minutes; lag from the App's commit to the Contact written
 //   phase 2: a backlog of 2 000 users; drain rate and its ratio to rate × batch size
-// Env: BENCH_MINUTES (default 3), BENCH_PER_MINUTE (100), BENCH_BACKLOG (2000).
+// Env: BENCH_MINUTES (default 3), BENCH_PER_MINUTE (100), BENCH_BACKLOG (2000), BENCH_SETUP_SQL (a
+// variant applied once the rig runs, as bench:engine applies it: bench/variants/).
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { stepGroups } from "../src/observability/metrics.js";
 import { startRig } from "../test/helpers/e2e.js";
 import { randomPhone } from "../test/helpers/factories.js";
 
@@ -32,6 +35,10 @@ const rig = await startRig({
   },
   emulator: { latencyMs: 100 },
 });
+if (process.env.BENCH_SETUP_SQL) {
+  await rig.db.pool.query(readFileSync(process.env.BENCH_SETUP_SQL, "utf8"));
+  console.log(`variant: ${process.env.BENCH_SETUP_SQL} applied`);
+}
 // When the portal wrote each Contact (the store keeps seconds only).
 const written = new Map<number, number>();
 const store = rig.emulator.store;
@@ -120,6 +127,11 @@ try {
       .n as number) - cmdsBefore;
   const requests = rig.emulator.log.length - before;
   const opsPerSec = cmds / seconds;
+  const groups = (await stepGroups.get()).values;
+  const byOutcome = (o: string) => groups.find((v) => v.labels.outcome === o)?.value ?? 0;
+  console.log(
+    `step groups (both phases): ${byOutcome("committed")} committed, ${byOutcome("alone")} rolled back and run step by step`,
+  );
   console.log(`phase 2: backlog of ${BACKLOG} users drained in ${seconds.toFixed(1)} s`);
   console.log(
     `  ${(BACKLOG / seconds).toFixed(2)} users/s, ${opsPerSec.toFixed(2)} CRM ops/s over ${requests} requests (${(cmds / requests).toFixed(1)} commands/request)`,

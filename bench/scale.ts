@@ -29,7 +29,8 @@
 // kept. --prewarm loads the hot path's indexes into the buffer pool (pg_prewarm) before measuring, at
 // both sizes, as a running server holds them: right after a seed they are on disk, and the first
 // statements measure the cold start. --no-sweep skips the workflow sweep's whole round (minutes at
-// 10 M; not on the hot path).
+// 10 M; not on the hot path). BENCH_SETUP_SQL: a variant (bench/variants/) applied after the
+// migrations at both sizes; on a kept database it stays applied until undone.
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import {
@@ -697,6 +698,11 @@ async function runSize(
   try {
     await migrateDatabase(url);
     await c.connect();
+    if (process.env.BENCH_SETUP_SQL) {
+      // A variant (bench/variants/): applied after the migrations at both sizes, before any seed.
+      await c.query(readFileSync(process.env.BENCH_SETUP_SQL, "utf8"));
+      console.log(`  variant: ${process.env.BENCH_SETUP_SQL} applied`);
+    }
     let seedMs = 0;
     if (!existing) {
       await c.query("select * from bitrix_sync.perform_cutover('bench')");

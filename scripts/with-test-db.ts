@@ -51,6 +51,21 @@ async function main(): Promise<number> {
   });
   let pass = 0;
   let fail = 0;
+  let summary = false;
+  // Counted from the lines as they come too: ava 7's TAP reporter throws while reporting its own
+  // timeout (no test finished within ava's `timeout`), and its summary never comes.
+  let oks = 0;
+  let notOks = 0;
+  /** Files by their hooks: a `before hook` seen and no `after` hook yet (files with hooks only). */
+  const open = new Set<string>();
+  // Each failure with its diagnostics, repeated under the summary: CI shows a run's last lines, and
+  // a failure among 1 400 passes is otherwise out of sight.
+  const failures: string[][] = [];
+  let inFailure = false;
+  // When each file was first and last heard of (a test or hook line naming it), for the longest
+  // files under the summary: where the suite's wall time goes, without a reporter of its own.
+  const heard = new Map<string, { first: number; last: number }>();
+  const t0 = Date.now();
   let buffer = "";
   child.stdout.on("data", (chunk: Buffer) => {
     process.stdout.write(chunk);
@@ -63,14 +78,63 @@ async function main(): Promise<number> {
       const f = /^# fail (\d+)/.exec(line);
       if (p) pass = Number(p[1]);
       if (f) fail = Number(f[1]);
+      if (p || f) summary = true;
+      if (/^ok \d+ /.test(line)) oks++;
+      if (/^not ok \d+ /.test(line)) {
+        notOks++;
+        failures.push([line]);
+        inFailure = true;
+      } else if (inFailure && /^\s/.test(line)) failures[failures.length - 1]?.push(line);
+      else inFailure = false;
+      const named = /^(?:(?:not )?ok \d+ - |# )(.+) › [^›]+$/.exec(line)?.[1];
+      if (named) {
+        const now = Date.now();
+        const seen = heard.get(named);
+        if (seen) seen.last = now;
+        else heard.set(named, { first: now, last: now });
+      }
+      const hook = /^# (.+) › (before|after|after\.always) hook$/.exec(line);
+      if (hook?.[1] && hook[2] === "before") open.add(hook[1]);
+      else if (hook?.[1]) open.delete(hook[1]);
       nl = buffer.indexOf("\n");
     }
   });
   const code: number = await new Promise((resolve) => child.on("close", (c) => resolve(c ?? 1)));
   if (stop) await stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
+  if (cmd === "ava" && !summary) {
+    // No summary: ava ended early (its timeout, or a crash). What was reported is counted, and the
+    // run fails however many passed.
+    pass = oks;
+    fail = Math.max(notOks, 1);
+    console.log(
+      `ava ended without its summary (exit ${code}): ${oks} ok and ${notOks} not ok lines were printed before it stopped`,
+    );
+    if (open.size > 0)
+      console.log(`files whose before hook ran and whose after hook did not: ${[...open].join(", ")}`);
+  }
+  if (failures.length > 0) {
+    console.log(`\nthe ${failures.length === 1 ? "failure" : `${failures.length} failures`} again:`);
+    for (const f of failures.slice(0, 20)) {
+      const shown = f.slice(0, 40);
+      console.log(shown.join("\n"));
+      if (f.length > shown.length) console.log(`  (${f.length - shown.length} more lines above)`);
+    }
+    if (failures.length > 20) console.log(`(and ${failures.length - 20} more above)`);
+  }
+  if (heard.size > 0) {
+    const spans = [...heard]
+      .map(([file, t]) => ({ file, s: (t.last - t.first) / 1000, end: (t.last - t0) / 1000 }))
+      .sort((a, b) => b.s - a.s)
+      .slice(0, 8);
+    console.log(
+      `\nlongest files (first to last line heard, s; the run took ${((Date.now() - t0) / 1000).toFixed(0)} s): ${spans
+        .map((x) => `${x.file} ${x.s.toFixed(0)} (ended at ${x.end.toFixed(0)})`)
+        .join("; ")}`,
+    );
+  }
   if (cmd === "ava") console.log(`${pass} passed, ${fail} failed`);
-  return code;
+  return cmd === "ava" && !summary && code === 0 ? 1 : code;
 }
 
 process.exitCode = await main();

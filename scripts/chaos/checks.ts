@@ -270,12 +270,17 @@ export async function checkInvariants(
     lostIntents += r.n;
     v.push(`${r.n} ${r.what} (${r.code ?? "no code"})`);
   }
+  // A reconciliation run within reconcile.lease_sec is a live one (the crontab starts one a minute
+  // while a replica runs, so a check taken beside a running fleet may meet it); one past its lease
+  // was left behind by a process that is gone.
   const { rows: leases } = await pool.query<{ what: string; n: number }>(
     `select 'queue' as what, count(*)::int as n from han_app.sync_queue where lease_token is not null
      union all select 'workflows', count(*)::int from bitrix_sync.workflow_instances where lease_token is not null
      union all select 'commands', count(*)::int from bitrix_sync.crm_commands where lease_token is not null
      union all select 'webhooks', count(*)::int from bitrix_sync.webhook_inbox where lease_token is not null
-     union all select 'reconciliation', count(*)::int from bitrix_sync.reconciliation_cursors where last_run_status = 'running'`,
+     union all select 'reconciliation', count(*)::int from bitrix_sync.reconciliation_cursors
+                where last_run_status = 'running'
+                  and last_run_started_at < now() - make_interval(secs => (bitrix_sync._active_setting('reconcile.lease_sec') #>> '{}')::double precision)`,
   );
   for (const r of leases) if (r.n > 0) v.push(`${r.n} ${r.what} rows still hold a lease`);
   const { rows: dl } = await pool.query<{ code: string | null; n: number }>(
