@@ -23,7 +23,7 @@ import { type MigrationPlan, needsSummary, type Problem, serialize } from "./mig
 import { diffCatalogues, renderChange, renderSummary, stripSummary } from "./migration-summary.js";
 import { dumpSchema } from "./schema-dump.js";
 import { type ScratchServer, withScratchDatabase } from "./scratch.js";
-import { withSearchPath } from "./search-path.js";
+import { SEARCH_PATH_SETTING, withSearchPath } from "./search-path.js";
 
 export interface ChainResult {
   /** Migration file name -> its summary, generated, for every migration after 000027 that applied. */
@@ -87,6 +87,8 @@ export async function applyChain(
       await migrateDatabase(url, undefined, folder);
       const client = new pg.Client({ connectionString: withSearchPath(url) });
       await client.connect();
+      // The catalogue reads are planned as expensive: jit off, or a jit-on server compiles them.
+      await client.query("set jit = off");
       try {
         let previous = base.at(-1)?.hash ?? null;
         let lastName = base.at(-1)?.filename;
@@ -96,7 +98,14 @@ export async function applyChain(
           const text = serialize(m.filename, m.body, previous);
           writeFileSync(join(committedDir, m.filename), text);
           try {
-            await gmMigrate({ connectionString: url, migrationsFolder: folder, logger: quiet });
+            // As migrateDatabase applies it in production: the service's search path, jit off (a
+            // server with jit on compiled each migration's catalogue statements for seconds).
+            await gmMigrate({
+              connectionString: url,
+              migrationsFolder: folder,
+              logger: quiet,
+              pgSettings: { search_path: SEARCH_PATH_SETTING, jit: "off" },
+            });
           } catch (e) {
             result.problems.push({
               file: m.file,
@@ -138,6 +147,7 @@ async function sqlDrift(url: string, root: string): Promise<Problem[]> {
   const index = definitionIndex(files);
   const client = new pg.Client({ connectionString: withSearchPath(url) });
   await client.connect();
+  await client.query("set jit = off");
   const problems: Problem[] = [];
   try {
     const before = await readCatalogue(client, { rowsOf: ROW_CATALOGUES });
