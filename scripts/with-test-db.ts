@@ -84,7 +84,10 @@ async function main(): Promise<number> {
         notOks++;
         failures.push([line]);
         inFailure = true;
-      } else if (inFailure && /^\s/.test(line)) failures[failures.length - 1]?.push(line);
+      } else if (inFailure && (/^\s/.test(line) || /^# (?!tests |pass |fail )/.test(line)))
+        // Its diagnostics: the test's t.log lines (TAP comments, `# ...`, right after the `not ok`
+        // line), then the indented YAML block. Another file's comment may slip in; it is shown too.
+        failures[failures.length - 1]?.push(line);
       else inFailure = false;
       const named = /^(?:(?:not )?ok \d+ - |# )(.+) › [^›]+$/.exec(line)?.[1];
       if (named) {
