@@ -4398,21 +4398,35 @@ begin
   -- claim below looks: the intake watch's "one more look" (watch_intake()) relies on that.
   perform bitrix_sync.fold_intent_journal(10000, true);
   return query
-  with due as (
-    -- Not a user one of whose intents another intake holds (a live lease): a user's intents are
-    -- taken one intake at a time, so they are applied in the order recorded and the next one sees
-    -- the workflow the earlier one started. The fold's lock above serializes the claims, so the
-    -- leases committed by the claim before this one are seen here (found by drill:rollback: two
-    -- replicas took a user's deactivation and reactivation at once, and the user ended deactivated).
+  with due_pending as (
+    -- Pending intents and due retries, each read in the claim index's order (status,
+    -- next_attempt_at, created_at) and stopped after p_limit rows, then merged: the claim reads
+    -- what it takes, not the whole backlog (one sort of every due row per claim made draining a
+    -- backlog of n intents cost n * n / p_limit row reads). Not a user one of whose intents another
+    -- intake holds (a live lease): a user's intents are taken one intake at a time, so they are
+    -- applied in the order recorded and the next one sees the workflow the earlier one started. The
+    -- fold's lock above serializes the claims, so the leases committed by the claim before this one
+    -- are seen here (found by drill:rollback: two replicas took a user's deactivation and
+    -- reactivation at once, and the user ended deactivated).
     select q.id, q.next_attempt_at as sort_at from han_app.sync_queue q
-     where q.status in ('pending', 'retry_wait') and q.next_attempt_at <= now()
-       and q.created_at >= v_watermark
-       and not exists (select 1 from han_app.sync_queue l
-                        where l.entity_type = q.entity_type and l.entity_id = q.entity_id
-                          and l.status = 'leased' and l.locked_until > now())
-     order by q.next_attempt_at, q.created_at
-     limit p_limit
-     for update skip locked
+      where q.status = 'pending' and q.next_attempt_at <= now()
+        and q.created_at >= v_watermark
+        and not exists (select 1 from han_app.sync_queue l
+                         where l.entity_type = q.entity_type and l.entity_id = q.entity_id
+                           and l.status = 'leased' and l.locked_until > now())
+      order by q.next_attempt_at, q.created_at
+      limit p_limit
+      for update skip locked
+  ), due_retry as (
+    select q.id, q.next_attempt_at as sort_at from han_app.sync_queue q
+      where q.status = 'retry_wait' and q.next_attempt_at <= now()
+        and q.created_at >= v_watermark
+        and not exists (select 1 from han_app.sync_queue l
+                         where l.entity_type = q.entity_type and l.entity_id = q.entity_id
+                           and l.status = 'leased' and l.locked_until > now())
+      order by q.next_attempt_at, q.created_at
+      limit p_limit
+      for update skip locked
   ), expired as (
     select q.id, q.locked_until as sort_at from han_app.sync_queue q
      where q.status = 'leased' and q.locked_until < now() and q.created_at >= v_watermark
@@ -4420,7 +4434,7 @@ begin
      limit p_limit
      for update skip locked
   ), picked as (
-    select id, sort_at from (select * from due union all select * from expired) c order by sort_at limit p_limit
+    select id, sort_at from (select * from due_pending union all select * from due_retry union all select * from expired) c order by sort_at limit p_limit
   ), leased as (
     update han_app.sync_queue q
        set status = 'leased',
@@ -4443,7 +4457,7 @@ end $$;
 -- Name: FUNCTION claim_sync_tasks(p_worker text, p_limit integer, p_lease interval); Type: COMMENT; Schema: bitrix_sync; Owner: -
 --
 
-COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) IS 'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED, returned in queue order (next_attempt_at, or an expired lease''s end), and none of a user another intake holds an intent of (a live lease); each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover() and while paused (pause_sync()).';
+COMMENT ON FUNCTION bitrix_sync.claim_sync_tasks(p_worker text, p_limit integer, p_lease interval) IS 'Folds the App''s journal first (fold_intent_journal()), then claims up to p_limit due intents recorded since the cutover watermark (pending, due retry_wait, or leased with an expired lease) with FOR UPDATE SKIP LOCKED, reading per status no more rows than it takes (the claim index walked in order), returned in queue order (next_attempt_at, or an expired lease''s end), and none of a user another intake holds an intent of (a live lease); each gets a new lease_token. Two claimers never get the same row. Returns nothing before perform_cutover() and while paused (pause_sync()).';
 
 --
 -- Name: claim_webhooks(text, integer, interval, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
