@@ -51,6 +51,7 @@ registerSetForm(
 const ACTIVE_MAPPING = `select id, external_id from bitrix_sync.entity_external_mapping
               where entity_id = $1 and status is not distinct from 'active'
               order by opened_at desc limit 1`;
+
 export { ACTIVE_MAPPING };
 
 /** A step's new link; a group's go in one call of open_mappings() (its set form). */
