@@ -44,7 +44,7 @@ registerSetForm(
 );
 
 /**
- * A step's read of its user's active link (StepContext.activeMapping says why it reads so). Exported
+ * A step's read of its user's active link (Step.activeMapping says why it reads so). Exported
  * below, not here: an `export ... from '...'` in one statement reads as a re-export to the
  * production-imports check.
  */
