@@ -3964,6 +3964,49 @@ end $_$;
 COMMENT ON FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer) IS 'Makes retry_wait commands whose last error is one of p_codes (failures of the whole portal: server errors, lost connections, limit refusals) due now, the earliest first, at most p_limit (null: all). With no limit, also makes waiting_retry workflows whose last error is one of p_codes due now (a command handed back to its workflow), and cuts the wait of awaiting_late_write workflows to the moment their late write settles (step_data.late_write_settles_at), never below. The pump calls it with one command as a probe while the portal fails, and with no limit when the portal answers again. Returns how many commands and workflows.';
 
 --
+-- Name: bring_forward_webhooks(text[]); Type: FUNCTION; Schema: bitrix_sync; Owner: -
+--
+
+CREATE FUNCTION bitrix_sync.bring_forward_webhooks(p_codes text[]) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_n integer;
+  v_receivers text[];
+  v_receiver text;
+begin
+  if p_codes is null then
+    raise exception 'bring_forward_webhooks needs the failure codes to bring forward'
+      using errcode = 'BS004', hint = 'Pass the portal-wide failure codes (src/crm/classify.ts, PORTAL_WIDE_CODES).';
+  end if;
+  -- Retries that wait only because the portal as a whole failed (the caller's codes): due now. The
+  -- receivers' loops take them in their usual rounds, one read per Contact or item, through the
+  -- limiter, so this is no stampede.
+  with picked as (
+    select w.id from bitrix_sync.webhook_inbox w
+     where w.status = 'retry_wait' and w.next_attempt_at > now() and w.last_error_code = any(p_codes)
+     for update skip locked
+  ), moved as (
+    update bitrix_sync.webhook_inbox w set next_attempt_at = now()
+      from picked where w.id = picked.id
+    returning w.receiver
+  )
+  select count(*)::integer, coalesce(array_agg(distinct m.receiver::text), '{}')
+    into v_n, v_receivers from moved m;
+  foreach v_receiver in array v_receivers loop
+    perform pg_notify('bitrix_sync_webhooks', v_receiver);
+  end loop;
+  return v_n;
+end $$;
+
+--
+-- Name: FUNCTION bring_forward_webhooks(p_codes text[]); Type: COMMENT; Schema: bitrix_sync; Owner: -
+--
+
+COMMENT ON FUNCTION bitrix_sync.bring_forward_webhooks(p_codes text[]) IS 'Inbox events waiting in retry_wait after a failure with one of p_codes (the portal-wide codes) become due now, and their receivers are notified; returns how many were brought forward. Called by the pump when the portal answers again, beside bring_forward_commands().';
+
+--
 -- Name: cancel_parked_workflow(uuid, text, text); Type: FUNCTION; Schema: bitrix_sync; Owner: -
 --
 
@@ -15315,6 +15358,13 @@ GRANT ALL ON FUNCTION bitrix_sync.blocked_crm_methods(p_bucket text) TO bitrix_s
 
 REVOKE ALL ON FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION bitrix_sync.bring_forward_commands(p_codes text[], p_limit integer) TO bitrix_sync_user;
+
+--
+-- Name: FUNCTION bring_forward_webhooks(p_codes text[]); Type: ACL; Schema: bitrix_sync; Owner: -
+--
+
+REVOKE ALL ON FUNCTION bitrix_sync.bring_forward_webhooks(p_codes text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bitrix_sync.bring_forward_webhooks(p_codes text[]) TO bitrix_sync_user;
 
 --
 -- Name: FUNCTION cancel_parked_workflow(p_workflow_id uuid, p_reason text, p_operator_id text); Type: ACL; Schema: bitrix_sync; Owner: -

@@ -2,7 +2,8 @@
 // process knows about the portal from its batches. A batch that fails as a whole with a portal-wide
 // code (src/crm/classify.ts) marks the portal down; while nothing else is due the pump brings one
 // waiting retry forward every PROBE_INTERVAL_MS as a probe, and the first answered batch brings every
-// such retry forward (bring_forward_commands), to be claimed batch by batch through the limiter.
+// such retry forward (bring_forward_commands), to be claimed batch by batch through the limiter, and
+// the inbox events whose read of the portal failed so (bring_forward_webhooks).
 import type { ServiceContext } from "../context.js";
 import type { CommandOutcome } from "../crm/batch.js";
 import { isPortalWide, PORTAL_WIDE_CODES } from "../crm/classify.js";
@@ -32,11 +33,16 @@ export function watchOf(deps: ServiceContext): PortalWatch {
   return w;
 }
 
-/** Retries waiting for a portal-wide failure become due now (at most `limit`; null: all). */
+/**
+ * Retries waiting for a portal-wide failure become due now (at most `limit` commands; null: every
+ * command and workflow, and the inbox events whose read failed so: bring_forward_webhooks).
+ */
 export async function bringForward(deps: ServiceContext, limit: number | null): Promise<number> {
   const { rows } = await deps.pool.query<{ n: number }>(
-    "select bitrix_sync.bring_forward_commands($1, $2) as n",
-    [PORTAL_WIDE_CODES, limit],
+    limit === null
+      ? "select bitrix_sync.bring_forward_commands($1, null) + bitrix_sync.bring_forward_webhooks($1) as n"
+      : "select bitrix_sync.bring_forward_commands($1, $2) as n",
+    limit === null ? [PORTAL_WIDE_CODES] : [PORTAL_WIDE_CODES, limit],
   );
   return rows[0]?.n ?? 0;
 }

@@ -124,3 +124,66 @@ test.serial(
     t.is(contacts.length, 1, "one Contact: the create refused with 503 was not executed, and sent once more");
   },
 );
+
+test.serial(
+  "after an outage an inbox event whose read failed with the portal is processed at once, not after its backoff",
+  async (t) => {
+    // A user already linked to a Contact, whose change in the CRM arrives as a webhook while the
+    // portal is down: the receiver's read of the Contact fails with it.
+    const user = await makeUser(rig.db.pool, { phone: randomPhone() });
+    t.is((await finishedWorkflow(rig, user.id, 30_000)).state, "succeeded");
+    const { rows: links } = await rig.db.pool.query<{ external_id: string }>(
+      "select external_id from bitrix_sync.entity_external_mapping where entity_id = $1 and status = 'active'",
+      [user.id],
+    );
+    const contactId = links[0]?.external_id;
+    if (!contactId) return t.fail("no link");
+    rig.emulator.setOutage("INTERNAL_SERVER_ERROR");
+    const { rows: rec } = await rig.db.pool.query<{ id: string }>(
+      "select bitrix_sync.record_webhook('contact', 3, $1) as id",
+      [contactId],
+    );
+    const inboxId = rec[0]?.id;
+    const inbox = async () =>
+      (
+        await rig.db.pool.query<{ status: string; last_error_code: string | null; outcome: string | null }>(
+          "select status, last_error_code, outcome from bitrix_sync.webhook_inbox where id = $1",
+          [inboxId],
+        )
+      ).rows[0];
+    await waitFor(async () => (await inbox())?.status === "retry_wait", 30_000, "the read failed");
+    t.is((await inbox())?.last_error_code, "server_error");
+    // As after minutes of outage: its backoff holds it an hour.
+    await rig.db.pool.query(
+      "update bitrix_sync.webhook_inbox set next_attempt_at = now() + interval '1 hour' where id = $1",
+      [inboxId],
+    );
+    // The pump sees the portal fail as a whole (another user's search), then answer again.
+    const other = await makeUser(rig.db.pool, { phone: randomPhone() });
+    await waitFor(
+      async () =>
+        (
+          await rig.db.pool.query(
+            `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+              where w.user_id = $1 and c.status = 'retry_wait'`,
+            [other.id],
+          )
+        ).rows.length > 0,
+      30_000,
+      "a batch failed as a whole",
+    );
+    rig.emulator.setOutage(null);
+
+    // Only the recovery can process it within the hour.
+    const done = await waitFor(
+      async () => {
+        const r = await inbox();
+        return r?.status === "processed" ? r : undefined;
+      },
+      30_000,
+      "the event processed after the recovery",
+    );
+    t.is(done.outcome, "applied");
+    t.is((await finishedWorkflow(rig, other.id, 30_000)).state, "succeeded");
+  },
+);

@@ -322,6 +322,66 @@ test.serial(
   },
 );
 
+test.serial(
+  "bring_forward_webhooks: events that waited for the portal are due now and their receivers told; others keep their time",
+  async (t) => {
+    // Each event claimed and parked for an hour with a code: two portal-wide ones (a contact and an
+    // alert event) and one that is not.
+    const park = async (receiver: "contact" | "alert", code: string) => {
+      const id = (await record(newEntity(), { receiver })) ?? "";
+      const claimed = (await claim(db.pool, "w")).find((w) => w.id === id);
+      await one(db.pool, "select * from bitrix_sync.retry_webhook($1, $2, $3, '1 hour')", [
+        id,
+        claimed?.lease_token,
+        code,
+      ]);
+      return id;
+    };
+    const down = await park("contact", "server_error");
+    const alert = await park("alert", "timeout_no_reply");
+    const own = await park("contact", "apply_failed");
+    const portalWide = ["server_error", "timeout_no_reply", "query_limit_exceeded"];
+    const listener = await db.pool.connect();
+    const heard: string[] = [];
+    listener.on("notification", (n) => {
+      if (n.channel === "bitrix_sync_webhooks" && n.payload) heard.push(n.payload);
+    });
+    try {
+      await listener.query("listen bitrix_sync_webhooks");
+      const before = Date.now();
+      const moved = await one<{ n: number }>(db.pool, "select bitrix_sync.bring_forward_webhooks($1) as n", [
+        portalWide,
+      ]);
+      t.is(moved.n, 2);
+      for (const id of [down, alert]) {
+        const w = await get(id);
+        t.is(w.status, "retry_wait");
+        t.true(w.next_attempt_at.getTime() <= Date.now() && w.next_attempt_at.getTime() >= before - 1000, id);
+      }
+      t.true(
+        (await get(own)).next_attempt_at.getTime() > Date.now() + 50 * 60_000,
+        "not a portal failure: keeps its time",
+      );
+      const due = (await claim(db.pool, "w")).map((w) => w.id);
+      t.true(due.includes(down) && due.includes(alert) && !due.includes(own));
+      for (let i = 0; i < 50 && heard.length < 2; i++) await new Promise((r) => setTimeout(r, 20));
+      t.deepEqual([...new Set(heard)].sort(), ["alert", "contact"], "both receivers' loops are woken");
+      t.is(
+        (
+          await one<{ n: number }>(db.pool, "select bitrix_sync.bring_forward_webhooks($1) as n", [
+            portalWide,
+          ])
+        ).n,
+        0,
+        "nothing waits any more",
+      );
+      await rejectsWith(t, db.pool.query("select bitrix_sync.bring_forward_webhooks(null)"), "BS004");
+    } finally {
+      listener.release();
+    }
+  },
+);
+
 test.serial("retry_webhook parks the event with its coalesced ones until it is due", async (t) => {
   const entity = newEntity();
   const ids = [(await record(entity)) ?? "", (await record(entity)) ?? ""];
