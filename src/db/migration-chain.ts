@@ -11,7 +11,7 @@ import { Logger as GraphileLogger } from "@graphile/logger";
 import { migrate as gmMigrate } from "graphile-migrate";
 import pg from "pg";
 import { type Catalogue, type CatalogueEntry, readCatalogue } from "./catalogue.js";
-import { migrateDatabase, releaseMigratePools, WORKER_GRANTS_FILE } from "./migrate.js";
+import { MIGRATION_SETTINGS, migrateDatabase, releaseMigratePools, WORKER_GRANTS_FILE } from "./migrate.js";
 import {
   definitionIndex,
   MANIFEST_FILE,
@@ -23,7 +23,7 @@ import { type MigrationPlan, needsSummary, type Problem, serialize } from "./mig
 import { diffCatalogues, renderChange, renderSummary, stripSummary } from "./migration-summary.js";
 import { dumpSchema } from "./schema-dump.js";
 import { type ScratchServer, withScratchDatabase } from "./scratch.js";
-import { SEARCH_PATH_SETTING, withSearchPath } from "./search-path.js";
+import { withSearchPath } from "./search-path.js";
 
 export interface ChainResult {
   /** Migration file name -> its summary, generated, for every migration after 000027 that applied. */
@@ -98,13 +98,12 @@ export async function applyChain(
           const text = serialize(m.filename, m.body, previous);
           writeFileSync(join(committedDir, m.filename), text);
           try {
-            // As migrateDatabase applies it in production: the service's search path, jit off (a
-            // server with jit on compiled each migration's catalogue statements for seconds).
+            // With the settings migrateDatabase applies it with in production.
             await gmMigrate({
               connectionString: url,
               migrationsFolder: folder,
               logger: quiet,
-              pgSettings: { search_path: SEARCH_PATH_SETTING, jit: "off" },
+              pgSettings: MIGRATION_SETTINGS,
             });
           } catch (e) {
             result.problems.push({
