@@ -51,6 +51,21 @@ export async function makeUser(
   return { id, phone: phone ?? "" };
 }
 
+/**
+ * Signs up `n` active users in one statement (identity and profile, as makeUser does one), phones
+ * `+7<prefix><seven digits>` so a test can tell its batches apart, and folds the journal.
+ */
+export async function makeUsers(db: Queryable, n: number, prefix: string): Promise<void> {
+  await db.query(
+    `with u as (insert into han_app.user_identity (id, phone_number, record_status)
+                select gen_random_uuid(), '+7' || $2::text || lpad(g::text, 7, '0'), 'active'
+                  from generate_series(1, $1::int) g returning id)
+     insert into han_app.client_profile (user_id, full_name, record_status) select id, 'Backlog User', 'active' from u`,
+    [n, prefix],
+  );
+  await foldJournal(db);
+}
+
 export interface QueueRow {
   id: string;
   task_type: string;

@@ -6,7 +6,7 @@
 // reads them.
 import test from "ava";
 import { planCapture, type StatementPlan } from "../../bench/scale-plans.js";
-import { foldJournal } from "../helpers/factories.js";
+import { makeUsers } from "../helpers/factories.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -17,16 +17,9 @@ test.after.always(async () => {
   await db?.drop();
 });
 
-/** n App users signed up in one statement, their intents folded into the queue. */
+/** n App users signed up (makeUsers), and the queue analysed as autovacuum would after a burst. */
 async function signUp(n: number, prefix: string): Promise<void> {
-  await db.pool.query(
-    `with u as (insert into han_app.user_identity (id, phone_number, record_status)
-                select gen_random_uuid(), '+7' || $2::text || lpad(g::text, 7, '0'), 'active'
-                  from generate_series(1, $1::int) g returning id)
-     insert into han_app.client_profile (user_id, full_name, record_status) select id, 'Backlog User', 'active' from u`,
-    [n, prefix],
-  );
-  await foldJournal(db.pool);
+  await makeUsers(db.pool, n, prefix);
   await db.pool.query("analyze han_app.sync_queue");
 }
 

@@ -5,7 +5,7 @@
 // the nested statements, in this test's own session, as bench:scale reads them.
 import test from "ava";
 import { planCapture } from "../../bench/scale-plans.js";
-import { foldJournal } from "../helpers/factories.js";
+import { makeUsers } from "../helpers/factories.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
 
 let db: TestDb;
@@ -21,18 +21,6 @@ interface Claimed {
   lease_token: string;
   entity_id: string;
   task_type: string;
-}
-
-/** n App users signed up in one statement each batch, as makeUser() signs one up. */
-async function signUp(n: number, prefix: string): Promise<void> {
-  await db.pool.query(
-    `with u as (insert into han_app.user_identity (id, phone_number, record_status)
-                select gen_random_uuid(), '+7' || $2::text || lpad(g::text, 7, '0'), 'active'
-                  from generate_series(1, $1::int) g returning id)
-     insert into han_app.client_profile (user_id, full_name, record_status) select id, 'Backlog User', 'active' from u`,
-    [n, prefix],
-  );
-  await foldJournal(db.pool);
 }
 
 const claim = (limit: number) =>
@@ -54,7 +42,7 @@ const takeArgs = (rows: Claimed[]) => [
 
 test("a batch of 50 new users reads a few index pages per user beside 3 000 active workflows, whatever the statistics say", async (t) => {
   // The backlog: 3 000 users whose workflows are started and not yet run.
-  await signUp(3000, "91");
+  await makeUsers(db.pool, 3000, "91");
   for (;;) {
     const { rows } = await claim(1000);
     if (rows.length === 0) break;
@@ -94,7 +82,7 @@ test("a batch of 50 new users reads a few index pages per user beside 3 000 acti
   );
 
   // Fifty users more, taken by the set path, with the plans of every statement inside.
-  await signUp(50, "92");
+  await makeUsers(db.pool, 50, "92");
   const { rows: batch } = await claim(50);
   t.is(batch.length, 50);
   const capture = await planCapture(db.url);
