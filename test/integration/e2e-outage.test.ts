@@ -27,6 +27,24 @@ test.after.always(async () => {
   await rig?.close();
 });
 
+/** A new user whose search fails with the down portal: the pump has seen it fail as a whole. */
+async function portalFailsForNewUser() {
+  const user = await makeUser(rig.db.pool, { phone: randomPhone() });
+  await waitFor(
+    async () =>
+      (
+        await rig.db.pool.query(
+          `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
+            where w.user_id = $1 and c.status = 'retry_wait'`,
+          [user.id],
+        )
+      ).rows.length > 0,
+    30_000,
+    "a batch failed as a whole",
+  );
+  return user;
+}
+
 test.serial(
   "after an outage the retries waiting for the portal are brought forward through the limiter",
   async (t) => {
@@ -100,19 +118,7 @@ test.serial(
     // The portal fails as a whole for a moment (another user's search), then answers again.
     rig.emulator.clearFaults();
     rig.emulator.setOutage("INTERNAL_SERVER_ERROR");
-    const other = await makeUser(rig.db.pool, { phone: randomPhone() });
-    await waitFor(
-      async () =>
-        (
-          await rig.db.pool.query(
-            `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
-              where w.user_id = $1 and c.status = 'retry_wait'`,
-            [other.id],
-          )
-        ).rows.length > 0,
-      30_000,
-      "a batch failed as a whole",
-    );
+    const other = await portalFailsForNewUser();
     rig.emulator.setOutage(null);
 
     // Only the recovery can finish it within the hour: searched by user id, not found, created once.
@@ -159,19 +165,7 @@ test.serial(
       [inboxId],
     );
     // The pump sees the portal fail as a whole (another user's search), then answer again.
-    const other = await makeUser(rig.db.pool, { phone: randomPhone() });
-    await waitFor(
-      async () =>
-        (
-          await rig.db.pool.query(
-            `select 1 from bitrix_sync.crm_commands c join bitrix_sync.workflow_instances w on w.id = c.workflow_id
-              where w.user_id = $1 and c.status = 'retry_wait'`,
-            [other.id],
-          )
-        ).rows.length > 0,
-      30_000,
-      "a batch failed as a whole",
-    );
+    const other = await portalFailsForNewUser();
     rig.emulator.setOutage(null);
 
     // Only the recovery can process it within the hour.
