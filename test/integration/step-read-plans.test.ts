@@ -6,6 +6,7 @@
 // of the run's database time). Written with the order and LIMIT of the user's own index, its only
 // plan is a probe of that index per step.
 import test from "ava";
+import { planCapture } from "../../bench/scale-plans.js";
 import { groupedText } from "../../src/db/statement-batcher.js";
 import { ACTIVE_MAPPING } from "../../src/workflows/step/core.js";
 import { createTestDb, type TestDb } from "../helpers/testdb.js";
@@ -18,14 +19,10 @@ test.after.always(async () => {
   await db?.drop();
 });
 
-/** The nodes of `plan` (EXPLAIN's JSON), depth first. */
-function nodes(plan: { "Node Type": string; "Index Name"?: string; Plans?: unknown[] }): string[] {
-  const label = plan["Index Name"] ? `${plan["Node Type"]}(${plan["Index Name"]})` : plan["Node Type"];
-  return [label, ...(plan.Plans ?? []).flatMap((p) => nodes(p as typeof plan))];
-}
-
 test("the grouped active-link read, its generic plan made on an empty table, probes the user's index as the links grow", async (t) => {
-  const c = await db.pool.connect();
+  // auto_explain in the session that prepares the statement: the plan EXECUTE runs is the cached one.
+  const capture = await planCapture(db.url);
+  const c = capture.client;
   try {
     // Planned while the table is empty and never analysed, then kept (generic plan).
     await c.query("set plan_cache_mode = force_generic_plan");
@@ -41,24 +38,21 @@ test("the grouped active-link read, its generic plan made on an empty table, pro
         "select entity_id from bitrix_sync.entity_external_mapping order by random() limit 12",
       )
     ).rows.map((r) => r.entity_id);
-    const { rows } = await c.query<{
-      "QUERY PLAN": [{ Plan: Parameters<typeof nodes>[0] & { "Shared Hit Blocks"?: number } }];
-    }>(
+    let answered = 0;
+    const plans = await capture.capture(async () => {
       // EXECUTE takes no bind parameters: the keys go in as a literal (uuids read back from the table).
-      `explain (analyze, buffers, format json) execute active_links('{${users.join(",")}}'::uuid[])`,
-    );
-    const plan = rows[0]?.["QUERY PLAN"][0]?.Plan;
-    if (!plan) return t.fail("no plan");
-    const shape = nodes(plan);
-    t.log(`${plan["Shared Hit Blocks"] ?? 0} buffers for 12 steps: ${shape.join(" > ")}`);
-    t.false(shape.includes("Seq Scan"), `the grouped read scans the links: ${shape.join(" > ")}`);
-    t.true(shape.includes("Index Scan(entity_external_mapping_entity_idx)"), shape.join(" > "));
-    t.true((plan["Shared Hit Blocks"] ?? 0) <= 12 * 6, `${plan["Shared Hit Blocks"]} buffers for 12 steps`);
+      answered = (await c.query(`execute active_links('{${users.join(",")}}'::uuid[])`)).rows.length;
+    });
+    const plan = plans.find((p) => p.query.includes("cross join lateral"));
+    if (!plan) return t.fail(`no plan among ${plans.length} statements`);
+    t.log(`${plan.buffers} buffers for 12 steps: ${plan.nodes.join(" > ")}`);
+    t.deepEqual(plan.seqScans, [], `the grouped read scans the links: ${plan.nodes.join(" > ")}`);
+    t.true(plan.nodes.includes("Index Scan(entity_external_mapping_entity_idx)"), plan.nodes.join(" > "));
+    t.true(plan.buffers <= 12 * 6, `${plan.buffers} buffers for 12 steps`);
     // The same answers as the plain read, one active link per user.
-    const got = await c.query(`execute active_links('{${users.join(",")}}'::uuid[])`);
-    t.is(got.rows.length, 12);
+    t.is(answered, 12);
   } finally {
     await c.query("deallocate all").catch(() => undefined);
-    c.release();
+    await capture.close();
   }
 });
