@@ -47,7 +47,11 @@ test("the grouped active-link read, its generic plan made on an empty table, pro
     if (!plan) return t.fail(`no plan among ${plans.length} statements`);
     t.log(`${plan.buffers} buffers for 12 steps: ${plan.nodes.join(" > ")}`);
     t.deepEqual(plan.seqScans, [], `the grouped read scans the links: ${plan.nodes.join(" > ")}`);
-    t.true(plan.nodes.includes("Index Scan(entity_external_mapping_entity_idx)"), plan.nodes.join(" > "));
+    // The user's index, as an index or bitmap scan: the planner picks either for a handful of rows.
+    t.true(
+      plan.nodes.some((n) => n.endsWith("(entity_external_mapping_entity_idx)")),
+      plan.nodes.join(" > "),
+    );
     t.true(plan.buffers <= 12 * 6, `${plan.buffers} buffers for 12 steps`);
     // The same answers as the plain read, one active link per user.
     t.is(answered, 12);
