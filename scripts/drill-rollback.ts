@@ -457,6 +457,10 @@ async function main(): Promise<number> {
     say("runbook, Rolling back, step 1: Stop claims (pause_sync)");
     enter("pause");
     const paused = await pauseSync(db, "ops:drill", "rollback drill: the portal fails");
+    // When the pause took effect: its commit, read in a later transaction. paused_at is its
+    // transaction's start, and a claim that began before the commit did not see the pause yet, so
+    // an intent folded in between may be claimed and processed rightly (a CI run caught one).
+    const pauseCommittedAt = (await db.query<{ at: Date }>("select now() as at")).rows[0]?.at as Date;
     const t0 = Date.now();
     const drained = await waitDrained(db, DRAIN_BOUND_MS);
     const drainMs = Date.now() - t0;
@@ -661,7 +665,7 @@ async function main(): Promise<number> {
     );
     const { rows: processedDuring } = await db.query<{ n: number }>(
       "select count(*)::int as n from han_app.sync_queue where created_at >= $1 and created_at < $2 and completed_at < $2",
-      [paused.pausedAt, resumedAt],
+      [pauseCommittedAt, resumedAt],
     );
     checker.check(
       "no intent recorded during the pause was processed before the resume",
